@@ -1,0 +1,125 @@
+"""Numba CPU kernels of the field ops (``@njit(parallel=True, cache=True)``).
+
+Arrays are C-contiguous: base ``(n,)`` uint32, extension ``(n, 4)`` uint32, all
+Montgomery words in ``[0, p)``.  ``out`` is written, nothing is allocated or
+validated.  Field constants are runtime arguments, so each kernel compiles
+once for every field and length.
+"""
+import numpy as np
+from numba import njit, prange
+
+from .field_params import FieldParams
+from .monty import base_map1 as _base1
+from .monty import base_map2 as _base2
+from .monty import ext4_map1 as _ext1
+from .monty import ext4_map2 as _ext2
+from .monty import base_pow as _base_pow, ext4_pow as _ext4_pow, mont_inv, mont_mul
+from .launch_config import BATCH_INV_CHUNK
+
+
+@njit(parallel=True, cache=True)
+def _base_map1_kernel(op, a, out, p, mu, one):
+    for i in prange(out.shape[0]):
+        out[i] = _base1(op, a[i], p, mu, one)
+
+
+@njit(parallel=True, cache=True)
+def _base_map2_kernel(op, a, b, out, p, mu):
+    for i in prange(out.shape[0]):
+        out[i] = _base2(op, a[i], b[i], p, mu)
+
+
+@njit(parallel=True, cache=True)
+def _ext4_map1_kernel(op, a, out, p, mu, wm, one):
+    for i in prange(out.shape[0]):
+        c = _ext1(op, a[i, 0], a[i, 1], a[i, 2], a[i, 3], p, mu, wm, one)
+        out[i, 0] = c[0]
+        out[i, 1] = c[1]
+        out[i, 2] = c[2]
+        out[i, 3] = c[3]
+
+
+@njit(parallel=True, cache=True)
+def _ext4_map2_kernel(op, a, b, out, p, mu, wm):
+    for i in prange(out.shape[0]):
+        c = _ext2(op, a[i, 0], a[i, 1], a[i, 2], a[i, 3],
+                     b[i, 0], b[i, 1], b[i, 2], b[i, 3], p, mu, wm)
+        out[i, 0] = c[0]
+        out[i, 1] = c[1]
+        out[i, 2] = c[2]
+        out[i, 3] = c[3]
+
+
+@njit(parallel=True, cache=True)
+def _base_pow_kernel(a, e_hi, e_lo, nbits, out, p, mu, one):
+    for i in prange(out.shape[0]):
+        out[i] = _base_pow(a[i], e_hi, e_lo, nbits, p, mu, one)
+
+
+@njit(parallel=True, cache=True)
+def _ext4_pow_kernel(a, e_hi, e_lo, nbits, out, p, mu, wm, one):
+    for i in prange(out.shape[0]):
+        c = _ext4_pow(a[i, 0], a[i, 1], a[i, 2], a[i, 3], e_hi, e_lo, nbits, p, mu, wm, one)
+        out[i, 0] = c[0]
+        out[i, 1] = c[1]
+        out[i, 2] = c[2]
+        out[i, 3] = c[3]
+
+
+@njit(parallel=True, cache=True)
+def _base_batch_inv_kernel(a, out, chunk, p, mu, one):
+    # Montgomery's trick inside each chunk: prefix products, one Fermat
+    # inversion, then a backward sweep: 3 multiplications per element.
+    n = a.shape[0]
+    nchunks = (n + chunk - 1) // chunk
+    for c in prange(nchunks):
+        lo = c * chunk
+        hi = min(n, lo + chunk)
+        acc = np.uint32(one)
+        for i in range(lo, hi):
+            out[i] = acc  # product of a[lo:i]
+            acc = mont_mul(acc, a[i], p, mu)
+        inv = mont_inv(acc, p, mu, one)
+        for i in range(hi - 1, lo - 1, -1):
+            t = mont_mul(inv, out[i], p, mu)
+            inv = mont_mul(inv, a[i], p, mu)
+            out[i] = t
+
+
+def _consts(f: FieldParams):
+    return np.uint32(f.p), np.uint32(f.mu_neg), np.uint32(f.w_mont), np.uint32(f.r_mod_p)
+
+
+def base_map1(op, a, out, f):
+    p, mu, _, one = _consts(f)
+    _base_map1_kernel(op, a, out, p, mu, one)
+
+
+def base_map2(op, a, b, out, f):
+    p, mu, _, _ = _consts(f)
+    _base_map2_kernel(op, a, b, out, p, mu)
+
+
+def ext4_map1(op, a, out, f):
+    p, mu, wm, one = _consts(f)
+    _ext4_map1_kernel(op, a, out, p, mu, wm, one)
+
+
+def ext4_map2(op, a, b, out, f):
+    p, mu, wm, _ = _consts(f)
+    _ext4_map2_kernel(op, a, b, out, p, mu, wm)
+
+
+def base_pow(a, e_hi, e_lo, nbits, out, f):
+    p, mu, _, one = _consts(f)
+    _base_pow_kernel(a, e_hi, e_lo, nbits, out, p, mu, one)
+
+
+def ext4_pow(a, e_hi, e_lo, nbits, out, f):
+    p, mu, wm, one = _consts(f)
+    _ext4_pow_kernel(a, e_hi, e_lo, nbits, out, p, mu, wm, one)
+
+
+def base_batch_inv(a, out, f):
+    p, mu, _, one = _consts(f)
+    _base_batch_inv_kernel(a, out, BATCH_INV_CHUNK, p, mu, one)

@@ -1,0 +1,141 @@
+"""Numba-CUDA kernels of the field ops (``@cuda.jit``).
+
+The element arithmetic is the ``@njit`` scalar code of :mod:`.monty`, shared
+with the CPU kernels.  Each kernel is a grid-stride loop; arrays are
+contiguous device arrays (or host NumPy arrays, which Numba copies in and out),
+base ``(n,)`` and extension ``(n, 4)``.  Importing this module requires
+numba-cuda (or ``NUMBA_ENABLE_CUDASIM=1``).
+"""
+import numpy as np
+from numba import cuda
+
+from .field_params import FieldParams
+from .launch_config import THREADS_PER_BLOCK, grid_for
+from .monty import base_map1 as _base1
+from .monty import base_map2 as _base2
+from .monty import OP_INV, base_pow as _base_pow, ext4_pow as _ext4_pow
+from .monty import ext4_map1 as _ext1
+from .monty import ext4_map2 as _ext2
+
+
+@cuda.jit
+def _base_map1_kernel(op, a, p, mu, one, out):
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for i in range(start, out.shape[0], stride):
+        out[i] = _base1(op, a[i], p, mu, one)
+
+
+@cuda.jit
+def _base_map2_kernel(op, a, b, p, mu, out):
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for i in range(start, out.shape[0], stride):
+        out[i] = _base2(op, a[i], b[i], p, mu)
+
+
+@cuda.jit
+def _ext4_map1_kernel(op, a, p, mu, wm, one, out):
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for i in range(start, out.shape[0], stride):
+        c = _ext1(op, a[i, 0], a[i, 1], a[i, 2], a[i, 3], p, mu, wm, one)
+        out[i, 0] = c[0]
+        out[i, 1] = c[1]
+        out[i, 2] = c[2]
+        out[i, 3] = c[3]
+
+
+@cuda.jit
+def _ext4_map2_kernel(op, a, b, p, mu, wm, out):
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for i in range(start, out.shape[0], stride):
+        c = _ext2(op, a[i, 0], a[i, 1], a[i, 2], a[i, 3],
+                  b[i, 0], b[i, 1], b[i, 2], b[i, 3], p, mu, wm)
+        out[i, 0] = c[0]
+        out[i, 1] = c[1]
+        out[i, 2] = c[2]
+        out[i, 3] = c[3]
+
+
+@cuda.jit
+def _base_pow_kernel(a, e_hi, e_lo, nbits, p, mu, one, out):
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for i in range(start, out.shape[0], stride):
+        out[i] = _base_pow(a[i], e_hi, e_lo, nbits, p, mu, one)
+
+
+@cuda.jit
+def _ext4_pow_kernel(a, e_hi, e_lo, nbits, p, mu, wm, one, out):
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for i in range(start, out.shape[0], stride):
+        c = _ext4_pow(a[i, 0], a[i, 1], a[i, 2], a[i, 3], e_hi, e_lo, nbits, p, mu, wm, one)
+        out[i, 0] = c[0]
+        out[i, 1] = c[1]
+        out[i, 2] = c[2]
+        out[i, 3] = c[3]
+
+
+def as_device(x):
+    """Device view of ``x`` for a Numba launch.
+
+    CUDA-array-interface arrays (CuPy) are wrapped without a stream sync
+    (a plain pass would synchronise the producer stream on every launch);
+    host NumPy arrays are copied to the device; scalars pass through.
+    """
+    if isinstance(x, np.ndarray):
+        return cuda.to_device(x)
+    if hasattr(x, "__cuda_array_interface__"):
+        try:
+            return cuda.as_cuda_array(x, sync=False)
+        except TypeError:  # numba-cuda without the ``sync`` keyword
+            return cuda.as_cuda_array(x)
+    return x
+
+
+def launch(kernel, n, args, out):
+    """Launch a grid-stride ``kernel(*args, out)`` over ``n`` items.
+
+    A host ``out`` receives the result by one copy back from the device.
+    """
+    d_out = as_device(out)
+    kernel[grid_for(n), THREADS_PER_BLOCK](*[as_device(x) for x in args], d_out)
+    if isinstance(out, np.ndarray):
+        d_out.copy_to_host(out)
+
+
+def _consts(f: FieldParams):
+    return np.uint32(f.p), np.uint32(f.mu_neg), np.uint32(f.w_mont), np.uint32(f.r_mod_p)
+
+
+def base_map1(op, a, out, f):
+    p, mu, _, one = _consts(f)
+    launch(_base_map1_kernel, out.shape[0], (np.int64(op), a, p, mu, one), out)
+
+
+def base_map2(op, a, b, out, f):
+    p, mu, _, _ = _consts(f)
+    launch(_base_map2_kernel, out.shape[0], (np.int64(op), a, b, p, mu), out)
+
+
+def ext4_map1(op, a, out, f):
+    p, mu, wm, one = _consts(f)
+    launch(_ext4_map1_kernel, out.shape[0], (np.int64(op), a, p, mu, wm, one), out)
+
+
+def ext4_map2(op, a, b, out, f):
+    p, mu, wm, _ = _consts(f)
+    launch(_ext4_map2_kernel, out.shape[0], (np.int64(op), a, b, p, mu, wm), out)
+
+
+def base_pow(a, e_hi, e_lo, nbits, out, f):
+    p, mu, _, one = _consts(f)
+    launch(_base_pow_kernel, out.shape[0], (a, e_hi, e_lo, nbits, p, mu, one), out)
+
+
+def ext4_pow(a, e_hi, e_lo, nbits, out, f):
+    p, mu, wm, one = _consts(f)
+    launch(_ext4_pow_kernel, out.shape[0], (a, e_hi, e_lo, nbits, p, mu, wm, one), out)
+
+
+def base_batch_inv(a, out, f):
+    # Element-parallel Fermat inversion: on a GPU that beats the serial
+    # prefix-product trick, and the bytes are the same.
+    base_map1(OP_INV, a, out, f)

@@ -1,0 +1,65 @@
+"""CuPy RawKernel launchers of the field ops (CUDA C in ``cuda/field_ops.cu``).
+
+One ``RawModule`` per (field, device), compiled on first use and memoized; the
+launchers pass ``np.uint64(n)``/``np.int32(op)`` explicitly because RawKernel
+does not check argument types.  Arrays are contiguous CuPy arrays, base
+``(n,)`` and extension ``(n, 4)``.  Importing this module requires CuPy.
+"""
+import cupy
+import numpy as np
+
+from .cuda_source import assemble
+from .field_params import FIELDS, FieldParams
+from .launch_config import THREADS_PER_BLOCK, grid_for
+from .monty import OP_INV
+
+#: nvcc/NVRTC options shared by every zorch_nb RawModule.
+NVRTC_OPTIONS = ("-std=c++17",)
+
+
+@cupy.memoize(for_each_device=True)
+def raw_module(field_name: str, kernel_file: str) -> "cupy.RawModule":
+    """Compiled ``kernel_file`` for one field on the current device (memoized)."""
+    return cupy.RawModule(code=assemble(FIELDS[field_name], kernel_file),
+                          options=NVRTC_OPTIONS)
+
+
+def _kernel(f: FieldParams, name: str):
+    return raw_module(f.name, "field_ops.cu").get_function(name)
+
+
+def _launch(f, name, n, *args):
+    if n == 0:
+        return
+    _kernel(f, name)((grid_for(n),), (THREADS_PER_BLOCK,), args + (np.uint64(n),))
+
+
+def base_map1(op, a, out, f):
+    _launch(f, "zorch_base_map1", out.shape[0], np.int32(op), a, out)
+
+
+def base_map2(op, a, b, out, f):
+    _launch(f, "zorch_base_map2", out.shape[0], np.int32(op), a, b, out)
+
+
+def ext4_map1(op, a, out, f):
+    _launch(f, "zorch_ext4_map1", out.shape[0], np.int32(op), a, out)
+
+
+def ext4_map2(op, a, b, out, f):
+    _launch(f, "zorch_ext4_map2", out.shape[0], np.int32(op), a, b, out)
+
+
+def base_pow(a, e_hi, e_lo, nbits, out, f):
+    _launch(f, "zorch_base_pow", out.shape[0], a, np.uint64(e_hi), np.uint64(e_lo),
+            np.int32(nbits), out)
+
+
+def ext4_pow(a, e_hi, e_lo, nbits, out, f):
+    _launch(f, "zorch_ext4_pow", out.shape[0], a, np.uint64(e_hi), np.uint64(e_lo),
+            np.int32(nbits), out)
+
+
+def base_batch_inv(a, out, f):
+    # Element-parallel Fermat inversion (same bytes as Montgomery's trick).
+    base_map1(OP_INV, a, out, f)

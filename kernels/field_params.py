@@ -1,0 +1,103 @@
+"""The one home of every field constant.
+
+Each supported prime field is a :class:`FieldParams` record.  Every backend
+(Numba CPU, Numba-CUDA, CUDA C through CuPy) reads its constants from here; the
+CUDA C sources receive them through the ``#define`` preamble built by
+:func:`cuda_defines`.  The invariants the Montgomery arithmetic relies on are
+checked when this module is imported, so a wrong constant cannot ship.
+
+Representation
+--------------
+An element ``v`` of F_p is stored as its Montgomery word ``v * 2**32 mod p``,
+always fully reduced into ``[0, p)``.  An element of the degree-4 extension
+F_p[x] / (x^4 - W) is stored as four such words, coefficients of
+``1, x, x^2, x^3`` in that order (the trailing axis of length 4).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+__all__ = ["FieldParams", "KOALABEAR", "BABYBEAR", "FIELDS", "cuda_defines"]
+
+_R_BITS = 32
+_R = 1 << _R_BITS
+
+
+class FieldParams(NamedTuple):
+    """Constants of one 31-bit Montgomery prime field and its quartic extension.
+
+    Attributes
+    ----------
+    name : str
+        Field name, also used as a cache key by every backend.
+    p : int
+        The prime, ``p < 2**31`` (so ``2p < 2**32`` and ``4p**2 < 2**64``).
+    mu_neg : int
+        ``-p**-1 mod 2**32``, the Montgomery reduction multiplier.
+    r_mod_p : int
+        ``2**32 mod p``: the Montgomery word of 1.
+    r2_mod_p : int
+        ``2**64 mod p``: multiplying a canonical value by it in Montgomery form
+        encodes it.
+    r_inv : int
+        ``2**-32 mod p``: decoding multiplies a word by it.
+    w : int
+        The extension is F_p[x] / (x^4 - w); ``w`` canonical.
+    w_mont : int
+        Montgomery word of ``w``.
+    """
+
+    name: str
+    p: int
+    mu_neg: int
+    r_mod_p: int
+    r2_mod_p: int
+    r_inv: int
+    w: int
+    w_mont: int
+
+
+def _make(name: str, p: int, w: int) -> FieldParams:
+    return FieldParams(
+        name=name,
+        p=p,
+        mu_neg=(-pow(p, -1, _R)) % _R,
+        r_mod_p=_R % p,
+        r2_mod_p=(_R * _R) % p,
+        r_inv=pow(_R, -1, p),
+        w=w,
+        w_mont=(w * _R) % p,
+    )
+
+
+KOALABEAR = _make("koalabear", p=(1 << 31) - (1 << 24) + 1, w=3)
+BABYBEAR = _make("babybear", p=(1 << 31) - (1 << 27) + 1, w=11)
+FIELDS = {f.name: f for f in (KOALABEAR, BABYBEAR)}
+
+
+def _check(f: FieldParams) -> None:
+    p = f.p
+    # Bounds every delayed reduction in monty.py / monty.cuh relies on.
+    assert p < (1 << 31), f"{f.name}: p must fit in 31 bits"
+    assert 4 * p * p < (1 << 64), f"{f.name}: four products must fit in uint64"
+    assert all(p % q for q in range(2, 1 << 16) if q * q <= p), f"{f.name}: p not prime"
+    assert (p * f.mu_neg) % _R == _R - 1, f"{f.name}: p * mu_neg != -1 mod 2^32"
+    assert (f.r_mod_p * f.r_inv) % p == 1
+    # x^4 - w is irreducible over F_p iff 4 | p - 1 and w is a non-square.
+    assert (p - 1) % 4 == 0
+    assert pow(f.w, (p - 1) // 2, p) == p - 1, f"{f.name}: x^4 - {f.w} is reducible"
+
+
+for _f in FIELDS.values():
+    _check(_f)
+
+
+def cuda_defines(f: FieldParams) -> str:
+    """``#define`` preamble that specialises the CUDA C sources to field ``f``."""
+    return (
+        f"// zorch_nb field preamble: {f.name}\n"
+        f"#define ZORCH_P {f.p}u\n"
+        f"#define ZORCH_MU_NEG {f.mu_neg}u\n"
+        f"#define ZORCH_R_MOD_P {f.r_mod_p}u\n"
+        f"#define ZORCH_W_MONT {f.w_mont}u\n"
+    )

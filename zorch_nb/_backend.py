@@ -1,0 +1,140 @@
+"""Which array module an array comes from, and which kernel module runs it.
+
+Backends
+--------
+``"cpu"``
+    Numba ``@njit(parallel=True)`` kernels; the default for NumPy arrays.
+``"cupy"``
+    CuPy ``RawKernel`` (CUDA C); the default for CuPy arrays and any other
+    object exposing ``__cuda_array_interface__``.
+``"numba"``
+    Numba ``@cuda.jit`` kernels; only when asked for.  With NumPy inputs the
+    data is copied to the device and the result back to a NumPy array (this is
+    also how the CUDA simulator runs them).
+
+The object layer asks :func:`resolve` once per call; :func:`kernels_for`
+imports the matching kernel module lazily so that ``import zorch_nb`` never
+needs CuPy or numba-cuda.
+"""
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+
+__all__ = ["BACKENDS", "array_kind", "resolve", "kernels_for", "device_of",
+           "get_xp", "to_module"]
+
+BACKENDS = ("cpu", "cupy", "numba")
+
+_CUDA_EXTRA = "pip install 'zorch_nb[cuda]'"
+
+
+def array_kind(x) -> str:
+    """``"numpy"``, ``"cupy"`` or ``"cuda"`` (another ``__cuda_array_interface__``)."""
+    if isinstance(x, np.ndarray):
+        return "numpy"
+    mod = type(x).__module__ or ""
+    if mod.startswith("cupy"):
+        return "cupy"
+    if hasattr(x, "__cuda_array_interface__"):
+        return "cuda"
+    if mod.startswith("numba.cuda.simulator"):
+        return "cuda"
+    return "other"
+
+
+def _import_cupy():
+    try:
+        return importlib.import_module("cupy")
+    except ImportError as exc:  # pragma: no cover - depends on the machine
+        raise ImportError(
+            f"a GPU array was passed but CuPy is not installed; {_CUDA_EXTRA} "
+            f"(or pass NumPy arrays to run on the CPU)") from exc
+
+
+def device_of(x):
+    """Device id of a GPU array (``None`` for host arrays)."""
+    kind = array_kind(x)
+    if kind == "cupy":
+        return x.device.id
+    return None
+
+
+def get_xp(kind: str):
+    """Array module (numpy or cupy) that holds results for arrays of ``kind``."""
+    if kind == "numpy":
+        return np
+    return _import_cupy()
+
+
+def to_module(x, kind: str):
+    """``x`` as an array of ``kind``'s module (cupy.asarray of a CAI array is a view)."""
+    if kind == "numpy":
+        return x
+    cp = _import_cupy()
+    return cp.asarray(x)
+
+
+def resolve(arrays: dict, backend: str | None) -> tuple:
+    """Check that the named arrays share a module/device and choose a backend.
+
+    Parameters
+    ----------
+    arrays : dict
+        ``{argument name: array}`` of every array operand.
+    backend : {None, "cpu", "cupy", "numba"}
+        The backend asked for; ``None`` picks the default of the arrays' kind.
+
+    Returns
+    -------
+    (kind, backend) : tuple of str
+        ``kind`` is ``"numpy"`` or ``"cupy"`` (CAI arrays are viewed as CuPy).
+    """
+    if backend is not None and backend not in BACKENDS:
+        raise ValueError(f"Argument `backend` must be one of {BACKENDS} or None, not {backend!r}")
+    kinds = {}
+    for name, x in arrays.items():
+        k = array_kind(x)
+        if k == "other":
+            raise TypeError(
+                f"Argument `{name}` must be a NumPy array or a CUDA array "
+                f"(CuPy / __cuda_array_interface__), not {type(x).__name__}")
+        kinds[name] = "numpy" if k == "numpy" else "cupy"
+    distinct = set(kinds.values())
+    if len(distinct) > 1:
+        desc = ", ".join(f"`{n}` is {k}" for n, k in kinds.items())
+        raise TypeError(f"arrays from different modules cannot be combined ({desc}); "
+                        f"move them to one module first")
+    kind = distinct.pop() if distinct else "numpy"
+    if kind == "cupy":
+        _import_cupy()
+        devices = {n: device_of(x) for n, x in arrays.items() if array_kind(x) == "cupy"}
+        if len(set(devices.values())) > 1:
+            desc = ", ".join(f"`{n}` on device {d}" for n, d in devices.items())
+            raise ValueError(f"arrays live on different devices ({desc})")
+    if backend is None:
+        backend = "cpu" if kind == "numpy" else "cupy"
+    if backend == "cpu" and kind != "numpy":
+        raise TypeError("backend='cpu' needs NumPy arrays; copy GPU arrays to the host "
+                        "first (e.g. `.get()`), or use backend='cupy'/'numba'")
+    return kind, backend
+
+
+def kernels_for(backend: str, family: str):
+    """Import the kernel module ``zorch_nb.kernels.<family>_<impl>`` for a backend.
+
+    ``family`` is e.g. ``"field"``; the modules are ``field_cpu``,
+    ``field_cupy`` and ``field_cuda_numba``.
+    """
+    suffix = {"cpu": "cpu", "cupy": "cupy", "numba": "cuda_numba"}[backend]
+    name = f"zorch_nb.kernels.{family}_{suffix}"
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        if backend == "cpu":
+            raise
+        missing = "CuPy" if backend == "cupy" else "numba-cuda"
+        raise ImportError(
+            f"backend={backend!r} needs {missing}, which is not importable here "
+            f"({exc}); {_CUDA_EXTRA}") from exc

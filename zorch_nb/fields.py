@@ -1,0 +1,448 @@
+"""Montgomery prime fields (KoalaBear, BabyBear) and their quartic extensions.
+
+Elements are plain ``uint32`` arrays of Montgomery words ``v * 2**32 mod p`` in
+``[0, p)``: base-field arrays have any shape ``(...)``, extension arrays have a
+trailing axis of length 4 holding the coefficients of ``1, x, x^2, x^3`` of an
+element of ``F_p[x] / (x^4 - W)``.  :meth:`PrimeField.encode` and
+:meth:`PrimeField.decode` convert from and to canonical integers; every other
+method takes and returns Montgomery words.
+
+Where an operation runs is decided by the arrays (see :mod:`zorch_nb._backend`):
+NumPy arrays run Numba CPU kernels, CuPy (or any ``__cuda_array_interface__``)
+arrays run CuPy RawKernels, and ``backend="numba"`` selects the Numba-CUDA
+kernels.  Every backend returns byte-identical results.
+
+Examples
+--------
+>>> from zorch_nb import KoalaBear as F
+>>> a = F.encode([1, 2, 3]); b = F.encode([4, 5, 6])
+>>> F.decode(F.mul(a, b))
+array([ 4, 10, 18], dtype=uint32)
+>>> E = F.ext
+>>> x = E.encode([[0, 1, 0, 0]])          # the generator x
+>>> E.decode(E.pow(x, 4))                 # x^4 = W = 3
+array([[3, 0, 0, 0]], dtype=uint32)
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import _backend
+from .kernels import monty
+from .kernels.field_params import BABYBEAR, KOALABEAR, FieldParams
+
+__all__ = ["PrimeField", "ExtensionField", "KoalaBear", "BabyBear"]
+
+
+def _element_shape(x, degree: int, name: str):
+    if degree == 1:
+        return tuple(x.shape)
+    if x.ndim == 0 or x.shape[-1] != 4:
+        raise ValueError(f"Argument `{name}` must have a trailing axis of length 4 "
+                         f"(extension coefficients), not shape {tuple(x.shape)}")
+    return tuple(x.shape[:-1])
+
+
+def _check_words(x, name: str):
+    kind = _backend.array_kind(x)
+    if kind == "other":
+        raise TypeError(f"Argument `{name}` must be a uint32 array of Montgomery words "
+                        f"(NumPy or CuPy), not {type(x).__name__}; use `encode` to "
+                        f"convert integers")
+    if np.dtype(x.dtype) != np.uint32:
+        raise TypeError(f"Argument `{name}` must have dtype uint32 (Montgomery words), "
+                        f"not {x.dtype}; use `encode` to convert integers")
+
+
+def _index_of_first(mask):
+    """Index tuple of the first True entry of a (host or device) bool array."""
+    flat = int(mask.ravel().argmax())
+    return tuple(int(i) for i in np.unravel_index(flat, mask.shape))
+
+
+class _FieldBase:
+    """Shared machinery of the prime field and its extension."""
+
+    degree: int
+    params: FieldParams
+
+    # ---- constants -------------------------------------------------------
+    @property
+    def p(self) -> int:
+        """The prime modulus."""
+        return self.params.p
+
+    @property
+    def W(self) -> int:
+        """The extension is ``F_p[x] / (x^4 - W)``."""
+        return self.params.w
+
+    def _trail(self):
+        return () if self.degree == 1 else (4,)
+
+    # ---- conversions -----------------------------------------------------
+    def encode(self, ints, xp=np, *, reduce: bool = False):
+        """Montgomery words of canonical integers: ``v -> v * 2**32 mod p``.
+
+        Parameters
+        ----------
+        ints : array_like of int
+            Values in ``[0, p)``; Python ints, integer arrays of any dtype, or
+            a CuPy array.  Extension values need a trailing axis of length 4.
+        xp : module, optional
+            ``numpy`` (default) or ``cupy``: where the result lives.  A CuPy
+            input is converted on its device regardless.
+        reduce : bool, optional
+            Reduce any integer (negative or ``>= p``) modulo ``p`` instead of
+            raising.
+
+        Returns
+        -------
+        uint32 array of Montgomery words, the shape of ``ints``.
+
+        Raises
+        ------
+        TypeError
+            Non-integer input (floats, bools, strings).
+        ValueError
+            A value outside ``[0, p)`` when ``reduce`` is false, or a wrong
+            trailing axis for the extension.
+        """
+        p = self.p
+        kind = _backend.array_kind(ints)
+        if kind in ("cupy", "cuda"):
+            cp = _backend.get_xp("cupy")
+            arr = cp.asarray(ints)
+            if arr.dtype.kind not in "iu":
+                raise TypeError(f"Argument `ints` must hold integers, not {arr.dtype}")
+            _element_shape(arr, self.degree, "ints")
+            if not reduce and arr.size and bool(((arr < 0) | (arr >= p)).any()):
+                raise ValueError(f"Argument `ints` must lie in [0, p={p}); "
+                                 f"pass reduce=True to reduce modulo p")
+            canon = (arr.astype(cp.int64) % p).astype(cp.uint64)
+            return ((canon << 32) % p).astype(cp.uint32)
+        if xp is not np and getattr(xp, "__name__", "") != "cupy":
+            raise TypeError(f"Argument `xp` must be the numpy or cupy module, not {xp!r}")
+        arr = np.asarray(ints)
+        if arr.dtype == object:
+            if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+                       for v in arr.ravel()):
+                raise TypeError("Argument `ints` must hold integers only")
+        elif arr.dtype.kind not in "iu":
+            raise TypeError(f"Argument `ints` must hold integers, not {arr.dtype}")
+        _element_shape(arr, self.degree, "ints")
+        if arr.size and not reduce:
+            bad = (arr < 0) | (arr >= p)
+            if bool(np.any(bad)):
+                idx = _index_of_first(np.asarray(bad))
+                raise ValueError(f"Argument `ints` must lie in [0, p={p}), but "
+                                 f"ints[{', '.join(map(str, idx))}] = {arr[idx]}; pass "
+                                 f"reduce=True to reduce modulo p")
+        if arr.dtype == object or arr.dtype == np.uint64:
+            canon = np.asarray(arr % p).astype(np.uint64)
+        else:
+            canon = (arr.astype(np.int64) % p).astype(np.uint64)
+        words = ((canon << np.uint64(32)) % np.uint64(p)).astype(np.uint32)
+        return words if xp is np else xp.asarray(words)
+
+    def decode(self, words):
+        """Canonical values ``w * 2**-32 mod p`` of Montgomery words.
+
+        The inverse of :meth:`encode`; the result is a ``uint32`` array in the
+        module of ``words``.  Raises ``ValueError`` if a word is not in
+        ``[0, p)``.
+        """
+        _check_words(words, "words")
+        _element_shape(words, self.degree, "words")
+        if not self.is_canonical(words):
+            raise ValueError(f"Argument `words` holds values >= p={self.p}; these are "
+                             f"not Montgomery words of this field")
+        xp = _backend.get_xp("numpy" if _backend.array_kind(words) == "numpy" else "cupy")
+        w = xp.asarray(words).astype(xp.uint64)
+        return ((w * self.params.r_inv) % self.p).astype(xp.uint32)
+
+    def is_canonical(self, words) -> bool:
+        """True if every word is a canonical Montgomery word (``< p``)."""
+        _check_words(words, "words")
+        _element_shape(words, self.degree, "words")
+        return bool((words < self.p).all()) if words.size else True
+
+    # ---- constructors ----------------------------------------------------
+    def _xp(self, xp):
+        if xp is np:
+            return np
+        if getattr(xp, "__name__", "") == "cupy":
+            return xp
+        raise TypeError(f"Argument `xp` must be the numpy or cupy module, not {xp!r}")
+
+    def zeros(self, shape, xp=np):
+        """Array of zeros (all words 0) of element shape ``shape``."""
+        return self._xp(xp).zeros(_shape_tuple(shape) + self._trail(), dtype=np.uint32)
+
+    def ones(self, shape, xp=np):
+        """Array of ones (Montgomery word ``2**32 mod p``) of element shape ``shape``."""
+        xp = self._xp(xp)
+        out = xp.zeros(_shape_tuple(shape) + self._trail(), dtype=np.uint32)
+        if self.degree == 1:
+            out[...] = self.params.r_mod_p
+        else:
+            out[..., 0] = self.params.r_mod_p
+        return out
+
+    def random(self, shape, seed=None, xp=np):
+        """Uniformly random elements of element shape ``shape``.
+
+        Values are drawn on the host from ``numpy.random.default_rng(seed)``
+        and moved to ``xp``, so a seed gives the same elements in every module.
+        """
+        rng = np.random.default_rng(seed)
+        vals = rng.integers(0, self.p, size=_shape_tuple(shape) + self._trail(), dtype=np.int64)
+        return self.encode(vals, xp=self._xp(xp))
+
+    # ---- dispatch --------------------------------------------------------
+    def _prepare(self, operands: dict, backend):
+        """Validate operands, choose the backend, broadcast element shapes."""
+        for name, x in operands.items():
+            _check_words(x, name)
+        kind, backend = _backend.resolve(operands, backend)
+        shapes = {}
+        degrees = {}
+        for name, x in operands.items():
+            if self.degree == 4 and x.ndim >= 1 and x.shape[-1] == 4:
+                degrees[name] = 4
+                shapes[name] = tuple(x.shape[:-1])
+            elif self.degree == 4 and len(operands) == 1:
+                _element_shape(x, 4, name)  # unary ext ops need extension input
+            else:
+                degrees[name] = 1
+                shapes[name] = tuple(x.shape)
+        try:
+            shape = np.broadcast_shapes(*shapes.values())
+        except ValueError:
+            desc = ", ".join(f"`{n}` {s}" for n, s in shapes.items())
+            raise ValueError(f"element shapes do not broadcast: {desc}") from None
+        return kind, backend, shape, degrees
+
+    def _flat(self, x, kind, shape, degree):
+        """Contiguous ``(n,)`` / ``(n, 4)`` copy-or-view of ``x`` broadcast to ``shape``."""
+        xp = _backend.get_xp(kind)
+        x = _backend.to_module(x, kind)
+        n = int(np.prod(shape, dtype=np.int64))
+        if degree == 1 and self.degree == 4:
+            # Promotion: embed a as (a, 0, 0, 0); byte-identical by construction.
+            emb = xp.zeros(shape + (4,), dtype=np.uint32)
+            emb[..., 0] = x
+            return emb.reshape(n, 4)
+        full = shape + self._trail()
+        x = xp.ascontiguousarray(xp.broadcast_to(x, full))
+        return x.reshape((n,) + self._trail())
+
+    def _out(self, out, kind, shape):
+        full = shape + self._trail()
+        xp = _backend.get_xp(kind)
+        if out is None:
+            return xp.empty(full, dtype=np.uint32), None
+        _check_words(out, "out")
+        if _backend.array_kind(out) != ("numpy" if kind == "numpy" else "cupy"):
+            raise TypeError(f"Argument `out` must be a {kind} array like the operands")
+        if tuple(out.shape) != full:
+            raise ValueError(f"Argument `out` must have shape {full}, not {tuple(out.shape)}")
+        return xp.empty(full, dtype=np.uint32), out
+
+    def _finish(self, result, user_out):
+        if user_out is None:
+            return result
+        user_out[...] = result
+        return user_out
+
+    def _run(self, backend, kind, call, inputs, result):
+        """Run ``call(kernels, *flat_inputs, flat_out)`` on ``backend``."""
+        kernels = _backend.kernels_for(backend, "field")
+        n_shape = (result.size // (4 if self.degree == 4 else 1),) + self._trail()
+        flat_out = result.reshape(n_shape)
+        if backend == "cupy" and kind == "numpy":
+            cp = _backend.get_xp("cupy")
+            dev_in = [cp.asarray(x) for x in inputs]
+            dev_out = cp.empty(flat_out.shape, dtype=np.uint32)
+            call(kernels, *dev_in, dev_out)
+            flat_out[...] = dev_out.get()
+        else:
+            call(kernels, *inputs, flat_out)
+        return result
+
+    def _map(self, op, out, backend, **operands):
+        kind, backend, shape, degrees = self._prepare(operands, backend)
+        flat = [self._flat(x, kind, shape, degrees[n]) for n, x in operands.items()]
+        result, user_out = self._out(out, kind, shape)
+        f = self.params
+        if self.degree == 1:
+            fn = (lambda k, *a: k.base_map1(op, *a, f)) if len(flat) == 1 else \
+                (lambda k, *a: k.base_map2(op, *a, f))
+        else:
+            fn = (lambda k, *a: k.ext4_map1(op, *a, f)) if len(flat) == 1 else \
+                (lambda k, *a: k.ext4_map2(op, *a, f))
+        return self._finish(self._run(backend, kind, fn, flat, result), user_out)
+
+    # ---- arithmetic ------------------------------------------------------
+    def add(self, a, b, out=None, *, backend=None):
+        """Elementwise ``a + b`` (NumPy broadcasting over element shapes)."""
+        return self._map(monty.OP_ADD, out, backend, a=a, b=b)
+
+    def sub(self, a, b, out=None, *, backend=None):
+        """Elementwise ``a - b``."""
+        return self._map(monty.OP_SUB, out, backend, a=a, b=b)
+
+    def mul(self, a, b, out=None, *, backend=None):
+        """Elementwise product ``a * b`` (in the extension: modulo ``x^4 - W``)."""
+        return self._map(monty.OP_MUL, out, backend, a=a, b=b)
+
+    def neg(self, a, out=None, *, backend=None):
+        """Elementwise ``-a``."""
+        return self._map(monty.OP_NEG, out, backend, a=a)
+
+    def square(self, a, out=None, *, backend=None):
+        """Elementwise ``a * a``."""
+        return self._map(monty.OP_SQUARE, out, backend, a=a)
+
+    def _zero_mask(self, a):
+        return (a == 0) if self.degree == 1 else (a == 0).all(axis=-1)
+
+    def _raise_if_zero(self, a, what):
+        mask = self._zero_mask(a)
+        if mask.size and bool(mask.any()):
+            idx = _index_of_first(mask)
+            raise ValueError(f"{what}: element at index {idx} is zero and has no inverse")
+
+    def inv(self, a, out=None, *, backend=None):
+        """Elementwise inverse ``a**-1``; raises ``ValueError`` naming a zero entry."""
+        _check_words(a, "a")
+        if self.degree == 4:
+            _element_shape(a, 4, "a")
+        self._raise_if_zero(a, "inv")
+        return self._map(monty.OP_INV, out, backend, a=a)
+
+    def batch_inv(self, a, out=None, *, backend=None):
+        """Inverses of all entries of ``a`` at once.
+
+        Same result as :meth:`inv`; on the CPU the base field uses Montgomery's
+        batch trick (three multiplications per element and one inversion per
+        chunk), GPU backends invert each element in parallel.  Raises
+        ``ValueError`` naming the index of the first zero entry.
+        """
+        _check_words(a, "a")
+        if self.degree == 4:
+            _element_shape(a, 4, "a")
+        self._raise_if_zero(a, "batch_inv")
+        if self.degree == 4:
+            return self._map(monty.OP_INV, out, backend, a=a)
+        kind, backend, shape, degrees = self._prepare({"a": a}, backend)
+        flat = self._flat(a, kind, shape, 1)
+        result, user_out = self._out(out, kind, shape)
+        f = self.params
+        return self._finish(self._run(backend, kind, lambda k, x, o: k.base_batch_inv(x, o, f),
+                                      [flat], result), user_out)
+
+    def pow(self, a, e, out=None, *, backend=None):
+        """Elementwise ``a ** e`` for a Python integer exponent ``e``.
+
+        Negative ``e`` means ``inv(a) ** -e``.  ``a ** 0`` is one (also for
+        ``a = 0``).  Exponents are reduced modulo the multiplicative group
+        order, keeping ``0 ** e = 0`` for ``e > 0``.
+        """
+        if isinstance(e, bool) or not isinstance(e, (int, np.integer)):
+            raise TypeError(f"Argument `e` must be an integer, not {type(e).__name__}")
+        e = int(e)
+        _check_words(a, "a")
+        if self.degree == 4:
+            _element_shape(a, 4, "a")
+        if e < 0:
+            a = self.inv(a, backend=backend)
+            e = -e
+        order = self.p ** self.degree - 1
+        e_red = 0 if e == 0 else (e - 1) % order + 1
+        # Kernels take the exponent as two 64-bit limbs (p^4 - 1 < 2^124).
+        e_hi, e_lo, nbits = np.uint64(e_red >> 64), np.uint64(e_red & (2**64 - 1)), np.int64(e_red.bit_length())
+        kind, backend, shape, _ = self._prepare({"a": a}, backend)
+        flat = self._flat(a, kind, shape, self.degree)
+        result, user_out = self._out(out, kind, shape)
+        f = self.params
+        if self.degree == 1:
+            fn = lambda k, x, o: k.base_pow(x, e_hi, e_lo, nbits, o, f)  # noqa: E731
+        else:
+            fn = lambda k, x, o: k.ext4_pow(x, e_hi, e_lo, nbits, o, f)  # noqa: E731
+        return self._finish(self._run(backend, kind, fn, [flat], result), user_out)
+
+    def __repr__(self):
+        return f"zorch_nb.{self.name}"
+
+    def __reduce__(self):
+        return (_field_by_name, (self.name,))
+
+
+def _shape_tuple(shape):
+    if isinstance(shape, (int, np.integer)):
+        return (int(shape),)
+    return tuple(int(s) for s in shape)
+
+
+class PrimeField(_FieldBase):
+    """A 31-bit prime field with Montgomery-form ``uint32`` elements.
+
+    Use the instances :data:`KoalaBear` and :data:`BabyBear`; ``F.ext`` is the
+    degree-4 extension ``F_p[x] / (x^4 - W)``.
+
+    Attributes
+    ----------
+    p : int
+        The prime.
+    one : numpy.uint32
+        Montgomery word of 1 (``2**32 mod p``).
+    W : int
+        Non-residue defining the extension.
+    params : FieldParams
+        All constants (see :mod:`zorch_nb.kernels.field_params`).
+    """
+
+    degree = 1
+
+    def __init__(self, name: str, params: FieldParams):
+        self.name = name
+        self.params = params
+        self.ext = ExtensionField(self)
+
+    @property
+    def one(self):
+        return np.uint32(self.params.r_mod_p)
+
+
+class ExtensionField(_FieldBase):
+    """Degree-4 extension ``F_p[x] / (x^4 - W)`` of a :class:`PrimeField`.
+
+    Elements are ``uint32`` arrays with a trailing axis of 4 Montgomery words
+    (coefficients of ``1, x, x^2, x^3``).  Binary operations accept a base
+    field array on either side; it is embedded as ``(a, 0, 0, 0)``.
+    """
+
+    degree = 4
+
+    def __init__(self, base: PrimeField):
+        self.base = base
+        self.name = base.name + ".ext"
+        self.params = base.params
+
+    @property
+    def one(self):
+        one = np.array([self.params.r_mod_p, 0, 0, 0], dtype=np.uint32)
+        one.flags.writeable = False
+        return one
+
+    def __reduce__(self):
+        return (getattr, (self.base, "ext"))
+
+
+KoalaBear = PrimeField("KoalaBear", KOALABEAR)
+BabyBear = PrimeField("BabyBear", BABYBEAR)
+
+
+def _field_by_name(name):
+    return {"KoalaBear": KoalaBear, "BabyBear": BabyBear}[name]
