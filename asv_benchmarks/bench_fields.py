@@ -1,0 +1,87 @@
+"""Field ops on the CPU: zorch_nb (Numba) against plain vectorized NumPy uint64.
+
+The NumPy reference is what a user would write without zorch_nb: canonical
+values in uint64 arrays, ``(a * b) % p`` per coefficient.  Both run in the
+same asv process, so their ratio is meaningful on any machine.  (Run with
+``asv run --python=same``; compile time is paid in ``setup``.)
+"""
+import numpy as np
+
+from zorch_nb import KoalaBear
+
+F = KoalaBear
+E = F.ext
+P = np.uint64(F.p)
+W = np.uint64(F.W)
+
+
+def numpy_base_mul(a, b):
+    """Plain NumPy product of canonical uint64 values (< p < 2^31: no overflow)."""
+    return (a * b) % P
+
+
+def numpy_ext_mul(a, b):
+    """Plain NumPy product in F_p[x]/(x^4 - W) of canonical (n, 4) uint64 arrays."""
+    out = np.empty_like(a)
+    for k in range(4):
+        acc = np.zeros(a.shape[0], dtype=np.uint64)
+        for i in range(4):
+            j = k - i
+            if j >= 0:
+                acc = (acc + a[:, i] * b[:, j]) % P
+            else:
+                acc = (acc + W * ((a[:, i] * b[:, j + 4]) % P)) % P
+        out[:, k] = acc
+    return out
+
+
+class BaseMul:
+    params = [2**16, 2**20]
+    param_names = ["n"]
+
+    def setup(self, n):
+        self.a, self.b = F.random(n, seed=1), F.random(n, seed=2)
+        self.ca, self.cb = F.decode(self.a).astype(np.uint64), F.decode(self.b).astype(np.uint64)
+        F.mul(self.a[:4], self.b[:4])  # compile outside the timing
+
+    def time_zorch_nb(self, n):
+        F.mul(self.a, self.b)
+
+    def time_numpy_uint64(self, n):
+        numpy_base_mul(self.ca, self.cb)
+
+    def peakmem_zorch_nb(self, n):
+        F.mul(self.a, self.b)
+
+
+class ExtMul:
+    params = [2**16, 2**20]
+    param_names = ["n"]
+
+    def setup(self, n):
+        self.a, self.b = E.random(n, seed=1), E.random(n, seed=2)
+        self.ca, self.cb = E.decode(self.a).astype(np.uint64), E.decode(self.b).astype(np.uint64)
+        E.mul(self.a[:4], self.b[:4])
+
+    def time_zorch_nb(self, n):
+        E.mul(self.a, self.b)
+
+    def time_numpy_uint64(self, n):
+        numpy_ext_mul(self.ca, self.cb)
+
+    def peakmem_zorch_nb(self, n):
+        E.mul(self.a, self.b)
+
+
+class BaseOps:
+    params = (["add", "sub", "inv", "batch_inv"], [2**20])
+    param_names = ["op", "n"]
+
+    def setup(self, op, n):
+        self.a, self.b = F.random(n, seed=1), F.random(n, seed=2)
+        self.fn = getattr(F, op)
+        self.args = (self.a,) if "inv" in op else (self.a, self.b)
+        self.fn(*(x[:4] for x in self.args))
+
+    def time_op(self, op, n):
+        self.fn(*self.args)

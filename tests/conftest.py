@@ -1,0 +1,91 @@
+"""Test configuration shared by every test module.
+
+Backends under test
+-------------------
+* ``cpu``  : Numba CPU kernels, always.
+* ``numba``: Numba-CUDA kernels.  On a machine without an NVIDIA driver they
+  run under the CUDA simulator: this file sets ``NUMBA_ENABLE_CUDASIM=1``
+  before anything imports Numba (set ``ZORCH_CUDASIM=0`` to opt out).  Tests
+  that launch them carry the ``cudasim`` marker and must use small inputs.
+* ``cupy`` : CuPy RawKernels; tests carry the ``gpu`` marker and are skipped
+  when CuPy or a GPU is missing.
+"""
+import glob
+import os
+import shutil
+
+import pytest
+
+
+def _has_nvidia_driver() -> bool:
+    return bool(glob.glob("/dev/nvidia[0-9]*")) or shutil.which("nvidia-smi") is not None
+
+
+if os.environ.get("ZORCH_CUDASIM", "1") != "0" and not _has_nvidia_driver():
+    os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+
+SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+
+
+def _numba_cuda_usable() -> bool:
+    try:
+        from numba import cuda
+    except Exception:
+        return False
+    return SIMULATED or cuda.is_available()
+
+
+def _cupy_usable() -> bool:
+    try:
+        import cupy
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+NUMBA_CUDA = _numba_cuda_usable()
+CUPY = _cupy_usable()
+
+if os.environ.get("ZORCH_REQUIRE_CUDASIM") == "1" and not NUMBA_CUDA:
+    raise RuntimeError("ZORCH_REQUIRE_CUDASIM=1 but the Numba-CUDA kernels cannot run "
+                       "(is numba-cuda installed?)")
+
+
+def pytest_report_header(config):
+    mode = "simulator" if SIMULATED else ("GPU" if NUMBA_CUDA else "unavailable")
+    return [f"zorch_nb: numba-cuda kernels: {mode}; cupy: {'GPU' if CUPY else 'unavailable'}"]
+
+
+def pytest_collection_modifyitems(config, items):
+    skip_gpu = pytest.mark.skip(reason="needs CuPy and a CUDA GPU")
+    skip_sim = pytest.mark.skip(reason="needs numba-cuda (GPU or NUMBA_ENABLE_CUDASIM=1)")
+    for item in items:
+        if "gpu" in item.keywords and not CUPY:
+            item.add_marker(skip_gpu)
+        if "cudasim" in item.keywords and not NUMBA_CUDA:
+            item.add_marker(skip_sim)
+
+
+#: Backend parameters: use as ``@pytest.mark.parametrize("backend", BACKENDS)``.
+BACKENDS = [
+    pytest.param("cpu", id="cpu"),
+    pytest.param("numba", id="numba", marks=pytest.mark.cudasim),
+    pytest.param("cupy", id="cupy", marks=pytest.mark.gpu),
+]
+
+
+def to_backend(x, backend):
+    """Host array -> the array type a backend is fed in tests.
+
+    ``cpu`` and ``numba`` take NumPy arrays (``numba`` copies them to the
+    device and back); ``cupy`` takes CuPy arrays.
+    """
+    if backend == "cupy":
+        import cupy
+        return cupy.asarray(x)
+    return x
+
+
+def to_host(x):
+    """Any result array -> NumPy."""
+    return x.get() if type(x).__module__.startswith("cupy") else x

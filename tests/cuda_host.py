@@ -1,0 +1,52 @@
+"""Compile CUDA C sources for the host to check their arithmetic without a GPU.
+
+The kernel files keep their per-element math in ``ZORCH_HD`` (``__host__
+__device__``) functions and guard the ``__global__`` wrappers with
+``#ifdef __CUDACC__``, so ``preamble + monty.cuh + <file> + harness`` is plain
+C++ that g++ compiles.  ``harness`` adds ``extern "C"`` loops over arrays that
+the tests call through ctypes and compare with the big-int references.
+"""
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+
+import numpy as np
+import pytest
+
+from zorch_nb.kernels.cuda_source import assemble
+from zorch_nb.kernels.field_params import FIELDS
+
+_BUILD_DIR = os.path.join(tempfile.gettempdir(), "zorch_nb_host_cuda")
+
+
+def compile_host(field_name: str, kernel_file: str, harness: str) -> ctypes.CDLL:
+    """Shared library of ``kernel_file`` (for ``field_name``) plus ``harness``.
+
+    ``field_name`` is a key of ``FIELDS`` ("koalabear", "babybear").  Skips the
+    calling test if no C++ compiler exists.  Builds are cached by content.
+    """
+    cxx = shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
+    if cxx is None:
+        pytest.skip("no host C++ compiler to check the CUDA C arithmetic")
+    src = assemble(FIELDS[field_name], kernel_file) + "\n" + harness
+    key = hashlib.sha256(src.encode()).hexdigest()[:16]
+    os.makedirs(_BUILD_DIR, exist_ok=True)
+    lib = os.path.join(_BUILD_DIR, f"{field_name}_{key}.so")
+    if not os.path.exists(lib):
+        cpp = lib[:-3] + ".cpp"
+        with open(cpp, "w") as fh:
+            fh.write(src)
+        tmp = lib + f".{os.getpid()}.tmp"
+        subprocess.run([cxx, "-O2", "-shared", "-fPIC", "-std=c++17", "-x", "c++", cpp,
+                        "-o", tmp], check=True, capture_output=True, text=True)
+        os.replace(tmp, lib)
+    return ctypes.CDLL(lib)
+
+
+def ptr(a: np.ndarray):
+    """ctypes pointer to a C-contiguous array's data."""
+    assert a.flags.c_contiguous
+    return a.ctypes.data_as(ctypes.c_void_p)

@@ -1,0 +1,260 @@
+"""Field ops on every backend against Python big integers (tests/naive.py)."""
+import numpy as np
+import pytest
+
+from conftest import BACKENDS, to_backend, to_host
+import naive
+from zorch_nb import BabyBear, KoalaBear
+
+FIELDS = [pytest.param(KoalaBear, id="koalabear"), pytest.param(BabyBear, id="babybear")]
+
+
+def edge_values(p):
+    """Canonical values that stress reductions: 0, 1, p-1, R mod p, 2, p-2."""
+    return [0, 1, p - 1, 2**32 % p, 2, p - 2]
+
+
+def sample(F, n, seed, ext=False):
+    """n canonical values (n x 4 for ext): the edge values, then random ones."""
+    p = F.p
+    rng = np.random.default_rng(seed)
+    edges = edge_values(p)
+    shape = (n, 4) if ext else (n,)
+    vals = rng.integers(0, p, size=shape, dtype=np.int64)
+    flat = vals.reshape(-1)
+    flat[: len(edges)] = edges
+    if ext:  # every edge value also as a whole element and in every slot
+        vals[len(edges) : 2 * len(edges), 0] = edges
+        vals[len(edges) : 2 * len(edges), 1:] = 0
+        vals[2 * len(edges) : 3 * len(edges)] = np.array(edges)[:, None]
+    return vals
+
+
+def words(F, vals):
+    return np.array([[naive.enc(int(v), F.p) for v in row] for row in vals], dtype=np.uint32) \
+        if vals.ndim == 2 else np.array([naive.enc(int(v), F.p) for v in vals], dtype=np.uint32)
+
+
+def n_for(backend):
+    return 40 if backend == "numba" else 200
+
+
+# ---------------------------------------------------------------- base field
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("F", FIELDS)
+def test_base_ops_match_big_ints(F, backend):
+    p = F.p
+    n = n_for(backend)
+    x, y = sample(F, n, 1), sample(F, n, 2)
+    y[:6] = edge_values(p)[::-1]
+    a, b = to_backend(words(F, x), backend), to_backend(words(F, y), backend)
+    a0, b0 = to_host(a).copy(), to_host(b).copy()
+    expect = {
+        "add": [(u + v) % p for u, v in zip(x, y)],
+        "sub": [(u - v) % p for u, v in zip(x, y)],
+        "mul": [u * v % p for u, v in zip(x, y)],
+    }
+    for op, want in expect.items():
+        got = to_host(getattr(F, op)(a, b, backend=backend))
+        assert got.dtype == np.uint32 and got.shape == (n,)
+        assert [naive.dec(int(w), p) for w in got] == [int(v) for v in want], op
+    unary = {"neg": [(-u) % p for u in x], "square": [u * u % p for u in x]}
+    for op, want in unary.items():
+        got = to_host(getattr(F, op)(a, backend=backend))
+        assert [naive.dec(int(w), p) for w in got] == [int(v) for v in want], op
+    nz = x.copy()
+    nz[nz == 0] = 1
+    c = to_backend(words(F, nz), backend)
+    for op in ("inv", "batch_inv"):
+        got = to_host(getattr(F, op)(c, backend=backend))
+        assert [naive.dec(int(w), p) for w in got] == [pow(int(u), -1, p) for u in nz], op
+    for e in (0, 1, 2, 5, p - 1, p, 2**70 + 3):
+        got = to_host(F.pow(a, e, backend=backend))
+        assert [naive.dec(int(w), p) for w in got] == [pow(int(u), e, p) for u in x], e
+    got = to_host(F.pow(c, -3, backend=backend))
+    assert [naive.dec(int(w), p) for w in got] == [pow(int(u), -3, p) for u in nz]
+    # Inputs untouched.
+    assert (to_host(a) == a0).all() and (to_host(b) == b0).all()
+
+
+@pytest.mark.parametrize("F", FIELDS)
+def test_encode_decode_roundtrip_and_constants(F):
+    p = F.p
+    vals = [0, 1, 2, p - 1, 12345]
+    w = F.encode(vals)
+    assert w.dtype == np.uint32
+    assert [int(v) for v in w] == [naive.enc(v, p) for v in vals]
+    assert F.decode(w).tolist() == vals
+    assert F.p == naive.P[F.name] and F.W == naive.W[F.name]
+    assert int(F.one) == naive.enc(1, p)
+    assert F.decode(F.ones((2, 3))).tolist() == [[1] * 3] * 2
+    assert F.decode(F.zeros(3)).tolist() == [0, 0, 0]
+    assert F.is_canonical(w) and not F.is_canonical(np.array([p], dtype=np.uint32))
+    r1, r2 = F.random((3, 4), seed=7), F.random((3, 4), seed=7)
+    assert (r1 == r2).all() and r1.shape == (3, 4) and F.is_canonical(r1)
+    # Big ints, negative values and every integer dtype with reduce=True.
+    big = [2**100 + 5, -1, p, -p - 3]
+    assert F.decode(F.encode(big, reduce=True)).tolist() == [v % p for v in big]
+    for dt in (np.int8, np.uint16, np.int32, np.int64, np.uint64):
+        assert F.decode(F.encode(np.array([0, 1, 100], dtype=dt))).tolist() == [0, 1, 100]
+
+
+@pytest.mark.parametrize("F", FIELDS)
+def test_broadcasting_and_out(F):
+    a = F.random((3, 1), seed=1)
+    b = F.random((1, 5), seed=2)
+    got = F.mul(a, b)
+    assert got.shape == (3, 5)
+    want = [[naive.dec(int(x), F.p) * naive.dec(int(y), F.p) % F.p for y in b[0]] for x in a[:, 0]]
+    assert F.decode(got).tolist() == want
+    out = np.empty((3, 5), dtype=np.uint32)
+    assert F.mul(a, b, out=out) is out and (out == got).all()
+    # out aliasing an input is allowed (elementwise).
+    c = F.random(8, seed=3)
+    c0 = c.copy()
+    F.add(c, c, out=c)
+    assert (c == F.add(c0, c0)).all()
+
+
+# ---------------------------------------------------------------- extension
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("F", FIELDS)
+def test_ext_ops_match_big_ints(F, backend):
+    p, w = F.p, F.W
+    E = F.ext
+    n = 24 if backend == "numba" else 120
+    x, y = sample(F, n, 3, ext=True), sample(F, n, 4, ext=True)
+    a, b = to_backend(words(F, x), backend), to_backend(words(F, y), backend)
+    a0 = to_host(a).copy()
+
+    def dec(arr):
+        return [[naive.dec(int(v), p) for v in row] for row in to_host(arr)]
+
+    xs, ys = x.tolist(), y.tolist()
+    assert dec(E.add(a, b, backend=backend)) == [naive.ext_add(u, v, p) for u, v in zip(xs, ys)]
+    assert dec(E.sub(a, b, backend=backend)) == [naive.ext_sub(u, v, p) for u, v in zip(xs, ys)]
+    assert dec(E.mul(a, b, backend=backend)) == [naive.ext_mul(u, v, p, w) for u, v in zip(xs, ys)]
+    assert dec(E.neg(a, backend=backend)) == [naive.ext_neg(u, p) for u in xs]
+    assert dec(E.square(a, backend=backend)) == [naive.ext_mul(u, u, p, w) for u in xs]
+    nz = [u if any(u) else [1, 0, 0, 0] for u in xs]
+    c = to_backend(words(F, np.array(nz)), backend)
+    for op in ("inv", "batch_inv"):
+        assert dec(getattr(E, op)(c, backend=backend)) == [naive.ext_inv(u, p, w) for u in nz]
+    for e in (0, 1, 7, p**4 - 1, p**4 + 5):
+        got = dec(E.pow(a, e, backend=backend))
+        assert got == [naive.ext_pow(u, e, p, w) for u in xs], e
+    assert (to_host(a) == a0).all()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("F", FIELDS)
+def test_ext_promotion_is_embedding(F, backend):
+    """Base operand on either side == embedding it as (a, 0, 0, 0)."""
+    E = F.ext
+    n = 16 if backend == "numba" else 64
+    x = to_backend(E.random(n, seed=5), backend)
+    s_host = F.random(n, seed=6)
+    s_host[:4] = F.encode([0, 1, F.p - 1, 2**32 % F.p])
+    s = to_backend(s_host, backend)
+    emb_host = np.zeros((n, 4), dtype=np.uint32)
+    emb_host[:, 0] = s_host
+    emb = to_backend(emb_host, backend)
+    for op in ("add", "sub", "mul"):
+        f = getattr(E, op)
+        assert (to_host(f(x, s, backend=backend)) == to_host(f(x, emb, backend=backend))).all()
+        assert (to_host(f(s, x, backend=backend)) == to_host(f(emb, x, backend=backend))).all()
+    # broadcasting a base scalar array over an extension array
+    k = F.encode([3])
+    got = E.mul(to_host(x), k)
+    assert (got == E.mul(to_host(x), np.broadcast_to(np.array([k[0], 0, 0, 0], np.uint32), (n, 4)))).all()
+
+
+def test_ext_constants():
+    for F in (KoalaBear, BabyBear):
+        E = F.ext
+        assert E.one.tolist() == [naive.enc(1, F.p), 0, 0, 0]
+        assert E.p == F.p and E.W == F.W
+        x = E.encode([[0, 1, 0, 0]])
+        assert E.decode(E.pow(x, 4)).tolist() == [[F.W, 0, 0, 0]]
+        assert E.decode(E.ones(2)).tolist() == [[1, 0, 0, 0]] * 2
+
+
+# ---------------------------------------------------------------- errors
+
+@pytest.mark.parametrize("F", FIELDS)
+def test_inverse_of_zero_raises_with_index(F):
+    a = F.encode([1, 2, 0, 4])
+    with pytest.raises(ValueError, match=r"index \(2,\)"):
+        F.inv(a)
+    with pytest.raises(ValueError, match=r"batch_inv.*index \(2,\)"):
+        F.batch_inv(a)
+    e = F.ext.encode([[1, 0, 0, 0], [0, 0, 0, 0]])
+    with pytest.raises(ValueError, match=r"index \(1,\)"):
+        F.ext.inv(e)
+    with pytest.raises(ValueError, match="zero"):
+        F.pow(a, -1)
+
+
+def test_bad_input_errors():
+    F = KoalaBear
+    a = F.random(4, seed=0)
+    with pytest.raises(TypeError, match="`b` must have dtype uint32"):
+        F.add(a, a.astype(np.int64))
+    with pytest.raises(TypeError, match="`a` must be a uint32 array"):
+        F.add([1, 2], a)
+    with pytest.raises(ValueError, match="do not broadcast"):
+        F.mul(a, F.random(3, seed=1))
+    with pytest.raises(ValueError, match="trailing axis of length 4"):
+        F.ext.neg(F.random((4, 3), seed=0))
+    with pytest.raises(ValueError, match="trailing axis of length 4"):
+        F.ext.encode([1, 2, 3])
+    with pytest.raises(ValueError, match=r"\[0, p=.*ints\[1\] = -1"):
+        F.encode([1, -1])
+    with pytest.raises(ValueError, match="reduce=True"):
+        F.encode([F.p])
+    with pytest.raises(TypeError, match="integers"):
+        F.encode([1.5])
+    with pytest.raises(TypeError, match="integers"):
+        F.encode(["1"])
+    with pytest.raises(ValueError, match="not Montgomery words"):
+        F.decode(np.array([F.p + 1], dtype=np.uint32))
+    with pytest.raises(ValueError, match="`backend` must be one of"):
+        F.add(a, a, backend="tpu")
+    with pytest.raises(ValueError, match="`out` must have shape"):
+        F.add(a, a, out=np.empty(5, dtype=np.uint32))
+    with pytest.raises(TypeError, match="`e` must be an integer"):
+        F.pow(a, 2.0)
+    with pytest.raises(TypeError, match="`xp` must be the numpy or cupy module"):
+        F.zeros(3, xp=list)
+
+
+def test_gpu_array_without_cupy_says_which_extra(monkeypatch):
+    """A CUDA-array-interface object without CuPy installed names the extra."""
+    import sys
+    try:
+        import cupy  # noqa: F401
+        pytest.skip("CuPy is installed here")
+    except ImportError:
+        pass
+
+    class FakeDeviceArray:
+        dtype = np.dtype(np.uint32)
+        shape = (4,)
+        ndim = 1
+        size = 4
+        __cuda_array_interface__ = {"shape": (4,), "typestr": "<u4", "data": (0, False),
+                                    "version": 3}
+
+    monkeypatch.setitem(sys.modules, "cupy", None)
+    with pytest.raises(ImportError, match=r"zorch_nb\[cuda\]"):
+        KoalaBear.add(FakeDeviceArray(), FakeDeviceArray())
+
+
+@pytest.mark.gpu
+def test_mixed_modules_rejected():
+    import cupy
+    a = KoalaBear.random(4, seed=0)
+    with pytest.raises(TypeError, match="different modules"):
+        KoalaBear.add(a, cupy.asarray(a))
