@@ -1,0 +1,326 @@
+"""Tucker tensor trains, ragged and uniform (mask-structured).
+
+A Tucker tensor train (T3) of shape ``(N_0, ..., N_{d-1})`` has Tucker cores
+``U_i`` of shape ``(n_i, N_i)`` and TT cores ``G_i`` of shape
+``(r_i, n_i, r_{i+1})``; its dense tensor is the TT chain of
+``G'_i[a, o, b] = sum_j G_i[a, j, b] U_i[j, o]`` with both boundary bonds
+summed against vectors of ones.  An optional leading ``stack_shape`` batches
+many trains.
+
+* :class:`TuckerTensorTrain` -- the ragged form (a tuple of cores each).
+* :class:`UniformTuckerTensorTrain` -- two padded supercores
+  ``(d,) + stack + (n, N)`` and ``(d,) + stack + (r, n, r)``, the static
+  ``shape``, and a :class:`UT3Masks` structure holder with host boolean masks
+  ``(d,) + stack + (n,)`` and ``(d + 1,) + stack + (r,)`` (True = real slot).
+  Ranks are ``mask.sum(-1)`` and may differ per stack element; masks may be
+  gappy (after ``+`` or :meth:`~UniformTuckerTensorTrain.hadamard`), the SVD
+  and the orthogonalizations make them prefixes.  Padding content is
+  don't-care: every operation masks on entry.
+
+The rule: **structure is host data resolved at compile time; only supercores
+flow at run time.**  Masks, ranks and ``shape`` never leave the host (masks
+stay NumPy even with CuPy supercores), every output structure is computed on
+the host from input structures (no device-to-host synchronization), and the
+Numba kernels are compiled per structure -- the masks become index tables
+frozen into the machine code -- and memoized in a cache keyed by
+``(operation, shape, padded sizes, UT3Masks)``.  :class:`UT3Masks` compares
+and hashes by content, so a loop that rebuilds an identical structure every
+iteration (as a manifold optimizer does) compiles once;
+:func:`kernel_cache_info` reports ``(hits, misses, currsize)``.  Numba's
+on-disk ``cache=True`` cannot serve these closures, hence the in-process memo.
+
+Backends:
+
+* NumPy supercores -- ``to_dense``, ``inner``/``norm``, ``entries`` and
+  ``apply`` run structure-specialized Numba kernels
+  (:mod:`zorch_nb.kernels.tt_kernels`) that read real slots only; the SVD
+  frames are repaired by a generic Numba kernel; everything else is batched
+  NumPy (``einsum``, ``matmul``, ``linalg.svd``).
+* CuPy supercores -- the same operations as batched CuPy calls (``einsum``,
+  ``matmul``, ``linalg.svd``) on masked supercores; results agree with the
+  NumPy path within rounding.
+
+Every operation exists as a method and as a functional ``ut3_*`` function of
+``.data``; see :mod:`zorch_nb.tt_ops`.
+"""
+import dataclasses
+
+from .tt_masks import UT3Masks, array_module, kernel_cache_clear, kernel_cache_info
+from .tt_ops import (
+    ORTHOGONALIZE_KINDS, t3_to_dense, ut3_add, ut3_apply, ut3_apply_masks, ut3_check, ut3_entries,
+    ut3_from_t3, ut3_hadamard, ut3_inner, ut3_load, ut3_neg, ut3_norm, ut3_orthogonalize, ut3_reverse,
+    ut3_save, ut3_scale, ut3_squash_tails, ut3_stack, ut3_sub, ut3_svd, ut3_to_dense, ut3_to_t3,
+    ut3_unstack,
+)
+
+__all__ = [
+    "TuckerTensorTrain", "UniformTuckerTensorTrain", "UT3Masks", "kernel_cache_info",
+    "kernel_cache_clear", "ORTHOGONALIZE_KINDS", "t3_to_dense", "ut3_add", "ut3_apply",
+    "ut3_apply_masks", "ut3_check", "ut3_entries", "ut3_from_t3", "ut3_hadamard", "ut3_inner",
+    "ut3_load", "ut3_neg", "ut3_norm", "ut3_orthogonalize", "ut3_reverse", "ut3_save", "ut3_scale",
+    "ut3_squash_tails", "ut3_stack", "ut3_sub", "ut3_svd", "ut3_to_dense", "ut3_to_t3",
+    "ut3_unstack",
+]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TuckerTensorTrain:
+    """A ragged Tucker tensor train.
+
+    Parameters
+    ----------
+    tucker_cores : sequence of arrays
+        ``U_i`` of shape ``stack + (n_i, N_i)``.
+    tt_cores : sequence of arrays
+        ``G_i`` of shape ``stack + (r_i, n_i, r_{i+1})``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> x = TuckerTensorTrain([np.eye(2)], [np.ones((1, 2, 1))])
+    >>> x.to_dense()
+    array([1., 1.])
+    """
+
+    tucker_cores: tuple
+    tt_cores: tuple
+
+    def __post_init__(self):
+        tk, tt = tuple(self.tucker_cores), tuple(self.tt_cores)
+        object.__setattr__(self, "tucker_cores", tk)
+        object.__setattr__(self, "tt_cores", tt)
+        if len(tk) == 0 or len(tk) != len(tt):
+            raise ValueError(
+                f"Arguments `tucker_cores` and `tt_cores` must be non-empty and equally long, not {len(tk)} and {len(tt)}."
+            )
+        xp = array_module(tk[0], "tucker_cores[0]")
+        stack = tuple(tk[0].shape[:-2]) if tk[0].ndim >= 2 else None
+        for i, (u, g) in enumerate(zip(tk, tt)):
+            if array_module(u, f"tucker_cores[{i}]") is not xp or array_module(g, f"tt_cores[{i}]") is not xp:
+                raise TypeError("Arguments `tucker_cores` and `tt_cores` must live on one array module.")
+            if stack is None or u.ndim != len(stack) + 2 or tuple(u.shape[:-2]) != stack:
+                raise ValueError(f"Argument `tucker_cores[{i}]` must have shape stack + (n, N), not {u.shape}.")
+            if g.ndim != len(stack) + 3 or tuple(g.shape[:-3]) != stack or g.shape[-2] != u.shape[-2]:
+                raise ValueError(
+                    f"Argument `tt_cores[{i}]` must have shape {stack + ('r', u.shape[-2], 'r')}, not {g.shape}."
+                )
+            if i and g.shape[-3] != tt[i - 1].shape[-1]:
+                raise ValueError(
+                    f"Argument `tt_cores[{i}]` must start with rank {tt[i - 1].shape[-1]}, not {g.shape[-3]}."
+                )
+
+    @property
+    def data(self):
+        """``(tucker_cores, tt_cores)``."""
+        return (self.tucker_cores, self.tt_cores)
+
+    @property
+    def d(self):
+        """Number of cores."""
+        return len(self.tucker_cores)
+
+    @property
+    def stack_shape(self):
+        return tuple(self.tucker_cores[0].shape[:-2])
+
+    @property
+    def shape(self):
+        """Mode sizes ``(N_0, ..., N_{d-1})``."""
+        return tuple(int(u.shape[-1]) for u in self.tucker_cores)
+
+    @property
+    def tucker_ranks(self):
+        """``(n_0, ..., n_{d-1})``."""
+        return tuple(int(u.shape[-2]) for u in self.tucker_cores)
+
+    @property
+    def tt_ranks(self):
+        """``(r_0, ..., r_d)`` including both boundary bonds."""
+        return tuple(int(g.shape[-3]) for g in self.tt_cores) + (int(self.tt_cores[-1].shape[-1]),)
+
+    def to_dense(self):
+        """Dense tensor, ``stack_shape + shape``."""
+        return t3_to_dense(self.tucker_cores, self.tt_cores)
+
+    def __repr__(self):
+        return (f"TuckerTensorTrain(shape={self.shape}, stack_shape={self.stack_shape}, "
+                f"tucker_ranks={self.tucker_ranks}, tt_ranks={self.tt_ranks})")
+
+
+def _wrap_t3(nested):
+    if hasattr(nested[0][0], "shape"):  # a (tucker_cores, tt_cores) leaf
+        return TuckerTensorTrain(*nested)
+    return tuple(_wrap_t3(item) for item in nested)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class UniformTuckerTensorTrain:
+    """A uniform (padded, mask-structured) Tucker tensor train.
+
+    Parameters
+    ----------
+    tucker_supercore : numpy.ndarray or cupy.ndarray
+        ``(d,) + stack + (n, N)``, float32 or float64.
+    tt_supercore : numpy.ndarray or cupy.ndarray
+        ``(d,) + stack + (r, n, r)``, same module and dtype.
+    shape : tuple of int
+        Real mode sizes (``N_i <= N``; the real physical slots are a prefix).
+    masks : UT3Masks or (tucker_edge_mask, tt_edge_mask)
+        Host NumPy bool masks ``(d,) + stack + (n,)`` and
+        ``(d + 1,) + stack + (r,)``.
+
+    Notes
+    -----
+    Frozen; ``.data`` is the tuple the functional ``ut3_*`` functions take.
+    ``+``, ``-`` and :meth:`hadamard` need equal ``shape``, ``stack_shape``
+    and padded ``N``.  ``*`` multiplies by a scalar only.
+    """
+
+    tucker_supercore: object
+    tt_supercore: object
+    shape: tuple
+    masks: UT3Masks
+
+    def __post_init__(self):
+        U, G, shape, masks = ut3_check((self.tucker_supercore, self.tt_supercore, self.shape, self.masks))
+        object.__setattr__(self, "shape", shape)
+        object.__setattr__(self, "masks", masks)
+
+    # -- structure -----------------------------------------------------------
+    @property
+    def data(self):
+        """``(tucker_supercore, tt_supercore, shape, masks)``; ``masks`` is the
+        :class:`UT3Masks` pair ``(tucker_edge_mask, tt_edge_mask)``."""
+        return (self.tucker_supercore, self.tt_supercore, self.shape, self.masks)
+
+    @property
+    def d(self):
+        return len(self.shape)
+
+    @property
+    def stack_shape(self):
+        return tuple(self.tucker_supercore.shape[1:-2])
+
+    @property
+    def padded_sizes(self):
+        """``(n, r, N)``."""
+        return (self.tucker_supercore.shape[-2], self.tt_supercore.shape[-1], self.tucker_supercore.shape[-1])
+
+    @property
+    def tucker_ranks(self):
+        """``(d,) + stack`` host ints."""
+        return self.masks.tucker_ranks
+
+    @property
+    def tt_ranks(self):
+        """``(d + 1,) + stack`` host ints, both boundary bonds included."""
+        return self.masks.tt_ranks
+
+    @property
+    def dtype(self):
+        return self.tucker_supercore.dtype
+
+    def __repr__(self):
+        n, r, N = self.padded_sizes
+        return (f"UniformTuckerTensorTrain(shape={self.shape}, stack_shape={self.stack_shape}, "
+                f"n={n}, r={r}, N={N}, dtype={self.dtype})")
+
+    # -- conversions ---------------------------------------------------------
+    @classmethod
+    def from_t3(cls, t3, n=None, r=None, N=None):
+        """Pad ragged train(s) (see :func:`ut3_from_t3`)."""
+        return cls(*ut3_from_t3(t3, n=n, r=r, N=N))
+
+    def to_t3(self):
+        """Ragged train, or nested tuples of them (stack shape) when stacked."""
+        return _wrap_t3(ut3_to_t3(self.data))
+
+    def to_dense(self):
+        """Dense tensors, ``stack_shape + shape``."""
+        return ut3_to_dense(self.data)
+
+    def apply_masks(self):
+        return type(self)(*ut3_apply_masks(self.data))
+
+    def reverse(self):
+        return type(self)(*ut3_reverse(self.data))
+
+    def squash_tails(self):
+        return type(self)(*ut3_squash_tails(self.data))
+
+    @staticmethod
+    def stack(trains):
+        """Stack trains along a new leading stack axis."""
+        return UniformTuckerTensorTrain(*ut3_stack([t.data for t in trains]))
+
+    def unstack(self):
+        return tuple(type(self)(*t) for t in ut3_unstack(self.data))
+
+    # -- arithmetic ----------------------------------------------------------
+    def _other(self, other, op):
+        if not isinstance(other, UniformTuckerTensorTrain):
+            raise TypeError(f"Argument of `{op}` must be a UniformTuckerTensorTrain, not {type(other).__name__}.")
+        return other.data
+
+    def __add__(self, other):
+        if not isinstance(other, UniformTuckerTensorTrain):
+            return NotImplemented
+        return type(self)(*ut3_add(self.data, other.data))
+
+    def __sub__(self, other):
+        if not isinstance(other, UniformTuckerTensorTrain):
+            return NotImplemented
+        return type(self)(*ut3_sub(self.data, other.data))
+
+    def __neg__(self):
+        return type(self)(*ut3_neg(self.data))
+
+    def __mul__(self, alpha):
+        if isinstance(alpha, UniformTuckerTensorTrain):
+            raise TypeError("`*` multiplies a train by a scalar; use `x.hadamard(y)` for the elementwise product.")
+        return type(self)(*ut3_scale(self.data, alpha))
+
+    __rmul__ = __mul__
+
+    def hadamard(self, other):
+        """Elementwise product (Kronecker products of the cores)."""
+        return type(self)(*ut3_hadamard(self.data, self._other(other, "hadamard")))
+
+    def inner(self, other):
+        """``sum(self * other)`` per stack element."""
+        return ut3_inner(self.data, self._other(other, "inner"))
+
+    def norm(self):
+        """Frobenius norm per stack element."""
+        return ut3_norm(self.data)
+
+    # -- orthogonalization and SVD ------------------------------------------
+    def orthogonalize(self, kind="left"):
+        """Orthogonalized train; ``kind`` in ``ORTHOGONALIZE_KINDS`` (see
+        :func:`ut3_orthogonalize`)."""
+        return type(self)(*ut3_orthogonalize(self.data, kind))
+
+    def svd(self, max_tucker_ranks=None, max_tt_ranks=None):
+        """Truncating T3-SVD: ``(train, (tucker_svs, tt_svs))`` (see :func:`ut3_svd`)."""
+        data, svs = ut3_svd(self.data, max_tucker_ranks, max_tt_ranks)
+        return type(self)(*data), svs
+
+    # -- evaluation ----------------------------------------------------------
+    def entries(self, indices):
+        """Entries at ``indices`` (``batch + (d,)`` ints): ``stack + batch``."""
+        return ut3_entries(self.data, indices)
+
+    def apply(self, vectors):
+        """Contract with one vector per mode: ``stack + batch``."""
+        return ut3_apply(self.data, vectors)
+
+    # -- files ---------------------------------------------------------------
+    def save(self, path):
+        """Write a ``.npz`` file."""
+        ut3_save(path, self.data)
+
+    @classmethod
+    def load(cls, path):
+        """Read a ``.npz`` file written by :meth:`save` (NumPy supercores)."""
+        return cls(*ut3_load(path))
+

@@ -1,0 +1,240 @@
+"""Structure holder and structure-keyed kernel cache of the uniform T3 layer.
+
+:class:`UT3Masks` holds the two host boolean masks of a uniform Tucker tensor
+train and hashes/compares by content, so a structure rebuilt from fresh
+arrays finds the kernels compiled for an identical one.
+:class:`KernelCache` is that cache; :func:`kernel_cache_info` reports it.
+"""
+import collections
+import threading
+
+import numpy as np
+
+__all__ = ["UT3Masks", "KernelCacheInfo", "kernel_cache_info", "kernel_cache_clear"]
+
+
+def array_module(a, name="array"):
+    """Return ``numpy`` or ``cupy`` for a supercore, without importing CuPy
+    unless the array is a CuPy array."""
+    if isinstance(a, np.ndarray):
+        return np
+    module = type(a).__module__.split(".")[0]
+    if module == "cupy":
+        import cupy
+
+        return cupy
+    raise TypeError(
+        f"Argument `{name}` must be a numpy.ndarray or cupy.ndarray, "
+        f"not {type(a).__module__}.{type(a).__name__}."
+    )
+
+
+def _host_bool_mask(mask, name):
+    """Validate one mask and return a read-only host copy."""
+    if not isinstance(mask, np.ndarray):
+        if hasattr(mask, "__cuda_array_interface__") or type(mask).__module__.split(".")[0] == "cupy":
+            raise TypeError(
+                f"Argument `{name}` must be a host numpy.ndarray of bool, not a device array "
+                f"({type(mask).__module__}.{type(mask).__name__}); masks are structure and stay on "
+                f"the host even when the supercores are on the GPU: pass `{name}.get()`."
+            )
+        mask = np.asarray(mask)
+    if mask.dtype != np.bool_:
+        raise TypeError(
+            f"Argument `{name}` must have dtype bool, not {mask.dtype}; "
+            f"pass `{name} != 0` (True marks a real slot)."
+        )
+    out = np.array(mask, dtype=bool, order="C", copy=True)
+    out.setflags(write=False)
+    return out
+
+
+class UT3Masks(tuple):
+    """Structure of a uniform Tucker tensor train: two host boolean masks.
+
+    A 2-tuple ``(tucker_edge_mask, tt_edge_mask)`` that hashes and compares by
+    content (shape, dtype and bytes of both masks), with an identity fast
+    path and a cached hash.  It keeps read-only copies of the masks.
+
+    Parameters
+    ----------
+    tucker_edge_mask : numpy.ndarray of bool, shape ``(d,) + stack + (n,)``
+        True marks a real Tucker slot of core ``i``.
+    tt_edge_mask : numpy.ndarray of bool, shape ``(d + 1,) + stack + (r,)``
+        True marks a real slot of bond ``i`` (bonds ``0`` and ``d`` are the
+        boundary bonds).
+
+    Raises
+    ------
+    TypeError
+        If a mask is a device (CuPy) array or not boolean.
+    ValueError
+        If the shapes do not fit together.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> a = UT3Masks(np.ones((2, 3), bool), np.ones((3, 2), bool))
+    >>> b = UT3Masks(np.ones((2, 3), bool), np.ones((3, 2), bool))
+    >>> a == b and hash(a) == hash(b)
+    True
+    >>> a.tt_ranks
+    array([2, 2, 2])
+    """
+
+    def __new__(cls, tucker_edge_mask, tt_edge_mask):
+        tk = _host_bool_mask(tucker_edge_mask, "tucker_edge_mask")
+        tt = _host_bool_mask(tt_edge_mask, "tt_edge_mask")
+        if tk.ndim < 2 or tk.shape[0] < 1:
+            raise ValueError(
+                "Argument `tucker_edge_mask` must have shape (d,) + stack + (n,) with d >= 1, "
+                f"not {tk.shape}."
+            )
+        want = (tk.shape[0] + 1,) + tk.shape[1:-1]
+        if tt.ndim != tk.ndim or tt.shape[:-1] != want:
+            raise ValueError(
+                f"Argument `tt_edge_mask` must have shape {want + ('r',)} to match "
+                f"`tucker_edge_mask` of shape {tk.shape}, not {tt.shape}."
+            )
+        self = super().__new__(cls, (tk, tt))
+        object.__setattr__(self, "_hash", None)
+        return self
+
+    def __setattr__(self, name, value):
+        raise AttributeError("UT3Masks is immutable")
+
+    def __reduce__(self):
+        return (UT3Masks, (self[0], self[1]))
+
+    def __hash__(self):
+        h = self.__dict__["_hash"]
+        if h is None:
+            h = hash(tuple((m.shape, m.dtype.str, m.tobytes()) for m in self))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __eq__(self, other):
+        if self is other:
+            return True
+        if not isinstance(other, UT3Masks):
+            return NotImplemented
+        if hash(self) != hash(other):
+            return False
+        return all(
+            a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+            for a, b in zip(self, other)
+        )
+
+    def __ne__(self, other):
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    def __repr__(self):
+        return (
+            f"UT3Masks(d={self.d}, stack_shape={self.stack_shape}, n={self.n}, r={self.r}, "
+            f"tucker_ranks={self.tucker_ranks.tolist()}, tt_ranks={self.tt_ranks.tolist()})"
+        )
+
+    @property
+    def tucker_edge_mask(self):
+        """Read-only ``(d,) + stack + (n,)`` bool mask of real Tucker slots."""
+        return self[0]
+
+    @property
+    def tt_edge_mask(self):
+        """Read-only ``(d + 1,) + stack + (r,)`` bool mask of real bond slots."""
+        return self[1]
+
+    @property
+    def d(self):
+        """Number of cores."""
+        return self[0].shape[0]
+
+    @property
+    def stack_shape(self):
+        """Shape of the stack of trains."""
+        return self[0].shape[1:-1]
+
+    @property
+    def n(self):
+        """Padded Tucker rank."""
+        return self[0].shape[-1]
+
+    @property
+    def r(self):
+        """Padded TT rank."""
+        return self[1].shape[-1]
+
+    @property
+    def tucker_ranks(self):
+        """Tucker ranks, ``(d,) + stack`` ints (per stack element)."""
+        return self[0].sum(axis=-1)
+
+    @property
+    def tt_ranks(self):
+        """TT ranks including both boundary bonds, ``(d + 1,) + stack`` ints."""
+        return self[1].sum(axis=-1)
+
+
+KernelCacheInfo = collections.namedtuple("KernelCacheInfo", ["hits", "misses", "currsize"])
+
+
+class KernelCache:
+    """Memo of compiled kernels keyed by structure.
+
+    Keys are ``(operation, shape, padded sizes, UT3Masks, ...)``; a miss calls
+    the factory (which compiles), a hit returns the stored kernel.  Least
+    recently used entries are dropped beyond ``maxsize``.
+    """
+
+    def __init__(self, maxsize=256):
+        self._maxsize = maxsize
+        self._store = collections.OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key, factory):
+        """Return the kernel stored under ``key``, building it on a miss."""
+        with self._lock:
+            kernel = self._store.get(key)
+            if kernel is not None:
+                self.hits += 1
+                self._store.move_to_end(key)
+                return kernel
+            self.misses += 1
+        kernel = factory()
+        with self._lock:
+            self._store[key] = kernel
+            while len(self._store) > self._maxsize:
+                self._store.popitem(last=False)
+        return kernel
+
+    def info(self):
+        return KernelCacheInfo(self.hits, self.misses, len(self._store))
+
+    def clear(self):
+        with self._lock:
+            self._store.clear()
+            self.hits = 0
+            self.misses = 0
+
+
+KERNELS = KernelCache()
+
+
+def kernel_cache_info():
+    """Statistics of the structure-keyed kernel cache.
+
+    Returns
+    -------
+    KernelCacheInfo
+        ``(hits, misses, currsize)``, like ``functools.lru_cache``'s
+        ``cache_info()``.
+    """
+    return KERNELS.info()
+
+
+def kernel_cache_clear():
+    """Drop every cached kernel and reset the counters."""
+    KERNELS.clear()

@@ -1,0 +1,950 @@
+"""Functional layer of the uniform Tucker tensor trains (``ut3_*`` functions).
+
+Every function takes (and returns) the ``.data`` tuple of a
+:class:`zorch_nb.tt.UniformTuckerTensorTrain`::
+
+    (tucker_supercore, tt_supercore, shape, (tucker_edge_mask, tt_edge_mask))
+
+and masks its input on entry, so the padding may hold anything finite or not.
+See :mod:`zorch_nb.tt` for the data model and the compile-cache rule.
+"""
+import numbers
+
+import numpy as np
+
+from zorch_nb.kernels import tt_kernels as _k
+
+from .tt_masks import KERNELS, UT3Masks, array_module
+
+__all__ = [
+    "ut3_check", "ut3_from_t3", "ut3_to_t3", "ut3_to_dense", "ut3_apply_masks",
+    "ut3_reverse", "ut3_squash_tails", "ut3_stack", "ut3_unstack", "ut3_add", "ut3_sub",
+    "ut3_neg", "ut3_scale", "ut3_hadamard", "ut3_inner", "ut3_norm", "ut3_orthogonalize",
+    "ut3_svd", "ut3_entries", "ut3_apply", "ut3_save", "ut3_load", "t3_to_dense",
+    "ORTHOGONALIZE_KINDS",
+]
+
+ORTHOGONALIZE_KINDS = ("tucker_down", "tt_up", "left", "right")
+_FORMAT_VERSION = 1
+
+# Run the Numba kernels for NumPy supercores.  When False, NumPy supercores
+# take the array-module path that CuPy supercores take (the tests use this to
+# check that path without a GPU).
+_NUMBA_CPU = True
+
+
+def _use_numba(xp):
+    return _NUMBA_CPU and xp is np
+
+
+# ---------------------------------------------------------------------------
+# unpacking, validation, masking
+# ---------------------------------------------------------------------------
+
+class _Parts:
+    """A validated train with its stack flattened to one axis ``S``.
+
+    ``U (d, S, n, N)`` and ``G (d, S, r, n, r)`` live on the array module
+    ``xp``; ``mk (d, S, n)`` and ``mt (d + 1, S, r)`` are host bool copies.
+    """
+
+    __slots__ = ("xp", "U", "G", "shape", "masks", "stack", "mk", "mt")
+
+    def __init__(self, xp, U, G, shape, masks, stack, mk, mt):
+        self.xp, self.U, self.G, self.shape, self.masks = xp, U, G, shape, masks
+        self.stack, self.mk, self.mt = stack, mk, mt
+
+    @property
+    def d(self):
+        return self.U.shape[0]
+
+    @property
+    def S(self):
+        return self.U.shape[1]
+
+    @property
+    def n(self):
+        return self.U.shape[2]
+
+    @property
+    def N(self):
+        return self.U.shape[3]
+
+    @property
+    def r(self):
+        return self.G.shape[2]
+
+
+def ut3_check(data, name="x"):
+    """Validate a ``.data`` tuple and return it normalized.
+
+    Returns
+    -------
+    tuple
+        ``(tucker_supercore, tt_supercore, shape, masks)`` with ``shape`` a
+        tuple of Python ints and ``masks`` a :class:`UT3Masks`.
+
+    Raises
+    ------
+    TypeError, ValueError
+        With a message naming the offending argument.
+    """
+    if not isinstance(data, tuple) or len(data) != 4:
+        raise TypeError(
+            f"Argument `{name}` must be a 4-tuple (tucker_supercore, tt_supercore, shape, masks), "
+            f"not {type(data).__name__}{'' if not isinstance(data, tuple) else ' of length %d' % len(data)}."
+        )
+    U, G, shape, masks = data
+    xp = array_module(U, "tucker_supercore")
+    if array_module(G, "tt_supercore") is not xp:
+        raise TypeError("Arguments `tucker_supercore` and `tt_supercore` must live on the same array module.")
+    for arr, nm in ((U, "tucker_supercore"), (G, "tt_supercore")):
+        if arr.dtype not in (np.float32, np.float64):
+            raise TypeError(f"Argument `{nm}` must have dtype float32 or float64, not {arr.dtype}.")
+    if U.dtype != G.dtype:
+        raise TypeError(
+            f"Arguments `tucker_supercore` and `tt_supercore` must have the same dtype, not {U.dtype} and {G.dtype}."
+        )
+    if U.ndim < 3:
+        raise ValueError(f"Argument `tucker_supercore` must have shape (d,) + stack + (n, N), not {U.shape}.")
+    d, stack, (n, N) = U.shape[0], tuple(U.shape[1:-2]), U.shape[-2:]
+    if G.ndim != U.ndim + 1 or G.shape[:-3] != (d,) + stack or G.shape[-2] != n or G.shape[-3] != G.shape[-1]:
+        raise ValueError(
+            f"Argument `tt_supercore` must have shape {(d,) + stack + ('r', n, 'r')} to match "
+            f"`tucker_supercore` of shape {U.shape}, not {G.shape}."
+        )
+    try:
+        shape = tuple(int(s) for s in shape)
+    except TypeError:
+        raise TypeError(f"Argument `shape` must be a tuple of ints, not {shape!r}.") from None
+    if len(shape) != d or any(s < 1 or s > N for s in shape):
+        raise ValueError(f"Argument `shape` must be {d} ints in [1, {N}] (the padded N), not {shape}.")
+    if not isinstance(masks, UT3Masks):
+        if not isinstance(masks, (tuple, list)) or len(masks) != 2:
+            raise TypeError(
+                "Argument `masks` must be a UT3Masks or a pair (tucker_edge_mask, tt_edge_mask), "
+                f"not {type(masks).__name__}."
+            )
+        masks = UT3Masks(*masks)
+    r = G.shape[-1]
+    if masks[0].shape != (d,) + stack + (n,) or masks[1].shape != (d + 1,) + stack + (r,):
+        raise ValueError(
+            f"Argument `masks` must hold masks of shapes {(d,) + stack + (n,)} and {(d + 1,) + stack + (r,)} "
+            f"for these supercores, not {masks[0].shape} and {masks[1].shape}."
+        )
+    return (U, G, shape, masks)
+
+
+def _parts(data, name="x"):
+    U, G, shape, masks = ut3_check(data, name)
+    xp = array_module(U)
+    d, stack = U.shape[0], tuple(U.shape[1:-2])
+    S = int(np.prod(stack, dtype=np.int64))
+    U = U.reshape((d, S) + U.shape[-2:])
+    G = G.reshape((d, S) + G.shape[-3:])
+    mk = np.array(masks[0]).reshape(d, S, -1)
+    mt = np.array(masks[1]).reshape(d + 1, S, -1)
+    return _Parts(xp, U, G, shape, masks, stack, mk, mt)
+
+
+def _pack(xp, U, G, shape, mk, mt, stack):
+    """Unflatten the stack and wrap the masks: the inverse of :func:`_parts`."""
+    d = U.shape[0]
+    U = xp.ascontiguousarray(U.reshape((d,) + stack + U.shape[-2:]))
+    G = xp.ascontiguousarray(G.reshape((d,) + stack + G.shape[-3:]))
+    masks = UT3Masks(mk.reshape((d,) + stack + mk.shape[-1:]), mt.reshape((d + 1,) + stack + mt.shape[-1:]))
+    return (U, G, tuple(shape), masks)
+
+
+def _physical_mask(shape, N):
+    """``(d, N)`` host bool: True where ``o < shape[i]``."""
+    return np.arange(N)[None, :] < np.asarray(shape)[:, None]
+
+
+def _masked(p):
+    """Return ``(U, G)`` with every padding slot set to zero (NaN-safe)."""
+    xp = p.xp
+    mk = xp.asarray(p.mk)
+    mt = xp.asarray(p.mt)
+    phys = xp.asarray(_physical_mask(p.shape, p.N))
+    U = xp.where(mk[..., :, None] & phys[:, None, None, :], p.U, 0)
+    G = xp.where(
+        mt[:-1, :, :, None, None] & mk[:, :, None, :, None] & mt[1:, :, None, None, :], p.G, 0
+    )
+    return U.astype(p.U.dtype, copy=False), G.astype(p.G.dtype, copy=False)
+
+
+def _prefix(count, size):
+    """Host bool mask whose first ``count`` slots (per batch entry) are True."""
+    return np.arange(size) < np.asarray(count)[..., None]
+
+
+def _pair_mask(left, right):
+    """Flattened outer product of two host masks ``(..., p)``, ``(..., q)``."""
+    return (left[..., :, None] & right[..., None, :]).reshape(left.shape[:-1] + (-1,))
+
+
+def _check_same(p, q, what, need_n=True):
+    if p.shape != q.shape:
+        raise ValueError(f"Arguments of `{what}` must have the same shape, not {p.shape} and {q.shape}.")
+    if p.stack != q.stack:
+        raise ValueError(
+            f"Arguments of `{what}` must have the same stack_shape, not {p.stack} and {q.stack}."
+        )
+    if need_n and p.N != q.N:
+        raise ValueError(f"Arguments of `{what}` must have the same padded N, not {p.N} and {q.N}.")
+    if p.xp is not q.xp:
+        raise TypeError(f"Arguments of `{what}` must live on the same array module.")
+
+
+def _tables(p):
+    tk_idx, tk_cnt = _k.mask_index_table(p.mk)
+    tt_idx, tt_cnt = _k.mask_index_table(p.mt)
+    return tk_idx, tk_cnt, tt_idx, tt_cnt
+
+
+# ---------------------------------------------------------------------------
+# conversions
+# ---------------------------------------------------------------------------
+
+def _t3_cores(obj):
+    """``(tucker_cores, tt_cores)`` of a ragged train object or pair, else None."""
+    if hasattr(obj, "tucker_cores") and hasattr(obj, "tt_cores"):
+        return tuple(obj.tucker_cores), tuple(obj.tt_cores)
+    if (
+        isinstance(obj, (tuple, list)) and len(obj) == 2
+        and all(isinstance(c, (tuple, list)) and len(c) > 0 for c in obj)
+        and all(hasattr(a, "shape") and hasattr(a, "dtype") for c in obj for a in c)
+    ):
+        return tuple(obj[0]), tuple(obj[1])
+    return None
+
+
+def _t3_leaves(t3, nest=()):
+    """Flatten nested sequences of ragged trains; return (leaves, nest shape)."""
+    cores = _t3_cores(t3)
+    if cores is not None:
+        return [cores], nest
+    if not isinstance(t3, (tuple, list)) or len(t3) == 0:
+        raise TypeError(
+            "Argument `t3` must be a TuckerTensorTrain, a pair (tucker_cores, tt_cores) or nested "
+            f"tuples of them, not {type(t3).__name__}."
+        )
+    leaves, shapes = [], set()
+    for item in t3:
+        sub, sub_nest = _t3_leaves(item, ())
+        leaves.extend(sub)
+        shapes.add(sub_nest)
+    if len(shapes) != 1:
+        raise ValueError("Argument `t3` must be nested evenly (a rectangular stack of trains).")
+    return leaves, nest + (len(t3),) + shapes.pop()
+
+
+def ut3_from_t3(t3, n=None, r=None, N=None):
+    """Pad ragged train(s) into a uniform train with prefix masks.
+
+    Parameters
+    ----------
+    t3 : TuckerTensorTrain, (tucker_cores, tt_cores) pair, or nested tuples
+        A (possibly stacked) ragged train, or a rectangular nest of them --
+        the stack shape is the nest shape followed by the leaves' own stack
+        shape.  Ranks may differ between nested leaves.
+    n, r, N : int, optional
+        Padded Tucker rank, TT rank and mode size; default the maxima.
+
+    Returns
+    -------
+    tuple
+        The ``.data`` of the uniform train.
+    """
+    leaves, nest = _t3_leaves(t3)
+    xp = array_module(leaves[0][0][0], "tucker_cores[0]")
+    d = len(leaves[0][0])
+    leaf_stack = tuple(leaves[0][0][0].shape[:-2])
+    shape = tuple(int(u.shape[-1]) for u in leaves[0][0])
+    for tk, tt in leaves:
+        if len(tk) != d or len(tt) != d:
+            raise ValueError(f"Argument `t3` must hold trains of {d} Tucker and {d} TT cores each.")
+        if tuple(int(u.shape[-1]) for u in tk) != shape:
+            raise ValueError("Argument `t3` must hold trains of one shape.")
+        for i in range(d):
+            if tuple(tk[i].shape[:-2]) != leaf_stack or tuple(tt[i].shape[:-3]) != leaf_stack:
+                raise ValueError("Argument `t3` must hold trains of one stack shape.")
+            if tt[i].shape[-2] != tk[i].shape[-2] or (i and tt[i].shape[-3] != tt[i - 1].shape[-1]):
+                raise ValueError(f"Argument `t3` has inconsistent core shapes at core {i}.")
+    n_max = max(u.shape[-2] for tk, _ in leaves for u in tk)
+    r_max = max(max(g.shape[-3], g.shape[-1]) for _, tt in leaves for g in tt)
+    n = n_max if n is None else int(n)
+    r = r_max if r is None else int(r)
+    N = max(shape) if N is None else int(N)
+    if n < n_max or r < r_max or N < max(shape):
+        raise ValueError(
+            f"Arguments `n`, `r`, `N` must be at least the largest Tucker rank {n_max}, TT rank {r_max} "
+            f"and mode size {max(shape)}, not {n}, {r}, {N}."
+        )
+    dtype = np.result_type(*(a.dtype for tk, tt in leaves for a in tk + tt), np.float32)
+    stack = nest + leaf_stack
+    L, Sl = len(leaves), int(np.prod(leaf_stack, dtype=np.int64))
+    U = xp.zeros((d, L, Sl, n, N), dtype=dtype)
+    G = xp.zeros((d, L, Sl, r, n, r), dtype=dtype)
+    mk = np.zeros((d, L, Sl, n), dtype=bool)
+    mt = np.zeros((d + 1, L, Sl, r), dtype=bool)
+    for l, (tk, tt) in enumerate(leaves):
+        for i in range(d):
+            ni, Ni = tk[i].shape[-2:]
+            ra, _, rb = tt[i].shape[-3:]
+            U[i, l, :, :ni, :Ni] = xp.asarray(tk[i]).reshape(Sl, ni, Ni)
+            G[i, l, :, :ra, :ni, :rb] = xp.asarray(tt[i]).reshape(Sl, ra, ni, rb)
+            mk[i, l, :, :ni] = True
+            mt[i, l, :, :ra] = True
+            mt[i + 1, l, :, :rb] = True
+    S = L * Sl
+    return _pack(xp, U.reshape(d, S, n, N), G.reshape(d, S, r, n, r), shape,
+                 mk.reshape(d, S, n), mt.reshape(d + 1, S, r), stack)
+
+
+def _nest(flat, stack):
+    """Nested tuples of ``flat`` (C order) with the given stack shape."""
+    if not stack:
+        return flat[0]
+    step = len(flat) // stack[0]
+    return tuple(_nest(flat[k * step:(k + 1) * step], stack[1:]) for k in range(stack[0]))
+
+
+def ut3_to_t3(data):
+    """Extract the real parts as ragged trains.
+
+    Returns
+    -------
+    tuple
+        ``(tucker_cores, tt_cores)`` for an unstacked train; for a stacked one,
+        nested tuples (the stack shape) of such pairs, since ranks may differ
+        between stack elements.
+    """
+    p = _parts(data)
+    xp = p.xp
+    flat = []
+    for s in range(p.S):
+        tk, tt = [], []
+        for i in range(p.d):
+            ik = xp.asarray(np.flatnonzero(p.mk[i, s]))
+            ia = xp.asarray(np.flatnonzero(p.mt[i, s]))
+            ib = xp.asarray(np.flatnonzero(p.mt[i + 1, s]))
+            tk.append(xp.ascontiguousarray(p.U[i, s][ik][:, : p.shape[i]]))
+            tt.append(xp.ascontiguousarray(p.G[i, s][xp.ix_(ia, ik, ib)]))
+        flat.append((tuple(tk), tuple(tt)))
+    return _nest(flat, p.stack)
+
+
+def _dense_chain(xp, tucker_cores, tt_cores, left):
+    """Dense tensors of a chain of cores with a leading batch shape.
+
+    ``left`` is the ``batch + (1, r_0)`` boundary vector; the right boundary
+    is summed.  Returns ``batch + (N_0, ..., N_{d-1})``.
+    """
+    batch = left.shape[:-2]
+    P = left
+    for U, G in zip(tucker_cores, tt_cores):
+        ra, _, rb = G.shape[-3:]
+        H = xp.einsum("...ajb,...jo->...aob", G, U)
+        P = xp.matmul(P, H.reshape(batch + (ra, -1))).reshape(batch + (-1, rb))
+    dense = P.sum(axis=-1)
+    return dense.reshape(batch + tuple(U.shape[-1] for U in tucker_cores))
+
+
+def t3_to_dense(tucker_cores, tt_cores):
+    """Dense tensor of a ragged train: ``stack + shape``."""
+    xp = array_module(tucker_cores[0], "tucker_cores[0]")
+    stack = tuple(tucker_cores[0].shape[:-2])
+    dtype = np.result_type(*(c.dtype for c in tuple(tucker_cores) + tuple(tt_cores)))
+    left = xp.ones(stack + (1, tt_cores[0].shape[-3]), dtype=dtype)
+    return _dense_chain(xp, tucker_cores, tt_cores, left)
+
+
+def ut3_to_dense(data):
+    """Dense tensors ``stack + shape`` of a uniform train.
+
+    On NumPy supercores a structure-specialized Numba kernel does the work;
+    on CuPy a chain of batched ``einsum``/``matmul`` calls.
+    """
+    p = _parts(data)
+    if _use_numba(p.xp):
+        return _to_dense_numba(p).reshape(p.stack + p.shape)
+    return _to_dense_xp(p).reshape(p.stack + p.shape)
+
+
+def _to_dense_xp(p):
+    U, G = _masked(p)
+    left = p.xp.asarray(p.mt[0, :, None, :], dtype=U.dtype)
+    cores_u = [U[i][..., : p.shape[i]] for i in range(p.d)]
+    return _dense_chain(p.xp, cores_u, list(G), left)
+
+
+def _to_dense_numba(p):
+    key = ("to_dense", p.shape, (p.n, p.r, p.N), p.masks)
+    kernel = KERNELS.get(key, lambda: _k.build_ut3_to_dense(p.shape, *_tables(p)))
+    size = int(np.prod(p.shape, dtype=np.int64))
+    dt = p.U.dtype
+    out = np.empty((p.S, size), dtype=dt)
+    P = np.empty(size * p.r, dtype=dt)
+    Q = np.empty(size * p.r, dtype=dt)
+    H = np.empty(p.r * max(p.shape) * p.r, dtype=dt)
+    kernel(np.ascontiguousarray(p.U), np.ascontiguousarray(p.G), out, P, Q, H)
+    return out
+
+
+def ut3_apply_masks(data):
+    """Return the train with every padding slot zeroed."""
+    p = _parts(data)
+    U, G = _masked(p)
+    return _pack(p.xp, U, G, p.shape, p.mk, p.mt, p.stack)
+
+
+def ut3_reverse(data):
+    """Reverse the core order: the dense tensor's axes are reversed."""
+    p = _parts(data)
+    U, G = _masked(p)
+    return _pack(p.xp, U[::-1], G[::-1].transpose(0, 1, 4, 3, 2), p.shape[::-1],
+                 p.mk[::-1], p.mt[::-1], p.stack)
+
+
+def _squash(G, mt):
+    """Sum the boundary bonds into slot 0; ``G`` (masked) and ``mt`` are
+    modified in place."""
+    d = G.shape[0]
+    first = G[0].sum(axis=1)  # (S, n, r): left bond summed
+    if d == 1:
+        G[0] = 0
+        G[0][:, 0, :, 0] = first.sum(axis=-1)
+    else:
+        last = G[d - 1].sum(axis=3)  # (S, r, n): right bond summed
+        G[0] = 0
+        G[0][:, 0] = first
+        G[d - 1] = 0
+        G[d - 1][..., 0] = last
+    mt[0] = mt[d] = _prefix(np.ones(mt.shape[1], dtype=np.int64), mt.shape[2])
+
+
+def ut3_squash_tails(data):
+    """Sum the boundary bonds so that ``r_0 = r_d = 1`` (slot 0 real)."""
+    p = _parts(data)
+    U, G = _masked(p)
+    mt = p.mt.copy()
+    _squash(G, mt)
+    return _pack(p.xp, U, G, p.shape, p.mk, mt, p.stack)
+
+
+def ut3_stack(trains):
+    """Stack trains of one shape along a new leading stack axis.
+
+    Trains may have different padded sizes; the result is padded to the
+    largest.  Their stack shapes must agree.
+    """
+    ps = [_parts(t, f"trains[{k}]") for k, t in enumerate(trains)]
+    if not ps:
+        raise ValueError("Argument `trains` must hold at least one train, not none.")
+    p0 = ps[0]
+    for p in ps[1:]:
+        _check_same(p0, p, "ut3_stack", need_n=False)
+    xp = p0.xp
+    n, r, N = max(p.n for p in ps), max(p.r for p in ps), max(p.N for p in ps)
+    dtype = np.result_type(*(p.U.dtype for p in ps))
+    K, d, S = len(ps), p0.d, p0.S
+    U = xp.zeros((d, K, S, n, N), dtype=dtype)
+    G = xp.zeros((d, K, S, r, n, r), dtype=dtype)
+    mk = np.zeros((d, K, S, n), dtype=bool)
+    mt = np.zeros((d + 1, K, S, r), dtype=bool)
+    for k, p in enumerate(ps):
+        Uk, Gk = _masked(p)
+        U[:, k, :, : p.n, : p.N] = Uk
+        G[:, k, :, : p.r, : p.n, : p.r] = Gk
+        mk[:, k, :, : p.n] = p.mk
+        mt[:, k, :, : p.r] = p.mt
+    return _pack(xp, U.reshape(d, K * S, n, N), G.reshape(d, K * S, r, n, r), p0.shape,
+                 mk.reshape(d, K * S, n), mt.reshape(d + 1, K * S, r), (K,) + p0.stack)
+
+
+def ut3_unstack(data):
+    """Split a stacked train along its first stack axis into a tuple."""
+    p = _parts(data)
+    if not p.stack:
+        raise ValueError("Argument `x` must be stacked (stack_shape non-empty), not unstacked.")
+    U, G = _masked(p)
+    K, rest = p.stack[0], p.stack[1:]
+    S1 = p.S // K
+    out = []
+    for k in range(K):
+        sl = slice(k * S1, (k + 1) * S1)
+        out.append(_pack(p.xp, U[:, sl], G[:, sl], p.shape, p.mk[:, sl], p.mt[:, sl], rest))
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------
+# arithmetic
+# ---------------------------------------------------------------------------
+
+def ut3_add(x, y):
+    """Sum of two trains: cores side by side (block diagonal), masks concatenated.
+
+    Both trains must have the same ``shape``, ``stack_shape`` and padded
+    ``N``; the result has padded ranks ``nx + ny`` and ``rx + ry``.
+    """
+    p, q = _parts(x, "x"), _parts(y, "y")
+    _check_same(p, q, "ut3_add")
+    xp = p.xp
+    Ux, Gx = _masked(p)
+    Uy, Gy = _masked(q)
+    dtype = np.result_type(Ux.dtype, Uy.dtype)
+    U = xp.concatenate([Ux.astype(dtype), Uy.astype(dtype)], axis=2)
+    G = xp.zeros((p.d, p.S, p.r + q.r, p.n + q.n, p.r + q.r), dtype=dtype)
+    G[:, :, : p.r, : p.n, : p.r] = Gx
+    G[:, :, p.r:, p.n:, p.r:] = Gy
+    mk = np.concatenate([p.mk, q.mk], axis=-1)
+    mt = np.concatenate([p.mt, q.mt], axis=-1)
+    return _pack(xp, U, G, p.shape, mk, mt, p.stack)
+
+
+def ut3_scale(data, alpha):
+    """Multiply the train by ``alpha`` (a real scalar or an array broadcastable
+    to the stack shape); the first TT core carries the factor."""
+    p = _parts(data)
+    xp = p.xp
+    U, G = _masked(p)
+    if isinstance(alpha, numbers.Number):
+        if isinstance(alpha, complex):
+            raise TypeError(f"Argument `alpha` must be real, not {alpha!r}.")
+        G[0] *= alpha
+    else:
+        a = xp.asarray(alpha, dtype=G.dtype)
+        try:
+            a = xp.broadcast_to(a, p.stack).reshape(p.S)
+        except ValueError:
+            raise ValueError(
+                f"Argument `alpha` must be a scalar or broadcast to the stack shape {p.stack}, not shape {a.shape}."
+            ) from None
+        G[0] *= a[:, None, None, None]
+    return _pack(xp, U, G, p.shape, p.mk, p.mt, p.stack)
+
+
+def ut3_neg(data):
+    """The negated train."""
+    return ut3_scale(data, -1.0)
+
+
+def ut3_sub(x, y):
+    """Difference ``x - y`` (see :func:`ut3_add`)."""
+    return ut3_add(x, ut3_neg(y))
+
+
+def ut3_hadamard(x, y):
+    """Elementwise product: Kronecker products of the cores.
+
+    ``U[(j, k), o] = Ux[j, o] Uy[k, o]`` and
+    ``G[(a, c), (j, k), (b, e)] = Gx[a, j, b] Gy[c, k, e]``; the masks combine
+    the same way.  Same requirements as :func:`ut3_add`.
+    """
+    p, q = _parts(x, "x"), _parts(y, "y")
+    _check_same(p, q, "ut3_hadamard")
+    xp = p.xp
+    Ux, Gx = _masked(p)
+    Uy, Gy = _masked(q)
+    d, S = p.d, p.S
+    U = xp.einsum("dsjo,dsko->dsjko", Ux, Uy).reshape(d, S, p.n * q.n, p.N)
+    G = xp.einsum("dsajb,dscke->dsacjkbe", Gx, Gy).reshape(d, S, p.r * q.r, p.n * q.n, p.r * q.r)
+    return _pack(xp, U, G, p.shape, _pair_mask(p.mk, q.mk), _pair_mask(p.mt, q.mt), p.stack)
+
+
+def ut3_inner(x, y):
+    """Inner products ``sum(x * y)`` per stack element (shape ``stack``).
+
+    The trains need the same ``shape`` and ``stack_shape``; padded sizes may
+    differ.  NumPy: a Numba kernel specialized on both structures (it reads
+    real slots only); CuPy: batched ``einsum``.
+    """
+    p, q = _parts(x, "x"), _parts(y, "y")
+    _check_same(p, q, "ut3_inner", need_n=False)
+    if _use_numba(p.xp):
+        return _inner_numba(p, q).reshape(p.stack)
+    return _inner_xp(p, q).reshape(p.stack)
+
+
+def _inner_xp(p, q):
+    xp = p.xp
+    Ux, Gx = _masked(p)
+    Uy, Gy = _masked(q)
+    W = xp.asarray(p.mt[0][:, :, None] & q.mt[0][:, None, :], dtype=np.result_type(Ux.dtype, Uy.dtype))
+    for i in range(p.d):
+        Ni = p.shape[i]
+        M = xp.einsum("sjo,sko->sjk", Ux[i][..., :Ni], Uy[i][..., :Ni])
+        T = xp.einsum("sac,sajb->scjb", W, Gx[i])
+        T = xp.einsum("scjb,sjk->sckb", T, M)
+        W = xp.einsum("sckb,scke->sbe", T, Gy[i])
+    return W.sum(axis=(-2, -1))
+
+
+def _inner_numba(p, q):
+    key = ("inner", p.shape, (p.n, p.r, p.N, q.n, q.r, q.N), p.masks, q.masks)
+    kernel = KERNELS.get(key, lambda: _k.build_ut3_inner(p.shape, _tables(p), _tables(q)))
+    dt = np.result_type(p.U.dtype, q.U.dtype)
+    args = [np.ascontiguousarray(a, dtype=dt) for a in (p.U, p.G, q.U, q.G)]
+    out = np.empty(p.S, dtype=dt)
+    W = np.empty(p.r * q.r, dtype=dt)
+    W2 = np.empty(p.r * q.r, dtype=dt)
+    T = np.empty(q.r * max(p.n, q.n) * p.r, dtype=dt)
+    T2 = np.empty_like(T)
+    M = np.empty(p.n * q.n, dtype=dt)
+    kernel(*args, out, W, W2, T, T2, M)
+    return out
+
+
+def ut3_norm(data):
+    """Frobenius norms per stack element, ``sqrt(max(inner(x, x), 0))``."""
+    ip = ut3_inner(data, data)
+    xp = array_module(ip)
+    return xp.sqrt(xp.maximum(ip, 0))
+
+
+# ---------------------------------------------------------------------------
+# entries and apply
+# ---------------------------------------------------------------------------
+
+def _chain(p, V):
+    """``out[s, k]`` of the chain with per-core vectors ``V (d, S, K, n)``.
+
+    NumPy: the structure-specialized Numba kernel (reads real slots only);
+    CuPy: batched ``einsum`` on the masked TT supercore."""
+    G = p.G
+    if _use_numba(p.xp):
+        key = ("chain", p.shape, (p.n, p.r, p.N), p.masks)
+        kernel = KERNELS.get(key, lambda: _k.build_ut3_chain(*_tables(p)))
+        dt = np.result_type(V.dtype, G.dtype)
+        out = np.empty((p.S, V.shape[2]), dtype=dt)
+        v, v2 = np.empty(p.r, dtype=dt), np.empty(p.r, dtype=dt)
+        kernel(np.ascontiguousarray(V, dtype=dt), np.ascontiguousarray(G, dtype=dt), out, v, v2)
+        return out
+    xp = p.xp
+    _, G = _masked(p)
+    v = xp.broadcast_to(xp.asarray(p.mt[0][:, None, :], dtype=G.dtype), (p.S, V.shape[2], p.r))
+    for i in range(p.d):
+        T = xp.einsum("ska,sajb->skjb", v, G[i])
+        v = xp.einsum("skjb,skj->skb", T, V[i])
+    return v.sum(axis=-1)
+
+
+def ut3_entries(data, indices):
+    """Entries ``x[i_0, ..., i_{d-1}]``.
+
+    Parameters
+    ----------
+    indices : int array, shape ``batch + (d,)``
+        Index tuples, shared by all stack elements.
+
+    Returns
+    -------
+    array, shape ``stack + batch``
+    """
+    p = _parts(data)
+    idx = indices.get() if hasattr(indices, "get") and not isinstance(indices, np.ndarray) else np.asarray(indices)
+    if idx.dtype.kind not in "iu":
+        raise TypeError(f"Argument `indices` must be an integer array, not dtype {idx.dtype}.")
+    if idx.ndim < 1 or idx.shape[-1] != p.d:
+        raise ValueError(f"Argument `indices` must have shape batch + ({p.d},), not {idx.shape}.")
+    batch = idx.shape[:-1]
+    flat = idx.reshape(-1, p.d).astype(np.int64)
+    if flat.size and ((flat < 0).any() or (flat >= np.asarray(p.shape)).any()):
+        raise ValueError(f"Argument `indices` must lie in [0, shape) with shape {p.shape}.")
+    xp = p.xp
+    U, _ = _masked(p)
+    cols = xp.asarray(flat)
+    V = xp.stack([xp.swapaxes(U[i][:, :, cols[:, i]], 1, 2) for i in range(p.d)])
+    return _chain(p, V).reshape(p.stack + batch)
+
+
+def ut3_apply(data, vectors):
+    """Contract the train with one vector per mode.
+
+    Parameters
+    ----------
+    vectors : sequence of ``d`` arrays, shapes ``batch + (N_i,)``
+        Shared by all stack elements; the batch shapes must agree.
+
+    Returns
+    -------
+    array, shape ``stack + batch``
+        ``sum x[i_0, ..., i_{d-1}] v_0[i_0] ... v_{d-1}[i_{d-1}]``.
+    """
+    p = _parts(data)
+    xp = p.xp
+    if len(vectors) != p.d:
+        raise ValueError(f"Argument `vectors` must hold {p.d} arrays, not {len(vectors)}.")
+    vs = [xp.asarray(v) for v in vectors]
+    batch = tuple(vs[0].shape[:-1])
+    for i, v in enumerate(vs):
+        if tuple(v.shape) != batch + (p.shape[i],):
+            raise ValueError(f"Argument `vectors[{i}]` must have shape {batch + (p.shape[i],)}, not {v.shape}.")
+    U, _ = _masked(p)
+    V = xp.stack([
+        xp.einsum("sjo,ko->skj", U[i][..., : p.shape[i]], v.reshape(-1, p.shape[i]))
+        for i, v in enumerate(vs)
+    ])
+    return _chain(p, V).reshape(p.stack + batch)
+
+
+# ---------------------------------------------------------------------------
+# pad-safe SVD frames, orthogonalization, T3-SVD
+# ---------------------------------------------------------------------------
+
+def _repair_xp(xp, Q, row_mask, kcount):
+    """Array-module twin of :func:`zorch_nb.kernels.tt_kernels.orthonormal_frame_repair`
+    (the CuPy path); same algorithm, column by column over the whole batch."""
+    B, M, K = Q.shape
+    rm = xp.asarray(row_mask)
+    kc = xp.asarray(kcount)
+    Q = xp.where(rm[:, :, None] & (xp.arange(K)[None, None, :] < kc[:, None, None]), Q, 0)
+
+    def orthogonalize(done, q):
+        for _ in range(2):
+            q = q - xp.einsum("bmc,bc->bm", done, xp.einsum("bmc,bm->bc", done, q))
+        return q, xp.sqrt((q * q).sum(axis=-1))
+
+    for j in range(K):
+        done = Q[:, :, :j]
+        q, nrm = orthogonalize(done, Q[:, :, j])
+        res = xp.where(rm, 1 - (done * done).sum(axis=-1), -1)
+        e = (xp.arange(M)[None, :] == xp.argmax(res, axis=-1)[:, None]).astype(Q.dtype)
+        e, enrm = orthogonalize(done, e)
+        bad = nrm < 0.5
+        q = xp.where(bad[:, None], e, q)
+        nrm = xp.where(bad, enrm, nrm)
+        scale = xp.where(q.sum(axis=-1) < 0, -1.0, 1.0) / xp.where(nrm > 0, nrm, 1)
+        Q[:, :, j] = xp.where((j < kc)[:, None], q * scale[:, None].astype(Q.dtype), 0)
+    return Q
+
+
+def _frame(A, row_mask, kcount, svcount, K):
+    """Pad-safe left frame of masked matrices.
+
+    Parameters
+    ----------
+    A : array ``(..., M, C)``, padding zero.
+    row_mask : host bool ``(..., M)``.
+    kcount : host ints ``(...)`` -- real output columns (<= real rows).
+    svcount : host ints ``(...)`` -- real singular values (min of real sizes).
+    K : int -- padded number of output columns.
+
+    Returns
+    -------
+    Q : ``(..., M, K)`` orthonormal on the real rows, zero elsewhere and
+        beyond ``kcount``, each column's entries summing to >= 0.
+    sv : ``(..., K)`` singular values, zero beyond ``svcount``.
+    """
+    xp = array_module(A)
+    batch, M = A.shape[:-2], A.shape[-2]
+    u, s, _ = xp.linalg.svd(A, full_matrices=False)
+    L = s.shape[-1]
+    if L >= K:
+        u, s = u[..., :K], s[..., :K]
+    else:
+        u = xp.concatenate([u, xp.zeros(batch + (M, K - L), dtype=u.dtype)], axis=-1)
+        s = xp.concatenate([s, xp.zeros(batch + (K - L,), dtype=s.dtype)], axis=-1)
+    B = int(np.prod(batch, dtype=np.int64))
+    rm = np.ascontiguousarray(np.broadcast_to(row_mask, batch + (M,)).reshape(B, M))
+    kc = np.ascontiguousarray(np.broadcast_to(kcount, batch).reshape(B).astype(np.int64))
+    if _use_numba(xp):
+        Q = np.ascontiguousarray(u.reshape(B, M, K))
+        _k.orthonormal_frame_repair(Q, rm, kc)
+    else:
+        Q = _repair_xp(xp, u.reshape(B, M, K), rm, kc)
+    sv = xp.where(xp.asarray(_prefix(svcount, K)), s, 0)
+    return Q.reshape(batch + (M, K)), sv
+
+
+def _tucker_down(xp, U, G, shape, mk):
+    """Tucker cores orthonormal (rows), remainders pushed into the TT cores."""
+    d, S, n, N = U.shape
+    phys = np.broadcast_to(_physical_mask(shape, N)[:, None, :], (d, S, N))
+    kcount = np.minimum(mk.sum(-1), np.asarray(shape)[:, None])
+    P, _ = _frame(xp.swapaxes(U, -1, -2), phys, kcount, kcount, n)
+    L = xp.matmul(U, P)
+    G = xp.einsum("dsajb,dsjx->dsaxb", G, L)
+    return xp.ascontiguousarray(xp.swapaxes(P, -1, -2)), G, _prefix(kcount, n)
+
+
+def _tt_up(xp, U, G, mk, mt):
+    """TT cores orthonormal over the mode axis, remainders pushed into the Tucker cores."""
+    d, S, r, n, _ = G.shape
+    A = G.transpose(0, 1, 2, 4, 3).reshape(d, S, r * r, n)
+    rows = _pair_mask(mt[:-1], mt[1:])
+    kcount = np.minimum(rows.sum(-1), mk.sum(-1))
+    Q, _ = _frame(A, rows, kcount, kcount, n)
+    R = xp.matmul(xp.swapaxes(Q, -1, -2), A)
+    G = Q.reshape(d, S, r, r, n).transpose(0, 1, 2, 4, 3)
+    return xp.matmul(R, U), xp.ascontiguousarray(G), _prefix(kcount, n)
+
+
+def _left_step(xp, G, mk, mt, i, max_rank=None):
+    """Left-orthonormalize TT core ``i`` (SVD of its left unfolding), pushing the
+    remainder into core ``i + 1``; optionally truncate bond ``i + 1``.  Returns
+    the bond's singular values ``(S, r)``.  Updates ``G`` and ``mt`` in place."""
+    _, S, r, n, _ = G.shape
+    A = G[i].reshape(S, r * n, r)
+    rows = _pair_mask(mt[i], mk[i])
+    svcount = np.minimum(rows.sum(-1), mt[i + 1].sum(-1))
+    kcount = svcount if max_rank is None else np.minimum(svcount, max_rank)
+    Q, sv = _frame(A, rows, kcount, svcount, r)
+    R = xp.matmul(xp.swapaxes(Q, -1, -2), A)
+    G[i] = Q.reshape(S, r, n, r)
+    G[i + 1] = xp.einsum("sxb,sbjc->sxjc", R, G[i + 1])
+    mt[i + 1] = _prefix(kcount, r)
+    return sv
+
+
+def _right_step(xp, G, mk, mt, i):
+    """Right-orthonormalize TT core ``i``, pushing the remainder into core ``i - 1``."""
+    _, S, r, n, _ = G.shape
+    A = G[i].reshape(S, r, n * r)
+    cols = _pair_mask(mk[i], mt[i + 1])
+    kcount = np.minimum(mt[i].sum(-1), cols.sum(-1))
+    P, _ = _frame(xp.swapaxes(A, -1, -2), cols, kcount, kcount, r)
+    L = xp.matmul(A, P)
+    G[i] = xp.swapaxes(P, -1, -2).reshape(S, r, n, r)
+    G[i - 1] = xp.einsum("sajb,sbx->sajx", G[i - 1], L)
+    mt[i] = _prefix(kcount, r)
+
+
+def ut3_orthogonalize(data, kind="left"):
+    """Orthogonalize a train with pad-safe SVDs (no truncation).
+
+    Parameters
+    ----------
+    kind : {"tucker_down", "tt_up", "left", "right"}
+        * ``"tucker_down"`` -- every Tucker core gets orthonormal rows
+          (``U U^T = I`` on the real slots); the remainders go up into the TT
+          cores.  Tucker ranks become ``min(n_i, N_i)``.
+        * ``"tt_up"`` -- every TT core becomes orthonormal over its mode axis
+          (``sum_{a,b} G[a,j,b] G[a,k,b] = delta_jk``); the remainders go down
+          into the Tucker cores.  Tucker ranks become ``min(r_i r_{i+1}, n_i)``.
+        * ``"left"`` -- ``"tucker_down"``, then a left-to-right sweep: cores
+          ``0..d-2`` left-orthonormal, the last core carries the weight.
+        * ``"right"`` -- ``"tucker_down"``, then a right-to-left sweep: cores
+          ``1..d-1`` right-orthonormal, the first core carries the weight.
+
+    Returns
+    -------
+    tuple
+        ``.data`` of the orthogonalized train (same padded sizes); the masks
+        of every rank changed by an SVD are prefixes.  Frames are exactly
+        zero on padding and orthonormal on the real slots even where the
+        train is rank deficient.
+    """
+    if kind not in ORTHOGONALIZE_KINDS:
+        raise ValueError(f"Argument `kind` must be one of {ORTHOGONALIZE_KINDS}, not {kind!r}.")
+    p = _parts(data)
+    xp = p.xp
+    U, G = _masked(p)
+    mk, mt = p.mk.copy(), p.mt.copy()
+    if kind == "tt_up":
+        U, G, mk = _tt_up(xp, U, G, mk, mt)
+        return _pack(xp, U, G, p.shape, mk, mt, p.stack)
+    U, G, mk = _tucker_down(xp, U, G, p.shape, mk)
+    if kind == "left":
+        for i in range(p.d - 1):
+            _left_step(xp, G, mk, mt, i)
+    elif kind == "right":
+        for i in range(p.d - 1, 0, -1):
+            _right_step(xp, G, mk, mt, i)
+    return _pack(xp, U, G, p.shape, mk, mt, p.stack)
+
+
+def _max_ranks(value, count, name):
+    if value is None:
+        return [None] * count
+    if isinstance(value, numbers.Integral):
+        value = [value] * count
+    value = list(value)
+    if len(value) != count or any(not isinstance(v, numbers.Integral) or v < 1 for v in value):
+        raise ValueError(f"Argument `{name}` must be a positive int or {count} positive ints, not {value!r}.")
+    return [int(v) for v in value]
+
+
+def ut3_svd(data, max_tucker_ranks=None, max_tt_ranks=None):
+    """Max-rank truncating T3-SVD.
+
+    Squash the tails, make the Tucker cores orthonormal, right-orthogonalize,
+    then sweep left to right: at core ``i`` truncate the Tucker rank (SVD of
+    the core's mode unfolding) and then bond ``i + 1`` (SVD of its left
+    unfolding).  Without truncation the singular values are those of the
+    dense tensor's unfoldings.
+
+    Parameters
+    ----------
+    max_tucker_ranks : int or sequence of ``d`` ints, optional
+    max_tt_ranks : int or sequence of ``d - 1`` ints (interior bonds), optional
+
+    Returns
+    -------
+    data : tuple
+        ``.data`` of the truncated train: same padded sizes, prefix masks,
+        ``r_0 = r_d = 1``, Tucker cores orthonormal, TT cores ``0..d-2``
+        left-orthonormal.
+    singular_values : tuple
+        ``(tucker_svs, tt_svs)`` of shapes ``(d,) + stack + (n,)`` and
+        ``(d - 1,) + stack + (r,)``: all singular values met at each step
+        (kept and discarded), descending, zero-padded.
+    """
+    p = _parts(data)
+    xp = p.xp
+    max_tk = _max_ranks(max_tucker_ranks, p.d, "max_tucker_ranks")
+    max_tt = _max_ranks(max_tt_ranks, p.d - 1, "max_tt_ranks")
+    U, G = _masked(p)
+    mk, mt = p.mk.copy(), p.mt.copy()
+    _squash(G, mt)
+    U, G, mk = _tucker_down(xp, U, G, p.shape, mk)
+    for i in range(p.d - 1, 0, -1):
+        _right_step(xp, G, mk, mt, i)
+    S, r, n = p.S, p.r, p.n
+    tucker_svs, tt_svs = [], []
+    for i in range(p.d):
+        A = G[i].transpose(0, 1, 3, 2).reshape(S, r * r, n)
+        rows = _pair_mask(mt[i], mt[i + 1])
+        svcount = np.minimum(rows.sum(-1), mk[i].sum(-1))
+        kcount = svcount if max_tk[i] is None else np.minimum(svcount, max_tk[i])
+        P, sv = _frame(xp.swapaxes(A, -1, -2), mk[i], kcount, svcount, n)
+        G[i] = xp.matmul(A, P).reshape(S, r, r, n).transpose(0, 1, 3, 2)
+        U[i] = xp.matmul(xp.swapaxes(P, -1, -2), U[i])
+        mk[i] = _prefix(kcount, n)
+        tucker_svs.append(sv)
+        if i < p.d - 1:
+            tt_svs.append(_left_step(xp, G, mk, mt, i, max_tt[i]))
+    tucker_svs = xp.stack(tucker_svs).reshape((p.d,) + p.stack + (n,))
+    tt_svs = (xp.stack(tt_svs) if tt_svs else xp.zeros((0, S, r), dtype=G.dtype)).reshape((p.d - 1,) + p.stack + (r,))
+    return _pack(xp, U, G, p.shape, mk, mt, p.stack), (tucker_svs, tt_svs)
+
+
+# ---------------------------------------------------------------------------
+# files
+# ---------------------------------------------------------------------------
+
+def ut3_save(path, data):
+    """Save to a ``.npz`` file (supercores copied to the host; no pickle)."""
+    U, G, shape, masks = ut3_check(data)
+    host = (lambda a: a) if isinstance(U, np.ndarray) else (lambda a: a.get())
+    np.savez(
+        path, format_version=np.int64(_FORMAT_VERSION), tucker_supercore=host(U), tt_supercore=host(G),
+        shape=np.asarray(shape, dtype=np.int64), tucker_edge_mask=masks[0], tt_edge_mask=masks[1],
+    )
+
+
+def ut3_load(path):
+    """Load a train saved by :func:`ut3_save`; NumPy supercores, host bool masks."""
+    keys = ("format_version", "tucker_supercore", "tt_supercore", "shape", "tucker_edge_mask", "tt_edge_mask")
+    with np.load(path, allow_pickle=False) as z:
+        missing = [k for k in keys if k not in z.files]
+        if missing:
+            raise ValueError(f"Argument `path` must name a file written by ut3_save; it lacks {missing}.")
+        version = int(z["format_version"])
+        if version != _FORMAT_VERSION:
+            raise ValueError(f"Argument `path` holds format version {version}, not {_FORMAT_VERSION}.")
+        data = (z["tucker_supercore"], z["tt_supercore"], tuple(int(s) for s in z["shape"]),
+                (z["tucker_edge_mask"], z["tt_edge_mask"]))
+    return ut3_check(data)
