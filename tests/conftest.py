@@ -56,7 +56,13 @@ def pytest_report_header(config):
     return [f"zorch_nb: numba-cuda kernels: {mode}; cupy: {'GPU' if CUPY else 'unavailable'}"]
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
+    # On a real GPU the Numba-CUDA tests are GPU tests too: ``-m gpu`` selects them.
+    if NUMBA_CUDA and not SIMULATED:
+        for item in items:
+            if "cudasim" in item.keywords:
+                item.add_marker(pytest.mark.gpu)
     skip_gpu = pytest.mark.skip(reason="needs CuPy and a CUDA GPU")
     skip_sim = pytest.mark.skip(reason="needs numba-cuda (GPU or NUMBA_ENABLE_CUDASIM=1)")
     for item in items:

@@ -258,3 +258,39 @@ def test_mixed_modules_rejected():
     a = KoalaBear.random(4, seed=0)
     with pytest.raises(TypeError, match="different modules"):
         KoalaBear.add(a, cupy.asarray(a))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("F", FIELDS)
+def test_gpu_numba_on_cupy_arrays_and_foreign_cuda_arrays(F):
+    """Numba-CUDA on CuPy arrays, and a non-CuPy CUDA array through the default path."""
+    import cupy
+    from numba import cuda
+    for E in (F, F.ext):
+        a, b = E.random(1000, seed=1), E.random(1000, seed=2)
+        want = E.mul(a, b)
+        da, db = cupy.asarray(a), cupy.asarray(b)
+        got = E.mul(da, db, backend="numba")
+        assert isinstance(got, cupy.ndarray) and (got.get() == want).all()
+        na, nb = cuda.to_device(a), cuda.to_device(b)  # __cuda_array_interface__ only
+        got = E.mul(na, nb)
+        assert isinstance(got, cupy.ndarray) and (got.get() == want).all()
+        assert (E.inv(da, backend="numba").get() == E.inv(a)).all()
+        assert (E.pow(da, 2**40 + 1).get() == E.pow(a, 2**40 + 1)).all()
+
+
+@pytest.mark.gpu
+def test_gpu_large_arrays_all_backends_agree():
+    import cupy
+    for F in (KoalaBear, BabyBear):
+        for E in (F, F.ext):
+            a, b = E.random(1 << 20, seed=3), E.random(1 << 20, seed=4)
+            da, db = cupy.asarray(a), cupy.asarray(b)
+            for op in ("add", "sub", "mul"):
+                want = getattr(E, op)(a, b)
+                assert (getattr(E, op)(da, db).get() == want).all()
+                assert (getattr(E, op)(da, db, backend="numba").get() == want).all()
+            for op in ("neg", "square", "inv", "batch_inv"):
+                want = getattr(E, op)(a)
+                assert (getattr(E, op)(da).get() == want).all()
+                assert (getattr(E, op)(da, backend="numba").get() == want).all()

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# One prepared GPU-machine run: GPU tests + GPU benchmark, everything into $OUT.
+# From the project root here:   ../shared/gpu/fetch-wheels.sh
+# Then with the device tool:    carry [".whl"], command
+#     . .whl/env.sh && bash benchmarks/gpu_run.sh
+# Results come back under $OUT: gpu_tests.log, gpu_tests.xml, gpu_bench.json,
+# gpu_bench.png, gpu_bench.log, env.txt.  Copy them to benchmarks/results/.
+set -u -o pipefail
+OUT=${OUT:-/tmp/zorch_out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+{
+  date -u +%FT%TZ
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  python3 -c "import numpy, numba, cupy; print('numpy', numpy.__version__, 'numba', numba.__version__, 'cupy', cupy.__version__)"
+} > "$OUT/env.txt" 2>&1
+cat "$OUT/env.txt"
+# 1) GPU tests (CuPy and Numba-CUDA on the real device), with a time cap.
+timeout 240 python3 -m pytest -m "gpu or cudasim" -q -p no:cacheprovider \
+  --junitxml="$OUT/gpu_tests.xml" tests 2>&1 | tail -40 | tee "$OUT/gpu_tests.log"
+# 2) GPU benchmark at 2^26 elements per MLE: copy roofline + every kernel.
+timeout 240 python3 -m zorch_nb bench --device gpu --sizes 26 --json "$OUT/gpu_bench.json" \
+  --plot "$OUT/gpu_bench.png" 2>&1 | tee "$OUT/gpu_bench.log"
