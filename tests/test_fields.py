@@ -294,3 +294,18 @@ def test_gpu_large_arrays_all_backends_agree():
                 want = getattr(E, op)(a)
                 assert (getattr(E, op)(da).get() == want).all()
                 assert (getattr(E, op)(da, backend="numba").get() == want).all()
+
+
+@pytest.mark.parametrize("F", FIELDS)
+def test_scalars_zero_d_and_empty(F):
+    p = F.p
+    s = F.encode(5)
+    assert s.shape == () and s.dtype == np.uint32
+    assert int(F.decode(F.mul(s, s))) == 25
+    assert int(F.decode(F.mul(s[()], s[()]))) == 25  # NumPy scalar operands
+    assert int(F.decode(F.inv(s))) == pow(5, -1, p)
+    e = np.zeros(0, dtype=np.uint32)
+    assert F.mul(e, e).shape == (0,) and F.batch_inv(e).shape == (0,)
+    assert F.ext.mul(np.zeros((0, 4), np.uint32), e).shape == (0, 4)
+    assert F.random((2, 0)).shape == (2, 0)
+    assert F.ext.decode(F.ext.mul(F.ext.encode([1, 2, 3, 4]), F.encode(2))).tolist() == [2, 4, 6, 8]

@@ -44,6 +44,8 @@ def _element_shape(x, degree: int, name: str):
 
 
 def _check_words(x, name: str):
+    if isinstance(x, np.generic):
+        x = np.asarray(x)
     kind = _backend.array_kind(x)
     if kind == "other":
         raise TypeError(f"Argument `{name}` must be a uint32 array of Montgomery words "
@@ -142,7 +144,7 @@ class _FieldBase:
             canon = np.asarray(arr % p).astype(np.uint64)
         else:
             canon = (arr.astype(np.int64) % p).astype(np.uint64)
-        words = ((canon << np.uint64(32)) % np.uint64(p)).astype(np.uint32)
+        words = np.asarray((canon << np.uint64(32)) % np.uint64(p)).astype(np.uint32)
         return words if xp is np else xp.asarray(words)
 
     def decode(self, words):
@@ -201,9 +203,14 @@ class _FieldBase:
 
     # ---- dispatch --------------------------------------------------------
     def _prepare(self, operands: dict, backend):
-        """Validate operands, choose the backend, broadcast element shapes."""
+        """Validate operands, choose the backend, broadcast element shapes.
+
+        NumPy scalars in ``operands`` are replaced by 0-d arrays (in place).
+        """
         for name, x in operands.items():
             _check_words(x, name)
+            if isinstance(x, np.generic):
+                operands[name] = np.asarray(x)
         kind, backend = _backend.resolve(operands, backend)
         shapes = {}
         degrees = {}
@@ -318,7 +325,7 @@ class _FieldBase:
         _check_words(a, "a")
         if self.degree == 4:
             _element_shape(a, 4, "a")
-        self._raise_if_zero(a, "inv")
+        self._raise_if_zero(np.asarray(a) if isinstance(a, np.generic) else a, "inv")
         return self._map(monty.OP_INV, out, backend, a=a)
 
     def batch_inv(self, a, out=None, *, backend=None):
@@ -332,7 +339,7 @@ class _FieldBase:
         _check_words(a, "a")
         if self.degree == 4:
             _element_shape(a, 4, "a")
-        self._raise_if_zero(a, "batch_inv")
+        self._raise_if_zero(np.asarray(a) if isinstance(a, np.generic) else a, "batch_inv")
         if self.degree == 4:
             return self._map(monty.OP_INV, out, backend, a=a)
         kind, backend, shape, degrees = self._prepare({"a": a}, backend)
