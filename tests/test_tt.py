@@ -1,0 +1,754 @@
+"""Tests of the uniform (mask-structured) Tucker tensor trains.
+
+References, all independent of the code under test:
+
+* ``naive_dense`` -- one ``einsum`` over every index of a ragged train;
+* ragged per-element algorithms (``ref_*``) written with plain
+  ``numpy.linalg.svd`` on the real cores only (same sign convention as the
+  library: every frame column sums to >= 0);
+* SVDs of the dense unfoldings for the T3-SVD singular values.
+
+The ``path`` fixture runs a test twice on NumPy supercores: through the Numba
+kernels, and through the array-module path that CuPy supercores take.
+"""
+import string
+
+import numpy as np
+import pytest
+
+from zorch_nb import tt_ops
+from zorch_nb.kernels import tt_kernels
+from zorch_nb.tt import (
+    ORTHOGONALIZE_KINDS, TuckerTensorTrain, UniformTuckerTensorTrain, UT3Masks, kernel_cache_info,
+    ut3_inner, ut3_to_dense,
+)
+
+RTOL = 1e-10
+
+# Stack of two trains of shape (3, 4, 2) with different ranks per element.
+SHAPE = (3, 4, 2)
+X_RANKS = [((2, 3, 2), (2, 3, 2, 1)), ((3, 2, 1), (1, 2, 3, 2))]
+Y_RANKS = [((1, 2, 2), (1, 2, 2, 1)), ((2, 2, 2), (2, 1, 2, 1))]
+
+
+# ---------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------
+
+def rand_t3(rng, shape, tucker_ranks, tt_ranks, stack=()):
+    d = len(shape)
+    tk = [rng.standard_normal(stack + (tucker_ranks[i], shape[i])) for i in range(d)]
+    tt = [rng.standard_normal(stack + (tt_ranks[i], tucker_ranks[i], tt_ranks[i + 1])) for i in range(d)]
+    return TuckerTensorTrain(tk, tt)
+
+
+def naive_dense(tk, tt):
+    """Dense tensor of one unstacked ragged train by a single einsum."""
+    d = len(tk)
+    L = string.ascii_letters
+    bond, tucker, mode = L[: d + 1], L[d + 1: 2 * d + 1], L[2 * d + 1: 3 * d + 1]
+    subs, ops = [], []
+    for i in range(d):
+        subs += [bond[i] + tucker[i] + bond[i + 1], tucker[i] + mode[i]]
+        ops += [tt[i], tk[i]]
+    return np.einsum(",".join(subs) + "->" + mode, *ops, optimize=True)
+
+
+def leaves(nested):
+    """Flatten nested tuples of TuckerTensorTrain (C order)."""
+    if isinstance(nested, TuckerTensorTrain):
+        return [nested]
+    return [leaf for item in nested for leaf in leaves(item)]
+
+
+def stacked_pair(rng, ranks, n=None, r=None, N=None):
+    """A uniform stack of len(ranks) random trains and their ragged originals."""
+    t3s = tuple(rand_t3(rng, SHAPE, tk, tt) for tk, tt in ranks)
+    return UniformTuckerTensorTrain.from_t3(t3s, n=n, r=r, N=N), t3s
+
+
+def full_masks(x):
+    """Host masks of the real slots of both supercores, by their definition."""
+    mk, mt = x.masks
+    N = x.tucker_supercore.shape[-1]
+    phys = (np.arange(N) < np.array(x.shape)[:, None]).reshape((x.d,) + (1,) * len(x.stack_shape) + (1, N))
+    mU = mk[..., :, None] & phys
+    mG = mt[:-1][..., :, None, None] & mk[..., None, :, None] & mt[1:][..., None, None, :]
+    return mU, mG
+
+
+def with_garbage(x, rng):
+    """Same train, 1e3 * randn in every padding slot."""
+    mU, mG = full_masks(x)
+    U = np.where(mU, x.tucker_supercore, 1e3 * rng.standard_normal(mU.shape))
+    G = np.where(mG, x.tt_supercore, 1e3 * rng.standard_normal(mG.shape))
+    return UniformTuckerTensorTrain(U, G, x.shape, x.masks)
+
+
+def gappy(x, rng):
+    """Same tensors, real slots moved to random positions (gappy masks)."""
+    U, G = np.array(x.tucker_supercore), np.array(x.tt_supercore)
+    mk, mt = np.array(x.masks[0]), np.array(x.masks[1])
+    d, n, r = x.d, U.shape[-2], G.shape[-1]
+    U, G = U.reshape(d, -1, n, U.shape[-1]), G.reshape(d, -1, r, n, r)
+    mk, mt = mk.reshape(d, -1, n), mt.reshape(d + 1, -1, r)
+    for s in range(U.shape[1]):
+        pk = [rng.permutation(n) for _ in range(d)]
+        pt = [rng.permutation(r) for _ in range(d + 1)]
+        for i in range(d):
+            U[i, s] = U[i, s][pk[i]]
+            G[i, s] = G[i, s][np.ix_(pt[i], pk[i], pt[i + 1])]
+            mk[i, s] = mk[i, s][pk[i]]
+        for b in range(d + 1):
+            mt[b, s] = mt[b, s][pt[b]]
+    stack = x.stack_shape
+    return UniformTuckerTensorTrain(
+        U.reshape(x.tucker_supercore.shape), G.reshape(x.tt_supercore.shape), x.shape,
+        (mk.reshape((d,) + stack + (n,)), mt.reshape((d + 1,) + stack + (r,))),
+    )
+
+
+def rel_err(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    return np.linalg.norm((a - b).ravel()) / max(np.linalg.norm(b.ravel()), 1e-300)
+
+
+def assert_cores_close(got, want, rtol=RTOL):
+    """Core-by-core comparison of two ragged trains (TuckerTensorTrain or pairs)."""
+    g = got.data if isinstance(got, TuckerTensorTrain) else got
+    w = want.data if isinstance(want, TuckerTensorTrain) else want
+    for kind, gc, wc in (("tucker", g[0], w[0]), ("tt", g[1], w[1])):
+        assert len(gc) == len(wc)
+        for i, (a, b) in enumerate(zip(gc, wc)):
+            assert a.shape == b.shape, (kind, i, a.shape, b.shape)
+            assert rel_err(a, b) <= rtol, (kind, i, rel_err(a, b))
+
+
+# -- ragged references (per element, real cores only) -----------------------
+
+def ref_frame(A, k):
+    """First k left singular vectors of A, each column summing to >= 0."""
+    u = np.linalg.svd(A, full_matrices=False)[0][:, :k]
+    return u * np.where(u.sum(axis=0) < 0, -1.0, 1.0)
+
+
+def ref_squash(tk, tt):
+    tt = list(tt)
+    tt[0] = tt[0].sum(axis=0, keepdims=True)
+    tt[-1] = tt[-1].sum(axis=-1, keepdims=True)
+    return list(tk), tt
+
+
+def ref_tucker_down(tk, tt):
+    tk, tt = list(tk), list(tt)
+    for i, U in enumerate(tk):
+        P = ref_frame(U.T, min(U.shape))
+        tt[i] = np.einsum("ajb,jx->axb", tt[i], U @ P)
+        tk[i] = P.T
+    return tk, tt
+
+
+def ref_tt_up(tk, tt):
+    tk, tt = list(tk), list(tt)
+    for i, G in enumerate(tt):
+        ra, n, rb = G.shape
+        A = G.transpose(0, 2, 1).reshape(ra * rb, n)
+        Q = ref_frame(A, min(A.shape))
+        tk[i] = (Q.T @ A) @ tk[i]
+        tt[i] = Q.reshape(ra, rb, -1).transpose(0, 2, 1)
+    return tk, tt
+
+
+def ref_left_step(tt, i, max_rank=None):
+    ra, n, rb = tt[i].shape
+    A = tt[i].reshape(ra * n, rb)
+    k = min(A.shape) if max_rank is None else min(min(A.shape), max_rank)
+    Q = ref_frame(A, k)
+    tt[i + 1] = np.einsum("xb,bjc->xjc", Q.T @ A, tt[i + 1])
+    tt[i] = Q.reshape(ra, n, k)
+    return np.linalg.svd(A, compute_uv=False)
+
+
+def ref_right_step(tt, i):
+    ra, n, rb = tt[i].shape
+    A = tt[i].reshape(ra, n * rb)
+    P = ref_frame(A.T, min(A.shape))
+    tt[i - 1] = np.einsum("ajb,bx->ajx", tt[i - 1], A @ P)
+    tt[i] = P.T.reshape(-1, n, rb)
+
+
+def ref_orthogonalize(tk, tt, kind):
+    if kind == "tt_up":
+        return ref_tt_up(tk, tt)
+    tk, tt = ref_tucker_down(tk, tt)
+    if kind == "left":
+        for i in range(len(tt) - 1):
+            ref_left_step(tt, i)
+    elif kind == "right":
+        for i in range(len(tt) - 1, 0, -1):
+            ref_right_step(tt, i)
+    return tk, tt
+
+
+def ref_svd(tk, tt, max_tk=None, max_tt=None):
+    d = len(tk)
+    tk, tt = ref_tucker_down(*ref_squash(tk, tt))
+    for i in range(d - 1, 0, -1):
+        ref_right_step(tt, i)
+    tucker_svs, tt_svs = [], []
+    for i in range(d):
+        ra, n, rb = tt[i].shape
+        A = tt[i].transpose(0, 2, 1).reshape(ra * rb, n)
+        k = min(A.shape) if max_tk is None else min(min(A.shape), max_tk[i])
+        P = ref_frame(A.T, k)
+        tt[i] = (A @ P).reshape(ra, rb, k).transpose(0, 2, 1)
+        tk[i] = P.T @ tk[i]
+        tucker_svs.append(np.linalg.svd(A, compute_uv=False))
+        if i < d - 1:
+            tt_svs.append(ref_left_step(tt, i, None if max_tt is None else max_tt[i]))
+    return (tk, tt), tucker_svs, tt_svs
+
+
+# ---------------------------------------------------------------------------
+# fixtures
+# ---------------------------------------------------------------------------
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(20240605)
+
+
+@pytest.fixture(params=["numba", "xp"])
+def path(request, monkeypatch):
+    """Numba kernels, or the array-module (CuPy) path on NumPy arrays."""
+    monkeypatch.setattr(tt_ops, "_NUMBA_CPU", request.param == "numba")
+    return request.param
+
+
+@pytest.fixture(params=["prefix", "gappy"])
+def xy(request, rng):
+    """Two stacked uniform trains (prefix or gappy masks) and their ragged originals."""
+    x, x3 = stacked_pair(rng, X_RANKS, n=4, r=4, N=5)
+    y, y3 = stacked_pair(rng, Y_RANKS, n=3, r=3, N=5)
+    if request.param == "gappy":
+        x, y = gappy(x, rng), gappy(y, rng)
+    return x, y, [naive_dense(*t.data) for t in x3], [naive_dense(*t.data) for t in y3], x3, y3
+
+
+# ---------------------------------------------------------------------------
+# UT3Masks
+# ---------------------------------------------------------------------------
+
+def test_masks_hash_and_compare_by_content(rng):
+    mk = rng.random((3, 2, 4)) < 0.5
+    mt = rng.random((4, 2, 5)) < 0.5
+    a, b = UT3Masks(mk, mt), UT3Masks(mk.copy(), mt.copy())
+    assert a is not b and a == b and hash(a) == hash(b) and a == a
+    assert len({a, b}) == 1
+    other = mt.copy()
+    other[1, 1, 2] = ~other[1, 1, 2]
+    assert UT3Masks(mk, other) != a
+    # The same bytes under another shape are another structure.
+    assert UT3Masks(mk.reshape(3, 1, 8), mt.reshape(4, 1, 10)) != a
+    np.testing.assert_array_equal(a.tucker_ranks, mk.sum(-1))
+    np.testing.assert_array_equal(a.tt_ranks, mt.sum(-1))
+    assert (a.d, a.stack_shape, a.n, a.r) == (3, (2,), 4, 5)
+    tk_mask, tt_mask = a  # unpacks as the pair of masks
+    assert tk_mask is a.tucker_edge_mask and tt_mask is a.tt_edge_mask
+
+
+def test_masks_keep_read_only_copies():
+    mk, mt = np.ones((2, 3), bool), np.ones((3, 2), bool)
+    a = UT3Masks(mk, mt)
+    h = hash(a)
+    mk[0, 0] = False  # the caller's array changes; the holder does not
+    assert a.tucker_edge_mask[0, 0] and hash(a) == h
+    with pytest.raises(ValueError):
+        a.tucker_edge_mask[0, 0] = False
+    with pytest.raises(AttributeError):
+        a.foo = 1
+
+
+class _FakeDeviceArray:
+    __cuda_array_interface__ = {"shape": (2, 3), "typestr": "|b1", "data": (0, False), "version": 3}
+
+
+def test_masks_errors_say_what_to_pass():
+    with pytest.raises(TypeError, match="dtype bool.*!= 0"):
+        UT3Masks(np.ones((2, 3), np.int64), np.ones((3, 2), bool))
+    with pytest.raises(TypeError, match=r"host numpy.*\.get\(\)"):
+        UT3Masks(_FakeDeviceArray(), np.ones((3, 2), bool))
+    with pytest.raises(ValueError, match=r"tt_edge_mask.*\(3, 'r'\)"):
+        UT3Masks(np.ones((2, 3), bool), np.ones((2, 2), bool))
+    with pytest.raises(ValueError, match="tucker_edge_mask"):
+        UT3Masks(np.ones(3, bool), np.ones((4, 2), bool))
+    x = UniformTuckerTensorTrain.from_t3(rand_t3(np.random.default_rng(1), SHAPE, (2, 2, 2), (1, 2, 2, 1)))
+    with pytest.raises(ValueError, match="masks"):
+        UniformTuckerTensorTrain(x.tucker_supercore, x.tt_supercore, x.shape,
+                                 (x.masks[0][:, :1], x.masks[1]))
+
+
+# ---------------------------------------------------------------------------
+# conversions and structure operations
+# ---------------------------------------------------------------------------
+
+def test_from_t3_to_t3_round_trip(rng):
+    x, x3 = stacked_pair(rng, X_RANKS, n=4, r=4, N=5)
+    assert x.stack_shape == (2,) and x.padded_sizes == (4, 4, 5)
+    np.testing.assert_array_equal(x.tucker_ranks, np.array([tk for tk, _ in X_RANKS]).T)
+    np.testing.assert_array_equal(x.tt_ranks, np.array([tt for _, tt in X_RANKS]).T)
+    back = x.to_t3()
+    assert len(back) == 2
+    for got, want in zip(back, x3):
+        assert_cores_close(got, want, rtol=0)
+    # A stacked ragged train (equal ranks) and a nested stack of stacks.
+    s3 = rand_t3(rng, SHAPE, (2, 2, 2), (1, 2, 2, 1), stack=(3,))
+    us = UniformTuckerTensorTrain.from_t3((s3, s3))
+    assert us.stack_shape == (2, 3)
+    np.testing.assert_allclose(us.to_dense()[1], s3.to_dense(), rtol=1e-12)
+    assert isinstance(us.to_t3()[1][2], TuckerTensorTrain)
+    with pytest.raises(ValueError, match="at least"):
+        UniformTuckerTensorTrain.from_t3(x3, n=1)
+
+
+def test_to_dense_matches_naive(xy, path):
+    x, y, xd, yd, _, _ = xy
+    for u, dense in ((x, xd), (y, yd)):
+        got = u.to_dense()
+        assert got.shape == (2,) + SHAPE
+        for s in range(2):
+            assert rel_err(got[s], dense[s]) < RTOL
+    # The ragged class agrees too.
+    t = rand_t3(np.random.default_rng(3), SHAPE, (2, 3, 2), (2, 2, 3, 2))
+    assert rel_err(t.to_dense(), naive_dense(*t.data)) < RTOL
+
+
+def test_reverse_squash_apply_masks(xy):
+    x, _, xd, _, _, _ = xy
+    rev = x.reverse()
+    assert rev.shape == SHAPE[::-1]
+    sq = x.squash_tails()
+    np.testing.assert_array_equal(sq.tt_ranks[0], 1)
+    np.testing.assert_array_equal(sq.tt_ranks[-1], 1)
+    clean = with_garbage(x, np.random.default_rng(5)).apply_masks()
+    mU, mG = full_masks(clean)
+    assert not clean.tucker_supercore[~mU].any() and not clean.tt_supercore[~mG].any()
+    for s in range(2):
+        assert rel_err(rev.to_dense()[s], xd[s].transpose(2, 1, 0)) < RTOL
+        assert rel_err(sq.to_dense()[s], xd[s]) < RTOL
+        assert rel_err(clean.to_dense()[s], xd[s]) < RTOL
+
+
+def test_stack_unstack(xy):
+    x, y, xd, yd, _, _ = xy
+    st = UniformTuckerTensorTrain.stack([x, y])  # different padded n and r
+    assert st.stack_shape == (2, 2) and st.padded_sizes == (4, 4, 5)
+    dense = st.to_dense()
+    for s in range(2):
+        assert rel_err(dense[0, s], xd[s]) < RTOL and rel_err(dense[1, s], yd[s]) < RTOL
+    a, b = st.unstack()
+    assert a.masks[0].shape == x.masks[0].shape[:1] + (2, 4)
+    assert rel_err(b.to_dense(), np.stack(yd)) < RTOL
+    with pytest.raises(ValueError, match="stacked"):
+        a.unstack()[0].unstack()
+
+
+# ---------------------------------------------------------------------------
+# arithmetic
+# ---------------------------------------------------------------------------
+
+def ref_add(x, y):
+    tk = [np.concatenate([u, v]) for u, v in zip(x[0], y[0])]
+    tt = []
+    for g, h in zip(x[1], y[1]):
+        out = np.zeros((g.shape[0] + h.shape[0], g.shape[1] + h.shape[1], g.shape[2] + h.shape[2]))
+        out[: g.shape[0], : g.shape[1], : g.shape[2]] = g
+        out[g.shape[0]:, g.shape[1]:, g.shape[2]:] = h
+        tt.append(out)
+    return tk, tt
+
+
+def ref_hadamard(x, y):
+    tk = [np.einsum("jo,ko->jko", u, v).reshape(-1, u.shape[1]) for u, v in zip(x[0], y[0])]
+    tt = [np.einsum("ajb,cke->acjkbe", g, h).reshape(
+        g.shape[0] * h.shape[0], g.shape[1] * h.shape[1], g.shape[2] * h.shape[2]) for g, h in zip(x[1], y[1])]
+    return tk, tt
+
+
+def test_arithmetic_matches_dense(xy):
+    x, y, xd, yd, _, _ = xy
+    alpha = np.array([2.5, -0.5])
+    cases = {
+        "add": (x + y, [a + b for a, b in zip(xd, yd)]),
+        "sub": (x - y, [a - b for a, b in zip(xd, yd)]),
+        "neg": (-x, [-a for a in xd]),
+        "scale": (3.0 * x, [3 * a for a in xd]),
+        "scale_stack": (x * alpha, [al * a for al, a in zip(alpha, xd)]),
+        "hadamard": (x.hadamard(y), [a * b for a, b in zip(xd, yd)]),
+    }
+    for name, (got, want) in cases.items():
+        dense = got.to_dense()
+        for s in range(2):
+            assert rel_err(dense[s], want[s]) < RTOL, name
+    s = x + y
+    assert s.padded_sizes == (7, 7, 5)
+    np.testing.assert_array_equal(s.tucker_ranks, x.tucker_ranks + y.tucker_ranks)
+    h = x.hadamard(y)
+    np.testing.assert_array_equal(h.tt_ranks, x.tt_ranks * y.tt_ranks)
+
+
+def test_arithmetic_matches_ragged_cores(xy):
+    x, y, _, _, _, _ = xy
+    for got, a, b in zip((x + y).to_t3(), x.to_t3(), y.to_t3()):
+        assert_cores_close(got, ref_add(a.data, b.data))
+    for got, a, b in zip(x.hadamard(y).to_t3(), x.to_t3(), y.to_t3()):
+        assert_cores_close(got, ref_hadamard(a.data, b.data))
+
+
+def test_frontend_checks_structure(rng):
+    x, _ = stacked_pair(rng, X_RANKS, n=4, r=4, N=5)
+    other_n, _ = stacked_pair(rng, X_RANKS, n=4, r=4, N=6)
+    with pytest.raises(ValueError, match="padded N"):
+        x + other_n
+    with pytest.raises(ValueError, match="padded N"):
+        x.hadamard(other_n)
+    single = UniformTuckerTensorTrain.from_t3(rand_t3(rng, SHAPE, (2, 2, 2), (1, 2, 2, 1)), n=4, r=4, N=5)
+    with pytest.raises(ValueError, match="stack_shape"):
+        x - single
+    wrong_shape = UniformTuckerTensorTrain.from_t3(
+        tuple(rand_t3(rng, (3, 4, 1), (1, 2, 1), (1, 2, 1, 1)) for _ in range(2)), n=4, r=4, N=5)
+    with pytest.raises(ValueError, match="same shape"):
+        x + wrong_shape
+    with pytest.raises(TypeError, match="hadamard"):
+        x * x
+    with pytest.raises(TypeError):
+        x + 1.0
+
+
+# ---------------------------------------------------------------------------
+# inner, norm, entries, apply
+# ---------------------------------------------------------------------------
+
+def test_inner_norm_entries_apply(xy, path, rng):
+    x, y, xd, yd, _, _ = xy
+    ip = x.inner(y)
+    assert ip.shape == (2,)
+    for s in range(2):
+        assert abs(ip[s] - np.sum(xd[s] * yd[s])) <= RTOL * np.linalg.norm(xd[s]) * np.linalg.norm(yd[s])
+        assert abs(x.norm()[s] - np.linalg.norm(xd[s])) <= RTOL * np.linalg.norm(xd[s])
+    idx = np.array([[[0, 1, 1], [2, 3, 0]], [[1, 0, 1], [2, 2, 1]]])
+    ent = x.entries(idx)
+    assert ent.shape == (2, 2, 2)
+    vs = [rng.standard_normal((4, n)) for n in SHAPE]
+    app = x.apply(vs)
+    assert app.shape == (2, 4)
+    for s in range(2):
+        want = xd[s][idx[..., 0], idx[..., 1], idx[..., 2]]
+        assert rel_err(ent[s], want) < RTOL
+        assert rel_err(app[s], np.einsum("abc,ka,kb,kc->k", xd[s], *vs)) < RTOL
+    with pytest.raises(ValueError, match="indices"):
+        x.entries(np.array([[0, 4, 0]]))
+    with pytest.raises(TypeError, match="integer"):
+        x.entries(np.zeros((1, 3)))
+    with pytest.raises(ValueError, match=r"vectors\[1\]"):
+        x.apply([np.ones(3), np.ones(5), np.ones(2)])
+
+
+def test_numba_and_array_module_paths_agree(xy, monkeypatch):
+    x, y, _, _, _, _ = xy
+    idx = np.array([[0, 1, 1], [2, 3, 0]])
+    results = {}
+    for flag in (True, False):
+        monkeypatch.setattr(tt_ops, "_NUMBA_CPU", flag)
+        results[flag] = (x.to_dense(), x.inner(y), x.entries(idx), (x + y).svd(2, 2)[0].to_dense())
+    for a, b in zip(results[True], results[False]):
+        assert rel_err(a, b) < RTOL
+
+
+# ---------------------------------------------------------------------------
+# padding content is don't-care
+# ---------------------------------------------------------------------------
+
+def _all_results(x, y):
+    """A result per operation, as dense arrays or values (real parts only)."""
+    idx = np.array([[0, 1, 1], [2, 3, 0]])
+    vs = [np.linspace(-1, 1, n) for n in SHAPE]
+    out = {
+        "to_dense": x.to_dense(), "inner": x.inner(y), "norm": x.norm(), "entries": x.entries(idx),
+        "apply": x.apply(vs), "add": (x + y).to_dense(), "sub": (x - y).to_dense(),
+        "neg": (-x).to_dense(), "scale": (2 * x).to_dense(), "hadamard": x.hadamard(y).to_dense(),
+        "reverse": x.reverse().to_dense(), "squash": x.squash_tails().to_dense(),
+        "stack": UniformTuckerTensorTrain.stack([x, y]).unstack()[1].to_dense(),
+        "apply_masks": x.apply_masks().to_dense(),
+        "t3": np.concatenate([np.concatenate([c.ravel() for c in t.tucker_cores + t.tt_cores])
+                              for t in leaves(x.to_t3())]),
+    }
+    for kind in ORTHOGONALIZE_KINDS:
+        o = x.orthogonalize(kind)
+        out["orth_" + kind] = np.concatenate([o.to_dense().ravel(), o.tucker_supercore.ravel(), o.tt_supercore.ravel()])
+    tr, (tsv, ttsv) = x.svd(max_tucker_ranks=2, max_tt_ranks=2)
+    out["svd"] = np.concatenate([tr.to_dense().ravel(), tsv.ravel(), ttsv.ravel()])
+    return out
+
+
+def test_garbage_in_padding_changes_nothing(xy, path, rng):
+    x, y, _, _, _, _ = xy
+    clean = _all_results(x, y)
+    dirty = _all_results(with_garbage(x, rng), with_garbage(y, rng))
+    for name in clean:
+        assert rel_err(dirty[name], clean[name]) < 1e-8, name
+
+
+# ---------------------------------------------------------------------------
+# orthogonalization and SVD
+# ---------------------------------------------------------------------------
+
+def _check_orthonormal(mats, masks_rows, masks_cols):
+    """Each matrix: columns orthonormal on its real rows, zero elsewhere."""
+    for M, rows, cols in zip(mats, masks_rows, masks_cols):
+        assert not M[~rows, :].any() and not M[:, ~cols].any()
+        k = cols.sum()
+        Q = M[np.ix_(rows, cols)]
+        np.testing.assert_allclose(Q.T @ Q, np.eye(k), atol=1e-12)
+
+
+def check_orthogonality(o, kind):
+    """Check the defining property of each kind on every stack element."""
+    mk, mt = (m.reshape(m.shape[0], -1, m.shape[-1]) for m in o.masks)
+    d, S = o.d, mk.shape[1]
+    U = o.tucker_supercore.reshape(d, S, *o.tucker_supercore.shape[-2:])
+    G = o.tt_supercore.reshape(d, S, *o.tt_supercore.shape[-3:])
+    phys = np.arange(U.shape[-1]) < np.array(o.shape)[:, None]
+    for s in range(S):
+        for i in range(d):
+            assert (mk[i, s] == (np.arange(mk.shape[-1]) < mk[i, s].sum())).all()  # prefix
+            if kind != "tt_up":
+                _check_orthonormal([U[i, s].T], [phys[i]], [mk[i, s]])
+        if kind == "tt_up":
+            for i in range(d):
+                A = G[i, s].transpose(0, 2, 1).reshape(-1, G.shape[3])
+                rows = (mt[i, s][:, None] & mt[i + 1, s][None, :]).ravel()
+                _check_orthonormal([A], [rows], [mk[i, s]])
+        if kind == "left":
+            for i in range(d - 1):
+                A = G[i, s].reshape(-1, G.shape[-1])
+                rows = (mt[i, s][:, None] & mk[i, s][None, :]).ravel()
+                _check_orthonormal([A], [rows], [mt[i + 1, s]])
+        if kind == "right":
+            for i in range(1, d):
+                A = G[i, s].reshape(G.shape[2], -1).T
+                rows = (mk[i, s][:, None] & mt[i + 1, s][None, :]).ravel()
+                _check_orthonormal([A], [rows], [mt[i, s]])
+
+
+@pytest.mark.parametrize("kind", ORTHOGONALIZE_KINDS)
+def test_orthogonalize_matches_ragged(xy, kind):
+    x, _, xd, _, _, _ = xy
+    o = x.orthogonalize(kind)
+    assert o.padded_sizes == x.padded_sizes
+    check_orthogonality(o, kind)
+    dense = o.to_dense()
+    for s, (got, src) in enumerate(zip(o.to_t3(), x.to_t3())):
+        assert rel_err(dense[s], xd[s]) < RTOL
+        assert_cores_close(got, ref_orthogonalize(*src.data, kind))
+
+
+@pytest.mark.parametrize("kind", ORTHOGONALIZE_KINDS)
+def test_orthogonalize_rank_deficient_is_pad_safe(rng, path, kind):
+    """x + x and x * x have exactly rank-deficient cores: the frames must stay
+    orthonormal and zero on the padding anyway."""
+    x, x3 = stacked_pair(rng, X_RANKS, n=4, r=4, N=5)
+    for z, want in ((x + x, [2 * naive_dense(*t.data) for t in x3]),
+                    (x.hadamard(x), [naive_dense(*t.data) ** 2 for t in x3])):
+        o = z.orthogonalize(kind)
+        check_orthogonality(o, kind)
+        for s in range(2):
+            assert rel_err(o.to_dense()[s], want[s]) < 1e-9
+
+
+def test_svd_without_truncation_gives_unfolding_singular_values(xy, path):
+    x, _, xd, _, _, _ = xy
+    tr, (tsv, ttsv) = x.svd()
+    assert tsv.shape == (3, 2, 4) and ttsv.shape == (2, 2, 4)
+    check_orthogonality(tr, "left")
+    np.testing.assert_array_equal(tr.tt_ranks[[0, -1]], 1)
+    for s in range(2):
+        D = xd[s]
+        assert rel_err(tr.to_dense()[s], D) < RTOL
+        for i in range(3):
+            want = np.linalg.svd(np.moveaxis(D, i, 0).reshape(SHAPE[i], -1), compute_uv=False)
+            k = min(len(want), int(x.tucker_ranks[i, s]), int(x.tt_ranks[i, s] * x.tt_ranks[i + 1, s]))
+            np.testing.assert_allclose(tsv[i, s, :k], want[:k], rtol=1e-9, atol=1e-12 * want[0])
+            assert not tsv[i, s, k:].any()
+        for b in range(2):
+            want = np.linalg.svd(D.reshape(int(np.prod(SHAPE[: b + 1])), -1), compute_uv=False)
+            k = int(tr.tt_ranks[b + 1, s])
+            np.testing.assert_allclose(ttsv[b, s, :k], want[:k], rtol=1e-9, atol=1e-12 * want[0])
+
+
+@pytest.mark.parametrize("max_tk,max_tt", [(2, 2), ((1, 3, 2), (1, 2))])
+def test_svd_truncation_matches_ragged_and_bounds_error(xy, path, max_tk, max_tt):
+    x, _, xd, _, _, _ = xy
+    tr, (tsv, ttsv) = x.svd(max_tucker_ranks=max_tk, max_tt_ranks=max_tt)
+    d = 3
+    mtk = [max_tk] * d if isinstance(max_tk, int) else list(max_tk)
+    mtt = [max_tt] * (d - 1) if isinstance(max_tt, int) else list(max_tt)
+    assert (tr.tucker_ranks <= np.array(mtk)[:, None]).all()
+    assert (tr.tt_ranks[1:-1] <= np.array(mtt)[:, None]).all()
+    check_orthogonality(tr, "left")
+    dense = tr.to_dense()
+    for s, (got, src) in enumerate(zip(tr.to_t3(), x.to_t3())):
+        (rtk, rtt), rtsv, rttsv = ref_svd(*src.data, mtk, mtt)
+        assert_cores_close(got, (rtk, rtt))
+        for i in range(d):
+            np.testing.assert_allclose(tsv[i, s, : len(rtsv[i])], rtsv[i], rtol=1e-9, atol=1e-12)
+        for b in range(d - 1):
+            np.testing.assert_allclose(ttsv[b, s, : len(rttsv[b])], rttsv[b], rtol=1e-9, atol=1e-12)
+        # Sequential truncation: error^2 <= sum of every discarded sigma^2.
+        discarded = sum(np.sum(tsv[i, s, tr.tucker_ranks[i, s]:] ** 2) for i in range(d))
+        discarded += sum(np.sum(ttsv[b, s, tr.tt_ranks[b + 1, s]:] ** 2) for b in range(d - 1))
+        err2 = np.sum((dense[s] - xd[s]) ** 2)
+        assert err2 <= discarded * (1 + 1e-8) + 1e-20
+        assert err2 > 0  # the truncation really cut something
+
+
+def test_svd_rank_arguments_are_checked(rng):
+    x, _ = stacked_pair(rng, X_RANKS)
+    with pytest.raises(ValueError, match="max_tt_ranks"):
+        x.svd(max_tt_ranks=(1, 2, 3))
+    with pytest.raises(ValueError, match="max_tucker_ranks"):
+        x.svd(max_tucker_ranks=0)
+    with pytest.raises(ValueError, match="kind"):
+        x.orthogonalize("up")
+
+
+def test_frame_repair_kernel_matches_array_module_twin(rng):
+    """The Numba repair and its array-module twin (the CuPy path) agree, and
+    produce orthonormal frames on the real rows from degenerate candidates."""
+    B, M, K = 6, 7, 4
+    Q = rng.standard_normal((B, M, K))
+    Q[:, :, 2] = Q[:, :, 0]  # a dependent column: must be replaced
+    Q[1, :, 1] = 0  # an empty column
+    row_mask = rng.random((B, M)) < 0.8
+    row_mask[:, :K] = True
+    kcount = np.array([4, 4, 3, 2, 4, 1])
+    a = np.ascontiguousarray(Q.copy())
+    tt_kernels.orthonormal_frame_repair(a, row_mask, kcount)
+    b = tt_ops._repair_xp(np, Q.copy(), row_mask, kcount)
+    np.testing.assert_allclose(a, b, atol=1e-12)
+    for k in range(B):
+        cols = np.arange(K) < kcount[k]
+        _check_orthonormal([a[k]], [row_mask[k]], [cols])
+        assert (a[k][:, cols].sum(axis=0) >= 0).all()
+
+
+# ---------------------------------------------------------------------------
+# structure-keyed compile cache
+# ---------------------------------------------------------------------------
+
+def test_rebuilt_identical_structure_compiles_once(rng):
+    """A loop that rebuilds identical masks from fresh arrays compiles once."""
+    t3 = rand_t3(rng, (3, 2, 3, 2), (2, 2, 1, 2), (1, 3, 2, 2, 1))
+    base = UniformTuckerTensorTrain.from_t3(t3, n=3, r=4, N=3)
+    mk, mt = (np.array(m) for m in base.masks)
+    mk[1, 2] = True  # a structure no other test uses: gappy Tucker slot 2 of core 1
+    mk[1, 1] = False
+    U = np.array(base.tucker_supercore)
+    U[1, [1, 2]] = U[1, [2, 1]]
+    G = np.array(base.tt_supercore)
+    G[1][:, [1, 2]] = G[1][:, [2, 1]]
+    before = kernel_cache_info()
+    for _ in range(5):
+        masks = (np.array(mk.tolist()), np.array(mt.tolist()))  # fresh arrays each time
+        x = UniformTuckerTensorTrain(U.copy(), G.copy(), base.shape, masks)
+        assert rel_err(x.to_dense(), naive_dense(*t3.data)) < RTOL
+    after = kernel_cache_info()
+    assert (after.hits - before.hits, after.misses - before.misses) == (4, 1)
+    assert after.currsize == before.currsize + 1
+    # The functional layer, fed raw mask arrays, finds the same kernel.
+    ut3_to_dense((U, G, base.shape, (mk.copy(), mt.copy())))
+    assert kernel_cache_info().misses == after.misses
+    # A genuinely different structure (one more real bond slot) misses.
+    mt2 = mt.copy()
+    mt2[2, 2] = True
+    x2 = UniformTuckerTensorTrain(U, G, base.shape, (mk, mt2))
+    x2.to_dense()
+    assert kernel_cache_info().misses == after.misses + 1
+    # inner is keyed by both structures.
+    ut3_inner(x.data, x.data)
+    ut3_inner(x.data, UniformTuckerTensorTrain(U, G, base.shape, (mk.copy(), mt.copy())).data)
+    final = kernel_cache_info()
+    assert final.misses == after.misses + 2 and final.hits >= after.hits + 2
+
+
+# ---------------------------------------------------------------------------
+# dtypes, files, functional layer
+# ---------------------------------------------------------------------------
+
+def test_float32(rng, path):
+    x, x3 = stacked_pair(rng, X_RANKS, n=4, r=4, N=5)
+    x32 = UniformTuckerTensorTrain(x.tucker_supercore.astype(np.float32),
+                                   x.tt_supercore.astype(np.float32), x.shape, x.masks)
+    assert x32.to_dense().dtype == np.float32
+    assert x32.inner(x32).dtype == np.float32
+    assert rel_err(x32.to_dense(), x.to_dense()) < 1e-5
+    tr, (tsv, _) = x32.svd()
+    assert tr.dtype == np.float32 and tsv.dtype == np.float32
+    assert rel_err(tr.to_dense(), x.to_dense()) < 1e-5
+    with pytest.raises(TypeError, match="float32 or float64"):
+        UniformTuckerTensorTrain(x.tucker_supercore.astype(np.int64), x.tt_supercore, x.shape, x.masks)
+
+
+def test_save_load_round_trip(xy, tmp_path):
+    x, _, _, _, _, _ = xy
+    path = tmp_path / "train.npz"
+    x.save(path)
+    y = UniformTuckerTensorTrain.load(path)
+    assert y.masks == x.masks and y.masks[0].dtype == np.bool_ and isinstance(y.masks[0], np.ndarray)
+    assert y.shape == x.shape and y.dtype == x.dtype
+    np.testing.assert_array_equal(y.tucker_supercore, x.tucker_supercore)
+    np.testing.assert_array_equal(y.tt_supercore, x.tt_supercore)
+    np.savez(tmp_path / "other.npz", a=np.zeros(3))
+    with pytest.raises(ValueError, match="lacks"):
+        UniformTuckerTensorTrain.load(tmp_path / "other.npz")
+
+
+def test_functional_layer_on_data(xy):
+    x, y, xd, yd, _, _ = xy
+    data = tt_ops.ut3_add(x.data, y.data)
+    assert isinstance(data[3], UT3Masks)
+    dense = tt_ops.ut3_to_dense(data)
+    assert rel_err(dense, np.stack(xd) + np.stack(yd)) < RTOL
+    tk, tt = x.data[0], x.data[1]
+    raw = (tk, tt, list(x.shape), (np.array(x.masks[0]), np.array(x.masks[1])))
+    assert rel_err(tt_ops.ut3_norm(raw), x.norm()) < RTOL
+    with pytest.raises(TypeError, match="4-tuple"):
+        tt_ops.ut3_norm(raw[:3])
+
+
+# ---------------------------------------------------------------------------
+# CuPy supercores (GPU machine)
+# ---------------------------------------------------------------------------
+
+@pytest.mark.gpu
+def test_cupy_supercores_match_numpy(xy):
+    cp = pytest.importorskip("cupy")
+    x, y, xd, yd, _, _ = xy
+    gx = UniformTuckerTensorTrain(cp.asarray(x.tucker_supercore), cp.asarray(x.tt_supercore), x.shape, x.masks)
+    gy = UniformTuckerTensorTrain(cp.asarray(y.tucker_supercore), cp.asarray(y.tt_supercore), y.shape, y.masks)
+    assert isinstance(gx.masks[0], np.ndarray)
+    idx = np.array([[0, 1, 1], [2, 3, 0]])
+    pairs = [
+        (gx.to_dense(), x.to_dense()), (gx.inner(gy), x.inner(y)), (gx.norm(), x.norm()),
+        (gx.entries(idx), x.entries(idx)), ((gx + gy).to_dense(), (x + y).to_dense()),
+        (gx.hadamard(gy).to_dense(), x.hadamard(y).to_dense()),
+        (gx.svd(2, 2)[0].to_dense(), x.svd(2, 2)[0].to_dense()),
+    ]
+    for kind in ORTHOGONALIZE_KINDS:
+        pairs.append((gx.orthogonalize(kind).tt_supercore, x.orthogonalize(kind).tt_supercore))
+    for g, c in pairs:
+        assert isinstance(g, cp.ndarray)
+        assert rel_err(cp.asnumpy(g), c) < 1e-9
+    with pytest.raises(TypeError, match=r"\.get\(\)"):
+        UniformTuckerTensorTrain(gx.tucker_supercore, gx.tt_supercore, x.shape,
+                                 (cp.asarray(x.masks[0]), x.masks[1]))
