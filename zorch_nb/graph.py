@@ -1,0 +1,802 @@
+"""Deferred-graph recorder: record kernel calls, decide layouts late, replay.
+
+Record a program of :func:`kernel` calls on device buffers once, let the
+recorder decide padded memory layouts when the whole program is known, then
+run the saved graph again on new inputs without the program (DESIGN.md §3).
+
+Examples
+--------
+>>> import numpy as np
+>>> from zorch_nb.graph import Context, In, Out, kernel, run_computation_graph
+>>> @kernel
+... def add_2(x: In[2], out: Out[()]):
+...     out[()] = x[0] + x[1]
+>>> @kernel
+... def add_16(x: In[16], out: Out[()]):
+...     s = x[0]
+...     for i in range(1, 16):
+...         s = s + x[i]
+...     out[()] = s
+>>> ctx = Context()
+>>> a = ctx.copy_to_device(np.arange(1, 33).reshape(16, 2))
+>>> (b,) = ctx.call_kernel(add_2, 16, a)
+>>> (c,) = ctx.call_kernel(add_16, 1, b.reshape([1, 16]))
+>>> c = c.reshape([])
+>>> int(ctx.copy_to_host(c))
+528
+>>> graph = ctx.generate_computation_graph([a], [c])
+>>> outs, commitments = run_computation_graph(graph, [np.arange(32).reshape(16, 2)])
+>>> int(outs[0])
+496
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from . import _backend
+from .fields import BabyBear, KoalaBear, PrimeField
+from .graph_layout import (ViewForm, apply_history, axis_dims, dims_of, initial_view,
+                           input_layout, merge_points, merkle_root, output_layout, pad,
+                           padded_dims, parallel_sizes, prefix_points, reshape_view,
+                           transpose_view, unpad)
+from .graph_trace import (In, InOut, Kernel, KernelDefinitionError, KernelIR, Out, assert_eq,
+                          kernel)
+from .kernels import graph_codegen
+
+__all__ = ["Context", "Handle", "ComputationGraph", "Template", "CompiledKernel",
+           "run_computation_graph", "kernel", "Kernel", "KernelIR", "In", "Out", "InOut",
+           "assert_eq", "KernelDefinitionError", "FIELDS_BY_NAME"]
+
+#: Fields a graph may name.
+FIELDS_BY_NAME = {"koalabear": KoalaBear, "babybear": BabyBear}
+
+_GRAPH_BACKENDS = ("cpu", "cupy")
+
+
+def _check_backend(backend):
+    if backend is None:
+        return "cpu"
+    if backend not in _GRAPH_BACKENDS:
+        raise ValueError(f"Argument `backend` must be one of {_GRAPH_BACKENDS} or None, "
+                         f"not {backend!r}")
+    return backend
+
+
+def _xp(backend):
+    return np if backend == "cpu" else _backend.get_xp("cupy")
+
+
+def _to_host(x):
+    if type(x).__module__.startswith("cupy"):
+        return x.get()
+    return np.asarray(x)
+
+
+def _shape_arg(shape, name="shape") -> tuple:
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = tuple(shape[0])
+    out = []
+    for d in shape:
+        if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)) or d < 1:
+            raise ValueError(f"Argument `{name}` must be a sequence of positive integers, "
+                             f"not {list(shape)!r}")
+        out.append(int(d))
+    return tuple(out)
+
+
+class Handle:
+    """A view of one recorded buffer.
+
+    Handles are cheap: :meth:`reshape` and :meth:`transpose` return new views of
+    the same buffer and extend the recorded shape history; host copies and
+    kernel calls read through the view.
+
+    Attributes
+    ----------
+    shape : tuple of int
+        The view's shape.
+    buffer_id : int
+        The buffer, numbered in creation order within its context.
+    """
+
+    __slots__ = ("_ctx", "buffer_id", "shape", "_view", "_history")
+
+    def __init__(self, ctx, buffer_id, shape, view, history):
+        self._ctx = ctx
+        self.buffer_id = buffer_id
+        self.shape = tuple(shape)
+        self._view = view
+        self._history = tuple(history)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def history(self) -> tuple:
+        """The recorded shape history: ``("reshape", shape)``/``("transpose", axes)``."""
+        return self._history
+
+    def reshape(self, *shape) -> "Handle":
+        """View with the same elements in row-major order and shape ``shape``."""
+        shape = _shape_arg(shape) if shape and shape != ((),) else ()
+        if int(np.prod(shape, dtype=np.int64)) != self.size:
+            raise ValueError(f"Argument `shape` must keep the element count {self.size} of "
+                             f"the view {list(self.shape)}, not {list(shape)}")
+        return Handle(self._ctx, self.buffer_id, shape,
+                      reshape_view(self._view, self.shape, shape),
+                      self._history + (("reshape", shape),))
+
+    def transpose(self, *axes) -> "Handle":
+        """View with axes permuted (default: reversed), like ``numpy.transpose``."""
+        if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
+            axes = tuple(axes[0])
+        if not axes:
+            axes = tuple(range(len(self.shape)))[::-1]
+        if sorted(int(a) for a in axes) != list(range(len(self.shape))):
+            raise ValueError(f"Argument `axes` must be a permutation of "
+                             f"{list(range(len(self.shape)))}, not {list(axes)}")
+        axes = tuple(int(a) for a in axes)
+        return Handle(self._ctx, self.buffer_id, tuple(self.shape[a] for a in axes),
+                      transpose_view(self._view, axes),
+                      self._history + (("transpose", axes),))
+
+    @property
+    def T(self) -> "Handle":
+        return self.transpose()
+
+    def __repr__(self):
+        return f"<zorch_nb graph handle: buffer {self.buffer_id}, shape {list(self.shape)}>"
+
+
+class _Buffer:
+    def __init__(self, length, values, source, shape):
+        self.length = length
+        self.values = values  # logical Montgomery words (flat), in the context's module
+        self.source = source  # "input" or index of the producing call
+        self.points = [1, length] if length > 1 else [1]
+        self.uses = [(f"{list(shape)}", tuple(self.points))]
+
+
+class _Operand(NamedTuple):
+    buffer_id: int
+    view: ViewForm
+    broadcast: bool
+    shape: tuple
+    history: tuple
+
+
+class _Call(NamedTuple):
+    kernel: Kernel
+    num_parallel: int
+    inputs: tuple
+    outputs: tuple
+
+
+class Template(NamedTuple):
+    """One recorded call in a graph.
+
+    Attributes
+    ----------
+    compiled : int
+        Index into :attr:`ComputationGraph.compiled_kernels`.
+    kernel : int
+        Index into :attr:`ComputationGraph.kernels`.
+    inputs, outputs : tuple of int
+        Buffer ids of the In/InOut operands and of the Out/InOut results.
+    num_parallel : int
+        Parallel instances of the recorded call.
+    padded_parallel : int
+        Instances the evaluator runs (a power-of-two product).
+    broadcast : tuple of bool
+        Per input operand.
+    """
+
+    compiled: int
+    kernel: int
+    inputs: tuple
+    outputs: tuple
+    num_parallel: int
+    padded_parallel: int
+    broadcast: tuple
+
+
+class CompiledKernel(NamedTuple):
+    """A kernel specialised to operand layouts (see :mod:`~zorch_nb.kernels.graph_codegen`).
+
+    ``in_layouts[k] = (par, offsets)``, ``out_layouts[j] = (par, slots)``.
+    """
+
+    kernel: int
+    in_layouts: tuple
+    out_layouts: tuple
+
+
+def _describe(op: _Operand) -> str:
+    if op.view.perm == tuple(range(len(op.view.perm))):
+        return f"{list(op.shape)}"
+    return f"{list(op.shape)} (transposed, over {list(op.view.base)})"
+
+
+class ComputationGraph:
+    """A recorded program with its layouts; replay with :func:`run_computation_graph`.
+
+    Attributes
+    ----------
+    field : str
+        Field name (``"koalabear"``, ``"babybear"``).
+    kernels : tuple of KernelIR
+        The traced kernels, deduplicated.
+    compiled_kernels : tuple of CompiledKernel
+        Kernels specialised to operand layouts, deduplicated.
+    buffer_points : tuple of tuple of int
+        Split points of every buffer.
+    templates : tuple of Template
+        One per recorded call, in order.
+    inputs, outputs : tuple of (buffer id, history)
+        The graph's inputs (replaced at replay) and outputs, with the views.
+    constants : tuple of (buffer id, uint32 array)
+        Canonical values of buffers copied to the device but not graph inputs.
+    commitments : tuple of bytes
+        Merkle root of every padded buffer of the recorded run.
+    """
+
+    def __init__(self, field, kernels, compiled_kernels, buffer_points, templates, inputs,
+                 outputs, constants, commitments):
+        self.field = field
+        self.kernels = tuple(kernels)
+        self.compiled_kernels = tuple(compiled_kernels)
+        self.buffer_points = tuple(tuple(p) for p in buffer_points)
+        self.templates = tuple(templates)
+        self.inputs = tuple(inputs)
+        self.outputs = tuple(outputs)
+        self.constants = tuple((b, np.asarray(v, dtype=np.uint32)) for b, v in constants)
+        self.commitments = tuple(commitments)
+
+    # ---- derived ---------------------------------------------------------
+    @property
+    def buffer_dims(self) -> tuple:
+        """Logical dimensions of every buffer (outer first)."""
+        return tuple(dims_of(p) for p in self.buffer_points)
+
+    @property
+    def buffer_lengths(self) -> tuple:
+        return tuple(p[-1] for p in self.buffer_points)
+
+    @property
+    def padded_lengths(self) -> tuple:
+        """Length of every padded buffer (a power of two)."""
+        return tuple(int(np.prod(padded_dims(dims_of(p)), dtype=np.int64))
+                     for p in self.buffer_points)
+
+    def sources(self, index: int) -> tuple:
+        """``(python_source, cuda_source, name)`` of compiled kernel ``index``."""
+        return _sources(self.kernels[self.compiled_kernels[index].kernel],
+                        self.compiled_kernels[index])
+
+    # ---- serialization ---------------------------------------------------
+    def to_bytes(self) -> bytes:
+        """Deterministic little-endian encoding (see :mod:`zorch_nb.graph_format`)."""
+        from .graph_format import graph_to_bytes
+        return graph_to_bytes(self)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "ComputationGraph":
+        """Decode :meth:`to_bytes` output; ``ValueError`` says what is wrong."""
+        from .graph_format import graph_from_bytes
+        return graph_from_bytes(data)
+
+    def save(self, path) -> None:
+        with open(path, "wb") as fh:
+            fh.write(self.to_bytes())
+
+    @classmethod
+    def load(cls, path) -> "ComputationGraph":
+        with open(path, "rb") as fh:
+            return cls.from_bytes(fh.read())
+
+    def __eq__(self, other):
+        return isinstance(other, ComputationGraph) and self.to_bytes() == other.to_bytes()
+
+    __hash__ = None
+
+    def __repr__(self):
+        return (f"<ComputationGraph {self.field}: {len(self.templates)} calls, "
+                f"{len(self.compiled_kernels)} compiled kernels, "
+                f"{len(self.buffer_points)} buffers>")
+
+
+# ------------------------------------------------------------ evaluators ----
+
+_SOURCE_CACHE: dict = {}
+
+
+def _sources(ir: KernelIR, ck: CompiledKernel):
+    from .graph_format import compiled_key
+    key = compiled_key(ir, ck)
+    if key not in _SOURCE_CACHE:
+        name = "k" + key[:16]
+        args = (ir.nodes, tuple((a, b) for a, b, _ in ir.asserts), ir.outputs,
+                ck.in_layouts, ck.out_layouts)
+        _SOURCE_CACHE[key] = (graph_codegen.python_source(name, *args),
+                              graph_codegen.cuda_source(name, *args), name)
+    return _SOURCE_CACHE[key]
+
+
+def _const_words(F: PrimeField, ir: KernelIR, xp):
+    vals = np.array([c % F.p for c in ir.consts] or [0], dtype=np.int64)
+    return F.encode(vals, xp=xp)
+
+
+def _run_compiled(F, backend, ir, ck, template, index, ins, outs):
+    py_src, cu_src, name = _sources(ir, ck)
+    n = template.padded_parallel
+    xp = _xp(backend)
+    consts = _const_words(F, ir, xp)
+    fail = xp.zeros(n, dtype=np.uint32)
+    if backend == "cpu":
+        from .kernels import graph_cpu
+        fn = graph_cpu.compile_evaluator(py_src, name)
+        graph_cpu.run_evaluator(fn, ins, outs, consts, fail, n, F.params.p, F.params.mu_neg)
+    else:
+        kernels = _backend.kernels_for("cupy", "graph")
+        kernels.run_evaluator(F.params.name, cu_src, graph_codegen.cuda_symbol(name), ins,
+                              outs, consts, fail, n)
+    fail = _to_host(fail)
+    if fail.any():
+        t = int(np.flatnonzero(fail)[0])
+        k = int(fail[t]) - 1
+        raise ValueError(f"assert_eq failed in kernel `{ir.name}` ({ir.asserts[k][2]}) at "
+                         f"padded instance {t} of {n} (template {index})")
+
+
+# ---------------------------------------------------------------- context ----
+
+class Context:
+    """Records kernel calls on device buffers (DESIGN.md §3).
+
+    Parameters
+    ----------
+    field : PrimeField, optional
+        ``KoalaBear`` (default) or ``BabyBear``.
+    backend : {None, "cpu", "cupy"}
+        Where buffers live and calls run eagerly: ``None``/``"cpu"`` NumPy and
+        Numba, ``"cupy"`` CuPy on the GPU.
+
+    Notes
+    -----
+    Calls evaluate at once (results are visible through :meth:`copy_to_host`)
+    with a vectorized interpretation of the kernel IR; the padded, compiled
+    evaluators are built with the graph (:meth:`generate_computation_graph`)
+    and run by :func:`run_computation_graph`.
+    """
+
+    def __init__(self, field=KoalaBear, backend=None):
+        if not isinstance(field, PrimeField) or field.params.name not in FIELDS_BY_NAME:
+            raise TypeError(f"Argument `field` must be KoalaBear or BabyBear, not {field!r}")
+        self.field = field
+        self.backend = _check_backend(backend)
+        self._xp = _xp(self.backend)
+        self._buffers: list = []
+        self._calls: list = []
+
+    # ---- buffers -----------------------------------------------------------
+    def _new_buffer(self, values, source, shape) -> Handle:
+        bid = len(self._buffers)
+        self._buffers.append(_Buffer(int(values.size), values, source, shape))
+        return Handle(self, bid, shape, initial_view(shape), (("reshape", tuple(shape)),))
+
+    def _own(self, h, name) -> Handle:
+        if not isinstance(h, Handle):
+            raise TypeError(f"Argument `{name}` must be a graph Handle (from copy_to_device "
+                            f"or call_kernel), not {type(h).__name__}")
+        if h._ctx is not self:
+            raise ValueError(f"Argument `{name}` belongs to another Context")
+        return h
+
+    def copy_to_device(self, ints) -> Handle:
+        """Copy canonical integers (any shape, at least one element) into a new buffer."""
+        shape = tuple(int(d) for d in np.shape(ints))
+        if int(np.prod(shape, dtype=np.int64)) == 0:
+            raise ValueError(f"Argument `ints` must hold at least one element, not shape {shape}")
+        words = self.field.encode(_to_host(ints) if not isinstance(ints, np.ndarray)
+                                  and hasattr(ints, "get") else ints, xp=self._xp)
+        return self._new_buffer(words.reshape(-1), "input", shape)
+
+    def copy_to_host(self, handle) -> np.ndarray:
+        """Canonical values (uint32 NumPy array) of ``handle`` in its view's shape."""
+        h = self._own(handle, "handle")
+        words = apply_history(self._buffers[h.buffer_id].values, h._history)
+        return _to_host(self.field.decode(words.copy()))
+
+    # ---- calls -------------------------------------------------------------
+    def _merge(self, pending, bid, points, desc):
+        cur = pending.get(bid, self._buffers[bid].points)
+        merged = merge_points(cur, points)
+        if merged is None:
+            for used, pts in self._buffers[bid].uses:
+                if merge_points(pts, points) is None:
+                    raise ValueError(
+                        f"illegal shape operation: buffer {bid} is used as {used} and as "
+                        f"{desc}; their split points {list(pts)} and {list(points)} do not "
+                        f"divide one another")
+            raise ValueError(f"illegal shape operation: buffer {bid} used as {desc} clashes "
+                             f"with its layout so far (split points {list(cur)})")
+        pending[bid] = merged
+
+    def call_kernel(self, kernel, num_parallel, *inputs) -> tuple:
+        """Run ``kernel`` over ``num_parallel`` instances and record the call.
+
+        Parameters
+        ----------
+        kernel : Kernel
+        num_parallel : int
+            Number of parallel instances (>= 1).
+        *inputs : Handle
+            One per In/InOut parameter, in declaration order.  A view of the
+            parameter's shape is broadcast to every instance; a view of shape
+            ``[num_parallel] + shape`` gives each instance its own slice.
+
+        Returns
+        -------
+        tuple of Handle
+            Fresh buffers, one per Out/InOut parameter in declaration order,
+            of shape ``[num_parallel] + shape``.
+        """
+        if not isinstance(kernel, Kernel):
+            raise TypeError(f"Argument `kernel` must be a @kernel-decorated function, "
+                            f"not {type(kernel).__name__}")
+        if isinstance(num_parallel, (bool, np.bool_)) or \
+                not isinstance(num_parallel, (int, np.integer)) or num_parallel < 1:
+            raise ValueError(f"Argument `num_parallel` must be a positive integer, "
+                             f"not {num_parallel!r}")
+        num_parallel = int(num_parallel)
+        ir = kernel.ir
+        in_params = ir.in_params
+        if len(inputs) != len(in_params):
+            raise TypeError(f"kernel `{ir.name}` takes {len(in_params)} input handle(s) "
+                            f"({', '.join(n for n, _, _ in in_params)}), not {len(inputs)}")
+        operands = []
+        pending: dict = {}
+        for (pname, kind, pshape), h in zip(in_params, inputs):
+            h = self._own(h, pname)
+            par_shape = (num_parallel,) + pshape
+            if h.shape == pshape and kind == "in":
+                broadcast = True
+            elif h.shape == par_shape:
+                broadcast = False
+            else:
+                accepted = (f"{list(par_shape)} (parallel)" if kind == "inout" else
+                            f"{list(pshape)} (broadcast) or {list(par_shape)} (parallel)")
+                raise ValueError(f"Argument `{pname}` of kernel `{ir.name}` must have shape "
+                                 f"{accepted}, not {list(h.shape)}"
+                                 + ("; an InOut parameter cannot be broadcast"
+                                    if kind == "inout" and h.shape == pshape else ""))
+            if h._view.irregular:
+                raise ValueError(f"illegal shape operation: argument `{pname}` of kernel "
+                                 f"`{ir.name}`: {h._view.irregular}")
+            op = _Operand(h.buffer_id, h._view, broadcast, h.shape, h._history)
+            self._merge(pending, h.buffer_id, prefix_points(op.view.base), _describe(op))
+            operands.append(op)
+        values = self._evaluate(ir, num_parallel, operands)
+        # Commit: the call succeeded.
+        for bid, pts in pending.items():
+            buf = self._buffers[bid]
+            buf.points = pts
+        for op in operands:
+            entry = (_describe(op), tuple(prefix_points(op.view.base)))
+            if entry not in self._buffers[op.buffer_id].uses:
+                self._buffers[op.buffer_id].uses.append(entry)
+        call_index = len(self._calls)
+        outs = []
+        for (pname, kind, pshape), vals in zip(ir.out_params, values):
+            shape = (num_parallel,) + pshape
+            h = self._new_buffer(vals.reshape(-1), call_index, shape)
+            buf = self._buffers[h.buffer_id]
+            buf.points = prefix_points(h._view.base)
+            buf.uses = [(f"{list(shape)}", tuple(buf.points))]
+            outs.append(h)
+        self._calls.append(_Call(kernel, num_parallel, tuple(operands),
+                                 tuple(h.buffer_id for h in outs)))
+        return tuple(outs)
+
+    def _evaluate(self, ir: KernelIR, n: int, operands) -> list:
+        """Interpret the IR over all instances at once (logical, unpadded)."""
+        F, xp = self.field, self._xp
+        cols = []
+        for op in operands:
+            h_vals = apply_history(self._buffers[op.buffer_id].values, op.history)
+            size = int(np.prod(op.shape, dtype=np.int64))
+            rows = 1 if op.broadcast else n
+            cols.append(xp.ascontiguousarray(h_vals).reshape(rows, size // rows))
+        consts = _const_words(F, ir, xp)
+        vals = []
+        for code, a, b in ir.nodes:
+            if code == graph_codegen.OP_LOAD:
+                vals.append(cols[a][:, b])
+            elif code == graph_codegen.OP_CONST:
+                vals.append(consts[a:a + 1])
+            elif code == graph_codegen.OP_ADD:
+                vals.append(F.add(vals[a], vals[b]))
+            elif code == graph_codegen.OP_SUB:
+                vals.append(F.sub(vals[a], vals[b]))
+            elif code == graph_codegen.OP_MUL:
+                vals.append(F.mul(vals[a], vals[b]))
+            else:
+                vals.append(F.neg(vals[a]))
+        for x, y, where in ir.asserts:
+            bad = _to_host(xp.broadcast_to(vals[x] != vals[y], (n,)))
+            if bad.any():
+                t = int(np.flatnonzero(bad)[0])
+                raise ValueError(f"assert_eq failed in kernel `{ir.name}` ({where}) at "
+                                 f"instance {t} of {n}: "
+                                 f"{int(F.decode(vals[x][t % vals[x].shape[0]:][:1])[0])} != "
+                                 f"{int(F.decode(vals[y][t % vals[y].shape[0]:][:1])[0])}")
+        out = []
+        for ids in ir.outputs:
+            out.append(xp.stack([xp.broadcast_to(vals[i], (n,)) for i in ids], axis=1))
+        return out
+
+    # ---- graph -------------------------------------------------------------
+    def _propagate(self) -> list:
+        """Split points of every buffer after the parallel-boundary fixed point."""
+        points = [list(b.points) for b in self._buffers]
+        changed = True
+        while changed:
+            changed = False
+            for ci, call in enumerate(self._calls):
+                if self._propagate_call(points, ci, call):
+                    changed = True
+                    break
+        return points
+
+    def _propagate_call(self, points, ci, call) -> bool:
+        """Merge the instance splits of one call into all its parallel operands."""
+        ir = call.kernel.ir
+        par = [(op.buffer_id, op.view, _describe(op)) for op in call.inputs
+               if not op.broadcast]
+        for bid, (_, _, pshape) in zip(call.outputs, ir.out_params):
+            shape = (call.num_parallel,) + pshape
+            par.append((bid, initial_view(shape), f"{list(shape)} (output)"))
+        union = prefix_points([call.num_parallel])
+        seen = []
+        for bid, view, desc in par:
+            sizes = parallel_sizes(view, points[bid])
+            merged = merge_points(union, prefix_points(sizes))
+            if merged is None:
+                other = next((d, s) for d, s in seen
+                             if merge_points(prefix_points(s), prefix_points(sizes)) is None)
+                raise ValueError(
+                    f"illegal shape operation: call {ci} (kernel `{ir.name}`, "
+                    f"{call.num_parallel} instances) has parallel operands {other[0]} and "
+                    f"{desc} whose buffers split the instances as {list(other[1])} and "
+                    f"{list(sizes)}")
+            union = merged
+            seen.append((desc, sizes))
+        for bid, view, desc in par:
+            dims = dims_of(points[bid])
+            c = 1
+            for i in axis_dims(view, points[bid])[0]:
+                inside = [u for u in union if c < u < c * dims[i]]
+                if inside:
+                    new = points[bid][i] * (inside[0] // c)
+                    merged = merge_points(points[bid], [new])
+                    if merged is None:
+                        raise ValueError(
+                            f"illegal shape operation: buffer {bid} (used as {desc} in call "
+                            f"{ci}, kernel `{ir.name}`) cannot be split at {new} to match the "
+                            f"other operands; its split points are {points[bid]}")
+                    points[bid] = merged
+                    return True
+                c *= dims[i]
+        return False
+
+    def _specs(self, handles, name, inputs: bool) -> list:
+        try:
+            handles = list(handles)
+        except TypeError:
+            raise TypeError(f"Argument `{name}` must be a sequence of Handles") from None
+        specs = []
+        for k, h in enumerate(handles):
+            h = self._own(h, f"{name}[{k}]")
+            if inputs and self._buffers[h.buffer_id].source != "input":
+                raise ValueError(f"Argument `{name}[{k}]` must come from copy_to_device; "
+                                 f"buffer {h.buffer_id} is computed by call "
+                                 f"{self._buffers[h.buffer_id].source}")
+            specs.append((h.buffer_id, h._history))
+        if inputs and len({b for b, _ in specs}) != len(specs):
+            raise ValueError(f"Argument `{name}` names a buffer twice")
+        return specs
+
+    def generate_computation_graph(self, inputs, outputs) -> ComputationGraph:
+        """Decide the layouts and build the graph of everything recorded so far.
+
+        Parameters
+        ----------
+        inputs : sequence of Handle
+            Buffers from :meth:`copy_to_device` whose values are supplied anew at
+            replay (in this order, in these views).  Other copied buffers become
+            constants of the graph.
+        outputs : sequence of Handle
+            Views returned by :func:`run_computation_graph`.
+
+        Returns
+        -------
+        ComputationGraph
+
+        Raises
+        ------
+        ValueError
+            "illegal shape operation" when the parallel operands of a call
+            cannot agree on a layout.
+        """
+        return self._build(self._specs(inputs, "inputs", True),
+                           self._specs(outputs, "outputs", False))
+
+    def _build(self, in_specs, out_specs) -> ComputationGraph:
+        from .graph_format import kernel_fingerprint
+        points = self._propagate()
+        kernels, kernel_ids = [], {}
+        compiled, compiled_ids = [], {}
+        templates = []
+        for call in self._calls:
+            ir = call.kernel.ir
+            fp = kernel_fingerprint(ir)
+            if fp not in kernel_ids:
+                kernel_ids[fp] = len(kernels)
+                kernels.append(ir)
+            in_l = tuple(input_layout(op.view, points[op.buffer_id], op.broadcast, pshape)
+                         for op, (_, _, pshape) in zip(call.inputs, ir.in_params))
+            out_l = tuple(output_layout(points[bid], call.num_parallel, pshape)
+                          for bid, (_, _, pshape) in zip(call.outputs, ir.out_params))
+            ck = CompiledKernel(kernel_ids[fp], in_l, out_l)
+            if ck not in compiled_ids:
+                compiled_ids[ck] = len(compiled)
+                compiled.append(ck)
+            padded = 1 << sum(lg for lg, _ in out_l[0][0])
+            templates.append(Template(compiled_ids[ck], kernel_ids[fp],
+                                      tuple(op.buffer_id for op in call.inputs), call.outputs,
+                                      call.num_parallel, padded,
+                                      tuple(op.broadcast for op in call.inputs)))
+        input_ids = {b for b, _ in in_specs}
+        constants = [(b, _to_host(self.field.decode(buf.values)))
+                     for b, buf in enumerate(self._buffers)
+                     if buf.source == "input" and b not in input_ids]
+        commitments = [merkle_root(_to_host(pad(self._xp, buf.values, pts)))
+                       for buf, pts in zip(self._buffers, points)]
+        return ComputationGraph(self.field.params.name, kernels, compiled, points, templates,
+                                in_specs, out_specs, constants, commitments)
+
+    def load_computation_graph(self, graph: ComputationGraph) -> tuple:
+        """Check that the program recorded here is the one ``graph`` was made from.
+
+        Run the same program (on any input values) in this context first.  The
+        layouts, kernels, templates, inputs, outputs and constants must match.
+
+        Returns
+        -------
+        tuple of bytes
+            The commitments of this run's padded buffers under the graph's
+            layout.
+
+        Raises
+        ------
+        ValueError
+            Naming the first difference.
+        """
+        if not isinstance(graph, ComputationGraph):
+            raise TypeError(f"Argument `graph` must be a ComputationGraph, not "
+                            f"{type(graph).__name__}")
+        diff = None
+        if graph.field != self.field.params.name:
+            diff = f"the graph is over {graph.field}, this context over {self.field.params.name}"
+        elif len(graph.buffer_points) != len(self._buffers):
+            diff = (f"the graph has {len(graph.buffer_points)} buffers, this recording "
+                    f"{len(self._buffers)}")
+        else:
+            for k, (b, _) in enumerate(graph.inputs):
+                if self._buffers[b].source != "input":
+                    diff = f"graph input {k} is buffer {b}, which this recording computes"
+                    break
+        if diff is None:
+            diff = _first_difference(graph, self._build(graph.inputs, graph.outputs))
+        if diff is not None:
+            raise ValueError(f"the recorded program does not match the graph: {diff}")
+        return self._build(graph.inputs, graph.outputs).commitments
+
+
+def _first_difference(g: ComputationGraph, h: ComputationGraph):
+    """Text of the first difference between two graphs (``None`` if equal)."""
+    if len(g.templates) != len(h.templates):
+        return f"the graph has {len(g.templates)} calls, this recording {len(h.templates)}"
+    for b, (p, q) in enumerate(zip(g.buffer_points, h.buffer_points)):
+        if p != q:
+            return (f"buffer {b} has layout {list(dims_of(p))} (split points {list(p)}) in "
+                    f"the graph but {list(dims_of(q))} (split points {list(q)}) here")
+    for k, (s, t) in enumerate(zip(g.templates, h.templates)):
+        ks, kt = g.kernels[s.kernel], h.kernels[t.kernel]
+        if ks != kt:
+            return f"call {k} runs kernel `{ks.name}` in the graph but `{kt.name}` here" + (
+                "" if ks.name != kt.name else " (same name, different body)")
+        for field in Template._fields:
+            if field in ("compiled", "kernel"):
+                continue
+            if getattr(s, field) != getattr(t, field):
+                return (f"call {k} (kernel `{ks.name}`) has {field} {getattr(s, field)} in "
+                        f"the graph but {getattr(t, field)} here")
+        if g.compiled_kernels[s.compiled][1:] != h.compiled_kernels[t.compiled][1:]:
+            return f"call {k} (kernel `{ks.name}`) has different operand layouts"
+    for name in ("inputs", "outputs"):
+        if getattr(g, name) != getattr(h, name):
+            return f"the graph's {name} differ: {getattr(g, name)} vs {getattr(h, name)}"
+    for (b, v), (c, w) in zip(g.constants, h.constants):
+        if b != c or not np.array_equal(v, w):
+            return f"constant buffer {b} holds different values"
+    if len(g.constants) != len(h.constants):
+        return "the constant buffers differ"
+    return None
+
+
+def run_computation_graph(graph: ComputationGraph, inputs, backend=None) -> tuple:
+    """Evaluate a saved graph on new inputs, without the program that made it.
+
+    Parameters
+    ----------
+    graph : ComputationGraph
+    inputs : sequence of array_like
+        Canonical integers, one array per graph input, in that input's view
+        shape.
+    backend : {None, "cpu", "cupy"}
+        ``None``/``"cpu"``: Numba CPU evaluators; ``"cupy"``: generated CUDA C.
+
+    Returns
+    -------
+    (outputs, commitments) : tuple
+        ``outputs``: NumPy uint32 arrays of canonical values, one per graph
+        output in its view shape; ``commitments``: the Merkle root (bytes) of
+        every padded buffer of this run.
+    """
+    if not isinstance(graph, ComputationGraph):
+        raise TypeError(f"Argument `graph` must be a ComputationGraph, not "
+                        f"{type(graph).__name__}")
+    backend = _check_backend(backend)
+    xp = _xp(backend)
+    F = FIELDS_BY_NAME[graph.field]
+    inputs = list(inputs)
+    if len(inputs) != len(graph.inputs):
+        raise ValueError(f"Argument `inputs` must hold {len(graph.inputs)} arrays (one per "
+                         f"graph input), not {len(inputs)}")
+    points = graph.buffer_points
+    lengths = graph.padded_lengths
+    bufs: list = [None] * len(points)
+
+    def place(bid, history, values, name):
+        n = points[bid][-1]
+        index = apply_history(np.arange(n), history)
+        values = np.asarray(_to_host(values) if hasattr(values, "get") else values)
+        if values.shape != index.shape:
+            raise ValueError(f"Argument `{name}` must have shape {list(index.shape)}, "
+                             f"not {list(values.shape)}")
+        logical = np.empty(n, dtype=np.uint32)
+        logical[index.reshape(-1)] = F.encode(values).reshape(-1)
+        bufs[bid] = pad(xp, xp.asarray(logical), points[bid])
+
+    for k, ((bid, history), values) in enumerate(zip(graph.inputs, inputs)):
+        place(bid, history, values, f"inputs[{k}]")
+    for bid, values in graph.constants:
+        place(bid, (("reshape", (points[bid][-1],)),), values, f"constant {bid}")
+    for ti, t in enumerate(graph.templates):
+        ck = graph.compiled_kernels[t.compiled]
+        outs = [xp.empty(lengths[b], dtype=np.uint32) for b in t.outputs]
+        _run_compiled(F, backend, graph.kernels[ck.kernel], ck, t, ti,
+                      [bufs[b] for b in t.inputs], outs)
+        for b, o in zip(t.outputs, outs):
+            bufs[b] = o
+    results = []
+    for bid, history in graph.outputs:
+        words = apply_history(unpad(bufs[bid], points[bid]), history)
+        results.append(_to_host(F.decode(words.copy())))
+    commitments = tuple(merkle_root(_to_host(b)) for b in bufs)
+    return tuple(results), commitments

@@ -1,0 +1,462 @@
+"""Binary format of a :class:`~zorch_nb.graph.ComputationGraph` (no pickle).
+
+File layout (all integers little-endian)::
+
+    magic     8 bytes   b"ZORCHGR\\0"
+    version   u32       FORMAT_VERSION (1)
+    length    u64       payload length in bytes
+    payload   length bytes
+    checksum  32 bytes  SHA-256 of magic + version + length + payload
+
+The payload is a sequence of fields: ``u8``/``u32``/``u64``/``i64`` scalars,
+``str`` (u32 byte count + UTF-8), and arrays (u32 count + packed items).
+In order: the field name; the kernels (name, parameters ``(name, kind u8,
+shape u64[])``, constants ``i64[]``, node ops ``u8[]`` and operands ``u64[]``
+x2, assertions ``u64[]`` x2 + one ``str`` each, outputs ``u64[]`` each); the
+compiled kernels (kernel index, then per input operand ``par`` = log2 sizes
+``u8[]`` + strides ``u64[]`` and offsets ``u64[]``, per output ``par`` and
+slot offsets/elements ``u64[]`` x2); the buffers' split points ``u64[]``; the
+templates (compiled, kernel, inputs ``u32[]``, outputs ``u32[]``,
+num_parallel, padded_parallel, broadcast ``u8[]``); inputs and outputs
+(buffer u32 + history: per step op u8 (0 reshape, 1 transpose) + ``u64[]``);
+constants (buffer u32 + canonical values ``u32[]``); commitments (32 bytes
+each).
+
+Decoding checks the magic, the version, the length and the checksum first,
+then every structural invariant the evaluators rely on (indices in range,
+layouts inside their padded buffers, each buffer written once before it is
+read), so a crafted file can neither crash the process nor run code: the
+generated evaluators only ever contain integers taken from validated data.
+"""
+from __future__ import annotations
+
+import hashlib
+import struct
+
+import numpy as np
+
+__all__ = ["MAGIC", "FORMAT_VERSION", "graph_to_bytes", "graph_from_bytes",
+           "kernel_bytes", "kernel_fingerprint", "compiled_key"]
+
+MAGIC = b"ZORCHGR\x00"
+FORMAT_VERSION = 1
+_HEADER = struct.Struct("<8sIQ")
+_KINDS = ("in", "out", "inout")
+_HIST = ("reshape", "transpose")
+_MAX_LOG2 = 40  # no padded dimension or buffer beyond 2**40 elements
+
+
+class _Writer:
+    def __init__(self):
+        self.parts = []
+
+    def u8(self, v):
+        self.parts.append(struct.pack("<B", v))
+
+    def u32(self, v):
+        self.parts.append(struct.pack("<I", v))
+
+    def u64(self, v):
+        self.parts.append(struct.pack("<Q", v))
+
+    def str(self, s):
+        b = s.encode("utf-8")
+        self.u32(len(b))
+        self.parts.append(b)
+
+    def arr(self, values, dtype):
+        a = np.ascontiguousarray(np.asarray(values, dtype=dtype).reshape(-1))
+        self.u32(a.size)
+        self.parts.append(a.tobytes())
+
+    def raw(self, b):
+        self.parts.append(bytes(b))
+
+    def bytes(self):
+        return b"".join(self.parts)
+
+
+class _Reader:
+    def __init__(self, data):
+        self.data = data
+        self.pos = 0
+
+    def _take(self, n, what):
+        if n > len(self.data) - self.pos:
+            raise ValueError(f"corrupted graph: payload ends inside {what} (byte {self.pos})")
+        b = self.data[self.pos:self.pos + n]
+        self.pos += n
+        return b
+
+    def u8(self, what):
+        return self._take(1, what)[0]
+
+    def u32(self, what):
+        return struct.unpack("<I", self._take(4, what))[0]
+
+    def u64(self, what):
+        return struct.unpack("<Q", self._take(8, what))[0]
+
+    def str(self, what):
+        n = self.u32(what)
+        try:
+            return self._take(n, what).decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError(f"corrupted graph: {what} is not UTF-8") from None
+
+    def arr(self, dtype, what):
+        n = self.u32(what)
+        size = np.dtype(dtype).itemsize
+        return np.frombuffer(self._take(n * size, what), dtype=dtype).copy()
+
+    def count(self, what, limit=1 << 24):
+        n = self.u32(what)
+        if n > limit or n > len(self.data) - self.pos:
+            raise ValueError(f"corrupted graph: implausible count {n} of {what}")
+        return n
+
+
+# ---------------------------------------------------------------- kernels ---
+
+def _write_kernel(w: _Writer, ir) -> None:
+    w.str(ir.name)
+    w.u32(len(ir.params))
+    for name, kind, shape in ir.params:
+        w.str(name)
+        w.u8(_KINDS.index(kind))
+        w.arr(shape, "<u8")
+    w.arr(ir.consts, "<i8")
+    nodes = np.array(ir.nodes, dtype=np.int64).reshape(-1, 3)
+    w.arr(nodes[:, 0], "<u1")
+    w.arr(nodes[:, 1], "<u8")
+    w.arr(nodes[:, 2], "<u8")
+    w.u32(len(ir.asserts))
+    for x, y, where in ir.asserts:
+        w.u64(x)
+        w.u64(y)
+        w.str(where)
+    w.u32(len(ir.outputs))
+    for ids in ir.outputs:
+        w.arr(ids, "<u8")
+
+
+def _read_kernel(r: _Reader):
+    from .graph_trace import KernelIR
+    name = r.str("kernel name")
+    params = []
+    for _ in range(r.count("kernel parameters")):
+        pname = r.str("parameter name")
+        kind = r.u8("parameter kind")
+        if kind >= len(_KINDS):
+            raise ValueError(f"corrupted graph: kernel `{name}` has parameter kind {kind}")
+        shape = tuple(int(d) for d in r.arr("<u8", "parameter shape"))
+        params.append((pname, _KINDS[kind], shape))
+    consts = tuple(int(c) for c in r.arr("<i8", "kernel constants"))
+    ops = r.arr("<u1", "node ops")
+    a = r.arr("<u8", "node operands")
+    b = r.arr("<u8", "node operands")
+    if not len(ops) == len(a) == len(b):
+        raise ValueError(f"corrupted graph: kernel `{name}` node arrays differ in length")
+    nodes = tuple((int(o), int(x), int(y)) for o, x, y in zip(ops, a, b))
+    asserts = []
+    for _ in range(r.count("assertions")):
+        asserts.append((r.u64("assertion"), r.u64("assertion"), r.str("assertion text")))
+    outputs = tuple(tuple(int(i) for i in r.arr("<u8", "output nodes"))
+                    for _ in range(r.count("kernel outputs")))
+    return KernelIR(name, tuple(params), consts, nodes, tuple(asserts), outputs)
+
+
+def kernel_bytes(ir) -> bytes:
+    w = _Writer()
+    _write_kernel(w, ir)
+    return w.bytes()
+
+
+def kernel_fingerprint(ir) -> str:
+    """Hex SHA-256 of a kernel's serialized IR."""
+    return hashlib.sha256(kernel_bytes(ir)).hexdigest()
+
+
+def _write_par(w, par):
+    w.arr([lg for lg, _ in par], "<u1")
+    w.arr([st for _, st in par], "<u8")
+
+
+def _read_par(r):
+    lg = r.arr("<u1", "parallel sizes")
+    st = r.arr("<u8", "parallel strides")
+    if len(lg) != len(st):
+        raise ValueError("corrupted graph: parallel sizes and strides differ in length")
+    return tuple((int(x), int(y)) for x, y in zip(lg, st))
+
+
+def _write_layouts(w, ck):
+    w.u32(len(ck.in_layouts))
+    for par, offsets in ck.in_layouts:
+        _write_par(w, par)
+        w.arr(offsets, "<u8")
+    w.u32(len(ck.out_layouts))
+    for par, slots in ck.out_layouts:
+        _write_par(w, par)
+        w.arr([s[0] for s in slots], "<u8")
+        w.arr([s[1] for s in slots], "<u8")
+
+
+def compiled_key(ir, ck) -> str:
+    """Hex SHA-256 identifying a kernel specialised to its operand layouts."""
+    w = _Writer()
+    _write_kernel(w, ir)
+    _write_layouts(w, ck)
+    return hashlib.sha256(w.bytes()).hexdigest()
+
+
+# ------------------------------------------------------------------ graph ---
+
+def _write_history(w, history):
+    w.u32(len(history))
+    for op, arg in history:
+        w.u8(_HIST.index(op))
+        w.arr(arg, "<u8")
+
+
+def _read_history(r):
+    out = []
+    for _ in range(r.count("history steps")):
+        op = r.u8("history op")
+        if op >= len(_HIST):
+            raise ValueError(f"corrupted graph: unknown history op {op}")
+        out.append((_HIST[op], tuple(int(v) for v in r.arr("<u8", "history shape"))))
+    return tuple(out)
+
+
+def graph_to_bytes(g) -> bytes:
+    w = _Writer()
+    w.str(g.field)
+    w.u32(len(g.kernels))
+    for ir in g.kernels:
+        _write_kernel(w, ir)
+    w.u32(len(g.compiled_kernels))
+    for ck in g.compiled_kernels:
+        w.u32(ck.kernel)
+        _write_layouts(w, ck)
+    w.u32(len(g.buffer_points))
+    for pts in g.buffer_points:
+        w.arr(pts, "<u8")
+    w.u32(len(g.templates))
+    for t in g.templates:
+        w.u32(t.compiled)
+        w.u32(t.kernel)
+        w.arr(t.inputs, "<u4")
+        w.arr(t.outputs, "<u4")
+        w.u64(t.num_parallel)
+        w.u64(t.padded_parallel)
+        w.arr(t.broadcast, "<u1")
+    for specs in (g.inputs, g.outputs):
+        w.u32(len(specs))
+        for bid, history in specs:
+            w.u32(bid)
+            _write_history(w, history)
+    w.u32(len(g.constants))
+    for bid, values in g.constants:
+        w.u32(bid)
+        w.arr(values, "<u4")
+    w.u32(len(g.commitments))
+    for c in g.commitments:
+        w.raw(c)
+    payload = w.bytes()
+    header = _HEADER.pack(MAGIC, FORMAT_VERSION, len(payload))
+    return header + payload + hashlib.sha256(header + payload).digest()
+
+
+def graph_from_bytes(data) -> "object":
+    from .graph import CompiledKernel, ComputationGraph, Template
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError(f"Argument `data` must be bytes, not {type(data).__name__}")
+    data = bytes(data)
+    if len(data) < _HEADER.size:
+        raise ValueError(f"not a zorch_nb computation graph: {len(data)} bytes is shorter "
+                         f"than the {_HEADER.size}-byte header (truncated?)")
+    magic, version, length = _HEADER.unpack_from(data)
+    if magic != MAGIC:
+        raise ValueError(f"not a zorch_nb computation graph: bad magic {magic!r}")
+    if version != FORMAT_VERSION:
+        raise ValueError(f"unsupported computation graph format version {version}; this "
+                         f"zorch_nb reads version {FORMAT_VERSION}")
+    expected = _HEADER.size + length + 32
+    if len(data) < expected:
+        raise ValueError(f"truncated computation graph: {len(data)} bytes, the header "
+                         f"announces {expected}")
+    if len(data) > expected:
+        raise ValueError(f"corrupted computation graph: {len(data) - expected} unexpected "
+                         f"trailing bytes (or a corrupted length field)")
+    body, digest = data[:-32], data[-32:]
+    if hashlib.sha256(body).digest() != digest:
+        raise ValueError("corrupted computation graph: checksum mismatch")
+    r = _Reader(body[_HEADER.size:])
+    field = r.str("field name")
+    kernels = [_read_kernel(r) for _ in range(r.count("kernels"))]
+    compiled = []
+    for _ in range(r.count("compiled kernels")):
+        k = r.u32("compiled kernel")
+        ins = []
+        for _ in range(r.count("input layouts")):
+            par = _read_par(r)
+            ins.append((par, tuple(int(o) for o in r.arr("<u8", "offsets"))))
+        outs = []
+        for _ in range(r.count("output layouts")):
+            par = _read_par(r)
+            offs = r.arr("<u8", "slot offsets")
+            elems = r.arr("<u8", "slot elements")
+            if len(offs) != len(elems):
+                raise ValueError("corrupted graph: slot arrays differ in length")
+            outs.append((par, tuple((int(o), int(e)) for o, e in zip(offs, elems))))
+        compiled.append(CompiledKernel(k, tuple(ins), tuple(outs)))
+    points = [tuple(int(p) for p in r.arr("<u8", "split points"))
+              for _ in range(r.count("buffers"))]
+    templates = []
+    for _ in range(r.count("templates")):
+        templates.append(Template(
+            r.u32("template"), r.u32("template"),
+            tuple(int(b) for b in r.arr("<u4", "template inputs")),
+            tuple(int(b) for b in r.arr("<u4", "template outputs")),
+            r.u64("template"), r.u64("template"),
+            tuple(bool(x) for x in r.arr("<u1", "broadcast flags"))))
+    specs = []
+    for what in ("inputs", "outputs"):
+        specs.append(tuple((r.u32(what), _read_history(r)) for _ in range(r.count(what))))
+    constants = [(r.u32("constant"), r.arr("<u4", "constant values"))
+                 for _ in range(r.count("constants"))]
+    commitments = [r._take(32, "commitment") for _ in range(r.count("commitments"))]
+    if r.pos != len(r.data):
+        raise ValueError(f"corrupted graph: {len(r.data) - r.pos} bytes left after the payload")
+    g = ComputationGraph(field, kernels, compiled, points, templates, specs[0], specs[1],
+                         constants, commitments)
+    validate(g)
+    return g
+
+
+def _bad(msg):
+    raise ValueError(f"invalid computation graph: {msg}")
+
+
+def _validate_kernel(k, ir):
+    sizes = [int(np.prod(s, dtype=np.int64)) for _, _, s in ir.params]
+    for n, kind, shape in ir.params:
+        if any(d < 1 or d >= 1 << _MAX_LOG2 for d in shape):
+            _bad(f"kernel {k} parameter `{n}` has shape {shape}")
+    in_sizes = [s for (_, kind, _), s in zip(ir.params, sizes) if kind != "out"]
+    out_sizes = [s for (_, kind, _), s in zip(ir.params, sizes) if kind != "in"]
+    from .kernels.graph_codegen import OP_CONST, OP_LOAD, OP_NEG
+    for i, (op, a, b) in enumerate(ir.nodes):
+        if op == OP_LOAD:
+            ok = a < len(in_sizes) and b < in_sizes[a]
+        elif op == OP_CONST:
+            ok = a < len(ir.consts)
+        elif op == OP_NEG:
+            ok = a < i
+        else:
+            ok = op <= 5 and a < i and b < i
+        if not ok:
+            _bad(f"kernel {k} node {i} {(op, a, b)} is malformed")
+    if any(x >= len(ir.nodes) or y >= len(ir.nodes) for x, y, _ in ir.asserts):
+        _bad(f"kernel {k} asserts on a missing node")
+    if len(ir.outputs) != len(out_sizes) or any(
+            len(ids) != s or any(i >= len(ir.nodes) for i in ids)
+            for ids, s in zip(ir.outputs, out_sizes)):
+        _bad(f"kernel {k} outputs do not match its Out parameters")
+    return in_sizes, out_sizes
+
+
+def _span(par, offsets, what):
+    if any(lg > _MAX_LOG2 for lg, _ in par):
+        _bad(f"{what} has a parallel dimension over 2**{_MAX_LOG2}")
+    return sum(((1 << lg) - 1) * st for lg, st in par) + (max(offsets) if offsets else 0)
+
+
+def validate(g) -> None:
+    """Check every invariant the evaluators rely on; ``ValueError`` if one fails."""
+    from .graph import FIELDS_BY_NAME
+    if g.field not in FIELDS_BY_NAME:
+        _bad(f"unknown field {g.field!r}")
+    p = FIELDS_BY_NAME[g.field].p
+    for b, pts in enumerate(g.buffer_points):
+        if not pts or pts[0] != 1 or any(hi <= lo or hi % lo for lo, hi in zip(pts, pts[1:])):
+            _bad(f"buffer {b} has split points {list(pts)}")
+        if pts[-1] >= 1 << _MAX_LOG2:
+            _bad(f"buffer {b} is too long")
+    padded = g.padded_lengths
+    if any(n >= 1 << _MAX_LOG2 for n in padded):
+        _bad("a padded buffer is too long")
+    sizes = [_validate_kernel(k, ir) for k, ir in enumerate(g.kernels)]
+    for c, ck in enumerate(g.compiled_kernels):
+        if ck.kernel >= len(g.kernels):
+            _bad(f"compiled kernel {c} names kernel {ck.kernel}")
+        ins, outs = sizes[ck.kernel]
+        if len(ck.in_layouts) != len(ins) or len(ck.out_layouts) != len(outs):
+            _bad(f"compiled kernel {c} has the wrong number of operand layouts")
+        for (par, offsets), s in zip(ck.in_layouts, ins):
+            if len(offsets) != s:
+                _bad(f"compiled kernel {c} has an input layout of {len(offsets)} elements")
+        for (par, slots), s in zip(ck.out_layouts, outs):
+            if not par and len(slots) == 0 or any(e >= s for _, e in slots):
+                _bad(f"compiled kernel {c} has a malformed output layout")
+    defined = [False] * len(g.buffer_points)
+    for kind, specs in (("input", g.inputs), ("output", g.outputs)):
+        for bid, history in specs:
+            if bid >= len(defined):
+                _bad(f"graph {kind} names buffer {bid}")
+            _check_history(g.buffer_points[bid][-1], history, f"graph {kind} {bid}")
+    for bid, _ in g.inputs:
+        if defined[bid]:
+            _bad(f"buffer {bid} is a graph input twice")
+        defined[bid] = True
+    for bid, values in g.constants:
+        if bid >= len(defined) or defined[bid]:
+            _bad(f"constant buffer {bid} is out of range or defined twice")
+        if values.size != g.buffer_points[bid][-1] or (values.size and values.max() >= p):
+            _bad(f"constant buffer {bid} holds {values.size} values or values >= p")
+        defined[bid] = True
+    for ti, t in enumerate(g.templates):
+        if t.compiled >= len(g.compiled_kernels) or \
+                g.compiled_kernels[t.compiled].kernel != t.kernel:
+            _bad(f"template {ti} names compiled kernel {t.compiled} / kernel {t.kernel}")
+        ck = g.compiled_kernels[t.compiled]
+        if len(t.inputs) != len(ck.in_layouts) or len(t.outputs) != len(ck.out_layouts) \
+                or len(t.broadcast) != len(t.inputs):
+            _bad(f"template {ti} has the wrong number of operands")
+        if not 1 <= t.num_parallel <= t.padded_parallel < 1 << _MAX_LOG2:
+            _bad(f"template {ti} runs {t.padded_parallel} instances for {t.num_parallel}")
+        for b, (par, offsets), bc in zip(t.inputs, ck.in_layouts, t.broadcast):
+            if b >= len(defined) or not defined[b]:
+                _bad(f"template {ti} reads buffer {b} before it is written")
+            if (par if bc else 1 << sum(lg for lg, _ in par) != t.padded_parallel):
+                _bad(f"template {ti} has an inconsistent parallel layout")
+            if _span(par, offsets, f"template {ti}") >= padded[b]:
+                _bad(f"template {ti} reads past padded buffer {b}")
+        for b, (par, slots) in zip(t.outputs, ck.out_layouts):
+            if b >= len(defined) or defined[b]:
+                _bad(f"template {ti} writes buffer {b}, which exists already")
+            if 1 << sum(lg for lg, _ in par) != t.padded_parallel:
+                _bad(f"template {ti} has an inconsistent output layout")
+            if _span(par, [o for o, _ in slots], f"template {ti}") >= padded[b]:
+                _bad(f"template {ti} writes past padded buffer {b}")
+            defined[b] = True
+    if not all(defined):
+        _bad(f"buffer {defined.index(False)} is never written")
+    if len(g.commitments) != len(g.buffer_points):
+        _bad(f"{len(g.commitments)} commitments for {len(g.buffer_points)} buffers")
+
+
+def _check_history(n, history, what):
+    if not history or history[0][0] != "reshape":
+        _bad(f"{what} has a history that does not start with its shape")
+    shape = None
+    for op, arg in history:
+        if op == "reshape":
+            if int(np.prod(arg, dtype=object)) != n:
+                _bad(f"{what} reshapes {n} elements to {list(arg)}")
+            shape = arg
+        elif sorted(arg) != list(range(len(shape))):
+            _bad(f"{what} transposes {list(shape)} with axes {list(arg)}")
+        else:
+            shape = tuple(shape[a] for a in arg)

@@ -1,0 +1,287 @@
+"""Deferred layouts of the graph recorder: views, split points, padding, commitments.
+
+Vocabulary
+----------
+* A **buffer** is a flat vector of ``N`` field elements.  Its layout is a
+  sorted set of **split points** ``1 = s_0 < s_1 < ... < s_k = N`` where each
+  divides the next: split point ``s`` cuts the vector into ``s`` equal
+  blocks, so ``[1, 3, 15]`` is a ``[3, 5]`` buffer.  The buffer's dimensions
+  are the ratios ``s_i / s_(i-1)`` (outer first); each is padded to a power of
+  two by repeating its last element/row.
+* A **view** (:class:`ViewForm`) is what a handle sees: the buffer read as a
+  row-major ``base`` shape, its axes permuted by ``perm``, and consecutive
+  permuted axes grouped into the view's axes.  Reshapes refine ``base``;
+  transposes permute; a reshape of a transposed view that would need a copy
+  leaves the view *irregular* (fine for host copies, refused in a kernel call).
+* An **operand layout** places one kernel operand in a padded buffer (see
+  :mod:`zorch_nb.kernels.graph_codegen`).
+"""
+from __future__ import annotations
+
+import hashlib
+import struct
+from typing import NamedTuple
+
+import numpy as np
+
+__all__ = ["ViewForm", "initial_view", "reshape_view", "transpose_view", "view_shape",
+           "prefix_points", "merge_points", "dims_of", "padded_dims", "padded_strides",
+           "axis_dims", "input_layout", "output_layout", "pad", "unpad", "apply_history",
+           "merkle_root", "pow2"]
+
+
+def pow2(n: int) -> int:
+    """Smallest power of two ``>= n`` (``n >= 1``)."""
+    return 1 << (int(n) - 1).bit_length()
+
+
+def prefix_points(shape) -> list:
+    """Split points of a row-major shape: ``[1, d0, d0 d1, ...]`` without repeats."""
+    pts = [1]
+    for d in shape:
+        if d != 1:
+            pts.append(pts[-1] * int(d))
+    return pts
+
+
+def merge_points(a, b):
+    """Sorted union of two split-point sets, or ``None`` if it is not a divisibility chain."""
+    pts = sorted(set(a) | set(b))
+    for lo, hi in zip(pts, pts[1:]):
+        if hi % lo:
+            return None
+    return pts
+
+
+class ViewForm(NamedTuple):
+    """How a handle sees its buffer (see the module docstring).
+
+    ``base`` has no axis of length 1; ``groups[k]`` is the number of permuted
+    base axes that form view axis ``k`` (0 for a view axis of length 1);
+    ``irregular`` is ``""`` or the reason the view cannot be used in a kernel.
+    """
+
+    base: tuple
+    perm: tuple
+    groups: tuple
+    irregular: str = ""
+
+
+def _groups_for(pshape, shape):
+    """Group sizes that turn the permuted base ``pshape`` into ``shape`` (or None)."""
+    groups = []
+    j = 0
+    for d in shape:
+        g = 0
+        prod = 1
+        while prod < d and j < len(pshape):
+            prod *= pshape[j]
+            j += 1
+            g += 1
+        if prod != d:
+            return None
+        groups.append(g)
+    return tuple(groups) if j == len(pshape) else None
+
+
+def initial_view(shape) -> ViewForm:
+    """View of a fresh buffer created with row-major ``shape``."""
+    base = tuple(int(d) for d in shape if d != 1)
+    return ViewForm(base, tuple(range(len(base))), _groups_for(base, tuple(shape)))
+
+
+def view_shape(v: ViewForm, shape) -> tuple:
+    return tuple(shape)
+
+
+def reshape_view(v: ViewForm, old_shape, new_shape) -> ViewForm:
+    """The view after ``reshape(new_shape)`` (element counts already checked)."""
+    if v.irregular:
+        return v
+    if v.perm == tuple(range(len(v.perm))):
+        return initial_view(new_shape)
+    pshape = [v.base[a] for a in v.perm]
+    pts = merge_points(prefix_points(pshape), prefix_points(new_shape))
+    if pts is None:
+        return ViewForm(v.base, v.perm, v.groups,
+                        f"reshaping the transposed view {list(old_shape)} into "
+                        f"{list(new_shape)} would need a copy")
+    # Split permuted axes wherever the new shape has a boundary inside one.
+    base = list(v.base)
+    perm = list(v.perm)
+    cum = 1
+    j = 0
+    for u in pts[1:]:
+        while cum * base[perm[j]] <= u and cum < u:
+            cum *= base[perm[j]]
+            j += 1
+        if cum == u:
+            continue
+        a = perm[j]  # base axis a holds the boundary u: split it (outer, inner)
+        outer = u // cum
+        inner = base[a] // outer
+        base[a:a + 1] = [outer, inner]
+        perm = [q + 1 if q > a else q for q in perm]
+        perm[j:j + 1] = [a, a + 1]
+        cum = u
+        j += 1
+    pshape = [base[a] for a in perm]
+    return ViewForm(tuple(base), tuple(perm), _groups_for(pshape, tuple(new_shape)))
+
+
+def transpose_view(v: ViewForm, axes) -> ViewForm:
+    """The view after ``transpose(axes)`` (``axes`` already validated)."""
+    if v.irregular:
+        return v
+    starts = np.concatenate([[0], np.cumsum(v.groups, dtype=np.int64)]).astype(int)
+    perm = []
+    for k in axes:
+        perm.extend(v.perm[starts[k]:starts[k + 1]])
+    return ViewForm(v.base, tuple(perm), tuple(v.groups[k] for k in axes))
+
+
+def apply_history(arr, history):
+    """Apply a recorded shape history (``("reshape", shape)`` / ``("transpose",
+    axes)``) to the flat logical array ``arr`` of a buffer."""
+    for op, arg in history:
+        arr = arr.reshape(arg) if op == "reshape" else arr.transpose(arg)
+    return arr
+
+
+# ------------------------------------------------------------- layouts -------
+
+def dims_of(points) -> tuple:
+    """Buffer dimensions (outer first) of a split-point chain."""
+    return tuple(hi // lo for lo, hi in zip(points, points[1:]))
+
+
+def padded_dims(dims) -> tuple:
+    return tuple(pow2(d) for d in dims)
+
+
+def padded_strides(dims) -> tuple:
+    """Row-major strides of the padded dimensions."""
+    pd = padded_dims(dims)
+    st = [1] * len(pd)
+    for i in range(len(pd) - 2, -1, -1):
+        st[i] = st[i + 1] * pd[i + 1]
+    return tuple(st)
+
+
+def axis_dims(v: ViewForm, points) -> list:
+    """For each view axis, the buffer dimensions it spans (indices, outer first).
+
+    Every prefix point of ``v.base`` must be one of ``points``.
+    """
+    pos = {s: i for i, s in enumerate(points)}
+    base_dims = []
+    cum = 1
+    for b in v.base:
+        lo, hi = pos[cum], pos[cum * b]
+        base_dims.append(list(range(lo, hi)))
+        cum *= b
+    out = []
+    j = 0
+    for g in v.groups:
+        ds = []
+        for a in v.perm[j:j + g]:
+            ds.extend(base_dims[a])
+        out.append(ds)
+        j += g
+    return out
+
+
+def _element_offsets(ax_dims, shape, dims, strides):
+    """Padded offset (relative to the instance) of every element of ``shape``."""
+    offs = np.zeros(int(np.prod(shape, dtype=np.int64)), dtype=np.int64)
+    grid = np.indices(shape).reshape(len(shape), -1) if shape else np.zeros((0, 1), int)
+    for k, ds in enumerate(ax_dims):
+        j = grid[k].astype(np.int64)
+        for i in reversed(ds):
+            offs += (j % dims[i]) * strides[i]
+            j //= dims[i]
+    return offs
+
+
+def input_layout(v: ViewForm, points, broadcast: bool, shape):
+    """``(par, offsets)`` of an input operand whose param shape is ``shape``."""
+    dims = dims_of(points)
+    strides = padded_strides(dims)
+    ax = axis_dims(v, points)
+    par = () if broadcast else tuple((pow2(dims[i]).bit_length() - 1, strides[i])
+                                     for i in ax[0])
+    inner = ax if broadcast else ax[1:]
+    offs = _element_offsets(inner, tuple(shape), dims, strides)
+    return par, tuple(int(o) for o in offs)
+
+
+def parallel_sizes(v: ViewForm, points) -> tuple:
+    """Logical sizes of the buffer dimensions of a parallel operand's first axis."""
+    dims = dims_of(points)
+    return tuple(dims[i] for i in axis_dims(v, points)[0])
+
+
+def output_layout(points, num_parallel: int, shape):
+    """``(par, slots)`` of an output buffer ``[num_parallel] + shape``."""
+    dims = dims_of(points)
+    strides = padded_strides(dims)
+    v = initial_view((num_parallel,) + tuple(shape))
+    ax = axis_dims(v, points)
+    par = tuple((pow2(dims[i]).bit_length() - 1, strides[i]) for i in ax[0])
+    inner = [i for ds in ax[1:] for i in ds]
+    pd = padded_dims(dims)
+    # Every padded slot of the instance takes the element at its clamped index.
+    pgrid = np.indices([pd[i] for i in inner]).reshape(len(inner), -1) if inner \
+        else np.zeros((0, 1), int)
+    off = np.zeros(pgrid.shape[1], dtype=np.int64)
+    elem = np.zeros(pgrid.shape[1], dtype=np.int64)
+    row = 0
+    for k, ds in enumerate(ax[1:]):
+        j = np.zeros(pgrid.shape[1], dtype=np.int64)
+        for i in ds:
+            q = pgrid[row].astype(np.int64)
+            off += q * strides[i]
+            j = j * dims[i] + np.minimum(q, dims[i] - 1)
+            row += 1
+        elem = elem * shape[k] + j
+    return par, tuple(zip((int(o) for o in off), (int(e) for e in elem)))
+
+
+def pad(xp, flat, points):
+    """Padded copy of a buffer's logical ``flat`` values (replicating last rows)."""
+    dims = dims_of(points)
+    arr = flat.reshape(dims) if dims else flat.reshape(())
+    for axis, d in enumerate(dims):
+        pd = pow2(d)
+        if pd != d:
+            idx = np.minimum(np.arange(pd), d - 1)
+            arr = xp.take(arr, xp.asarray(idx), axis=axis)
+    return xp.ascontiguousarray(arr).reshape(-1)
+
+
+def unpad(padded, points):
+    """Logical flat values of a padded buffer."""
+    dims = dims_of(points)
+    arr = padded.reshape(padded_dims(dims)) if dims else padded.reshape(())
+    return arr[tuple(slice(0, d) for d in dims)].reshape(-1)
+
+
+_LEAF_WORDS = 16
+
+
+def merkle_root(words) -> bytes:
+    """Merkle root (SHA-256) of a padded buffer's little-endian uint32 words.
+
+    Leaves are ``sha256(0x00 || 64-byte chunk)`` (the whole buffer when it is
+    shorter), inner nodes ``sha256(0x01 || left || right)``; the commitment is
+    ``sha256("zorch_nb merkle v1" || le64(len) || root)``.
+    """
+    data = np.ascontiguousarray(words, dtype="<u4").tobytes()
+    n = len(data) // 4
+    step = 4 * _LEAF_WORDS
+    level = [hashlib.sha256(b"\x00" + data[i:i + step]).digest()
+             for i in range(0, max(len(data), 1), step)]
+    while len(level) > 1:
+        level = [hashlib.sha256(b"\x01" + level[i] + level[i + 1]).digest()
+                 for i in range(0, len(level), 2)]
+    return hashlib.sha256(b"zorch_nb merkle v1" + struct.pack("<Q", n) + level[0]).digest()

@@ -1,0 +1,501 @@
+"""Kernel definition for the deferred-graph recorder: ``@kernel`` and tracing.
+
+A kernel is a Python function over fixed-shape arrays of field elements::
+
+    @kernel
+    def add_2(x: In[2], out: Out[()]):
+        out[()] = x[0] + x[1]
+
+Decorating runs the body once on tracer objects and records an SSA IR
+(:class:`KernelIR`); the body is never run again.  Inside the body, inputs
+are indexed with integers, elements combine with ``+``, ``-``, ``*`` and
+unary ``-`` (integer constants allowed), :func:`assert_eq` records an
+equality the values must satisfy, and outputs are assigned by item.  Plain
+Python control flow over Python integers (``for i in range(8)``) unrolls.
+Anything else is refused when the decorator runs, with the line and the
+variable involved in the message.
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+import linecache
+import sys
+import threading
+from typing import NamedTuple
+
+import numpy as np
+
+from .kernels.graph_codegen import OP_ADD, OP_CONST, OP_LOAD, OP_MUL, OP_NEG, OP_SUB
+
+__all__ = ["In", "Out", "InOut", "ParamSpec", "Kernel", "KernelIR", "kernel", "assert_eq",
+           "KernelDefinitionError"]
+
+_I64 = 1 << 63
+
+
+class KernelDefinitionError(ValueError):
+    """A ``@kernel`` body that cannot be traced into the IR."""
+
+
+class ParamSpec(NamedTuple):
+    """One annotated kernel parameter: ``kind`` is ``"in"``, ``"out"`` or ``"inout"``."""
+
+    kind: str
+    shape: tuple
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+
+def _shape_key(kind: str, item) -> ParamSpec:
+    items = item if isinstance(item, tuple) else (item,)
+    shape = []
+    for d in items:
+        if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)) or d < 1:
+            label = {"in": "In", "out": "Out", "inout": "InOut"}[kind]
+            raise TypeError(f"{label}[...] takes positive integer dimensions "
+                            f"(e.g. {label}[16], {label}[4, 8], {label}[()]), not {item!r}")
+        shape.append(int(d))
+    return ParamSpec(kind, tuple(shape))
+
+
+class _Marker:
+    _kind = ""
+
+    def __class_getitem__(cls, item):
+        return _shape_key(cls._kind, item)
+
+
+class In(_Marker):
+    """Annotation of an input parameter: ``In[16]``, ``In[4, 8]``, ``In[()]``."""
+
+    _kind = "in"
+
+
+class Out(_Marker):
+    """Annotation of an output parameter (a fresh buffer per call)."""
+
+    _kind = "out"
+
+
+class InOut(_Marker):
+    """Annotation of a parameter read and written (the input is not mutated:
+    the written result is a fresh buffer; unassigned elements keep their
+    input value)."""
+
+    _kind = "inout"
+
+
+class KernelIR(NamedTuple):
+    """The traced form of a kernel: plain data, serializable, field-agnostic.
+
+    Attributes
+    ----------
+    name : str
+        The function's name (messages only).
+    params : tuple of (name, kind, shape)
+        Parameters in declaration order.
+    consts : tuple of int
+        Integer constants (signed 64-bit), reduced modulo p when run.
+    nodes : tuple of (op, a, b)
+        SSA nodes (see :mod:`zorch_nb.kernels.graph_codegen`); ``OP_LOAD``
+        operands count the In/InOut parameters in order.
+    asserts : tuple of (x, y, where)
+        Node pairs that must be equal; ``where`` locates the ``assert_eq``.
+    outputs : tuple of tuple of int
+        Per Out/InOut parameter (in order), the node of every element.
+    """
+
+    name: str
+    params: tuple
+    consts: tuple
+    nodes: tuple
+    asserts: tuple
+    outputs: tuple
+
+    @property
+    def in_params(self) -> tuple:
+        return tuple(p for p in self.params if p[1] in ("in", "inout"))
+
+    @property
+    def out_params(self) -> tuple:
+        return tuple(p for p in self.params if p[1] in ("out", "inout"))
+
+
+class Kernel:
+    """A traced kernel; create with :func:`kernel`.
+
+    Attributes
+    ----------
+    name : str
+    ir : KernelIR
+    fingerprint : str
+        Hex SHA-256 of the serialized IR: the identity used to deduplicate
+        compiled kernels and to compare graphs.
+    """
+
+    def __init__(self, ir: KernelIR, fn=None):
+        from .graph_format import kernel_fingerprint
+        self.ir = ir
+        self.name = ir.name
+        self.fingerprint = kernel_fingerprint(ir)
+        self.__wrapped__ = fn
+        self.__doc__ = getattr(fn, "__doc__", None)
+
+    @property
+    def params(self) -> tuple:
+        return self.ir.params
+
+    def __repr__(self):
+        sig = ", ".join(f"{n}: {k.capitalize() if k != 'inout' else 'InOut'}{list(s)}"
+                        for n, k, s in self.ir.params)
+        return f"<zorch_nb kernel {self.name}({sig}), {len(self.ir.nodes)} nodes>"
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError(f"kernel `{self.name}` is not called directly; use "
+                        f"Context.call_kernel({self.name}, num_parallel, *handles)")
+
+
+# ---------------------------------------------------------------- tracing ----
+
+_state = threading.local()
+
+
+class _Tracer:
+    def __init__(self, name: str, code):
+        self.name = name
+        self.code = code
+        self.nodes: list = []
+        self.memo: dict = {}
+        self.consts: list = []
+        self.const_index: dict = {}
+        self.asserts: list = []
+
+    def where(self) -> str:
+        """``line N (`source`)`` of the kernel body line being traced."""
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_code is not self.code:
+            frame = frame.f_back
+        if frame is None:
+            return "in the body"
+        text = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+        return f"line {frame.f_lineno} (`{text}`)" if text else f"line {frame.f_lineno}"
+
+    def fail(self, message: str, cls=KernelDefinitionError):
+        raise cls(f"kernel `{self.name}`, {self.where()}: {message}")
+
+    def node(self, op, a, b=0) -> int:
+        key = (op, a, b)
+        if key not in self.memo:
+            self.memo[key] = len(self.nodes)
+            self.nodes.append(key)
+        return self.memo[key]
+
+    def const(self, value, context: str) -> int:
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            self.fail(f"{context}: constant {value!r} must be an integer "
+                      f"(field elements are integers modulo p), not {type(value).__name__}")
+        value = int(value)
+        if not -_I64 <= value < _I64:
+            self.fail(f"{context}: constant {value} must fit in a signed 64-bit integer")
+        if value not in self.const_index:
+            self.const_index[value] = len(self.consts)
+            self.consts.append(value)
+        return self.node(OP_CONST, self.const_index[value])
+
+
+def _active(what: str) -> _Tracer:
+    tr = getattr(_state, "tracer", None)
+    if tr is None:
+        raise RuntimeError(f"{what} can only be used inside a @kernel body")
+    return tr
+
+
+class _Value:
+    """A traced field element (one IR node)."""
+
+    __slots__ = ("_tr", "_id", "_label")
+
+    def __init__(self, tr, node_id, label):
+        self._tr = tr
+        self._id = node_id
+        self._label = label
+
+    def _operand(self, other, op_text):
+        if isinstance(other, _Value):
+            return other._id, other._label
+        if isinstance(other, _TracedArray):
+            self._tr.fail(f"`{other._name}` is an array; index it (e.g. `{other._name}"
+                          f"[{', '.join('0' * len(other._shape)) or '()'}]`) before `{op_text}`")
+        return self._tr.const(other, f"`{self._label} {op_text} {other!r}`"), str(other)
+
+    def _bin(self, op, other, sym, swap=False):
+        oid, olabel = self._operand(other, sym)
+        a, b = (oid, self._id) if swap else (self._id, oid)
+        la, lb = (olabel, self._label) if swap else (self._label, olabel)
+        return _Value(self._tr, self._tr.node(op, a, b), f"({la} {sym} {lb})")
+
+    def __add__(self, o):
+        return self._bin(OP_ADD, o, "+")
+
+    def __radd__(self, o):
+        return self._bin(OP_ADD, o, "+", swap=True)
+
+    def __sub__(self, o):
+        return self._bin(OP_SUB, o, "-")
+
+    def __rsub__(self, o):
+        return self._bin(OP_SUB, o, "-", swap=True)
+
+    def __mul__(self, o):
+        return self._bin(OP_MUL, o, "*")
+
+    def __rmul__(self, o):
+        return self._bin(OP_MUL, o, "*", swap=True)
+
+    def __neg__(self):
+        return _Value(self._tr, self._tr.node(OP_NEG, self._id), f"(-{self._label})")
+
+    def __pos__(self):
+        return self
+
+    def _refuse(self, what):
+        def method(*args):
+            self._tr.fail(f"{what} is not supported on field value `{self._label}`; "
+                          f"kernels support + - * , unary - and assert_eq(a, b)")
+        return method
+
+    def __getattr__(self, name):
+        raise AttributeError(name)
+
+    def __bool__(self):
+        self._tr.fail(f"field value `{self._label}` has no truth value (data-dependent "
+                      f"control flow cannot be traced); use assert_eq(a, b) to check values")
+
+    def __index__(self):
+        self._tr.fail(f"field value `{self._label}` cannot be used as an index or int; "
+                      f"indices must be Python integers")
+
+    __int__ = __index__
+    __float__ = __index__
+
+    def __eq__(self, other):
+        self._tr.fail(f"`==` is not supported on field value `{self._label}`; "
+                      f"use assert_eq(a, b)")
+
+    __hash__ = None
+
+    def __repr__(self):
+        return f"<traced field value {self._label}>"
+
+
+def _install_refusals():
+    ops = {"__truediv__": "`/`", "__rtruediv__": "`/`", "__floordiv__": "`//`",
+           "__rfloordiv__": "`//`", "__mod__": "`%`", "__rmod__": "`%`", "__pow__": "`**`",
+           "__rpow__": "`**`", "__lshift__": "`<<`", "__rlshift__": "`<<`",
+           "__rshift__": "`>>`", "__rrshift__": "`>>`", "__and__": "`&`", "__rand__": "`&`",
+           "__or__": "`|`", "__ror__": "`|`", "__xor__": "`^`", "__rxor__": "`^`",
+           "__invert__": "`~`", "__matmul__": "`@`", "__rmatmul__": "`@`",
+           "__lt__": "`<`", "__le__": "`<=`", "__gt__": "`>`", "__ge__": "`>=`",
+           "__ne__": "`!=`", "__abs__": "abs()", "__divmod__": "divmod()",
+           "__array__": "conversion to a NumPy array", "__round__": "round()"}
+    for meth, what in ops.items():
+        def refuse(self, *args, _what=what):
+            self._tr.fail(f"{_what} is not supported on field value `{self._label}`; "
+                          f"kernels support + - * , unary - and assert_eq(a, b)")
+        setattr(_Value, meth, refuse)
+
+
+_install_refusals()
+
+
+class _TracedArray:
+    """Stand-in for one kernel parameter while the body is traced."""
+
+    def __init__(self, tr, name, spec, in_index):
+        self._tr = tr
+        self._name = name
+        self._kind = spec.kind
+        self._shape = spec.shape
+        self._in_index = in_index
+        self._assigned: dict = {}
+
+    def _flat(self, idx) -> tuple:
+        items = idx if isinstance(idx, tuple) else (idx,)
+        shown = f"{self._name}[{', '.join(repr(i) for i in items) if items else '()'}]"
+        if len(items) != len(self._shape):
+            self._tr.fail(f"`{shown}` must index all {len(self._shape)} dimensions of "
+                          f"`{self._name}` (shape {self._shape}) with integers")
+        flat = 0
+        for i, n in zip(items, self._shape):
+            if isinstance(i, _Value):
+                self._tr.fail(f"`{self._name}` is indexed with the field value "
+                              f"`{i._label}`; indices must be Python integers")
+            if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
+                self._tr.fail(f"`{shown}`: indices of `{self._name}` must be integers, "
+                              f"not {type(i).__name__} (slices are not supported)")
+            i = int(i)
+            if not -n <= i < n:
+                self._tr.fail(f"`{shown}` reads past the shape of `{self._name}` "
+                              f"{self._shape}", cls=KernelDefinitionError)
+            flat = flat * n + (i % n)
+        return flat, shown
+
+    def __getitem__(self, idx):
+        flat, shown = self._flat(idx)
+        if flat in self._assigned:
+            return self._assigned[flat]
+        if self._kind == "out":
+            self._tr.fail(f"`{shown}` reads the output `{self._name}` before it is assigned")
+        return _Value(self._tr, self._tr.node(OP_LOAD, self._in_index, flat), shown)
+
+    def __setitem__(self, idx, value):
+        flat, shown = self._flat(idx)
+        if self._kind == "in":
+            self._tr.fail(f"`{self._name}` is an input (In[...]) and cannot be assigned; "
+                          f"declare it Out[...] or InOut[...]")
+        if isinstance(value, _TracedArray):
+            self._tr.fail(f"`{shown} = {value._name}` assigns a whole array; assign "
+                          f"one element (e.g. `{value._name}[...]`)")
+        if not isinstance(value, _Value):
+            value = _Value(self._tr, self._tr.const(value, f"`{shown} = {value!r}`"),
+                           repr(value))
+        self._assigned[flat] = value
+
+    def _refuse(self, *args):
+        self._tr.fail(f"`{self._name}` is an array parameter; index it with integers "
+                      f"(arithmetic, iteration and len() apply to elements only)")
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _refuse
+    __neg__ = __iter__ = __len__ = __bool__ = __truediv__ = __matmul__ = _refuse
+
+    @property
+    def shape(self) -> tuple:
+        """The parameter's shape (a tuple of ints)."""
+        return self._shape
+
+
+def assert_eq(a, b) -> None:
+    """Inside a ``@kernel`` body: require ``a == b`` in the field.
+
+    Recorded in the IR; a call whose values break it raises ``ValueError``
+    naming the kernel, the line and the first failing instance.
+    """
+    tr = _active("assert_eq")
+    ids = []
+    for v in (a, b):
+        if isinstance(v, _Value):
+            ids.append(v._id)
+        elif isinstance(v, _TracedArray):
+            tr.fail(f"assert_eq compares elements; `{v._name}` is an array (index it)")
+        else:
+            ids.append(tr.const(v, "assert_eq"))
+    tr.asserts.append((ids[0], ids[1], tr.where()))
+
+
+def _trace(fn) -> KernelIR:
+    name = getattr(fn, "__name__", "kernel")
+    if not inspect.isfunction(fn):
+        raise TypeError(f"Argument `fn` of @kernel must be a Python function, not "
+                        f"{type(fn).__name__}")
+    try:
+        hints = inspect.get_annotations(fn, eval_str=True)
+    except Exception as exc:
+        raise KernelDefinitionError(f"kernel `{name}`: cannot evaluate the parameter "
+                                    f"annotations ({exc})") from None
+    params = []
+    for pname, prm in inspect.signature(fn).parameters.items():
+        if prm.kind not in (prm.POSITIONAL_ONLY, prm.POSITIONAL_OR_KEYWORD):
+            raise KernelDefinitionError(f"kernel `{name}`: parameter `{pname}` must be a "
+                                        f"plain positional parameter")
+        spec = hints.get(pname)
+        if not isinstance(spec, ParamSpec):
+            raise KernelDefinitionError(
+                f"kernel `{name}`: parameter `{pname}` must be annotated In[...], Out[...] "
+                f"or InOut[...], not {spec!r}")
+        params.append((pname, spec))
+    if not any(s.kind in ("out", "inout") for _, s in params):
+        raise KernelDefinitionError(f"kernel `{name}` has no Out[...] or InOut[...] "
+                                    f"parameter, so it computes nothing")
+    tr = _Tracer(name, fn.__code__)
+    arrays = []
+    n_in = 0
+    for pname, spec in params:
+        arrays.append(_TracedArray(tr, pname, spec, n_in if spec.kind != "out" else None))
+        n_in += spec.kind != "out"
+    if getattr(_state, "tracer", None) is not None:
+        raise KernelDefinitionError(f"kernel `{name}` is defined inside another kernel body")
+    _state.tracer = tr
+    try:
+        result = fn(*arrays)
+    except KernelDefinitionError:
+        raise
+    except Exception as exc:
+        raise KernelDefinitionError(
+            f"kernel `{name}` cannot be traced: {type(exc).__name__}: {exc}") from exc
+    finally:
+        _state.tracer = None
+    if result is not None:
+        raise KernelDefinitionError(f"kernel `{name}` returns a value; kernels assign "
+                                    f"their Out[...] parameters by item instead")
+    outputs = []
+    for arr in arrays:
+        if arr._kind == "in":
+            continue
+        size = int(np.prod(arr._shape, dtype=np.int64))
+        ids = []
+        for flat in range(size):
+            if flat in arr._assigned:
+                ids.append(arr._assigned[flat]._id)
+            elif arr._kind == "inout":
+                ids.append(tr.node(OP_LOAD, arr._in_index, flat))
+            else:
+                idx = np.unravel_index(flat, arr._shape) if arr._shape else ()
+                raise KernelDefinitionError(
+                    f"kernel `{name}` leaves output `{arr._name}` element "
+                    f"{arr._name}[{', '.join(str(int(i)) for i in idx) or '()'}] unassigned; "
+                    f"assign every element of an Out[...] parameter")
+        outputs.append(tuple(ids))
+    return KernelIR(name=name,
+                    params=tuple((n, s.kind, s.shape) for n, s in params),
+                    consts=tuple(tr.consts),
+                    nodes=tuple(tr.nodes),
+                    asserts=tuple(tr.asserts),
+                    outputs=tuple(outputs))
+
+
+def kernel(fn) -> Kernel:
+    """Decorator: trace ``fn`` into a :class:`Kernel`.
+
+    Parameters
+    ----------
+    fn : function
+        Every parameter annotated ``In[shape]``, ``Out[shape]`` or
+        ``InOut[shape]``; at least one output.
+
+    Returns
+    -------
+    Kernel
+
+    Raises
+    ------
+    KernelDefinitionError
+        (a ``ValueError``) for an unassigned output element, an index past a
+        shape, an unsupported operation or a bad annotation, naming the
+        variable and the line.
+
+    Examples
+    --------
+    >>> @kernel
+    ... def add_2(x: In[2], out: Out[()]):
+    ...     out[()] = x[0] + x[1]
+    >>> add_2.params
+    (('x', 'in', (2,)), ('out', 'out', ()))
+    """
+    return Kernel(_trace(fn), fn)
+
+
+def ir_digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
