@@ -50,8 +50,11 @@ formatted into the text, never names or strings.
 """
 from __future__ import annotations
 
+from .cuda_source import read_source
+from .field_params import FieldParams, cuda_defines
+
 __all__ = ["OP_LOAD", "OP_CONST", "OP_ADD", "OP_SUB", "OP_MUL", "OP_NEG", "OP_NAMES",
-           "python_source", "cuda_source", "cuda_symbol"]
+           "python_source", "cuda_source", "cuda_symbol", "translation_unit"]
 
 OP_LOAD = 0
 OP_CONST = 1
@@ -193,3 +196,8 @@ def cuda_source(name: str, nodes, asserts, outputs, in_layouts, out_layouts) -> 
              f"        {sym}_element(t, {', '.join(args)});",
              "    }", "}", "#endif", ""]
     return "\n".join(text)
+
+
+def translation_unit(field: FieldParams, generated: str) -> str:
+    """Complete CUDA C source: field preamble + ``monty.cuh`` + ``generated``."""
+    return cuda_defines(field) + read_source("monty.cuh") + "\n" + generated

@@ -9,18 +9,13 @@ from __future__ import annotations
 import cupy
 import numpy as np
 
-from .cuda_source import read_source
-from .field_params import FIELDS, FieldParams, cuda_defines
+from .field_params import FIELDS
+from .graph_codegen import translation_unit
 from .launch_config import THREADS_PER_BLOCK, grid_for
 
-__all__ = ["translation_unit", "raw_module", "run_evaluator"]
+__all__ = ["raw_module", "run_evaluator"]
 
 NVRTC_OPTIONS = ("-std=c++17",)
-
-
-def translation_unit(field: FieldParams, generated: str) -> str:
-    """Complete CUDA C source of a generated evaluator for ``field``."""
-    return cuda_defines(field) + read_source("monty.cuh") + "\n" + generated
 
 
 @cupy.memoize(for_each_device=True)

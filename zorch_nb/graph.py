@@ -739,7 +739,8 @@ def _first_difference(g: ComputationGraph, h: ComputationGraph):
     return None
 
 
-def run_computation_graph(graph: ComputationGraph, inputs, backend=None) -> tuple:
+def run_computation_graph(graph: ComputationGraph, inputs, backend=None, *,
+                          padded: bool = False) -> tuple:
     """Evaluate a saved graph on new inputs, without the program that made it.
 
     Parameters
@@ -750,6 +751,9 @@ def run_computation_graph(graph: ComputationGraph, inputs, backend=None) -> tupl
         shape.
     backend : {None, "cpu", "cupy"}
         ``None``/``"cpu"``: Numba CPU evaluators; ``"cupy"``: generated CUDA C.
+    padded : bool, optional
+        Also return every padded buffer (canonical values, NumPy, shaped by
+        its padded dimensions) as a third element.
 
     Returns
     -------
@@ -798,5 +802,10 @@ def run_computation_graph(graph: ComputationGraph, inputs, backend=None) -> tupl
     for bid, history in graph.outputs:
         words = apply_history(unpad(bufs[bid], points[bid]), history)
         results.append(_to_host(F.decode(words.copy())))
-    commitments = tuple(merkle_root(_to_host(b)) for b in bufs)
+    host = [_to_host(b) for b in bufs]
+    commitments = tuple(merkle_root(b) for b in host)
+    if padded:
+        exported = tuple(F.decode(b).reshape(padded_dims(dims_of(pts)))
+                         for b, pts in zip(host, points))
+        return tuple(results), commitments, exported
     return tuple(results), commitments

@@ -112,7 +112,7 @@ def reshape_view(v: ViewForm, old_shape, new_shape) -> ViewForm:
     cum = 1
     j = 0
     for u in pts[1:]:
-        while cum * base[perm[j]] <= u and cum < u:
+        while j < len(perm) and cum < u and cum * base[perm[j]] <= u:
             cum *= base[perm[j]]
             j += 1
         if cum == u:

@@ -1,0 +1,523 @@
+"""Deferred-graph recorder (DESIGN.md §3): recording, layouts, replay, serialization."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from zorch_nb import BabyBear, KoalaBear
+from zorch_nb.graph import (ComputationGraph, Context, In, InOut, KernelDefinitionError, Out,
+                            assert_eq, kernel, run_computation_graph)
+
+P = KoalaBear.p
+
+
+@kernel
+def add_2(x: In[2], out: Out[()]):
+    out[()] = x[0] + x[1]
+
+
+@kernel
+def add_16(x: In[16], out: Out[()]):
+    s = x[0]
+    for i in range(1, 16):
+        s = s + x[i]
+    out[()] = s
+
+
+@kernel
+def row_sum_5(x: In[5], out: Out[()]):
+    out[()] = x[0] + x[1] + x[2] + x[3] + x[4]
+
+
+@kernel
+def row_sum_3(x: In[3], out: Out[()]):
+    out[()] = x[0] + x[1] + x[2]
+
+
+@kernel
+def sum_3x5(x: In[3, 5], out: Out[()]):
+    s = x[0, 0]
+    for i in range(3):
+        for j in range(5):
+            if (i, j) != (0, 0):
+                s = s + x[i, j]
+    out[()] = s
+
+
+def reference_program(ctx, lanes=1, offset=0):
+    """16x2 input per lane -> add_2 x16 -> [lanes,16] -> add_16 x lanes -> [] or [lanes]."""
+    vals = np.arange(1, 33).reshape(16, 2)
+    data = np.concatenate([vals + offset + k for k in range(lanes)])
+    a = ctx.copy_to_device(data)
+    (b,) = ctx.call_kernel(add_2, 16 * lanes, a)
+    (c,) = ctx.call_kernel(add_16, lanes, b.reshape([lanes, 16]))
+    return a, (c.reshape([]) if lanes == 1 else c)
+
+
+# ------------------------------------------------------------ reference ----
+
+def test_reference_program_gives_528():
+    ctx = Context()
+    a, c = reference_program(ctx)
+    assert c.shape == ()
+    out = ctx.copy_to_host(c)
+    assert out.shape == () and int(out) == 528
+
+
+def test_reference_lanes_give_528_plus_32k():
+    ctx = Context()
+    a, c = reference_program(ctx, lanes=5)
+    np.testing.assert_array_equal(ctx.copy_to_host(c), 528 + 32 * np.arange(5))
+    g = ctx.generate_computation_graph([a], [c])
+    new = np.concatenate([np.arange(1, 33).reshape(16, 2) + 10 * k for k in range(5)])
+    (out,), _ = run_computation_graph(g, [new])
+    np.testing.assert_array_equal(out, 528 + 320 * np.arange(5))
+
+
+def test_graph_structure_and_replay_matches_recording():
+    ctx = Context()
+    a, c = reference_program(ctx)
+    g = ctx.generate_computation_graph([a], [c])
+    assert g.field == "koalabear"
+    assert g.buffer_points == ((1, 16, 32), (1, 16), (1,))
+    assert g.padded_lengths == (32, 16, 1)
+    assert [t.num_parallel for t in g.templates] == [16, 1]
+    assert [t.padded_parallel for t in g.templates] == [16, 1]
+    assert [t.broadcast for t in g.templates] == [(False,), (False,)]
+    assert [t.inputs for t in g.templates] == [(0,), (1,)]
+    assert [t.outputs for t in g.templates] == [(1,), (2,)]
+    assert len(g.commitments) == 3 and all(len(x) == 32 for x in g.commitments)
+    (out,), commitments = run_computation_graph(g, [np.arange(1, 33).reshape(16, 2)])
+    assert int(out) == 528
+    assert commitments == g.commitments  # compiled, padded replay == eager recording
+    (out,), commitments = run_computation_graph(g, [np.arange(32).reshape(16, 2)])
+    assert int(out) == 496 and commitments != g.commitments
+
+
+def test_compiled_kernels_are_deduplicated():
+    ctx = Context()
+    x = ctx.copy_to_device(np.arange(32).reshape(16, 2))
+    (y,) = ctx.call_kernel(add_2, 16, x)
+    (z,) = ctx.call_kernel(add_2, 16, x)
+    (w,) = ctx.call_kernel(add_2, 8, y.reshape([8, 2]))
+    g = ctx.generate_computation_graph([x], [z, w])
+    assert len(g.kernels) == 1
+    assert [t.compiled for t in g.templates] == [0, 0, 1]
+
+
+# ------------------------------------------------------ save / reload -----
+
+_REPLAY_SCRIPT = """
+import json, sys
+import numpy as np
+from zorch_nb.graph import ComputationGraph, run_computation_graph
+g = ComputationGraph.load(sys.argv[1])
+new = np.concatenate([np.arange(1, 33).reshape(16, 2) * 2 + k for k in range(3)])
+(out,), commitments = run_computation_graph(g, [new])
+print(json.dumps({"out": out.tolist(), "commitments": [c.hex() for c in commitments]}))
+"""
+
+
+def test_save_load_in_fresh_process_and_replay(tmp_path):
+    ctx = Context()
+    a, c = reference_program(ctx, lanes=3)
+    g = ctx.generate_computation_graph([a], [c])
+    path = tmp_path / "reference.zgraph"
+    g.save(path)
+    assert ComputationGraph.load(path) == g
+    res = subprocess.run([sys.executable, "-c", _REPLAY_SCRIPT, str(path)], check=True,
+                         capture_output=True, text=True, env=dict(os.environ))
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    new = np.concatenate([np.arange(1, 33).reshape(16, 2) * 2 + k for k in range(3)])
+    (out,), commitments = run_computation_graph(g, [new])
+    assert got["out"] == out.tolist() == [2 * 528 + 32 * k for k in range(3)]
+    assert got["commitments"] == [x.hex() for x in commitments]
+
+
+def test_serialization_is_deterministic():
+    graphs = []
+    for _ in range(2):
+        ctx = Context()
+        a, c = reference_program(ctx, lanes=2)
+        graphs.append(ctx.generate_computation_graph([a], [c]).to_bytes())
+    assert graphs[0] == graphs[1]
+    assert graphs[0][:8] == b"ZORCHGR\x00"
+    g = ComputationGraph.from_bytes(graphs[0])
+    assert g.to_bytes() == graphs[0]
+
+
+@pytest.fixture(scope="module")
+def small_graph_bytes():
+    ctx = Context()
+    a, c = reference_program(ctx)
+    return ctx.generate_computation_graph([a], [c]).to_bytes()
+
+
+def test_every_flipped_byte_is_detected(small_graph_bytes):
+    data = small_graph_bytes
+    for i in range(len(data)):
+        for bit in (0x01, 0x80):
+            bad = bytearray(data)
+            bad[i] ^= bit
+            with pytest.raises(ValueError):
+                ComputationGraph.from_bytes(bytes(bad))
+
+
+def test_truncated_wrong_version_and_crafted_files(small_graph_bytes):
+    data = small_graph_bytes
+    for n in (0, 5, 19, 20, len(data) // 2, len(data) - 1):
+        with pytest.raises(ValueError, match="truncated|shorter"):
+            ComputationGraph.from_bytes(data[:n])
+    with pytest.raises(ValueError, match="trailing"):
+        ComputationGraph.from_bytes(data + b"\x00")
+    wrong = bytearray(data)
+    wrong[8:12] = (2).to_bytes(4, "little")
+    with pytest.raises(ValueError, match="version 2"):
+        ComputationGraph.from_bytes(bytes(wrong))
+    with pytest.raises(ValueError, match="bad magic"):
+        ComputationGraph.from_bytes(b"\x80\x04" + data[2:])  # e.g. a pickle
+    with pytest.raises(ValueError, match="checksum"):
+        ComputationGraph.from_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+
+
+def test_crafted_graph_with_valid_checksum_is_refused():
+    import hashlib
+    from zorch_nb import graph_format as fmt
+    ctx = Context()
+    a, c = reference_program(ctx)
+    g = ctx.generate_computation_graph([a], [c])
+    # An evaluator offset past its buffer: the checksum is fine, validation is not.
+    ck = g.compiled_kernels[0]
+    par, offsets = ck.in_layouts[0]
+    evil = ComputationGraph(g.field, g.kernels,
+                            [ck._replace(in_layouts=((par, (0, 10**6)),))] +
+                            list(g.compiled_kernels[1:]), g.buffer_points, g.templates,
+                            g.inputs, g.outputs, g.constants, g.commitments)
+    with pytest.raises(ValueError, match="reads past padded buffer"):
+        ComputationGraph.from_bytes(evil.to_bytes())
+    body = g.to_bytes()[:-32]
+    body = body.replace(b"koalabear", b"koalabeaR")
+    with pytest.raises(ValueError, match="unknown field"):
+        ComputationGraph.from_bytes(body + hashlib.sha256(body).digest())
+    assert fmt.FORMAT_VERSION == 1
+
+
+# ------------------------------------------------------------- layouts -----
+
+def test_parallel_3x5_and_1x3x5_share_one_32_slot_buffer():
+    ctx = Context()
+    vals = np.arange(15).reshape(3, 5) * 7 + 1
+    x = ctx.copy_to_device(vals)
+    (rows,) = ctx.call_kernel(row_sum_5, 3, x)
+    (total,) = ctx.call_kernel(sum_3x5, 1, x.reshape([1, 3, 5]))
+    np.testing.assert_array_equal(ctx.copy_to_host(rows), vals.sum(axis=1))
+    np.testing.assert_array_equal(ctx.copy_to_host(total), [vals.sum()])
+    g = ctx.generate_computation_graph([x], [rows, total])
+    assert g.buffer_points[x.buffer_id] == (1, 3, 15)
+    assert g.buffer_dims[x.buffer_id] == (3, 5)
+    assert g.padded_lengths[x.buffer_id] == 32
+    users = [t for t in g.templates if x.buffer_id in t.inputs]
+    assert len(users) == 2  # both calls read buffer 0: one buffer, one commitment
+    (r, t), commitments, padded = run_computation_graph(g, [vals], padded=True)
+    assert commitments[x.buffer_id] == g.commitments[x.buffer_id]
+    assert padded[x.buffer_id].shape == (4, 8)
+    np.testing.assert_array_equal(r, vals.sum(axis=1))
+    np.testing.assert_array_equal(t, [vals.sum()])
+
+
+def test_3x5_with_5x3_is_refused():
+    ctx = Context()
+    x = ctx.copy_to_device(np.arange(15).reshape(3, 5))
+    ctx.call_kernel(row_sum_5, 3, x)
+    with pytest.raises(ValueError, match=r"illegal shape operation.*\[3, 5\].*\[5, 3\]"):
+        ctx.call_kernel(row_sum_3, 5, x.reshape([5, 3]))
+    # The refused call left nothing behind: the buffer keeps its [3, 5] layout.
+    (y,) = ctx.call_kernel(row_sum_5, 3, x)
+    g = ctx.generate_computation_graph([x], [y])
+    assert len(g.templates) == 2 and g.buffer_points[0] == (1, 3, 15)
+
+
+def test_padding_repeats_last_element_and_row():
+    ctx = Context()
+    vals = np.arange(15).reshape(3, 5) + 100
+    x = ctx.copy_to_device(vals)
+    (rows,) = ctx.call_kernel(row_sum_5, 3, x)
+    g = ctx.generate_computation_graph([x], [rows])
+    _, _, padded = run_computation_graph(g, [vals], padded=True)
+    px = padded[x.buffer_id]
+    expected = vals[np.minimum(np.arange(4), 2)][:, np.minimum(np.arange(8), 4)]
+    np.testing.assert_array_equal(px, expected)
+    assert (px[3] == px[2]).all() and (px[:, 5:] == px[:, 4:5]).all()
+    # Outputs are padded the same way: the 4th instance repeats the 3rd.
+    pr = padded[rows.buffer_id]
+    np.testing.assert_array_equal(pr, np.append(vals.sum(axis=1), vals[2].sum()))
+
+
+def test_parallel_boundary_splits_propagate_to_a_fixed_point():
+    # x is also used as [2, 3, 2] (instances split 2 x 3); y only as [6, 2].  The
+    # call over both must give y the same instance split, or the padded
+    # instances of x (2 x 4) and y (8) would not line up.
+    @kernel
+    def pair_add(a: In[2], b: In[2], out: Out[2]):
+        out[0] = a[0] + b[0]
+        out[1] = a[1] * b[1]
+
+    @kernel
+    def block_sum(a: In[3, 2], out: Out[()]):
+        out[()] = a[0, 0] + a[1, 0] + a[2, 0] + a[0, 1] + a[1, 1] + a[2, 1]
+
+    xv = np.arange(12).reshape(6, 2) + 1
+    yv = np.arange(12).reshape(6, 2) * 3 + 5
+    ctx = Context()
+    x = ctx.copy_to_device(xv)
+    y = ctx.copy_to_device(yv)
+    (s,) = ctx.call_kernel(block_sum, 2, x.reshape([2, 3, 2]))
+    (z,) = ctx.call_kernel(pair_add, 6, x, y)
+    g = ctx.generate_computation_graph([x, y], [s, z])
+    assert g.buffer_points[x.buffer_id] == (1, 2, 6, 12)
+    assert g.buffer_points[y.buffer_id] == (1, 2, 6, 12)  # propagated
+    assert g.buffer_points[z.buffer_id] == (1, 2, 6, 12)  # and to the output
+    expect = np.stack([xv[:, 0] + yv[:, 0], xv[:, 1] * yv[:, 1]], axis=1)
+    np.testing.assert_array_equal(ctx.copy_to_host(z), expect)
+    (os_, oz), commitments = run_computation_graph(g, [xv, yv])
+    np.testing.assert_array_equal(oz, expect)
+    np.testing.assert_array_equal(os_, xv.reshape(2, 6).sum(axis=1))
+    assert commitments == g.commitments
+
+
+def test_views_reshape_and_transpose_honoured():
+    ctx = Context()
+    vals = np.arange(15).reshape(3, 5)
+    x = ctx.copy_to_device(vals)
+    t = x.transpose()
+    assert t.shape == (5, 3) and t.buffer_id == x.buffer_id
+    np.testing.assert_array_equal(ctx.copy_to_host(t), vals.T)
+    np.testing.assert_array_equal(ctx.copy_to_host(t.reshape(15)), vals.T.reshape(15))
+    np.testing.assert_array_equal(ctx.copy_to_host(x.reshape(5, 3).transpose(1, 0)),
+                                  vals.reshape(5, 3).T)
+    assert t.history == (("reshape", (3, 5)), ("transpose", (1, 0)))
+    # A transposed view in a call: column sums of the [3, 5] buffer.
+    (cols,) = ctx.call_kernel(row_sum_3, 5, t)
+    np.testing.assert_array_equal(ctx.copy_to_host(cols), vals.sum(axis=0))
+    (rows,) = ctx.call_kernel(row_sum_5, 3, x)
+    g = ctx.generate_computation_graph([x], [cols, rows, t])
+    new = np.arange(15).reshape(3, 5) ** 2
+    (c, r, tt), commitments = run_computation_graph(g, [new])
+    np.testing.assert_array_equal(c, new.sum(axis=0))
+    np.testing.assert_array_equal(r, new.sum(axis=1))
+    np.testing.assert_array_equal(tt, new.T)
+    (c, r, tt), commitments = run_computation_graph(g, [vals])
+    assert commitments == g.commitments
+    # A reshape of a transposed view that needs a copy is fine on the host but
+    # refused in a call.
+    odd = t.reshape(3, 5)
+    np.testing.assert_array_equal(ctx.copy_to_host(odd), vals.T.reshape(3, 5))
+    with pytest.raises(ValueError, match="illegal shape operation.*copy"):
+        ctx.call_kernel(row_sum_5, 3, odd)
+
+
+def test_broadcast_matrix_operand_over_64_rows():
+    @kernel
+    def row_times_matrix(v: In[5], m: In[5, 6], out: Out[6]):
+        for j in range(6):
+            s = v[0] * m[0, j]
+            for i in range(1, 5):
+                s = s + v[i] * m[i, j]
+            out[j] = s
+
+    rng = np.random.default_rng(1)
+    rows = rng.integers(0, P, size=(64, 5))
+    mat = rng.integers(0, P, size=(5, 6))
+    expect = (rows.astype(object) @ mat.astype(object)) % P
+    ctx = Context()
+    v = ctx.copy_to_device(rows)
+    m = ctx.copy_to_device(mat)
+    (out,) = ctx.call_kernel(row_times_matrix, 64, v, m)
+    np.testing.assert_array_equal(ctx.copy_to_host(out).astype(object), expect)
+    g = ctx.generate_computation_graph([v, m], [out])
+    assert g.templates[0].broadcast == (False, True)
+    assert g.padded_lengths[m.buffer_id] == 8 * 8
+    rows2 = rng.integers(0, P, size=(64, 5))
+    mat2 = rng.integers(0, P, size=(5, 6))
+    (o,), _ = run_computation_graph(g, [rows2, mat2])
+    np.testing.assert_array_equal(o.astype(object), (rows2.astype(object) @ mat2) % P)
+
+
+def test_assert_eq_fails_at_call_time_and_at_replay():
+    @kernel
+    def checked_square(x: In[2], out: Out[()]):
+        assert_eq(x[0] * x[0], x[1])
+        out[()] = x[1] + 1
+
+    ctx = Context()
+    good = np.array([[2, 4], [3, 9], [5, 25]])
+    x = ctx.copy_to_device(good)
+    (y,) = ctx.call_kernel(checked_square, 3, x)
+    np.testing.assert_array_equal(ctx.copy_to_host(y), [5, 10, 26])
+    bad = ctx.copy_to_device(np.array([[2, 4], [3, 10], [5, 25]]))
+    with pytest.raises(ValueError, match=r"assert_eq failed in kernel `checked_square`.*"
+                                         r"assert_eq\(x\[0\] \* x\[0\], x\[1\]\).*instance 1"):
+        ctx.call_kernel(checked_square, 3, bad)
+    g = ctx.generate_computation_graph([x], [y])
+    assert len(g.templates) == 1  # the failed call was not recorded
+    with pytest.raises(ValueError, match="assert_eq failed in kernel `checked_square`"):
+        run_computation_graph(g, [np.array([[2, 4], [3, 9], [5, 24]])])
+
+
+def test_kernel_with_two_outputs_and_constants_and_inout():
+    @kernel
+    def sum_and_scaled_diff(x: In[2], s: Out[()], d: Out[()]):
+        s[()] = x[0] + x[1]
+        d[()] = 3 * (x[0] - x[1]) - 1
+
+    @kernel
+    def bump(x: InOut[3]):
+        x[1] = -x[1] + x[0]
+
+    ctx = Context(field=BabyBear)
+    p = BabyBear.p
+    vals = np.array([[5, 2], [1, 7], [0, 0], [p - 1, 1]])
+    x = ctx.copy_to_device(vals)
+    s, d = ctx.call_kernel(sum_and_scaled_diff, 4, x)
+    np.testing.assert_array_equal(ctx.copy_to_host(s), (vals[:, 0] + vals[:, 1]) % p)
+    np.testing.assert_array_equal(ctx.copy_to_host(d),
+                                  (3 * (vals[:, 0] - vals[:, 1]) - 1) % p)
+    w = ctx.copy_to_device(np.array([[1, 2, 3], [4, 5, 6]]))
+    (w2,) = ctx.call_kernel(bump, 2, w)
+    np.testing.assert_array_equal(ctx.copy_to_host(w2), [[1, p - 1, 3], [4, p - 1, 6]])
+    np.testing.assert_array_equal(ctx.copy_to_host(w), [[1, 2, 3], [4, 5, 6]])  # unchanged
+    with pytest.raises(ValueError, match="InOut parameter cannot be broadcast"):
+        ctx.call_kernel(bump, 2, ctx.copy_to_device(np.array([1, 2, 3])))
+    g = ctx.generate_computation_graph([x], [s, d, w2])
+    assert g.field == "babybear"
+    constant_ids = [c[0] for c in g.constants]
+    assert w.buffer_id in constant_ids and x.buffer_id not in constant_ids
+    (s2, d2, w3), commitments = run_computation_graph(g, [vals[::-1].copy()])
+    np.testing.assert_array_equal(s2, ((vals[:, 0] + vals[:, 1]) % p)[::-1])
+    np.testing.assert_array_equal(w3, [[1, p - 1, 3], [4, p - 1, 6]])
+    (_, _, _), commitments = run_computation_graph(g, [vals])
+    assert commitments == g.commitments
+
+
+# -------------------------------------------------------- re-recording -----
+
+def test_load_computation_graph_checks_the_rerecorded_program():
+    ctx = Context()
+    a, c = reference_program(ctx, lanes=2)
+    g = ctx.generate_computation_graph([a], [c])
+    again = Context()
+    a2, c2 = reference_program(again, lanes=2, offset=7)
+    commitments = again.load_computation_graph(g)
+    new = np.concatenate([np.arange(1, 33).reshape(16, 2) + 7 + k for k in range(2)])
+    assert commitments == run_computation_graph(g, [new])[1]
+    other = Context()
+    x = other.copy_to_device(np.arange(1, 65).reshape(32, 2))
+    (y,) = other.call_kernel(add_2, 32, x)
+    other.call_kernel(add_2, 16, y.reshape([16, 2]))
+    with pytest.raises(ValueError, match="does not match the graph: call 1 runs kernel "
+                                         "`add_2` in the graph but .*|does not match"):
+        other.load_computation_graph(g)
+    short = Context()
+    x = short.copy_to_device(np.arange(1, 65).reshape(32, 2))
+    short.call_kernel(add_2, 32, x)
+    with pytest.raises(ValueError, match="graph has 3 buffers, this recording 2"):
+        short.load_computation_graph(g)
+
+
+def test_load_names_a_layout_difference():
+    ctx = Context()
+    a, c = reference_program(ctx, lanes=2)
+    g = ctx.generate_computation_graph([a], [c])
+    again = Context()
+    x = again.copy_to_device(np.arange(1, 65).reshape(32, 2))
+    (y,) = again.call_kernel(add_2, 32, x)
+    again.call_kernel(add_16, 2, y.reshape([16, 2]).transpose())  # columns, not rows
+    with pytest.raises(ValueError, match=r"does not match the graph: buffer 0 has layout "
+                                         r"\[2, 16, 2\].* but \[16, 2, 2\]"):
+        again.load_computation_graph(g)
+
+
+# ------------------------------------------------------------- errors ------
+
+def test_call_errors_name_both_accepted_shapes():
+    ctx = Context()
+    x = ctx.copy_to_device(np.arange(32))
+    with pytest.raises(ValueError, match=r"`x` of kernel `add_2` must have shape \[2\] "
+                                         r"\(broadcast\) or \[16, 2\] \(parallel\), not \[32\]"):
+        ctx.call_kernel(add_2, 16, x)
+    with pytest.raises(TypeError, match="takes 1 input handle"):
+        ctx.call_kernel(add_2, 16)
+    with pytest.raises(ValueError, match="num_parallel"):
+        ctx.call_kernel(add_2, 0, x.reshape(16, 2))
+    with pytest.raises(ValueError, match="keep the element count"):
+        x.reshape(5, 6)
+    with pytest.raises(ValueError, match="another Context"):
+        Context().call_kernel(add_2, 16, x.reshape(16, 2))
+    with pytest.raises(ValueError, match="must lie in"):
+        ctx.copy_to_device([P])
+    with pytest.raises(ValueError, match="must come from copy_to_device"):
+        (y,) = ctx.call_kernel(add_2, 16, x.reshape(16, 2))
+        ctx.generate_computation_graph([y], [y])
+    with pytest.raises(ValueError, match="backend"):
+        Context(backend="tpu")
+
+
+def test_definition_errors_name_the_variable():
+    with pytest.raises(KernelDefinitionError, match=r"output `out`.*out\[1\] unassigned"):
+        @kernel
+        def partial(x: In[2], out: Out[2]):
+            out[0] = x[0]
+
+    with pytest.raises(KernelDefinitionError, match=r"`x\[2\]` reads past the shape of `x`"):
+        @kernel
+        def too_far(x: In[2], out: Out[()]):
+            out[()] = x[0] + x[2]
+
+    with pytest.raises(KernelDefinitionError,
+                       match=r"line \d+ \(`out\[\(\)\] = x\[0\] / x\[1\]`\): `/` is not "
+                             r"supported on field value `x\[0\]`"):
+        @kernel
+        def divide(x: In[2], out: Out[()]):
+            out[()] = x[0] / x[1]
+
+    with pytest.raises(KernelDefinitionError, match="no truth value"):
+        @kernel
+        def branch(x: In[2], out: Out[()]):
+            out[()] = x[0] if x[1] else x[0]
+
+    with pytest.raises(KernelDefinitionError, match="`x` is an input"):
+        @kernel
+        def write_input(x: In[2], out: Out[()]):
+            x[0] = 1
+            out[()] = x[0]
+
+    with pytest.raises(KernelDefinitionError, match="must be an integer"):
+        @kernel
+        def float_const(x: In[2], out: Out[()]):
+            out[()] = x[0] * 1.5
+
+    with pytest.raises(KernelDefinitionError, match="`x` is an array"):
+        @kernel
+        def whole_array(x: In[2], out: Out[()]):
+            out[()] = x + 1
+
+    with pytest.raises(KernelDefinitionError, match="reads the output `out` before"):
+        @kernel
+        def read_out(x: In[2], out: Out[2]):
+            out[0] = out[1]
+            out[1] = x[0]
+
+    with pytest.raises(KernelDefinitionError, match="parameter `y` must be annotated"):
+        @kernel
+        def unannotated(x: In[2], y, out: Out[()]):
+            out[()] = x[0]
+
+    with pytest.raises(TypeError, match=r"In\[\.\.\.\] takes positive integer"):
+        In[0]
+    with pytest.raises(RuntimeError, match="inside a @kernel body"):
+        assert_eq(1, 1)
+    with pytest.raises(TypeError, match="not called directly"):
+        add_2(1)
