@@ -521,3 +521,10 @@ def test_definition_errors_name_the_variable():
         assert_eq(1, 1)
     with pytest.raises(TypeError, match="not called directly"):
         add_2(1)
+
+
+def test_demo_section_runs():
+    from zorch_nb import _demo_graph
+    lines = []
+    _demo_graph.run("cpu", lines.append)
+    assert "528" in lines[0] and "3728 (expected 3728)" in lines[-1]

@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["ViewForm", "initial_view", "reshape_view", "transpose_view", "view_shape",
+__all__ = ["ViewForm", "initial_view", "reshape_view", "transpose_view", "parallel_sizes",
            "prefix_points", "merge_points", "dims_of", "padded_dims", "padded_strides",
            "axis_dims", "input_layout", "output_layout", "pad", "unpad", "apply_history",
            "merkle_root", "pow2"]
@@ -88,10 +88,6 @@ def initial_view(shape) -> ViewForm:
     """View of a fresh buffer created with row-major ``shape``."""
     base = tuple(int(d) for d in shape if d != 1)
     return ViewForm(base, tuple(range(len(base))), _groups_for(base, tuple(shape)))
-
-
-def view_shape(v: ViewForm, shape) -> tuple:
-    return tuple(shape)
 
 
 def reshape_view(v: ViewForm, old_shape, new_shape) -> ViewForm:

@@ -17,7 +17,6 @@ variable involved in the message.
 """
 from __future__ import annotations
 
-import hashlib
 import inspect
 import linecache
 import sys
@@ -149,7 +148,8 @@ class Kernel:
         return self.ir.params
 
     def __repr__(self):
-        sig = ", ".join(f"{n}: {k.capitalize() if k != 'inout' else 'InOut'}{list(s)}"
+        label = {"in": "In", "out": "Out", "inout": "InOut"}
+        sig = ", ".join(f"{n}: {label[k]}[{', '.join(map(str, s)) if s else '()'}]"
                         for n, k, s in self.ir.params)
         return f"<zorch_nb kernel {self.name}({sig}), {len(self.ir.nodes)} nodes>"
 
@@ -261,12 +261,6 @@ class _Value:
     def __pos__(self):
         return self
 
-    def _refuse(self, what):
-        def method(*args):
-            self._tr.fail(f"{what} is not supported on field value `{self._label}`; "
-                          f"kernels support + - * , unary - and assert_eq(a, b)")
-        return method
-
     def __getattr__(self, name):
         raise AttributeError(name)
 
@@ -339,7 +333,7 @@ class _TracedArray:
             i = int(i)
             if not -n <= i < n:
                 self._tr.fail(f"`{shown}` reads past the shape of `{self._name}` "
-                              f"{self._shape}", cls=KernelDefinitionError)
+                              f"{self._shape}")
             flat = flat * n + (i % n)
         return flat, shown
 
@@ -495,7 +489,3 @@ def kernel(fn) -> Kernel:
     (('x', 'in', (2,)), ('out', 'out', ()))
     """
     return Kernel(_trace(fn), fn)
-
-
-def ir_digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
