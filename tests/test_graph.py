@@ -8,23 +8,11 @@ import numpy as np
 import pytest
 
 from zorch_nb import BabyBear, KoalaBear
+from zorch_nb._demo_graph import add_2, add_16
 from zorch_nb.graph import (ComputationGraph, Context, In, InOut, KernelDefinitionError, Out,
                             assert_eq, kernel, run_computation_graph)
 
 P = KoalaBear.p
-
-
-@kernel
-def add_2(x: In[2], out: Out[()]):
-    out[()] = x[0] + x[1]
-
-
-@kernel
-def add_16(x: In[16], out: Out[()]):
-    s = x[0]
-    for i in range(1, 16):
-        s = s + x[i]
-    out[()] = s
 
 
 @kernel

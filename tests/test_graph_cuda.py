@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from zorch_nb import BabyBear, KoalaBear
-from zorch_nb.graph import (Context, In, InOut, Out, assert_eq, kernel,
+from zorch_nb.graph import (ComputationGraph, Context, In, InOut, Out, assert_eq, kernel,
                             run_computation_graph)
 from zorch_nb.kernels import graph_codegen, graph_cpu
 from zorch_nb.kernels.field_params import FIELDS
@@ -119,6 +119,8 @@ def test_compiled_replay_matches_the_eager_recording(field):
     g, values = _graph(field)
     _, commitments = run_computation_graph(g, values)
     assert commitments == g.commitments
+    again = ComputationGraph.from_bytes(g.to_bytes())  # transposes, InOut, constants
+    assert again == g and run_computation_graph(again, values)[1] == g.commitments
 
 
 @pytest.mark.parametrize("field", [KoalaBear, BabyBear], ids=["koalabear", "babybear"])
@@ -210,17 +212,7 @@ def test_cupy_replay_is_byte_identical_to_cpu(field):
 
 @pytest.mark.gpu
 def test_cupy_context_records_and_replays_the_reference_program():
-    @kernel
-    def add_2(x: In[2], out: Out[()]):
-        out[()] = x[0] + x[1]
-
-    @kernel
-    def add_16(x: In[16], out: Out[()]):
-        s = x[0]
-        for i in range(1, 16):
-            s = s + x[i]
-        out[()] = s
-
+    from zorch_nb._demo_graph import add_2, add_16
     ctx = Context(backend="cupy")
     a = ctx.copy_to_device(np.concatenate([np.arange(1, 33).reshape(16, 2) + k
                                            for k in range(2)]))
