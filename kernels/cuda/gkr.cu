@@ -1,0 +1,324 @@
+// zorch_nb: LogUp-GKR layer transitions (dense fold, jagged transition).
+// Preceded by the field preamble and monty.cuh (see kernels/cuda_source.py);
+// the Numba twin is kernels/gkr_scalar.py, the launcher kernels/gkr_cupy.py.
+//
+// A node i carries the child fractions n0[i]/d0[i] and n1[i]/d1[i]; folding
+// it gives N = n0 d1 + n1 d0, D = d0 d1.  Every value is a Montgomery word in
+// [0, p); extension values are four words (coefficients of 1, x, x^2, x^3,
+// modulus x^4 - W).  Template parameters NE / DE say whether the numerator /
+// denominator pair is extension; N is extension if either is, D if DE.  Base
+// values travel in .c0 of a zorch_ext4.  VEC selects 8/16-byte vector loads
+// and stores (the launcher sets it when every pointer is 16-byte aligned).
+//
+// The per-slot functions are __host__ __device__ so the host test harness
+// (tests/test_gkr_cuda_host.py) runs exactly this text with g++.
+
+#ifdef __CUDA_ARCH__
+#define ZORCH_GKR_DEVICE 1
+#else
+#define ZORCH_GKR_DEVICE 0
+#endif
+
+// x or x - p 2^32, whichever is < p 2^32.  Input x < 4p^2 < 2 p 2^32 (as
+// 2p < 2^32), so one conditional subtraction suffices; x 2^-32 mod p is kept.
+ZORCH_HD zorch_u64 zorch_gkr_below_pr(zorch_u64 x) {
+    const zorch_u64 pr = (zorch_u64)ZORCH_P << 32;
+    return x >= pr ? x - pr : x;
+}
+
+// (0, W b1, W b2, W b3): the wrap-around multiples of b (Montgomery words).
+ZORCH_HD zorch_ext4 zorch_gkr_wrap(zorch_ext4 b) {
+    zorch_ext4 w = {0u, zorch_mont_mul(b.c1, ZORCH_W_MONT), zorch_mont_mul(b.c2, ZORCH_W_MONT),
+                    zorch_mont_mul(b.c3, ZORCH_W_MONT)};
+    return w;
+}
+
+struct zorch_gkr_wide4 { zorch_u64 c0, c1, c2, c3; };
+
+// Unreduced coefficients of a * b with bw = zorch_gkr_wrap(b):
+// c_k = sum_{i+j=k} a_i b_j + sum_{i+j=k+4} a_i bw_j, four products < p^2,
+// so each c_k < 4p^2 < 2^64 (field_params checks 4p^2 < 2^64).
+ZORCH_HD zorch_gkr_wide4 zorch_gkr_dot(zorch_ext4 a, zorch_ext4 b, zorch_ext4 bw) {
+    const zorch_u64 a0 = a.c0, a1 = a.c1, a2 = a.c2, a3 = a.c3;
+    const zorch_u64 b0 = b.c0, b1 = b.c1, b2 = b.c2, b3 = b.c3;
+    const zorch_u64 w1 = bw.c1, w2 = bw.c2, w3 = bw.c3;
+    zorch_gkr_wide4 c;
+    c.c0 = a0 * b0 + a1 * w3 + a2 * w2 + a3 * w1;
+    c.c1 = a0 * b1 + a1 * b0 + a2 * w3 + a3 * w2;
+    c.c2 = a0 * b2 + a1 * b1 + a2 * b0 + a3 * w3;
+    c.c3 = a0 * b3 + a1 * b2 + a2 * b1 + a3 * b0;
+    return c;
+}
+
+ZORCH_HD zorch_ext4 zorch_gkr_reduce4(zorch_gkr_wide4 c) {
+    zorch_ext4 r = {zorch_monty_reduce_wide(c.c0), zorch_monty_reduce_wide(c.c1),
+                    zorch_monty_reduce_wide(c.c2), zorch_monty_reduce_wide(c.c3)};
+    return r;
+}
+
+// s * u_k + t * v_k per coefficient: two products < 2p^2 < p 2^32, so
+// zorch_monty_reduce (input range [0, p 2^32)) applies once per coefficient.
+ZORCH_HD zorch_ext4 zorch_gkr_scale2(zorch_u32 s, zorch_ext4 u, zorch_u32 t, zorch_ext4 v) {
+    const zorch_u64 s64 = s, t64 = t;
+    zorch_ext4 r = {zorch_monty_reduce(s64 * u.c0 + t64 * v.c0),
+                    zorch_monty_reduce(s64 * u.c1 + t64 * v.c1),
+                    zorch_monty_reduce(s64 * u.c2 + t64 * v.c2),
+                    zorch_monty_reduce(s64 * u.c3 + t64 * v.c3)};
+    return r;
+}
+
+struct zorch_gkr_frac { zorch_ext4 n, d; };
+
+// Fraction sum of a node's children n0/d0 + n1/d1.  Reductions per node:
+// BB 2, BE 4 + 7, EB 4 + 1, EE 6 + 4 + 4 (see kernels/gkr_scalar.py).
+template <int NE, int DE>
+ZORCH_HD zorch_gkr_frac zorch_gkr_fold(zorch_ext4 n0, zorch_ext4 n1, zorch_ext4 d0, zorch_ext4 d1) {
+    zorch_gkr_frac r = {{0u, 0u, 0u, 0u}, {0u, 0u, 0u, 0u}};
+    if constexpr (!NE && !DE) {
+        // n0 d1 + n1 d0 < 2p^2 < p 2^32: one reduction.
+        r.n.c0 = zorch_monty_reduce((zorch_u64)n0.c0 * d1.c0 + (zorch_u64)n1.c0 * d0.c0);
+        r.d.c0 = zorch_mont_mul(d0.c0, d1.c0);
+    } else if constexpr (!NE && DE) {
+        r.n = zorch_gkr_scale2(n0.c0, d1, n1.c0, d0);
+        r.d = zorch_gkr_reduce4(zorch_gkr_dot(d0, d1, zorch_gkr_wrap(d1)));
+    } else if constexpr (NE && !DE) {
+        r.n = zorch_gkr_scale2(d1.c0, n0, d0.c0, n1);
+        r.d.c0 = zorch_mont_mul(d0.c0, d1.c0);
+    } else {
+        const zorch_ext4 w0 = zorch_gkr_wrap(d0), w1 = zorch_gkr_wrap(d1);
+        const zorch_gkr_wide4 x = zorch_gkr_dot(n0, d1, w1);  // each < 4p^2
+        const zorch_gkr_wide4 y = zorch_gkr_dot(n1, d0, w0);
+        // below_pr(x) + below_pr(y) < 2 p 2^32 < 2^64: one wide reduction.
+        zorch_gkr_wide4 s;
+        s.c0 = zorch_gkr_below_pr(x.c0) + zorch_gkr_below_pr(y.c0);
+        s.c1 = zorch_gkr_below_pr(x.c1) + zorch_gkr_below_pr(y.c1);
+        s.c2 = zorch_gkr_below_pr(x.c2) + zorch_gkr_below_pr(y.c2);
+        s.c3 = zorch_gkr_below_pr(x.c3) + zorch_gkr_below_pr(y.c3);
+        r.n = zorch_gkr_reduce4(s);
+        r.d = zorch_gkr_reduce4(zorch_gkr_dot(d0, d1, w1));
+    }
+    return r;
+}
+
+// Element i of an MLE (E: extension).  Extension elements are 16 bytes, one
+// uint4 load when VEC (the array is 16-byte aligned).
+template <int E, bool VEC>
+ZORCH_HD zorch_ext4 zorch_gkr_load(const zorch_u32* p, zorch_u64 i) {
+    zorch_ext4 v = {0u, 0u, 0u, 0u};
+    if constexpr (E) {
+#if ZORCH_GKR_DEVICE
+        if constexpr (VEC) {
+            const uint4 w = reinterpret_cast<const uint4*>(p)[i];
+            v.c0 = w.x; v.c1 = w.y; v.c2 = w.z; v.c3 = w.w;
+            return v;
+        }
+#endif
+        v = zorch_ext4_load(p, i);
+    } else {
+        v.c0 = p[i];
+    }
+    return v;
+}
+
+// Elements 2k and 2k + 1 (a node pair of a dense layer): one 8-byte load for
+// base data, two 16-byte loads for extension data when VEC.
+template <int E, bool VEC>
+ZORCH_HD void zorch_gkr_load_pair(const zorch_u32* p, zorch_u64 k, zorch_ext4* a, zorch_ext4* b) {
+#if ZORCH_GKR_DEVICE
+    if constexpr (!E && VEC) {
+        const uint2 w = reinterpret_cast<const uint2*>(p)[k];
+        *a = {w.x, 0u, 0u, 0u};
+        *b = {w.y, 0u, 0u, 0u};
+        return;
+    }
+#endif
+    *a = zorch_gkr_load<E, VEC>(p, 2 * k);
+    *b = zorch_gkr_load<E, VEC>(p, 2 * k + 1);
+}
+
+template <int E, bool VEC>
+ZORCH_HD void zorch_gkr_store(zorch_u32* p, zorch_u64 i, zorch_ext4 v) {
+    if constexpr (E) {
+#if ZORCH_GKR_DEVICE
+        if constexpr (VEC) {
+            reinterpret_cast<uint4*>(p)[i] = make_uint4(v.c0, v.c1, v.c2, v.c3);
+            return;
+        }
+#endif
+        zorch_ext4_store(p, i, v);
+    } else {
+        p[i] = v.c0;
+    }
+}
+
+template <int NE, int DE, bool VEC>
+ZORCH_HD void zorch_gkr_store_slot(zorch_u64 q, zorch_gkr_frac c0, zorch_gkr_frac c1,
+                                   zorch_u32* on0, zorch_u32* on1, zorch_u32* od0, zorch_u32* od1) {
+    constexpr int OE = NE || DE;  // output numerators are extension if any input is
+    zorch_gkr_store<OE, VEC>(on0, q, c0.n);
+    zorch_gkr_store<OE, VEC>(on1, q, c1.n);
+    zorch_gkr_store<DE, VEC>(od0, q, c0.d);
+    zorch_gkr_store<DE, VEC>(od1, q, c1.d);
+}
+
+// Dense slot k: child 0 <- node 2k, child 1 <- node 2k + 1.
+template <int NE, int DE, bool VEC>
+ZORCH_HD void zorch_gkr_dense_slot(zorch_u64 k, const zorch_u32* n0, const zorch_u32* n1,
+                                   const zorch_u32* d0, const zorch_u32* d1, zorch_u32* on0,
+                                   zorch_u32* on1, zorch_u32* od0, zorch_u32* od1) {
+    zorch_ext4 a0, a1, b0, b1, c0, c1, e0, e1;  // n0, n1, d0, d1 at nodes 2k / 2k + 1
+    zorch_gkr_load_pair<NE, VEC>(n0, k, &a0, &a1);
+    zorch_gkr_load_pair<NE, VEC>(n1, k, &b0, &b1);
+    zorch_gkr_load_pair<DE, VEC>(d0, k, &c0, &c1);
+    zorch_gkr_load_pair<DE, VEC>(d1, k, &e0, &e1);
+    zorch_gkr_store_slot<NE, DE, VEC>(k, zorch_gkr_fold<NE, DE>(a0, b0, c0, e0),
+                                      zorch_gkr_fold<NE, DE>(a1, b1, c1, e1), on0, on1, od0, od1);
+}
+
+template <int NE, int DE, bool VEC>
+ZORCH_HD zorch_gkr_frac zorch_gkr_fold_node(zorch_u64 i, const zorch_u32* n0, const zorch_u32* n1,
+                                            const zorch_u32* d0, const zorch_u32* d1) {
+    return zorch_gkr_fold<NE, DE>(zorch_gkr_load<NE, VEC>(n0, i), zorch_gkr_load<NE, VEC>(n1, i),
+                                  zorch_gkr_load<DE, VEC>(d0, i), zorch_gkr_load<DE, VEC>(d1, i));
+}
+
+// First s with cum[s] > q, clamped to nb - 1 (binary search; cum is small and
+// stays in L1/L2).
+ZORCH_HD unsigned int zorch_gkr_find_segment(const long long* cum, unsigned int nb, long long q) {
+    unsigned int lo = 0, hi = nb - 1;
+    while (lo < hi) {
+        const unsigned int mid = (lo + hi) >> 1;
+        if (cum[mid] > q) hi = mid; else lo = mid + 1;
+    }
+    return lo;
+}
+
+// Jagged output slot q (DESIGN.md section 2).  prefix[0 .. nb) holds the
+// inclusive prefix sums of rc, prefix[nb .. 2nb) those of orc.
+template <int NE, int DE, bool VEC>
+ZORCH_HD void zorch_gkr_jagged_slot(zorch_u64 q, const int* rc, const int* orc,
+                                    const long long* prefix, unsigned int nb,
+                                    const zorch_u32* n0, const zorch_u32* n1,
+                                    const zorch_u32* d0, const zorch_u32* d1, zorch_u32* on0,
+                                    zorch_u32* on1, zorch_u32* od0, zorch_u32* od1) {
+    const long long* cum = prefix + nb;
+    const long long qq = (long long)q;
+    const zorch_gkr_frac neutral = {{0u, 0u, 0u, 0u}, {ZORCH_R_MOD_P, 0u, 0u, 0u}};
+    zorch_gkr_frac c0 = {{0u, 0u, 0u, 0u}, {0u, 0u, 0u, 0u}}, c1 = c0;  // dead: all zero
+    if (qq < cum[nb - 1]) {
+        const unsigned int s = zorch_gkr_find_segment(cum, nb, qq);
+        const long long rows = rc[s];
+        const long long j = qq - (cum[s] - orc[s]);
+        c0 = neutral;  // live neutral padding unless j names a node pair
+        c1 = neutral;
+        if (j < (rows + 1) / 2) {
+            const zorch_u64 e = (zorch_u64)(prefix[s] - rows + 2 * j);
+            c0 = zorch_gkr_fold_node<NE, DE, VEC>(e, n0, n1, d0, d1);
+            if (2 * j + 1 < rows) c1 = zorch_gkr_fold_node<NE, DE, VEC>(e + 1, n0, n1, d0, d1);
+        }
+    }
+    zorch_gkr_store_slot<NE, DE, VEC>(q, c0, c1, on0, on1, od0, od1);
+}
+
+#ifdef __CUDACC__
+#define ZORCH_GKR_GRID_STRIDE(i, n) \
+    for (zorch_u64 i = (zorch_u64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
+         i += (zorch_u64)blockDim.x * gridDim.x)
+
+// Dense transition: half = L / 2 output slots.
+template <int NE, int DE, bool VEC>
+__global__ void zorch_gkr_fold_dense(const zorch_u32* __restrict__ n0,
+                                     const zorch_u32* __restrict__ n1,
+                                     const zorch_u32* __restrict__ d0,
+                                     const zorch_u32* __restrict__ d1,
+                                     zorch_u32* __restrict__ on0, zorch_u32* __restrict__ on1,
+                                     zorch_u32* __restrict__ od0, zorch_u32* __restrict__ od1,
+                                     zorch_u64 half) {
+    ZORCH_GKR_GRID_STRIDE(k, half) {
+        zorch_gkr_dense_slot<NE, DE, VEC>(k, n0, n1, d0, d1, on0, on1, od0, od1);
+    }
+}
+
+// Jagged transition over width output slots; prefix from zorch_gkr_jagged_scan.
+template <int NE, int DE, bool VEC>
+__global__ void zorch_gkr_jagged(const int* __restrict__ rc, const int* __restrict__ orc,
+                                 const long long* __restrict__ prefix, unsigned int nb,
+                                 const zorch_u32* __restrict__ n0,
+                                 const zorch_u32* __restrict__ n1,
+                                 const zorch_u32* __restrict__ d0,
+                                 const zorch_u32* __restrict__ d1,
+                                 zorch_u32* __restrict__ on0, zorch_u32* __restrict__ on1,
+                                 zorch_u32* __restrict__ od0, zorch_u32* __restrict__ od1,
+                                 zorch_u64 width) {
+    ZORCH_GKR_GRID_STRIDE(q, width) {
+        zorch_gkr_jagged_slot<NE, DE, VEC>(q, rc, orc, prefix, nb, n0, n1, d0, d1, on0, on1,
+                                           od0, od1);
+    }
+}
+
+// Inclusive prefix sums of rc and orc into prefix[0 .. nb) and prefix[nb ..
+// 2nb), on the device (so device schedules need no synchronization).  One
+// block, blockDim.x a multiple of 32: each thread sums a contiguous run of
+// segments, warps scan with shuffles, warp 0 scans the warp totals.
+extern "C" __global__ void zorch_gkr_jagged_scan(const int* __restrict__ rc,
+                                                 const int* __restrict__ orc,
+                                                 long long* __restrict__ prefix,
+                                                 unsigned int nb) {
+    __shared__ long long warp_sums[2][32];
+    const unsigned int t = threadIdx.x, lane = t & 31u, warp = t >> 5;
+    const unsigned int per = (nb + blockDim.x - 1) / blockDim.x;
+    const unsigned int lo = min(nb, t * per), hi = min(nb, lo + per);
+    long long a = 0, b = 0;
+    for (unsigned int i = lo; i < hi; ++i) { a += rc[i]; b += orc[i]; }
+    const long long own_a = a, own_b = b;
+    for (unsigned int off = 1; off < 32; off <<= 1) {
+        const long long ua = __shfl_up_sync(0xffffffffu, a, off);
+        const long long ub = __shfl_up_sync(0xffffffffu, b, off);
+        if (lane >= off) { a += ua; b += ub; }
+    }
+    if (lane == 31u) { warp_sums[0][warp] = a; warp_sums[1][warp] = b; }
+    __syncthreads();
+    if (warp == 0) {
+        const unsigned int nwarps = blockDim.x >> 5;
+        long long wa = lane < nwarps ? warp_sums[0][lane] : 0;
+        long long wb = lane < nwarps ? warp_sums[1][lane] : 0;
+        for (unsigned int off = 1; off < 32; off <<= 1) {
+            const long long ua = __shfl_up_sync(0xffffffffu, wa, off);
+            const long long ub = __shfl_up_sync(0xffffffffu, wb, off);
+            if (lane >= off) { wa += ua; wb += ub; }
+        }
+        warp_sums[0][lane] = wa;
+        warp_sums[1][lane] = wb;
+    }
+    __syncthreads();
+    a += (warp ? warp_sums[0][warp - 1] : 0) - own_a;  // exclusive start of this run
+    b += (warp ? warp_sums[1][warp - 1] : 0) - own_b;
+    for (unsigned int i = lo; i < hi; ++i) {
+        a += rc[i];
+        b += orc[i];
+        prefix[i] = a;
+        prefix[nb + i] = b;
+    }
+}
+
+// Explicit instantiations: every variant the launcher may ask for is compiled
+// (and checked by nvcc in CI); kernels/gkr_cupy.py names them the same way.
+#define ZORCH_GKR_INSTANTIATE(NE, DE, VEC)                                                   \
+    template __global__ void zorch_gkr_fold_dense<NE, DE, VEC>(                              \
+        const zorch_u32* __restrict__, const zorch_u32* __restrict__,                       \
+        const zorch_u32* __restrict__, const zorch_u32* __restrict__, zorch_u32* __restrict__, \
+        zorch_u32* __restrict__, zorch_u32* __restrict__, zorch_u32* __restrict__, zorch_u64); \
+    template __global__ void zorch_gkr_jagged<NE, DE, VEC>(                                  \
+        const int* __restrict__, const int* __restrict__, const long long* __restrict__,     \
+        unsigned int, const zorch_u32* __restrict__, const zorch_u32* __restrict__,           \
+        const zorch_u32* __restrict__, const zorch_u32* __restrict__, zorch_u32* __restrict__, \
+        zorch_u32* __restrict__, zorch_u32* __restrict__, zorch_u32* __restrict__, zorch_u64);
+ZORCH_GKR_INSTANTIATE(0, 0, false)
+ZORCH_GKR_INSTANTIATE(0, 0, true)
+ZORCH_GKR_INSTANTIATE(0, 1, false)
+ZORCH_GKR_INSTANTIATE(0, 1, true)
+ZORCH_GKR_INSTANTIATE(1, 0, false)
+ZORCH_GKR_INSTANTIATE(1, 0, true)
+ZORCH_GKR_INSTANTIATE(1, 1, false)
+ZORCH_GKR_INSTANTIATE(1, 1, true)
+#endif  // __CUDACC__

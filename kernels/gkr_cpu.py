@@ -1,0 +1,103 @@
+"""Numba CPU kernels of the LogUp-GKR layer transitions (``@njit(parallel=True)``).
+
+Launcher contract (shared by :mod:`.gkr_cuda_numba` and :mod:`.gkr_cupy`):
+
+``fold_dense(n0, n1, d0, d1, on0, on1, od0, od1, f)``
+    Dense transition.  Inputs have length ``L`` (even), outputs ``L / 2``;
+    ``on*``/``od*`` are written for every ``k in [0, L/2)``:
+    ``on0[k], od0[k]`` = fraction sum of node ``2k``'s children,
+    ``on1[k], od1[k]`` = the same for node ``2k + 1``.
+``jagged_transition(rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f)``
+    Jagged transition (DESIGN.md section 2) for every output slot ``q`` of
+    the outputs' length.  ``rc``/``orc`` are int32 row counts of the input and
+    output layers (length ``nb``), ``prefix`` an int64 ``(2, nb)`` scratch the
+    launcher overwrites with the inclusive prefix sums of ``rc`` and ``orc``.
+
+Arrays are C-contiguous uint32 Montgomery words in ``[0, p)``: base MLEs
+``(n,)``, extension MLEs ``(n, 4)``.  The numerator pair and the denominator
+pair may each be base or extension; outputs must be extension exactly where
+the mode requires (numerators if any input is, denominators if the
+denominators are).  Nothing is validated or allocated here (besides the tiny
+prefix sums, computed into ``prefix``).
+
+Base arrays are viewed as ``(n, 1)`` so that each kernel compiles once for
+every mode, field and length (field constants and the mode are runtime
+arguments).
+"""
+import numpy as np
+from numba import njit, prange
+
+from .gkr_scalar import MODE_BB, MODE_BE, MODE_EB, MODE_EE, make_slot_functions, mode_of
+from .launch_config import GKR_CPU_JAGGED_CHUNK
+
+_dense_slot, _jagged_slot, _find_segment = make_slot_functions(njit)
+
+
+@njit(parallel=True, cache=True)
+def _fold_dense_kernel(mode, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm):
+    # One prange loop per mode with the mode as a literal: after inlining,
+    # LLVM drops the other modes' branches from each loop body.
+    half = on0.shape[0]
+    if mode == MODE_BB:
+        for k in prange(half):
+            _dense_slot(MODE_BB, k, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm)
+    elif mode == MODE_BE:
+        for k in prange(half):
+            _dense_slot(MODE_BE, k, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm)
+    elif mode == MODE_EB:
+        for k in prange(half):
+            _dense_slot(MODE_EB, k, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm)
+    else:
+        for k in prange(half):
+            _dense_slot(MODE_EE, k, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm)
+
+
+@njit(parallel=True, cache=True)
+def _jagged_kernel(mode, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1,
+                   p, mu, wm, one, chunk):
+    nb = rc.shape[0]
+    acc_in = np.int64(0)
+    acc_out = np.int64(0)
+    for s in range(nb):  # nb is small next to the layer: a serial scan is fine
+        acc_in += np.int64(rc[s])
+        acc_out += np.int64(orc[s])
+        prefix[0, s] = acc_in
+        prefix[1, s] = acc_out
+    width = on0.shape[0]
+    nchunks = (width + chunk - 1) // chunk
+    for c in prange(nchunks):
+        lo = c * chunk
+        hi = min(width, lo + chunk)
+        # One binary search per chunk, then walk the segments forward.
+        s = _find_segment(prefix, lo)
+        for q in range(lo, hi):
+            while s < nb - 1 and prefix[1, s] <= q:
+                s += 1
+            _jagged_slot(mode, q, s, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1,
+                         p, mu, wm, one)
+
+
+def _as2d(x):
+    """``(n,)`` -> ``(n, 1)`` view; extension ``(n, 4)`` unchanged."""
+    return x.reshape(x.shape[0], 1) if x.ndim == 1 else x
+
+
+def _consts(f):
+    return np.uint32(f.p), np.uint32(f.mu_neg), np.uint32(f.w_mont), np.uint32(f.r_mod_p)
+
+
+def fold_dense(n0, n1, d0, d1, on0, on1, od0, od1, f):
+    """Dense transition on the CPU (see the module docstring)."""
+    p, mu, wm, _ = _consts(f)
+    mode = mode_of(n0.ndim == 2, d0.ndim == 2)
+    _fold_dense_kernel(mode, *(_as2d(x) for x in (n0, n1, d0, d1, on0, on1, od0, od1)),
+                       p, mu, wm)
+
+
+def jagged_transition(rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f):
+    """Jagged transition on the CPU (see the module docstring)."""
+    p, mu, wm, one = _consts(f)
+    mode = mode_of(n0.ndim == 2, d0.ndim == 2)
+    _jagged_kernel(mode, rc, orc, prefix,
+                   *(_as2d(x) for x in (n0, n1, d0, d1, on0, on1, od0, od1)),
+                   p, mu, wm, one, GKR_CPU_JAGGED_CHUNK)

@@ -1,0 +1,319 @@
+"""Scalar and per-slot arithmetic of the LogUp-GKR fraction tree, in Numba.
+
+Shared by the Numba CPU kernels (:mod:`.gkr_cpu`) and the Numba-CUDA kernels
+(:mod:`.gkr_cuda_numba`); the CUDA C twin is ``cuda/gkr.cu``.
+
+Math
+----
+A node ``i`` of a layer carries two child fractions ``n0[i]/d0[i]`` and
+``n1[i]/d1[i]``; folding it gives their fraction sum
+
+    ``N = n0 * d1 + n1 * d0``,   ``D = d0 * d1``.
+
+Every value is a Montgomery word in ``[0, p)`` (base field) or four of them
+(coefficients of ``1, x, x^2, x^3`` of an element of ``F_p[x]/(x^4 - W)``).
+The numerator pair and the denominator pair may each be base or extension;
+the *mode* ``2 * numerators_ext + denominators_ext`` names the combination
+(:data:`MODE_BB` ... :data:`MODE_EE`).  ``N`` is extension when any input is,
+``D`` when the denominators are.  Because every stored word is canonical, the
+lean mixed formulas below give the same bytes as embedding base values as
+``(a, 0, 0, 0)`` and multiplying in the extension.
+
+Reduction budget (the point of the lean formulas): an extension product
+``a * b`` is computed from ``b`` and ``W b_1, W b_2, W b_3`` (3 Montgomery
+products) with every coefficient a sum of four 32x32->64 products reduced
+once -- 4 reductions per product instead of 16, and the ``W b_j`` are shared
+between the products that use the same ``b``.  ``n0 d1 + n1 d0`` in the
+extension reduces each coefficient once (two 4-product sums brought below
+``p * 2**32`` by a conditional subtraction, then added).
+
+Two kinds of functions live here:
+
+* ``@njit`` *scalar* functions (``frac_*``): scalars in, tuples out.  Numba-CUDA
+  compiles them for the device; they never receive arrays (the CUDA simulator
+  cannot unbox a device array into an ``@njit`` function).
+* plain Python *array* functions (``fold_node``, ``put_neutral``, ...): the
+  bodies of one output slot.  Each backend compiles them with its own
+  decorator through :func:`make_slot_functions` (``numba.njit`` on the CPU,
+  ``cuda.jit(device=True)`` on the GPU), so the slot logic is written once.
+
+All integer intermediates are cast explicitly (see :mod:`.monty`), so compiled
+Numba, the CUDA simulator and ``NUMBA_DISABLE_JIT=1`` agree bit for bit.
+"""
+import types
+
+import numpy as np
+from numba import njit
+
+from .monty import mont_mul, monty_reduce, monty_reduce_wide
+
+__all__ = ["MODE_BB", "MODE_BE", "MODE_EB", "MODE_EE", "mode_of", "SLOT_LIVE",
+           "SLOT_PAD", "SLOT_DEAD", "frac_bb", "frac_be", "frac_eb", "frac_ee",
+           "dense_slot", "jagged_slot", "make_slot_functions"]
+
+#: Base numerators, base denominators.
+MODE_BB = 0
+#: Base numerators under extension denominators (outputs: extension, extension).
+MODE_BE = 1
+#: Extension numerators over base denominators (outputs: extension, base).
+MODE_EB = 2
+#: Extension numerators and denominators.
+MODE_EE = 3
+
+#: Jagged output slot kinds: folds live nodes / live neutral padding / dead.
+SLOT_LIVE = 0
+SLOT_PAD = 1
+SLOT_DEAD = 2
+
+_SHIFT32 = np.uint64(32)
+
+
+def mode_of(numerators_ext: bool, denominators_ext: bool) -> int:
+    """Mode number of a numerator/denominator field combination."""
+    return 2 * int(bool(numerators_ext)) + int(bool(denominators_ext))
+
+
+@njit(cache=True)
+def frac_bb(n0, n1, d0, d1, p, mu):
+    """Base fraction sum: ``(n0 d1 + n1 d0, d0 d1)``.
+
+    ``n0 d1 + n1 d0 < 2 p**2 < p * 2**32`` (as ``2p < 2**32``), inside the
+    input range of :func:`monty_reduce`, so the numerator is reduced once.
+    """
+    num = monty_reduce(np.uint64(n0) * np.uint64(d1) + np.uint64(n1) * np.uint64(d0), p, mu)
+    return num, mont_mul(d0, d1, p, mu)
+
+
+@njit(cache=True)
+def ext4_dot(a0, a1, a2, a3, b0, b1, b2, b3, bw1, bw2, bw3):
+    """Unreduced coefficients of ``a * b`` in ``F_p[x]/(x^4 - W)``.
+
+    ``bw_j = W * b_j`` (Montgomery words).  ``c_k = sum_{i+j=k} a_i b_j +
+    sum_{i+j=k+4} a_i bw_j``: four products ``< p**2`` each, so every
+    returned uint64 is ``< 4 p**2 < 2**64`` (checked for both fields at
+    import of field_params) and its Montgomery reduction is the Montgomery
+    word of ``c_k`` (the extra ``2**-32`` of ``bw_j`` cancels the ``2**32`` of
+    the Montgomery form of ``W``).
+    """
+    a0, a1, a2, a3 = np.uint64(a0), np.uint64(a1), np.uint64(a2), np.uint64(a3)
+    b0, b1, b2, b3 = np.uint64(b0), np.uint64(b1), np.uint64(b2), np.uint64(b3)
+    bw1, bw2, bw3 = np.uint64(bw1), np.uint64(bw2), np.uint64(bw3)
+    return (a0 * b0 + a1 * bw3 + a2 * bw2 + a3 * bw1,
+            a0 * b1 + a1 * b0 + a2 * bw3 + a3 * bw2,
+            a0 * b2 + a1 * b1 + a2 * b0 + a3 * bw3,
+            a0 * b3 + a1 * b2 + a2 * b1 + a3 * b0)
+
+
+@njit(cache=True)
+def below_pr(x, p):
+    """``x`` or ``x - p * 2**32``, whichever is ``< p * 2**32``.
+
+    Input ``x < 4 p**2 < 2 p * 2**32`` (as ``2p < 2**32``): one conditional
+    subtraction suffices.  Subtracting ``p * 2**32`` leaves ``x * 2**-32 mod p``
+    unchanged.
+    """
+    x = np.uint64(x)
+    pr = np.uint64(p) << _SHIFT32
+    if x >= pr:
+        x -= pr
+    return x
+
+
+@njit(cache=True)
+def frac_be(n0, n1, a0, a1, a2, a3, b0, b1, b2, b3, p, mu, wm):
+    """Base numerators ``n0, n1`` over extension denominators ``a = d0, b = d1``.
+
+    Returns ``(N_0..N_3, D_0..D_3)``: ``N_k = n0 b_k + n1 a_k`` (two products
+    ``< 2 p**2 < p * 2**32``: one :func:`monty_reduce` per coefficient) and
+    ``D = a * b`` via :func:`ext4_dot` (3 + 4 reductions).
+    """
+    n0 = np.uint64(n0)
+    n1 = np.uint64(n1)
+    bw1 = mont_mul(b1, wm, p, mu)
+    bw2 = mont_mul(b2, wm, p, mu)
+    bw3 = mont_mul(b3, wm, p, mu)
+    c = ext4_dot(a0, a1, a2, a3, b0, b1, b2, b3, bw1, bw2, bw3)
+    return (monty_reduce(n0 * np.uint64(b0) + n1 * np.uint64(a0), p, mu),
+            monty_reduce(n0 * np.uint64(b1) + n1 * np.uint64(a1), p, mu),
+            monty_reduce(n0 * np.uint64(b2) + n1 * np.uint64(a2), p, mu),
+            monty_reduce(n0 * np.uint64(b3) + n1 * np.uint64(a3), p, mu),
+            monty_reduce_wide(c[0], p, mu), monty_reduce_wide(c[1], p, mu),
+            monty_reduce_wide(c[2], p, mu), monty_reduce_wide(c[3], p, mu))
+
+
+@njit(cache=True)
+def frac_eb(u0, u1, u2, u3, v0, v1, v2, v3, d0, d1, p, mu):
+    """Extension numerators ``u = n0, v = n1`` over base denominators.
+
+    Returns ``(N_0..N_3, D)``: ``N_k = u_k d1 + v_k d0`` (two products
+    ``< 2 p**2 < p * 2**32``, one reduction) and ``D = d0 d1``.
+    """
+    d0 = np.uint64(d0)
+    d1 = np.uint64(d1)
+    return (monty_reduce(np.uint64(u0) * d1 + np.uint64(v0) * d0, p, mu),
+            monty_reduce(np.uint64(u1) * d1 + np.uint64(v1) * d0, p, mu),
+            monty_reduce(np.uint64(u2) * d1 + np.uint64(v2) * d0, p, mu),
+            monty_reduce(np.uint64(u3) * d1 + np.uint64(v3) * d0, p, mu),
+            mont_mul(d0, d1, p, mu))
+
+
+@njit(cache=True)
+def frac_ee(u0, u1, u2, u3, v0, v1, v2, v3, a0, a1, a2, a3, b0, b1, b2, b3, p, mu, wm):
+    """All-extension fraction sum of ``u/a`` and ``v/b``: ``(u b + v a, a b)``.
+
+    Returns ``(N_0..N_3, D_0..D_3)`` with 14 reductions: ``W a_j``, ``W b_j``
+    (6), then per coefficient ``x = [u b]_k``, ``y = [v a]_k`` (each
+    ``< 4 p**2``) brought below ``p * 2**32`` by :func:`below_pr`, so
+    ``x + y < 2 p * 2**32 < 2**64`` is reduced once (4), and ``[a b]_k`` (4).
+    """
+    aw1 = mont_mul(a1, wm, p, mu)
+    aw2 = mont_mul(a2, wm, p, mu)
+    aw3 = mont_mul(a3, wm, p, mu)
+    bw1 = mont_mul(b1, wm, p, mu)
+    bw2 = mont_mul(b2, wm, p, mu)
+    bw3 = mont_mul(b3, wm, p, mu)
+    x = ext4_dot(u0, u1, u2, u3, b0, b1, b2, b3, bw1, bw2, bw3)
+    y = ext4_dot(v0, v1, v2, v3, a0, a1, a2, a3, aw1, aw2, aw3)
+    z = ext4_dot(a0, a1, a2, a3, b0, b1, b2, b3, bw1, bw2, bw3)
+    return (monty_reduce_wide(below_pr(x[0], p) + below_pr(y[0], p), p, mu),
+            monty_reduce_wide(below_pr(x[1], p) + below_pr(y[1], p), p, mu),
+            monty_reduce_wide(below_pr(x[2], p) + below_pr(y[2], p), p, mu),
+            monty_reduce_wide(below_pr(x[3], p) + below_pr(y[3], p), p, mu),
+            monty_reduce_wide(z[0], p, mu), monty_reduce_wide(z[1], p, mu),
+            monty_reduce_wide(z[2], p, mu), monty_reduce_wide(z[3], p, mu))
+
+
+# ---------------------------------------------------------------------------
+# Array functions: one output slot.  Arrays are 2-D C-contiguous uint32,
+# ``(n, 1)`` for base and ``(n, 4)`` for extension MLEs, so that one compiled
+# kernel serves every mode.  Plain Python here; compiled per backend.
+# ---------------------------------------------------------------------------
+
+def store4(a, k, c0, c1, c2, c3):
+    """``a[k] = (c0, c1, c2, c3)`` for an extension MLE ``a``."""
+    a[k, 0] = c0
+    a[k, 1] = c1
+    a[k, 2] = c2
+    a[k, 3] = c3
+
+
+def fold_node(mode, n0, n1, d0, d1, i, on, od, k, p, mu, wm):
+    """``on[k], od[k] = n0[i]/d0[i] + n1[i]/d1[i]`` (fraction sum) in ``mode``."""
+    if mode == MODE_BB:
+        c = frac_bb(n0[i, 0], n1[i, 0], d0[i, 0], d1[i, 0], p, mu)
+        on[k, 0] = c[0]
+        od[k, 0] = c[1]
+        return
+    if mode == MODE_EB:
+        c = frac_eb(n0[i, 0], n0[i, 1], n0[i, 2], n0[i, 3],
+                    n1[i, 0], n1[i, 1], n1[i, 2], n1[i, 3], d0[i, 0], d1[i, 0], p, mu)
+        store4(on, k, c[0], c[1], c[2], c[3])
+        od[k, 0] = c[4]
+        return
+    if mode == MODE_BE:
+        c = frac_be(n0[i, 0], n1[i, 0], d0[i, 0], d0[i, 1], d0[i, 2], d0[i, 3],
+                    d1[i, 0], d1[i, 1], d1[i, 2], d1[i, 3], p, mu, wm)
+    else:
+        c = frac_ee(n0[i, 0], n0[i, 1], n0[i, 2], n0[i, 3],
+                    n1[i, 0], n1[i, 1], n1[i, 2], n1[i, 3],
+                    d0[i, 0], d0[i, 1], d0[i, 2], d0[i, 3],
+                    d1[i, 0], d1[i, 1], d1[i, 2], d1[i, 3], p, mu, wm)
+    store4(on, k, c[0], c[1], c[2], c[3])
+    store4(od, k, c[4], c[5], c[6], c[7])
+
+
+def put_constant(on, od, k, num0, den0):
+    """``on[k] = (num0, 0, 0, 0)``, ``od[k] = (den0, 0, 0, 0)`` (or their base words).
+
+    With ``(0, one)`` this writes the neutral fraction 0/1, with ``(0, 0)`` a
+    dead slot.
+    """
+    on[k, 0] = num0
+    for c in range(1, on.shape[1]):
+        on[k, c] = 0
+    od[k, 0] = den0
+    for c in range(1, od.shape[1]):
+        od[k, c] = 0
+
+
+def find_segment(prefix, q):
+    """First segment ``s`` with ``cum[s] > q`` (``cum = prefix[1]``), clamped to ``nb - 1``.
+
+    Binary search over the inclusive prefix sums of the output counts.
+    """
+    lo = 0
+    hi = prefix.shape[1] - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if prefix[1, mid] > q:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def jagged_source(q, s, rc, orc, prefix):
+    """Kind of output slot ``q`` of segment ``s`` and the first node it folds.
+
+    ``prefix[0]`` / ``prefix[1]`` are the inclusive prefix sums of ``rc`` /
+    ``orc`` (int64).  Returns ``(kind, e, partner)``: ``kind`` is
+    :data:`SLOT_DEAD` when ``q >= sum(orc)``; else with
+    ``j = q - (cum[s] - orc[s])``, :data:`SLOT_LIVE` when
+    ``j < ceil(rc[s] / 2)`` -- then ``e = base[s] + 2 j`` and ``partner``
+    tells whether node ``e + 1`` is live (``2 j + 1 < rc[s]``) -- and
+    :data:`SLOT_PAD` (neutral padding) otherwise.
+    """
+    nb = prefix.shape[1]
+    if q >= prefix[1, nb - 1]:
+        return SLOT_DEAD, 0, False
+    rows = np.int64(rc[s])
+    j = q - (prefix[1, s] - np.int64(orc[s]))
+    if j < (rows + 1) // 2:
+        return SLOT_LIVE, prefix[0, s] - rows + 2 * j, 2 * j + 1 < rows
+    return SLOT_PAD, 0, False
+
+
+def dense_slot(mode, k, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm):
+    """Dense slot ``k``: child 0 from node ``2k``, child 1 from node ``2k + 1``."""
+    fold_node(mode, n0, n1, d0, d1, 2 * k, on0, od0, k, p, mu, wm)
+    fold_node(mode, n0, n1, d0, d1, 2 * k + 1, on1, od1, k, p, mu, wm)
+
+
+def jagged_slot(mode, q, s, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1,
+                p, mu, wm, one):
+    """Jagged output slot ``q`` of segment ``s`` (DESIGN.md section 2)."""
+    kind, e, partner = jagged_source(q, s, rc, orc, prefix)
+    if kind == SLOT_LIVE:
+        fold_node(mode, n0, n1, d0, d1, e, on0, od0, q, p, mu, wm)
+        if partner:
+            fold_node(mode, n0, n1, d0, d1, e + 1, on1, od1, q, p, mu, wm)
+        else:
+            put_constant(on1, od1, q, np.uint32(0), one)
+    elif kind == SLOT_PAD:
+        put_constant(on0, od0, q, np.uint32(0), one)
+        put_constant(on1, od1, q, np.uint32(0), one)
+    else:
+        put_constant(on0, od0, q, np.uint32(0), np.uint32(0))
+        put_constant(on1, od1, q, np.uint32(0), np.uint32(0))
+
+
+def _rebind(fn, env):
+    """``fn`` with the global names in ``env`` bound to other objects."""
+    glb = dict(fn.__globals__)
+    glb.update(env)
+    out = types.FunctionType(fn.__code__, glb, fn.__name__, fn.__defaults__, fn.__closure__)
+    out.__qualname__, out.__module__, out.__doc__ = fn.__qualname__, fn.__module__, fn.__doc__
+    return out
+
+
+def make_slot_functions(jit):
+    """Compile the slot bodies with ``jit``: ``(dense_slot, jagged_slot, find_segment)``.
+
+    ``jit`` is ``numba.njit`` (CPU) or ``numba.cuda.jit(device=True)``.  The
+    leaf array functions are compiled first and bound to the names the slot
+    bodies call, so every backend runs the same source text.
+    """
+    env = {fn.__name__: jit(fn) for fn in (store4, put_constant, jagged_source)}
+    env["fold_node"] = jit(_rebind(fold_node, env))
+    return (jit(_rebind(dense_slot, env)), jit(_rebind(jagged_slot, env)),
+            jit(find_segment))

@@ -1,0 +1,582 @@
+"""LogUp-GKR fractional-sum circuit: dense and jagged layers, transitions, pyramids.
+
+A *layer* is four equal-length MLEs ``n0, n1, d0, d1`` of Montgomery words:
+index ``i`` carries the two child fractions ``n0[i]/d0[i]`` and
+``n1[i]/d1[i]``.  A transition folds one row variable with the fraction sum
+``a/b + c/d = (a d + c b) / (b d)``; repeating it builds the binary tree of
+fractions (the *pyramid*) a LogUp-GKR prover later walks with sumchecks.
+
+* :class:`GkrLayer` -- dense layout, ``L = 2**nv`` with the batch variables in
+  the high bits: ``i = b * 2**nrv + r``.
+* :class:`JaggedGkrLayer` -- one segment of ``row_counts[b]`` rows per batch
+  element, stored batch-major in a buffer of capacity ``width``; slots past
+  ``sum(row_counts)`` are dead (all zero) and never read.
+
+MLEs are base ``(L,)`` or extension ``(L, 4)`` uint32 arrays (see
+:mod:`zorch_nb.fields`); the numerator pair and the denominator pair may live
+in different fields.  A fold output is extension wherever any of its inputs is,
+and the result is byte-identical to folding an all-extension copy.
+
+Backends follow the arrays (see :mod:`zorch_nb._backend`): NumPy runs Numba CPU
+kernels, CuPy runs CUDA C RawKernels, ``backend="numba"`` runs the Numba-CUDA
+kernels.  All give identical bytes.  Every transition writes one new buffer
+(one allocation per layer) and, on the GPU, never synchronizes with the host:
+a jagged schedule that lives on the device is consumed on the device.
+
+Examples
+--------
+>>> import numpy as np
+>>> from zorch_nb import KoalaBear as F
+>>> from zorch_nb.logup_gkr import GkrLayer, build_pyramid, extract_outputs
+>>> n = F.encode([1, 2, 3, 4]); d = F.encode([5, 6, 7, 8])
+>>> layer = GkrLayer(n, n, d, d, num_batch_variables=0)
+>>> floor = build_pyramid(layer)[-1]
+>>> out = extract_outputs(floor)
+>>> F.decode(out.denominator)       # 5*5*7*7 and 6*6*8*8
+array([1225, 2304], dtype=uint32)
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from . import _backend
+from .fields import KoalaBear, PrimeField
+
+__all__ = ["GkrLayer", "JaggedGkrLayer", "LogUpGkrOutput", "JaggedStep", "layer_transition",
+           "build_pyramid", "extract_outputs", "jagged_layer_transition",
+           "build_jagged_pyramid", "extract_jagged_outputs", "halving_schedule"]
+
+_MLE_NAMES = ("numerator_0", "numerator_1", "denominator_0", "denominator_1")
+_INT32_MAX = 2**31 - 1
+
+
+# ---------------------------------------------------------------------------
+# validation helpers
+# ---------------------------------------------------------------------------
+
+def _describe(x) -> str:
+    if hasattr(x, "dtype") and hasattr(x, "shape"):
+        return f"{type(x).__module__.split('.')[0]} array of dtype {x.dtype} and shape {tuple(x.shape)}"
+    return type(x).__name__
+
+
+def _is_ext(x) -> bool:
+    return x.ndim == 2
+
+
+def _check_field(field) -> None:
+    if not isinstance(field, PrimeField):
+        extra = ("; pass the prime field (e.g. KoalaBear), extension-ness comes from the "
+                 "array shapes" if hasattr(field, "base") else "")
+        raise TypeError(f"Argument `field` must be a zorch_nb PrimeField (KoalaBear or "
+                        f"BabyBear), not {field!r}{extra}")
+
+
+def _check_mles(obj) -> tuple:
+    """Validate the four MLEs of a layer; return ``(length, kind)``."""
+    arrays = {name: getattr(obj, name) for name in _MLE_NAMES}
+    for name, x in arrays.items():
+        if _backend.array_kind(x) == "other":
+            raise TypeError(f"Argument `{name}` must be a uint32 array of Montgomery words "
+                            f"(NumPy or CuPy), not {_describe(x)}; use `field.encode`")
+        if np.dtype(x.dtype) != np.uint32:
+            raise TypeError(f"Argument `{name}` must have dtype uint32 (Montgomery words), "
+                            f"not {x.dtype}; use `field.encode`")
+        if not (x.ndim == 1 or (x.ndim == 2 and x.shape[1] == 4)):
+            raise ValueError(f"Argument `{name}` must have shape (L,) (base field) or "
+                             f"(L, 4) (extension), not {tuple(x.shape)}")
+    for a, b, what in (("numerator_0", "numerator_1", "numerator"),
+                       ("denominator_0", "denominator_1", "denominator")):
+        if arrays[a].ndim != arrays[b].ndim:
+            raise ValueError(f"Argument `{b}` must be in the same field as `{a}` (the "
+                             f"{what} pair is either both base (L,) or both extension "
+                             f"(L, 4)), not shapes {tuple(arrays[a].shape)} and "
+                             f"{tuple(arrays[b].shape)}")
+    lengths = {name: int(x.shape[0]) for name, x in arrays.items()}
+    if len(set(lengths.values())) != 1:
+        desc = ", ".join(f"`{n}` has {v}" for n, v in lengths.items())
+        raise ValueError(f"the four MLEs must have the same length, not: {desc}")
+    kind, _ = _backend.resolve(arrays, None)
+    _check_field(obj.field)
+    return lengths["numerator_0"], kind
+
+
+def _check_int(value, name: str, lo: int, hi: int | None = None) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"Argument `{name}` must be an integer, not {type(value).__name__}")
+    value = int(value)
+    if value < lo or (hi is not None and value > hi):
+        rng = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"
+        raise ValueError(f"Argument `{name}` must be in {rng}, not {value}")
+    return value
+
+
+def _is_device(x) -> bool:
+    return _backend.array_kind(x) in ("cupy", "cuda")
+
+
+def _row_counts(counts, name: str, data_kind: str):
+    """Normalize a row-count vector: a read-only host int32 array or a device int32 array."""
+    if _is_device(counts):
+        if data_kind == "numpy":
+            raise TypeError(f"Argument `{name}` is a GPU array but the MLEs are NumPy "
+                            f"arrays; pass host counts (a sequence or NumPy array)")
+        cp = _backend.get_xp("cupy")
+        counts = cp.asarray(counts)
+        if counts.dtype != np.int32 or counts.ndim != 1:
+            raise TypeError(f"Argument `{name}` must be a 1-D int32 array, not "
+                            f"{_describe(counts)}")
+        return counts
+    arr = np.asarray(counts)
+    if arr.dtype == object and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+                                   for v in arr.ravel()):
+        arr = arr.astype(np.int64)
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"Argument `{name}` must hold integers (int32 row counts), not "
+                        f"{_describe(arr) if arr.ndim else type(counts).__name__}")
+    if arr.ndim != 1:
+        raise ValueError(f"Argument `{name}` must be 1-D (one count per batch element), "
+                         f"not shape {arr.shape}")
+    if arr.size and (arr.min() < 0 or arr.max() > _INT32_MAX):
+        s = int(np.argmax((arr < 0) | (arr > _INT32_MAX)))
+        raise ValueError(f"Argument `{name}` must hold counts in [0, 2**31), but "
+                         f"{name}[{s}] = {arr[s]}")
+    out = arr.astype(np.int32)
+    out.flags.writeable = False
+    return out
+
+
+def _is_pow2(n: int) -> bool:
+    return n >= 1 and n & (n - 1) == 0
+
+
+# ---------------------------------------------------------------------------
+# data classes
+# ---------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Layer:
+    """The four MLEs every layer has (see :class:`GkrLayer`)."""
+
+    numerator_0: Any
+    numerator_1: Any
+    denominator_0: Any
+    denominator_1: Any
+
+    @property
+    def mles(self) -> tuple:
+        """``(numerator_0, numerator_1, denominator_0, denominator_1)``."""
+        return tuple(getattr(self, n) for n in _MLE_NAMES)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class GkrLayer(_Layer):
+    """A dense layer of the fraction tree.
+
+    Parameters
+    ----------
+    numerator_0, numerator_1, denominator_0, denominator_1 : array
+        uint32 Montgomery words, all of length ``L = 2**nv``; each pair base
+        ``(L,)`` or extension ``(L, 4)`` (numerators and denominators may
+        differ).  NumPy or CuPy, all in one module and on one device.
+    num_batch_variables : int
+        ``nbv`` in ``[0, nv]``: the high ``nbv`` index bits select the batch
+        element, the low ``nrv = nv - nbv`` bits the row.
+    field : PrimeField, optional
+        :data:`~zorch_nb.KoalaBear` (default) or :data:`~zorch_nb.BabyBear`.
+
+    Raises
+    ------
+    TypeError
+        Non-uint32 data, non-array data, arrays from different modules, a
+        field that is not a PrimeField.
+    ValueError
+        Different lengths, a length that is not a power of two, a wrong
+        trailing axis, mixed fields inside a pair, ``num_batch_variables`` out
+        of range, arrays on different devices.
+    """
+
+    num_batch_variables: int
+    field: PrimeField = KoalaBear
+
+    def __post_init__(self):
+        length, _ = _check_mles(self)
+        if not _is_pow2(length):
+            raise ValueError(f"the MLE length must be a power of two (L = 2**nv), not {length}")
+        nv = length.bit_length() - 1
+        object.__setattr__(self, "num_batch_variables",
+                           _check_int(self.num_batch_variables, "num_batch_variables", 0, nv))
+
+    @property
+    def num_variables(self) -> int:
+        """``nv = log2(L)``."""
+        return int(self.numerator_0.shape[0]).bit_length() - 1
+
+    @property
+    def num_row_variables(self) -> int:
+        """``nrv = nv - nbv``: transitions left before the floor."""
+        return self.num_variables - self.num_batch_variables
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class JaggedGkrLayer(_Layer):
+    """A jagged layer: one segment of ``row_counts[b]`` rows per batch element.
+
+    Parameters
+    ----------
+    numerator_0, numerator_1, denominator_0, denominator_1 : array
+        uint32 Montgomery words of length ``width`` (the capacity), base
+        ``(width,)`` or extension ``(width, 4)`` per pair.  Rows of batch 0,
+        then batch 1, ...; slots past ``sum(row_counts)`` are dead (zero in all
+        four MLEs; never read).
+    row_counts : sequence of int, NumPy int array, or CuPy int32 array
+        One count per batch element; the length ``nb`` must be a power of two.
+        Host counts are checked (``>= 0``, ``sum <= width``) and stored as a
+        read-only int32 array; a device array (CuPy data only) is kept as is
+        and is the caller's obligation (checking it would synchronize).
+    field : PrimeField, optional
+        :data:`~zorch_nb.KoalaBear` (default) or :data:`~zorch_nb.BabyBear`.
+    """
+
+    row_counts: Any
+    field: PrimeField = KoalaBear
+
+    def __post_init__(self):
+        width, kind = _check_mles(self)
+        counts = _row_counts(self.row_counts, "row_counts", kind)
+        nb = int(counts.shape[0])
+        if not _is_pow2(nb):
+            raise ValueError(f"Argument `row_counts` must have a power-of-two length "
+                             f"(number of batch elements), not {nb}")
+        if isinstance(counts, np.ndarray) and int(counts.sum(dtype=np.int64)) > width:
+            raise ValueError(f"the row counts sum to {int(counts.sum(dtype=np.int64))}, more "
+                             f"than the width {width} of the MLEs")
+        object.__setattr__(self, "row_counts", counts)
+
+    @property
+    def num_batches(self) -> int:
+        """``nb``: number of batch elements (segments)."""
+        return int(self.row_counts.shape[0])
+
+    @property
+    def num_batch_variables(self) -> int:
+        """``log2(nb)``."""
+        return self.num_batches.bit_length() - 1
+
+    @property
+    def width(self) -> int:
+        """Capacity of the MLEs (live rows plus dead slack)."""
+        return int(self.numerator_0.shape[0])
+
+    @property
+    def counts_on_host(self) -> bool:
+        """Whether ``row_counts`` is a host array (so it can be checked)."""
+        return isinstance(self.row_counts, np.ndarray)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LogUpGkrOutput:
+    """The floor of a pyramid with the two children interleaved.
+
+    ``numerator = [n0[0], n1[0], n0[1], n1[1], ...]`` (length ``2 * nb``; an
+    extension array has shape ``(2 nb, 4)``), ``denominator`` likewise.  For
+    batch element ``b`` the fraction sum of all its leaves equals
+    ``numerator[2b]/denominator[2b] + numerator[2b+1]/denominator[2b+1]``.
+    """
+
+    numerator: Any
+    denominator: Any
+
+
+class JaggedStep(NamedTuple):
+    """One step of a jagged schedule: the output row counts and output width."""
+
+    row_counts: Any
+    width: int
+
+
+# ---------------------------------------------------------------------------
+# dispatch
+# ---------------------------------------------------------------------------
+
+def _run(layer, backend, call, extra_inputs, out_len, out_ext, scratch_shape=None):
+    """Run ``call(kernels, inputs, outputs, scratch)`` for ``layer`` on ``backend``.
+
+    ``inputs`` are the layer's MLEs (contiguous) followed by ``extra_inputs``,
+    all in the module the kernels run on; ``outputs`` are the four output
+    MLEs, views of one fresh buffer; ``scratch`` an int64 array or ``None``.
+    Returns the outputs in the layer's module.
+    """
+    mles = layer.mles
+    kind, backend = _backend.resolve(dict(zip(_MLE_NAMES, mles)), backend)
+    run_kind = "cupy" if backend == "cupy" else kind
+    xp = _backend.get_xp(run_kind)
+    inputs = [xp.ascontiguousarray(_backend.to_module(x, run_kind)) for x in mles]
+    inputs += [xp.asarray(x) if run_kind == "cupy" else x for x in extra_inputs]
+    n_ext, d_ext = out_ext
+    sizes = [out_len * (4 if e else 1) for e in (n_ext, n_ext, d_ext, d_ext)]
+    buf = xp.empty(sum(sizes), dtype=np.uint32)
+    outs = _split(buf, sizes, (n_ext, n_ext, d_ext, d_ext))
+    scratch = None if scratch_shape is None else xp.empty(scratch_shape, dtype=np.int64)
+    if out_len:
+        call(_backend.kernels_for(backend, "gkr"), inputs, outs, scratch)
+    if run_kind != kind:  # backend="cupy" on NumPy data: bring the layer back
+        outs = _split(buf.get(), sizes, (n_ext, n_ext, d_ext, d_ext))
+    return outs
+
+
+def _split(buf, sizes, exts):
+    outs, start = [], 0
+    for size, ext in zip(sizes, exts):
+        view = buf[start:start + size]
+        outs.append(view.reshape(-1, 4) if ext else view)
+        start += size
+    return outs
+
+
+def _require(obj, cls, name):
+    if not isinstance(obj, cls):
+        raise TypeError(f"Argument `{name}` must be a {cls.__name__}, not {type(obj).__name__}")
+
+
+def _out_ext(layer) -> tuple:
+    n_ext, d_ext = _is_ext(layer.numerator_0), _is_ext(layer.denominator_0)
+    return n_ext or d_ext, d_ext
+
+
+# ---------------------------------------------------------------------------
+# dense
+# ---------------------------------------------------------------------------
+
+def layer_transition(layer: GkrLayer, *, backend: str | None = None) -> GkrLayer:
+    """Fold the lowest row variable of a dense layer.
+
+    For ``k in [0, L/2)``: ``n0'[k]/d0'[k]`` is the fraction sum of node
+    ``2k``'s children, ``n1'[k]/d1'[k]`` that of node ``2k + 1``.
+
+    Parameters
+    ----------
+    layer : GkrLayer
+        A layer with at least one row variable.
+    backend : {None, "cpu", "cupy", "numba"}, optional
+        ``None`` follows the arrays (NumPy -> CPU, CuPy -> CuPy RawKernel).
+
+    Returns
+    -------
+    GkrLayer
+        Half the length, same ``num_batch_variables``; numerators extension if
+        any input is, denominators extension if the denominators are.  Its
+        four MLEs are views of one new buffer.
+
+    Raises
+    ------
+    ValueError
+        If ``layer`` has no row variable left (it is a floor).
+    """
+    _require(layer, GkrLayer, "layer")
+    if layer.num_row_variables == 0:
+        raise ValueError(f"the layer has no row variable left (nv = nbv = "
+                         f"{layer.num_variables}); it is a floor: use extract_outputs")
+    field = layer.field
+    outs = _run(layer, backend,
+                lambda k, ins, outs, _: k.fold_dense(*ins, *outs, field.params),
+                [], layer.numerator_0.shape[0] // 2, _out_ext(layer))
+    return GkrLayer(*outs, layer.num_batch_variables, field)
+
+
+def build_pyramid(first: GkrLayer, *, backend: str | None = None) -> list:
+    """All layers from ``first`` down to the floor: ``nrv + 1`` layers, one buffer each."""
+    _require(first, GkrLayer, "first")
+    layers = [first]
+    for _ in range(first.num_row_variables):
+        layers.append(layer_transition(layers[-1], backend=backend))
+    return layers
+
+
+def _interleave(a, b):
+    xp = _backend.get_xp("numpy" if isinstance(a, np.ndarray) else "cupy")
+    return xp.stack([a, b], axis=1).reshape((2 * a.shape[0],) + tuple(a.shape[1:]))
+
+
+def extract_outputs(floor: GkrLayer) -> LogUpGkrOutput:
+    """Interleave the two children of a floor (``nrv == 0``) into the outputs."""
+    _require(floor, GkrLayer, "floor")
+    if floor.num_row_variables != 0:
+        raise ValueError(f"extract_outputs needs a floor (no row variable left), but the "
+                         f"layer has {floor.num_row_variables}; fold it with build_pyramid")
+    return LogUpGkrOutput(_interleave(floor.numerator_0, floor.numerator_1),
+                          _interleave(floor.denominator_0, floor.denominator_1))
+
+
+# ---------------------------------------------------------------------------
+# jagged
+# ---------------------------------------------------------------------------
+
+def jagged_layer_transition(layer: JaggedGkrLayer, out_row_counts, out_width=None, *,
+                            backend: str | None = None) -> JaggedGkrLayer:
+    """Fold one row variable of every segment of a jagged layer.
+
+    Output slot ``q`` belongs to segment ``s`` (first ``s`` with
+    ``cum[s] > q``, ``cum`` the inclusive prefix sums of ``out_row_counts``)
+    at position ``j = q - (cum[s] - orc[s])``.  Its children are the fraction
+    sums of input nodes ``base[s] + 2j`` and ``base[s] + 2j + 1`` (the second
+    replaced by the neutral fraction 0/1 past the segment's end) while
+    ``j < ceil(rc[s]/2)``; later slots of the segment are neutral (0/1 and
+    0/1), slots past ``sum(orc)`` are dead (all zero).
+
+    Parameters
+    ----------
+    layer : JaggedGkrLayer
+    out_row_counts : sequence of int, NumPy or CuPy int32 array
+        ``orc``, one count per batch element, ``orc[s] >= ceil(rc[s]/2)``.  A
+        CuPy array is consumed on the device without synchronizing; the
+        constraints then are the caller's obligation.
+    out_width : int, optional
+        Capacity of the output layer, ``>= sum(orc)``.  Defaults to
+        ``sum(orc)`` for host counts; required for device counts.
+    backend : {None, "cpu", "cupy", "numba"}, optional
+
+    Returns
+    -------
+    JaggedGkrLayer
+        With ``row_counts = out_row_counts`` and width ``out_width``.
+
+    Raises
+    ------
+    ValueError
+        Schedule length differs from the number of batch elements, a host
+        schedule truncates a segment (``orc[s] < ceil(rc[s]/2)``) or exceeds
+        ``out_width``, device counts without ``out_width``.
+    TypeError
+        Counts of the wrong type, or device counts with NumPy data.
+    """
+    _require(layer, JaggedGkrLayer, "layer")
+    kind = "numpy" if isinstance(layer.numerator_0, np.ndarray) else "cupy"
+    orc = _row_counts(out_row_counts, "out_row_counts", kind)
+    nb = layer.num_batches
+    if orc.shape[0] != nb:
+        raise ValueError(f"Argument `out_row_counts` must have one count per batch element "
+                         f"({nb}), not {orc.shape[0]}")
+    if isinstance(orc, np.ndarray):
+        total = int(orc.sum(dtype=np.int64))
+        if out_width is None:
+            out_width = total
+        out_width = _check_int(out_width, "out_width", 0)
+        if total > out_width:
+            raise ValueError(f"the output row counts sum to {total}, more than "
+                             f"`out_width` = {out_width}")
+        if layer.counts_on_host:
+            need = (layer.row_counts.astype(np.int64) + 1) // 2
+            bad = np.nonzero(orc < need)[0]
+            if bad.size:
+                s = int(bad[0])
+                raise ValueError(f"the schedule truncates segment {s}: "
+                                 f"out_row_counts[{s}] = {orc[s]} < ceil(row_counts[{s}] / 2) "
+                                 f"= {need[s]}")
+    elif out_width is None:
+        raise ValueError("Argument `out_width` is required when `out_row_counts` is a device "
+                         "array: its sum cannot be read without a device->host "
+                         "synchronization")
+    else:
+        out_width = _check_int(out_width, "out_width", 0)
+    field = layer.field
+    outs = _run(layer, backend,
+                lambda k, ins, outs, pre: k.jagged_transition(ins[4], ins[5], pre, *ins[:4],
+                                                              *outs, field.params),
+                [layer.row_counts, orc], out_width, _out_ext(layer), (2, nb))
+    return JaggedGkrLayer(*outs, orc, field)
+
+
+def _step(entry, i):
+    if isinstance(entry, JaggedStep):
+        return entry.row_counts, entry.width
+    if (isinstance(entry, tuple) and len(entry) == 2
+            and not isinstance(entry[0], (int, np.integer))):
+        return entry
+    return entry, None
+
+
+def build_jagged_pyramid(first: JaggedGkrLayer, schedules, *,
+                         backend: str | None = None) -> list:
+    """Apply one :func:`jagged_layer_transition` per schedule entry.
+
+    Parameters
+    ----------
+    first : JaggedGkrLayer
+    schedules : iterable
+        Each entry is a :class:`JaggedStep`, a ``(out_row_counts, out_width)``
+        pair, or just ``out_row_counts`` (then the width is its sum).  See
+        :func:`halving_schedule`.
+
+    Returns
+    -------
+    list of JaggedGkrLayer
+        ``[first, ...]``, one buffer per layer.
+    """
+    _require(first, JaggedGkrLayer, "first")
+    layers = [first]
+    for i, entry in enumerate(schedules):
+        counts, width = _step(entry, i)
+        layers.append(jagged_layer_transition(layers[-1], counts, width, backend=backend))
+    return layers
+
+
+def extract_jagged_outputs(floor: JaggedGkrLayer) -> LogUpGkrOutput:
+    """Interleave the two children of a jagged floor (``width == nb``, all counts 1)."""
+    _require(floor, JaggedGkrLayer, "floor")
+    if floor.width != floor.num_batches:
+        raise ValueError(f"extract_jagged_outputs needs a floor with width == number of batch "
+                         f"elements ({floor.num_batches}), not width {floor.width}; "
+                         f"fold further (see halving_schedule)")
+    if floor.counts_on_host and bool((floor.row_counts != 1).any()):
+        s = int(np.argmax(floor.row_counts != 1))
+        raise ValueError(f"extract_jagged_outputs needs every row count to be 1, but "
+                         f"row_counts[{s}] = {floor.row_counts[s]}")
+    return LogUpGkrOutput(_interleave(floor.numerator_0, floor.numerator_1),
+                          _interleave(floor.denominator_0, floor.denominator_1))
+
+
+def halving_schedule(layer: JaggedGkrLayer, max_row_count: int | None = None) -> list:
+    """The standard schedule: ``orc = ceil(rc / 2)`` per segment until every count is 1.
+
+    An empty segment (count 0) gets one neutral row, so that every schedule
+    ends on a floor (``width == nb``).  After ``ceil(log2(max rc))`` steps the
+    pyramid reaches the floor of the dense pyramid whose segments are padded to
+    a power of two with neutral fractions.
+
+    Parameters
+    ----------
+    layer : JaggedGkrLayer
+    max_row_count : int, optional
+        Only for device row counts: an upper bound ``M`` on every count.  The
+        steps are then computed on the device (no synchronization) with widths
+        ``min(nb * ceil(M / 2**t), floor(w / 2) + nb)`` that bound the live
+        rows; the last width is ``nb``.  Without it, device counts are copied
+        to the host once (one synchronization) and the exact schedule is
+        returned.
+
+    Returns
+    -------
+    list of JaggedStep
+    """
+    _require(layer, JaggedGkrLayer, "layer")
+    nb = layer.num_batches
+    if not layer.counts_on_host and max_row_count is not None:
+        bound = _check_int(max_row_count, "max_row_count", 0, _INT32_MAX)
+        counts, width, steps = layer.row_counts, layer.width, []
+        while bound > 1:
+            bound = (bound + 1) // 2
+            counts = _backend.get_xp("cupy").maximum((counts + 1) // 2, 1).astype(np.int32)
+            width = min(nb * bound, width // 2 + nb)
+            steps.append(JaggedStep(counts, width))
+        return steps
+    counts = (layer.row_counts if layer.counts_on_host
+              else layer.row_counts.get()).astype(np.int64)
+    steps = []
+    while counts.size and (counts.max() > 1 or counts.min() == 0):
+        counts = np.maximum((counts + 1) // 2, 1)
+        steps.append(JaggedStep(counts.astype(np.int32), int(counts.sum())))
+    return steps
