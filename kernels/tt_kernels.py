@@ -45,6 +45,38 @@ def mask_index_table(mask):
     return idx, cnt
 
 
+# Products with at least this many multiply-adds go to BLAS (np.dot with
+# ``out``, no allocation); smaller ones are cheaper as plain loops.
+BLAS_MIN_WORK = 8192
+
+
+@numba.njit
+def _gemm_nn(A, B, C, m, k, n):
+    """``C[:m*n] = A[:m*k] @ B[:k*n]`` (row-major flat blocks)."""
+    if m * k * n >= BLAS_MIN_WORK:
+        np.dot(A[: m * k].reshape(m, k), B[: k * n].reshape(k, n), C[: m * n].reshape(m, n))
+        return
+    for i in range(m):
+        for j in range(n):
+            C[i * n + j] = 0.0
+        for kk in range(k):
+            a = A[i * k + kk]
+            for j in range(n):
+                C[i * n + j] += a * B[kk * n + j]
+
+
+@numba.njit
+def _gemm_tn(A, B, C, k, m, n):
+    """``C[:m*n] = A[:k*m].T @ B[:k*n]`` (row-major flat blocks)."""
+    for q in range(m * n):
+        C[q] = 0.0
+    for kk in range(k):
+        for i in range(m):
+            a = A[kk * m + i]
+            for j in range(n):
+                C[i * n + j] += a * B[kk * n + j]
+
+
 def build_ut3_to_dense(shape, tk_idx, tk_cnt, tt_idx, tt_cnt):
     """Build the dense-evaluation kernel for one structure.
 
@@ -57,24 +89,25 @@ def build_ut3_to_dense(shape, tk_idx, tk_cnt, tt_idx, tt_cnt):
 
     Returns
     -------
-    kernel(U, G, out, P, Q, H)
+    kernel(U, G, out, P, Q, H, Uc, Gc)
         ``out (S, prod(shape))`` receives the C-ordered dense tensors.
-        Scratch: ``P`` and ``Q`` of length ``prod(shape) * r``, ``H`` of
-        length ``r * max(shape) * r``, all of the supercore dtype.
+        Scratch, all of the supercore dtype: ``P`` and ``Q`` of length
+        ``prod(shape) * r``, ``H`` of length ``r * max(shape) * r``, ``Uc`` of
+        length ``n * max(shape)``, ``Gc`` of length ``r * n * r``.
 
     Notes
     -----
-    Per core, ``H[a, o, b] = sum_j G[a, j, b] U[j, o]`` over real slots, then
-    the left partial product ``P[(p, a)]`` is extended by one mode:
-    ``Q[((p, o), b)] = sum_a P[(p, a)] H[a, o, b]``.  Rank indices in ``P``,
-    ``Q`` and ``H`` are compact (position among the real slots).
+    Per core the real block is gathered (``Uc[j, o]``, ``Gc[a, j, b]``, rank
+    indices compact: positions among the real slots), then
+    ``H[a, o, b] = sum_j Gc[a, j, b] Uc[j, o]`` and the left partial product
+    grows by one mode, ``Q[(p, o), b] = sum_a P[p, a] H[a, o, b]``.
     """
     d = len(shape)
     sizes = np.array(shape, dtype=np.int64)
     n_stack = tk_cnt.shape[1]
 
     @numba.njit
-    def ut3_to_dense(U, G, out, P, Q, H):
+    def ut3_to_dense(U, G, out, P, Q, H, Uc, Gc):
         for s in range(n_stack):
             rows = 1
             ca = tt_cnt[0, s]
@@ -84,23 +117,16 @@ def build_ut3_to_dense(shape, tk_idx, tk_cnt, tt_idx, tt_cnt):
                 ni = sizes[i]
                 cb = tt_cnt[i + 1, s]
                 cj = tk_cnt[i, s]
-                for q in range(ca * ni * cb):
-                    H[q] = 0.0
+                for pj in range(cj):
+                    for o in range(ni):
+                        Uc[pj * ni + o] = U[i, s, tk_idx[i, s, pj], o]
                 for pa in range(ca):
-                    a = tt_idx[i, s, pa]
                     for pj in range(cj):
-                        j = tk_idx[i, s, pj]
                         for pb in range(cb):
-                            g = G[i, s, a, j, tt_idx[i + 1, s, pb]]
-                            for o in range(ni):
-                                H[(pa * ni + o) * cb + pb] += g * U[i, s, j, o]
-                for q in range(rows * ni * cb):
-                    Q[q] = 0.0
-                for p in range(rows):
-                    for pa in range(ca):
-                        w = P[p * ca + pa]
-                        for q in range(ni * cb):
-                            Q[p * ni * cb + q] += w * H[pa * ni * cb + q]
+                            Gc[(pa * cj + pj) * cb + pb] = G[i, s, tt_idx[i, s, pa], tk_idx[i, s, pj], tt_idx[i + 1, s, pb]]
+                for pa in range(ca):
+                    _gemm_tn(Uc, Gc[pa * cj * cb:], H[pa * ni * cb:], cj, ni, cb)
+                _gemm_nn(P, H, Q, rows, ca, ni * cb)
                 rows *= ni
                 ca = cb
                 P, Q = Q, P
@@ -125,16 +151,18 @@ def build_ut3_inner(shape, x_tables, y_tables):
 
     Returns
     -------
-    kernel(Ux, Gx, Uy, Gy, out, W, W2, T, T2, M)
-        ``out (S,)`` receives ``sum(x * y)`` per stack element.  Scratch:
-        ``W``, ``W2`` of length ``rx * ry``; ``T``, ``T2`` of length
-        ``ry * max(nx, ny) * rx``; ``M`` of length ``nx * ny``.
+    kernel(Ux, Gx, Uy, Gy, out, W, W2, T, T2, M, Cx, Cy, Uxc, Uyc)
+        ``out (S,)`` receives ``sum(x * y)`` per stack element.  Scratch of
+        lengths ``rx*ry`` (``W``, ``W2``), ``ry*nx*rx`` (``T``), ``ry*ny*rx``
+        (``T2``), ``nx*ny`` (``M``), ``rx*nx*rx`` (``Cx``), ``ry*ny*ry``
+        (``Cy``), ``nx*N`` (``Uxc``), ``ny*N`` (``Uyc``).
 
     Notes
     -----
     With ``M[j, k] = sum_o Ux[j, o] Uy[k, o]`` the bond matrix is carried
     through ``W'[b, e] = sum W[a, c] Gx[a, j, b] M[j, k] Gy[c, k, e]``, in
-    three steps of cost ``O(r^3 n + r^2 n^2)``; it starts as all ones.
+    three products of cost ``O(r^3 n + r^2 n^2)`` on the gathered real
+    blocks; it starts as all ones.
     """
     d = len(shape)
     sizes = np.array(shape, dtype=np.int64)
@@ -143,7 +171,7 @@ def build_ut3_inner(shape, x_tables, y_tables):
     n_stack = xk_cnt.shape[1]
 
     @numba.njit
-    def ut3_inner(Ux, Gx, Uy, Gy, out, W, W2, T, T2, M):
+    def ut3_inner(Ux, Gx, Uy, Gy, out, W, W2, T, T2, M, Cx, Cy, Uxc, Uyc):
         for s in range(n_stack):
             cax = xt_cnt[0, s]
             cay = yt_cnt[0, s]
@@ -155,46 +183,33 @@ def build_ut3_inner(shape, x_tables, y_tables):
                 cjy = yk_cnt[i, s]
                 cbx = xt_cnt[i + 1, s]
                 cby = yt_cnt[i + 1, s]
-                # M[pj, pk] = sum_o Ux[j, o] Uy[k, o]
                 for pj in range(cjx):
-                    j = xk_idx[i, s, pj]
+                    for o in range(ni):
+                        Uxc[pj * ni + o] = Ux[i, s, xk_idx[i, s, pj], o]
+                for pk in range(cjy):
+                    for o in range(ni):
+                        Uyc[pk * ni + o] = Uy[i, s, yk_idx[i, s, pk], o]
+                for pa in range(cax):
+                    for pj in range(cjx):
+                        for pb in range(cbx):
+                            Cx[(pa * cjx + pj) * cbx + pb] = Gx[i, s, xt_idx[i, s, pa], xk_idx[i, s, pj], xt_idx[i + 1, s, pb]]
+                for pc in range(cay):
                     for pk in range(cjy):
-                        k = yk_idx[i, s, pk]
+                        for pe in range(cby):
+                            Cy[(pc * cjy + pk) * cby + pe] = Gy[i, s, yt_idx[i, s, pc], yk_idx[i, s, pk], yt_idx[i + 1, s, pe]]
+                for pj in range(cjx):
+                    for pk in range(cjy):
                         acc = 0.0
                         for o in range(ni):
-                            acc += Ux[i, s, j, o] * Uy[i, s, k, o]
+                            acc += Uxc[pj * ni + o] * Uyc[pk * ni + o]
                         M[pj * cjy + pk] = acc
-                # T[pc, pj, pb] = sum_pa W[pa, pc] Gx[a, j, b]
-                for q in range(cay * cjx * cbx):
-                    T[q] = 0.0
-                for pa in range(cax):
-                    a = xt_idx[i, s, pa]
-                    for pj in range(cjx):
-                        j = xk_idx[i, s, pj]
-                        for pb in range(cbx):
-                            g = Gx[i, s, a, j, xt_idx[i + 1, s, pb]]
-                            for pc in range(cay):
-                                T[(pc * cjx + pj) * cbx + pb] += W[pa * cay + pc] * g
-                # T2[pc, pk, pb] = sum_pj T[pc, pj, pb] M[pj, pk]
-                for q in range(cay * cjy * cbx):
-                    T2[q] = 0.0
+                # T[c, (j, b)] = sum_a W[a, c] Cx[a, (j, b)]
+                _gemm_tn(W, Cx, T, cax, cay, cjx * cbx)
+                # T2[c, k, b] = sum_j M[j, k] T[c, j, b]
                 for pc in range(cay):
-                    for pj in range(cjx):
-                        for pk in range(cjy):
-                            m = M[pj * cjy + pk]
-                            for pb in range(cbx):
-                                T2[(pc * cjy + pk) * cbx + pb] += T[(pc * cjx + pj) * cbx + pb] * m
-                # W2[pb, pe] = sum_{pc, pk} T2[pc, pk, pb] Gy[c, k, e]
-                for q in range(cbx * cby):
-                    W2[q] = 0.0
-                for pc in range(cay):
-                    c = yt_idx[i, s, pc]
-                    for pk in range(cjy):
-                        k = yk_idx[i, s, pk]
-                        for pe in range(cby):
-                            g = Gy[i, s, c, k, yt_idx[i + 1, s, pe]]
-                            for pb in range(cbx):
-                                W2[pb * cby + pe] += T2[(pc * cjy + pk) * cbx + pb] * g
+                    _gemm_tn(M, T[pc * cjx * cbx:], T2[pc * cjy * cbx:], cjx, cjy, cbx)
+                # W'[b, e] = sum_{c, k} T2[(c, k), b] Cy[(c, k), e]
+                _gemm_tn(T2, Cy, W2, cay * cjy, cbx, cby)
                 cax = cbx
                 cay = cby
                 W, W2 = W2, W
@@ -215,11 +230,12 @@ def build_ut3_chain(tk_idx, tk_cnt, tt_idx, tt_cnt):
 
     Returns
     -------
-    kernel(V, G, out, v, v2)
+    kernel(V, G, out, Gc, u, v, v2)
         ``V (d, S, K, n)`` holds one vector per core, stack element and
         query; ``out (S, K)`` receives
         ``sum_{a_0..a_d} prod_i sum_j G[i, a_i, j, a_{i+1}] V[i, k, j]``.
-        Scratch ``v``, ``v2`` of length ``r``.  With ``V[i] = U[i][:, idx_i]``
+        Scratch: ``Gc`` of length ``d * r * n * r``, ``u`` of length
+        ``r * n``, ``v``, ``v2`` of length ``r``.  With ``V[i] = U[i][:, idx_i]``
         this evaluates entries; with ``V[i] = U[i] @ x_i`` it applies the
         train to vectors.
     """
@@ -227,25 +243,27 @@ def build_ut3_chain(tk_idx, tk_cnt, tt_idx, tt_cnt):
     n_stack = tk_cnt.shape[1]
 
     @numba.njit
-    def ut3_chain(V, G, out, v, v2):
+    def ut3_chain(V, G, out, Gc, u, v, v2):
         n_query = out.shape[1]
+        block = G.shape[2] * G.shape[3] * G.shape[4]
         for s in range(n_stack):
+            for i in range(d):
+                ca, cj, cb = tt_cnt[i, s], tk_cnt[i, s], tt_cnt[i + 1, s]
+                for pa in range(ca):
+                    for pj in range(cj):
+                        for pb in range(cb):
+                            Gc[i * block + (pa * cj + pj) * cb + pb] = G[i, s, tt_idx[i, s, pa], tk_idx[i, s, pj], tt_idx[i + 1, s, pb]]
             for k in range(n_query):
                 ca = tt_cnt[0, s]
                 for pa in range(ca):
                     v[pa] = 1.0
                 for i in range(d):
-                    cb = tt_cnt[i + 1, s]
-                    cj = tk_cnt[i, s]
-                    for pb in range(cb):
-                        v2[pb] = 0.0
+                    cj, cb = tk_cnt[i, s], tt_cnt[i + 1, s]
                     for pa in range(ca):
-                        a = tt_idx[i, s, pa]
                         for pj in range(cj):
-                            j = tk_idx[i, s, pj]
-                            c = v[pa] * V[i, s, k, j]
-                            for pb in range(cb):
-                                v2[pb] += c * G[i, s, a, j, tt_idx[i + 1, s, pb]]
+                            u[pa * cj + pj] = v[pa] * V[i, s, k, tk_idx[i, s, pj]]
+                    # v2[b] = sum_{(a, j)} u[(a, j)] Gc[(a, j), b]
+                    _gemm_tn(u, Gc[i * block:], v2, ca * cj, 1, cb)
                     ca = cb
                     v, v2 = v2, v
                 acc = 0.0
@@ -257,79 +275,85 @@ def build_ut3_chain(tk_idx, tk_cnt, tt_idx, tt_cnt):
 
 
 @numba.njit(cache=True)
-def _orthogonalize_column(Q, b, j):
-    """Gram-Schmidt column ``j`` of ``Q[b]`` against columns ``0..j-1``
-    (two passes); return its remaining norm."""
-    n_rows = Q.shape[1]
+def _orthogonalize_row(F, b, j):
+    """Gram-Schmidt row ``j`` of ``F[b]`` against rows ``0..j-1`` (a second
+    pass only when the first removed much of it); return its norm."""
+    n_cols = F.shape[2]
+    before = 0.0
+    for t in range(n_cols):
+        before += F[b, j, t] * F[b, j, t]
     for sweep in range(2):
         for c in range(j):
             dot = 0.0
-            for t in range(n_rows):
-                dot += Q[b, t, c] * Q[b, t, j]
-            for t in range(n_rows):
-                Q[b, t, j] -= dot * Q[b, t, c]
-    nrm = 0.0
-    for t in range(n_rows):
-        nrm += Q[b, t, j] * Q[b, t, j]
-    return np.sqrt(nrm)
+            for t in range(n_cols):
+                dot += F[b, c, t] * F[b, j, t]
+            for t in range(n_cols):
+                F[b, j, t] -= dot * F[b, c, t]
+        after = 0.0
+        for t in range(n_cols):
+            after += F[b, j, t] * F[b, j, t]
+        if after >= 0.5 * before:  # lost less than ~30% of the norm: orthogonal to rounding
+            break
+        before = after
+    return np.sqrt(after)
 
 
 @numba.njit(cache=True)
-def orthonormal_frame_repair(Q, row_mask, kcount):
-    """Make frame columns orthonormal on the real rows, in place.
+def orthonormal_frame_repair(F, mask, kcount):
+    """Make frame vectors orthonormal on the real coordinates, in place.
 
     Parameters
     ----------
-    Q : float array ``(B, M, K)``
-        Candidate frames (e.g. left singular vectors of a zero-padded
-        matrix), overwritten with the repaired frames.
-    row_mask : bool array ``(B, M)``
-        Real rows.
+    F : float array ``(B, K, M)``
+        Candidate frames stored as rows (``F[b, j]`` is vector ``j``), e.g.
+        singular vectors of a zero-padded matrix; overwritten.
+    mask : bool array ``(B, M)``
+        Real coordinates.
     kcount : int64 array ``(B,)``
-        Number of real output columns, at most the number of real rows.
+        Number of real vectors, at most the number of real coordinates.
 
     Notes
     -----
-    Rows outside ``row_mask`` and columns ``>= kcount`` are zeroed.  Column
-    ``j < kcount`` is Gram-Schmidt orthogonalized (two passes) against
-    columns ``0..j-1``; if less than half of its norm remains -- which
-    happens only for singular vectors of (numerically) zero singular values,
-    the ones a padded SVD may spread over padding rows -- it is replaced by
-    the real unit vector ``e_t`` with the largest residual
-    ``1 - sum_c Q[t, c]^2`` (at least ``(m - j) / m`` for ``m`` real rows),
-    orthogonalized the same way.  Finally each column is normalized and its
-    sign fixed so that its entries sum to a non-negative number.  Columns
-    with a clear singular value change only by rounding.
+    Coordinates outside ``mask`` and vectors ``>= kcount`` are zeroed.
+    Vector ``j < kcount`` is Gram-Schmidt orthogonalized against vectors
+    ``0..j-1``; if less than half of its norm remains -- which happens only
+    for singular vectors of (numerically) zero singular values, the ones a
+    padded SVD may spread over padding -- it is replaced by the real unit
+    vector ``e_t`` with the largest residual ``1 - sum_c F[c, t]^2`` (at least
+    ``(m - j) / m`` for ``m`` real coordinates), orthogonalized the same way.
+    Each vector is then normalized and its sign fixed so that its entries sum
+    to a non-negative number.  Vectors of a clear singular value change only
+    by rounding.
     """
-    n_batch, n_rows, n_cols = Q.shape
+    n_batch, n_vec, n_cols = F.shape
     for b in range(n_batch):
         kb = kcount[b]
-        for t in range(n_rows):
-            for j in range(n_cols):
-                if not row_mask[b, t] or j >= kb:
-                    Q[b, t, j] = 0.0
+        for j in range(n_vec):
+            for t in range(n_cols):
+                if not mask[b, t] or j >= kb:
+                    F[b, j, t] = 0.0
         for j in range(kb):
-            nrm = _orthogonalize_column(Q, b, j)
+            nrm = _orthogonalize_row(F, b, j)
             if nrm < 0.5:
                 best = -1.0
                 best_t = 0
-                for t in range(n_rows):
-                    if row_mask[b, t]:
+                for t in range(n_cols):
+                    if mask[b, t]:
                         res = 1.0
                         for c in range(j):
-                            res -= Q[b, t, c] * Q[b, t, c]
+                            res -= F[b, c, t] * F[b, c, t]
                         if res > best:
                             best = res
                             best_t = t
-                for t in range(n_rows):
-                    Q[b, t, j] = 0.0
-                Q[b, best_t, j] = 1.0
-                nrm = _orthogonalize_column(Q, b, j)
+                for t in range(n_cols):
+                    F[b, j, t] = 0.0
+                F[b, j, best_t] = 1.0
+                nrm = _orthogonalize_row(F, b, j)
             total = 0.0
-            for t in range(n_rows):
-                total += Q[b, t, j]
+            for t in range(n_cols):
+                total += F[b, j, t]
             scale = 1.0 / nrm
             if total < 0.0:
                 scale = -scale
-            for t in range(n_rows):
-                Q[b, t, j] *= scale
+            for t in range(n_cols):
+                F[b, j, t] *= scale

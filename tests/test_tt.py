@@ -632,8 +632,9 @@ def test_frame_repair_kernel_matches_array_module_twin(rng):
     row_mask = rng.random((B, M)) < 0.8
     row_mask[:, :K] = True
     kcount = np.array([4, 4, 3, 2, 4, 1])
-    a = np.ascontiguousarray(Q.copy())
+    a = np.ascontiguousarray(np.swapaxes(Q, 1, 2))  # the kernel stores vectors as rows
     tt_kernels.orthonormal_frame_repair(a, row_mask, kcount)
+    a = np.swapaxes(a, 1, 2)
     b = tt_ops._repair_xp(np, Q.copy(), row_mask, kcount)
     np.testing.assert_allclose(a, b, atol=1e-12)
     for k in range(B):

@@ -346,7 +346,7 @@ def _dense_chain(xp, tucker_cores, tt_cores, left):
     P = left
     for U, G in zip(tucker_cores, tt_cores):
         ra, _, rb = G.shape[-3:]
-        H = xp.einsum("...ajb,...jo->...aob", G, U)
+        H = xp.swapaxes(xp.matmul(xp.swapaxes(G, -1, -2), U[..., None, :, :]), -1, -2)
         P = xp.matmul(P, H.reshape(batch + (ra, -1))).reshape(batch + (-1, rb))
     dense = P.sum(axis=-1)
     return dense.reshape(batch + tuple(U.shape[-1] for U in tucker_cores))
@@ -389,7 +389,9 @@ def _to_dense_numba(p):
     P = np.empty(size * p.r, dtype=dt)
     Q = np.empty(size * p.r, dtype=dt)
     H = np.empty(p.r * max(p.shape) * p.r, dtype=dt)
-    kernel(np.ascontiguousarray(p.U), np.ascontiguousarray(p.G), out, P, Q, H)
+    Uc = np.empty(p.n * max(p.shape), dtype=dt)
+    Gc = np.empty(p.r * p.n * p.r, dtype=dt)
+    kernel(np.ascontiguousarray(p.U), np.ascontiguousarray(p.G), out, P, Q, H, Uc, Gc)
     return out
 
 
@@ -590,10 +592,14 @@ def _inner_numba(p, q):
     out = np.empty(p.S, dtype=dt)
     W = np.empty(p.r * q.r, dtype=dt)
     W2 = np.empty(p.r * q.r, dtype=dt)
-    T = np.empty(q.r * max(p.n, q.n) * p.r, dtype=dt)
-    T2 = np.empty_like(T)
+    T = np.empty(q.r * p.n * p.r, dtype=dt)
+    T2 = np.empty(q.r * q.n * p.r, dtype=dt)
     M = np.empty(p.n * q.n, dtype=dt)
-    kernel(*args, out, W, W2, T, T2, M)
+    Cx = np.empty(p.r * p.n * p.r, dtype=dt)
+    Cy = np.empty(q.r * q.n * q.r, dtype=dt)
+    Uxc = np.empty(p.n * max(p.shape), dtype=dt)
+    Uyc = np.empty(q.n * max(p.shape), dtype=dt)
+    kernel(*args, out, W, W2, T, T2, M, Cx, Cy, Uxc, Uyc)
     return out
 
 
@@ -619,8 +625,10 @@ def _chain(p, V):
         kernel = KERNELS.get(key, lambda: _k.build_ut3_chain(*_tables(p)))
         dt = np.result_type(V.dtype, G.dtype)
         out = np.empty((p.S, V.shape[2]), dtype=dt)
+        Gc = np.empty(G.size // p.S, dtype=dt)
+        u = np.empty(p.r * p.n, dtype=dt)
         v, v2 = np.empty(p.r, dtype=dt), np.empty(p.r, dtype=dt)
-        kernel(np.ascontiguousarray(V, dtype=dt), np.ascontiguousarray(G, dtype=dt), out, v, v2)
+        kernel(np.ascontiguousarray(V, dtype=dt), np.ascontiguousarray(G, dtype=dt), out, Gc, u, v, v2)
         return out
     xp = p.xp
     _, G = _masked(p)
@@ -740,6 +748,12 @@ def _frame(A, row_mask, kcount, svcount, K):
     """
     xp = array_module(A)
     batch, M = A.shape[:-2], A.shape[-2]
+    if xp is np and A.shape[-1] > 2 * M:
+        # Wide: A = R^T Q^T with R from a QR of A^T, so A's left frame and
+        # singular values are those of the small R^T (LAPACK's SVD of a wide
+        # matrix would also build the unneeded right vectors).  Zero rows of
+        # A stay zero rows of R^T.
+        A = np.swapaxes(np.linalg.qr(np.swapaxes(A, -1, -2), mode="r"), -1, -2)
     u, s, _ = xp.linalg.svd(A, full_matrices=False)
     L = s.shape[-1]
     if L >= K:
@@ -751,8 +765,9 @@ def _frame(A, row_mask, kcount, svcount, K):
     rm = np.ascontiguousarray(np.broadcast_to(row_mask, batch + (M,)).reshape(B, M))
     kc = np.ascontiguousarray(np.broadcast_to(kcount, batch).reshape(B).astype(np.int64))
     if _use_numba(xp):
-        Q = np.ascontiguousarray(u.reshape(B, M, K))
-        _k.orthonormal_frame_repair(Q, rm, kc)
+        F = np.ascontiguousarray(np.swapaxes(u.reshape(B, M, K), 1, 2))
+        _k.orthonormal_frame_repair(F, rm, kc)
+        Q = np.swapaxes(F, 1, 2)
     else:
         Q = _repair_xp(xp, u.reshape(B, M, K), rm, kc)
     sv = xp.where(xp.asarray(_prefix(svcount, K)), s, 0)
@@ -766,7 +781,7 @@ def _tucker_down(xp, U, G, shape, mk):
     kcount = np.minimum(mk.sum(-1), np.asarray(shape)[:, None])
     P, _ = _frame(xp.swapaxes(U, -1, -2), phys, kcount, kcount, n)
     L = xp.matmul(U, P)
-    G = xp.einsum("dsajb,dsjx->dsaxb", G, L)
+    G = xp.swapaxes(xp.matmul(xp.swapaxes(G, -1, -2), L[:, :, None]), -1, -2)
     return xp.ascontiguousarray(xp.swapaxes(P, -1, -2)), G, _prefix(kcount, n)
 
 
@@ -794,7 +809,7 @@ def _left_step(xp, G, mk, mt, i, max_rank=None):
     Q, sv = _frame(A, rows, kcount, svcount, r)
     R = xp.matmul(xp.swapaxes(Q, -1, -2), A)
     G[i] = Q.reshape(S, r, n, r)
-    G[i + 1] = xp.einsum("sxb,sbjc->sxjc", R, G[i + 1])
+    G[i + 1] = xp.matmul(R, G[i + 1].reshape(S, r, n * r)).reshape(S, r, n, r)
     mt[i + 1] = _prefix(kcount, r)
     return sv
 
@@ -808,7 +823,7 @@ def _right_step(xp, G, mk, mt, i):
     P, _ = _frame(xp.swapaxes(A, -1, -2), cols, kcount, kcount, r)
     L = xp.matmul(A, P)
     G[i] = xp.swapaxes(P, -1, -2).reshape(S, r, n, r)
-    G[i - 1] = xp.einsum("sajb,sbx->sajx", G[i - 1], L)
+    G[i - 1] = xp.matmul(G[i - 1].reshape(S, r * n, r), L).reshape(S, r, n, r)
     mt[i] = _prefix(kcount, r)
 
 
