@@ -52,29 +52,48 @@ def _fold_dense_kernel(mode, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm):
             _dense_slot(MODE_EE, k, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm)
 
 
+@njit(cache=True)
+def _jagged_chunk(mode, lo, hi, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1,
+                  p, mu, wm, one):
+    # One binary search per chunk, then walk the segments forward.
+    nb = rc.shape[0]
+    s = _find_segment(prefix, lo)
+    for q in range(lo, hi):
+        while s < nb - 1 and prefix[1, s] <= q:
+            s += 1
+        _jagged_slot(mode, q, s, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1,
+                     p, mu, wm, one)
+
+
 @njit(parallel=True, cache=True)
 def _jagged_kernel(mode, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1,
                    p, mu, wm, one, chunk):
-    nb = rc.shape[0]
     acc_in = np.int64(0)
     acc_out = np.int64(0)
-    for s in range(nb):  # nb is small next to the layer: a serial scan is fine
+    for s in range(rc.shape[0]):  # nb is small next to the layer: a serial scan is fine
         acc_in += np.int64(rc[s])
         acc_out += np.int64(orc[s])
         prefix[0, s] = acc_in
         prefix[1, s] = acc_out
     width = on0.shape[0]
     nchunks = (width + chunk - 1) // chunk
-    for c in prange(nchunks):
-        lo = c * chunk
-        hi = min(width, lo + chunk)
-        # One binary search per chunk, then walk the segments forward.
-        s = _find_segment(prefix, lo)
-        for q in range(lo, hi):
-            while s < nb - 1 and prefix[1, s] <= q:
-                s += 1
-            _jagged_slot(mode, q, s, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1,
-                         p, mu, wm, one)
+    # As in _fold_dense_kernel: one loop per mode, the mode a literal inside.
+    if mode == MODE_BB:
+        for c in prange(nchunks):
+            _jagged_chunk(MODE_BB, c * chunk, min(width, c * chunk + chunk), rc, orc, prefix,
+                          n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm, one)
+    elif mode == MODE_BE:
+        for c in prange(nchunks):
+            _jagged_chunk(MODE_BE, c * chunk, min(width, c * chunk + chunk), rc, orc, prefix,
+                          n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm, one)
+    elif mode == MODE_EB:
+        for c in prange(nchunks):
+            _jagged_chunk(MODE_EB, c * chunk, min(width, c * chunk + chunk), rc, orc, prefix,
+                          n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm, one)
+    else:
+        for c in prange(nchunks):
+            _jagged_chunk(MODE_EE, c * chunk, min(width, c * chunk + chunk), rc, orc, prefix,
+                          n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm, one)
 
 
 def _as2d(x):

@@ -32,8 +32,8 @@ Examples
 >>> layer = GkrLayer(n, n, d, d, num_batch_variables=0)
 >>> floor = build_pyramid(layer)[-1]
 >>> out = extract_outputs(floor)
->>> F.decode(out.denominator)       # 5*5*7*7 and 6*6*8*8
-array([1225, 2304], dtype=uint32)
+>>> F.decode(out.denominator)       # (5*5)(6*6) and (7*7)(8*8)
+array([ 900, 3136], dtype=uint32)
 """
 from __future__ import annotations
 

@@ -1,0 +1,201 @@
+"""LogUp-GKR transitions and pyramids on the CPU: zorch_nb against plain NumPy uint64.
+
+The NumPy reference is the same fold written the way a user would without
+zorch_nb: canonical values in uint64 arrays, ``% p`` after every product, the
+jagged index formulas vectorized with ``searchsorted``.  Both run in the same
+asv process.  Field modes: ``base`` (base/base), ``mixed`` (base numerators
+under extension denominators, the LogUp case), ``ext`` (extension/extension).
+Compile time is paid in ``setup``; run with ``asv run --python=same``.
+"""
+import numpy as np
+
+from zorch_nb import KoalaBear
+from zorch_nb.logup_gkr import (GkrLayer, JaggedGkrLayer, build_jagged_pyramid, build_pyramid,
+                                halving_schedule, jagged_layer_transition, layer_transition)
+
+F = KoalaBear
+P = np.uint64(F.p)
+W = np.uint64(F.W)
+MODES = {"base": (False, False), "mixed": (False, True), "ext": (True, True)}
+NUM_BATCHES = 64
+
+
+# ---------------------------------------------------------------------------
+# plain NumPy reference (canonical uint64 values; extension values (n, 4))
+# ---------------------------------------------------------------------------
+
+def np_mul(a, b):
+    """Product of canonical values; ``(n,)`` base or ``(n, 4)`` extension on either side."""
+    if a.ndim == 1 and b.ndim == 1:
+        return a * b % P
+    if a.ndim == 1 or b.ndim == 1:
+        s, v = (a, b) if a.ndim == 1 else (b, a)
+        return s[:, None] * v % P
+    out = np.zeros_like(a)
+    for i in range(4):
+        for j in range(4):
+            term = a[:, i] * b[:, j] % P
+            if i + j >= 4:  # x^4 = W
+                term = term * W % P
+            out[:, (i + j) % 4] = (out[:, (i + j) % 4] + term) % P
+    return out
+
+
+def np_add(a, b):
+    if a.ndim != b.ndim:
+        a, b = (a if a.ndim == 2 else _np_embed(a)), (b if b.ndim == 2 else _np_embed(b))
+    return (a + b) % P
+
+
+def _np_embed(a):
+    out = np.zeros((a.shape[0], 4), np.uint64)
+    out[:, 0] = a
+    return out
+
+
+def np_node(n0, n1, d0, d1):
+    """Fraction sums ``(n0 d1 + n1 d0, d0 d1)`` of every node."""
+    return np_add(np_mul(n0, d1), np_mul(n1, d0)), np_mul(d0, d1)
+
+
+def np_dense_transition(layer):
+    n0, n1, d0, d1 = layer
+    a = np_node(n0[0::2], n1[0::2], d0[0::2], d1[0::2])
+    b = np_node(n0[1::2], n1[1::2], d0[1::2], d1[1::2])
+    return a[0], b[0], a[1], b[1]
+
+
+def np_jagged_transition(layer, rc, orc, out_width):
+    n0, n1, d0, d1 = layer
+    cum, base = np.cumsum(orc), np.cumsum(rc) - rc
+    q = np.arange(out_width)
+    s = np.minimum(np.searchsorted(cum, q, side="right"), len(orc) - 1)
+    j = q - (cum[s] - orc[s])
+    live = (q < cum[-1]) & (j < (rc[s] + 1) // 2)
+    e = np.where(live, base[s] + 2 * j, 0)
+    pair = live & (2 * j + 1 < rc[s])
+    o = np.where(pair, e + 1, 0)
+    a = np_node(n0[e], n1[e], d0[e], d1[e])
+    b = np_node(n0[o], n1[o], d0[o], d1[o])
+    alive = q < cum[-1]
+
+    def pick(vals, mask, neutral):  # live value, else 0/1 padding or 0/0 dead
+        fill = np.zeros_like(vals)
+        if neutral:
+            (fill if fill.ndim == 1 else fill[:, 0])[alive] = 1
+        return np.where(mask if vals.ndim == 1 else mask[:, None], vals, fill)
+    return pick(a[0], live, False), pick(b[0], pair, False), pick(a[1], live, True), \
+        pick(b[1], pair, True)
+
+
+def _canonical(words):
+    return (F.ext if words.ndim == 2 else F).decode(words).astype(np.uint64)
+
+
+def _mles(mode, length, seed=1):
+    ne, de = MODES[mode]
+    return [(F.ext if e else F).random(length, seed=seed + i) for i, e in enumerate((ne, ne, de, de))]
+
+
+def _counts(total):
+    rng = np.random.default_rng(3)
+    raw = rng.random(NUM_BATCHES) + 0.05
+    counts = np.maximum(1, (raw / raw.sum() * total).astype(np.int64))
+    counts[0] += total - counts.sum()
+    return counts.astype(np.int32)
+
+
+# ---------------------------------------------------------------------------
+# benchmarks
+# ---------------------------------------------------------------------------
+
+class DenseTransition:
+    params = ([2**16, 2**20], list(MODES))
+    param_names = ["n", "mode"]
+
+    def setup(self, n, mode):
+        words = _mles(mode, n)
+        self.layer = GkrLayer(*words, 0)
+        self.canon = [_canonical(x) for x in words]
+        layer_transition(GkrLayer(*_mles(mode, 4), 0))  # compile outside the timing
+
+    def time_zorch_nb(self, n, mode):
+        layer_transition(self.layer)
+
+    def time_numpy_uint64(self, n, mode):
+        np_dense_transition(self.canon)
+
+    def peakmem_zorch_nb(self, n, mode):
+        layer_transition(self.layer)
+
+
+class JaggedTransition:
+    params = ([2**16, 2**20], list(MODES))
+    param_names = ["n", "mode"]
+
+    def setup(self, n, mode):
+        self.rc = _counts(n)
+        self.orc = ((self.rc + 1) // 2).astype(np.int32)
+        self.width = int(self.orc.sum())
+        words = _mles(mode, n)
+        self.layer = JaggedGkrLayer(*words, self.rc)
+        self.canon = [_canonical(x) for x in words]
+        small = JaggedGkrLayer(*_mles(mode, 4), [3, 1])
+        jagged_layer_transition(small, [2, 1])
+
+    def time_zorch_nb(self, n, mode):
+        jagged_layer_transition(self.layer, self.orc)
+
+    def time_numpy_uint64(self, n, mode):
+        np_jagged_transition(self.canon, self.rc.astype(np.int64), self.orc.astype(np.int64),
+                             self.width)
+
+    def peakmem_zorch_nb(self, n, mode):
+        jagged_layer_transition(self.layer, self.orc)
+
+
+class DensePyramid:
+    params = [2**16, 2**20]
+    param_names = ["n"]
+
+    def setup(self, n):
+        words = _mles("mixed", n)
+        self.layer = GkrLayer(*words, 6)
+        self.canon = [_canonical(x) for x in words]
+        build_pyramid(GkrLayer(*_mles("mixed", 4), 0))
+
+    def time_zorch_nb(self, n):
+        build_pyramid(self.layer)
+
+    def time_numpy_uint64(self, n):
+        layer = self.canon
+        for _ in range(self.layer.num_row_variables):
+            layer = np_dense_transition(layer)
+
+    def peakmem_zorch_nb(self, n):
+        build_pyramid(self.layer)
+
+
+class JaggedPyramid:
+    params = [2**16, 2**20]
+    param_names = ["n"]
+
+    def setup(self, n):
+        words = _mles("mixed", n)
+        self.layer = JaggedGkrLayer(*words, _counts(n))
+        self.schedule = halving_schedule(self.layer)
+        self.canon = [_canonical(x) for x in words]
+        small = JaggedGkrLayer(*_mles("mixed", 4), [3, 1])
+        build_jagged_pyramid(small, halving_schedule(small))
+
+    def time_zorch_nb(self, n):
+        build_jagged_pyramid(self.layer, self.schedule)
+
+    def time_numpy_uint64(self, n):
+        layer, rc = self.canon, self.layer.row_counts.astype(np.int64)
+        for step in self.schedule:
+            orc = step.row_counts.astype(np.int64)
+            layer, rc = np_jagged_transition(layer, rc, orc, step.width), orc
+
+    def peakmem_zorch_nb(self, n):
+        build_jagged_pyramid(self.layer, self.schedule)

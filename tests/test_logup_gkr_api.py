@@ -1,0 +1,240 @@
+"""LogUp-GKR object layer: validation messages, compile-once, and GPU-only checks.
+
+The GPU tests (``gpu`` marker) run every kernel on CuPy and on Numba-CUDA
+against the CPU (aligned and offset arrays, every mode, both fields), and check
+that a jagged transition with a device schedule never synchronizes with the
+host (``cupyx.allow_synchronize(False)``).
+"""
+import dataclasses
+
+import numpy as np
+import pytest
+
+from zorch_nb import BabyBear, KoalaBear
+from zorch_nb.kernels.field_params import KOALABEAR
+from zorch_nb.logup_gkr import (GkrLayer, JaggedGkrLayer, build_jagged_pyramid, build_pyramid,
+                                extract_jagged_outputs, extract_outputs, halving_schedule,
+                                jagged_layer_transition, layer_transition)
+
+F = KoalaBear
+
+
+def four(length, ext=(False, False)):
+    ne, de = ext
+    return [(F.ext if e else F).random(length, seed=i) for i, e in enumerate((ne, ne, de, de))]
+
+
+# ---------------------------------------------------------------------------
+# validation
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("mutate, exc, match", [
+    (lambda a: a.__setitem__(1, a[1][:4]), ValueError, "same length"),
+    (lambda a: [a.__setitem__(i, x[:6]) for i, x in enumerate(list(a))], ValueError,
+     "power of two"),
+    (lambda a: a.__setitem__(0, a[0].astype(np.int64)), TypeError, "dtype uint32"),
+    (lambda a: a.__setitem__(2, list(a[2])), TypeError, "must be a uint32 array"),
+    (lambda a: a.__setitem__(3, np.zeros((8, 3), np.uint32)), ValueError, r"\(L, 4\)"),
+    (lambda a: a.__setitem__(1, np.zeros((8, 4), np.uint32)), ValueError, "same field"),
+])
+def test_dense_construction_errors(mutate, exc, match):
+    arrays = four(8)
+    mutate(arrays)
+    with pytest.raises(exc, match=match):
+        GkrLayer(*arrays, 0)
+
+
+def test_dense_batch_variables_and_field_errors():
+    arrays = four(8)
+    for nbv in (-1, 4):
+        with pytest.raises(ValueError, match=r"`num_batch_variables` must be in \[0, 3\]"):
+            GkrLayer(*arrays, nbv)
+    for nbv in (True, 1.0):
+        with pytest.raises(TypeError, match="`num_batch_variables` must be an integer"):
+            GkrLayer(*arrays, nbv)
+    with pytest.raises(TypeError, match="extension-ness comes from the array shapes"):
+        GkrLayer(*arrays, 0, F.ext)
+    with pytest.raises(TypeError, match="`field` must be a zorch_nb PrimeField"):
+        GkrLayer(*arrays, 0, "koalabear")
+    layer = GkrLayer(*arrays, 1, BabyBear)
+    assert (layer.num_variables, layer.num_row_variables) == (3, 2)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        layer.num_batch_variables = 2
+
+
+def test_dense_floor_errors():
+    layer = GkrLayer(*four(4), 2)
+    with pytest.raises(ValueError, match="no row variable left"):
+        layer_transition(layer)
+    assert len(build_pyramid(layer)) == 1
+    with pytest.raises(ValueError, match="needs a floor"):
+        extract_outputs(GkrLayer(*four(4), 1))
+    with pytest.raises(TypeError, match="`layer` must be a GkrLayer"):
+        layer_transition(JaggedGkrLayer(*four(4), [2, 2]))
+    with pytest.raises(ValueError, match="`backend` must be one of"):
+        layer_transition(GkrLayer(*four(4), 0), backend="gpu")
+
+
+@pytest.mark.parametrize("counts, exc, match", [
+    ([1, 1, 1], ValueError, "power-of-two length"),
+    ([2, -1], ValueError, r"row_counts\[1\] = -1"),
+    ([5, 4], ValueError, "sum to 9, more than the width 8"),
+    ([1.5, 2.0], TypeError, "must hold integers"),
+    ([[1, 2]], ValueError, "must be 1-D"),
+])
+def test_jagged_construction_errors(counts, exc, match):
+    with pytest.raises(exc, match=match):
+        JaggedGkrLayer(*four(8), counts)
+
+
+def test_jagged_schedule_errors():
+    layer = JaggedGkrLayer(*four(8), [5, 3])
+    with pytest.raises(ValueError, match=r"one count per batch element \(2\), not 3"):
+        jagged_layer_transition(layer, [3, 2, 1])
+    with pytest.raises(ValueError, match=r"truncates segment 0: out_row_counts\[0\] = 2 < "
+                                         r"ceil\(row_counts\[0\] / 2\) = 3"):
+        jagged_layer_transition(layer, [2, 2])
+    with pytest.raises(ValueError, match="sum to 5, more than `out_width` = 4"):
+        jagged_layer_transition(layer, [3, 2], out_width=4)
+    with pytest.raises(ValueError, match="`out_width` must be in"):
+        jagged_layer_transition(layer, [3, 2], out_width=-1)
+    with pytest.raises(TypeError, match="`out_row_counts` must hold integers"):
+        jagged_layer_transition(layer, ["a", "b"])
+    out = jagged_layer_transition(layer, [3, 2], out_width=7)
+    assert out.width == 7 and out.row_counts.tolist() == [3, 2]
+    with pytest.raises(ValueError, match="width == number of batch elements"):
+        extract_jagged_outputs(out)
+    two = JaggedGkrLayer(*four(2), [2, 0])
+    with pytest.raises(ValueError, match=r"every row count to be 1, but row_counts\[0\] = 2"):
+        extract_jagged_outputs(two)
+
+
+def test_row_counts_are_read_only_int32():
+    layer = JaggedGkrLayer(*four(8), np.array([3, 5], np.int64))
+    assert layer.row_counts.dtype == np.int32 and not layer.row_counts.flags.writeable
+    assert layer.counts_on_host
+
+
+def test_cpu_kernels_compile_once():
+    """One CPU compile per kernel: lengths, counts, fields and modes are runtime."""
+    from zorch_nb.kernels import gkr_cpu
+    for Fi in (KoalaBear, BabyBear):
+        for ext in ((False, False), (True, False), (False, True), (True, True)):
+            for length in (4, 16):
+                build_pyramid(GkrLayer(*four(length, ext), 1, Fi))
+                layer = JaggedGkrLayer(*four(length, ext), [length - 3, 1], Fi)
+                build_jagged_pyramid(layer, halving_schedule(layer))
+    assert len(gkr_cpu._fold_dense_kernel.signatures) == 1
+    assert len(gkr_cpu._jagged_kernel.signatures) == 1
+
+
+@pytest.mark.cudasim
+def test_numba_device_prefix_scan():
+    """Device-resident counts take the Numba prefix-scan kernel (no host round trip)."""
+    from numba import cuda
+
+    from zorch_nb.kernels import gkr_cpu, gkr_cuda_numba
+    rng = np.random.default_rng(3)
+    rc = rng.integers(0, 5, size=8).astype(np.int32)
+    orc = ((rc + 1) // 2 + rng.integers(0, 2, size=8)).astype(np.int32)
+    ins = four(int(rc.sum()), (False, True))
+    width = int(orc.sum()) + 2
+    want = [np.empty((width, 4), np.uint32) for _ in range(4)]
+    gkr_cpu.jagged_transition(rc, orc, np.empty((2, 8), np.int64), *ins, *want, KOALABEAR)
+    d_prefix = cuda.to_device(np.zeros((2, 8), np.int64))
+    d_out = [cuda.to_device(np.zeros((width, 4), np.uint32)) for _ in range(4)]
+    gkr_cuda_numba.jagged_transition(cuda.to_device(rc), cuda.to_device(orc), d_prefix,
+                                     *(cuda.to_device(x) for x in ins), *d_out, KOALABEAR)
+    np.testing.assert_array_equal(d_prefix.copy_to_host(), np.stack([np.cumsum(rc), np.cumsum(orc)]))
+    for got, exp in zip(d_out, want):
+        np.testing.assert_array_equal(got.copy_to_host(), exp)
+
+
+# ---------------------------------------------------------------------------
+# GPU machine only
+# ---------------------------------------------------------------------------
+
+MODES = [(ne, de) for ne in (False, True) for de in (False, True)]
+
+
+def _gpu_cases(Fi, ne, de, offset):
+    """A dense layer and a jagged layer (host arrays), optionally at a 4-byte offset."""
+    rng = np.random.default_rng(17)
+    length = 1 << 12
+    dense = [(Fi.ext if e else Fi).random(length + offset, seed=i)[offset:]
+             for i, e in enumerate((ne, ne, de, de))]
+    counts = rng.integers(0, 200, size=64).astype(np.int32)
+    width = int(counts.sum()) + 5
+    jag = [(Fi.ext if e else Fi).random(width + offset, seed=i + 9)[offset:]
+           for i, e in enumerate((ne, ne, de, de))]
+    return dense, jag, counts
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("offset", [0, 1], ids=["aligned", "offset"])
+@pytest.mark.parametrize("ne,de", MODES)
+@pytest.mark.parametrize("Fi", [KoalaBear, BabyBear], ids=["koalabear", "babybear"])
+def test_gpu_every_kernel_matches_cpu(Fi, ne, de, offset):
+    import cupy
+    dense, jag, counts = _gpu_cases(Fi, ne, de, offset)
+    want = build_pyramid(GkrLayer(*dense, 4, Fi))
+    jfirst = JaggedGkrLayer(*jag, counts, Fi)
+    jwant = build_jagged_pyramid(jfirst, halving_schedule(jfirst))
+    for backend in ("cupy", "numba"):
+        got = build_pyramid(GkrLayer(*(cupy.asarray(x) for x in dense), 4, Fi), backend=backend)
+        dev = JaggedGkrLayer(*(cupy.asarray(x) for x in jag), counts, Fi)
+        jgot = build_jagged_pyramid(dev, halving_schedule(jfirst), backend=backend)
+        for a, b in zip(want + jwant, got + jgot):
+            for x, y in zip(a.mles, b.mles):
+                assert isinstance(y, cupy.ndarray)
+                np.testing.assert_array_equal(x, y.get())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["cupy", "numba"])
+def test_gpu_device_schedule_never_synchronizes(backend):
+    import cupy
+    import cupyx
+    dense, jag, counts = _gpu_cases(KoalaBear, False, True, 0)
+    host_first = JaggedGkrLayer(*jag, counts)
+    want = build_jagged_pyramid(host_first, halving_schedule(host_first))
+    d_layer = GkrLayer(*(cupy.asarray(x) for x in dense), 2)
+    d_first = JaggedGkrLayer(*(cupy.asarray(x) for x in jag), cupy.asarray(counts))
+    cupy.cuda.get_current_stream().synchronize()
+    with cupyx.allow_synchronize(False):
+        steps = halving_schedule(d_first, max_row_count=int(counts.max()))
+        layers = build_jagged_pyramid(d_first, steps, backend=backend)
+        dense_layers = build_pyramid(d_layer, backend=backend)
+        out = extract_jagged_outputs(layers[-1])
+        extract_outputs(dense_layers[-1])
+    assert len(layers) == len(want)
+    for a, b in zip(want, layers):
+        live = int(np.sum(a.row_counts))
+        for x, y in zip(a.mles, b.mles):
+            np.testing.assert_array_equal(x[:live], y.get()[:live])
+    wout = extract_jagged_outputs(want[-1])
+    np.testing.assert_array_equal(wout.numerator, out.numerator.get())
+    np.testing.assert_array_equal(wout.denominator, out.denominator.get())
+
+
+@pytest.mark.gpu
+def test_gpu_errors_and_cupy_backend_on_numpy_data():
+    import cupy
+    host = four(8, (False, True))
+    d_layer = JaggedGkrLayer(*(cupy.asarray(x) for x in host), [5, 3])
+    with pytest.raises(ValueError, match="`out_width` is required"):
+        jagged_layer_transition(d_layer, cupy.asarray([3, 2], dtype=np.int32))
+    with pytest.raises(TypeError, match="must be a 1-D int32 array"):
+        jagged_layer_transition(d_layer, cupy.asarray([3, 2]), out_width=5)
+    with pytest.raises(TypeError, match="GPU array but the MLEs are NumPy"):
+        JaggedGkrLayer(*host, cupy.asarray([5, 3], dtype=np.int32))
+    with pytest.raises(TypeError, match="different modules"):
+        GkrLayer(host[0], cupy.asarray(host[1]), host[2], host[3], 0)
+    with pytest.raises(TypeError, match="backend='cpu' needs NumPy arrays"):
+        layer_transition(GkrLayer(*(cupy.asarray(x) for x in host), 0), backend="cpu")
+    want = build_pyramid(GkrLayer(*host, 1))
+    got = build_pyramid(GkrLayer(*host, 1), backend="cupy")
+    for a, b in zip(want, got):
+        for x, y in zip(a.mles, b.mles):
+            assert isinstance(y, np.ndarray)
+            np.testing.assert_array_equal(x, y)
