@@ -5,13 +5,16 @@ bodies are the ones of :mod:`.gkr_scalar`, compiled as device functions; the
 kernels are grid-stride loops over output slots.  Arrays may be device arrays,
 CuPy arrays (wrapped with ``sync=False``: no stream synchronization) or host
 NumPy arrays (copied in, outputs copied back).  Base MLEs are viewed as
-``(n, 1)`` so each kernel compiles once for every mode, field and length.
+``(n, 1)``; each kernel compiles once per mode (base/extension numerators
+and denominators), never per field, length or schedule.
 
 The jagged prefix sums are computed on the device by a one-block kernel when
 the counts live there (no device->host synchronization), and on the host when
 they are host arrays.  Importing this module requires numba-cuda (or
 ``NUMBA_ENABLE_CUDASIM=1``).
 """
+import functools
+
 import numpy as np
 from numba import cuda
 
@@ -22,20 +25,29 @@ from .launch_config import GKR_NUMBA_SCAN_THREADS, THREADS_PER_BLOCK, grid_for
 _dense_slot, _jagged_slot, _find_segment = make_slot_functions(cuda.jit(device=True))
 
 
-@cuda.jit
-def _fold_dense_kernel(mode, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm):
-    start, stride = cuda.grid(1), cuda.gridsize(1)
-    for k in range(start, on0.shape[0], stride):
-        _dense_slot(mode, k, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm)
+@functools.lru_cache(maxsize=None)
+def _kernels(mode):
+    """``(dense, jagged)`` kernels of one mode, compiled on first use.
 
+    ``mode`` is a closure constant, so each kernel holds only its own mode's
+    arithmetic (and registers): four modes, four kernels per operation, never
+    more (lengths, counts and fields are runtime arguments).
+    """
+    @cuda.jit
+    def dense(n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm):
+        start, stride = cuda.grid(1), cuda.gridsize(1)
+        for k in range(start, on0.shape[0], stride):
+            _dense_slot(mode, k, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm)
 
-@cuda.jit
-def _jagged_kernel(mode, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm, one):
-    start, stride = cuda.grid(1), cuda.gridsize(1)
-    for q in range(start, on0.shape[0], stride):
-        s = _find_segment(prefix, q)
-        _jagged_slot(mode, q, s, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1,
-                     p, mu, wm, one)
+    @cuda.jit
+    def jagged(rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm, one):
+        start, stride = cuda.grid(1), cuda.gridsize(1)
+        for q in range(start, on0.shape[0], stride):
+            s = _find_segment(prefix, q)
+            _jagged_slot(mode, q, s, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1,
+                         p, mu, wm, one)
+
+    return dense, jagged
 
 
 @cuda.jit
@@ -99,17 +111,17 @@ def _outputs(outs):
 def fold_dense(n0, n1, d0, d1, on0, on1, od0, od1, f):
     """Dense transition on the GPU (see :mod:`.gkr_cpu` for the contract)."""
     p, mu, wm, _ = _consts(f)
-    mode = np.int64(mode_of(n0.ndim == 2, d0.ndim == 2))
+    kernel = _kernels(mode_of(n0.ndim == 2, d0.ndim == 2))[0]
     ins = [as_device(_as2d(x)) for x in (n0, n1, d0, d1)]
     outs, copy_back = _outputs((on0, on1, od0, od1))
-    _fold_dense_kernel[grid_for(on0.shape[0]), THREADS_PER_BLOCK](mode, *ins, *outs, p, mu, wm)
+    kernel[grid_for(on0.shape[0]), THREADS_PER_BLOCK](*ins, *outs, p, mu, wm)
     copy_back()
 
 
 def jagged_transition(rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f):
     """Jagged transition on the GPU (see :mod:`.gkr_cpu` for the contract)."""
     p, mu, wm, one = _consts(f)
-    mode = np.int64(mode_of(n0.ndim == 2, d0.ndim == 2))
+    kernel = _kernels(mode_of(n0.ndim == 2, d0.ndim == 2))[1]
     if isinstance(rc, np.ndarray) and isinstance(orc, np.ndarray):
         np.cumsum(rc, dtype=np.int64, out=prefix[0])
         np.cumsum(orc, dtype=np.int64, out=prefix[1])
@@ -119,6 +131,6 @@ def jagged_transition(rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f):
         _prefix_kernel[1, GKR_NUMBA_SCAN_THREADS](d_rc, d_orc, d_prefix)
     ins = [as_device(_as2d(x)) for x in (n0, n1, d0, d1)]
     outs, copy_back = _outputs((on0, on1, od0, od1))
-    _jagged_kernel[grid_for(on0.shape[0]), THREADS_PER_BLOCK](
-        mode, d_rc, d_orc, d_prefix, *ins, *outs, p, mu, wm, one)
+    kernel[grid_for(on0.shape[0]), THREADS_PER_BLOCK](
+        d_rc, d_orc, d_prefix, *ins, *outs, p, mu, wm, one)
     copy_back()

@@ -157,17 +157,23 @@ def test_numba_device_prefix_scan():
 MODES = [(ne, de) for ne in (False, True) for de in (False, True)]
 
 
-def _gpu_cases(Fi, ne, de, offset):
-    """A dense layer and a jagged layer (host arrays), optionally at a 4-byte offset."""
+def _gpu_cases(Fi, ne, de):
+    """A dense layer and a jagged layer (host arrays) of every field combination."""
     rng = np.random.default_rng(17)
-    length = 1 << 12
-    dense = [(Fi.ext if e else Fi).random(length + offset, seed=i)[offset:]
-             for i, e in enumerate((ne, ne, de, de))]
+    dense = [(Fi.ext if e else Fi).random(1 << 12, seed=i) for i, e in enumerate((ne, ne, de, de))]
     counts = rng.integers(0, 200, size=64).astype(np.int32)
     width = int(counts.sum()) + 5
-    jag = [(Fi.ext if e else Fi).random(width + offset, seed=i + 9)[offset:]
-           for i, e in enumerate((ne, ne, de, de))]
+    jag = [(Fi.ext if e else Fi).random(width, seed=i + 9) for i, e in enumerate((ne, ne, de, de))]
     return dense, jag, counts
+
+
+def _device(x, offset):
+    """``x`` on the GPU, ``offset`` words past a fresh allocation (offset 1: unaligned)."""
+    import cupy
+    buf = cupy.empty(x.size + offset, dtype=np.uint32)
+    view = buf[offset:].reshape(x.shape)
+    view[...] = cupy.asarray(x)
+    return view
 
 
 @pytest.mark.gpu
@@ -176,13 +182,14 @@ def _gpu_cases(Fi, ne, de, offset):
 @pytest.mark.parametrize("Fi", [KoalaBear, BabyBear], ids=["koalabear", "babybear"])
 def test_gpu_every_kernel_matches_cpu(Fi, ne, de, offset):
     import cupy
-    dense, jag, counts = _gpu_cases(Fi, ne, de, offset)
+    dense, jag, counts = _gpu_cases(Fi, ne, de)
     want = build_pyramid(GkrLayer(*dense, 4, Fi))
     jfirst = JaggedGkrLayer(*jag, counts, Fi)
     jwant = build_jagged_pyramid(jfirst, halving_schedule(jfirst))
     for backend in ("cupy", "numba"):
-        got = build_pyramid(GkrLayer(*(cupy.asarray(x) for x in dense), 4, Fi), backend=backend)
-        dev = JaggedGkrLayer(*(cupy.asarray(x) for x in jag), counts, Fi)
+        got = build_pyramid(GkrLayer(*(_device(x, offset) for x in dense), 4, Fi),
+                            backend=backend)
+        dev = JaggedGkrLayer(*(_device(x, offset) for x in jag), counts, Fi)
         jgot = build_jagged_pyramid(dev, halving_schedule(jfirst), backend=backend)
         for a, b in zip(want + jwant, got + jgot):
             for x, y in zip(a.mles, b.mles):
@@ -195,7 +202,7 @@ def test_gpu_every_kernel_matches_cpu(Fi, ne, de, offset):
 def test_gpu_device_schedule_never_synchronizes(backend):
     import cupy
     import cupyx
-    dense, jag, counts = _gpu_cases(KoalaBear, False, True, 0)
+    dense, jag, counts = _gpu_cases(KoalaBear, False, True)
     host_first = JaggedGkrLayer(*jag, counts)
     want = build_jagged_pyramid(host_first, halving_schedule(host_first))
     d_layer = GkrLayer(*(cupy.asarray(x) for x in dense), 2)

@@ -141,7 +141,9 @@ ZORCH_HD void zorch_gkr_store(zorch_u32* p, zorch_u64 i, zorch_ext4 v) {
     if constexpr (E) {
 #if ZORCH_GKR_DEVICE
         if constexpr (VEC) {
-            reinterpret_cast<uint4*>(p)[i] = make_uint4(v.c0, v.c1, v.c2, v.c3);
+            uint4 w;
+            w.x = v.c0; w.y = v.c1; w.z = v.c2; w.w = v.c3;
+            reinterpret_cast<uint4*>(p)[i] = w;
             return;
         }
 #endif
@@ -267,7 +269,8 @@ extern "C" __global__ void zorch_gkr_jagged_scan(const int* __restrict__ rc,
     __shared__ long long warp_sums[2][32];
     const unsigned int t = threadIdx.x, lane = t & 31u, warp = t >> 5;
     const unsigned int per = (nb + blockDim.x - 1) / blockDim.x;
-    const unsigned int lo = min(nb, t * per), hi = min(nb, lo + per);
+    const unsigned int lo = t * per < nb ? t * per : nb;
+    const unsigned int hi = lo + per < nb ? lo + per : nb;
     long long a = 0, b = 0;
     for (unsigned int i = lo; i < hi; ++i) { a += rc[i]; b += orc[i]; }
     const long long own_a = a, own_b = b;
