@@ -398,6 +398,7 @@ def build_pyramid(first: GkrLayer, *, backend: str | None = None) -> list:
 
 def _interleave(a, b):
     xp = _backend.get_xp("numpy" if isinstance(a, np.ndarray) else "cupy")
+    a, b = xp.asarray(a), xp.asarray(b)  # any CUDA array as a CuPy view
     return xp.stack([a, b], axis=1).reshape((2 * a.shape[0],) + tuple(a.shape[1:]))
 
 
@@ -561,6 +562,9 @@ def halving_schedule(layer: JaggedGkrLayer, max_row_count: int | None = None) ->
     Returns
     -------
     list of JaggedStep
+        Empty when every count already is 1 (a layer with slack, ``width >
+        nb``, then is no floor; fold it once with counts ``[1] * nb`` to
+        compact it -- that also folds each segment's two children).
     """
     _require(layer, JaggedGkrLayer, "layer")
     nb = layer.num_batches
