@@ -309,3 +309,17 @@ def test_scalars_zero_d_and_empty(F):
     assert F.ext.mul(np.zeros((0, 4), np.uint32), e).shape == (0, 4)
     assert F.random((2, 0)).shape == (2, 0)
     assert F.ext.decode(F.ext.mul(F.ext.encode([1, 2, 3, 4]), F.encode(2))).tolist() == [2, 4, 6, 8]
+
+
+@pytest.mark.parametrize("F", FIELDS)
+def test_from_base_resolves_trailing_four_ambiguity(F):
+    E = F.ext
+    base = F.random(4, seed=9)  # a base array whose last axis is 4
+    emb = E.from_base(base)
+    assert emb.shape == (4, 4) and (emb[:, 0] == base).all() and not emb[:, 1:].any()
+    alpha = E.random(1, seed=10)
+    got = E.sub(alpha, emb)
+    want = [naive.ext_sub([naive.dec(int(v), F.p) for v in alpha[0]],
+                          [naive.dec(int(b), F.p), 0, 0, 0], F.p) for b in base]
+    assert E.decode(got).tolist() == want
+    assert E.from_base(F.encode(3)).shape == (4,)

@@ -428,6 +428,11 @@ class ExtensionField(_FieldBase):
     Elements are ``uint32`` arrays with a trailing axis of 4 Montgomery words
     (coefficients of ``1, x, x^2, x^3``).  Binary operations accept a base
     field array on either side; it is embedded as ``(a, 0, 0, 0)``.
+
+    Operand rule: an operand whose last axis has length 4 is read as
+    extension elements, any other as base elements.  A base array whose last
+    axis happens to be 4 is therefore ambiguous: embed it explicitly with
+    :meth:`from_base` first.
     """
 
     degree = 4
@@ -436,6 +441,16 @@ class ExtensionField(_FieldBase):
         self.base = base
         self.name = base.name + ".ext"
         self.params = base.params
+
+    def from_base(self, a):
+        """Embed base-field words ``a`` (any shape ``S``) as ``(a, 0, 0, 0)``, shape ``S + (4,)``."""
+        _check_words(a, "a")
+        a = np.asarray(a) if isinstance(a, np.generic) else a
+        kind = "numpy" if _backend.array_kind(a) == "numpy" else "cupy"
+        xp = _backend.get_xp(kind)
+        out = xp.zeros(tuple(a.shape) + (4,), dtype=np.uint32)
+        out[..., 0] = _backend.to_module(a, kind)
+        return out
 
     @property
     def one(self):
