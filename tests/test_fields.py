@@ -323,3 +323,14 @@ def test_from_base_resolves_trailing_four_ambiguity(F):
                           [naive.dec(int(b), F.p), 0, 0, 0], F.p) for b in base]
     assert E.decode(got).tolist() == want
     assert E.from_base(F.encode(3)).shape == (4,)
+
+
+def test_numba_backend_without_numba_cuda_says_which_extra(monkeypatch):
+    import sys
+    monkeypatch.delitem(sys.modules, "zorch_nb.kernels.field_cuda_numba", raising=False)
+    import numba
+    monkeypatch.setitem(sys.modules, "numba.cuda", None)  # import numba.cuda -> ImportError
+    monkeypatch.delattr(numba, "cuda", raising=False)
+    a = KoalaBear.random(4, seed=0)
+    with pytest.raises(ImportError, match=r"numba-cuda.*zorch_nb\[cuda\]"):
+        KoalaBear.add(a, a, backend="numba")
