@@ -121,9 +121,11 @@ def build_ut3_to_dense(shape, tk_idx, tk_cnt, tt_idx, tt_cnt):
                     for o in range(ni):
                         Uc[pj * ni + o] = U[i, s, tk_idx[i, s, pj], o]
                 for pa in range(ca):
+                    a = tt_idx[i, s, pa]
                     for pj in range(cj):
+                        j = tk_idx[i, s, pj]
                         for pb in range(cb):
-                            Gc[(pa * cj + pj) * cb + pb] = G[i, s, tt_idx[i, s, pa], tk_idx[i, s, pj], tt_idx[i + 1, s, pb]]
+                            Gc[(pa * cj + pj) * cb + pb] = G[i, s, a, j, tt_idx[i + 1, s, pb]]
                 for pa in range(ca):
                     _gemm_tn(Uc, Gc[pa * cj * cb:], H[pa * ni * cb:], cj, ni, cb)
                 _gemm_nn(P, H, Q, rows, ca, ni * cb)
@@ -190,13 +192,17 @@ def build_ut3_inner(shape, x_tables, y_tables):
                     for o in range(ni):
                         Uyc[pk * ni + o] = Uy[i, s, yk_idx[i, s, pk], o]
                 for pa in range(cax):
+                    a = xt_idx[i, s, pa]
                     for pj in range(cjx):
+                        j = xk_idx[i, s, pj]
                         for pb in range(cbx):
-                            Cx[(pa * cjx + pj) * cbx + pb] = Gx[i, s, xt_idx[i, s, pa], xk_idx[i, s, pj], xt_idx[i + 1, s, pb]]
+                            Cx[(pa * cjx + pj) * cbx + pb] = Gx[i, s, a, j, xt_idx[i + 1, s, pb]]
                 for pc in range(cay):
+                    c = yt_idx[i, s, pc]
                     for pk in range(cjy):
+                        k = yk_idx[i, s, pk]
                         for pe in range(cby):
-                            Cy[(pc * cjy + pk) * cby + pe] = Gy[i, s, yt_idx[i, s, pc], yk_idx[i, s, pk], yt_idx[i + 1, s, pe]]
+                            Cy[(pc * cjy + pk) * cby + pe] = Gy[i, s, c, k, yt_idx[i + 1, s, pe]]
                 for pj in range(cjx):
                     for pk in range(cjy):
                         acc = 0.0
@@ -250,9 +256,11 @@ def build_ut3_chain(tk_idx, tk_cnt, tt_idx, tt_cnt):
             for i in range(d):
                 ca, cj, cb = tt_cnt[i, s], tk_cnt[i, s], tt_cnt[i + 1, s]
                 for pa in range(ca):
+                    a = tt_idx[i, s, pa]
                     for pj in range(cj):
+                        j = tk_idx[i, s, pj]
                         for pb in range(cb):
-                            Gc[i * block + (pa * cj + pj) * cb + pb] = G[i, s, tt_idx[i, s, pa], tk_idx[i, s, pj], tt_idx[i + 1, s, pb]]
+                            Gc[i * block + (pa * cj + pj) * cb + pb] = G[i, s, a, j, tt_idx[i + 1, s, pb]]
             for k in range(n_query):
                 ca = tt_cnt[0, s]
                 for pa in range(ca):

@@ -91,7 +91,8 @@ class TuckerTensorTrain:
         object.__setattr__(self, "tt_cores", tt)
         if len(tk) == 0 or len(tk) != len(tt):
             raise ValueError(
-                f"Arguments `tucker_cores` and `tt_cores` must be non-empty and equally long, not {len(tk)} and {len(tt)}."
+                "Arguments `tucker_cores` and `tt_cores` must be non-empty and equally long, "
+                f"not {len(tk)} and {len(tt)}."
             )
         xp = array_module(tk[0], "tucker_cores[0]")
         stack = tuple(tk[0].shape[:-2]) if tk[0].ndim >= 2 else None
