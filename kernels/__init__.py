@@ -5,3 +5,44 @@ kernel, no objects.  Field constants come from :mod:`.field_params`, scalar
 Montgomery arithmetic from :mod:`.monty` (Numba) and ``cuda/monty.cuh`` (CUDA C).
 Nothing here imports from the object layer (``zorch_nb``).
 """
+import hashlib
+import os
+
+
+def _drop_stale_numba_cache() -> None:
+    """Delete this folder's Numba cache files when any kernel source changed.
+
+    Numba's ``cache=True`` keys an entry on the source file of the jitted
+    function alone, so editing a callee (``monty.py``) would keep serving the
+    machine code compiled from the old text.  A stamp of the hash of every
+    ``*.py`` here decides; an installed package is unaffected (reinstalling
+    rewrites every file, which already invalidates Numba's index).
+    """
+    here = os.path.dirname(os.path.abspath(__file__))
+    cache = os.path.join(here, "__pycache__")
+    if not os.path.isdir(cache):
+        return
+    digest = hashlib.sha256()
+    for name in sorted(os.listdir(here)):
+        if name.endswith(".py"):
+            with open(os.path.join(here, name), "rb") as fh:
+                digest.update(name.encode() + b"\0" + fh.read())
+    stamp_path = os.path.join(cache, "zorch_nb_sources.sha256")
+    stamp = digest.hexdigest()
+    try:
+        with open(stamp_path) as fh:
+            if fh.read() == stamp:
+                return
+    except OSError:
+        pass
+    try:
+        for name in os.listdir(cache):
+            if name.endswith((".nbi", ".nbc")):
+                os.remove(os.path.join(cache, name))
+        with open(stamp_path, "w") as fh:
+            fh.write(stamp)
+    except OSError:  # read-only install or a concurrent cleaner: Numba copes
+        pass
+
+
+_drop_stale_numba_cache()
