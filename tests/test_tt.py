@@ -616,6 +616,32 @@ def test_svd_truncation_matches_ragged_and_bounds_error(xy, path, max_tk, max_tt
     assert max(cut) > 1e-3  # the truncation really cut something
 
 
+def test_unstacked_trains_match_ragged(rng, path):
+    """The same comparisons without a stack axis (and a gappy structure)."""
+    x3 = rand_t3(rng, (3, 2, 4, 2), (2, 2, 3, 1), (2, 3, 2, 2, 1))
+    y3 = rand_t3(rng, (3, 2, 4, 2), (1, 2, 2, 2), (1, 2, 2, 1, 2))
+    x = gappy(UniformTuckerTensorTrain.from_t3(x3, n=3, r=4), rng)
+    y = UniformTuckerTensorTrain.from_t3(y3, n=2, r=3, N=4)
+    xd, yd = naive_dense(*x3.data), naive_dense(*y3.data)
+    assert x.stack_shape == () and isinstance(x.to_t3(), TuckerTensorTrain)
+    assert rel_err(x.to_dense(), xd) < RTOL
+    assert abs(x.inner(y) - np.sum(xd * yd)) < RTOL * np.linalg.norm(xd) * np.linalg.norm(yd)
+    # The real slots of the gappy x, in mask order: a permutation of x3's.
+    xr, yr = x.to_t3().data, y.to_t3().data
+    assert_cores_close(y.to_t3(), y3, rtol=0)
+    assert_cores_close((x + y).to_t3(), ref_add(xr, yr))
+    assert_cores_close(x.hadamard(y).to_t3(), ref_hadamard(xr, yr))
+    for kind in ORTHOGONALIZE_KINDS:
+        assert_cores_close(x.orthogonalize(kind).to_t3(), ref_orthogonalize(*xr, kind))
+    tr, (tsv, ttsv) = x.svd(max_tucker_ranks=2, max_tt_ranks=(2, 1, 2))
+    (rtk, rtt), rtsv, rttsv = ref_svd(*xr, [2] * 4, [2, 1, 2])
+    assert_cores_close(tr.to_t3(), (rtk, rtt))
+    for i in range(4):
+        np.testing.assert_allclose(tsv[i, : len(rtsv[i])], rtsv[i], rtol=1e-9, atol=1e-12)
+    for b in range(3):
+        np.testing.assert_allclose(ttsv[b, : len(rttsv[b])], rttsv[b], rtol=1e-9, atol=1e-12)
+
+
 def test_svd_rank_arguments_are_checked(rng):
     x, _ = stacked_pair(rng, X_RANKS)
     with pytest.raises(ValueError, match="max_tt_ranks"):
