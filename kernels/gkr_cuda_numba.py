@@ -4,8 +4,8 @@ Same launcher contract as :mod:`.gkr_cpu` (see its docstring).  The slot
 bodies are the ones of :mod:`.gkr_scalar`, compiled as device functions; the
 kernels are grid-stride loops over output slots.  Arrays may be device arrays,
 CuPy arrays (wrapped with ``sync=False``: no stream synchronization) or host
-NumPy arrays (copied in, outputs copied back).  Base MLEs are viewed as
-``(n, 1)``; each kernel compiles once per mode (base/extension numerators
+NumPy arrays (copied in, outputs copied back).  MLEs are passed as flat
+word arrays; each kernel compiles once per mode (base/extension numerators
 and denominators), never per field, length or schedule.
 
 The jagged prefix sums are computed on the device by a one-block kernel when
@@ -33,16 +33,18 @@ def _kernels(mode):
     arithmetic (and registers): four modes, four kernels per operation, never
     more (lengths, counts and fields are runtime arguments).
     """
+    dw = 4 if mode & 1 else 1  # words per output denominator
+
     @cuda.jit
     def dense(n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm):
         start, stride = cuda.grid(1), cuda.gridsize(1)
-        for k in range(start, on0.shape[0], stride):
-            _dense_slot(mode, k, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm)
+        for k in range(start, od0.shape[0] // dw, stride):
+            _dense_slot(mode, np.uint64(k), n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm)
 
     @cuda.jit
     def jagged(rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm, one):
         start, stride = cuda.grid(1), cuda.gridsize(1)
-        for q in range(start, on0.shape[0], stride):
+        for q in range(start, od0.shape[0] // dw, stride):
             s = _find_segment(prefix, q)
             _jagged_slot(mode, q, s, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1,
                          p, mu, wm, one)
@@ -89,8 +91,9 @@ def _prefix_kernel(rc, orc, prefix):
         prefix[1, i] = b
 
 
-def _as2d(x):
-    return x.reshape(x.shape[0], 1) if x.ndim == 1 else x
+def _flat(x):
+    """Extension ``(n, 4)`` -> its flat ``(4 n,)`` view (the kernels index words)."""
+    return x.reshape(-1) if x.ndim == 2 else x
 
 
 def _consts(f):
@@ -99,12 +102,12 @@ def _consts(f):
 
 def _outputs(outs):
     """Device views of the outputs, and a function that copies host ones back."""
-    dev = [as_device(_as2d(o)) for o in outs]
+    dev = [as_device(_flat(o)) for o in outs]
 
     def copy_back():
         for o, d in zip(outs, dev):
             if isinstance(o, np.ndarray):
-                d.copy_to_host(_as2d(o))
+                d.copy_to_host(_flat(o))
     return dev, copy_back
 
 
@@ -112,7 +115,7 @@ def fold_dense(n0, n1, d0, d1, on0, on1, od0, od1, f):
     """Dense transition on the GPU (see :mod:`.gkr_cpu` for the contract)."""
     p, mu, wm, _ = _consts(f)
     kernel = _kernels(mode_of(n0.ndim == 2, d0.ndim == 2))[0]
-    ins = [as_device(_as2d(x)) for x in (n0, n1, d0, d1)]
+    ins = [as_device(_flat(x)) for x in (n0, n1, d0, d1)]
     outs, copy_back = _outputs((on0, on1, od0, od1))
     kernel[grid_for(on0.shape[0]), THREADS_PER_BLOCK](*ins, *outs, p, mu, wm)
     copy_back()
@@ -129,7 +132,7 @@ def jagged_transition(rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f):
     else:
         d_rc, d_orc, d_prefix = as_device(rc), as_device(orc), as_device(prefix)
         _prefix_kernel[1, GKR_NUMBA_SCAN_THREADS](d_rc, d_orc, d_prefix)
-    ins = [as_device(_as2d(x)) for x in (n0, n1, d0, d1)]
+    ins = [as_device(_flat(x)) for x in (n0, n1, d0, d1)]
     outs, copy_back = _outputs((on0, on1, od0, od1))
     kernel[grid_for(on0.shape[0]), THREADS_PER_BLOCK](
         d_rc, d_orc, d_prefix, *ins, *outs, p, mu, wm, one)
