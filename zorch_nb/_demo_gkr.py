@@ -52,14 +52,9 @@ def _lookup_leaves(F, counts, seed, xp):
     alpha = E.random(1, seed=seed + 1, xp=xp)
     n0 = F.encode(mult, xp=xp)
     n1 = F.encode(np.full(total, F.p - 1), xp=xp)  # -1
-    return n0, n1, E.sub(alpha, _embed(F, table, xp)), E.sub(alpha, _embed(F, witness, xp))
-
-
-def _embed(F, values, xp):
-    """Extension words ``(v, 0, 0, 0)`` of canonical base values."""
-    out = xp.zeros((len(values), 4), dtype=np.uint32)
-    out[:, 0] = F.encode(values, xp=xp)
-    return out
+    d0 = E.sub(alpha, E.from_base(F.encode(table, xp=xp)))
+    d1 = E.sub(alpha, E.from_base(F.encode(witness, xp=xp)))
+    return n0, n1, d0, d1
 
 
 def _ext_mul(a, b, p, w):
