@@ -22,19 +22,17 @@ from zorch_nb.kernels.field_params import FIELDS
 _BUILD_DIR = os.path.join(tempfile.gettempdir(), "zorch_nb_host_cuda")
 
 
-def compile_host(field_name: str, kernel_file: str, harness: str) -> ctypes.CDLL:
-    """Shared library of ``kernel_file`` (for ``field_name``) plus ``harness``.
+def compile_text(src: str) -> ctypes.CDLL:
+    """Shared library of a complete C++ translation unit ``src`` (cached by content).
 
-    ``field_name`` is a key of ``FIELDS`` ("koalabear", "babybear").  Skips the
-    calling test if no C++ compiler exists.  Builds are cached by content.
+    Skips the calling test if no C++ compiler exists.
     """
     cxx = shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
     if cxx is None:
         pytest.skip("no host C++ compiler to check the CUDA C arithmetic")
-    src = assemble(FIELDS[field_name], kernel_file) + "\n" + harness
     key = hashlib.sha256(src.encode()).hexdigest()[:16]
     os.makedirs(_BUILD_DIR, exist_ok=True)
-    lib = os.path.join(_BUILD_DIR, f"{field_name}_{key}.so")
+    lib = os.path.join(_BUILD_DIR, f"{key}.so")
     if not os.path.exists(lib):
         cpp = lib[:-3] + ".cpp"
         with open(cpp, "w") as fh:
@@ -44,6 +42,29 @@ def compile_host(field_name: str, kernel_file: str, harness: str) -> ctypes.CDLL
                         "-o", tmp], check=True, capture_output=True, text=True)
         os.replace(tmp, lib)
     return ctypes.CDLL(lib)
+
+
+def compile_host(field_name: str, kernel_file: str, harness: str) -> ctypes.CDLL:
+    """Shared library of ``kernel_file`` (for ``field_name``) plus ``harness``.
+
+    ``field_name`` is a key of ``FIELDS`` ("koalabear", "babybear").
+    """
+    return compile_text(assemble(FIELDS[field_name], kernel_file) + "\n" + harness)
+
+
+def nvcc_ptx(source_path, ptx_path) -> None:
+    """Compile one CUDA C file to PTX for ``sm_90`` and assert it compiled.
+
+    Skips without nvcc, unless ``ZORCH_REQUIRE_NVCC=1`` (CI), which fails.
+    """
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        if os.environ.get("ZORCH_REQUIRE_NVCC") == "1":
+            pytest.fail("ZORCH_REQUIRE_NVCC=1 but nvcc is not on PATH")
+        pytest.skip("nvcc not found (set ZORCH_REQUIRE_NVCC=1 to make this a failure)")
+    res = subprocess.run([nvcc, "-ptx", "-arch=sm_90", "-std=c++17", str(source_path),
+                          "-o", str(ptx_path)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
 
 
 def ptr(a: np.ndarray):

@@ -8,27 +8,15 @@
   on machines without a GPU.
 """
 import ctypes
-import os
-import shutil
-import subprocess
 
 import numpy as np
 import pytest
 
 import naive
-from cuda_host import compile_host, ptr
+from cuda_host import compile_host, nvcc_ptx, ptr
 from zorch_nb.kernels import monty
 from zorch_nb.kernels.cuda_source import assemble, kernel_sources
 from zorch_nb.kernels.field_params import FIELDS
-
-
-def _nvcc():
-    nvcc = shutil.which("nvcc")
-    if nvcc is None and os.environ.get("ZORCH_REQUIRE_NVCC") == "1":
-        pytest.fail("ZORCH_REQUIRE_NVCC=1 but nvcc is not on PATH")
-    if nvcc is None:
-        pytest.skip("nvcc not found")
-    return nvcc
 
 
 def test_every_kernel_file_is_listed():
@@ -38,12 +26,9 @@ def test_every_kernel_file_is_listed():
 @pytest.mark.parametrize("kernel_file", kernel_sources())
 @pytest.mark.parametrize("field", sorted(FIELDS))
 def test_nvcc_compiles(field, kernel_file, tmp_path):
-    nvcc = _nvcc()
     src = tmp_path / f"{field}_{kernel_file}"
     src.write_text(assemble(FIELDS[field], kernel_file))
-    res = subprocess.run([nvcc, "-ptx", "-arch=sm_90", "-std=c++17", str(src),
-                          "-o", str(tmp_path / "out.ptx")], capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr
+    nvcc_ptx(src, tmp_path / "out.ptx")
     assert (tmp_path / "out.ptx").stat().st_size > 0
 
 

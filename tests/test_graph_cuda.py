@@ -9,22 +9,17 @@
 * on a GPU machine (``gpu`` marker) the CuPy replay must match the CPU replay.
 """
 import ctypes
-import hashlib
-import os
-import shutil
-import subprocess
-import tempfile
 
 import numpy as np
 import pytest
 
+from cuda_host import compile_text, nvcc_ptx
 from zorch_nb import BabyBear, KoalaBear
 from zorch_nb.graph import (ComputationGraph, Context, In, InOut, Out, assert_eq, kernel,
                             run_computation_graph)
 from zorch_nb.kernels import graph_codegen, graph_cpu
 from zorch_nb.kernels.field_params import FIELDS
 
-_BUILD = os.path.join(tempfile.gettempdir(), "zorch_nb_graph_cuda")
 
 
 @kernel
@@ -77,15 +72,8 @@ def _view_shape(g, k):
     return apply_history(np.zeros(g.buffer_points[bid][-1]), history)
 
 
-def _cxx():
-    return shutil.which("g++") or shutil.which("c++")
-
-
 def _host_library(field_name, generated, name, n_in, n_out):
     """Shared library with ``run(i.., o.., consts, fail, n)`` over the element function."""
-    cxx = _cxx()
-    if cxx is None:
-        pytest.skip("no host C++ compiler")
     sym = graph_codegen.cuda_symbol(name)
     params = [f"const zorch_u32* i{k}" for k in range(n_in)] + \
         [f"zorch_u32* o{k}" for k in range(n_out)]
@@ -94,19 +82,8 @@ def _host_library(field_name, generated, name, n_in, n_out):
                f'zorch_u32* fail, unsigned long long n) {{\n'
                f'    for (unsigned long long t = 0; t < n; ++t) '
                f'{sym}_element(t, {", ".join(args)}, consts, fail);\n}}\n')
-    text = graph_codegen.translation_unit(FIELDS[field_name], generated) + "\n" + harness
-    key = hashlib.sha256(text.encode()).hexdigest()[:16]
-    os.makedirs(_BUILD, exist_ok=True)
-    lib = os.path.join(_BUILD, f"{key}.so")
-    if not os.path.exists(lib):
-        src = lib[:-3] + ".cpp"
-        with open(src, "w") as fh:
-            fh.write(text)
-        tmp = f"{lib}.{os.getpid()}"
-        subprocess.run([cxx, "-O1", "-std=c++17", "-shared", "-fPIC", "-x", "c++", src,
-                        "-o", tmp], check=True, capture_output=True, text=True)
-        os.replace(tmp, lib)
-    return ctypes.CDLL(lib)
+    return compile_text(graph_codegen.translation_unit(FIELDS[field_name], generated)
+                        + "\n" + harness)
 
 
 def _ptr(a):
@@ -179,19 +156,12 @@ def test_host_compiled_cuda_reports_the_first_failing_assertion():
 
 
 def test_generated_cuda_compiles_with_nvcc(tmp_path):
-    nvcc = shutil.which("nvcc")
-    if nvcc is None:
-        if os.environ.get("ZORCH_REQUIRE_NVCC") == "1":
-            pytest.fail("ZORCH_REQUIRE_NVCC=1 but nvcc is not on PATH")
-        pytest.skip("nvcc not found (set ZORCH_REQUIRE_NVCC=1 to make this a failure)")
     g, _ = _graph(KoalaBear)
     for c in range(len(g.compiled_kernels)):
         _, cu_src, name = g.sources(c)
         src = tmp_path / f"{name}.cu"
         src.write_text(graph_codegen.translation_unit(FIELDS["koalabear"], cu_src))
-        res = subprocess.run([nvcc, "-ptx", "-arch=sm_90", "-std=c++17", str(src), "-o",
-                              str(tmp_path / f"{name}.ptx")], capture_output=True, text=True)
-        assert res.returncode == 0, res.stderr
+        nvcc_ptx(src, tmp_path / f"{name}.ptx")
         ptx = (tmp_path / f"{name}.ptx").read_text()
         assert graph_codegen.cuda_symbol(name) in ptx
 
