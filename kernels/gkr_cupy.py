@@ -14,6 +14,12 @@ contiguous CuPy arrays (row counts int32, ``prefix`` int64 ``(2, nb)``).
   one-block scan writes the prefix sums of ``rc`` and ``orc`` into ``prefix``
   on the device, then the slot kernel finds each slot's segment by binary
   search over those sums.
+* A dense pyramid (:func:`pyramid_dense`) runs fused: one launch of
+  ``zorch_gkr_pyramid_dense`` writes up to ``GKR_MAX_FUSED`` layers, each
+  block folding its tile through the layers in shared memory (see gkr.cu);
+  the plan comes from :func:`~.launch_config.gkr_pyramid_plan`.  The output
+  pointers of a launch travel by value in one ``zorch_gkr_layers`` struct (a
+  NumPy structured scalar), so no host->device copy precedes a launch.
 * Vector loads need 16-byte aligned arrays (CuPy allocations are 256-byte
   aligned); offset views fall back to the scalar variant.
 
@@ -26,7 +32,8 @@ from .cuda_source import assemble
 from .field_cupy import NVRTC_OPTIONS
 from .field_params import FIELDS
 from .gkr_scalar import mode_of
-from .launch_config import GKR_SCAN_THREADS, THREADS_PER_BLOCK, grid_for
+from .launch_config import (GKR_MAX_FUSED, GKR_PYRAMID_THREADS, GKR_SCAN_THREADS,
+                            THREADS_PER_BLOCK, gkr_pyramid_plan, grid_for)
 
 
 def _name(kernel: str, mode: int, vec: bool) -> str:
@@ -34,8 +41,12 @@ def _name(kernel: str, mode: int, vec: bool) -> str:
 
 
 #: Every template instance the launchers use (all are instantiated in gkr.cu).
-NAME_EXPRESSIONS = tuple(_name(k, m, v) for k in ("zorch_gkr_fold_dense", "zorch_gkr_jagged")
+NAME_EXPRESSIONS = tuple(_name(k, m, v) for k in ("zorch_gkr_fold_dense", "zorch_gkr_jagged",
+                                                  "zorch_gkr_pyramid_dense")
                          for m in range(4) for v in (False, True))
+
+#: Host image of ``struct zorch_gkr_layers`` (GKR_MAX_FUSED x 4 pointers).
+_LAYERS = np.dtype([("p", np.uint64, (GKR_MAX_FUSED * 4,))])
 
 
 @cupy.memoize(for_each_device=True)
@@ -73,3 +84,24 @@ def jagged_transition(rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f):
     fn = _function(f.name, _name("zorch_gkr_jagged", mode_of(n0.ndim == 2, d0.ndim == 2),
                                  _vec(arrays)))
     fn((grid_for(width),), (THREADS_PER_BLOCK,), (rc, orc, prefix, nb) + arrays + (np.uint64(width),))
+
+
+def pyramid_dense(first, layers, f):
+    """Fused dense pyramid: ``layers[l]`` = ``(on0, on1, od0, od1)`` of layer ``l + 1``.
+
+    ``first`` holds the four input MLEs; every output buffer is preallocated
+    by the caller (one per layer).  Bytes moved: the input layer of each
+    launch once (the first layer, then layer ``11`` or ``9`` and so on, each
+    2**11 / 2**9 times smaller), and every output layer once.
+    """
+    mode = mode_of(first[0].ndim == 2, first[2].ndim == 2)
+    out_mode = mode_of(mode != 0, mode & 1)  # numerators extension unless base/base
+    src, half, start = tuple(first), first[0].shape[0] // 2, 0
+    for t, k in gkr_pyramid_plan(half, len(layers), mode == 0):
+        outs = layers[start:start + k]
+        ptrs = np.zeros(1, _LAYERS)
+        ptrs["p"][0, :4 * k] = [a.data.ptr for layer in outs for a in layer]
+        vec = _vec(src + tuple(a for layer in outs for a in layer))
+        fn = _function(f.name, _name("zorch_gkr_pyramid_dense", mode, vec))
+        fn((half // t,), (GKR_PYRAMID_THREADS,), src + (ptrs, np.uint32(t), np.uint32(k)))
+        src, half, start, mode = tuple(outs[-1]), half >> k, start + k, out_mode

@@ -23,3 +23,34 @@ GKR_CPU_JAGGED_CHUNK = 2048
 GKR_SCAN_THREADS = 1024
 #: Threads of the single-block prefix-sum kernel of the Numba-CUDA backend.
 GKR_NUMBA_SCAN_THREADS = 128
+
+# ---- fused dense pyramid (kernels/cuda/gkr.cu, zorch_gkr_pyramid_dense) -----
+#: Most layers one fused launch writes (ZORCH_GKR_MAX_FUSED in gkr.cu).
+GKR_MAX_FUSED = 12
+#: Slots per block tile of the first layer a fused launch writes: base/base
+#: layers (4 words a slot) and layers with extension outputs (10 or 16 words).
+#: Must equal zorch_gkr_tile_shape<OE, DE>::slots in gkr.cu (a test checks).
+GKR_TILE_SLOTS_BASE = 1024
+GKR_TILE_SLOTS_EXT = 256
+#: Threads per block of the fused pyramid kernel.
+GKR_PYRAMID_THREADS = 256
+
+
+def gkr_pyramid_plan(half: int, num_layers: int, base_outputs: bool) -> list:
+    """Launches of a fused dense pyramid: ``[(tile_slots, layers), ...]``.
+
+    ``half`` is the slot count of the first output layer (a power of two),
+    ``num_layers`` the transitions left.  Each launch writes ``layers``
+    layers with ``half / tile_slots`` blocks; a tile of ``t`` slots can fold
+    at most ``log2(t) + 1`` layers.  The last launch of a deep pyramid runs
+    in one block (its first layer has at most one tile of slots).
+    """
+    cap = GKR_TILE_SLOTS_BASE if base_outputs else GKR_TILE_SLOTS_EXT
+    plan = []
+    while num_layers > 0:
+        t = min(cap, half)
+        k = min(num_layers, t.bit_length(), GKR_MAX_FUSED)  # log2(t) + 1 for t = 2**j
+        plan.append((t, k))
+        num_layers -= k
+        half >>= k
+    return plan

@@ -387,13 +387,58 @@ def layer_transition(layer: GkrLayer, *, backend: str | None = None) -> GkrLayer
     return GkrLayer(*outs, layer.num_batch_variables, field)
 
 
-def build_pyramid(first: GkrLayer, *, backend: str | None = None) -> list:
-    """All layers from ``first`` down to the floor: ``nrv + 1`` layers, one buffer each."""
+def build_pyramid(first: GkrLayer, *, backend: str | None = None,
+                  fused: bool | None = None) -> list:
+    """All layers from ``first`` down to the floor: ``nrv + 1`` layers, one buffer each.
+
+    Parameters
+    ----------
+    first : GkrLayer
+    backend : {None, "cpu", "cupy", "numba"}, optional
+        ``None`` follows the arrays (NumPy -> CPU, CuPy -> CuPy RawKernel).
+    fused : bool, optional
+        CuPy arrays on the ``"cupy"`` backend only: fold several layers per
+        launch (each block carries its tile down through the layers in shared
+        memory and writes every layer once), so intermediate layers are never
+        read back.  ``None`` (default) fuses where it applies; ``False``
+        forces one launch per transition.  Both give identical bytes.
+
+    Returns
+    -------
+    list of GkrLayer
+        ``[first, ..., floor]``; every later layer is a new buffer.
+    """
     _require(first, GkrLayer, "first")
+    if fused is None or fused:
+        layers = _fused_pyramid(first, backend)
+        if layers is not None:
+            return layers
+        if fused:
+            raise ValueError("fused=True needs CuPy arrays and the 'cupy' backend; use "
+                             "fused=None to fall back to one launch per transition")
     layers = [first]
     for _ in range(first.num_row_variables):
         layers.append(layer_transition(layers[-1], backend=backend))
     return layers
+
+
+def _fused_pyramid(first: GkrLayer, backend):
+    """The fused CuPy pyramid, or ``None`` where it does not apply."""
+    kind, backend = _backend.resolve(dict(zip(_MLE_NAMES, first.mles)), backend)
+    nrv = first.num_row_variables
+    if kind != "cupy" or backend != "cupy" or nrv == 0:
+        return None
+    xp = _backend.get_xp("cupy")
+    ins = [xp.ascontiguousarray(xp.asarray(x)) for x in first.mles]
+    n_ext, d_ext = _out_ext(first)
+    exts = (n_ext, n_ext, d_ext, d_ext)
+    outs, length = [], int(first.numerator_0.shape[0])
+    for _ in range(nrv):  # one buffer per layer, allocated before the first launch
+        length //= 2
+        sizes = [length * (4 if e else 1) for e in exts]
+        outs.append(_split(xp.empty(sum(sizes), dtype=np.uint32), sizes, exts))
+    _backend.kernels_for("cupy", "gkr").pyramid_dense(ins, outs, first.field.params)
+    return [first] + [GkrLayer(*o, first.num_batch_variables, first.field) for o in outs]
 
 
 def _interleave(a, b):

@@ -163,18 +163,133 @@ ZORCH_HD void zorch_gkr_store_slot(zorch_u64 q, zorch_gkr_frac c0, zorch_gkr_fra
     zorch_gkr_store<DE, VEC>(od1, q, c1.d);
 }
 
-// Dense slot k: child 0 <- node 2k, child 1 <- node 2k + 1.
+// Dense slot k: the fraction sums of nodes 2k (child 0) and 2k + 1 (child 1).
+template <int NE, int DE, bool VEC>
+ZORCH_HD void zorch_gkr_dense_fold2(zorch_u64 k, const zorch_u32* n0, const zorch_u32* n1,
+                                    const zorch_u32* d0, const zorch_u32* d1,
+                                    zorch_gkr_frac* c0, zorch_gkr_frac* c1) {
+    zorch_ext4 a0, a1, b0, b1, e0, e1, f0, f1;  // n0, n1, d0, d1 at nodes 2k / 2k + 1
+    zorch_gkr_load_pair<NE, VEC>(n0, k, &a0, &a1);
+    zorch_gkr_load_pair<NE, VEC>(n1, k, &b0, &b1);
+    zorch_gkr_load_pair<DE, VEC>(d0, k, &e0, &e1);
+    zorch_gkr_load_pair<DE, VEC>(d1, k, &f0, &f1);
+    *c0 = zorch_gkr_fold<NE, DE>(a0, b0, e0, f0);
+    *c1 = zorch_gkr_fold<NE, DE>(a1, b1, e1, f1);
+}
+
 template <int NE, int DE, bool VEC>
 ZORCH_HD void zorch_gkr_dense_slot(zorch_u64 k, const zorch_u32* n0, const zorch_u32* n1,
                                    const zorch_u32* d0, const zorch_u32* d1, zorch_u32* on0,
                                    zorch_u32* on1, zorch_u32* od0, zorch_u32* od1) {
-    zorch_ext4 a0, a1, b0, b1, c0, c1, e0, e1;  // n0, n1, d0, d1 at nodes 2k / 2k + 1
-    zorch_gkr_load_pair<NE, VEC>(n0, k, &a0, &a1);
-    zorch_gkr_load_pair<NE, VEC>(n1, k, &b0, &b1);
-    zorch_gkr_load_pair<DE, VEC>(d0, k, &c0, &c1);
-    zorch_gkr_load_pair<DE, VEC>(d1, k, &e0, &e1);
-    zorch_gkr_store_slot<NE, DE, VEC>(k, zorch_gkr_fold<NE, DE>(a0, b0, c0, e0),
-                                      zorch_gkr_fold<NE, DE>(a1, b1, c1, e1), on0, on1, od0, od1);
+    zorch_gkr_frac c0, c1;
+    zorch_gkr_dense_fold2<NE, DE, VEC>(k, n0, n1, d0, d1, &c0, &c1);
+    zorch_gkr_store_slot<NE, DE, VEC>(k, c0, c1, on0, on1, od0, od1);
+}
+
+// ---- fused dense pyramid -------------------------------------------------
+// One launch folds up to ZORCH_GKR_MAX_FUSED layers.  A block owns a tile of
+// T consecutive slots of the first layer it writes (2T nodes of the input
+// layer): those slots depend on nothing outside the tile, and neither do the
+// T/2, T/4, ... slots below them.  Step 1 reads the input from global memory;
+// every step writes its slots to that layer's global buffer (a GKR prover
+// needs every layer) and, except the last, to shared memory, from which the
+// next step reads.  So a launch of K layers reads its input layer once and
+// writes each of its K layers once -- the compulsory bytes -- instead of
+// re-reading K - 1 intermediate layers.  After step 1 the numerators are
+// extension iff the outputs are (OE = NE || DE): later steps fold in mode
+// <OE, DE>.  Shared memory is double-buffered: A holds T slots, B T/2; step l
+// reads one and writes the other, and a __syncthreads() separates steps.
+
+// Words of one slot (n0, n1, d0, d1) of a layer with output mode <OE, DE>.
+template <int OE, int DE>
+struct zorch_gkr_tile_shape {
+    static constexpr unsigned int words = 2u * (OE ? 4u : 1u) + 2u * (DE ? 4u : 1u);
+    // Slots per tile: the largest power of two with 1.5 T slots <= 6144 words
+    // (24 KiB of shared memory, so 8 blocks of 256 threads fit on an SM).
+    static constexpr unsigned int slots = words == 4u ? 1024u : 256u;
+    static_assert(3u * slots * words / 2u <= 6144u, "tile exceeds 24 KiB of shared memory");
+};
+
+#define ZORCH_GKR_MAX_FUSED 12
+
+// Output pointers of the fused layers, passed by value (layer l: on0, on1, od0, od1).
+struct zorch_gkr_layers { zorch_u32* p[ZORCH_GKR_MAX_FUSED][4]; };
+
+// Slot j of the four MLEs of a shared-memory buffer of `cap` slots at `buf`
+// (n0 | n1 | d0 | d1, each `cap` elements): the pointers are recomputed from
+// scalars, never kept in an indexed array (that would live in local memory).
+#ifdef __CUDACC__
+#define ZORCH_GKR_MEMBER __host__ __device__ __forceinline__
+#else
+#define ZORCH_GKR_MEMBER inline  // ZORCH_HD's `static` is not allowed on members
+#endif
+
+template <int OE, int DE>
+struct zorch_gkr_tile_buf {
+    zorch_u32* buf;
+    unsigned int cap;
+    ZORCH_GKR_MEMBER zorch_u32* n0() const { return buf; }
+    ZORCH_GKR_MEMBER zorch_u32* n1() const { return buf + cap * (OE ? 4u : 1u); }
+    ZORCH_GKR_MEMBER zorch_u32* d0() const { return buf + 2u * cap * (OE ? 4u : 1u); }
+    ZORCH_GKR_MEMBER zorch_u32* d1() const { return d0() + cap * (DE ? 4u : 1u); }
+};
+
+// Step 1 of a tile, slot j: fold input slot base + j, write it to the first
+// output layer and (when more steps follow, `keep`) to slot j of `dst`.
+template <int NE, int DE, bool VEC>
+ZORCH_HD void zorch_gkr_tile_first(zorch_u64 base, unsigned int j, const zorch_u32* n0,
+                                   const zorch_u32* n1, const zorch_u32* d0,
+                                   const zorch_u32* d1, zorch_u32* const* out,
+                                   zorch_gkr_tile_buf<NE || DE, DE> dst, bool keep) {
+    zorch_gkr_frac c0, c1;
+    zorch_gkr_dense_fold2<NE, DE, VEC>(base + j, n0, n1, d0, d1, &c0, &c1);
+    zorch_gkr_store_slot<NE, DE, VEC>(base + j, c0, c1, out[0], out[1], out[2], out[3]);
+    if (keep) zorch_gkr_store_slot<NE, DE, false>(j, c0, c1, dst.n0(), dst.n1(), dst.d0(), dst.d1());
+}
+
+// Later step, slot j: fold slot j of `src` (mode <OE, DE>), write global slot
+// base + j of this step's layer and (when `keep`) slot j of `dst`.
+template <int OE, int DE, bool VEC>
+ZORCH_HD void zorch_gkr_tile_next(zorch_u64 base, unsigned int j, zorch_gkr_tile_buf<OE, DE> src,
+                                  zorch_u32* const* out, zorch_gkr_tile_buf<OE, DE> dst,
+                                  bool keep) {
+    zorch_gkr_frac c0, c1;
+    zorch_gkr_dense_fold2<OE, DE, false>(j, src.n0(), src.n1(), src.d0(), src.d1(), &c0, &c1);
+    zorch_gkr_store_slot<OE, DE, VEC>(base + j, c0, c1, out[0], out[1], out[2], out[3]);
+    if (keep) zorch_gkr_store_slot<OE, DE, false>(j, c0, c1, dst.n0(), dst.n1(), dst.d0(), dst.d1());
+}
+
+// Shared buffers of a tile of t slots in `smem`: A (t slots) then B (t / 2).
+// Step l >= 1 reads A and writes B when l is odd, the other way when even.
+template <int OE, int DE>
+ZORCH_HD zorch_gkr_tile_buf<OE, DE> zorch_gkr_tile_side(zorch_u32* smem, unsigned int t,
+                                                        bool second) {
+    zorch_gkr_tile_buf<OE, DE> r = {second ? smem + t * zorch_gkr_tile_shape<OE, DE>::words : smem,
+                                    second ? t / 2u : t};
+    return r;
+}
+
+// A whole tile on one thread: the serial twin of zorch_gkr_pyramid_dense's
+// block loop (same functions, same order of steps), used by the host tests
+// and by nothing on the device.  `scratch` holds 1.5 t slots.
+template <int NE, int DE>
+ZORCH_HD void zorch_gkr_tile_serial(zorch_u64 tile, unsigned int t, unsigned int nlayers,
+                                    const zorch_u32* n0, const zorch_u32* n1,
+                                    const zorch_u32* d0, const zorch_u32* d1,
+                                    const zorch_gkr_layers* outs, zorch_u32* scratch) {
+    constexpr int OE = NE || DE;
+    unsigned int cnt = t;
+    for (unsigned int j = 0; j < cnt; ++j)
+        zorch_gkr_tile_first<NE, DE, false>(tile * t, j, n0, n1, d0, d1, outs->p[0],
+                                            zorch_gkr_tile_side<OE, DE>(scratch, t, false),
+                                            nlayers > 1u);
+    for (unsigned int l = 1; l < nlayers; ++l) {
+        cnt >>= 1;
+        for (unsigned int j = 0; j < cnt; ++j)
+            zorch_gkr_tile_next<OE, DE, false>(
+                tile * cnt, j, zorch_gkr_tile_side<OE, DE>(scratch, t, !(l & 1u)), outs->p[l],
+                zorch_gkr_tile_side<OE, DE>(scratch, t, l & 1u), l + 1u < nlayers);
+    }
 }
 
 template <int NE, int DE, bool VEC>
@@ -238,6 +353,37 @@ __global__ void zorch_gkr_fold_dense(const zorch_u32* __restrict__ n0,
                                      zorch_u64 half) {
     ZORCH_GKR_GRID_STRIDE(k, half) {
         zorch_gkr_dense_slot<NE, DE, VEC>(k, n0, n1, d0, d1, on0, on1, od0, od1);
+    }
+}
+
+// Fused dense pyramid: nlayers (<= ZORCH_GKR_MAX_FUSED, <= log2(t) + 1)
+// transitions of a layer whose first output layer has gridDim.x * t slots, t
+// = min(tile slots, half) a power of two (see the comment above
+// zorch_gkr_tile_shape).  blockDim.x threads stride over each step's slots.
+template <int NE, int DE, bool VEC>
+__global__ void zorch_gkr_pyramid_dense(const zorch_u32* __restrict__ n0,
+                                        const zorch_u32* __restrict__ n1,
+                                        const zorch_u32* __restrict__ d0,
+                                        const zorch_u32* __restrict__ d1,
+                                        const zorch_gkr_layers outs, unsigned int t,
+                                        unsigned int nlayers) {
+    constexpr int OE = NE || DE;
+    using shape = zorch_gkr_tile_shape<OE, DE>;
+    __shared__ __align__(16) zorch_u32 smem[3u * shape::slots * shape::words / 2u];
+    const zorch_u64 tile = blockIdx.x;
+    unsigned int cnt = t;
+    for (unsigned int j = threadIdx.x; j < cnt; j += blockDim.x)
+        zorch_gkr_tile_first<NE, DE, VEC>(tile * t, j, n0, n1, d0, d1, outs.p[0],
+                                          zorch_gkr_tile_side<OE, DE>(smem, t, false),
+                                          nlayers > 1u);
+    for (unsigned int l = 1; l < nlayers; ++l) {
+        __syncthreads();  // step l - 1 has written all of this step's source
+        cnt >>= 1;
+        const zorch_gkr_tile_buf<OE, DE> src = zorch_gkr_tile_side<OE, DE>(smem, t, !(l & 1u));
+        const zorch_gkr_tile_buf<OE, DE> dst = zorch_gkr_tile_side<OE, DE>(smem, t, l & 1u);
+        for (unsigned int j = threadIdx.x; j < cnt; j += blockDim.x)
+            zorch_gkr_tile_next<OE, DE, VEC>(tile * cnt, j, src, outs.p[l], dst,
+                                             l + 1u < nlayers);
     }
 }
 
@@ -315,7 +461,11 @@ extern "C" __global__ void zorch_gkr_jagged_scan(const int* __restrict__ rc,
         const int* __restrict__, const int* __restrict__, const long long* __restrict__,     \
         unsigned int, const zorch_u32* __restrict__, const zorch_u32* __restrict__,           \
         const zorch_u32* __restrict__, const zorch_u32* __restrict__, zorch_u32* __restrict__, \
-        zorch_u32* __restrict__, zorch_u32* __restrict__, zorch_u32* __restrict__, zorch_u64);
+        zorch_u32* __restrict__, zorch_u32* __restrict__, zorch_u32* __restrict__, zorch_u64); \
+    template __global__ void zorch_gkr_pyramid_dense<NE, DE, VEC>(                           \
+        const zorch_u32* __restrict__, const zorch_u32* __restrict__,                       \
+        const zorch_u32* __restrict__, const zorch_u32* __restrict__,                       \
+        const zorch_gkr_layers, unsigned int, unsigned int);
 ZORCH_GKR_INSTANTIATE(0, 0, false)
 ZORCH_GKR_INSTANTIATE(0, 0, true)
 ZORCH_GKR_INSTANTIATE(0, 1, false)

@@ -1,0 +1,147 @@
+"""The fused dense pyramid (``zorch_gkr_pyramid_dense`` in ``kernels/cuda/gkr.cu``).
+
+* Host: g++ compiles the tile functions of the fused kernel; a harness runs
+  every tile of every launch of :func:`gkr_pyramid_plan` serially (the same
+  functions and step order as one CUDA block) and every layer must equal the
+  per-layer CPU pyramid byte for byte.  That checks the tile index math, the
+  shared-memory double buffering layout and the mode switch after step 1.
+* The plan: layer counts, tile sizes, launch counts, constants shared with
+  gkr.cu.
+* GPU: fused vs one launch per transition vs CPU, byte for byte, on aligned
+  and offset (scalar-load) data, without synchronizing.
+"""
+import ctypes
+
+import numpy as np
+import pytest
+
+from cuda_host import compile_host, ptr
+from zorch_nb import BabyBear, KoalaBear
+from zorch_nb.kernels.launch_config import (GKR_MAX_FUSED, GKR_TILE_SLOTS_BASE,
+                                            GKR_TILE_SLOTS_EXT, gkr_pyramid_plan)
+from zorch_nb.logup_gkr import GkrLayer, build_pyramid
+
+MODES = [(ne, de) for ne in (0, 1) for de in (0, 1)]
+FIELD_OBJ = {"koalabear": KoalaBear, "babybear": BabyBear}
+
+HARNESS = "".join(f"""
+extern "C" void host_pyramid_{ne}{de}(const zorch_u32* n0, const zorch_u32* n1,
+                                      const zorch_u32* d0, const zorch_u32* d1,
+                                      const unsigned long long* ptrs, unsigned int t,
+                                      unsigned int nlayers, long tiles, zorch_u32* scratch) {{
+    zorch_gkr_layers outs;
+    for (int l = 0; l < ZORCH_GKR_MAX_FUSED; ++l)
+        for (int m = 0; m < 4; ++m) outs.p[l][m] = (zorch_u32*)ptrs[4 * l + m];
+    for (long b = 0; b < tiles; ++b)
+        zorch_gkr_tile_serial<{ne}, {de}>(b, t, nlayers, n0, n1, d0, d1, &outs, scratch);
+}}
+""" for ne, de in MODES) + """
+extern "C" unsigned int host_tile_slots(int oe, int de) {
+    if (!oe) return zorch_gkr_tile_shape<0, 0>::slots;
+    return de ? zorch_gkr_tile_shape<1, 1>::slots : zorch_gkr_tile_shape<1, 0>::slots;
+}
+extern "C" int host_max_fused() { return ZORCH_GKR_MAX_FUSED; }
+"""
+
+
+def _mles(F, ne, de, length, seed):
+    return [(F.ext if e else F).random(length, seed=seed + i)
+            for i, e in enumerate((ne, ne, de, de))]
+
+
+def _host_pyramid(lib, F, ne, de, first, nrv):
+    """Run the plan's launches with the serial tile harness; return every layer."""
+    oe = ne or de
+    shape = lambda n, e: (n, 4) if e else (n,)  # noqa: E731
+    length = first[0].shape[0]
+    layers = []
+    for _ in range(nrv):
+        length //= 2
+        layers.append([np.full(shape(length, e), 0xDEADBEEF, np.uint32)
+                       for e in (oe, oe, de, de)])
+    src, mode, start, half = first, (ne, de), 0, first[0].shape[0] // 2
+    for t, k in gkr_pyramid_plan(half, nrv, not oe):
+        ptrs = np.zeros(4 * GKR_MAX_FUSED, np.uint64)
+        ptrs[:4 * k] = [a.ctypes.data for layer in layers[start:start + k] for a in layer]
+        scratch = np.zeros(2 * t * 16, np.uint32)  # >= 1.5 t slots of 16 words
+        getattr(lib, f"host_pyramid_{mode[0]}{mode[1]}")(
+            *map(ptr, src), ptr(ptrs), ctypes.c_uint(t), ctypes.c_uint(k),
+            ctypes.c_long(half // t), ptr(scratch))
+        src, mode = layers[start + k - 1], (int(oe), de)
+        start, half = start + k, half >> k
+    return layers
+
+
+@pytest.mark.parametrize("ne,de", MODES)
+@pytest.mark.parametrize("field", sorted(FIELD_OBJ))
+def test_fused_tiles_on_host_match_cpu_pyramid(field, ne, de):
+    lib = compile_host(field, "gkr.cu", HARNESS)
+    F = FIELD_OBJ[field]
+    # 2**12 spans two launches in every mode (a full tile, then a small tail);
+    # 2**13 with 3 batch variables stops before the floor of the tiles.
+    for nv, nbv in [(12, 0), (13, 3), (3, 1), (1, 0)]:
+        first = _mles(F, ne, de, 2**nv, seed=nv)
+        want = build_pyramid(GkrLayer(*first, nbv, F))[1:]
+        got = _host_pyramid(lib, F, ne, de, first, nv - nbv)
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            for a, b in zip(g, w.mles):
+                np.testing.assert_array_equal(a, b)
+
+
+def test_tile_constants_match_cuda_source():
+    lib = compile_host("koalabear", "gkr.cu", HARNESS)
+    assert lib.host_max_fused() == GKR_MAX_FUSED
+    assert lib.host_tile_slots(0, 0) == GKR_TILE_SLOTS_BASE
+    assert lib.host_tile_slots(1, 0) == GKR_TILE_SLOTS_EXT
+    assert lib.host_tile_slots(1, 1) == GKR_TILE_SLOTS_EXT
+
+
+@pytest.mark.parametrize("base", [True, False])
+@pytest.mark.parametrize("nv,nbv", [(26, 0), (26, 6), (10, 0), (1, 0), (20, 19)])
+def test_plan_covers_every_layer_within_tiles(nv, nbv, base):
+    plan = gkr_pyramid_plan(2**(nv - 1), nv - nbv, base)
+    assert sum(k for _, k in plan) == nv - nbv
+    half = 2**(nv - 1)
+    for t, k in plan:
+        assert half % t == 0 and t & (t - 1) == 0
+        assert 1 <= k <= min(GKR_MAX_FUSED, t.bit_length())
+        half >>= k
+    if (nv, nbv) == (26, 0):
+        assert len(plan) == 3  # 2**26 leaves: 11 + 11 + 4 (base) or 9 + 9 + 8 layers
+        assert plan[-1][0] * 2 <= 2 * GKR_TILE_SLOTS_BASE  # the tail is one block
+
+
+def test_fused_true_needs_cupy():
+    layer = GkrLayer(*_mles(KoalaBear, 0, 0, 8, 1), 0)
+    with pytest.raises(ValueError, match="fused=True needs CuPy"):
+        build_pyramid(layer, fused=True)
+    assert len(build_pyramid(layer, fused=False)) == 4
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("offset", [0, 1], ids=["aligned", "offset"])
+@pytest.mark.parametrize("ne,de", MODES)
+@pytest.mark.parametrize("F", [KoalaBear, BabyBear], ids=["koalabear", "babybear"])
+def test_gpu_fused_equals_per_layer_and_cpu(F, ne, de, offset):
+    import cupy
+    import cupyx
+    for nv, nbv in [(16, 0), (13, 3), (5, 5), (2, 0)]:
+        host = _mles(F, ne, de, 2**nv, seed=nv + 7)
+        want = build_pyramid(GkrLayer(*host, nbv, F))
+        dev = []
+        for x in host:
+            buf = cupy.empty(x.size + offset, dtype=np.uint32)
+            view = buf[offset:].reshape(x.shape)
+            view[...] = cupy.asarray(x)
+            dev.append(view)
+        first = GkrLayer(*dev, nbv, F)
+        cupy.cuda.get_current_stream().synchronize()
+        with cupyx.allow_synchronize(False):
+            fused = build_pyramid(first, fused=True if nv > nbv else None)
+            per_layer = build_pyramid(first, fused=False)
+        assert len(fused) == len(per_layer) == len(want)
+        for a, b, c in zip(want, fused, per_layer):
+            for x, y, z in zip(a.mles, b.mles, c.mles):
+                np.testing.assert_array_equal(x, y.get())
+                np.testing.assert_array_equal(x, z.get())
