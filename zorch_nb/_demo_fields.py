@@ -1,8 +1,6 @@
 """Demo section: field kernels on the chosen backend, checked against big ints."""
 import time
 
-import numpy as np
-
 from .fields import BabyBear, KoalaBear
 
 
