@@ -93,8 +93,12 @@ def _canonical(words):
 
 
 def _mles(mode, length, seed=1):
+    """Random MLEs: uniform words in [0, p) (valid Montgomery words), drawn fast
+    so that setup does not dominate ``asv run --quick``."""
+    from zorch_nb._bench_gkr import _words
     ne, de = MODES[mode]
-    return [(F.ext if e else F).random(length, seed=seed + i) for i, e in enumerate((ne, ne, de, de))]
+    return [_words(np, (length, 4) if e else (length,), seed + i)
+            for i, e in enumerate((ne, ne, de, de))]
 
 
 def _counts(total):
@@ -110,7 +114,7 @@ def _counts(total):
 # ---------------------------------------------------------------------------
 
 class DenseTransition:
-    params = ([2**16, 2**20], list(MODES))
+    params = ([2**14, 2**18], list(MODES))
     param_names = ["n", "mode"]
 
     def setup(self, n, mode):
@@ -130,7 +134,7 @@ class DenseTransition:
 
 
 class JaggedTransition:
-    params = ([2**16, 2**20], list(MODES))
+    params = ([2**14, 2**18], list(MODES))
     param_names = ["n", "mode"]
 
     def setup(self, n, mode):
@@ -155,7 +159,7 @@ class JaggedTransition:
 
 
 class DensePyramid:
-    params = [2**16, 2**20]
+    params = [2**14, 2**18]
     param_names = ["n"]
 
     def setup(self, n):
@@ -177,7 +181,7 @@ class DensePyramid:
 
 
 class JaggedPyramid:
-    params = [2**16, 2**20]
+    params = [2**14, 2**18]
     param_names = ["n"]
 
     def setup(self, n):
@@ -199,3 +203,25 @@ class JaggedPyramid:
 
     def peakmem_zorch_nb(self, n):
         build_jagged_pyramid(self.layer, self.schedule)
+
+
+class DenseFoldBaseline:
+    """The base/base fold written with galois ``GF(p)`` arrays (bench extra).
+
+    Compare with ``DenseTransition.time_zorch_nb`` / ``time_numpy_uint64`` at
+    the same size; one size only, as building ``GF(p)`` takes a second.
+    """
+
+    params = [2**18]
+    param_names = ["n"]
+
+    def setup(self, n):
+        from zorch_nb._bench_gkr import _galois_field
+        GF = _galois_field()
+        if GF is None:
+            raise NotImplementedError("galois is not installed (pip install 'zorch_nb[bench]')")
+        self.gf = [GF(_canonical(x).astype(np.int64)) for x in _mles("base", n)]
+
+    def time_galois(self, n):
+        from zorch_nb._bench_gkr import galois_fold
+        galois_fold(*self.gf)

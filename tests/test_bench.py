@@ -1,0 +1,39 @@
+"""``python -m zorch_nb bench`` runs end to end on the CPU and writes valid JSON.
+
+Tiny sizes only: this checks the plumbing (every row, the report, the second
+process figure), never speed -- speed is measured by the benchmark itself.
+"""
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def test_bench_cpu_writes_json(tmp_path):
+    out = tmp_path / "bench.json"
+    res = subprocess.run([sys.executable, "-m", "zorch_nb", "bench", "--device", "cpu",
+                          "--sizes", "10", "--repeat", "1", "--json", str(out)],
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    report = json.loads(out.read_text())
+    assert {"date", "device", "command", "copy", "results", "second_process"} <= set(report)
+    assert "bench" in report["command"] and report["copy"][0]["gbps"] > 0
+    kernels = {r["kernel"] for r in report["results"]}
+    for name in ("dense fold base/base", "dense fold base/ext", "dense fold ext/ext",
+                 "jagged transition base/base (1024 seg.)", "dense pyramid base/base (to floor)",
+                 "jagged pyramid base/ext (1024 seg.)", "dispatch: one transition base/base"):
+        assert name in kernels
+    for r in report["results"]:
+        assert r["time_s"] > 0 and r["bytes"] > 0 and r["size"] in (2**10,)
+    fold = next(r for r in report["results"] if r["kernel"] == "dense fold base/base")
+    assert "numpy uint64" in fold["baselines"]
+    assert "warm_cache_run" in report["second_process"][0]
+
+
+def test_bench_plot_needs_matplotlib_or_draws(tmp_path):
+    pytest.importorskip("matplotlib")
+    from zorch_nb.bench import Row, plot
+    rows = [Row("k", "cpu", 8, 1.0, 8).finish(1.0)]
+    plot(rows, Row("copy", "cpu", 8, 1.0, 8).finish(1.0), str(tmp_path / "p.png"), "t")
+    assert (tmp_path / "p.png").stat().st_size > 0

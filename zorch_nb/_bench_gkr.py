@@ -1,0 +1,265 @@
+"""LogUp-GKR rows of ``python -m zorch_nb bench`` (see :mod:`zorch_nb.bench`).
+
+Every row counts the bytes a kernel must move -- each input word read once,
+each output word written once -- so its bandwidth compares with the copy
+measured in the same process:
+
+* dense fold in three field modes: base/base, base numerators over extension
+  denominators (the LogUp case), extension/extension;
+* jagged transition with 1024 segments of random counts (base and extension);
+* whole dense and jagged pyramids against their *compulsory* bytes: the first
+  layer read once and every later layer written once (a per-layer pyramid
+  also re-reads every intermediate layer, which the fused GPU path avoids);
+* dispatch overhead: one object-layer transition at L = 2**10;
+* peak memory of ``build_pyramid`` (CuPy pool high-water mark on the GPU,
+  tracemalloc on the CPU) against the first layer's bytes;
+* on the CPU, the base/base fold written with plain NumPy uint64 and with
+  galois ``GF(p)`` arrays, timed in the same run (``baselines``).
+
+Kernel rows call the kernel layer with preallocated outputs (steady state);
+pyramid and dispatch rows go through the object layer, as a user would.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .fields import KoalaBear
+from .logup_gkr import (GkrLayer, JaggedGkrLayer, build_jagged_pyramid, build_pyramid,
+                        halving_schedule, layer_transition)
+
+F = KoalaBear
+#: name -> (numerators extension, denominators extension)
+MODES = {"base/base": (False, False), "base/ext": (False, True), "ext/ext": (True, True)}
+JAGGED_SEGMENTS = 1024
+DISPATCH_LOG2 = 10
+
+
+def _words(xp, shape, seed):
+    """Uniform words in ``[0, p)`` -- every one a valid Montgomery word --
+    drawn where the array lives (host generation of 2**28 words is slow)."""
+    if xp is np:
+        return np.random.default_rng(seed).integers(0, F.p, size=shape, dtype=np.uint32)
+    xp.random.seed(seed)
+    return (xp.random.random(shape) * F.p).astype(np.uint32)
+
+
+def _mles(xp, ne, de, n, seed=1):
+    return [_words(xp, (n, 4) if e else (n,), seed + i) for i, e in enumerate((ne, ne, de, de))]
+
+
+def _outputs(xp, ne, de, n):
+    oe = ne or de
+    shape = lambda e: (n, 4) if e else (n,)  # noqa: E731
+    return [xp.empty(shape(e), dtype=np.uint32) for e in (oe, oe, de, de)]
+
+
+def _nbytes(arrays) -> int:
+    return int(sum(a.nbytes for a in arrays))
+
+
+def jagged_counts(total: int, segments: int = JAGGED_SEGMENTS, seed: int = 3) -> np.ndarray:
+    """``segments`` random row counts (each >= 1) summing to ``total``."""
+    rng = np.random.default_rng(seed)
+    raw = rng.random(segments) + 0.05
+    counts = np.maximum(1, (raw / raw.sum() * total).astype(np.int64))
+    counts[int(np.argmax(counts))] += total - int(counts.sum())
+    return counts.astype(np.int32)
+
+
+# ---------------------------------------------------------------- CPU baselines
+
+def numpy_fold(n0, n1, d0, d1, p):
+    """Base/base fold in plain NumPy on canonical uint64 values.
+
+    ``n0 d1 + n1 d0 < 2 p**2 < 2**63``: one ``% p`` per output.  The even and
+    odd nodes give the two output children (views, not copies).
+    """
+    num = (n0 * d1 + n1 * d0) % p
+    den = (d0 * d1) % p
+    return num[0::2], num[1::2], den[0::2], den[1::2]
+
+
+def galois_fold(n0, n1, d0, d1):
+    """The same fold on galois ``GF(p)`` arrays."""
+    num = n0 * d1 + n1 * d0
+    den = d0 * d1
+    return num[0::2], num[1::2], den[0::2], den[1::2]
+
+
+def _galois_field():
+    try:
+        import galois
+    except ImportError:
+        return None
+    return galois.GF(F.p)
+
+
+# ---------------------------------------------------------------- rows
+
+def rows(n, backend, repeat, xp, timer, sync):
+    """Every LogUp-GKR row at ``n`` leaves per MLE on ``backend``."""
+    from .bench import Row, _first_call
+    from ._backend import kernels_for
+
+    kern = kernels_for(backend, "gkr")
+    out = []
+
+    # dense fold per mode (kernel layer, preallocated outputs)
+    for name, (ne, de) in MODES.items():
+        ins = _mles(xp, ne, de, n)
+        outs = _outputs(xp, ne, de, n // 2)
+        tiny_in, tiny_out = _mles(xp, ne, de, 2), _outputs(xp, ne, de, 1)
+        first = _first_call(lambda: kern.fold_dense(*tiny_in, *tiny_out, F.params), sync)
+        t = timer(lambda: kern.fold_dense(*ins, *outs, F.params), repeat)
+        row = Row(f"dense fold {name}", backend, n, t, _nbytes(ins + outs), first)
+        if xp is np and name == "base/base":
+            _cpu_baselines(row, ins, repeat)
+            # the CPU target's figure: fold and copy timed alternately
+            from .bench import paired_cpu
+            tp, copy_gbps = paired_cpu(lambda: kern.fold_dense(*ins, *outs, F.params), n,
+                                       max(3 * repeat, 15))
+            row.extra["paired_copy_gbps"] = round(copy_gbps, 1)
+            row.extra["paired_fold_gbps"] = round(row.bytes / tp / 1e9, 1)
+            row.extra["paired_fraction"] = round(row.bytes / tp / 1e9 / copy_gbps, 3)
+        out.append(row)
+        del ins, outs
+
+    # jagged transition: 1024 segments, random counts, halving schedule
+    counts = jagged_counts(n)
+    orc = ((counts.astype(np.int64) + 1) // 2).astype(np.int32)
+    width = int(orc.sum())
+    for name in ("base/base", "ext/ext"):
+        ne, de = MODES[name]
+        ins = _mles(xp, ne, de, n)
+        outs = _outputs(xp, ne, de, width)
+        prefix = xp.empty((2, JAGGED_SEGMENTS), dtype=np.int64)
+        rc_d, orc_d = xp.asarray(counts), xp.asarray(orc)
+        t = timer(lambda: kern.jagged_transition(rc_d, orc_d, prefix, *ins, *outs, F.params),
+                  repeat)
+        moved = _nbytes(ins + outs) + counts.nbytes + orc.nbytes + prefix.nbytes
+        out.append(Row(f"jagged transition {name} ({JAGGED_SEGMENTS} seg.)", backend, n, t,
+                       moved, float("nan")))
+        del ins, outs
+
+    # whole pyramids against their compulsory bytes
+    for name in ("base/base", "base/ext"):
+        ne, de = MODES[name]
+        first = GkrLayer(*_mles(xp, ne, de, n), 0)
+        layers = build_pyramid(first, backend=backend)  # warm-up (and the byte count)
+        compulsory = _nbytes(first.mles) + sum(_nbytes(la.mles) for la in layers[1:])
+        del layers
+        t = timer(lambda: build_pyramid(first, backend=backend), max(1, repeat // 2))
+        row = Row(f"dense pyramid {name} (to floor)", backend, n, t, compulsory, float("nan"))
+        row.extra["layers"] = first.num_row_variables
+        if backend == "cupy":
+            from .kernels.launch_config import gkr_pyramid_plan
+            row.extra["launches"] = len(gkr_pyramid_plan(n // 2, first.num_row_variables,
+                                                         name == "base/base"))
+        if name == "base/ext":
+            row.extra.update(_peak_memory(lambda: build_pyramid(first, backend=backend), xp,
+                                          _nbytes(first.mles)))
+        out.append(row)
+        del first
+
+    jfirst = JaggedGkrLayer(*_mles(xp, False, True, n), counts)
+    schedule = halving_schedule(jfirst)
+    layers = build_jagged_pyramid(jfirst, schedule, backend=backend)
+    compulsory = _nbytes(jfirst.mles) + sum(_nbytes(la.mles) for la in layers[1:])
+    del layers
+    t = timer(lambda: build_jagged_pyramid(jfirst, schedule, backend=backend),
+              max(1, repeat // 2))
+    row = Row(f"jagged pyramid base/ext ({JAGGED_SEGMENTS} seg.)", backend, n, t, compulsory,
+              float("nan"))
+    row.extra["layers"] = len(schedule)
+    out.append(row)
+    del jfirst
+
+    # dispatch overhead: one object-layer transition of a tiny layer
+    small = GkrLayer(*_mles(xp, False, False, 1 << DISPATCH_LOG2), 0)
+    layer_transition(small, backend=backend)
+    t = _dispatch_time(lambda: layer_transition(small, backend=backend), sync)
+    row = Row("dispatch: one transition base/base", backend, 1 << DISPATCH_LOG2, t,
+              _nbytes(small.mles) * 3 // 2, float("nan"))
+    row.extra["us_per_call"] = round(t * 1e6, 2)
+    out.append(row)
+    return out
+
+
+def _dispatch_time(fn, sync, calls=200, rounds=5):
+    """Host wall time per call of ``calls`` back-to-back calls (best round).
+
+    On the GPU this is what a small layer costs a caller: Python, argument
+    handling and the launch, as long as the device keeps up.
+    """
+    import time
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        if sync:
+            sync()
+        best = min(best, (time.perf_counter() - t0) / calls)
+    return best
+
+
+def _cpu_baselines(row, ins, repeat):
+    p = np.uint64(F.p)
+    canon = [F.decode(x).astype(np.uint64) for x in ins]
+    row.baselines["numpy uint64"] = _best(lambda: numpy_fold(*canon, p), repeat)
+    GF = _galois_field()
+    if GF is None:
+        row.extra["galois"] = "not importable: pip install 'zorch_nb[bench]'"
+        return
+    gf = [GF(x.astype(np.int64)) for x in canon]
+    row.baselines["galois GF(p)"] = _best(lambda: galois_fold(*gf), max(1, repeat // 2))
+
+
+def _best(fn, repeat):
+    from .bench import _time_cpu
+    fn()  # first call compiles (galois JIT); not timed
+    return _time_cpu(fn, repeat)
+
+
+def _peak_memory(fn, xp, first_bytes):
+    """High-water mark of the allocations ``fn`` makes (beyond what it keeps alive after)."""
+    if xp is np:
+        import tracemalloc
+        tracemalloc.start()
+        tracemalloc.reset_peak()
+        fn()
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    else:
+        try:
+            peak = _cupy_peak(fn)
+        except Exception as exc:  # a CuPy without pool hooks must not stop the bench
+            return {"peak_error": f"{type(exc).__name__}: {exc}"}
+    # The first layer is alive throughout; the target is (first + peak) ~ 2x first.
+    return {"peak_new_bytes": int(peak),
+            "peak_total_over_first_layer": round((first_bytes + peak) / first_bytes, 3)}
+
+
+def _cupy_peak(fn):
+    import cupy
+    from cupy.cuda import memory_hook
+
+    class Peak(memory_hook.MemoryHook):
+        name = "zorch_peak"
+
+        def __init__(self):
+            self.live = self.peak = 0
+
+        def malloc_postprocess(self, **kw):
+            self.live += kw["mem_size"]
+            self.peak = max(self.peak, self.live)
+
+        def free_postprocess(self, **kw):
+            self.live -= kw["mem_size"]
+
+    cupy.cuda.get_current_stream().synchronize()
+    hook = Peak()
+    with hook:
+        fn()
+        cupy.cuda.get_current_stream().synchronize()
+    return hook.peak
