@@ -33,14 +33,26 @@ the conditional subtraction as an unsigned min).  The parfor body receives
 its arrays as ``noalias`` arguments, so no runtime alias checks are needed.
 With a signed index Numba adds negative-index wrap-around selects and LLVM
 falls back to gathers/scatters (measured 3x slower).
+
+The jagged kernel splits each chunk of output slots into runs of one kind
+instead of branching per slot: per segment, the full pairs (both nodes live)
+run through :func:`_pair_run` -- the dense loop with shifted origins, which
+vectorizes the same way -- then at most one odd last node, then the live
+padding and the dead tail as constant fills.  At 2**22 leaves with 1024
+segments this took the base/base transition from 24 ms to ~2.3 ms (the
+dense fold's time).  ``_jagged_slot`` (the per-slot body of the GPU
+backends) is kept as the reference the tests compare against.
 """
 import numpy as np
 from numba import njit, prange
 
-from .gkr_scalar import MODE_BB, MODE_BE, MODE_EB, MODE_EE, make_slot_functions, mode_of
+from .gkr_scalar import (MODE_BB, MODE_BE, MODE_EB, MODE_EE, make_node_functions,
+                         make_slot_functions, mode_of)
 from .launch_config import GKR_CPU_JAGGED_CHUNK
 
 _dense_slot, _jagged_slot, _find_segment = make_slot_functions(njit)
+_fold_node, _put_constant = make_node_functions(njit)
+_U1 = np.uint64(1)
 
 
 @njit(parallel=True, cache=True)
@@ -63,16 +75,68 @@ def _fold_dense_kernel(mode, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm):
 
 
 @njit(cache=True)
+def _pair_run(mode, k0, e0, cnt, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm):
+    # Slots k0 + t (t < cnt) fold live nodes e0 + 2t and e0 + 2t + 1: the
+    # dense loop with shifted origins (uint64 indices, no branch per slot).
+    for t in range(cnt):
+        u = np.uint64(t)
+        k = k0 + u
+        e = e0 + u + u
+        _fold_node(mode, n0, n1, d0, d1, e, on0, od0, k, p, mu, wm)
+        _fold_node(mode, n0, n1, d0, d1, e + _U1, on1, od1, k, p, mu, wm)
+
+
+@njit(cache=True)
+def _constant_run(mode, k0, cnt, on0, on1, od0, od1, num0, den0):
+    # Slots k0 + t (t < cnt): both children set to num0/den0 (padding or dead).
+    for t in range(cnt):
+        k = k0 + np.uint64(t)
+        _put_constant(mode, on0, od0, k, num0, den0)
+        _put_constant(mode, on1, od1, k, num0, den0)
+
+
+@njit(cache=True)
 def _jagged_chunk(mode, lo, hi, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1,
                   p, mu, wm, one):
-    # One binary search per chunk, then walk the segments forward.
+    # Output slots [lo, hi), split into runs of one kind.  Per segment s, with
+    # j the position in the segment: j < rc // 2 folds two live nodes,
+    # j == rc // 2 of an odd segment folds its last node with the neutral
+    # partner, ceil(rc / 2) <= j is live padding; q >= sum(orc) is dead.
     nb = rc.shape[0]
-    s = _find_segment(prefix, lo)
-    for q in range(lo, hi):
-        while s < nb - 1 and prefix[1, s] <= q:
-            s += 1
-        _jagged_slot(mode, q, s, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1,
-                     p, mu, wm, one)
+    zero = np.uint32(0)
+    live_end = min(hi, prefix[1, nb - 1])
+    q = lo
+    if q < live_end:
+        s = _find_segment(prefix, q)
+        while q < live_end:
+            # first s with cum[s] > q: empty segments are stepped over; it
+            # exists (cum[nb - 1] = sum(orc) > q), so no clamp is needed.
+            while prefix[1, s] <= q:
+                s += 1
+            cum = prefix[1, s]
+            start = cum - np.int64(orc[s])  # slot of position j = 0
+            rows = np.int64(rc[s])
+            base = prefix[0, s] - rows  # node of position j = 0
+            full = rows // 2
+            live = (rows + 1) // 2
+            j0 = q - start
+            j1 = min(cum, live_end) - start
+            a = min(j1, full)
+            if j0 < a:
+                _pair_run(mode, np.uint64(q), np.uint64(base + 2 * j0), a - j0,
+                          n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm)
+            a = max(j0, full)
+            if a < min(j1, live):  # at most one slot
+                k = np.uint64(start + a)
+                _fold_node(mode, n0, n1, d0, d1, np.uint64(base + 2 * a), on0, od0, k,
+                           p, mu, wm)
+                _put_constant(mode, on1, od1, k, zero, one)
+            a = max(j0, live)
+            if a < j1:
+                _constant_run(mode, np.uint64(start + a), j1 - a, on0, on1, od0, od1, zero, one)
+            q = start + j1
+    if q < hi:
+        _constant_run(mode, np.uint64(q), hi - q, on0, on1, od0, od1, zero, zero)
 
 
 @njit(parallel=True, cache=True)

@@ -49,7 +49,8 @@ from .monty import mont_mul, monty_reduce, monty_reduce_wide
 
 __all__ = ["MODE_BB", "MODE_BE", "MODE_EB", "MODE_EE", "mode_of", "SLOT_LIVE",
            "SLOT_PAD", "SLOT_DEAD", "frac_bb", "frac_be", "frac_eb", "frac_ee",
-           "dense_slot", "jagged_slot", "make_slot_functions"]
+           "dense_slot", "jagged_slot", "make_slot_functions",
+           "make_node_functions"]
 
 #: Base numerators, base denominators.
 MODE_BB = 0
@@ -338,8 +339,24 @@ def make_slot_functions(jit):
     leaf array functions are compiled first and bound to the names the slot
     bodies call, so every backend runs the same source text.
     """
+    env = _node_env(jit)
+    return (jit(_rebind(dense_slot, env)), jit(_rebind(jagged_slot, env)),
+            jit(find_segment))
+
+
+def _node_env(jit):
+    """The leaf array functions compiled with ``jit``, by name."""
     env = {fn.__name__: jit(fn) for fn in (load4, store4, jagged_source)}
     env["fold_node"] = jit(_rebind(fold_node, env))
     env["put_constant"] = jit(_rebind(put_constant, env))
-    return (jit(_rebind(dense_slot, env)), jit(_rebind(jagged_slot, env)),
-            jit(find_segment))
+    return env
+
+
+def make_node_functions(jit):
+    """Compile the node bodies with ``jit``: ``(fold_node, put_constant)``.
+
+    For kernels that walk runs of slots of one kind themselves (the CPU
+    jagged transition) instead of calling a per-slot body.
+    """
+    env = _node_env(jit)
+    return env["fold_node"], env["put_constant"]

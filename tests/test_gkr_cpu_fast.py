@@ -1,0 +1,92 @@
+"""The run-splitting CPU jagged transition against the per-slot body.
+
+``kernels.gkr_cpu._jagged_kernel`` splits each chunk of output slots into runs
+(pairs of live nodes, the odd last node, live padding, dead tail).  These tests
+compare it byte for byte with a serial loop over the per-slot body
+(``jagged_slot``, the same text the GPU backends run) on random schedules,
+with chunk sizes small enough that chunk borders fall inside every kind of
+run, and with schedules only a device caller could pass (truncating counts,
+``out_width`` below ``sum(orc)``), whose per-slot meaning is still defined.
+"""
+import numpy as np
+import pytest
+from numba import njit
+
+from zorch_nb import BabyBear, KoalaBear
+from zorch_nb.kernels import gkr_cpu
+
+FIELDS = [pytest.param(KoalaBear, id="koalabear"), pytest.param(BabyBear, id="babybear")]
+MODES = [pytest.param(ne, de, id=f"{'E' if ne else 'B'}{'E' if de else 'B'}")
+         for ne in (False, True) for de in (False, True)]
+
+
+@njit
+def _per_slot(mode, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm, one):
+    width = od0.shape[0] // (4 if mode & 1 else 1)
+    for q in range(width):
+        s = gkr_cpu._find_segment(prefix, q)
+        gkr_cpu._jagged_slot(mode, q, s, rc, orc, prefix, n0, n1, d0, d1,
+                             on0, on1, od0, od1, p, mu, wm, one)
+
+
+def _words(F, rng, n, ext):
+    return rng.integers(0, F.p, size=(n, 4) if ext else (n,), dtype=np.uint32)
+
+
+def _run_both(F, ne, de, rc, orc, width, chunk, rng):
+    rc = np.asarray(rc, dtype=np.int32)
+    orc = np.asarray(orc, dtype=np.int32)
+    n = max(1, int(rc.sum()))
+    ins = [_words(F, rng, n, e) for e in (ne, ne, de, de)]
+    oe = ne or de
+    shapes = [(width, 4) if e else (width,) for e in (oe, oe, de, de)]
+    # Garbage-filled outputs: every slot must be written.
+    fast = [rng.integers(0, 2**32, size=s, dtype=np.uint32) for s in shapes]
+    slow = [rng.integers(0, 2**32, size=s, dtype=np.uint32) for s in shapes]
+    p, mu, wm, one = gkr_cpu._consts(F.params)
+    mode = gkr_cpu.mode_of(ne, de)
+    flat = [gkr_cpu._flat(x) for x in ins]
+    prefix = np.empty((2, rc.shape[0]), dtype=np.int64)
+    gkr_cpu._jagged_kernel(mode, rc, orc, prefix, *flat, *(gkr_cpu._flat(x) for x in fast),
+                           p, mu, wm, one, chunk)
+    _per_slot(mode, rc, orc, prefix, *flat, *(gkr_cpu._flat(x) for x in slow),
+              p, mu, wm, one)
+    for a, b in zip(fast, slow):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("F", FIELDS)
+@pytest.mark.parametrize("ne,de", MODES)
+def test_random_schedules_match_per_slot_body(F, ne, de):
+    rng = np.random.default_rng(7)
+    for trial in range(12):
+        nb = 1 << int(rng.integers(0, 5))
+        rc = rng.integers(0, 12, size=nb)
+        rc[rng.random(nb) < 0.25] = 0  # empty segments
+        need = (rc + 1) // 2
+        orc = need + rng.integers(0, 4, size=nb) * (rng.random(nb) < 0.5)
+        orc[(rc == 0) & (rng.random(nb) < 0.5)] = 0
+        width = int(orc.sum()) + int(rng.integers(0, 6))  # slack tail
+        for chunk in (1, 2, 3, 5, 2048):
+            _run_both(F, ne, de, rc, orc, width, chunk, rng)
+
+
+@pytest.mark.parametrize("ne,de", MODES)
+def test_device_style_schedules_match_per_slot_body(ne, de):
+    # Unchecked schedules: counts below ceil(rc / 2) and widths below sum(orc).
+    rng = np.random.default_rng(11)
+    for trial in range(12):
+        nb = 1 << int(rng.integers(0, 5))
+        rc = rng.integers(0, 12, size=nb)
+        orc = rng.integers(0, 8, size=nb)
+        width = int(rng.integers(0, int(orc.sum()) + 4))
+        for chunk in (1, 3, 2048):
+            _run_both(KoalaBear, ne, de, rc, orc, width, chunk, rng)
+
+
+def test_all_padding_and_all_dead():
+    rng = np.random.default_rng(3)
+    for ne, de in ((False, False), (True, True)):
+        _run_both(KoalaBear, ne, de, [0, 0, 0, 0], [3, 0, 2, 1], 9, 2, rng)
+        _run_both(KoalaBear, ne, de, [0, 0], [0, 0], 5, 2, rng)
+        _run_both(KoalaBear, ne, de, [5], [3], 3, 2, rng)
