@@ -95,3 +95,32 @@ def to_backend(x, backend):
 def to_host(x):
     """Any result array -> NumPy."""
     return x.get() if type(x).__module__.startswith("cupy") else x
+
+
+# ---- stage summary: what actually ran, per kind of test --------------------
+_STAGES = {}
+
+
+def _stage_of(report) -> str:
+    if "gpu" in report.keywords:
+        return "gpu"
+    if "cudasim" in report.keywords:
+        return "numba-cuda (simulator)" if SIMULATED else "numba-cuda (GPU)"
+    if "nvcc" in report.nodeid:
+        return "nvcc compile"
+    return "cpu"
+
+
+def pytest_runtest_logreport(report):
+    # One outcome per test: the call phase, or the setup phase when it did not pass.
+    if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
+        counts = _STAGES.setdefault(_stage_of(report), {"passed": 0, "failed": 0, "skipped": 0})
+        counts[report.outcome] += 1
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _STAGES:
+        terminalreporter.write_sep("-", "zorch_nb: what ran, by stage")
+        for stage, c in sorted(_STAGES.items()):
+            terminalreporter.write_line(f"{stage:<24} passed {c['passed']:>4}  "
+                                        f"failed {c['failed']:>3}  skipped {c['skipped']:>3}")
