@@ -77,6 +77,25 @@ def _gemm_tn(A, B, C, k, m, n):
                 C[i * n + j] += a * B[kk * n + j]
 
 
+@numba.njit
+def _gather_tucker(U, i, s, tk_idx, cj, ni, out):
+    """``out[pj, o] = U[i, s, tk_idx[i, s, pj], o]``: the real rows of Tucker core ``i``."""
+    for pj in range(cj):
+        for o in range(ni):
+            out[pj * ni + o] = U[i, s, tk_idx[i, s, pj], o]
+
+
+@numba.njit
+def _gather_tt(G, i, s, tt_idx, tk_idx, ca, cj, cb, out):
+    """``out[pa, pj, pb] = G[i, s, a, j, b]`` over the real slots of TT core ``i``."""
+    for pa in range(ca):
+        a = tt_idx[i, s, pa]
+        for pj in range(cj):
+            j = tk_idx[i, s, pj]
+            for pb in range(cb):
+                out[(pa * cj + pj) * cb + pb] = G[i, s, a, j, tt_idx[i + 1, s, pb]]
+
+
 def build_ut3_to_dense(shape, tk_idx, tk_cnt, tt_idx, tt_cnt):
     """Build the dense-evaluation kernel for one structure.
 
@@ -117,15 +136,8 @@ def build_ut3_to_dense(shape, tk_idx, tk_cnt, tt_idx, tt_cnt):
                 ni = sizes[i]
                 cb = tt_cnt[i + 1, s]
                 cj = tk_cnt[i, s]
-                for pj in range(cj):
-                    for o in range(ni):
-                        Uc[pj * ni + o] = U[i, s, tk_idx[i, s, pj], o]
-                for pa in range(ca):
-                    a = tt_idx[i, s, pa]
-                    for pj in range(cj):
-                        j = tk_idx[i, s, pj]
-                        for pb in range(cb):
-                            Gc[(pa * cj + pj) * cb + pb] = G[i, s, a, j, tt_idx[i + 1, s, pb]]
+                _gather_tucker(U, i, s, tk_idx, cj, ni, Uc)
+                _gather_tt(G, i, s, tt_idx, tk_idx, ca, cj, cb, Gc)
                 for pa in range(ca):
                     _gemm_tn(Uc, Gc[pa * cj * cb:], H[pa * ni * cb:], cj, ni, cb)
                 _gemm_nn(P, H, Q, rows, ca, ni * cb)
@@ -185,24 +197,10 @@ def build_ut3_inner(shape, x_tables, y_tables):
                 cjy = yk_cnt[i, s]
                 cbx = xt_cnt[i + 1, s]
                 cby = yt_cnt[i + 1, s]
-                for pj in range(cjx):
-                    for o in range(ni):
-                        Uxc[pj * ni + o] = Ux[i, s, xk_idx[i, s, pj], o]
-                for pk in range(cjy):
-                    for o in range(ni):
-                        Uyc[pk * ni + o] = Uy[i, s, yk_idx[i, s, pk], o]
-                for pa in range(cax):
-                    a = xt_idx[i, s, pa]
-                    for pj in range(cjx):
-                        j = xk_idx[i, s, pj]
-                        for pb in range(cbx):
-                            Cx[(pa * cjx + pj) * cbx + pb] = Gx[i, s, a, j, xt_idx[i + 1, s, pb]]
-                for pc in range(cay):
-                    c = yt_idx[i, s, pc]
-                    for pk in range(cjy):
-                        k = yk_idx[i, s, pk]
-                        for pe in range(cby):
-                            Cy[(pc * cjy + pk) * cby + pe] = Gy[i, s, c, k, yt_idx[i + 1, s, pe]]
+                _gather_tucker(Ux, i, s, xk_idx, cjx, ni, Uxc)
+                _gather_tucker(Uy, i, s, yk_idx, cjy, ni, Uyc)
+                _gather_tt(Gx, i, s, xt_idx, xk_idx, cax, cjx, cbx, Cx)
+                _gather_tt(Gy, i, s, yt_idx, yk_idx, cay, cjy, cby, Cy)
                 for pj in range(cjx):
                     for pk in range(cjy):
                         acc = 0.0
@@ -255,12 +253,7 @@ def build_ut3_chain(tk_idx, tk_cnt, tt_idx, tt_cnt):
         for s in range(n_stack):
             for i in range(d):
                 ca, cj, cb = tt_cnt[i, s], tk_cnt[i, s], tt_cnt[i + 1, s]
-                for pa in range(ca):
-                    a = tt_idx[i, s, pa]
-                    for pj in range(cj):
-                        j = tk_idx[i, s, pj]
-                        for pb in range(cb):
-                            Gc[i * block + (pa * cj + pj) * cb + pb] = G[i, s, a, j, tt_idx[i + 1, s, pb]]
+                _gather_tt(G, i, s, tt_idx, tk_idx, ca, cj, cb, Gc[i * block:])
             for k in range(n_query):
                 ca = tt_cnt[0, s]
                 for pa in range(ca):
