@@ -90,3 +90,23 @@ def test_all_padding_and_all_dead():
         _run_both(KoalaBear, ne, de, [0, 0, 0, 0], [3, 0, 2, 1], 9, 2, rng)
         _run_both(KoalaBear, ne, de, [0, 0], [0, 0], 5, 2, rng)
         _run_both(KoalaBear, ne, de, [5], [3], 3, 2, rng)
+
+
+@pytest.mark.parametrize("F", FIELDS)
+def test_ext4_mul_flat_kernel_matches_generic_kernel(F):
+    # The inlined flat multiply against the generic opcode kernel, with the
+    # extreme words 0 and p - 1 mixed in (largest products and sums).
+    from zorch_nb.kernels import field_cpu
+    from zorch_nb.kernels.monty import OP_MUL
+    rng = np.random.default_rng(5)
+    n = 1003
+    a, b = (rng.integers(0, F.p, size=(n, 4), dtype=np.uint32) for _ in range(2))
+    for x in (a, b):
+        x[rng.random((n, 4)) < 0.2] = F.p - 1
+        x[rng.random((n, 4)) < 0.1] = 0
+    p, mu, wm, _ = field_cpu._consts(F.params)
+    want = np.empty_like(a)
+    field_cpu._ext4_map2_kernel(OP_MUL, a, b, want, p, mu, wm)
+    got = np.empty_like(a)
+    field_cpu.ext4_map2(OP_MUL, a, b, got, F.params)
+    np.testing.assert_array_equal(got, want)
