@@ -35,42 +35,28 @@ def numpy_ext_mul(a, b):
     return out
 
 
-class BaseMul:
-    params = [2**16, 2**20]
-    param_names = ["n"]
+class Mul:
+    """Base and extension multiply: zorch_nb against the plain NumPy version."""
 
-    def setup(self, n):
-        self.a, self.b = F.random(n, seed=1), F.random(n, seed=2)
-        self.ca, self.cb = F.decode(self.a).astype(np.uint64), F.decode(self.b).astype(np.uint64)
-        F.mul(self.a[:4], self.b[:4])  # compile outside the timing
+    params = (["base", "ext"], [2**16, 2**20])
+    param_names = ["field", "n"]
 
-    def time_zorch_nb(self, n):
-        F.mul(self.a, self.b)
+    def setup(self, field, n):
+        self.E = F if field == "base" else E
+        self.reference = numpy_base_mul if field == "base" else numpy_ext_mul
+        self.a, self.b = self.E.random(n, seed=1), self.E.random(n, seed=2)
+        self.ca = self.E.decode(self.a).astype(np.uint64)
+        self.cb = self.E.decode(self.b).astype(np.uint64)
+        self.E.mul(self.a[:4], self.b[:4])  # compile outside the timing
 
-    def time_numpy_uint64(self, n):
-        numpy_base_mul(self.ca, self.cb)
+    def time_zorch_nb(self, field, n):
+        self.E.mul(self.a, self.b)
 
-    def peakmem_zorch_nb(self, n):
-        F.mul(self.a, self.b)
+    def time_numpy_uint64(self, field, n):
+        self.reference(self.ca, self.cb)
 
-
-class ExtMul:
-    params = [2**16, 2**20]
-    param_names = ["n"]
-
-    def setup(self, n):
-        self.a, self.b = E.random(n, seed=1), E.random(n, seed=2)
-        self.ca, self.cb = E.decode(self.a).astype(np.uint64), E.decode(self.b).astype(np.uint64)
-        E.mul(self.a[:4], self.b[:4])
-
-    def time_zorch_nb(self, n):
-        E.mul(self.a, self.b)
-
-    def time_numpy_uint64(self, n):
-        numpy_ext_mul(self.ca, self.cb)
-
-    def peakmem_zorch_nb(self, n):
-        E.mul(self.a, self.b)
+    def peakmem_zorch_nb(self, field, n):
+        self.E.mul(self.a, self.b)
 
 
 class BaseOps:
