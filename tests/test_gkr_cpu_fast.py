@@ -110,3 +110,29 @@ def test_ext4_mul_flat_kernel_matches_generic_kernel(F):
     got = np.empty_like(a)
     field_cpu.ext4_map2(OP_MUL, a, b, got, F.params)
     np.testing.assert_array_equal(got, want)
+
+
+@njit
+def _dense_per_slot(mode, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm):
+    half = od0.shape[0] // (4 if mode & 1 else 1)
+    for k in range(half):
+        gkr_cpu._dense_slot(mode, np.uint64(k), n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm)
+
+
+@pytest.mark.parametrize("ne,de", MODES)
+@pytest.mark.parametrize("log_n", [1, 5, 13])
+def test_dense_fold_matches_per_slot_body(ne, de, log_n):
+    # 2**13 leaves: several chunks of the chunked extension-denominator loops.
+    F = KoalaBear
+    rng = np.random.default_rng(log_n)
+    n = 1 << log_n
+    ins = [_words(F, rng, n, e) for e in (ne, ne, de, de)]
+    oe = ne or de
+    shapes = [(n // 2, 4) if e else (n // 2,) for e in (oe, oe, de, de)]
+    fast = [np.empty(s, dtype=np.uint32) for s in shapes]
+    slow = [np.empty(s, dtype=np.uint32) for s in shapes]
+    gkr_cpu.fold_dense(*ins, *fast, F.params)
+    p, mu, wm, _ = gkr_cpu._consts(F.params)
+    _dense_per_slot(gkr_cpu.mode_of(ne, de), *(gkr_cpu._flat(x) for x in ins + slow), p, mu, wm)
+    for a, b in zip(fast, slow):
+        np.testing.assert_array_equal(a, b)
