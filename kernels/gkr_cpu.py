@@ -198,10 +198,20 @@ def fold_dense(n0, n1, d0, d1, on0, on1, od0, od1, f):
                        p, mu, wm)
 
 
+def _read_only(a):
+    view = a.view()
+    view.flags.writeable = False
+    return view
+
+
 def jagged_transition(rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f):
     """Jagged transition on the CPU (see the module docstring)."""
     p, mu, wm, one = _consts(f)
     mode = mode_of(n0.ndim == 2, d0.ndim == 2)
+    # Numba types read-only arrays apart from writable ones; the object layer
+    # hands over read-only counts, so view every caller's counts that way and
+    # keep one compiled signature.
+    rc, orc = _read_only(rc), _read_only(orc)
     _jagged_kernel(mode, rc, orc, prefix,
                    *(_flat(x) for x in (n0, n1, d0, d1, on0, on1, od0, od1)),
                    p, mu, wm, one, GKR_CPU_JAGGED_CHUNK)

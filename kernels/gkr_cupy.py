@@ -31,19 +31,10 @@ import numpy as np
 from .cuda_source import assemble
 from .field_cupy import NVRTC_OPTIONS
 from .field_params import FIELDS
-from .gkr_scalar import mode_of
+from .gkr_scalar import CUDA_NAME_EXPRESSIONS, cuda_kernel_name, mode_of
 from .launch_config import (GKR_MAX_FUSED, GKR_PYRAMID_THREADS, GKR_SCAN_THREADS,
                             THREADS_PER_BLOCK, gkr_pyramid_plan, grid_for)
 
-
-def _name(kernel: str, mode: int, vec: bool) -> str:
-    return f"{kernel}<{mode >> 1}, {mode & 1}, {'true' if vec else 'false'}>"
-
-
-#: Every template instance the launchers use (all are instantiated in gkr.cu).
-NAME_EXPRESSIONS = tuple(_name(k, m, v) for k in ("zorch_gkr_fold_dense", "zorch_gkr_jagged",
-                                                  "zorch_gkr_pyramid_dense")
-                         for m in range(4) for v in (False, True))
 
 #: Host image of ``struct zorch_gkr_layers`` (GKR_MAX_FUSED x 4 pointers).
 _LAYERS = np.dtype([("p", np.uint64, (GKR_MAX_FUSED * 4,))])
@@ -53,7 +44,7 @@ _LAYERS = np.dtype([("p", np.uint64, (GKR_MAX_FUSED * 4,))])
 def gkr_module(field_name: str) -> "cupy.RawModule":
     """The compiled ``gkr.cu`` for one field on the current device (memoized)."""
     return cupy.RawModule(code=assemble(FIELDS[field_name], "gkr.cu"), options=NVRTC_OPTIONS,
-                          name_expressions=NAME_EXPRESSIONS)
+                          name_expressions=CUDA_NAME_EXPRESSIONS)
 
 
 @cupy.memoize(for_each_device=True)
@@ -69,8 +60,8 @@ def fold_dense(n0, n1, d0, d1, on0, on1, od0, od1, f):
     """Dense transition: one launch over ``L / 2`` slots."""
     arrays = (n0, n1, d0, d1, on0, on1, od0, od1)
     half = on0.shape[0]
-    fn = _function(f.name, _name("zorch_gkr_fold_dense", mode_of(n0.ndim == 2, d0.ndim == 2),
-                                 _vec(arrays)))
+    mode = mode_of(n0.ndim == 2, d0.ndim == 2)
+    fn = _function(f.name, cuda_kernel_name("zorch_gkr_fold_dense", mode, _vec(arrays)))
     fn((grid_for(half),), (THREADS_PER_BLOCK,), arrays + (np.uint64(half),))
 
 
@@ -81,8 +72,8 @@ def jagged_transition(rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f):
     scan((1,), (GKR_SCAN_THREADS,), (rc, orc, prefix, nb))
     arrays = (n0, n1, d0, d1, on0, on1, od0, od1)
     width = on0.shape[0]
-    fn = _function(f.name, _name("zorch_gkr_jagged", mode_of(n0.ndim == 2, d0.ndim == 2),
-                                 _vec(arrays)))
+    mode = mode_of(n0.ndim == 2, d0.ndim == 2)
+    fn = _function(f.name, cuda_kernel_name("zorch_gkr_jagged", mode, _vec(arrays)))
     fn((grid_for(width),), (THREADS_PER_BLOCK,), (rc, orc, prefix, nb) + arrays + (np.uint64(width),))
 
 
@@ -102,6 +93,6 @@ def pyramid_dense(first, layers, f):
         ptrs = np.zeros(1, _LAYERS)
         ptrs["p"][0, :4 * k] = [a.data.ptr for layer in outs for a in layer]
         vec = _vec(src + tuple(a for layer in outs for a in layer))
-        fn = _function(f.name, _name("zorch_gkr_pyramid_dense", mode, vec))
+        fn = _function(f.name, cuda_kernel_name("zorch_gkr_pyramid_dense", mode, vec))
         fn((half // t,), (GKR_PYRAMID_THREADS,), src + (ptrs, np.uint32(t), np.uint32(k)))
         src, half, start, mode = tuple(outs[-1]), half >> k, start + k, out_mode

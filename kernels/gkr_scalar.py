@@ -80,6 +80,18 @@ def mode_of(numerators_ext: bool, denominators_ext: bool) -> int:
     return 2 * int(bool(numerators_ext)) + int(bool(denominators_ext))
 
 
+def cuda_kernel_name(kernel: str, mode: int, vec: bool) -> str:
+    """Name expression of a ``gkr.cu`` template instance: ``kernel<NE, DE, VEC>``."""
+    return f"{kernel}<{mode >> 1}, {mode & 1}, {'true' if vec else 'false'}>"
+
+
+#: Every template instance the CuPy launchers use (all are instantiated in gkr.cu).
+CUDA_NAME_EXPRESSIONS = tuple(cuda_kernel_name(k, m, v)
+                              for k in ("zorch_gkr_fold_dense", "zorch_gkr_jagged",
+                                        "zorch_gkr_pyramid_dense")
+                              for m in range(4) for v in (False, True))
+
+
 @njit(cache=True)
 def frac_bb(n0, n1, d0, d1, p, mu):
     """Base fraction sum: ``(n0 d1 + n1 d0, d0 d1)``.

@@ -108,6 +108,8 @@ def _stage_of(report) -> str:
         return "numba-cuda (simulator)" if SIMULATED else "numba-cuda (GPU)"
     if "nvcc" in report.nodeid:
         return "nvcc compile"
+    if "nvrtc" in report.nodeid or "ptx" in report.nodeid:
+        return "nvrtc / sm_90 PTX compile"
     return "cpu"
 
 

@@ -47,8 +47,9 @@ def _run_both(F, ne, de, rc, orc, width, chunk, rng):
     mode = gkr_cpu.mode_of(ne, de)
     flat = [gkr_cpu._flat(x) for x in ins]
     prefix = np.empty((2, rc.shape[0]), dtype=np.int64)
-    gkr_cpu._jagged_kernel(mode, rc, orc, prefix, *flat, *(gkr_cpu._flat(x) for x in fast),
-                           p, mu, wm, one, chunk)
+    # Read-only counts, as the launcher passes them (one compiled signature).
+    gkr_cpu._jagged_kernel(mode, gkr_cpu._read_only(rc), gkr_cpu._read_only(orc), prefix, *flat,
+                           *(gkr_cpu._flat(x) for x in fast), p, mu, wm, one, chunk)
     _per_slot(mode, rc, orc, prefix, *flat, *(gkr_cpu._flat(x) for x in slow),
               p, mu, wm, one)
     for a, b in zip(fast, slow):

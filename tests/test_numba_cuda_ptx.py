@@ -1,0 +1,106 @@
+"""The Numba-CUDA kernels compile for a real GPU (sm_90 PTX), without a GPU.
+
+The CUDA simulator (see conftest.py) runs the ``@cuda.jit`` kernels as
+Python, so it cannot catch what only the CUDA target refuses (typing of the
+``@njit`` callees on the device, unsupported NumPy calls, tuple returns).
+This test drives every Numba-CUDA launch path of the object layer in a
+subprocess where each launch is replaced by ``numba.cuda.compile_ptx`` of the
+kernel with the argument types of that launch.  It needs numba-cuda, NVVM and
+NVRTC (not a driver); skipped when those are missing unless
+``ZORCH_REQUIRE_NVRTC=1``.
+"""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+SCRIPT = textwrap.dedent(r'''
+    import os, sys
+    os.environ.pop("NUMBA_ENABLE_CUDASIM", None)
+    import numpy as np
+    import numba
+    from numba import cuda
+    from numba.cuda.dispatcher import CUDADispatcher
+
+    compiled = set()
+
+    def _typeof(a):
+        return numba.typeof(np.asarray(a) if isinstance(a, np.ndarray) else a)
+
+    def compile_only(self, config):
+        def launch(*args):
+            sig = tuple(_typeof(a) for a in args)
+            # Keyed by the dispatcher: the GKR kernels are one closure per field mode.
+            key = (id(self), self.py_func.__module__, self.py_func.__qualname__, str(sig))
+            if key not in compiled:
+                ptx, _ = cuda.compile_ptx(self.py_func, sig, cc=(9, 0))
+                assert ".target sm_90" in ptx
+                compiled.add(key)
+        return launch
+
+    class HostAsDevice(np.ndarray):
+        """A host array standing in for a device array (no driver here)."""
+        def copy_to_host(self, ary=None, stream=0):
+            return ary
+
+    def as_device(x):
+        return x.view(HostAsDevice) if isinstance(x, np.ndarray) else x
+
+    class FakeH200:
+        compute_capability = (9, 0)
+
+    # Device functions are compiled for "the current device" while a kernel is
+    # typed; there is none here, so name the target: an H200 (sm_90).
+    import numba.cuda.dispatcher as _dispatcher
+    _dispatcher.get_current_device = lambda: FakeH200()
+    CUDADispatcher.__getitem__ = compile_only
+    from zorch_nb.kernels import field_cuda_numba, gkr_cuda_numba
+    field_cuda_numba.as_device = as_device
+    gkr_cuda_numba.as_device = as_device
+
+    from zorch_nb import BabyBear, KoalaBear
+    from zorch_nb import logup_gkr as lg
+    for F in (KoalaBear, BabyBear):
+        for E in (F, F.ext):
+            a, b = E.random(8, seed=1), E.random(8, seed=2)
+            for op in ("add", "sub", "mul"):
+                getattr(E, op)(a, b, backend="numba")
+            for op in ("neg", "square", "inv", "batch_inv"):
+                getattr(E, op)(a, backend="numba")
+            E.pow(a, 12345, backend="numba")
+        for n_ext in (False, True):
+            for d_ext in (False, True):
+                N, D = (F.ext if n_ext else F), (F.ext if d_ext else F)
+                mles = [N.random(16, seed=3), N.random(16, seed=4),
+                        D.random(16, seed=5), D.random(16, seed=6)]
+                lg.layer_transition(lg.GkrLayer(*mles, 1, F), backend="numba")
+                layer = lg.JaggedGkrLayer(*mles, [5, 3, 0, 8], F)
+                lg.jagged_layer_transition(layer, [3, 2, 1, 4], backend="numba")
+    # The device-side prefix sums run only for device schedules: compile directly.
+    t = numba.types
+    cuda.compile_ptx(gkr_cuda_numba._prefix_kernel.py_func,
+                     (t.int32[::1], t.int32[::1], t.int64[:, ::1]), cc=(9, 0))
+    print("compiled", len(compiled) + 1, "kernel signatures")
+    kernels = sorted({k[1] + "." + k[2] for k in compiled})
+    print("\n".join(kernels))
+''')
+
+
+def test_numba_cuda_kernels_compile_to_sm90_ptx():
+    try:
+        from cuda.bindings import nvrtc
+        if nvrtc.nvrtcVersion()[0] != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            raise RuntimeError("nvrtcVersion failed")
+    except Exception as exc:
+        if os.environ.get("ZORCH_REQUIRE_NVRTC") == "1":
+            pytest.fail(f"ZORCH_REQUIRE_NVRTC=1 but NVRTC is unusable: {exc}")
+        pytest.skip(f"NVRTC unavailable ({type(exc).__name__})")
+    env = dict(os.environ)
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    res = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
+                         env=env, timeout=900)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-6000:]
+    assert "compiled" in res.stdout
+    print(res.stdout)
