@@ -20,6 +20,12 @@ contiguous CuPy arrays (row counts int32, ``prefix`` int64 ``(2, nb)``).
   the plan comes from :func:`~.launch_config.gkr_pyramid_plan`.  The output
   pointers of a launch travel by value in one ``zorch_gkr_layers`` struct (a
   NumPy structured scalar), so no host->device copy precedes a launch.
+* The last transitions of a jagged pyramid (:func:`jagged_tail`), once every
+  remaining layer has at most ``GKR_JAGGED_TAIL_SLOTS`` slots, run in one
+  launch of one block (``zorch_gkr_jagged_tail``): per layer it scans the
+  counts and folds every slot, writing each layer to its own buffer.  The
+  per-layer counts pointers, output pointers and widths travel by value in
+  one ``zorch_gkr_tail`` struct; nothing is read back to the host.
 * Vector loads need 16-byte aligned arrays (CuPy allocations are 256-byte
   aligned); offset views fall back to the scalar variant.
 
@@ -32,12 +38,16 @@ from .cuda_source import assemble
 from .field_cupy import NVRTC_OPTIONS
 from .field_params import FIELDS
 from .gkr_scalar import CUDA_NAME_EXPRESSIONS, cuda_kernel_name, mode_of
-from .launch_config import (GKR_MAX_FUSED, GKR_PYRAMID_THREADS, GKR_SCAN_THREADS,
-                            THREADS_PER_BLOCK, gkr_pyramid_plan, grid_for)
+from .launch_config import (GKR_MAX_FUSED, GKR_MAX_TAIL, GKR_PYRAMID_THREADS,
+                            GKR_SCAN_THREADS, GKR_TAIL_THREADS, THREADS_PER_BLOCK,
+                            gkr_pyramid_plan, grid_for)
 
 
 #: Host image of ``struct zorch_gkr_layers`` (GKR_MAX_FUSED x 4 pointers).
 _LAYERS = np.dtype([("p", np.uint64, (GKR_MAX_FUSED * 4,))])
+#: Host image of ``struct zorch_gkr_tail``: per layer the counts pointer, four
+#: output pointers and the width (six 8-byte words, no padding).
+_TAIL = np.dtype([("l", np.uint64, (GKR_MAX_TAIL, 6))])
 
 
 @cupy.memoize(for_each_device=True)
@@ -96,3 +106,26 @@ def pyramid_dense(first, layers, f):
         fn = _function(f.name, cuda_kernel_name("zorch_gkr_pyramid_dense", mode, vec))
         fn((half // t,), (GKR_PYRAMID_THREADS,), src + (ptrs, np.uint32(t), np.uint32(k)))
         src, half, start, mode = tuple(outs[-1]), half >> k, start + k, out_mode
+
+
+def jagged_tail(rc, prefix, first, steps, f):
+    """Fused jagged tail: ``steps[l]`` = ``(orc, (on0, on1, od0, od1))`` of layer ``l + 1``.
+
+    ``rc`` and ``first`` are the counts and MLEs of the input layer, every
+    ``orc`` a device int32 array of ``nb`` counts, every output buffer
+    preallocated (its width is its length).  ``prefix``: int64 scratch of
+    ``2 nb``.  One launch per ``GKR_MAX_TAIL`` layers.
+    """
+    nb = np.uint32(rc.shape[0])
+    mode = mode_of(first[0].ndim == 2, first[2].ndim == 2)
+    out_mode = mode_of(mode != 0, mode & 1)  # numerators extension unless base/base
+    src = tuple(first)
+    for start in range(0, len(steps), GKR_MAX_TAIL):
+        chunk = steps[start:start + GKR_MAX_TAIL]
+        desc = np.zeros(1, _TAIL)
+        for l, (orc, outs) in enumerate(chunk):
+            desc["l"][0, l] = [orc.data.ptr] + [a.data.ptr for a in outs] + [outs[0].shape[0]]
+        vec = _vec(src + tuple(a for _, outs in chunk for a in outs))
+        fn = _function(f.name, cuda_kernel_name("zorch_gkr_jagged_tail", mode, vec))
+        fn((1,), (GKR_TAIL_THREADS,), (rc, prefix, nb) + src + (desc, np.uint32(len(chunk))))
+        rc, src, mode = chunk[-1][0], tuple(chunk[-1][1]), out_mode

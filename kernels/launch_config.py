@@ -54,3 +54,28 @@ def gkr_pyramid_plan(half: int, num_layers: int, base_outputs: bool) -> list:
         num_layers -= k
         half >>= k
     return plan
+
+# ---- fused jagged tail (kernels/cuda/gkr.cu, zorch_gkr_jagged_tail) --------
+#: A jagged pyramid's last transitions run in one one-block launch once every
+#: remaining output layer has at most this many slots: such a layer cannot
+#: fill the GPU, so its two launches (scan + slots) cost more than its work.
+GKR_JAGGED_TAIL_SLOTS = 4096
+#: Most layers one tail launch writes (ZORCH_GKR_MAX_TAIL in gkr.cu; the
+#: per-layer struct is 48 bytes, so 32 layers pass 1.5 KB by value).
+GKR_MAX_TAIL = 32
+#: Threads of the tail's single block (ZORCH_GKR_TAIL_THREADS, its
+#: __launch_bounds__: at most 128 registers a thread).
+GKR_TAIL_THREADS = 512
+
+
+def gkr_jagged_tail_start(widths) -> int:
+    """First step of a jagged schedule that the fused tail runs.
+
+    ``widths`` are the output widths of the steps.  The tail is the longest
+    suffix of steps whose outputs all have at most ``GKR_JAGGED_TAIL_SLOTS``
+    slots (``len(widths)`` when the last step is wider).
+    """
+    start = len(widths)
+    while start > 0 and widths[start - 1] <= GKR_JAGGED_TAIL_SLOTS:
+        start -= 1
+    return start

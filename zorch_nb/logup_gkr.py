@@ -461,6 +461,43 @@ def extract_outputs(floor: GkrLayer) -> LogUpGkrOutput:
 # jagged
 # ---------------------------------------------------------------------------
 
+def _check_step(rc, kind: str, out_row_counts, out_width):
+    """Checked ``(orc, out_width)`` of one transition of a layer with counts ``rc``.
+
+    ``kind`` is the array module of the layer's MLEs.  Host schedules are
+    checked against ``out_width`` and, when ``rc`` is on the host too,
+    against truncation; device schedules need ``out_width``.
+    """
+    orc = _row_counts(out_row_counts, "out_row_counts", kind)
+    nb = int(rc.shape[0])
+    if orc.shape[0] != nb:
+        raise ValueError(f"Argument `out_row_counts` must have one count per batch element "
+                         f"({nb}), not {orc.shape[0]}")
+    if isinstance(orc, np.ndarray):
+        total = int(orc.sum(dtype=np.int64))
+        if out_width is None:
+            out_width = total
+        out_width = _check_int(out_width, "out_width", 0)
+        if total > out_width:
+            raise ValueError(f"the output row counts sum to {total}, more than "
+                             f"`out_width` = {out_width}")
+        if isinstance(rc, np.ndarray):
+            need = (rc.astype(np.int64) + 1) // 2
+            bad = np.nonzero(orc < need)[0]
+            if bad.size:
+                s = int(bad[0])
+                raise ValueError(f"the schedule truncates segment {s}: "
+                                 f"out_row_counts[{s}] = {orc[s]} < ceil(row_counts[{s}] / 2) "
+                                 f"= {need[s]}")
+    elif out_width is None:
+        raise ValueError("Argument `out_width` is required when `out_row_counts` is a device "
+                         "array: its sum cannot be read without a device->host "
+                         "synchronization")
+    else:
+        out_width = _check_int(out_width, "out_width", 0)
+    return orc, out_width
+
+
 def jagged_layer_transition(layer: JaggedGkrLayer, out_row_counts, out_width=None, *,
                             backend: str | None = None) -> JaggedGkrLayer:
     """Fold one row variable of every segment of a jagged layer.
@@ -501,33 +538,8 @@ def jagged_layer_transition(layer: JaggedGkrLayer, out_row_counts, out_width=Non
     """
     _require(layer, JaggedGkrLayer, "layer")
     kind = "numpy" if isinstance(layer.numerator_0, np.ndarray) else "cupy"
-    orc = _row_counts(out_row_counts, "out_row_counts", kind)
+    orc, out_width = _check_step(layer.row_counts, kind, out_row_counts, out_width)
     nb = layer.num_batches
-    if orc.shape[0] != nb:
-        raise ValueError(f"Argument `out_row_counts` must have one count per batch element "
-                         f"({nb}), not {orc.shape[0]}")
-    if isinstance(orc, np.ndarray):
-        total = int(orc.sum(dtype=np.int64))
-        if out_width is None:
-            out_width = total
-        out_width = _check_int(out_width, "out_width", 0)
-        if total > out_width:
-            raise ValueError(f"the output row counts sum to {total}, more than "
-                             f"`out_width` = {out_width}")
-        if layer.counts_on_host:
-            need = (layer.row_counts.astype(np.int64) + 1) // 2
-            bad = np.nonzero(orc < need)[0]
-            if bad.size:
-                s = int(bad[0])
-                raise ValueError(f"the schedule truncates segment {s}: "
-                                 f"out_row_counts[{s}] = {orc[s]} < ceil(row_counts[{s}] / 2) "
-                                 f"= {need[s]}")
-    elif out_width is None:
-        raise ValueError("Argument `out_width` is required when `out_row_counts` is a device "
-                         "array: its sum cannot be read without a device->host "
-                         "synchronization")
-    else:
-        out_width = _check_int(out_width, "out_width", 0)
     field = layer.field
     outs = _run(layer, backend,
                 lambda k, ins, outs, pre: k.jagged_transition(ins[4], ins[5], pre, *ins[:4],
@@ -546,7 +558,7 @@ def _step(entry, i):
 
 
 def build_jagged_pyramid(first: JaggedGkrLayer, schedules, *,
-                         backend: str | None = None) -> list:
+                         backend: str | None = None, fused: bool | None = None) -> list:
     """Apply one :func:`jagged_layer_transition` per schedule entry.
 
     Parameters
@@ -556,18 +568,101 @@ def build_jagged_pyramid(first: JaggedGkrLayer, schedules, *,
         Each entry is a :class:`JaggedStep`, a ``(out_row_counts, out_width)``
         pair, or just ``out_row_counts`` (then the width is its sum).  See
         :func:`halving_schedule`.
+    backend : {None, "cpu", "cupy", "numba"}, optional
+    fused : bool, optional
+        CuPy arrays on the ``"cupy"`` backend only: the last steps whose
+        output widths are all at most ``GKR_JAGGED_TAIL_SLOTS``
+        (:mod:`~zorch_nb.kernels.launch_config`) run in one launch of one
+        block instead of two launches per step; host and device schedules
+        alike, without a device->host synchronization.  ``None`` (default)
+        fuses where it applies; ``False`` forces two launches per step.  Both
+        give identical bytes.
 
     Returns
     -------
     list of JaggedGkrLayer
         ``[first, ...]``, one buffer per layer.
+
+    Raises
+    ------
+    ValueError
+        As :func:`jagged_layer_transition` (every step is checked before any
+        launch of the fused tail), or ``fused=True`` without CuPy arrays on
+        the ``"cupy"`` backend.
     """
     _require(first, JaggedGkrLayer, "first")
+    steps = [_step(entry, i) for i, entry in enumerate(schedules)]
+    start = len(steps)
+    if fused is None or fused:
+        kind, run = _backend.resolve(dict(zip(_MLE_NAMES, first.mles)), backend)
+        if kind == "cupy" and run == "cupy":
+            start = _jagged_tail_start(first, steps)
+        elif fused:
+            raise ValueError("fused=True needs CuPy arrays and the 'cupy' backend; use "
+                             "fused=None to fall back to two launches per transition")
     layers = [first]
-    for i, entry in enumerate(schedules):
-        counts, width = _step(entry, i)
+    for counts, width in steps[:start]:
         layers.append(jagged_layer_transition(layers[-1], counts, width, backend=backend))
+    if start < len(steps):
+        layers += _fused_jagged_tail(layers[-1], steps[start:])
     return layers
+
+
+def _jagged_tail_start(first: JaggedGkrLayer, steps) -> int:
+    """Index of the first step the fused tail runs (widths are host integers).
+
+    A step without a width takes the sum of its host counts; device counts
+    always come with a width (checked again when the step runs).
+    """
+    widths = []
+    for counts, width in steps:
+        if width is None and not _is_device(counts):
+            try:
+                width = int(np.asarray(counts, dtype=np.int64).sum())
+            except (TypeError, ValueError):  # malformed: the per-layer path raises the error
+                width = None
+        ok = isinstance(width, (int, np.integer)) and not isinstance(width, bool)
+        widths.append(int(width) if ok else _INT32_MAX)
+    from .kernels.launch_config import gkr_jagged_tail_start
+    return gkr_jagged_tail_start(widths)
+
+
+def _fused_jagged_tail(layer: JaggedGkrLayer, steps) -> list:
+    """The layers of ``steps`` from ``layer`` in one launch (CuPy data)."""
+    xp = _backend.get_xp("cupy")
+    checked, rc = [], layer.row_counts
+    for counts, width in steps:  # all checks before the launch
+        orc, width = _check_step(rc, "cupy", counts, width)
+        checked.append((orc, width))
+        rc = orc
+    # Host counts (the input's and any host step's) travel in one H2D copy.
+    host = [c for c in [layer.row_counts] + [o for o, _ in checked] if isinstance(c, np.ndarray)]
+    packed = xp.asarray(np.concatenate(host)) if host else None
+    nb, at = layer.num_batches, 0
+
+    def device(counts):
+        nonlocal at
+        if not isinstance(counts, np.ndarray):
+            return counts
+        at += nb
+        return packed[at - nb:at]
+
+    rc_dev = device(layer.row_counts)
+    n_ext, d_ext = _out_ext(layer)
+    exts = (n_ext, n_ext, d_ext, d_ext)
+    out_layers, kernel_steps = [], []
+    for orc, width in checked:
+        sizes = [width * (4 if e else 1) for e in exts]
+        outs = _split(xp.empty(sum(sizes), dtype=np.uint32), sizes, exts)
+        kernel_steps.append((device(orc), outs))
+        out_layers.append(JaggedGkrLayer(*outs, orc, layer.field))
+        n_ext = n_ext or d_ext  # later layers: numerators extension if any input was
+        exts = (n_ext, n_ext, d_ext, d_ext)
+    ins = [xp.ascontiguousarray(xp.asarray(x)) for x in layer.mles]
+    prefix = xp.empty(2 * nb, dtype=np.int64)
+    _backend.kernels_for("cupy", "gkr").jagged_tail(rc_dev, prefix, ins, kernel_steps,
+                                                   layer.field.params)
+    return out_layers
 
 
 def extract_jagged_outputs(floor: JaggedGkrLayer) -> LogUpGkrOutput:

@@ -310,31 +310,158 @@ ZORCH_HD unsigned int zorch_gkr_find_segment(const long long* cum, unsigned int 
     return lo;
 }
 
-// Jagged output slot q (DESIGN.md section 2).  prefix[0 .. nb) holds the
-// inclusive prefix sums of rc, prefix[nb .. 2nb) those of orc.
+// Jagged output slot q (DESIGN.md section 2).  rc_cum / orc_cum hold the
+// inclusive prefix sums of rc / orc (nb each).
+template <int NE, int DE, bool VEC>
+ZORCH_HD void zorch_gkr_jagged_slot_at(zorch_u64 q, const int* rc, const int* orc,
+                                       const long long* rc_cum, const long long* orc_cum,
+                                       unsigned int nb, const zorch_u32* n0, const zorch_u32* n1,
+                                       const zorch_u32* d0, const zorch_u32* d1, zorch_u32* on0,
+                                       zorch_u32* on1, zorch_u32* od0, zorch_u32* od1) {
+    const long long qq = (long long)q;
+    const zorch_gkr_frac neutral = {{0u, 0u, 0u, 0u}, {ZORCH_R_MOD_P, 0u, 0u, 0u}};
+    zorch_gkr_frac c0 = {{0u, 0u, 0u, 0u}, {0u, 0u, 0u, 0u}}, c1 = c0;  // dead: all zero
+    if (qq < orc_cum[nb - 1]) {
+        const unsigned int s = zorch_gkr_find_segment(orc_cum, nb, qq);
+        const long long rows = rc[s];
+        const long long j = qq - (orc_cum[s] - orc[s]);
+        c0 = neutral;  // live neutral padding unless j names a node pair
+        c1 = neutral;
+        if (j < (rows + 1) / 2) {
+            const zorch_u64 e = (zorch_u64)(rc_cum[s] - rows + 2 * j);
+            c0 = zorch_gkr_fold_node<NE, DE, VEC>(e, n0, n1, d0, d1);
+            if (2 * j + 1 < rows) c1 = zorch_gkr_fold_node<NE, DE, VEC>(e + 1, n0, n1, d0, d1);
+        }
+    }
+    zorch_gkr_store_slot<NE, DE, VEC>(q, c0, c1, on0, on1, od0, od1);
+}
+
+// The same with prefix[0 .. nb) = inclusive sums of rc, prefix[nb .. 2nb) of orc.
 template <int NE, int DE, bool VEC>
 ZORCH_HD void zorch_gkr_jagged_slot(zorch_u64 q, const int* rc, const int* orc,
                                     const long long* prefix, unsigned int nb,
                                     const zorch_u32* n0, const zorch_u32* n1,
                                     const zorch_u32* d0, const zorch_u32* d1, zorch_u32* on0,
                                     zorch_u32* on1, zorch_u32* od0, zorch_u32* od1) {
-    const long long* cum = prefix + nb;
-    const long long qq = (long long)q;
-    const zorch_gkr_frac neutral = {{0u, 0u, 0u, 0u}, {ZORCH_R_MOD_P, 0u, 0u, 0u}};
-    zorch_gkr_frac c0 = {{0u, 0u, 0u, 0u}, {0u, 0u, 0u, 0u}}, c1 = c0;  // dead: all zero
-    if (qq < cum[nb - 1]) {
-        const unsigned int s = zorch_gkr_find_segment(cum, nb, qq);
-        const long long rows = rc[s];
-        const long long j = qq - (cum[s] - orc[s]);
-        c0 = neutral;  // live neutral padding unless j names a node pair
-        c1 = neutral;
-        if (j < (rows + 1) / 2) {
-            const zorch_u64 e = (zorch_u64)(prefix[s] - rows + 2 * j);
-            c0 = zorch_gkr_fold_node<NE, DE, VEC>(e, n0, n1, d0, d1);
-            if (2 * j + 1 < rows) c1 = zorch_gkr_fold_node<NE, DE, VEC>(e + 1, n0, n1, d0, d1);
-        }
+    zorch_gkr_jagged_slot_at<NE, DE, VEC>(q, rc, orc, prefix, prefix + nb, nb, n0, n1, d0, d1,
+                                          on0, on1, od0, od1);
+}
+
+// ---- block prefix sums ---------------------------------------------------
+// A block of `nthreads` threads scans nb counts: thread t owns the contiguous
+// run [lo, hi) of segments (the same split on the device and in the serial
+// twin), sums it, the run totals are scanned across the block, and each
+// thread writes the inclusive sums of its run.  Sums are int64: nb counts
+// below 2^31 each cannot overflow.
+ZORCH_HD void zorch_gkr_scan_run(unsigned int t, unsigned int nthreads, unsigned int nb,
+                                 unsigned int* lo, unsigned int* hi) {
+    const unsigned int per = (nb + nthreads - 1) / nthreads;
+    *lo = t * per < nb ? t * per : nb;
+    *hi = *lo + per < nb ? *lo + per : nb;
+}
+
+ZORCH_HD long long zorch_gkr_run_sum(const int* x, unsigned int lo, unsigned int hi) {
+    long long a = 0;
+    for (unsigned int i = lo; i < hi; ++i) a += x[i];
+    return a;
+}
+
+// out[i] = start + x[lo] + ... + x[i] for i in [lo, hi); `start` is the sum
+// of every count before lo.
+ZORCH_HD void zorch_gkr_run_write(const int* x, unsigned int lo, unsigned int hi,
+                                  long long start, long long* out) {
+    for (unsigned int i = lo; i < hi; ++i) {
+        start += x[i];
+        out[i] = start;
     }
-    zorch_gkr_store_slot<NE, DE, VEC>(q, c0, c1, on0, on1, od0, od1);
+}
+
+// Serial twin of zorch_gkr_block_scan (host tests only).
+ZORCH_HD void zorch_gkr_scan_serial(const int* x, long long* out, unsigned int nb,
+                                    unsigned int nthreads) {
+    long long start = 0;
+    for (unsigned int t = 0; t < nthreads; ++t) {
+        unsigned int lo, hi;
+        zorch_gkr_scan_run(t, nthreads, nb, &lo, &hi);
+        const long long own = zorch_gkr_run_sum(x, lo, hi);
+        zorch_gkr_run_write(x, lo, hi, start, out);
+        start += own;
+    }
+}
+
+// ---- fused jagged tail -----------------------------------------------------
+// The last transitions of a jagged schedule, once every remaining layer has
+// at most a few thousand slots, run in ONE launch of one block: per layer
+// the block scans the output counts, then folds all output slots.  A small
+// layer cannot fill the GPU anyway, so the launches (two per transition
+// otherwise) are what costs.  Every layer is written to its own buffer (a
+// GKR prover needs each); layer l + 1 reads layer l back from global memory,
+// which the block wrote before a __syncthreads() (visible to the block).
+
+#define ZORCH_GKR_MAX_TAIL 32
+#define ZORCH_GKR_TAIL_THREADS 512
+
+// Output layer l of a tail launch: its counts (device int32, nb), its four
+// output MLEs (n0, n1, d0, d1) and its width.  Passed by value.
+struct zorch_gkr_tail_layer {
+    const int* orc;
+    zorch_u32* p[4];
+    zorch_u64 width;
+};
+struct zorch_gkr_tail { zorch_gkr_tail_layer l[ZORCH_GKR_MAX_TAIL]; };
+
+// Slots first, first + stride, ... of tail layer l, whose input has counts rc
+// and MLEs in[0..4) in mode <NE, DE>.  rc_cum / orc_cum: inclusive sums.
+template <int NE, int DE, bool VEC>
+ZORCH_HD void zorch_gkr_tail_slots(unsigned int first, unsigned int stride,
+                                   const zorch_gkr_tail_layer& out, const int* rc,
+                                   const long long* rc_cum, const long long* orc_cum,
+                                   unsigned int nb, const zorch_u32* n0, const zorch_u32* n1,
+                                   const zorch_u32* d0, const zorch_u32* d1) {
+    for (zorch_u64 q = first; q < out.width; q += stride)
+        zorch_gkr_jagged_slot_at<NE, DE, VEC>(q, rc, out.orc, rc_cum, orc_cum, nb, n0, n1, d0,
+                                              d1, out.p[0], out.p[1], out.p[2], out.p[3]);
+}
+
+// Step l >= 0 of a tail: layer 0 reads the launch's input (mode <NE, DE>),
+// layer l > 0 reads layer l - 1 (numerators extension if either input pair
+// was: mode <NE || DE, DE>).  The prefix scratch holds two rows of nb:
+// layer l's input sums are row l & 1 and its output sums row (l + 1) & 1, so
+// layer l's output sums are layer l + 1's input sums.
+template <int NE, int DE, bool VEC>
+ZORCH_HD void zorch_gkr_tail_step(unsigned int l, unsigned int first, unsigned int stride,
+                                  const int* rc, long long* prefix, unsigned int nb,
+                                  const zorch_u32* n0, const zorch_u32* n1,
+                                  const zorch_u32* d0, const zorch_u32* d1,
+                                  const zorch_gkr_tail& tail) {
+    const long long* rc_cum = prefix + (l & 1u) * (zorch_u64)nb;
+    const long long* orc_cum = prefix + ((l + 1u) & 1u) * (zorch_u64)nb;
+    if (l == 0) {
+        zorch_gkr_tail_slots<NE, DE, VEC>(first, stride, tail.l[0], rc, rc_cum, orc_cum, nb, n0,
+                                          n1, d0, d1);
+    } else {
+        const zorch_gkr_tail_layer& in = tail.l[l - 1];
+        zorch_gkr_tail_slots<NE || DE, DE, VEC>(first, stride, tail.l[l], in.orc, rc_cum,
+                                                orc_cum, nb, in.p[0], in.p[1], in.p[2],
+                                                in.p[3]);
+    }
+}
+
+// Serial twin of zorch_gkr_jagged_tail: the same steps, scans split over
+// `nthreads` runs like the block's threads (host tests only).
+template <int NE, int DE>
+ZORCH_HD void zorch_gkr_tail_serial(const int* rc, long long* prefix, unsigned int nb,
+                                    const zorch_u32* n0, const zorch_u32* n1,
+                                    const zorch_u32* d0, const zorch_u32* d1,
+                                    const zorch_gkr_tail* tail, unsigned int nlayers,
+                                    unsigned int nthreads) {
+    zorch_gkr_scan_serial(rc, prefix, nb, nthreads);
+    for (unsigned int l = 0; l < nlayers; ++l) {
+        zorch_gkr_scan_serial(tail->l[l].orc, prefix + ((l + 1u) & 1u) * (zorch_u64)nb, nb,
+                              nthreads);
+        zorch_gkr_tail_step<NE, DE, false>(l, 0u, 1u, l ? tail->l[l - 1].orc : rc, prefix, nb,
+                                           n0, n1, d0, d1, *tail);
+    }
 }
 
 #ifdef __CUDACC__
@@ -404,49 +531,68 @@ __global__ void zorch_gkr_jagged(const int* __restrict__ rc, const int* __restri
     }
 }
 
+// Inclusive prefix sums of x[0 .. nb) into out by the whole block
+// (blockDim.x a multiple of 32, at most 1024): run sums (zorch_gkr_scan_run),
+// warps scan them with shuffles, warp 0 scans the warp totals.  Ends with a
+// __syncthreads(): out is complete for the block and warp_sums free again.
+__device__ __forceinline__ void zorch_gkr_block_scan(const int* x, long long* out,
+                                                     unsigned int nb) {
+    __shared__ long long warp_sums[32];
+    const unsigned int t = threadIdx.x, lane = t & 31u, warp = t >> 5;
+    unsigned int lo, hi;
+    zorch_gkr_scan_run(t, blockDim.x, nb, &lo, &hi);
+    const long long own = zorch_gkr_run_sum(x, lo, hi);
+    long long a = own;
+    for (unsigned int off = 1; off < 32; off <<= 1) {
+        const long long u = __shfl_up_sync(0xffffffffu, a, off);
+        if (lane >= off) a += u;
+    }
+    if (lane == 31u) warp_sums[warp] = a;
+    __syncthreads();
+    if (warp == 0) {
+        long long w = lane < (blockDim.x >> 5) ? warp_sums[lane] : 0;
+        for (unsigned int off = 1; off < 32; off <<= 1) {
+            const long long u = __shfl_up_sync(0xffffffffu, w, off);
+            if (lane >= off) w += u;
+        }
+        warp_sums[lane] = w;
+    }
+    __syncthreads();
+    // exclusive start of this run: inclusive warp-local sum minus own, plus earlier warps
+    zorch_gkr_run_write(x, lo, hi, a - own + (warp ? warp_sums[warp - 1] : 0), out);
+    __syncthreads();
+}
+
 // Inclusive prefix sums of rc and orc into prefix[0 .. nb) and prefix[nb ..
 // 2nb), on the device (so device schedules need no synchronization).  One
-// block, blockDim.x a multiple of 32: each thread sums a contiguous run of
-// segments, warps scan with shuffles, warp 0 scans the warp totals.
+// block of at most 1024 threads.
 extern "C" __global__ void zorch_gkr_jagged_scan(const int* __restrict__ rc,
                                                  const int* __restrict__ orc,
                                                  long long* __restrict__ prefix,
                                                  unsigned int nb) {
-    __shared__ long long warp_sums[2][32];
-    const unsigned int t = threadIdx.x, lane = t & 31u, warp = t >> 5;
-    const unsigned int per = (nb + blockDim.x - 1) / blockDim.x;
-    const unsigned int lo = t * per < nb ? t * per : nb;
-    const unsigned int hi = lo + per < nb ? lo + per : nb;
-    long long a = 0, b = 0;
-    for (unsigned int i = lo; i < hi; ++i) { a += rc[i]; b += orc[i]; }
-    const long long own_a = a, own_b = b;
-    for (unsigned int off = 1; off < 32; off <<= 1) {
-        const long long ua = __shfl_up_sync(0xffffffffu, a, off);
-        const long long ub = __shfl_up_sync(0xffffffffu, b, off);
-        if (lane >= off) { a += ua; b += ub; }
-    }
-    if (lane == 31u) { warp_sums[0][warp] = a; warp_sums[1][warp] = b; }
-    __syncthreads();
-    if (warp == 0) {
-        const unsigned int nwarps = blockDim.x >> 5;
-        long long wa = lane < nwarps ? warp_sums[0][lane] : 0;
-        long long wb = lane < nwarps ? warp_sums[1][lane] : 0;
-        for (unsigned int off = 1; off < 32; off <<= 1) {
-            const long long ua = __shfl_up_sync(0xffffffffu, wa, off);
-            const long long ub = __shfl_up_sync(0xffffffffu, wb, off);
-            if (lane >= off) { wa += ua; wb += ub; }
-        }
-        warp_sums[0][lane] = wa;
-        warp_sums[1][lane] = wb;
-    }
-    __syncthreads();
-    a += (warp ? warp_sums[0][warp - 1] : 0) - own_a;  // exclusive start of this run
-    b += (warp ? warp_sums[1][warp - 1] : 0) - own_b;
-    for (unsigned int i = lo; i < hi; ++i) {
-        a += rc[i];
-        b += orc[i];
-        prefix[i] = a;
-        prefix[nb + i] = b;
+    zorch_gkr_block_scan(rc, prefix, nb);
+    zorch_gkr_block_scan(orc, prefix + nb, nb);
+}
+
+// Fused jagged tail: nlayers (<= ZORCH_GKR_MAX_TAIL) transitions of the
+// layer (rc; n0, n1, d0, d1) in one block of ZORCH_GKR_TAIL_THREADS threads;
+// prefix: 2 nb int64 scratch.  No __restrict__ on anything the kernel
+// writes and reads back (prefix, the layers): a read-only (non-coherent)
+// cached load could miss the block's own earlier stores.
+template <int NE, int DE, bool VEC>
+__global__ void __launch_bounds__(ZORCH_GKR_TAIL_THREADS)
+zorch_gkr_jagged_tail(const int* rc, long long* prefix, unsigned int nb, const zorch_u32* n0,
+                      const zorch_u32* n1, const zorch_u32* d0, const zorch_u32* d1,
+                      const zorch_gkr_tail tail, unsigned int nlayers) {
+    zorch_gkr_block_scan(rc, prefix, nb);
+    for (unsigned int l = 0; l < nlayers; ++l) {
+        // Layer l - 1's slots (which read row (l + 1) & 1 as their input
+        // sums) all finished before the __syncthreads() ending the last step.
+        zorch_gkr_block_scan(tail.l[l].orc, prefix + ((l + 1u) & 1u) * (zorch_u64)nb, nb);
+        zorch_gkr_tail_step<NE, DE, VEC>(l, threadIdx.x, blockDim.x,
+                                         l ? tail.l[l - 1].orc : rc, prefix, nb, n0, n1, d0,
+                                         d1, tail);
+        __syncthreads();  // layer l is written before layer l + 1 reads it
     }
 }
 
@@ -465,7 +611,10 @@ extern "C" __global__ void zorch_gkr_jagged_scan(const int* __restrict__ rc,
     template __global__ void zorch_gkr_pyramid_dense<NE, DE, VEC>(                           \
         const zorch_u32* __restrict__, const zorch_u32* __restrict__,                       \
         const zorch_u32* __restrict__, const zorch_u32* __restrict__,                       \
-        const zorch_gkr_layers, unsigned int, unsigned int);
+        const zorch_gkr_layers, unsigned int, unsigned int);                                 \
+    template __global__ void zorch_gkr_jagged_tail<NE, DE, VEC>(                             \
+        const int*, long long*, unsigned int, const zorch_u32*, const zorch_u32*,            \
+        const zorch_u32*, const zorch_u32*, const zorch_gkr_tail, unsigned int);
 ZORCH_GKR_INSTANTIATE(0, 0, false)
 ZORCH_GKR_INSTANTIATE(0, 0, true)
 ZORCH_GKR_INSTANTIATE(0, 1, false)
