@@ -334,3 +334,16 @@ def test_numba_backend_without_numba_cuda_says_which_extra(monkeypatch):
     a = KoalaBear.random(4, seed=0)
     with pytest.raises(ImportError, match=r"numba-cuda.*zorch_nb\[cuda\]"):
         KoalaBear.add(a, a, backend="numba")
+
+
+@pytest.mark.parametrize("F", FIELDS)
+def test_out_overlapping_an_input_gives_the_same_result(F):
+    for E in (F, F.ext):
+        buf = E.random(4097, seed=4)  # long enough that SIMD blocks cannot hide the hazard
+        want = E.mul(buf[:-1].copy(), buf[:-1].copy())
+        got = E.mul(buf[:-1], buf[:-1], out=buf[1:])  # shifted overlap: read-after-write hazard
+        assert got is not None and (buf[1:] == want).all()
+        strided = np.zeros((16,) + buf.shape[1:], dtype=np.uint32)[::2]  # non-contiguous out
+        a, b = E.random(8, seed=5), E.random(8, seed=6)
+        E.add(a, b, out=strided)
+        assert (strided == E.add(a, b)).all()

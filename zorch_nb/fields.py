@@ -244,7 +244,14 @@ class _FieldBase:
         x = xp.ascontiguousarray(xp.broadcast_to(x, full))
         return x.reshape((n,) + self._trail())
 
-    def _out(self, out, kind, shape):
+    def _out(self, out, kind, shape, inputs=()):
+        """``(buffer the kernel writes, user's out or None)``.
+
+        A C-contiguous ``out`` that shares no memory with the inputs is written
+        directly; otherwise the kernel writes a fresh buffer that is copied
+        into ``out`` afterwards (an overlapping view could be read after it
+        was written).
+        """
         full = shape + self._trail()
         xp = _backend.get_xp(kind)
         if out is None:
@@ -254,6 +261,8 @@ class _FieldBase:
             raise TypeError(f"Argument `out` must be a {kind} array like the operands")
         if tuple(out.shape) != full:
             raise ValueError(f"Argument `out` must have shape {full}, not {tuple(out.shape)}")
+        if out.flags.c_contiguous and not any(xp.may_share_memory(out, x) for x in inputs):
+            return out, None
         return xp.empty(full, dtype=np.uint32), out
 
     def _finish(self, result, user_out):
@@ -280,7 +289,7 @@ class _FieldBase:
     def _map(self, op, out, backend, **operands):
         kind, backend, shape, degrees = self._prepare(operands, backend)
         flat = [self._flat(x, kind, shape, degrees[n]) for n, x in operands.items()]
-        result, user_out = self._out(out, kind, shape)
+        result, user_out = self._out(out, kind, shape, flat)
         f = self.params
         if self.degree == 1:
             fn = (lambda k, *a: k.base_map1(op, *a, f)) if len(flat) == 1 else \
@@ -344,7 +353,7 @@ class _FieldBase:
             return self._map(monty.OP_INV, out, backend, a=a)
         kind, backend, shape, degrees = self._prepare({"a": a}, backend)
         flat = self._flat(a, kind, shape, 1)
-        result, user_out = self._out(out, kind, shape)
+        result, user_out = self._out(out, kind, shape, [flat])
         f = self.params
         return self._finish(self._run(backend, kind, lambda k, x, o: k.base_batch_inv(x, o, f),
                                       [flat], result), user_out)
@@ -371,7 +380,7 @@ class _FieldBase:
         e_hi, e_lo, nbits = np.uint64(e_red >> 64), np.uint64(e_red & (2**64 - 1)), np.int64(e_red.bit_length())
         kind, backend, shape, _ = self._prepare({"a": a}, backend)
         flat = self._flat(a, kind, shape, self.degree)
-        result, user_out = self._out(out, kind, shape)
+        result, user_out = self._out(out, kind, shape, [flat])
         f = self.params
         if self.degree == 1:
             fn = lambda k, x, o: k.base_pow(x, e_hi, e_lo, nbits, o, f)  # noqa: E731
