@@ -40,11 +40,16 @@ run through :func:`_pair_run` -- the dense loop with shifted origins, which
 vectorizes the same way -- then at most one odd last node, then the live
 padding and the dead tail as constant fills.  At 2**22 leaves with 1024
 segments this took the base/base transition from 24 ms to ~2.3 ms (the
-dense fold's time).  The dense folds with extension denominators
-(base/ext, ext/ext) also run as chunks of :func:`_pair_run`: measured
-15-30% faster than their slot loops at 2**22.  ``_jagged_slot`` (the per-slot body of the GPU
+dense fold's time).  ``_jagged_slot`` (the per-slot body of the GPU
 backends) is kept as the reference the tests compare against.
+
+The field arithmetic is force-inlined into every loop body (see
+:func:`.gkr_scalar.inlined_arithmetic`): with the extension fraction sums
+left as calls, the folds with extension denominators did not vectorize
+(2**22 leaves: base/ext 35 -> 11 ms, ext/ext 55 -> 18 ms once inlined).
 """
+import functools
+
 import numpy as np
 from numba import njit, prange
 
@@ -52,14 +57,17 @@ from .gkr_scalar import (MODE_BB, MODE_BE, MODE_EB, MODE_EE, make_node_functions
                          make_slot_functions, mode_of)
 from .launch_config import GKR_CPU_JAGGED_CHUNK
 
-_dense_slot, _jagged_slot, _find_segment = make_slot_functions(njit)
-_fold_node, _put_constant = make_node_functions(njit)
+# Slot and node bodies with the field arithmetic force-inlined (see
+# gkr_scalar.inlined_arithmetic): a call left in a loop body stops LLVM's
+# vectorizer.  The bodies themselves are inlined too, so each parfor loop is
+# one straight-line body over ``noalias`` arrays.
+_inline = functools.partial(njit, forceinline=True)
+_dense_slot, _jagged_slot, _find_segment = make_slot_functions(_inline, inline_arithmetic=True)
+_fold_node, _put_constant = make_node_functions(_inline, inline_arithmetic=True)
 _U1 = np.uint64(1)
-#: Slots per prange iteration of the dense fold with extension denominators.
-_DENSE_CHUNK = 2048
 
 
-@njit(cache=True)
+@njit(cache=True, forceinline=True)
 def _pair_run(mode, k0, e0, cnt, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm):
     # Slots k0 + t (t < cnt) fold live nodes e0 + 2t and e0 + 2t + 1: the
     # dense loop with shifted origins (uint64 indices, no branch per slot).
@@ -80,24 +88,17 @@ def _fold_dense_kernel(mode, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm):
         for k in prange(half):
             _dense_slot(MODE_BB, np.uint64(k), n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm)
     elif mode == MODE_BE:
-        # Modes with extension denominators run as chunks of _pair_run, which
-        # measured 15-30% faster than a prange over slots (base/base and
-        # ext/base were slower that way, so they keep the slot loop).
-        for c in prange((half + _DENSE_CHUNK - 1) // _DENSE_CHUNK):
-            lo = c * _DENSE_CHUNK
-            _pair_run(MODE_BE, np.uint64(lo), np.uint64(2 * lo), min(half - lo, _DENSE_CHUNK),
-                      n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm)
+        for k in prange(half):
+            _dense_slot(MODE_BE, np.uint64(k), n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm)
     elif mode == MODE_EB:
         for k in prange(half):
             _dense_slot(MODE_EB, np.uint64(k), n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm)
     else:
-        for c in prange((half + _DENSE_CHUNK - 1) // _DENSE_CHUNK):
-            lo = c * _DENSE_CHUNK
-            _pair_run(MODE_EE, np.uint64(lo), np.uint64(2 * lo), min(half - lo, _DENSE_CHUNK),
-                      n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm)
+        for k in prange(half):
+            _dense_slot(MODE_EE, np.uint64(k), n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm)
 
 
-@njit(cache=True)
+@njit(cache=True, forceinline=True)
 def _constant_run(mode, k0, cnt, on0, on1, od0, od1, num0, den0):
     # Slots k0 + t (t < cnt): both children set to num0/den0 (padding or dead).
     for t in range(cnt):
@@ -106,7 +107,7 @@ def _constant_run(mode, k0, cnt, on0, on1, od0, od1, num0, den0):
         _put_constant(mode, on1, od1, k, num0, den0)
 
 
-@njit(cache=True)
+@njit(cache=True, forceinline=True)
 def _jagged_chunk(mode, lo, hi, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1,
                   p, mu, wm, one):
     # Output slots [lo, hi), split into runs of one kind.  Per segment s, with

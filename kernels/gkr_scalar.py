@@ -344,31 +344,55 @@ def _rebind(fn, env):
     return out
 
 
-def make_slot_functions(jit):
+def make_slot_functions(jit, inline_arithmetic=False):
     """Compile the slot bodies with ``jit``: ``(dense_slot, jagged_slot, find_segment)``.
 
     ``jit`` is ``numba.njit`` (CPU) or ``numba.cuda.jit(device=True)``.  The
     leaf array functions are compiled first and bound to the names the slot
-    bodies call, so every backend runs the same source text.
+    bodies call, so every backend runs the same source text.  With
+    ``inline_arithmetic`` (CPU only) the field arithmetic is bound to
+    force-inlined copies (see :func:`inlined_arithmetic`).
     """
-    env = _node_env(jit)
+    env = _node_env(jit, inline_arithmetic)
     return (jit(_rebind(dense_slot, env)), jit(_rebind(jagged_slot, env)),
             jit(find_segment))
 
 
-def _node_env(jit):
+def inlined_arithmetic():
+    """Force-inlined (LLVM ``alwaysinline``) copies of the scalar arithmetic, by name.
+
+    Same source as the ``@njit`` functions above, each bound to the others'
+    inlined copies.  Left to itself LLVM keeps the extension fraction sums
+    (``frac_be``, ``frac_ee``) as out-of-line calls, and a call in a loop body
+    stops the loop vectorizer: the CPU dense folds with extension
+    denominators measured 3x faster with everything inlined (2**22 leaves,
+    base/ext 35 -> 11 ms, ext/ext 55 -> 18 ms).  CPU only: Numba-CUDA
+    compiles its own device functions.
+    """
+    env = {}
+    # Callees before callers: each copy is bound to the copies made so far.
+    for fn in (monty_reduce, monty_reduce_wide, mont_mul, ext4_dot, below_pr,
+               frac_bb, frac_be, frac_eb, frac_ee):
+        env[fn.__name__] = njit(forceinline=True)(_rebind(fn.py_func, env))
+    return env
+
+
+def _node_env(jit, inline=False):
     """The leaf array functions compiled with ``jit``, by name."""
     env = {fn.__name__: jit(fn) for fn in (load4, store4, jagged_source)}
+    if inline:
+        env.update(inlined_arithmetic())
     env["fold_node"] = jit(_rebind(fold_node, env))
     env["put_constant"] = jit(_rebind(put_constant, env))
     return env
 
 
-def make_node_functions(jit):
+def make_node_functions(jit, inline_arithmetic=False):
     """Compile the node bodies with ``jit``: ``(fold_node, put_constant)``.
 
     For kernels that walk runs of slots of one kind themselves (the CPU
     jagged transition) instead of calling a per-slot body.
+    ``inline_arithmetic`` as in :func:`make_slot_functions`.
     """
-    env = _node_env(jit)
+    env = _node_env(jit, inline_arithmetic)
     return env["fold_node"], env["put_constant"]
