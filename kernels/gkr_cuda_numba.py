@@ -8,6 +8,12 @@ NumPy arrays (copied in, outputs copied back).  MLEs are passed as flat
 word arrays; each kernel compiles once per mode (base/extension numerators
 and denominators), never per field, length or schedule.
 
+A dense pyramid runs fused (:func:`pyramid_dense`), as on the CuPy
+backend: each block carries a tile of slots down through up to
+``GKR_MAX_FUSED`` layers in shared memory and writes every layer once, with
+the launch plan of :func:`~.launch_config.gkr_pyramid_plan` (3 launches for
+2**26 leaves instead of 26).
+
 The jagged prefix sums are computed on the device by a one-block kernel when
 the counts live there (no device->host synchronization), and on the host when
 they are host arrays.  Importing this module requires numba-cuda (or
@@ -19,10 +25,13 @@ import numpy as np
 from numba import cuda
 
 from .field_cuda_numba import as_device
-from .gkr_scalar import make_slot_functions, mode_of
-from .launch_config import GKR_NUMBA_SCAN_THREADS, THREADS_PER_BLOCK, grid_for
+from .gkr_scalar import MODE_BB, make_node_functions, make_slot_functions, mode_of
+from .launch_config import (GKR_MAX_FUSED, GKR_NUMBA_SCAN_THREADS, GKR_PYRAMID_THREADS,
+                            GKR_TILE_SLOTS_BASE, GKR_TILE_SLOTS_EXT, THREADS_PER_BLOCK,
+                            gkr_pyramid_plan, grid_for)
 
 _dense_slot, _jagged_slot, _find_segment = make_slot_functions(cuda.jit(device=True))
+_fold_node, _ = make_node_functions(cuda.jit(device=True))
 
 
 @functools.lru_cache(maxsize=None)
@@ -136,4 +145,119 @@ def jagged_transition(rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f):
     outs, copy_back = _outputs((on0, on1, od0, od1))
     kernel[grid_for(on0.shape[0]), THREADS_PER_BLOCK](
         d_rc, d_orc, d_prefix, *ins, *outs, p, mu, wm, one)
+    copy_back()
+
+
+@functools.lru_cache(maxsize=None)
+def _pyramid_kernel(mode):
+    """Fused dense pyramid kernel for input ``mode`` (compiled on first use).
+
+    The Numba twin of ``zorch_gkr_pyramid_dense`` (cuda/gkr.cu).  Block
+    ``b`` owns slots ``[b t, (b + 1) t)`` of the first layer it writes; those
+    slots, and the ``t / 2, t / 4, ...`` slots below them, depend on nothing
+    outside the tile.  Step ``l`` (``cnt = t >> l`` slots) folds its source --
+    the input MLEs at step 0, else the previous step's slots in shared
+    memory -- into a shared buffer, then copies each slot to layer ``l``'s
+    global buffer.  So a launch reads its input layer once and writes each of
+    its layers once.  Shared memory is double-buffered as in gkr.cu: side A
+    holds ``t`` slots, side B ``t / 2``; even steps write A, odd steps B, and
+    a ``syncthreads`` separates steps.
+
+    ``outs`` is a tuple of ``GKR_MAX_FUSED`` flat layer buffers (the first
+    ``nlayers`` are written); layer ``l`` holds ``h = gridDim * t >> l``
+    slots as ``on0 | on1 | od0 | od1``, numerators extension unless the mode
+    is base/base, denominators extension when the input's are.
+    """
+    out_mode = mode_of(mode != MODE_BB, mode & 1)
+    nw = 1 if out_mode == MODE_BB else 4  # words per output numerator
+    dw = 4 if mode & 1 else 1  # words per denominator
+    words = 2 * nw + 2 * dw  # words per slot
+    cap = GKR_TILE_SLOTS_BASE if words == 4 else GKR_TILE_SLOTS_EXT
+    smem_words = 3 * cap * words // 2
+    one = np.uint64(1)
+
+    @cuda.jit
+    def pyramid(n0, n1, d0, d1, outs, tile_slots, nlayers, p, mu, wm):
+        smem = cuda.shared.array(smem_words, dtype=np.uint32)
+        tile = np.uint64(cuda.blockIdx.x)
+        t = np.int64(tile_slots)
+        h = np.int64(cuda.gridDim.x) * t  # slots of the layer being written
+        for l in range(nlayers):
+            cnt = t >> l
+            # this step writes side A (offset 0, t slots) when l is even, B
+            # (offset t words-per-slot, t / 2 slots) when odd; it reads the other
+            if l > 0:
+                cuda.syncthreads()  # step l - 1 has written all of this step's source
+            dst = smem[0:t * words] if l % 2 == 0 else smem[t * words:]
+            dcap = t if l % 2 == 0 else t // 2
+            src = smem[t * words:] if l % 2 == 0 else smem[0:t * words]
+            scap = t // 2 if l % 2 == 0 else t
+            dn0 = dst[0:dcap * nw]
+            dn1 = dst[dcap * nw:2 * dcap * nw]
+            dd0 = dst[2 * dcap * nw:2 * dcap * nw + dcap * dw]
+            dd1 = dst[2 * dcap * nw + dcap * dw:2 * dcap * (nw + dw)]
+            sn0 = src[0:scap * nw]
+            sn1 = src[scap * nw:2 * scap * nw]
+            sd0 = src[2 * scap * nw:2 * scap * nw + scap * dw]
+            sd1 = src[2 * scap * nw + scap * dw:2 * scap * (nw + dw)]
+            g = outs[l]
+            gn0 = g[0:h * nw]
+            gn1 = g[h * nw:2 * h * nw]
+            gd0 = g[2 * h * nw:2 * h * nw + h * dw]
+            gd1 = g[2 * h * nw + h * dw:2 * h * (nw + dw)]
+            for j in range(cuda.threadIdx.x, cnt, cuda.blockDim.x):
+                jj = np.uint64(j)
+                if l == 0:
+                    e = np.uint64(2) * (tile * np.uint64(tile_slots) + jj)
+                    _fold_node(mode, n0, n1, d0, d1, e, dn0, dd0, jj, p, mu, wm)
+                    _fold_node(mode, n0, n1, d0, d1, e + one, dn1, dd1, jj, p, mu, wm)
+                else:
+                    e = jj + jj
+                    _fold_node(out_mode, sn0, sn1, sd0, sd1, e, dn0, dd0, jj, p, mu, wm)
+                    _fold_node(out_mode, sn0, sn1, sd0, sd1, e + one, dn1, dd1, jj, p, mu, wm)
+                k = tile * np.uint64(cnt) + jj
+                for w in range(nw):
+                    gn0[k * np.uint64(nw) + np.uint64(w)] = dn0[jj * np.uint64(nw) + np.uint64(w)]
+                    gn1[k * np.uint64(nw) + np.uint64(w)] = dn1[jj * np.uint64(nw) + np.uint64(w)]
+                for w in range(dw):
+                    gd0[k * np.uint64(dw) + np.uint64(w)] = dd0[jj * np.uint64(dw) + np.uint64(w)]
+                    gd1[k * np.uint64(dw) + np.uint64(w)] = dd1[jj * np.uint64(dw) + np.uint64(w)]
+            h >>= 1
+
+    return pyramid
+
+
+def _layer_views(buf, slots, mode):
+    """Flat ``(on0, on1, od0, od1)`` device views of a layer buffer in output ``mode``."""
+    nw = 1 if mode == MODE_BB else 4
+    dw = 4 if mode & 1 else 1
+    a, b = slots * nw, 2 * slots * nw
+    return buf[0:a], buf[a:b], buf[b:b + slots * dw], buf[b + slots * dw:b + 2 * slots * dw]
+
+
+def pyramid_dense(first, buffers, f):
+    """Fused dense pyramid: ``buffers[l]`` receives layer ``l + 1``.
+
+    ``first`` holds the four input MLEs; ``buffers[l]`` is a flat uint32
+    array of ``on0 | on1 | od0 | od1`` of layer ``l + 1`` (numerators
+    extension unless base/base, denominators extension when the input's are),
+    preallocated by the caller.  Launches follow
+    :func:`~.launch_config.gkr_pyramid_plan`; host buffers are copied back
+    once at the end.
+    """
+    p, mu, wm, _ = _consts(f)
+    mode = mode_of(first[0].ndim == 2, first[2].ndim == 2)
+    out_mode = mode_of(mode != MODE_BB, mode & 1)
+    src = [as_device(_flat(x)) for x in first]
+    dev, copy_back = _outputs(buffers)
+    half, start = first[0].shape[0] // 2, 0
+    for t, k in gkr_pyramid_plan(half, len(buffers), mode == MODE_BB):
+        # unused entries repeat a written buffer: never touched (l < k)
+        outs = tuple(dev[start:start + k]) + (dev[start],) * (GKR_MAX_FUSED - k)
+        _pyramid_kernel(mode)[half // t, GKR_PYRAMID_THREADS](
+            *src, outs, np.uint32(t), np.uint32(k), p, mu, wm)
+        half >>= k
+        start += k
+        src = _layer_views(dev[start - 1], 2 * half, out_mode)  # the next launch's input
+        mode = out_mode
     copy_back()

@@ -112,11 +112,43 @@ def test_plan_covers_every_layer_within_tiles(nv, nbv, base):
         assert plan[-1][0] * 2 <= 2 * GKR_TILE_SLOTS_BASE  # the tail is one block
 
 
-def test_fused_true_needs_cupy():
+def test_fused_true_needs_a_gpu_backend():
     layer = GkrLayer(*_mles(KoalaBear, 0, 0, 8, 1), 0)
-    with pytest.raises(ValueError, match="fused=True needs CuPy"):
+    with pytest.raises(ValueError, match="fused=True needs a GPU backend"):
         build_pyramid(layer, fused=True)
+    with pytest.raises(ValueError, match="fused=True needs a GPU backend"):
+        build_pyramid(layer, backend="cpu", fused=True)
     assert len(build_pyramid(layer, fused=False)) == 4
+
+
+def _numba_plan_cases(ext):
+    # (nv, nbv): two launches (the first output layer is wider than one tile:
+    # 1024 slots base/base, 256 otherwise), one launch over a few tiles, a
+    # tiny pyramid, a floor-only layer.  Small enough for the simulator.
+    return [(10, 0), (9, 7), (3, 0), (1, 1)] if ext else [(12, 0), (11, 9), (3, 0), (1, 1)]
+
+
+@pytest.mark.cudasim
+@pytest.mark.parametrize("ne,de", MODES)
+def test_numba_fused_equals_per_layer_and_cpu(ne, de):
+    """Numba-CUDA fused pyramid (simulator in CI, the GPU on the GPU machine)."""
+    F = KoalaBear if (ne + de) % 2 == 0 else BabyBear
+    for nv, nbv in _numba_plan_cases(bool(ne or de)):
+        host = _mles(F, ne, de, 2**nv, seed=nv + 11)
+        keep = [x.copy() for x in host]
+        want = build_pyramid(GkrLayer(*host, nbv, F))
+        plan = gkr_pyramid_plan(2**(nv - 1), nv - nbv, not (ne or de)) if nv > nbv else []
+        if (nv, nbv) in ((12, 0), (10, 0)):
+            assert len(plan) == 2  # the multi-launch path is exercised
+        fused = build_pyramid(GkrLayer(*host, nbv, F), backend="numba",
+                              fused=True if nv > nbv else None)
+        assert len(fused) == len(want) == nv - nbv + 1
+        for a, b in zip(want, fused):
+            for x, y in zip(a.mles, b.mles):
+                assert type(y) is np.ndarray and y.dtype == np.uint32
+                np.testing.assert_array_equal(x, y)
+        for x, y in zip(keep, host):
+            np.testing.assert_array_equal(x, y)  # inputs untouched
 
 
 @pytest.mark.gpu
@@ -143,5 +175,26 @@ def test_gpu_fused_equals_per_layer_and_cpu(F, ne, de, offset):
         assert len(fused) == len(per_layer) == len(want)
         for a, b, c in zip(want, fused, per_layer):
             for x, y, z in zip(a.mles, b.mles, c.mles):
+                np.testing.assert_array_equal(x, y.get())
+                np.testing.assert_array_equal(x, z.get())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("ne,de", MODES)
+def test_gpu_numba_fused_on_cupy_arrays(ne, de):
+    """backend="numba" on CuPy arrays: the fused Numba-CUDA pyramid, no copies to the host."""
+    import cupy
+    pytest.importorskip("numba.cuda")
+    F = KoalaBear if ne == de else BabyBear
+    for nv, nbv in [(16, 0), (13, 3), (2, 0)]:
+        host = _mles(F, ne, de, 2**nv, seed=nv + 5)
+        want = build_pyramid(GkrLayer(*host, nbv, F))
+        first = GkrLayer(*(cupy.asarray(x) for x in host), nbv, F)
+        fused = build_pyramid(first, backend="numba")
+        per_layer = build_pyramid(first, backend="numba", fused=False)
+        assert len(fused) == len(per_layer) == len(want)
+        for a, b, c in zip(want, fused, per_layer):
+            for x, y, z in zip(a.mles, b.mles, c.mles):
+                assert isinstance(y, cupy.ndarray)
                 np.testing.assert_array_equal(x, y.get())
                 np.testing.assert_array_equal(x, z.get())

@@ -76,6 +76,8 @@ SCRIPT = textwrap.dedent(r'''
                 mles = [N.random(16, seed=3), N.random(16, seed=4),
                         D.random(16, seed=5), D.random(16, seed=6)]
                 lg.layer_transition(lg.GkrLayer(*mles, 1, F), backend="numba")
+                # fused pyramid: every input mode's kernel (16 leaves: one launch)
+                lg.build_pyramid(lg.GkrLayer(*mles, 1, F), backend="numba")
                 layer = lg.JaggedGkrLayer(*mles, [5, 3, 0, 8], F)
                 lg.jagged_layer_transition(layer, [3, 2, 1, 4], backend="numba")
     # The device-side prefix sums run only for device schedules: compile directly.

@@ -151,7 +151,7 @@ def rows(n, backend, repeat, xp, timer, sync):
         t = timer(lambda: build_pyramid(first, backend=backend), max(1, repeat // 2))
         row = Row(f"dense pyramid {name} (to floor)", backend, n, t, compulsory, float("nan"))
         row.extra["layers"] = first.num_row_variables
-        if backend == "cupy":
+        if backend in ("cupy", "numba"):  # both GPU backends run the fused pyramid
             from .kernels.launch_config import gkr_pyramid_plan
             row.extra["launches"] = len(gkr_pyramid_plan(n // 2, first.num_row_variables,
                                                          name == "base/base"))

@@ -397,11 +397,12 @@ def build_pyramid(first: GkrLayer, *, backend: str | None = None,
     backend : {None, "cpu", "cupy", "numba"}, optional
         ``None`` follows the arrays (NumPy -> CPU, CuPy -> CuPy RawKernel).
     fused : bool, optional
-        CuPy arrays on the ``"cupy"`` backend only: fold several layers per
-        launch (each block carries its tile down through the layers in shared
-        memory and writes every layer once), so intermediate layers are never
-        read back.  ``None`` (default) fuses where it applies; ``False``
-        forces one launch per transition.  Both give identical bytes.
+        GPU backends only (CuPy arrays on ``"cupy"``; any arrays on
+        ``"numba"``): fold several layers per launch (each block carries its
+        tile down through the layers in shared memory and writes every layer
+        once), so intermediate layers are never read back.  ``None`` (default)
+        fuses where it applies; ``False`` forces one launch per transition.
+        Both give identical bytes.
 
     Returns
     -------
@@ -414,8 +415,9 @@ def build_pyramid(first: GkrLayer, *, backend: str | None = None,
         if layers is not None:
             return layers
         if fused:
-            raise ValueError("fused=True needs CuPy arrays and the 'cupy' backend; use "
-                             "fused=None to fall back to one launch per transition")
+            raise ValueError("fused=True needs a GPU backend (CuPy arrays on 'cupy', or "
+                             "'numba') and a layer with a row variable; use fused=None "
+                             "to fall back to one launch per transition")
     layers = [first]
     for _ in range(first.num_row_variables):
         layers.append(layer_transition(layers[-1], backend=backend))
@@ -423,21 +425,26 @@ def build_pyramid(first: GkrLayer, *, backend: str | None = None,
 
 
 def _fused_pyramid(first: GkrLayer, backend):
-    """The fused CuPy pyramid, or ``None`` where it does not apply."""
+    """The fused pyramid (CuPy or Numba-CUDA), or ``None`` where it does not apply."""
     kind, backend = _backend.resolve(dict(zip(_MLE_NAMES, first.mles)), backend)
     nrv = first.num_row_variables
-    if kind != "cupy" or backend != "cupy" or nrv == 0:
+    if nrv == 0 or backend == "cpu" or (backend == "cupy" and kind != "cupy"):
         return None
-    xp = _backend.get_xp("cupy")
-    ins = [xp.ascontiguousarray(xp.asarray(x)) for x in first.mles]
+    xp = _backend.get_xp(kind)
+    ins = [xp.ascontiguousarray(x) for x in first.mles]
     n_ext, d_ext = _out_ext(first)
     exts = (n_ext, n_ext, d_ext, d_ext)
-    outs, length = [], int(first.numerator_0.shape[0])
+    bufs, outs, length = [], [], int(first.numerator_0.shape[0])
     for _ in range(nrv):  # one buffer per layer, allocated before the first launch
         length //= 2
         sizes = [length * (4 if e else 1) for e in exts]
-        outs.append(_split(xp.empty(sum(sizes), dtype=np.uint32), sizes, exts))
-    _backend.kernels_for("cupy", "gkr").pyramid_dense(ins, outs, first.field.params)
+        bufs.append(xp.empty(sum(sizes), dtype=np.uint32))
+        outs.append(_split(bufs[-1], sizes, exts))
+    kernels = _backend.kernels_for(backend, "gkr")
+    if backend == "cupy":
+        kernels.pyramid_dense(ins, outs, first.field.params)
+    else:  # Numba-CUDA: flat layer buffers (NumPy ones are copied back once)
+        kernels.pyramid_dense(ins, bufs, first.field.params)
     return [first] + [GkrLayer(*o, first.num_batch_variables, first.field) for o in outs]
 
 
