@@ -8,7 +8,7 @@ once for every field and length.
 import numpy as np
 from numba import njit, prange
 
-from .field_params import FieldParams
+from .field_params import kernel_words
 from .monty import base_map1 as _base1
 from .monty import base_map2 as _base2
 from .monty import ext4_map1 as _ext1
@@ -111,8 +111,7 @@ def _base_batch_inv_kernel(a, out, chunk, p, mu, one):
             out[i] = t
 
 
-def _consts(f: FieldParams):
-    return np.uint32(f.p), np.uint32(f.mu_neg), np.uint32(f.w_mont), np.uint32(f.r_mod_p)
+_consts = kernel_words  # (p, mu_neg, w_mont, one) as uint32, memoized per field
 
 
 def base_map1(op, a, out, f):

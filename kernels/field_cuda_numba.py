@@ -9,7 +9,7 @@ numba-cuda (or ``NUMBA_ENABLE_CUDASIM=1``).
 import numpy as np
 from numba import cuda
 
-from .field_params import FieldParams
+from .field_params import kernel_words
 from .launch_config import THREADS_PER_BLOCK, grid_for
 from .monty import base_map1 as _base1
 from .monty import base_map2 as _base2
@@ -101,8 +101,7 @@ def launch(kernel, n, args, out):
         d_out.copy_to_host(out)
 
 
-def _consts(f: FieldParams):
-    return np.uint32(f.p), np.uint32(f.mu_neg), np.uint32(f.w_mont), np.uint32(f.r_mod_p)
+_consts = kernel_words  # (p, mu_neg, w_mont, one) as uint32, memoized per field
 
 
 def base_map1(op, a, out, f):

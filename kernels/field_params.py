@@ -15,7 +15,10 @@ F_p[x] / (x^4 - W) is stored as four such words, coefficients of
 """
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
+
+import numpy as np
 
 __all__ = ["FieldParams", "KOALABEAR", "BABYBEAR", "FIELDS", "cuda_defines"]
 
@@ -90,6 +93,14 @@ def _check(f: FieldParams) -> None:
 
 for _f in FIELDS.values():
     _check(_f)
+
+
+@functools.lru_cache(maxsize=None)
+def kernel_words(f: FieldParams) -> tuple:
+    """``(p, mu_neg, w_mont, r_mod_p)`` as NumPy uint32 scalars: the runtime
+    field arguments of every Numba kernel, built once per field (making four
+    NumPy scalars on every launch cost ~1 us of dispatch)."""
+    return np.uint32(f.p), np.uint32(f.mu_neg), np.uint32(f.w_mont), np.uint32(f.r_mod_p)
 
 
 def cuda_defines(f: FieldParams) -> str:

@@ -55,6 +55,7 @@ from numba import njit, prange
 
 from .gkr_scalar import (MODE_BB, MODE_BE, MODE_EB, MODE_EE, make_node_functions,
                          make_slot_functions, mode_of)
+from .field_params import kernel_words
 from .launch_config import GKR_CPU_JAGGED_CHUNK
 
 # Slot and node bodies with the field arithmetic force-inlined (see
@@ -187,8 +188,7 @@ def _flat(x):
     return x.reshape(-1) if x.ndim == 2 else x
 
 
-def _consts(f):
-    return np.uint32(f.p), np.uint32(f.mu_neg), np.uint32(f.w_mont), np.uint32(f.r_mod_p)
+_consts = kernel_words  # (p, mu_neg, w_mont, one) as uint32, memoized per field
 
 
 def fold_dense(n0, n1, d0, d1, on0, on1, od0, od1, f):

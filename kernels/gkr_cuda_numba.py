@@ -25,6 +25,7 @@ import numpy as np
 from numba import cuda
 
 from .field_cuda_numba import as_device
+from .field_params import kernel_words
 from .gkr_scalar import MODE_BB, make_node_functions, make_slot_functions, mode_of
 from .launch_config import (GKR_MAX_FUSED, GKR_NUMBA_SCAN_THREADS, GKR_PYRAMID_THREADS,
                             GKR_TILE_SLOTS_BASE, GKR_TILE_SLOTS_EXT, THREADS_PER_BLOCK,
@@ -105,8 +106,7 @@ def _flat(x):
     return x.reshape(-1) if x.ndim == 2 else x
 
 
-def _consts(f):
-    return np.uint32(f.p), np.uint32(f.mu_neg), np.uint32(f.w_mont), np.uint32(f.r_mod_p)
+_consts = kernel_words  # (p, mu_neg, w_mont, one) as uint32, memoized per field
 
 
 def _outputs(outs):

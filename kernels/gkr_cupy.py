@@ -58,7 +58,11 @@ def gkr_module(field_name: str) -> "cupy.RawModule":
 
 
 @cupy.memoize(for_each_device=True)
-def _function(field_name: str, name: str):
+def _function(field_name: str, kernel: str, mode=None, vec: bool = False):
+    """A kernel of ``gkr.cu``: the template instance ``kernel<NE, DE, VEC>``
+    when ``mode`` is given, else the plain ``kernel``.  Memoized, so a launch
+    pays one dictionary lookup, not a name formatting."""
+    name = kernel if mode is None else cuda_kernel_name(kernel, mode, vec)
     return gkr_module(field_name).get_function(name)
 
 
@@ -71,7 +75,7 @@ def fold_dense(n0, n1, d0, d1, on0, on1, od0, od1, f):
     arrays = (n0, n1, d0, d1, on0, on1, od0, od1)
     half = on0.shape[0]
     mode = mode_of(n0.ndim == 2, d0.ndim == 2)
-    fn = _function(f.name, cuda_kernel_name("zorch_gkr_fold_dense", mode, _vec(arrays)))
+    fn = _function(f.name, "zorch_gkr_fold_dense", mode, _vec(arrays))
     fn((grid_for(half),), (THREADS_PER_BLOCK,), arrays + (np.uint64(half),))
 
 
@@ -83,7 +87,7 @@ def jagged_transition(rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f):
     arrays = (n0, n1, d0, d1, on0, on1, od0, od1)
     width = on0.shape[0]
     mode = mode_of(n0.ndim == 2, d0.ndim == 2)
-    fn = _function(f.name, cuda_kernel_name("zorch_gkr_jagged", mode, _vec(arrays)))
+    fn = _function(f.name, "zorch_gkr_jagged", mode, _vec(arrays))
     fn((grid_for(width),), (THREADS_PER_BLOCK,), (rc, orc, prefix, nb) + arrays + (np.uint64(width),))
 
 
@@ -103,7 +107,7 @@ def pyramid_dense(first, layers, f):
         ptrs = np.zeros(1, _LAYERS)
         ptrs["p"][0, :4 * k] = [a.data.ptr for layer in outs for a in layer]
         vec = _vec(src + tuple(a for layer in outs for a in layer))
-        fn = _function(f.name, cuda_kernel_name("zorch_gkr_pyramid_dense", mode, vec))
+        fn = _function(f.name, "zorch_gkr_pyramid_dense", mode, vec)
         fn((half // t,), (GKR_PYRAMID_THREADS,), src + (ptrs, np.uint32(t), np.uint32(k)))
         src, half, start, mode = tuple(outs[-1]), half >> k, start + k, out_mode
 
@@ -126,6 +130,6 @@ def jagged_tail(rc, prefix, first, steps, f):
         for l, (orc, outs) in enumerate(chunk):
             desc["l"][0, l] = [orc.data.ptr] + [a.data.ptr for a in outs] + [outs[0].shape[0]]
         vec = _vec(src + tuple(a for _, outs in chunk for a in outs))
-        fn = _function(f.name, cuda_kernel_name("zorch_gkr_jagged_tail", mode, vec))
+        fn = _function(f.name, "zorch_gkr_jagged_tail", mode, vec)
         fn((1,), (GKR_TAIL_THREADS,), (rc, prefix, nb) + src + (desc, np.uint32(len(chunk))))
         rc, src, mode = chunk[-1][0], tuple(chunk[-1][1]), out_mode

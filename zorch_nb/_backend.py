@@ -19,6 +19,7 @@ needs CuPy or numba-cuda.
 from __future__ import annotations
 
 import importlib
+import sys
 
 import numpy as np
 
@@ -121,14 +122,23 @@ def resolve(arrays: dict, backend: str | None) -> tuple:
     return kind, backend
 
 
+#: Module name per (backend, family), so a call does not format it again.
+_KERNEL_MODULES: dict = {}
+
+
 def kernels_for(backend: str, family: str):
     """Import the kernel module ``zorch_nb.kernels.<family>_<impl>`` for a backend.
 
     ``family`` is e.g. ``"field"``; the modules are ``field_cpu``,
     ``field_cupy`` and ``field_cuda_numba``.
     """
-    suffix = {"cpu": "cpu", "cupy": "cupy", "numba": "cuda_numba"}[backend]
-    name = f"zorch_nb.kernels.{family}_{suffix}"
+    name = _KERNEL_MODULES.get((backend, family))
+    if name is None:
+        suffix = {"cpu": "cpu", "cupy": "cupy", "numba": "cuda_numba"}[backend]
+        name = _KERNEL_MODULES[backend, family] = f"zorch_nb.kernels.{family}_{suffix}"
+    module = sys.modules.get(name)
+    if module is not None:  # the common case: two dict lookups per call
+        return module
     try:
         return importlib.import_module(name)
     except ImportError as exc:

@@ -277,6 +277,22 @@ class JaggedGkrLayer(_Layer):
         return isinstance(self.row_counts, np.ndarray)
 
 
+def _trusted(cls, *values):
+    """A layer built from kernel outputs, without re-running ``__post_init__``.
+
+    Outputs of a transition satisfy every invariant by construction (fresh
+    contiguous uint32 buffers, checked counts), and re-validating them cost
+    ~4 us per transition -- a third of the dispatch time of a small layer.
+    """
+    obj = object.__new__(cls)
+    for name, value in zip(_FIELDS[cls], values):
+        object.__setattr__(obj, name, value)
+    return obj
+
+
+_FIELDS = {cls: tuple(f.name for f in dataclasses.fields(cls)) for cls in (GkrLayer, JaggedGkrLayer)}
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class LogUpGkrOutput:
     """The floor of a pyramid with the two children interleaved.
@@ -314,7 +330,8 @@ def _run(layer, backend, call, extra_inputs, out_len, out_ext, scratch_shape=Non
     kind, backend = _backend.resolve(dict(zip(_MLE_NAMES, mles)), backend)
     run_kind = "cupy" if backend == "cupy" else kind
     xp = _backend.get_xp(run_kind)
-    inputs = [xp.ascontiguousarray(_backend.to_module(x, run_kind)) for x in mles]
+    inputs = [x if _backend.array_kind(x) == run_kind and x.flags.c_contiguous
+              else xp.ascontiguousarray(_backend.to_module(x, run_kind)) for x in mles]
     inputs += [xp.asarray(x) if run_kind == "cupy" else x for x in extra_inputs]
     n_ext, d_ext = out_ext
     sizes = [out_len * (4 if e else 1) for e in (n_ext, n_ext, d_ext, d_ext)]
@@ -384,7 +401,7 @@ def layer_transition(layer: GkrLayer, *, backend: str | None = None) -> GkrLayer
     outs = _run(layer, backend,
                 lambda k, ins, outs, _: k.fold_dense(*ins, *outs, field.params),
                 [], layer.numerator_0.shape[0] // 2, _out_ext(layer))
-    return GkrLayer(*outs, layer.num_batch_variables, field)
+    return _trusted(GkrLayer, *outs, layer.num_batch_variables, field)
 
 
 def build_pyramid(first: GkrLayer, *, backend: str | None = None,
@@ -445,7 +462,8 @@ def _fused_pyramid(first: GkrLayer, backend):
         kernels.pyramid_dense(ins, outs, first.field.params)
     else:  # Numba-CUDA: flat layer buffers (NumPy ones are copied back once)
         kernels.pyramid_dense(ins, bufs, first.field.params)
-    return [first] + [GkrLayer(*o, first.num_batch_variables, first.field) for o in outs]
+    return [first] + [_trusted(GkrLayer, *o, first.num_batch_variables, first.field)
+                      for o in outs]
 
 
 def _interleave(a, b):
@@ -552,7 +570,7 @@ def jagged_layer_transition(layer: JaggedGkrLayer, out_row_counts, out_width=Non
                 lambda k, ins, outs, pre: k.jagged_transition(ins[4], ins[5], pre, *ins[:4],
                                                               *outs, field.params),
                 [layer.row_counts, orc], out_width, _out_ext(layer), (2, nb))
-    return JaggedGkrLayer(*outs, orc, field)
+    return _trusted(JaggedGkrLayer, *outs, orc, field)
 
 
 def _step(entry, i):
@@ -662,7 +680,7 @@ def _fused_jagged_tail(layer: JaggedGkrLayer, steps) -> list:
         sizes = [width * (4 if e else 1) for e in exts]
         outs = _split(xp.empty(sum(sizes), dtype=np.uint32), sizes, exts)
         kernel_steps.append((device(orc), outs))
-        out_layers.append(JaggedGkrLayer(*outs, orc, layer.field))
+        out_layers.append(_trusted(JaggedGkrLayer, *outs, orc, layer.field))
         n_ext = n_ext or d_ext  # later layers: numerators extension if any input was
         exts = (n_ext, n_ext, d_ext, d_ext)
     ins = [xp.ascontiguousarray(xp.asarray(x)) for x in layer.mles]
