@@ -88,7 +88,8 @@ def cuda_kernel_name(kernel: str, mode: int, vec: bool) -> str:
 #: Every template instance the CuPy launchers use (all are instantiated in gkr.cu).
 CUDA_NAME_EXPRESSIONS = tuple(cuda_kernel_name(k, m, v)
                               for k in ("zorch_gkr_fold_dense", "zorch_gkr_jagged",
-                                        "zorch_gkr_pyramid_dense", "zorch_gkr_jagged_tail")
+                                        "zorch_gkr_pyramid_dense", "zorch_gkr_jagged_tail",
+                                        "zorch_gkr_jagged_chunk")
                               for m in range(4) for v in (False, True))
 
 

@@ -464,6 +464,119 @@ ZORCH_HD void zorch_gkr_tail_serial(const int* rc, long long* prefix, unsigned i
     }
 }
 
+// ---- fused jagged chunk -----------------------------------------------------
+// ZORCH_GKR_CHUNK consecutive transitions of a jagged schedule in one launch
+// (after one scan launch).  Within a segment a jagged layer is a binary tree
+// over positions: position j of layer m + 1 holds the fraction sums F_m(2j),
+// F_m(2j + 1) of positions 2j, 2j + 1 of layer m, where F_m(i) is the fold
+// of node i when i < count_m (the segment's row count in layer m) and the
+// neutral fraction 0/1 otherwise (DESIGN.md section 2: the neutral partner of
+// an odd segment's last node, and live padding, are exactly that; folding a
+// stored neutral node gives 0/1 again, byte for byte).  So thread q of the
+// launch owns live slot q of the LAST layer, at position j of segment s, and
+// computes its subtree depth first: the 2^C leaves it needs are positions
+// [2^C j, 2^C (j + 1)) of the input layer, and it writes every node of its
+// subtree below a layer's count (positions >= count are neither stored nor
+// needed: their values are neutral).  Every stored position is owned by one
+// thread, since each schedule step keeps orc >= ceil(rc / 2).  So the launch
+// reads the input layer once and writes each of its C layers once: the
+// intermediate layers are never read back.  Dead slots (past a layer's
+// total, up to its width) are zero-filled by the same grid-stride loop.
+
+#define ZORCH_GKR_CHUNK 3
+
+// Counts of the input layer (cnt[0]) and of output layers 1..C; the output
+// MLEs (n0, n1, d0, d1) and width of output layer m at p[m - 1], width[m - 1].
+// Passed by value; prefix row m (nb int64) holds the inclusive sums of cnt[m].
+struct zorch_gkr_chunk {
+    const int* cnt[ZORCH_GKR_CHUNK + 1];
+    zorch_u32* p[ZORCH_GKR_CHUNK][4];
+    zorch_u64 width[ZORCH_GKR_CHUNK];
+};
+
+// F_LEV(i) at position i of segment s (see above); LEV = 0 reads the input
+// layer (mode <NE, DE>), LEV > 0 computes and stores node i of layer LEV.
+template <int NE, int DE, bool VEC, int LEV>
+ZORCH_HD zorch_gkr_frac zorch_gkr_chunk_value(const zorch_gkr_chunk& c, const long long* prefix,
+                                              unsigned int nb, unsigned int s, long long i,
+                                              const zorch_u32* n0, const zorch_u32* n1,
+                                              const zorch_u32* d0, const zorch_u32* d1);
+
+// Node i of layer LEV >= 1 of segment s: its two child fractions, stored at
+// the layer's slot cum[s] - cnt[s] + i (the caller ensures i < cnt).
+template <int NE, int DE, bool VEC, int LEV>
+ZORCH_HD void zorch_gkr_chunk_node(const zorch_gkr_chunk& c, const long long* prefix,
+                                   unsigned int nb, unsigned int s, long long i,
+                                   const zorch_u32* n0, const zorch_u32* n1,
+                                   const zorch_u32* d0, const zorch_u32* d1,
+                                   zorch_gkr_frac* c0, zorch_gkr_frac* c1) {
+    *c0 = zorch_gkr_chunk_value<NE, DE, VEC, LEV - 1>(c, prefix, nb, s, 2 * i, n0, n1, d0, d1);
+    *c1 = zorch_gkr_chunk_value<NE, DE, VEC, LEV - 1>(c, prefix, nb, s, 2 * i + 1, n0, n1, d0,
+                                                      d1);
+    const long long start = prefix[(zorch_u64)LEV * nb + s] - c.cnt[LEV][s];
+    zorch_u32* const* out = c.p[LEV - 1];
+    // node values are in mode <NE || DE, DE> from layer 1 on
+    zorch_gkr_store_slot<NE || DE, DE, VEC>((zorch_u64)(start + i), *c0, *c1, out[0], out[1],
+                                            out[2], out[3]);
+}
+
+template <int NE, int DE, bool VEC, int LEV>
+ZORCH_HD zorch_gkr_frac zorch_gkr_chunk_value(const zorch_gkr_chunk& c, const long long* prefix,
+                                              unsigned int nb, unsigned int s, long long i,
+                                              const zorch_u32* n0, const zorch_u32* n1,
+                                              const zorch_u32* d0, const zorch_u32* d1) {
+    const long long cnt = c.cnt[LEV][s];
+    if (i >= cnt) {
+        const zorch_gkr_frac neutral = {{0u, 0u, 0u, 0u}, {ZORCH_R_MOD_P, 0u, 0u, 0u}};
+        return neutral;
+    }
+    if constexpr (LEV == 0) {
+        const zorch_u64 e = (zorch_u64)(prefix[s] - cnt + i);  // node i of the input segment
+        return zorch_gkr_fold_node<NE, DE, VEC>(e, n0, n1, d0, d1);
+    } else {
+        zorch_gkr_frac c0, c1;
+        zorch_gkr_chunk_node<NE, DE, VEC, LEV>(c, prefix, nb, s, i, n0, n1, d0, d1, &c0, &c1);
+        return zorch_gkr_fold<NE || DE, DE>(c0.n, c1.n, c0.d, c1.d);
+    }
+}
+
+// Item g of a chunk launch (g < the largest output width): zero-fill slot g
+// of every output layer where it is dead, and when g is a live slot of the
+// last layer, compute its subtree.  prefix: the C + 1 scanned count rows.
+template <int NE, int DE, bool VEC>
+ZORCH_HD void zorch_gkr_chunk_item(zorch_u64 g, const zorch_gkr_chunk& c, const long long* prefix,
+                                   unsigned int nb, const zorch_u32* n0, const zorch_u32* n1,
+                                   const zorch_u32* d0, const zorch_u32* d1) {
+    const zorch_gkr_frac dead = {{0u, 0u, 0u, 0u}, {0u, 0u, 0u, 0u}};
+    for (int m = 1; m <= ZORCH_GKR_CHUNK; ++m) {
+        const long long total = prefix[(zorch_u64)m * nb + nb - 1];
+        if ((long long)g >= total && g < c.width[m - 1])
+            zorch_gkr_store_slot<NE || DE, DE, VEC>(g, dead, dead, c.p[m - 1][0],
+                                                    c.p[m - 1][1], c.p[m - 1][2],
+                                                    c.p[m - 1][3]);
+    }
+    const long long* cum = prefix + (zorch_u64)ZORCH_GKR_CHUNK * nb;
+    if ((long long)g < cum[nb - 1]) {
+        const unsigned int s = zorch_gkr_find_segment(cum, nb, (long long)g);
+        const long long j = (long long)g - (cum[s] - c.cnt[ZORCH_GKR_CHUNK][s]);
+        zorch_gkr_frac c0, c1;
+        zorch_gkr_chunk_node<NE, DE, VEC, ZORCH_GKR_CHUNK>(c, prefix, nb, s, j, n0, n1, d0, d1,
+                                                          &c0, &c1);
+    }
+}
+
+// Serial twin of zorch_gkr_jagged_chunk_scan + zorch_gkr_jagged_chunk (host tests only).
+template <int NE, int DE>
+ZORCH_HD void zorch_gkr_chunk_serial(const zorch_gkr_chunk* c, long long* prefix,
+                                     unsigned int nb, const zorch_u32* n0, const zorch_u32* n1,
+                                     const zorch_u32* d0, const zorch_u32* d1, zorch_u64 items,
+                                     unsigned int nthreads) {
+    for (int m = 0; m <= ZORCH_GKR_CHUNK; ++m)
+        zorch_gkr_scan_serial(c->cnt[m], prefix + (zorch_u64)m * nb, nb, nthreads);
+    for (zorch_u64 g = 0; g < items; ++g)
+        zorch_gkr_chunk_item<NE, DE, false>(g, *c, prefix, nb, n0, n1, d0, d1);
+}
+
 #ifdef __CUDACC__
 #define ZORCH_GKR_GRID_STRIDE(i, n) \
     for (zorch_u64 i = (zorch_u64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
@@ -596,6 +709,28 @@ zorch_gkr_jagged_tail(const int* rc, long long* prefix, unsigned int nb, const z
     }
 }
 
+// Prefix sums of the C + 1 count rows of a jagged chunk into prefix (row m
+// at m * nb), one block of at most 1024 threads.
+extern "C" __global__ void zorch_gkr_jagged_chunk_scan(const zorch_gkr_chunk c,
+                                                       long long* __restrict__ prefix,
+                                                       unsigned int nb) {
+    for (int m = 0; m <= ZORCH_GKR_CHUNK; ++m)
+        zorch_gkr_block_scan(c.cnt[m], prefix + (zorch_u64)m * nb, nb);
+}
+
+// Fused jagged chunk: items = the largest width of its C output layers.
+template <int NE, int DE, bool VEC>
+__global__ void zorch_gkr_jagged_chunk(const zorch_gkr_chunk c,
+                                       const long long* __restrict__ prefix, unsigned int nb,
+                                       const zorch_u32* __restrict__ n0,
+                                       const zorch_u32* __restrict__ n1,
+                                       const zorch_u32* __restrict__ d0,
+                                       const zorch_u32* __restrict__ d1, zorch_u64 items) {
+    ZORCH_GKR_GRID_STRIDE(g, items) {
+        zorch_gkr_chunk_item<NE, DE, VEC>(g, c, prefix, nb, n0, n1, d0, d1);
+    }
+}
+
 // Explicit instantiations: every variant the launcher may ask for is compiled
 // (and checked by nvcc in CI); kernels/gkr_cupy.py names them the same way.
 #define ZORCH_GKR_INSTANTIATE(NE, DE, VEC)                                                   \
@@ -614,7 +749,11 @@ zorch_gkr_jagged_tail(const int* rc, long long* prefix, unsigned int nb, const z
         const zorch_gkr_layers, unsigned int, unsigned int);                                 \
     template __global__ void zorch_gkr_jagged_tail<NE, DE, VEC>(                             \
         const int*, long long*, unsigned int, const zorch_u32*, const zorch_u32*,            \
-        const zorch_u32*, const zorch_u32*, const zorch_gkr_tail, unsigned int);
+        const zorch_u32*, const zorch_u32*, const zorch_gkr_tail, unsigned int);             \
+    template __global__ void zorch_gkr_jagged_chunk<NE, DE, VEC>(                            \
+        const zorch_gkr_chunk, const long long* __restrict__, unsigned int,                  \
+        const zorch_u32* __restrict__, const zorch_u32* __restrict__,                       \
+        const zorch_u32* __restrict__, const zorch_u32* __restrict__, zorch_u64);
 ZORCH_GKR_INSTANTIATE(0, 0, false)
 ZORCH_GKR_INSTANTIATE(0, 0, true)
 ZORCH_GKR_INSTANTIATE(0, 1, false)

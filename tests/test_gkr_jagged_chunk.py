@@ -1,0 +1,144 @@
+"""The fused jagged chunk (``zorch_gkr_jagged_chunk`` in ``kernels/cuda/gkr.cu``).
+
+``GKR_JAGGED_CHUNK`` transitions of a jagged schedule in one launch: thread
+``q`` owns slot ``q`` of the last layer and computes its subtree depth first.
+
+* Host: g++ compiles the chunk's item function; a harness runs the serial
+  twin (the scans, then every grid item in turn) and every layer must equal
+  the CPU per-layer ``build_jagged_pyramid`` byte for byte: all four modes,
+  both fields, halving schedules, padded counts (``orc > ceil(rc / 2)``),
+  slack widths (dead slots), empty and saturated segments, ``nb = 1``, and
+  chunks chained one after another.
+* The struct image the launcher passes, and the constants shared with gkr.cu.
+* GPU: the fused pyramid (chunks + tail) vs per-layer vs CPU.
+"""
+import ctypes
+
+import numpy as np
+import pytest
+
+from cuda_host import compile_host, ptr
+from zorch_nb import BabyBear, KoalaBear
+from zorch_nb.kernels.launch_config import GKR_JAGGED_CHUNK, GKR_JAGGED_TAIL_SLOTS
+from zorch_nb.logup_gkr import (JaggedGkrLayer, JaggedStep, build_jagged_pyramid,
+                                halving_schedule)
+
+C = GKR_JAGGED_CHUNK
+MODES = [(ne, de) for ne in (0, 1) for de in (0, 1)]
+FIELD_OBJ = {"koalabear": KoalaBear, "babybear": BabyBear}
+
+HARNESS = "".join(f"""
+extern "C" void host_chunk_{ne}{de}(const unsigned long long* desc, long long* prefix,
+                                    unsigned int nb, const zorch_u32* n0, const zorch_u32* n1,
+                                    const zorch_u32* d0, const zorch_u32* d1,
+                                    unsigned long long items, unsigned int nthreads) {{
+    zorch_gkr_chunk c;
+    static_assert(sizeof(zorch_gkr_chunk) == 8 * (6 * ZORCH_GKR_CHUNK + 1), "layout");
+    for (int m = 0; m <= ZORCH_GKR_CHUNK; ++m) c.cnt[m] = (const int*)desc[m];
+    for (int m = 0; m < ZORCH_GKR_CHUNK; ++m) {{
+        for (int k = 0; k < 4; ++k)
+            c.p[m][k] = (zorch_u32*)desc[ZORCH_GKR_CHUNK + 1 + 4 * m + k];
+        c.width[m] = desc[5 * ZORCH_GKR_CHUNK + 1 + m];
+    }}
+    zorch_gkr_chunk_serial<{ne}, {de}>(&c, prefix, nb, n0, n1, d0, d1, items, nthreads);
+}}
+""" for ne, de in MODES) + """
+extern "C" unsigned int host_chunk() { return ZORCH_GKR_CHUNK; }
+extern "C" unsigned int host_chunk_desc_words() { return sizeof(zorch_gkr_chunk) / 8; }
+"""
+
+
+def _layer(F, ne, de, counts, width, seed):
+    """A jagged layer with random live rows and zero dead slots."""
+    counts = np.asarray(counts, np.int32)
+    live = int(counts.sum())
+    mles = []
+    for i, e in enumerate((ne, ne, de, de)):
+        x = (F.ext if e else F).random(width, seed=seed + i)
+        x[live:] = 0
+        mles.append(x)
+    return JaggedGkrLayer(*mles, counts, F)
+
+
+def _host_chunks(lib, layer, steps, nthreads=1024):
+    """Layers of ``steps`` (a multiple of C) by the serial twin, C steps per launch.
+
+    Output buffers start as 0xDEADBEEF, so a slot the chunk failed to write
+    shows up as a mismatch.
+    """
+    assert len(steps) % C == 0
+    ne, de = int(layer.numerator_0.ndim == 2), int(layer.denominator_0.ndim == 2)
+    nb = layer.num_batches
+    rc = np.ascontiguousarray(layer.row_counts, np.int32)
+    src = [np.ascontiguousarray(x) for x in layer.mles]
+    outs, keep, mode = [], [], (ne, de)
+    for start in range(0, len(steps), C):
+        chunk = steps[start:start + C]
+        oe = int(mode[0] or mode[1])
+        counts = [rc] + [np.ascontiguousarray(o, np.int32) for o, _ in chunk]
+        layers = [[np.full((w, 4) if e else (w,), 0xDEADBEEF, np.uint32)
+                   for e in (oe, oe, de, de)] for _, w in chunk]
+        desc = np.array([c.ctypes.data for c in counts]
+                        + [a.ctypes.data for mles in layers for a in mles]
+                        + [w for _, w in chunk], np.uint64)
+        keep.append(counts)
+        prefix = np.full((C + 1) * nb, -1, np.int64)
+        items = max(w for _, w in chunk)
+        getattr(lib, f"host_chunk_{mode[0]}{mode[1]}")(
+            ptr(desc), ptr(prefix), ctypes.c_uint(nb), *map(ptr, src),
+            ctypes.c_ulonglong(items), ctypes.c_uint(nthreads))
+        outs += layers
+        rc, src, mode = counts[-1], layers[-1], (oe, de)
+    return outs
+
+
+def _cases(nb, rng):
+    """(name, first counts, first width, steps with a multiple of C entries)."""
+    cases = []
+    rc = rng.integers(0, 70, nb).astype(np.int32)
+    rc[:: max(1, nb // 4)] = 0                      # empty segments
+    rc[1 % nb] = 1                                  # a saturated segment
+    rc[2 % nb] = 64                                 # a power of two
+    zeros = np.zeros(int(rc.sum()), np.uint32)
+    halving = [(s.row_counts, s.width)
+               for s in halving_schedule(JaggedGkrLayer(zeros, zeros, zeros, zeros, rc))]
+    halving += [(np.ones(nb, np.int32), nb)] * (-len(halving) % C)
+    cases.append(("halving", rc, int(rc.sum()) + 5, halving))   # input with slack
+    # padded counts (orc > ceil(rc / 2)) and slack widths at every step
+    steps, cur = [], rc.astype(np.int64)
+    for extra in (3, 0, 2, 1, 0, 4):
+        cur = (cur + 1) // 2 + rng.integers(0, 3, nb) * (extra > 0)
+        steps.append((cur.astype(np.int32), int(cur.sum()) + extra))
+    cases.append(("padded+slack", rc, int(rc.sum()), steps))
+    # a later layer wider than the first (padding that grows)
+    grow = [((rc + 1) // 2, int(((rc + 1) // 2).sum())),
+            ((rc + 1) // 2 + 5, int(((rc + 1) // 2 + 5).sum()) + 2),
+            ((rc + 1) // 2 + 9, int(((rc + 1) // 2 + 9).sum()))]
+    cases.append(("growing padding", rc, int(rc.sum()), grow))
+    ones = np.ones(nb, np.int32)
+    cases.append(("saturated", ones, nb + 2, [(ones, nb)] * C))
+    return cases
+
+
+@pytest.mark.parametrize("ne,de", MODES)
+@pytest.mark.parametrize("field", sorted(FIELD_OBJ))
+def test_chunk_on_host_matches_cpu_pyramid(field, ne, de):
+    lib = compile_host(field, "gkr.cu", HARNESS)
+    F = FIELD_OBJ[field]
+    rng = np.random.default_rng(5 + 2 * ne + de)
+    for nb in (1, 2, 8, 64):
+        for name, rc, width, steps in _cases(nb, rng):
+            first = _layer(F, ne, de, rc, width, seed=nb + len(steps))
+            want = build_jagged_pyramid(first, steps, backend="cpu")[1:]
+            for nthreads in (1024, 3):  # scan run splits
+                got = _host_chunks(lib, first, steps, nthreads)
+                assert len(got) == len(want), name
+                for l, (g, w) in enumerate(zip(got, want)):
+                    for a, b in zip(g, w.mles):
+                        np.testing.assert_array_equal(a, b, err_msg=f"{name} nb={nb} layer {l}")
+
+
+def test_chunk_constants_match_cuda_source():
+    lib = compile_host("koalabear", "gkr.cu", HARNESS)
+    assert lib.host_chunk() == GKR_JAGGED_CHUNK
+    assert lib.host_chunk_desc_words() == 6 * GKR_JAGGED_CHUNK + 1  # the launcher's image
