@@ -26,6 +26,11 @@ contiguous CuPy arrays (row counts int32, ``prefix`` int64 ``(2, nb)``).
   counts and folds every slot, writing each layer to its own buffer.  The
   per-layer counts pointers, output pointers and widths travel by value in
   one ``zorch_gkr_tail`` struct; nothing is read back to the host.
+* Wide jagged steps of a pyramid run ``GKR_JAGGED_CHUNK`` at a time
+  (:func:`jagged_chunk`): one scan launch of all their counts, then one
+  launch in which thread ``q`` computes the subtree of slot ``q`` of the last
+  layer (``zorch_gkr_jagged_chunk``), so intermediate layers are written but
+  never read back.
 * Vector loads need 16-byte aligned arrays (CuPy allocations are 256-byte
   aligned); offset views fall back to the scalar variant.
 
@@ -38,9 +43,9 @@ from .cuda_source import assemble
 from .field_cupy import NVRTC_OPTIONS
 from .field_params import FIELDS
 from .gkr_scalar import CUDA_NAME_EXPRESSIONS, cuda_kernel_name, mode_of
-from .launch_config import (GKR_MAX_FUSED, GKR_MAX_TAIL, GKR_PYRAMID_THREADS,
-                            GKR_SCAN_THREADS, GKR_TAIL_THREADS, THREADS_PER_BLOCK,
-                            gkr_pyramid_plan, grid_for)
+from .launch_config import (GKR_JAGGED_CHUNK, GKR_MAX_FUSED, GKR_MAX_TAIL,
+                            GKR_PYRAMID_THREADS, GKR_SCAN_THREADS, GKR_TAIL_THREADS,
+                            THREADS_PER_BLOCK, gkr_pyramid_plan, grid_for)
 
 
 #: Host image of ``struct zorch_gkr_layers`` (GKR_MAX_FUSED x 4 pointers).
@@ -48,6 +53,11 @@ _LAYERS = np.dtype([("p", np.uint64, (GKR_MAX_FUSED * 4,))])
 #: Host image of ``struct zorch_gkr_tail``: per layer the counts pointer, four
 #: output pointers and the width (six 8-byte words, no padding).
 _TAIL = np.dtype([("l", np.uint64, (GKR_MAX_TAIL, 6))])
+#: Host image of ``struct zorch_gkr_chunk``: the counts pointers of the input
+#: and the C output layers, the output pointers, the widths (8-byte words).
+_CHUNK = np.dtype([("cnt", np.uint64, (GKR_JAGGED_CHUNK + 1,)),
+                   ("p", np.uint64, (4 * GKR_JAGGED_CHUNK,)),
+                   ("width", np.uint64, (GKR_JAGGED_CHUNK,))])
 
 
 @cupy.memoize(for_each_device=True)
@@ -133,3 +143,29 @@ def jagged_tail(rc, prefix, first, steps, f):
         fn = _function(f.name, "zorch_gkr_jagged_tail", mode, vec)
         fn((1,), (GKR_TAIL_THREADS,), (rc, prefix, nb) + src + (desc, np.uint32(len(chunk))))
         rc, src, mode = chunk[-1][0], tuple(chunk[-1][1]), out_mode
+
+
+def jagged_chunk(rc, prefix, first, steps, f):
+    """``GKR_JAGGED_CHUNK`` jagged transitions in one fused launch (plus one scan).
+
+    ``steps[l]`` = ``(orc, (on0, on1, od0, od1))`` of layer ``l + 1``;
+    ``rc`` and ``first`` are the counts and MLEs of the input layer, every
+    count array device int32 of ``nb``, every output buffer preallocated (its
+    width is its length).  ``prefix``: int64 scratch of
+    ``(GKR_JAGGED_CHUNK + 1) * nb``.
+    """
+    assert len(steps) == GKR_JAGGED_CHUNK
+    nb = np.uint32(rc.shape[0])
+    desc = np.zeros(1, _CHUNK)
+    desc["cnt"][0] = [rc.data.ptr] + [orc.data.ptr for orc, _ in steps]
+    desc["p"][0] = [a.data.ptr for _, outs in steps for a in outs]
+    widths = [outs[0].shape[0] for _, outs in steps]
+    desc["width"][0] = widths
+    scan = _function(f.name, "zorch_gkr_jagged_chunk_scan")
+    scan((1,), (GKR_SCAN_THREADS,), (desc, prefix, nb))
+    mode = mode_of(first[0].ndim == 2, first[2].ndim == 2)
+    vec = _vec(tuple(first) + tuple(a for _, outs in steps for a in outs))
+    items = max(widths)
+    fn = _function(f.name, "zorch_gkr_jagged_chunk", mode, vec)
+    fn((grid_for(items),), (THREADS_PER_BLOCK,),
+       (desc, prefix, nb) + tuple(first) + (np.uint64(items),))

@@ -88,3 +88,23 @@ def gkr_jagged_tail_start(widths) -> int:
 #: every third layer (2^26 base/ext leaves: ~7.1 of 6.5 GiB compulsory, vs
 #: 10.5 GiB one transition per launch).
 GKR_JAGGED_CHUNK = 3
+
+
+def gkr_jagged_plan(widths) -> tuple:
+    """Launch plan of a fused jagged pyramid on the GPU: ``(chunked, tail_start)``.
+
+    ``widths`` are the output widths of the steps.  Steps ``[0, chunked)``
+    run ``GKR_JAGGED_CHUNK`` per fused launch (plus one scan launch each),
+    steps ``[chunked, tail_start)`` one transition per launch pair (the
+    fewer than ``GKR_JAGGED_CHUNK`` narrowest wide steps), and steps
+    ``[tail_start, len(widths))`` in the one-block tail.
+    """
+    start = gkr_jagged_tail_start(widths)
+    return start - start % GKR_JAGGED_CHUNK, start
+
+
+def gkr_jagged_launches(widths) -> int:
+    """Kernel launches of the fused jagged pyramid of :func:`gkr_jagged_plan`."""
+    chunked, start = gkr_jagged_plan(widths)
+    tail = len(widths) - start
+    return 2 * (chunked // GKR_JAGGED_CHUNK) + 2 * (start - chunked) + -(-tail // GKR_MAX_TAIL)

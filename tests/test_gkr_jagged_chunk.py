@@ -10,7 +10,8 @@
   slack widths (dead slots), empty and saturated segments, ``nb = 1``, and
   chunks chained one after another.
 * The struct image the launcher passes, and the constants shared with gkr.cu.
-* GPU: the fused pyramid (chunks + tail) vs per-layer vs CPU.
+* GPU: tests/test_gkr_jagged_pyramid.py runs the whole fused pyramid (chunks,
+  single wide steps, tail) against per-layer and CPU.
 """
 import ctypes
 
@@ -18,6 +19,8 @@ import numpy as np
 import pytest
 
 from cuda_host import compile_host, ptr
+from gkr_cases import random_jagged_layer
+from test_gkr_jagged_pyramid import HARNESS as TAIL_HARNESS
 from zorch_nb import BabyBear, KoalaBear
 from zorch_nb.kernels.launch_config import GKR_JAGGED_CHUNK, GKR_JAGGED_TAIL_SLOTS
 from zorch_nb.logup_gkr import (JaggedGkrLayer, JaggedStep, build_jagged_pyramid,
@@ -48,16 +51,7 @@ extern "C" unsigned int host_chunk_desc_words() { return sizeof(zorch_gkr_chunk)
 """
 
 
-def _layer(F, ne, de, counts, width, seed):
-    """A jagged layer with random live rows and zero dead slots."""
-    counts = np.asarray(counts, np.int32)
-    live = int(counts.sum())
-    mles = []
-    for i, e in enumerate((ne, ne, de, de)):
-        x = (F.ext if e else F).random(width, seed=seed + i)
-        x[live:] = 0
-        mles.append(x)
-    return JaggedGkrLayer(*mles, counts, F)
+_layer = random_jagged_layer
 
 
 def _host_chunks(lib, layer, steps, nthreads=1024):
@@ -142,3 +136,110 @@ def test_chunk_constants_match_cuda_source():
     lib = compile_host("koalabear", "gkr.cu", HARNESS)
     assert lib.host_chunk() == GKR_JAGGED_CHUNK
     assert lib.host_chunk_desc_words() == 6 * GKR_JAGGED_CHUNK + 1  # the launcher's image
+
+
+# ---------------------------------------------------------------------------
+# The fused pyramid's orchestration (logup_gkr._fused_jagged_steps) on the host
+# ---------------------------------------------------------------------------
+
+_PTRS = ", ".join(f"{c} zorch_u32* {n}" for c, n in
+                  [("const", "n0"), ("const", "n1"), ("const", "d0"), ("const", "d1"),
+                   ("", "on0"), ("", "on1"), ("", "od0"), ("", "od1")])
+ORCHESTRATION = HARNESS + TAIL_HARNESS + "".join(f"""
+extern "C" void host_transition_{ne}{de}(const int* rc, const int* orc, long long* prefix,
+                                         unsigned int nb, {_PTRS}, long width) {{
+    zorch_gkr_scan_serial(rc, prefix, nb, 1024);
+    zorch_gkr_scan_serial(orc, prefix + nb, nb, 1024);
+    for (long q = 0; q < width; ++q)
+        zorch_gkr_jagged_slot<{ne}, {de}, false>(q, rc, orc, prefix, nb, n0, n1, d0, d1,
+                                                 on0, on1, od0, od1);
+}}
+""" for ne, de in MODES)
+
+
+class HostLaunchers:
+    """The three launchers of kernels/gkr_cupy.py that ``_fused_jagged_steps``
+    calls, with the same arguments, running the kernels' serial twins on
+    NumPy arrays (and recording the launch sequence)."""
+
+    def __init__(self, lib):
+        self.lib, self.calls = lib, []
+
+    @staticmethod
+    def _mode(first):
+        return int(first[0].ndim == 2), int(first[2].ndim == 2)
+
+    def jagged_chunk(self, rc, prefix, first, steps, f):
+        assert len(steps) == C and prefix.size >= (C + 1) * rc.size
+        self.calls.append("chunk")
+        counts = [rc] + [orc for orc, _ in steps]
+        desc = np.array([c.ctypes.data for c in counts]
+                        + [a.ctypes.data for _, outs in steps for a in outs]
+                        + [outs[0].shape[0] for _, outs in steps], np.uint64)
+        ne, de = self._mode(first)
+        getattr(self.lib, f"host_chunk_{ne}{de}")(
+            ptr(desc), ptr(prefix), ctypes.c_uint(rc.size), *map(ptr, first),
+            ctypes.c_ulonglong(max(outs[0].shape[0] for _, outs in steps)), ctypes.c_uint(1024))
+
+    def jagged_transition(self, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f):
+        self.calls.append("transition")
+        ne, de = self._mode((n0, n1, d0, d1))
+        getattr(self.lib, f"host_transition_{ne}{de}")(
+            ptr(rc), ptr(orc), ptr(prefix), ctypes.c_uint(rc.size),
+            *map(ptr, (n0, n1, d0, d1, on0, on1, od0, od1)), ctypes.c_long(on0.shape[0]))
+
+    def jagged_tail(self, rc, prefix, first, steps, f):
+        from zorch_nb.kernels.launch_config import GKR_MAX_TAIL
+        ne, de = self._mode(first)
+        for start in range(0, len(steps), GKR_MAX_TAIL):  # the launcher's chunking
+            part = steps[start:start + GKR_MAX_TAIL]
+            self.calls.append("tail")
+            desc = np.zeros((GKR_MAX_TAIL, 6), np.uint64)
+            for l, (orc, outs) in enumerate(part):
+                desc[l] = [orc.ctypes.data] + [a.ctypes.data for a in outs] + [outs[0].shape[0]]
+            getattr(self.lib, f"host_tail_{ne}{de}")(
+                ptr(rc), ptr(prefix), ctypes.c_uint(rc.size), *map(ptr, first), ptr(desc),
+                ctypes.c_uint(len(part)), ctypes.c_uint(512))
+            rc, first = part[-1][0], part[-1][1]
+            ne = int(ne or de)
+
+
+@pytest.mark.parametrize("ne,de", MODES)
+def test_fused_pyramid_orchestration_on_host(ne, de):
+    """Chunks, single wide steps and the tail chained by ``_fused_jagged_steps``
+    (checks, one packed count upload, allocation, launch plan, argument order)
+    equal the CPU per-layer pyramid byte for byte."""
+    from zorch_nb.kernels.launch_config import gkr_jagged_launches, gkr_jagged_plan
+    from zorch_nb.logup_gkr import _fused_jagged_steps
+    F = KoalaBear if ne == de else BabyBear
+    lib = compile_host(F.params.name, "gkr.cu", ORCHESTRATION)
+    rng = np.random.default_rng(21 + 2 * ne + de)
+    nb = 32
+    rc = rng.integers(0, 40 * GKR_JAGGED_TAIL_SLOTS // nb, nb).astype(np.int32)
+    rc[3] = 0
+    probe = JaggedGkrLayer(*[np.zeros(int(rc.sum()), np.uint32)] * 4, rc)
+    halving = [(s.row_counts, s.width) for s in halving_schedule(probe)]
+    padded, cur = [], rc.astype(np.int64)
+    for i in range(len(halving)):  # padded counts and slack widths
+        cur = (cur + 1) // 2 + (i % 2)
+        padded.append((cur.astype(np.int32), int(cur.sum()) + nb + 3))
+    for name, steps in (("halving", halving), ("padded+slack", padded),
+                        ("JaggedStep", [JaggedStep(c, w) for c, w in halving[:4]])):
+        first = _layer(F, ne, de, rc, int(rc.sum()) + 7, seed=len(steps))
+        want = build_jagged_pyramid(first, steps, backend="cpu")[1:]
+        launchers = HostLaunchers(lib)
+        got = _fused_jagged_steps(first, [(c, w) for c, w in steps], xp=np, kernels=launchers)
+        widths = [w for _, w in steps]
+        chunked, tail = gkr_jagged_plan(widths)
+        assert launchers.calls.count("chunk") == chunked // C
+        assert launchers.calls.count("transition") == tail - chunked
+        if name == "halving":
+            assert chunked >= C and tail < len(steps)  # all three launch kinds exercised
+            assert 2 * len(launchers.calls) - launchers.calls.count("tail") \
+                == gkr_jagged_launches(widths)
+        assert len(got) == len(want), name
+        for l, (g, w) in enumerate(zip(got, want)):
+            assert np.array_equal(g.row_counts, w.row_counts)
+            for a, b in zip(g.mles, w.mles):
+                np.testing.assert_array_equal(a, b, err_msg=f"{name} layer {l}")
+

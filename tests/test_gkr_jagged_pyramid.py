@@ -8,8 +8,9 @@
   empty segments, saturated segments, slack widths and padded counts,
   ``nb = 1`` and schedules longer than one launch.
 * The plan: which steps the tail takes, constants shared with gkr.cu.
-* GPU: fused vs two launches per transition vs CPU, host and device
-  schedules (the device one without synchronizing).
+* GPU: the fused pyramid (three-step chunks of wide steps, see
+  test_gkr_jagged_chunk.py, then the tail) vs two launches per transition vs
+  CPU, host and device schedules (the device one without synchronizing).
 """
 import ctypes
 
@@ -17,9 +18,11 @@ import numpy as np
 import pytest
 
 from cuda_host import compile_host, ptr
+from gkr_cases import random_jagged_layer
 from zorch_nb import BabyBear, KoalaBear
 from zorch_nb.kernels.launch_config import (GKR_JAGGED_TAIL_SLOTS, GKR_MAX_TAIL,
-                                            GKR_TAIL_THREADS, gkr_jagged_tail_start)
+                                            GKR_TAIL_THREADS, gkr_jagged_launches,
+                                            gkr_jagged_plan, gkr_jagged_tail_start)
 from zorch_nb.logup_gkr import (JaggedGkrLayer, JaggedStep, build_jagged_pyramid,
                                 halving_schedule)
 
@@ -48,16 +51,7 @@ extern "C" unsigned int host_tail_desc_words() { return sizeof(zorch_gkr_tail) /
 """
 
 
-def _layer(F, ne, de, counts, width, seed):
-    """A jagged layer with random live rows and zero dead slots."""
-    counts = np.asarray(counts, np.int32)
-    live = int(counts.sum())
-    mles = []
-    for i, e in enumerate((ne, ne, de, de)):
-        x = (F.ext if e else F).random(width, seed=seed + i)
-        x[live:] = 0
-        mles.append(x)
-    return JaggedGkrLayer(*mles, counts, F)
+_layer = random_jagged_layer
 
 
 def _host_tail(lib, layer, steps, nthreads):
@@ -156,15 +150,16 @@ def _launches_2_26():
     while counts.max() > 1 or counts.min() == 0:
         counts = np.maximum((counts + 1) // 2, 1)
         widths.append(int(counts.sum()))
-    start = gkr_jagged_tail_start(widths)
-    tail = len(widths) - start
-    return 2 * len(widths), 2 * start + -(-tail // GKR_MAX_TAIL)
+    return 2 * len(widths), gkr_jagged_launches(widths), widths
 
 
 def test_launch_count_of_the_bench_pyramid():
-    per_layer, fused = _launches_2_26()
-    assert fused < per_layer
-    assert per_layer - fused >= 3  # at least the last two layers join the tail
+    per_layer, fused, widths = _launches_2_26()
+    chunked, start = gkr_jagged_plan(widths)
+    assert len(widths) - start >= 2  # at least the last two layers join the tail
+    assert chunked >= 9  # the widest layers run three per launch
+    assert fused == 2 * chunked // 3 + 2 * (start - chunked) + 1
+    assert fused <= per_layer // 2
 
 
 def test_fused_true_needs_cupy():
@@ -183,7 +178,7 @@ def test_fused_true_needs_cupy():
 @pytest.mark.parametrize("device_schedule", [False, True], ids=["host", "device"])
 @pytest.mark.parametrize("ne,de", MODES)
 @pytest.mark.parametrize("F", [KoalaBear, BabyBear], ids=["koalabear", "babybear"])
-def test_gpu_fused_tail_equals_per_layer_and_cpu(F, ne, de, device_schedule):
+def test_gpu_fused_pyramid_equals_per_layer_and_cpu(F, ne, de, device_schedule):
     import cupy
     import cupyx
     rng = np.random.default_rng(11)
@@ -193,6 +188,12 @@ def test_gpu_fused_tail_equals_per_layer_and_cpu(F, ne, de, device_schedule):
     probe = JaggedGkrLayer(*[np.zeros(int(big.sum()), np.uint32)] * 4, big)
     cases.append(("wide head", big, int(big.sum()),
                   [(s.row_counts, s.width) for s in halving_schedule(probe)]))
+    # many wide steps: three-step chunks, then single steps, then the tail
+    wide = rng.integers(0, 40 * GKR_JAGGED_TAIL_SLOTS // 64, 64).astype(np.int32)
+    wide[5] = 0
+    probe = JaggedGkrLayer(*[np.zeros(int(wide.sum()), np.uint32)] * 4, wide)
+    cases.append(("wide chunks", wide, int(wide.sum()) + 9,
+                  [(s.row_counts, s.width + 3) for s in halving_schedule(probe)]))
     for name, rc, width, steps in cases:
         host = _layer(F, ne, de, rc, width, seed=3)
         want = build_jagged_pyramid(host, steps, backend="cpu")

@@ -171,10 +171,12 @@ def rows(n, backend, repeat, xp, timer, sync):
     row = Row(f"jagged pyramid base/ext ({JAGGED_SEGMENTS} seg.)", backend, n, t, compulsory,
               float("nan"))
     row.extra["layers"] = len(schedule)
-    if backend == "cupy":  # two launches per step, then one per GKR_MAX_TAIL tail layers
-        from .kernels.launch_config import GKR_MAX_TAIL, gkr_jagged_tail_start
-        start = gkr_jagged_tail_start([s.width for s in schedule])
-        row.extra["launches"] = 2 * start + -(-(len(schedule) - start) // GKR_MAX_TAIL)
+    if backend == "cupy":  # chunks of wide steps, single wide steps, the one-block tail
+        from .kernels.launch_config import gkr_jagged_launches, gkr_jagged_plan
+        widths = [s.width for s in schedule]
+        chunked, start = gkr_jagged_plan(widths)
+        row.extra["launches"] = gkr_jagged_launches(widths)
+        row.extra["chunked_layers"] = chunked
         row.extra["fused_tail_layers"] = len(schedule) - start
     out.append(row)
     del jfirst

@@ -595,13 +595,16 @@ def build_jagged_pyramid(first: JaggedGkrLayer, schedules, *,
         :func:`halving_schedule`.
     backend : {None, "cpu", "cupy", "numba"}, optional
     fused : bool, optional
-        CuPy arrays on the ``"cupy"`` backend only: the last steps whose
-        output widths are all at most ``GKR_JAGGED_TAIL_SLOTS``
-        (:mod:`~zorch_nb.kernels.launch_config`) run in one launch of one
-        block instead of two launches per step; host and device schedules
-        alike, without a device->host synchronization.  ``None`` (default)
-        fuses where it applies; ``False`` forces two launches per step.  Both
-        give identical bytes.
+        CuPy arrays on the ``"cupy"`` backend only: the wide steps run
+        ``GKR_JAGGED_CHUNK`` (3) at a time in one fused launch each -- every
+        thread computes a slot of the third layer from its 8 leaves and writes
+        the nodes in between, so intermediate layers are never read back --
+        and the last steps whose output widths are all at most
+        ``GKR_JAGGED_TAIL_SLOTS`` (:mod:`~zorch_nb.kernels.launch_config`)
+        run in one launch of one block.  Host and device schedules alike,
+        every step checked before the first launch, without a device->host
+        synchronization.  ``None`` (default) fuses where it applies;
+        ``False`` forces two launches per step.  Both give identical bytes.
 
     Returns
     -------
@@ -617,47 +620,36 @@ def build_jagged_pyramid(first: JaggedGkrLayer, schedules, *,
     """
     _require(first, JaggedGkrLayer, "first")
     steps = [_step(entry, i) for i, entry in enumerate(schedules)]
-    start = len(steps)
     if fused is None or fused:
         kind, run = _backend.resolve(dict(zip(_MLE_NAMES, first.mles)), backend)
         if kind == "cupy" and run == "cupy":
-            start = _jagged_tail_start(first, steps)
-        elif fused:
+            return [first] + _fused_jagged_steps(first, steps)
+        if fused:
             raise ValueError("fused=True needs CuPy arrays and the 'cupy' backend; use "
                              "fused=None to fall back to two launches per transition")
     layers = [first]
-    for counts, width in steps[:start]:
+    for counts, width in steps:
         layers.append(jagged_layer_transition(layers[-1], counts, width, backend=backend))
-    if start < len(steps):
-        layers += _fused_jagged_tail(layers[-1], steps[start:])
     return layers
 
 
-def _jagged_tail_start(first: JaggedGkrLayer, steps) -> int:
-    """Index of the first step the fused tail runs (widths are host integers).
+def _fused_jagged_steps(layer: JaggedGkrLayer, steps, xp=None, kernels=None) -> list:
+    """The layers of ``steps`` from ``layer`` on the GPU, fused (CuPy data).
 
-    A step without a width takes the sum of its host counts; device counts
-    always come with a width (checked again when the step runs).
+    Every step is checked and every layer allocated before the first launch;
+    host counts travel in one H2D copy; nothing is read back.  Launches follow
+    :func:`~zorch_nb.kernels.launch_config.gkr_jagged_plan`: wide steps
+    ``GKR_JAGGED_CHUNK`` at a time, the rest of the wide steps one at a time,
+    the small tail in one block.  ``xp`` / ``kernels`` default to CuPy and
+    ``kernels/gkr_cupy.py``; the host tests pass NumPy and launchers that run
+    the kernels' serial twins, so this orchestration is checked without a GPU.
     """
-    widths = []
-    for counts, width in steps:
-        if width is None and not _is_device(counts):
-            try:
-                width = int(np.asarray(counts, dtype=np.int64).sum())
-            except (TypeError, ValueError):  # malformed: the per-layer path raises the error
-                width = None
-        ok = isinstance(width, (int, np.integer)) and not isinstance(width, bool)
-        widths.append(int(width) if ok else _INT32_MAX)
-    from .kernels.launch_config import gkr_jagged_tail_start
-    return gkr_jagged_tail_start(widths)
-
-
-def _fused_jagged_tail(layer: JaggedGkrLayer, steps) -> list:
-    """The layers of ``steps`` from ``layer`` in one launch (CuPy data)."""
-    xp = _backend.get_xp("cupy")
+    from .kernels.launch_config import GKR_JAGGED_CHUNK, gkr_jagged_plan
+    xp = _backend.get_xp("cupy") if xp is None else xp
+    kind = "numpy" if xp is np else "cupy"
     checked, rc = [], layer.row_counts
-    for counts, width in steps:  # all checks before the launch
-        orc, width = _check_step(rc, "cupy", counts, width)
+    for counts, width in steps:  # all checks before the first launch
+        orc, width = _check_step(rc, kind, counts, width)
         checked.append((orc, width))
         rc = orc
     # Host counts (the input's and any host step's) travel in one H2D copy.
@@ -683,10 +675,25 @@ def _fused_jagged_tail(layer: JaggedGkrLayer, steps) -> list:
         out_layers.append(_trusted(JaggedGkrLayer, *outs, orc, layer.field))
         n_ext = n_ext or d_ext  # later layers: numerators extension if any input was
         exts = (n_ext, n_ext, d_ext, d_ext)
-    ins = [xp.ascontiguousarray(xp.asarray(x)) for x in layer.mles]
-    prefix = xp.empty(2 * nb, dtype=np.int64)
-    _backend.kernels_for("cupy", "gkr").jagged_tail(rc_dev, prefix, ins, kernel_steps,
-                                                   layer.field.params)
+    src = [xp.ascontiguousarray(xp.asarray(x)) for x in layer.mles]
+    prefix = xp.empty((GKR_JAGGED_CHUNK + 1) * nb, dtype=np.int64)  # enough for every launch
+    kernels = _backend.kernels_for("cupy", "gkr") if kernels is None else kernels
+    params = layer.field.params
+    chunked, tail = gkr_jagged_plan([w for _, w in checked])
+    i = 0
+    while i < tail:
+        if i < chunked:
+            kernels.jagged_chunk(rc_dev, prefix, src, kernel_steps[i:i + GKR_JAGGED_CHUNK],
+                                 params)
+            i += GKR_JAGGED_CHUNK
+        else:
+            orc_dev, outs = kernel_steps[i]
+            kernels.jagged_transition(rc_dev, orc_dev, prefix[:2 * nb].reshape(2, nb), *src,
+                                      *outs, params)
+            i += 1
+        rc_dev, src = kernel_steps[i - 1]
+    if tail < len(steps):
+        kernels.jagged_tail(rc_dev, prefix[:2 * nb], src, kernel_steps[tail:], params)
     return out_layers
 
 
