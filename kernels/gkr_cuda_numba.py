@@ -14,6 +14,11 @@ backend: each block carries a tile of slots down through up to
 the launch plan of :func:`~.launch_config.gkr_pyramid_plan` (3 launches for
 2**26 leaves instead of 26).
 
+A jagged pyramid's steps run ``GKR_JAGGED_CHUNK`` (3) at a time
+(:func:`jagged_chunk`), as on the CuPy backend: thread ``q`` computes the
+8-leaf subtree of slot ``q`` of the third layer and stores every node
+below it, so intermediate layers are never read back.
+
 The jagged prefix sums are computed on the device by a one-block kernel when
 the counts live there (no device->host synchronization), and on the host when
 they are host arrays.  Importing this module requires numba-cuda (or
@@ -26,10 +31,11 @@ from numba import cuda
 
 from .field_cuda_numba import as_device
 from .field_params import kernel_words
-from .gkr_scalar import MODE_BB, make_node_functions, make_slot_functions, mode_of
-from .launch_config import (GKR_MAX_FUSED, GKR_NUMBA_SCAN_THREADS, GKR_PYRAMID_THREADS,
-                            GKR_TILE_SLOTS_BASE, GKR_TILE_SLOTS_EXT, THREADS_PER_BLOCK,
-                            gkr_pyramid_plan, grid_for)
+from .gkr_scalar import (MODE_BB, MODE_BE, MODE_EB, frac_bb, frac_be, frac_eb, frac_ee,
+                         make_node_functions, make_slot_functions, mode_of)
+from .launch_config import (GKR_JAGGED_CHUNK, GKR_MAX_FUSED, GKR_NUMBA_SCAN_THREADS,
+                            GKR_PYRAMID_THREADS, GKR_TILE_SLOTS_BASE, GKR_TILE_SLOTS_EXT,
+                            THREADS_PER_BLOCK, gkr_pyramid_plan, grid_for)
 
 _dense_slot, _jagged_slot, _find_segment = make_slot_functions(cuda.jit(device=True))
 _fold_node, _ = make_node_functions(cuda.jit(device=True))
@@ -260,4 +266,193 @@ def pyramid_dense(first, buffers, f):
         start += k
         src = _layer_views(dev[start - 1], 2 * half, out_mode)  # the next launch's input
         mode = out_mode
+    copy_back()
+
+
+# ---- fused jagged chunk (the twin of zorch_gkr_jagged_chunk in cuda/gkr.cu) ----
+
+@cuda.jit(device=True)
+def _fold16(mode, a0, a1, a2, a3, b0, b1, b2, b3, c0, c1, c2, c3, e0, e1, e2, e3, p, mu, wm):
+    """Fraction sum ``a/c + b/e`` in ``mode`` as 8 words ``(N_0..N_3, D_0..D_3)``.
+
+    Operands are four words each (base values in the first); unused output
+    words are 0.
+    """
+    z = np.uint32(0)
+    if mode == MODE_BB:
+        r = frac_bb(a0, b0, c0, e0, p, mu)
+        return r[0], z, z, z, r[1], z, z, z
+    if mode == MODE_BE:
+        return frac_be(a0, b0, c0, c1, c2, c3, e0, e1, e2, e3, p, mu, wm)
+    if mode == MODE_EB:
+        r = frac_eb(a0, a1, a2, a3, b0, b1, b2, b3, c0, e0, p, mu)
+        return r[0], r[1], r[2], r[3], r[4], z, z, z
+    return frac_ee(a0, a1, a2, a3, b0, b1, b2, b3, c0, c1, c2, c3, e0, e1, e2, e3, p, mu, wm)
+
+
+@cuda.jit(device=True)
+def _row_segment(prefix, r, q):
+    """First ``s`` with ``prefix[r, s] > q`` (clamped to ``nb - 1``), by binary search."""
+    lo = 0
+    hi = prefix.shape[1] - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if prefix[r, mid] > q:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+@cuda.jit
+def _chunk_scan_kernel(cnts, prefix):
+    # One block; thread r < 4 scans count row r serially (nb is small next to
+    # the layers, and this runs once per three transitions).
+    r = cuda.threadIdx.x
+    if r < len(cnts):
+        acc = np.int64(0)
+        row = cnts[r]
+        for i in range(row.shape[0]):
+            acc += np.int64(row[i])
+            prefix[r, i] = acc
+
+
+@functools.lru_cache(maxsize=None)
+def _chunk_kernel(mode):
+    """Fused jagged chunk kernel for input ``mode`` (compiled on first use).
+
+    Thread item ``g``: zero-fills slot ``g`` of every output layer where it is
+    dead, and when ``g`` is a live slot of layer 3 (position ``j`` of
+    segment ``s``) computes its subtree depth first: ``F_l(i)`` is the
+    fraction sum of node ``i`` of layer ``l`` of the segment when ``i`` is
+    below the layer's count and the neutral fraction 0/1 otherwise; node
+    ``i`` of layer ``l >= 1`` holds ``F_{l-1}(2i), F_{l-1}(2i+1)`` and is
+    stored at its slot.  See ``zorch_gkr_jagged_chunk`` in cuda/gkr.cu for
+    why this equals three jagged transitions byte for byte.
+    """
+    out_mode = mode_of(mode != MODE_BB, mode & 1)
+    nw = 1 if out_mode == MODE_BB else 4  # words per output numerator
+    dw = 4 if mode & 1 else 1  # words per denominator
+    in_nw = 4 if mode >> 1 else 1
+
+    @cuda.jit(device=True)
+    def word(a, i, k, w):
+        # word k of element i of a flat MLE with w words per element (0 past w)
+        if k < w:
+            return a[i * np.uint64(w) + np.uint64(k)]
+        return np.uint32(0)
+
+    @cuda.jit(device=True)
+    def leaf(cnts, prefix, s, i, n0, n1, d0, d1, p, mu, wm, one):
+        # F_0(i): the fold of input node i of segment s, or neutral
+        z = np.uint32(0)
+        cnt = np.int64(cnts[0][s])
+        if i >= cnt:
+            return z, z, z, z, one, z, z, z
+        e = np.uint64(prefix[0, s] - cnt + i)
+        return _fold16(mode, word(n0, e, 0, in_nw), word(n0, e, 1, in_nw), word(n0, e, 2, in_nw),
+                       word(n0, e, 3, in_nw), word(n1, e, 0, in_nw), word(n1, e, 1, in_nw),
+                       word(n1, e, 2, in_nw), word(n1, e, 3, in_nw), word(d0, e, 0, dw),
+                       word(d0, e, 1, dw), word(d0, e, 2, dw), word(d0, e, 3, dw),
+                       word(d1, e, 0, dw), word(d1, e, 1, dw), word(d1, e, 2, dw),
+                       word(d1, e, 3, dw), p, mu, wm)
+
+    @cuda.jit(device=True)
+    def store(c0, c1, gn0, gn1, gd0, gd1, k):
+        # node (c0, c1) at slot k of a layer in out_mode
+        for w in range(nw):
+            gn0[k * np.uint64(nw) + np.uint64(w)] = c0[w]
+            gn1[k * np.uint64(nw) + np.uint64(w)] = c1[w]
+        for w in range(dw):
+            gd0[k * np.uint64(dw) + np.uint64(w)] = c0[4 + w]
+            gd1[k * np.uint64(dw) + np.uint64(w)] = c1[4 + w]
+
+    @cuda.jit(device=True)
+    def node_value(c0, c1, p, mu, wm):
+        # F of a stored node: its children's fraction sum (out_mode)
+        return _fold16(out_mode, c0[0], c0[1], c0[2], c0[3], c1[0], c1[1], c1[2], c1[3],
+                       c0[4], c0[5], c0[6], c0[7], c1[4], c1[5], c1[6], c1[7], p, mu, wm)
+
+    @cuda.jit(device=True)
+    def value1(cnts, prefix, s, i, n0, n1, d0, d1, outs, p, mu, wm, one):
+        z = np.uint32(0)
+        cnt = np.int64(cnts[1][s])
+        if i >= cnt:
+            return z, z, z, z, one, z, z, z
+        c0 = leaf(cnts, prefix, s, 2 * i, n0, n1, d0, d1, p, mu, wm, one)
+        c1 = leaf(cnts, prefix, s, 2 * i + 1, n0, n1, d0, d1, p, mu, wm, one)
+        store(c0, c1, outs[0], outs[1], outs[2], outs[3], np.uint64(prefix[1, s] - cnt + i))
+        return node_value(c0, c1, p, mu, wm)
+
+    @cuda.jit(device=True)
+    def value2(cnts, prefix, s, i, n0, n1, d0, d1, outs, p, mu, wm, one):
+        z = np.uint32(0)
+        cnt = np.int64(cnts[2][s])
+        if i >= cnt:
+            return z, z, z, z, one, z, z, z
+        c0 = value1(cnts, prefix, s, 2 * i, n0, n1, d0, d1, outs, p, mu, wm, one)
+        c1 = value1(cnts, prefix, s, 2 * i + 1, n0, n1, d0, d1, outs, p, mu, wm, one)
+        store(c0, c1, outs[4], outs[5], outs[6], outs[7], np.uint64(prefix[2, s] - cnt + i))
+        return node_value(c0, c1, p, mu, wm)
+
+    @cuda.jit(device=True)
+    def dead_fill(outs, base, g):
+        z = np.uint32(0)
+        dead = (z, z, z, z, z, z, z, z)
+        store(dead, dead, outs[base], outs[base + 1], outs[base + 2], outs[base + 3], g)
+
+    @cuda.jit
+    def chunk(cnts, prefix, n0, n1, d0, d1, outs, items, p, mu, wm, one):
+        nb = prefix.shape[1]
+        start, stride = cuda.grid(1), cuda.gridsize(1)
+        for g in range(start, items, stride):
+            q = np.int64(g)
+            gg = np.uint64(g)
+            # dead slots of each output layer (its width is its numerator length)
+            if q >= prefix[1, nb - 1] and q < outs[0].shape[0] // nw:
+                dead_fill(outs, 0, gg)
+            if q >= prefix[2, nb - 1] and q < outs[4].shape[0] // nw:
+                dead_fill(outs, 4, gg)
+            if q >= prefix[3, nb - 1] and q < outs[8].shape[0] // nw:
+                dead_fill(outs, 8, gg)
+            if q < prefix[3, nb - 1]:
+                s = _row_segment(prefix, 3, q)
+                cnt = np.int64(cnts[3][s])
+                j = q - (prefix[3, s] - cnt)
+                c0 = value2(cnts, prefix, s, 2 * j, n0, n1, d0, d1, outs, p, mu, wm, one)
+                c1 = value2(cnts, prefix, s, 2 * j + 1, n0, n1, d0, d1, outs, p, mu, wm, one)
+                store(c0, c1, outs[8], outs[9], outs[10], outs[11], gg)
+
+    return chunk
+
+
+def jagged_chunk(rc, prefix, first, steps, f):
+    """``GKR_JAGGED_CHUNK`` jagged transitions in one fused launch (plus one scan).
+
+    Same contract as :func:`.gkr_cupy.jagged_chunk`: ``steps[l]`` =
+    ``(orc, (on0, on1, od0, od1))`` of layer ``l + 1``; ``prefix`` int64
+    scratch of at least ``(GKR_JAGGED_CHUNK + 1) * nb``.  Host counts are
+    scanned on the host; device counts by a one-block kernel (no sync).
+    """
+    assert len(steps) == GKR_JAGGED_CHUNK == 3  # the kernel's depth is written out for 3
+    p, mu, wm, one = _consts(f)
+    nb = rc.shape[0]
+    counts = [rc] + [orc for orc, _ in steps]
+    rows = prefix.reshape(-1)[:(GKR_JAGGED_CHUNK + 1) * nb].reshape(GKR_JAGGED_CHUNK + 1, nb)
+    if all(isinstance(c, np.ndarray) for c in counts):
+        for r, c in enumerate(counts):
+            np.cumsum(c, dtype=np.int64, out=rows[r])
+        d_rows = as_device(rows)
+        d_counts = tuple(as_device(c) for c in counts)
+    else:
+        d_counts = tuple(as_device(c) for c in counts)
+        d_rows = as_device(rows)
+        _chunk_scan_kernel[1, 32](d_counts, d_rows)
+    mode = mode_of(first[0].ndim == 2, first[2].ndim == 2)
+    outs = [o for _, layer in steps for o in layer]
+    d_outs, copy_back = _outputs(outs)
+    items = max(layer[0].shape[0] for _, layer in steps)
+    _chunk_kernel(mode)[grid_for(items), THREADS_PER_BLOCK](
+        d_counts, d_rows, *(as_device(_flat(x)) for x in first), tuple(d_outs),
+        np.int64(items), p, mu, wm, one)
     copy_back()

@@ -90,16 +90,17 @@ def gkr_jagged_tail_start(widths) -> int:
 GKR_JAGGED_CHUNK = 3
 
 
-def gkr_jagged_plan(widths) -> tuple:
+def gkr_jagged_plan(widths, tail: bool = True) -> tuple:
     """Launch plan of a fused jagged pyramid on the GPU: ``(chunked, tail_start)``.
 
     ``widths`` are the output widths of the steps.  Steps ``[0, chunked)``
     run ``GKR_JAGGED_CHUNK`` per fused launch (plus one scan launch each),
     steps ``[chunked, tail_start)`` one transition per launch pair (the
     fewer than ``GKR_JAGGED_CHUNK`` narrowest wide steps), and steps
-    ``[tail_start, len(widths))`` in the one-block tail.
+    ``[tail_start, len(widths))`` in the one-block tail.  ``tail=False``
+    (a backend without the tail kernel: Numba-CUDA) chunks every step it can.
     """
-    start = gkr_jagged_tail_start(widths)
+    start = gkr_jagged_tail_start(widths) if tail else len(widths)
     return start - start % GKR_JAGGED_CHUNK, start
 
 

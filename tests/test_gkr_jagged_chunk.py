@@ -243,3 +243,26 @@ def test_fused_pyramid_orchestration_on_host(ne, de):
             for a, b in zip(g.mles, w.mles):
                 np.testing.assert_array_equal(a, b, err_msg=f"{name} layer {l}")
 
+
+
+@pytest.mark.cudasim
+@pytest.mark.parametrize("ne,de", MODES)
+def test_numba_fused_jagged_pyramid_matches_cpu(ne, de):
+    """Numba-CUDA: every step in three-step chunks (simulator in CI)."""
+    F = KoalaBear if ne == de else BabyBear
+    rng = np.random.default_rng(41 + 2 * ne + de)
+    for nb in (1, 8):
+        for name, rc, width, steps in _cases(nb, rng):
+            first = _layer(F, ne, de, rc, width, seed=nb)
+            keep = [x.copy() for x in first.mles]
+            want = build_jagged_pyramid(first, steps, backend="cpu")
+            extras = ([], [(steps[-1][0], steps[-1][1])]) if nb == 8 else ([],)
+            for extra in extras:  # a multiple of 3 steps, and one more (a single transition)
+                got = build_jagged_pyramid(first, steps + extra, backend="numba", fused=True)
+                assert len(got) == len(want) + len(extra)
+                for l, (g, w) in enumerate(zip(got, want)):
+                    for a, b in zip(g.mles, w.mles):
+                        assert type(a) is np.ndarray
+                        np.testing.assert_array_equal(a, b, err_msg=f"{name} nb={nb} layer {l}")
+            for x, y in zip(keep, first.mles):
+                np.testing.assert_array_equal(x, y)  # input untouched

@@ -80,10 +80,15 @@ SCRIPT = textwrap.dedent(r'''
                 lg.build_pyramid(lg.GkrLayer(*mles, 1, F), backend="numba")
                 layer = lg.JaggedGkrLayer(*mles, [5, 3, 0, 8], F)
                 lg.jagged_layer_transition(layer, [3, 2, 1, 4], backend="numba")
+                # fused jagged chunk (three steps in one launch)
+                lg.build_jagged_pyramid(layer, [[3, 2, 1, 4], [2, 1, 1, 2], [1, 1, 1, 1]],
+                                        backend="numba")
     # The device-side prefix sums run only for device schedules: compile directly.
     t = numba.types
     cuda.compile_ptx(gkr_cuda_numba._prefix_kernel.py_func,
                      (t.int32[::1], t.int32[::1], t.int64[:, ::1]), cc=(9, 0))
+    cuda.compile_ptx(gkr_cuda_numba._chunk_scan_kernel.py_func,
+                     (t.UniTuple(t.int32[::1], 4), t.int64[:, ::1]), cc=(9, 0))
     print("compiled", len(compiled) + 1, "kernel signatures")
     kernels = sorted({k[1] + "." + k[2] for k in compiled})
     print("\n".join(kernels))

@@ -595,13 +595,15 @@ def build_jagged_pyramid(first: JaggedGkrLayer, schedules, *,
         :func:`halving_schedule`.
     backend : {None, "cpu", "cupy", "numba"}, optional
     fused : bool, optional
-        CuPy arrays on the ``"cupy"`` backend only: the wide steps run
+        GPU backends only (CuPy arrays on ``"cupy"``; any arrays on
+        ``"numba"``): the wide steps run
         ``GKR_JAGGED_CHUNK`` (3) at a time in one fused launch each -- every
         thread computes a slot of the third layer from its 8 leaves and writes
         the nodes in between, so intermediate layers are never read back --
         and the last steps whose output widths are all at most
         ``GKR_JAGGED_TAIL_SLOTS`` (:mod:`~zorch_nb.kernels.launch_config`)
-        run in one launch of one block.  Host and device schedules alike,
+        run in one launch of one block (CuPy; Numba-CUDA chunks them too).
+        Host and device schedules alike,
         every step checked before the first launch, without a device->host
         synchronization.  ``None`` (default) fuses where it applies;
         ``False`` forces two launches per step.  Both give identical bytes.
@@ -622,11 +624,13 @@ def build_jagged_pyramid(first: JaggedGkrLayer, schedules, *,
     steps = [_step(entry, i) for i, entry in enumerate(schedules)]
     if fused is None or fused:
         kind, run = _backend.resolve(dict(zip(_MLE_NAMES, first.mles)), backend)
-        if kind == "cupy" and run == "cupy":
-            return [first] + _fused_jagged_steps(first, steps)
+        if (kind == "cupy" and run == "cupy") or run == "numba":
+            return [first] + _fused_jagged_steps(first, steps, _backend.get_xp(kind),
+                                                 _backend.kernels_for(run, "gkr"))
         if fused:
-            raise ValueError("fused=True needs CuPy arrays and the 'cupy' backend; use "
-                             "fused=None to fall back to two launches per transition")
+            raise ValueError("fused=True needs a GPU backend (CuPy arrays on 'cupy', or "
+                             "'numba'); use fused=None to fall back to two launches per "
+                             "transition")
     layers = [first]
     for counts, width in steps:
         layers.append(jagged_layer_transition(layers[-1], counts, width, backend=backend))
@@ -640,9 +644,12 @@ def _fused_jagged_steps(layer: JaggedGkrLayer, steps, xp=None, kernels=None) -> 
     host counts travel in one H2D copy; nothing is read back.  Launches follow
     :func:`~zorch_nb.kernels.launch_config.gkr_jagged_plan`: wide steps
     ``GKR_JAGGED_CHUNK`` at a time, the rest of the wide steps one at a time,
-    the small tail in one block.  ``xp`` / ``kernels`` default to CuPy and
-    ``kernels/gkr_cupy.py``; the host tests pass NumPy and launchers that run
-    the kernels' serial twins, so this orchestration is checked without a GPU.
+    the small tail in one block (on backends with a tail kernel; Numba-CUDA
+    chunks every step it can).  ``xp`` / ``kernels`` default to CuPy and
+    ``kernels/gkr_cupy.py``; the Numba-CUDA backend passes its own launchers
+    (NumPy data is copied to the device per launch: the simulator's path),
+    and the host tests pass NumPy and launchers that run the CUDA C kernels'
+    serial twins, so this orchestration is checked without a GPU.
     """
     from .kernels.launch_config import GKR_JAGGED_CHUNK, gkr_jagged_plan
     xp = _backend.get_xp("cupy") if xp is None else xp
@@ -679,7 +686,7 @@ def _fused_jagged_steps(layer: JaggedGkrLayer, steps, xp=None, kernels=None) -> 
     prefix = xp.empty((GKR_JAGGED_CHUNK + 1) * nb, dtype=np.int64)  # enough for every launch
     kernels = _backend.kernels_for("cupy", "gkr") if kernels is None else kernels
     params = layer.field.params
-    chunked, tail = gkr_jagged_plan([w for _, w in checked])
+    chunked, tail = gkr_jagged_plan([w for _, w in checked], hasattr(kernels, "jagged_tail"))
     i = 0
     while i < tail:
         if i < chunked:
