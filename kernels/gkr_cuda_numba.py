@@ -343,7 +343,7 @@ def _chunk_kernel(mode):
         return np.uint32(0)
 
     @cuda.jit(device=True)
-    def leaf(cnts, prefix, s, i, n0, n1, d0, d1, p, mu, wm, one):
+    def leaf(cnts, prefix, s, i, n0, n1, d0, d1, outs, p, mu, wm, one):
         # F_0(i): the fold of input node i of segment s, or neutral
         z = np.uint32(0)
         cnt = np.int64(cnts[0][s])
@@ -373,27 +373,23 @@ def _chunk_kernel(mode):
         return _fold16(out_mode, c0[0], c0[1], c0[2], c0[3], c1[0], c1[1], c1[2], c1[3],
                        c0[4], c0[5], c0[6], c0[7], c1[4], c1[5], c1[6], c1[7], p, mu, wm)
 
-    @cuda.jit(device=True)
-    def value1(cnts, prefix, s, i, n0, n1, d0, d1, outs, p, mu, wm, one):
-        z = np.uint32(0)
-        cnt = np.int64(cnts[1][s])
-        if i >= cnt:
-            return z, z, z, z, one, z, z, z
-        c0 = leaf(cnts, prefix, s, 2 * i, n0, n1, d0, d1, p, mu, wm, one)
-        c1 = leaf(cnts, prefix, s, 2 * i + 1, n0, n1, d0, d1, p, mu, wm, one)
-        store(c0, c1, outs[0], outs[1], outs[2], outs[3], np.uint64(prefix[1, s] - cnt + i))
-        return node_value(c0, c1, p, mu, wm)
+    def level(child, r):
+        # F_r(i) for output layer r (1 or 2): node i from child = F_{r-1},
+        # stored at its slot of layer r (outs[4 (r - 1) ...]), then folded.
+        @cuda.jit(device=True)
+        def value(cnts, prefix, s, i, n0, n1, d0, d1, outs, p, mu, wm, one):
+            z = np.uint32(0)
+            cnt = np.int64(cnts[r][s])
+            if i >= cnt:
+                return z, z, z, z, one, z, z, z
+            c0 = child(cnts, prefix, s, 2 * i, n0, n1, d0, d1, outs, p, mu, wm, one)
+            c1 = child(cnts, prefix, s, 2 * i + 1, n0, n1, d0, d1, outs, p, mu, wm, one)
+            store(c0, c1, outs[4 * r - 4], outs[4 * r - 3], outs[4 * r - 2], outs[4 * r - 1],
+                  np.uint64(prefix[r, s] - cnt + i))
+            return node_value(c0, c1, p, mu, wm)
+        return value
 
-    @cuda.jit(device=True)
-    def value2(cnts, prefix, s, i, n0, n1, d0, d1, outs, p, mu, wm, one):
-        z = np.uint32(0)
-        cnt = np.int64(cnts[2][s])
-        if i >= cnt:
-            return z, z, z, z, one, z, z, z
-        c0 = value1(cnts, prefix, s, 2 * i, n0, n1, d0, d1, outs, p, mu, wm, one)
-        c1 = value1(cnts, prefix, s, 2 * i + 1, n0, n1, d0, d1, outs, p, mu, wm, one)
-        store(c0, c1, outs[4], outs[5], outs[6], outs[7], np.uint64(prefix[2, s] - cnt + i))
-        return node_value(c0, c1, p, mu, wm)
+    value2 = level(level(leaf, 1), 2)
 
     @cuda.jit(device=True)
     def dead_fill(outs, base, g):
