@@ -5,12 +5,14 @@
 #     . .whl/env.sh && bash benchmarks/gpu_run.sh
 # Results come back under $OUT: gpu_tests.log, gpu_tests.xml, gpu_bench.json,
 # gpu_bench.png, gpu_bench.log, ptxas.txt, env.txt.  Copy them to
-# benchmarks/results/ as gpu-<date>.json / .png.  About 5 minutes in all:
-# the tests include the fused-pyramid checks (tests/test_gkr_pyramid.py: fused
-# vs per-layer vs CPU, aligned and offset data, no synchronization); the
-# bench measures every row of issue 6 at 2^26 on the cupy and numba backends
-# (dense folds, jagged transitions, fused pyramids, dispatch at 2^10, peak
-# pool memory, second-process start-up).
+# benchmarks/results/ as gpu-<date>.json / .png.  About 6 minutes in all:
+# the tests include the fused-pyramid checks on both backends
+# (tests/test_gkr_pyramid.py, test_gkr_jagged_pyramid.py,
+# test_gkr_jagged_chunk.py: fused vs per-layer vs CPU, aligned and offset
+# data, host and device schedules, no synchronization); the bench measures
+# every row of issue 6 at 2^26 on the cupy and numba backends (dense folds,
+# jagged transitions, fused pyramids with their launch counts, dispatch at
+# 2^10, peak pool memory, second-process start-up).
 set -u -o pipefail
 OUT=${OUT:-/tmp/zorch_out}
 mkdir -p "$OUT"
@@ -22,10 +24,10 @@ export PYTHONUNBUFFERED=1
 } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
 # 1) GPU tests (CuPy and Numba-CUDA on the real device), with a time cap.
-timeout 150 python3 -m pytest -m "gpu or cudasim" -q -p no:cacheprovider \
+timeout 210 python3 -m pytest -m "gpu or cudasim" -q -p no:cacheprovider \
   --junitxml="$OUT/gpu_tests.xml" tests 2>&1 | tail -40 | tee "$OUT/gpu_tests.log"
 # 2) GPU benchmark at 2^26 elements per MLE: copy roofline + every kernel.
-timeout 200 python3 -m zorch_nb bench --device gpu --sizes 26 --repeat 5 \
+timeout 240 python3 -m zorch_nb bench --device gpu --sizes 26 --repeat 5 \
   --json "$OUT/gpu_bench.json" --plot "$OUT/gpu_bench.png" 2>&1 | tee "$OUT/gpu_bench.log"
 # 3) Registers / shared memory / spills of the GKR kernels (for the note).
 if command -v nvcc >/dev/null; then

@@ -104,8 +104,8 @@ def gkr_jagged_plan(widths, tail: bool = True) -> tuple:
     return start - start % GKR_JAGGED_CHUNK, start
 
 
-def gkr_jagged_launches(widths) -> int:
+def gkr_jagged_launches(widths, tail: bool = True) -> int:
     """Kernel launches of the fused jagged pyramid of :func:`gkr_jagged_plan`."""
-    chunked, start = gkr_jagged_plan(widths)
+    chunked, start = gkr_jagged_plan(widths, tail)
     tail = len(widths) - start
     return 2 * (chunked // GKR_JAGGED_CHUNK) + 2 * (start - chunked) + -(-tail // GKR_MAX_TAIL)

@@ -171,11 +171,11 @@ def rows(n, backend, repeat, xp, timer, sync):
     row = Row(f"jagged pyramid base/ext ({JAGGED_SEGMENTS} seg.)", backend, n, t, compulsory,
               float("nan"))
     row.extra["layers"] = len(schedule)
-    if backend == "cupy":  # chunks of wide steps, single wide steps, the one-block tail
+    if backend in ("cupy", "numba"):  # chunks, single steps, the one-block tail (CuPy only)
         from .kernels.launch_config import gkr_jagged_launches, gkr_jagged_plan
-        widths = [s.width for s in schedule]
-        chunked, start = gkr_jagged_plan(widths)
-        row.extra["launches"] = gkr_jagged_launches(widths)
+        widths, tail = [s.width for s in schedule], backend == "cupy"
+        chunked, start = gkr_jagged_plan(widths, tail)
+        row.extra["launches"] = gkr_jagged_launches(widths, tail)
         row.extra["chunked_layers"] = chunked
         row.extra["fused_tail_layers"] = len(schedule) - start
     out.append(row)
