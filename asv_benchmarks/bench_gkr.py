@@ -114,7 +114,8 @@ def _counts(total):
 # ---------------------------------------------------------------------------
 
 class DenseTransition:
-    params = ([2**14, 2**18], list(MODES))
+    # 2**10: a layer this small measures the object layer's dispatch overhead
+    params = ([2**10, 2**14, 2**18], list(MODES))
     param_names = ["n", "mode"]
 
     def setup(self, n, mode):
