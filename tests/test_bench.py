@@ -37,3 +37,23 @@ def test_bench_plot_needs_matplotlib_or_draws(tmp_path):
     rows = [Row("k", "cpu", 8, 1.0, 8).finish(1.0)]
     plot(rows, Row("copy", "cpu", 8, 1.0, 8).finish(1.0), str(tmp_path / "p.png"), "t")
     assert (tmp_path / "p.png").stat().st_size > 0
+
+
+def test_a_failing_section_is_reported_not_fatal(tmp_path, monkeypatch):
+    """One broken kernel costs its rows only; the JSON keeps the rest and the error."""
+    import argparse
+
+    from zorch_nb import _bench_gkr, bench
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("planted failure")
+    monkeypatch.setattr(_bench_gkr, "_jagged_rows", broken)
+    monkeypatch.setattr(bench, "second_process", lambda backend, xp: {"backend": backend})
+    out = tmp_path / "b.json"
+    args = argparse.Namespace(device="cpu", sizes=[8], repeat=1, json=str(out), plot=None)
+    assert bench.main(args) == 1
+    report = json.loads(out.read_text())
+    assert report["errors"] == ["cpu jagged transitions: RuntimeError: planted failure"]
+    kernels = {r["kernel"] for r in report["results"]}
+    assert "dense fold base/base" in kernels and "jagged pyramid base/ext (1024 seg.)" in kernels
+    assert not any(k.startswith("jagged transition") for k in kernels)

@@ -58,11 +58,19 @@ def _nbytes(arrays) -> int:
 
 
 def jagged_counts(total: int, segments: int = JAGGED_SEGMENTS, seed: int = 3) -> np.ndarray:
-    """``segments`` random row counts (each >= 1) summing to ``total``."""
+    """``segments`` random row counts summing to ``total``.
+
+    Each count is >= 1 when the total allows it; a total smaller than that
+    (a tiny smoke-test size) gives ``total`` segments of one row and empty
+    ones after them.
+    """
     rng = np.random.default_rng(seed)
     raw = rng.random(segments) + 0.05
     counts = np.maximum(1, (raw / raw.sum() * total).astype(np.int64))
     counts[int(np.argmax(counts))] += total - int(counts.sum())
+    if counts.min() < 0:  # the clamp to 1 overshot: too few rows for the segments
+        counts = (np.arange(segments) < total).astype(np.int64)
+        counts[0] += max(0, total - segments)
     return counts.astype(np.int32)
 
 
@@ -96,35 +104,57 @@ def _galois_field():
 
 # ---------------------------------------------------------------- rows
 
-def rows(n, backend, repeat, xp, timer, sync):
-    """Every LogUp-GKR row at ``n`` leaves per MLE on ``backend``."""
-    from .bench import Row, _first_call
+def rows(n, backend, repeat, xp, timer, sync, guard=None):
+    """Every LogUp-GKR row at ``n`` leaves per MLE on ``backend``.
+
+    ``guard(what, fn)`` runs one section and returns its rows; the bench
+    passes one that records a failing section and carries on, so one broken
+    kernel costs its rows, not the whole report (GPU time is scarce).
+    """
     from ._backend import kernels_for
 
+    guard = guard or (lambda what, fn: fn())
     kern = kernels_for(backend, "gkr")
     out = []
-
-    # dense fold per mode (kernel layer, preallocated outputs)
     for name, (ne, de) in MODES.items():
-        ins = _mles(xp, ne, de, n)
-        outs = _outputs(xp, ne, de, n // 2)
-        tiny_in, tiny_out = _mles(xp, ne, de, 2), _outputs(xp, ne, de, 1)
-        first = _first_call(lambda: kern.fold_dense(*tiny_in, *tiny_out, F.params), sync)
-        t = timer(lambda: kern.fold_dense(*ins, *outs, F.params), repeat)
-        row = Row(f"dense fold {name}", backend, n, t, _nbytes(ins + outs), first)
-        if xp is np and name == "base/base":
-            _cpu_baselines(row, ins, repeat)
-            # the CPU target's figure: fold and copy timed alternately
-            from .bench import paired_cpu
-            tp, copy_gbps = paired_cpu(lambda: kern.fold_dense(*ins, *outs, F.params), n,
-                                       max(3 * repeat, 15))
-            row.extra["paired_copy_gbps"] = round(copy_gbps, 1)
-            row.extra["paired_fold_gbps"] = round(row.bytes / tp / 1e9, 1)
-            row.extra["paired_fraction"] = round(row.bytes / tp / 1e9 / copy_gbps, 3)
-        out.append(row)
-        del ins, outs
+        out += guard(f"{backend} dense fold {name}",
+                     lambda: _dense_fold_row(kern, name, ne, de, n, backend, repeat, xp, timer,
+                                             sync))
+    out += guard(f"{backend} jagged transitions",
+                 lambda: _jagged_rows(kern, n, backend, repeat, xp, timer))
+    for name in ("base/base", "base/ext"):
+        out += guard(f"{backend} dense pyramid {name}",
+                     lambda: _dense_pyramid_row(name, n, backend, repeat, xp, timer))
+    out += guard(f"{backend} jagged pyramid",
+                 lambda: _jagged_pyramid_row(n, backend, repeat, xp, timer))
+    out += guard(f"{backend} dispatch", lambda: _dispatch_row(backend, xp, sync))
+    return out
 
-    # jagged transition: 1024 segments, random counts, halving schedule
+
+def _dense_fold_row(kern, name, ne, de, n, backend, repeat, xp, timer, sync):
+    """The dense fold of one mode (kernel layer, preallocated outputs)."""
+    from .bench import Row, _first_call, paired_cpu
+    ins = _mles(xp, ne, de, n)
+    outs = _outputs(xp, ne, de, n // 2)
+    tiny_in, tiny_out = _mles(xp, ne, de, 2), _outputs(xp, ne, de, 1)
+    first = _first_call(lambda: kern.fold_dense(*tiny_in, *tiny_out, F.params), sync)
+    t = timer(lambda: kern.fold_dense(*ins, *outs, F.params), repeat)
+    row = Row(f"dense fold {name}", backend, n, t, _nbytes(ins + outs), first)
+    if xp is np and name == "base/base":
+        _cpu_baselines(row, ins, repeat)
+        # the CPU target's figure: fold and copy timed alternately
+        tp, copy_gbps = paired_cpu(lambda: kern.fold_dense(*ins, *outs, F.params), n,
+                                   max(3 * repeat, 15))
+        row.extra["paired_copy_gbps"] = round(copy_gbps, 1)
+        row.extra["paired_fold_gbps"] = round(row.bytes / tp / 1e9, 1)
+        row.extra["paired_fraction"] = round(row.bytes / tp / 1e9 / copy_gbps, 3)
+    return [row]
+
+
+def _jagged_rows(kern, n, backend, repeat, xp, timer):
+    """Jagged transitions: 1024 segments, random counts, halving schedule."""
+    from .bench import Row
+    out = []
     counts = jagged_counts(n)
     orc = ((counts.astype(np.int64) + 1) // 2).astype(np.int32)
     width = int(orc.sum())
@@ -139,29 +169,34 @@ def rows(n, backend, repeat, xp, timer, sync):
         moved = _nbytes(ins + outs) + counts.nbytes + orc.nbytes + prefix.nbytes
         out.append(Row(f"jagged transition {name} ({JAGGED_SEGMENTS} seg.)", backend, n, t,
                        moved, float("nan")))
-        del ins, outs
+    return out
 
-    # whole pyramids against their compulsory bytes
-    for name in ("base/base", "base/ext"):
-        ne, de = MODES[name]
-        first = GkrLayer(*_mles(xp, ne, de, n), 0)
-        layers = build_pyramid(first, backend=backend)  # warm-up (and the byte count)
-        compulsory = _nbytes(first.mles) + sum(_nbytes(la.mles) for la in layers[1:])
-        del layers
-        t = timer(lambda: build_pyramid(first, backend=backend), max(1, repeat // 2))
-        row = Row(f"dense pyramid {name} (to floor)", backend, n, t, compulsory, float("nan"))
-        row.extra["layers"] = first.num_row_variables
-        if backend in ("cupy", "numba"):  # both GPU backends run the fused pyramid
-            from .kernels.launch_config import gkr_pyramid_plan
-            row.extra["launches"] = len(gkr_pyramid_plan(n // 2, first.num_row_variables,
-                                                         name == "base/base"))
-        if name == "base/ext":
-            row.extra.update(_peak_memory(lambda: build_pyramid(first, backend=backend), xp,
-                                          _nbytes(first.mles)))
-        out.append(row)
-        del first
 
-    jfirst = JaggedGkrLayer(*_mles(xp, False, True, n), counts)
+def _dense_pyramid_row(name, n, backend, repeat, xp, timer):
+    """A whole dense pyramid against its compulsory bytes."""
+    from .bench import Row
+    ne, de = MODES[name]
+    first = GkrLayer(*_mles(xp, ne, de, n), 0)
+    layers = build_pyramid(first, backend=backend)  # warm-up (and the byte count)
+    compulsory = _nbytes(first.mles) + sum(_nbytes(la.mles) for la in layers[1:])
+    del layers
+    t = timer(lambda: build_pyramid(first, backend=backend), max(1, repeat // 2))
+    row = Row(f"dense pyramid {name} (to floor)", backend, n, t, compulsory, float("nan"))
+    row.extra["layers"] = first.num_row_variables
+    if backend in ("cupy", "numba"):  # both GPU backends run the fused pyramid
+        from .kernels.launch_config import gkr_pyramid_plan
+        row.extra["launches"] = len(gkr_pyramid_plan(n // 2, first.num_row_variables,
+                                                     name == "base/base"))
+    if name == "base/ext":
+        row.extra.update(_peak_memory(lambda: build_pyramid(first, backend=backend), xp,
+                                      _nbytes(first.mles)))
+    return [row]
+
+
+def _jagged_pyramid_row(n, backend, repeat, xp, timer):
+    """A whole jagged pyramid (halving schedule) against its compulsory bytes."""
+    from .bench import Row
+    jfirst = JaggedGkrLayer(*_mles(xp, False, True, n), jagged_counts(n))
     schedule = halving_schedule(jfirst)
     layers = build_jagged_pyramid(jfirst, schedule, backend=backend)
     compulsory = _nbytes(jfirst.mles) + sum(_nbytes(la.mles) for la in layers[1:])
@@ -178,18 +213,19 @@ def rows(n, backend, repeat, xp, timer, sync):
         row.extra["launches"] = gkr_jagged_launches(widths, tail)
         row.extra["chunked_layers"] = chunked
         row.extra["fused_tail_layers"] = len(schedule) - start
-    out.append(row)
-    del jfirst
+    return [row]
 
-    # dispatch overhead: one object-layer transition of a tiny layer
+
+def _dispatch_row(backend, xp, sync):
+    """Dispatch overhead: one object-layer transition of a tiny layer."""
+    from .bench import Row
     small = GkrLayer(*_mles(xp, False, False, 1 << DISPATCH_LOG2), 0)
     layer_transition(small, backend=backend)
     t = _dispatch_time(lambda: layer_transition(small, backend=backend), sync)
     row = Row("dispatch: one transition base/base", backend, 1 << DISPATCH_LOG2, t,
               _nbytes(small.mles) * 3 // 2, float("nan"))
     row.extra["us_per_call"] = round(t * 1e6, 2)
-    out.append(row)
-    return out
+    return [row]
 
 
 def _dispatch_time(fn, sync, calls=200, rounds=5):

@@ -24,6 +24,7 @@ import platform
 import subprocess
 import sys
 import time
+import traceback
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -168,12 +169,33 @@ def field_rows(n: int, backend: str, repeat: int, xp, timer, sync):
     return rows
 
 
-def _gkr_rows(n, backend, repeat, xp, timer, sync):
+def _gkr_rows(n, backend, repeat, xp, timer, sync, guard=None):
     try:
         from . import _bench_gkr
     except ImportError:
         return []
-    return _bench_gkr.rows(n, backend, repeat, xp, timer, sync)
+    return _bench_gkr.rows(n, backend, repeat, xp, timer, sync, guard)
+
+
+class _Guard:
+    """Runs one section of the bench; a failing section is recorded, not fatal.
+
+    On the GPU machine every minute counts: one broken kernel should cost
+    its own rows, not the report of every other kernel.
+    """
+
+    def __init__(self):
+        self.errors = []
+
+    def __call__(self, what, fn):
+        try:
+            return fn()
+        except Exception as exc:  # noqa: BLE001 - reported in the table and the JSON
+            msg = f"{what}: {type(exc).__name__}: {exc}"
+            self.errors.append(msg)
+            print(f"FAILED {msg}", file=sys.stderr)
+            traceback.print_exc()
+            return []
 
 
 # ---------------------------------------------------------------- report
@@ -272,16 +294,37 @@ def main(args) -> int:
         backends = ["cupy", "numba"]
     else:
         xp, timer, sync, backends = np, _time_cpu, None, ["cpu"]
+    guard = _Guard()
     all_rows = []
     copies = []
+    startup = []
+
+    def report() -> dict:
+        return {
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "device": _device_name(device),
+            "command": "python -m zorch_nb " + " ".join(sys.argv[1:]),
+            "python": sys.version.split()[0],
+            "copy": [asdict(c) for c in copies],
+            "results": [asdict(r) for r in all_rows],
+            "second_process": startup,
+            "errors": guard.errors,
+        }
+
+    def write_json() -> None:  # after every size too: a run cut short keeps what it has
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump(report(), fh, indent=1)
+
     for lg in sizes:
         n = 1 << lg
         measure_copy = gpu_copy_gbps if device == "gpu" else cpu_copy_gbps
         copy_row = measure_copy(n, args.repeat)
         rows = []
         for backend in backends:
-            rows += field_rows(n, backend, args.repeat, xp, timer, sync)
-            rows += _gkr_rows(n, backend, args.repeat, xp, timer, sync)
+            rows += guard(f"{backend} field ops",
+                          lambda: field_rows(n, backend, args.repeat, xp, timer, sync))
+            rows += _gkr_rows(n, backend, args.repeat, xp, timer, sync, guard)
         again = measure_copy(n, args.repeat)
         if again.time_s < copy_row.time_s:
             again.first_call_s = copy_row.first_call_s
@@ -293,21 +336,13 @@ def main(args) -> int:
         print(_table(rows, copy_row))
         print()
         all_rows += rows
-    startup = [second_process(b, "cupy" if device == "gpu" else "np") for b in backends]
+        write_json()
+    startup += [second_process(b, "cupy" if device == "gpu" else "np") for b in backends]
     for s_ in startup:
         print(f"second process ({s_.get('backend')}): {s_}")
-    if args.json:
-        report = {
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "device": _device_name(device),
-            "command": "python -m zorch_nb " + " ".join(sys.argv[1:]),
-            "python": sys.version.split()[0],
-            "copy": [asdict(c) for c in copies],
-            "results": [asdict(r) for r in all_rows],
-            "second_process": startup,
-        }
-        with open(args.json, "w") as fh:
-            json.dump(report, fh, indent=1)
-    if args.plot:
+    write_json()
+    if args.plot and all_rows:
         plot(all_rows, copies[-1], args.plot, f"zorch_nb bench — {_device_name(device)}")
-    return 0
+    for msg in guard.errors:
+        print(f"FAILED {msg}", file=sys.stderr)
+    return 1 if guard.errors else 0
