@@ -21,6 +21,32 @@ export PYTHONUNBUFFERED=1
   date -u +%FT%TZ
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   python3 -c "import numpy, numba, cupy; print('numpy', numpy.__version__, 'numba', numba.__version__, 'cupy', cupy.__version__)"
+  # 10-second smoke test of both toolchains on the device, so a broken one
+  # (e.g. NVVM emitting a PTX version the driver cannot load) shows up first
+  python3 - <<'PY'
+import numpy as np
+try:
+    from numba import cuda
+
+    @cuda.jit
+    def add_one(x):
+        i = cuda.grid(1)
+        if i < x.shape[0]:
+            x[i] += 1
+    x = cuda.to_device(np.arange(4, dtype=np.uint32))
+    add_one[1, 32](x)
+    print("numba-cuda smoke:", x.copy_to_host().tolist())
+except Exception as exc:
+    print("numba-cuda smoke FAILED:", type(exc).__name__, exc)
+try:
+    import cupy
+    k = cupy.RawKernel(r'extern "C" __global__ void k(unsigned int* x) { x[threadIdx.x] += 1; }', "k")
+    y = cupy.arange(4, dtype=cupy.uint32)
+    k((1,), (4,), (y,))
+    print("cupy RawKernel smoke:", y.get().tolist())
+except Exception as exc:
+    print("cupy smoke FAILED:", type(exc).__name__, exc)
+PY
 } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
 # 1) GPU benchmark at 2^26 elements per MLE: copy roofline + every kernel.
