@@ -596,17 +596,16 @@ def build_jagged_pyramid(first: JaggedGkrLayer, schedules, *,
     backend : {None, "cpu", "cupy", "numba"}, optional
     fused : bool, optional
         GPU backends only (CuPy arrays on ``"cupy"``; any arrays on
-        ``"numba"``): the wide steps run
-        ``GKR_JAGGED_CHUNK`` (3) at a time in one fused launch each -- every
-        thread computes a slot of the third layer from its 8 leaves and writes
-        the nodes in between, so intermediate layers are never read back --
-        and the last steps whose output widths are all at most
-        ``GKR_JAGGED_TAIL_SLOTS`` (:mod:`~zorch_nb.kernels.launch_config`)
-        run in one launch of one block (CuPy; Numba-CUDA chunks them too).
-        Host and device schedules alike,
-        every step checked before the first launch, without a device->host
-        synchronization.  ``None`` (default) fuses where it applies;
-        ``False`` forces two launches per step.  Both give identical bytes.
+        ``"numba"``): the steps run ``GKR_JAGGED_CHUNK`` (3) at a time in one
+        fused launch each -- every thread computes a slot of the third layer
+        from its 8 leaves and writes the nodes in between, so intermediate
+        layers are never read back -- and, on CuPy, the last steps whose
+        output widths are all at most ``GKR_JAGGED_TAIL_SLOTS``
+        (:mod:`~zorch_nb.kernels.launch_config`) run in one launch of one
+        block.  Host and device schedules alike; every step is checked
+        before the first launch; no device->host synchronization.  ``None``
+        (default) fuses where it applies; ``False`` forces two launches per
+        step.  Both give identical bytes.
 
     Returns
     -------
@@ -638,7 +637,7 @@ def build_jagged_pyramid(first: JaggedGkrLayer, schedules, *,
 
 
 def _fused_jagged_steps(layer: JaggedGkrLayer, steps, xp=None, kernels=None) -> list:
-    """The layers of ``steps`` from ``layer`` on the GPU, fused (CuPy data).
+    """The layers of ``steps`` from ``layer`` on a GPU backend, fused.
 
     Every step is checked and every layer allocated before the first launch;
     host counts travel in one H2D copy; nothing is read back.  Launches follow
