@@ -16,8 +16,10 @@ the launch plan of :func:`~.launch_config.gkr_pyramid_plan` (3 launches for
 
 A jagged pyramid's steps run ``GKR_JAGGED_CHUNK`` (3) at a time
 (:func:`jagged_chunk`), as on the CuPy backend: thread ``q`` computes the
-8-leaf subtree of slot ``q`` of the third layer and stores every node
-below it, so intermediate layers are never read back.
+8-leaf subtree of slot ``q`` of the third layer depth first and stores
+every node below it, so intermediate layers are never read back.  (The
+CUDA C kernel splits each slot over 4 lanes of a warp for coalesced leaf
+loads and combines them with shuffles; here one thread does it all.)
 
 The jagged prefix sums are computed on the device by a one-block kernel when
 the counts live there (no device->host synchronization), and on the host when

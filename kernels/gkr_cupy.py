@@ -28,9 +28,10 @@ contiguous CuPy arrays (row counts int32, ``prefix`` int64 ``(2, nb)``).
   one ``zorch_gkr_tail`` struct; nothing is read back to the host.
 * Wide jagged steps of a pyramid run ``GKR_JAGGED_CHUNK`` at a time
   (:func:`jagged_chunk`): one scan launch of all their counts, then one
-  launch in which thread ``q`` computes the subtree of slot ``q`` of the last
-  layer (``zorch_gkr_jagged_chunk``), so intermediate layers are written but
-  never read back.
+  launch (``zorch_gkr_jagged_chunk``) in which 4 lanes of a warp compute
+  each slot of the third layer from its 8 leaves (one leaf pair per lane,
+  combined with warp shuffles), so intermediate layers are written but never
+  read back.
 * Vector loads need 16-byte aligned arrays (CuPy allocations are 256-byte
   aligned); offset views fall back to the scalar variant.
 

@@ -81,9 +81,10 @@ def gkr_jagged_tail_start(widths) -> int:
     return start
 
 # ---- fused jagged chunk (kernels/cuda/gkr.cu, zorch_gkr_jagged_chunk) ------
-#: Transitions one fused jagged launch writes (ZORCH_GKR_CHUNK in gkr.cu): a
-#: thread owns a slot of the last layer and computes its 2**C-leaf subtree,
-#: so a launch reads its input layer once and writes each layer once.  With
+#: Transitions one fused jagged launch writes (ZORCH_GKR_CHUNK in gkr.cu):
+#: a slot of the last layer is computed from its 2**C leaves (CUDA C: by
+#: 2**(C-1) lanes of a warp; Numba-CUDA: by one thread), so a launch reads
+#: its input layer once and writes each layer once.  With
 #: C = 3 a wide jagged pyramid moves the compulsory bytes plus the input of
 #: every third layer (2^26 base/ext leaves: ~7.1 of 6.5 GiB compulsory, vs
 #: 10.5 GiB one transition per launch).

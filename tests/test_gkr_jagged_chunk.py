@@ -1,10 +1,12 @@
 """The fused jagged chunk (``zorch_gkr_jagged_chunk`` in ``kernels/cuda/gkr.cu``).
 
-``GKR_JAGGED_CHUNK`` transitions of a jagged schedule in one launch: thread
-``q`` owns slot ``q`` of the last layer and computes its subtree depth first.
+``GKR_JAGGED_CHUNK`` transitions of a jagged schedule in one launch: each
+slot of the last layer is computed from its leaves by a group of lanes (one
+leaf pair per lane, combined upwards with warp shuffles).
 
-* Host: g++ compiles the chunk's item function; a harness runs the serial
-  twin (the scans, then every grid item in turn) and every layer must equal
+* Host: g++ compiles the chunk's per-lane steps; a harness runs the serial
+  twin (the scans, then every lane group in lane order, then the dead fill)
+  -- everything but the shuffles themselves -- and every layer must equal
   the CPU per-layer ``build_jagged_pyramid`` byte for byte: all four modes,
   both fields, halving schedules, padded counts (``orc > ceil(rc / 2)``),
   slack widths (dead slots), empty and saturated segments, ``nb = 1``, and

@@ -597,8 +597,8 @@ def build_jagged_pyramid(first: JaggedGkrLayer, schedules, *,
     fused : bool, optional
         GPU backends only (CuPy arrays on ``"cupy"``; any arrays on
         ``"numba"``): the steps run ``GKR_JAGGED_CHUNK`` (3) at a time in one
-        fused launch each -- every thread computes a slot of the third layer
-        from its 8 leaves and writes the nodes in between, so intermediate
+        fused launch each -- each slot of the third layer is computed from
+        its 8 leaves, writing the nodes in between, so intermediate
         layers are never read back -- and, on CuPy, the last steps whose
         output widths are all at most ``GKR_JAGGED_TAIL_SLOTS``
         (:mod:`~zorch_nb.kernels.launch_config`) run in one launch of one

@@ -465,25 +465,35 @@ ZORCH_HD void zorch_gkr_tail_serial(const int* rc, long long* prefix, unsigned i
 }
 
 // ---- fused jagged chunk -----------------------------------------------------
-// ZORCH_GKR_CHUNK consecutive transitions of a jagged schedule in one launch
-// (after one scan launch).  Within a segment a jagged layer is a binary tree
-// over positions: position j of layer m + 1 holds the fraction sums F_m(2j),
-// F_m(2j + 1) of positions 2j, 2j + 1 of layer m, where F_m(i) is the fold
-// of node i when i < count_m (the segment's row count in layer m) and the
+// ZORCH_GKR_CHUNK (C) consecutive transitions of a jagged schedule in one
+// launch (after one scan launch).  Within a segment a jagged layer is a binary
+// tree over positions: position j of layer m + 1 holds the fraction sums
+// F_m(2j), F_m(2j + 1) of positions 2j, 2j + 1 of layer m, where F_m(i) is the
+// fold of node i when i < count_m (the segment's row count in layer m) and the
 // neutral fraction 0/1 otherwise (DESIGN.md section 2: the neutral partner of
 // an odd segment's last node, and live padding, are exactly that; folding a
-// stored neutral node gives 0/1 again, byte for byte).  So thread q of the
-// launch owns live slot q of the LAST layer, at position j of segment s, and
-// computes its subtree depth first: the 2^C leaves it needs are positions
-// [2^C j, 2^C (j + 1)) of the input layer, and it writes every node of its
-// subtree below a layer's count (positions >= count are neither stored nor
-// needed: their values are neutral).  Every stored position is owned by one
-// thread, since each schedule step keeps orc >= ceil(rc / 2).  So the launch
-// reads the input layer once and writes each of its C layers once: the
-// intermediate layers are never read back.  Dead slots (past a layer's
-// total, up to its width) are zero-filled by the same grid-stride loop.
+// stored neutral node gives 0/1 again, byte for byte).  So slot q of the LAST
+// layer, at position j of segment s, depends only on the 2^C leaves [2^C j,
+// 2^C (j + 1)) of the input layer, and its subtree holds every node of the
+// layers in between that it needs; each stored position belongs to exactly
+// one such subtree (each step keeps orc >= ceil(rc / 2)).  A launch thus reads
+// its input layer once and writes each of its C layers once: intermediate
+// layers are never read back.
+//
+// Work split, for coalesced loads: G = 2^(C-1) consecutive lanes of a warp
+// share one last-layer slot.  Lane `sub` folds the leaf pair of layer-1
+// position p1 = G j + sub (so a warp reads 2 x 32 consecutive leaves of a
+// segment, like the one-step kernel), stores that layer-1 node, and the
+// group combines upwards with warp shuffles: at level m the lanes whose sub
+// is a multiple of 2^(m-1) join their value with the one 2^(m-2) lanes up,
+// store the level-m node and fold it.  Positions past a layer's count are
+// neither stored nor folded (their value is neutral).  Dead slots (past a
+// layer's total, up to its width) are zero-filled by a second grid-stride
+// loop of the same launch.  The per-lane steps below are __host__ __device__;
+// the serial twin runs them in lane order for the host tests.
 
 #define ZORCH_GKR_CHUNK 3
+#define ZORCH_GKR_CHUNK_LANES (1 << (ZORCH_GKR_CHUNK - 1))
 
 // Counts of the input layer (cnt[0]) and of output layers 1..C; the output
 // MLEs (n0, n1, d0, d1) and width of output layer m at p[m - 1], width[m - 1].
@@ -494,87 +504,97 @@ struct zorch_gkr_chunk {
     zorch_u64 width[ZORCH_GKR_CHUNK];
 };
 
-// F_LEV(i) at position i of segment s (see above); LEV = 0 reads the input
-// layer (mode <NE, DE>), LEV > 0 computes and stores node i of layer LEV.
-template <int NE, int DE, bool VEC, int LEV>
-ZORCH_HD zorch_gkr_frac zorch_gkr_chunk_value(const zorch_gkr_chunk& c, const long long* prefix,
-                                              unsigned int nb, unsigned int s, long long i,
-                                              const zorch_u32* n0, const zorch_u32* n1,
-                                              const zorch_u32* d0, const zorch_u32* d1);
-
-// Node i of layer LEV >= 1 of segment s: its two child fractions, stored at
-// the layer's slot cum[s] - cnt[s] + i (the caller ensures i < cnt).
-template <int NE, int DE, bool VEC, int LEV>
-ZORCH_HD void zorch_gkr_chunk_node(const zorch_gkr_chunk& c, const long long* prefix,
-                                   unsigned int nb, unsigned int s, long long i,
-                                   const zorch_u32* n0, const zorch_u32* n1,
-                                   const zorch_u32* d0, const zorch_u32* d1,
-                                   zorch_gkr_frac* c0, zorch_gkr_frac* c1) {
-    *c0 = zorch_gkr_chunk_value<NE, DE, VEC, LEV - 1>(c, prefix, nb, s, 2 * i, n0, n1, d0, d1);
-    *c1 = zorch_gkr_chunk_value<NE, DE, VEC, LEV - 1>(c, prefix, nb, s, 2 * i + 1, n0, n1, d0,
-                                                      d1);
-    const long long start = prefix[(zorch_u64)LEV * nb + s] - c.cnt[LEV][s];
-    zorch_u32* const* out = c.p[LEV - 1];
-    // node values are in mode <NE || DE, DE> from layer 1 on
-    zorch_gkr_store_slot<NE || DE, DE, VEC>((zorch_u64)(start + i), *c0, *c1, out[0], out[1],
-                                            out[2], out[3]);
+ZORCH_HD zorch_gkr_frac zorch_gkr_neutral() {
+    const zorch_gkr_frac r = {{0u, 0u, 0u, 0u}, {ZORCH_R_MOD_P, 0u, 0u, 0u}};
+    return r;
 }
 
-template <int NE, int DE, bool VEC, int LEV>
-ZORCH_HD zorch_gkr_frac zorch_gkr_chunk_value(const zorch_gkr_chunk& c, const long long* prefix,
-                                              unsigned int nb, unsigned int s, long long i,
-                                              const zorch_u32* n0, const zorch_u32* n1,
-                                              const zorch_u32* d0, const zorch_u32* d1) {
-    const long long cnt = c.cnt[LEV][s];
-    if (i >= cnt) {
-        const zorch_gkr_frac neutral = {{0u, 0u, 0u, 0u}, {ZORCH_R_MOD_P, 0u, 0u, 0u}};
-        return neutral;
-    }
-    if constexpr (LEV == 0) {
-        const zorch_u64 e = (zorch_u64)(prefix[s] - cnt + i);  // node i of the input segment
-        return zorch_gkr_fold_node<NE, DE, VEC>(e, n0, n1, d0, d1);
-    } else {
-        zorch_gkr_frac c0, c1;
-        zorch_gkr_chunk_node<NE, DE, VEC, LEV>(c, prefix, nb, s, i, n0, n1, d0, d1, &c0, &c1);
-        return zorch_gkr_fold<NE || DE, DE>(c0.n, c1.n, c0.d, c1.d);
-    }
+// Where last-layer slot q sits: its segment s and position j (q < total).
+ZORCH_HD void zorch_gkr_chunk_locate(const zorch_gkr_chunk& c, const long long* prefix,
+                                     unsigned int nb, long long q, unsigned int* s,
+                                     long long* j) {
+    const long long* cum = prefix + (zorch_u64)ZORCH_GKR_CHUNK * nb;
+    *s = zorch_gkr_find_segment(cum, nb, q);
+    *j = q - (cum[*s] - c.cnt[ZORCH_GKR_CHUNK][*s]);
 }
 
-// Item g of a chunk launch (g < the largest output width): zero-fill slot g
-// of every output layer where it is dead, and when g is a live slot of the
-// last layer, compute its subtree.  prefix: the C + 1 scanned count rows.
+// Level 1 of lane position p1 of segment s: F_0 of input positions 2 p1 and
+// 2 p1 + 1 (input mode <NE, DE>), the node stored at layer 1 when p1 is below
+// its count; returns F_1(p1).
 template <int NE, int DE, bool VEC>
-ZORCH_HD void zorch_gkr_chunk_item(zorch_u64 g, const zorch_gkr_chunk& c, const long long* prefix,
-                                   unsigned int nb, const zorch_u32* n0, const zorch_u32* n1,
-                                   const zorch_u32* d0, const zorch_u32* d1) {
+ZORCH_HD zorch_gkr_frac zorch_gkr_chunk_level1(const zorch_gkr_chunk& c, const long long* prefix,
+                                               unsigned int nb, unsigned int s, long long p1,
+                                               const zorch_u32* n0, const zorch_u32* n1,
+                                               const zorch_u32* d0, const zorch_u32* d1) {
+    const long long cnt1 = c.cnt[1][s];
+    if (p1 >= cnt1) return zorch_gkr_neutral();
+    const long long cnt0 = c.cnt[0][s];
+    const long long base0 = prefix[s] - cnt0;  // input slot of position 0
+    zorch_gkr_frac f0 = zorch_gkr_neutral(), f1 = zorch_gkr_neutral();
+    if (2 * p1 < cnt0) f0 = zorch_gkr_fold_node<NE, DE, VEC>((zorch_u64)(base0 + 2 * p1), n0, n1, d0, d1);
+    if (2 * p1 + 1 < cnt0)
+        f1 = zorch_gkr_fold_node<NE, DE, VEC>((zorch_u64)(base0 + 2 * p1 + 1), n0, n1, d0, d1);
+    zorch_u32* const* out = c.p[0];
+    zorch_gkr_store_slot<NE || DE, DE, VEC>((zorch_u64)(prefix[(zorch_u64)nb + s] - cnt1 + p1),
+                                            f0, f1, out[0], out[1], out[2], out[3]);
+    return zorch_gkr_fold<NE || DE, DE>(f0.n, f1.n, f0.d, f1.d);
+}
+
+// Level m >= 2 at position p of segment s from the two child values (mode
+// <OE, DE>): the node is stored at layer m when p is below its count (always
+// for the last layer, whose slot q is live); returns F_m(p) (unused at m = C).
+template <int OE, int DE, bool VEC>
+ZORCH_HD zorch_gkr_frac zorch_gkr_chunk_up(const zorch_gkr_chunk& c, const long long* prefix,
+                                           unsigned int nb, int m, unsigned int s, long long p,
+                                           zorch_gkr_frac f0, zorch_gkr_frac f1) {
+    const long long cnt = c.cnt[m][s];
+    if (p >= cnt) return zorch_gkr_neutral();
+    zorch_u32* const* out = c.p[m - 1];
+    zorch_gkr_store_slot<OE, DE, VEC>((zorch_u64)(prefix[(zorch_u64)m * nb + s] - cnt + p), f0,
+                                      f1, out[0], out[1], out[2], out[3]);
+    if (m == ZORCH_GKR_CHUNK) return f0;  // the last layer's value is not needed
+    return zorch_gkr_fold<OE, DE>(f0.n, f1.n, f0.d, f1.d);
+}
+
+// Dead-slot fill of item g: slot g of every output layer where it is dead.
+template <int OE, int DE, bool VEC>
+ZORCH_HD void zorch_gkr_chunk_dead(zorch_u64 g, const zorch_gkr_chunk& c, const long long* prefix,
+                                   unsigned int nb) {
     const zorch_gkr_frac dead = {{0u, 0u, 0u, 0u}, {0u, 0u, 0u, 0u}};
     for (int m = 1; m <= ZORCH_GKR_CHUNK; ++m) {
         const long long total = prefix[(zorch_u64)m * nb + nb - 1];
         if ((long long)g >= total && g < c.width[m - 1])
-            zorch_gkr_store_slot<NE || DE, DE, VEC>(g, dead, dead, c.p[m - 1][0],
-                                                    c.p[m - 1][1], c.p[m - 1][2],
-                                                    c.p[m - 1][3]);
-    }
-    const long long* cum = prefix + (zorch_u64)ZORCH_GKR_CHUNK * nb;
-    if ((long long)g < cum[nb - 1]) {
-        const unsigned int s = zorch_gkr_find_segment(cum, nb, (long long)g);
-        const long long j = (long long)g - (cum[s] - c.cnt[ZORCH_GKR_CHUNK][s]);
-        zorch_gkr_frac c0, c1;
-        zorch_gkr_chunk_node<NE, DE, VEC, ZORCH_GKR_CHUNK>(c, prefix, nb, s, j, n0, n1, d0, d1,
-                                                          &c0, &c1);
+            zorch_gkr_store_slot<OE, DE, VEC>(g, dead, dead, c.p[m - 1][0], c.p[m - 1][1],
+                                              c.p[m - 1][2], c.p[m - 1][3]);
     }
 }
 
-// Serial twin of zorch_gkr_jagged_chunk_scan + zorch_gkr_jagged_chunk (host tests only).
+// Serial twin of zorch_gkr_jagged_chunk_scan + zorch_gkr_jagged_chunk (host
+// tests only): the same per-lane steps, each lane group in lane order.
 template <int NE, int DE>
 ZORCH_HD void zorch_gkr_chunk_serial(const zorch_gkr_chunk* c, long long* prefix,
                                      unsigned int nb, const zorch_u32* n0, const zorch_u32* n1,
                                      const zorch_u32* d0, const zorch_u32* d1, zorch_u64 items,
                                      unsigned int nthreads) {
+    constexpr int OE = NE || DE, G = ZORCH_GKR_CHUNK_LANES;
     for (int m = 0; m <= ZORCH_GKR_CHUNK; ++m)
         zorch_gkr_scan_serial(c->cnt[m], prefix + (zorch_u64)m * nb, nb, nthreads);
-    for (zorch_u64 g = 0; g < items; ++g)
-        zorch_gkr_chunk_item<NE, DE, false>(g, *c, prefix, nb, n0, n1, d0, d1);
+    const long long total = prefix[(zorch_u64)ZORCH_GKR_CHUNK * nb + nb - 1];
+    for (long long q = 0; q < total; ++q) {
+        unsigned int s;
+        long long j;
+        zorch_gkr_chunk_locate(*c, prefix, nb, q, &s, &j);
+        zorch_gkr_frac v[G];
+        for (int sub = 0; sub < G; ++sub)
+            v[sub] = zorch_gkr_chunk_level1<NE, DE, false>(*c, prefix, nb, s, j * G + sub, n0,
+                                                            n1, d0, d1);
+        for (int m = 2, step = 1; m <= ZORCH_GKR_CHUNK; ++m, step *= 2)
+            for (int sub = 0; sub < G; sub += 2 * step)
+                v[sub] = zorch_gkr_chunk_up<OE, DE, false>(*c, prefix, nb, m, s,
+                                                           (j * G + sub) >> (m - 1), v[sub],
+                                                           v[sub + step]);
+    }
+    for (zorch_u64 g = 0; g < items; ++g) zorch_gkr_chunk_dead<OE, DE, false>(g, *c, prefix, nb);
 }
 
 #ifdef __CUDACC__
@@ -718,7 +738,24 @@ extern "C" __global__ void zorch_gkr_jagged_chunk_scan(const zorch_gkr_chunk c,
         zorch_gkr_block_scan(c.cnt[m], prefix + (zorch_u64)m * nb, nb);
 }
 
-// Fused jagged chunk: items = the largest width of its C output layers.
+// Shuffle of a whole fraction (8 words) from the lane `delta` up.
+__device__ __forceinline__ zorch_gkr_frac zorch_gkr_shfl_down(zorch_gkr_frac v, unsigned int delta) {
+    zorch_gkr_frac r;
+    r.n.c0 = __shfl_down_sync(0xffffffffu, v.n.c0, delta);
+    r.n.c1 = __shfl_down_sync(0xffffffffu, v.n.c1, delta);
+    r.n.c2 = __shfl_down_sync(0xffffffffu, v.n.c2, delta);
+    r.n.c3 = __shfl_down_sync(0xffffffffu, v.n.c3, delta);
+    r.d.c0 = __shfl_down_sync(0xffffffffu, v.d.c0, delta);
+    r.d.c1 = __shfl_down_sync(0xffffffffu, v.d.c1, delta);
+    r.d.c2 = __shfl_down_sync(0xffffffffu, v.d.c2, delta);
+    r.d.c3 = __shfl_down_sync(0xffffffffu, v.d.c3, delta);
+    return r;
+}
+
+// Fused jagged chunk.  Loop 1: warps stride over lane items t (G per live
+// last-layer slot; whole warps iterate together, so every shuffle has all 32
+// lanes); loop 2: dead fill over items = the largest output width.
+// blockDim.x must be a multiple of 32.
 template <int NE, int DE, bool VEC>
 __global__ void zorch_gkr_jagged_chunk(const zorch_gkr_chunk c,
                                        const long long* __restrict__ prefix, unsigned int nb,
@@ -726,9 +763,31 @@ __global__ void zorch_gkr_jagged_chunk(const zorch_gkr_chunk c,
                                        const zorch_u32* __restrict__ n1,
                                        const zorch_u32* __restrict__ d0,
                                        const zorch_u32* __restrict__ d1, zorch_u64 items) {
-    ZORCH_GKR_GRID_STRIDE(g, items) {
-        zorch_gkr_chunk_item<NE, DE, VEC>(g, c, prefix, nb, n0, n1, d0, d1);
+    constexpr int OE = NE || DE, G = ZORCH_GKR_CHUNK_LANES;
+    const long long total = prefix[(zorch_u64)ZORCH_GKR_CHUNK * nb + nb - 1];
+    const zorch_u64 lane_items = (zorch_u64)total * G;
+    const unsigned int sub = threadIdx.x % G;
+    const zorch_u64 stride = (zorch_u64)blockDim.x * gridDim.x;
+    for (zorch_u64 t0 = (zorch_u64)blockIdx.x * blockDim.x + (threadIdx.x & ~31u);
+         t0 < lane_items; t0 += stride) {  // t0: the warp's first item (uniform in the warp)
+        const zorch_u64 t = t0 + (threadIdx.x & 31u);
+        const bool live = t < lane_items;
+        unsigned int s = 0;
+        long long j = 0;
+        zorch_gkr_frac v = zorch_gkr_neutral();
+        if (live) {
+            zorch_gkr_chunk_locate(c, prefix, nb, (long long)(t / G), &s, &j);
+            v = zorch_gkr_chunk_level1<NE, DE, VEC>(c, prefix, nb, s, j * G + sub, n0, n1, d0,
+                                                    d1);
+        }
+        for (int m = 2, step = 1; m <= ZORCH_GKR_CHUNK; ++m, step *= 2) {
+            const zorch_gkr_frac w = zorch_gkr_shfl_down(v, step);
+            if (live && sub % (2 * step) == 0)
+                v = zorch_gkr_chunk_up<OE, DE, VEC>(c, prefix, nb, m, s,
+                                                    (j * G + sub) >> (m - 1), v, w);
+        }
     }
+    ZORCH_GKR_GRID_STRIDE(g, items) { zorch_gkr_chunk_dead<OE, DE, VEC>(g, c, prefix, nb); }
 }
 
 // Explicit instantiations: every variant the launcher may ask for is compiled
