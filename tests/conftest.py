@@ -110,6 +110,8 @@ def _stage_of(report) -> str:
         return "nvcc compile"
     if "nvrtc" in report.nodeid or "ptx" in report.nodeid:
         return "nvrtc / sm_90 PTX compile"
+    if "cupy_emulated" in report.nodeid:
+        return "cuda C kernels, emulated"
     return "cpu"
 
 

@@ -22,7 +22,7 @@ from zorch_nb.kernels.field_params import FIELDS
 _BUILD_DIR = os.path.join(tempfile.gettempdir(), "zorch_nb_host_cuda")
 
 
-def compile_text(src: str) -> ctypes.CDLL:
+def compile_text(src: str, flags=("-std=c++17",)) -> ctypes.CDLL:
     """Shared library of a complete C++ translation unit ``src`` (cached by content).
 
     Skips the calling test if no C++ compiler exists.
@@ -30,7 +30,7 @@ def compile_text(src: str) -> ctypes.CDLL:
     cxx = shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
     if cxx is None:
         pytest.skip("no host C++ compiler to check the CUDA C arithmetic")
-    key = hashlib.sha256(src.encode()).hexdigest()[:16]
+    key = hashlib.sha256((" ".join(flags) + src).encode()).hexdigest()[:16]
     os.makedirs(_BUILD_DIR, exist_ok=True)
     lib = os.path.join(_BUILD_DIR, f"{key}.so")
     if not os.path.exists(lib):
@@ -38,8 +38,8 @@ def compile_text(src: str) -> ctypes.CDLL:
         with open(cpp, "w") as fh:
             fh.write(src)
         tmp = lib + f".{os.getpid()}.tmp"
-        subprocess.run([cxx, "-O2", "-shared", "-fPIC", "-std=c++17", "-x", "c++", cpp,
-                        "-o", tmp], check=True, capture_output=True, text=True)
+        subprocess.run([cxx, "-O2", "-shared", "-fPIC", *flags, "-x", "c++", cpp, "-o", tmp],
+                       check=True, capture_output=True, text=True)
         os.replace(tmp, lib)
     return ctypes.CDLL(lib)
 

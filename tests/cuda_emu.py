@@ -1,0 +1,318 @@
+"""Run the CUDA C kernels of ``kernels/cuda/*.cu`` on the host, as CUDA code.
+
+The other host tests compile the ``__host__ __device__`` per-slot functions
+and serial twins of the block kernels.  This module goes further: it compiles
+the ``__global__`` kernels themselves with g++, under a small SIMT emulation
+-- every thread of a block is a ``std::thread``, ``__syncthreads`` is a block
+barrier, ``__shfl_up_sync`` / ``__shfl_down_sync`` exchange values through a
+per-warp barrier, ``__shared__`` variables are shared by the block (blocks run
+one after another), ``__CUDA_ARCH__`` is defined so the 8/16-byte vector
+loads are exercised too.  It then stands in for CuPy under the real launchers
+of ``kernels/gkr_cupy.py`` and ``field_cupy.py``: :func:`fake_cupy` is a
+module with ``memoize``,
+``RawModule`` (whose functions run the emulated kernels with the grid, block
+and argument tuple the launcher passes, structs included) and a NumPy-backed
+array type with ``.data.ptr``.  So the launch geometry, the argument order,
+the struct images, the barriers, the shared-memory double buffering and the
+warp shuffles all run here, without a GPU.
+
+What it cannot show: timing, memory coherence subtleties of real hardware
+(every emulated load sees every earlier store), and NVRTC itself (the NVRTC
+tests cover compilation).
+"""
+import ctypes
+import re
+import sys
+import types
+
+import numpy as np
+
+from cuda_host import compile_text
+from zorch_nb.kernels.cuda_source import assemble
+from zorch_nb.kernels.field_params import FIELDS
+
+PRELUDE = r"""
+#define __CUDACC__ 1
+#define __CUDA_ARCH__ 900
+#include <stdint.h>
+#include <string.h>
+#include <barrier>
+#include <memory>
+#include <thread>
+#include <vector>
+#define __host__
+#define __device__
+#define __global__
+#define __forceinline__ inline
+#define __restrict__ __restrict
+#define __launch_bounds__(...)
+#define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
+struct uint2 { unsigned int x, y; };
+struct uint4 { unsigned int x, y, z, w; };
+struct dim3 { unsigned int x, y, z; };
+inline thread_local dim3 threadIdx = {0u, 0u, 0u};
+inline thread_local dim3 blockIdx = {0u, 0u, 0u};
+inline dim3 blockDim = {1u, 1u, 1u};
+inline dim3 gridDim = {1u, 1u, 1u};
+namespace zemu {
+inline std::barrier<>* block_bar = nullptr;
+inline std::vector<std::unique_ptr<std::barrier<>>> warp_bars;
+inline unsigned long long xchg[1024];
+}
+inline void __syncthreads() { zemu::block_bar->arrive_and_wait(); }
+// Lane `lane + off` (off may be negative) of this thread's warp, or this
+// thread's own value when that lane does not exist (CUDA's rule).
+template <class T>
+T zemu_shfl(T v, long off) {
+    static_assert(sizeof(T) <= 8, "one exchange word per thread");
+    const unsigned int t = threadIdx.x, lane = t & 31u;
+    memcpy(&zemu::xchg[t], &v, sizeof(T));
+    zemu::warp_bars[t >> 5]->arrive_and_wait();  // every lane has published
+    T r = v;
+    const long src = (long)lane + off;
+    if (src >= 0 && src < 32) memcpy(&r, &zemu::xchg[t - lane + src], sizeof(T));
+    zemu::warp_bars[t >> 5]->arrive_and_wait();  // every lane has read
+    return r;
+}
+template <class T> T __shfl_down_sync(unsigned int, T v, unsigned int d) { return zemu_shfl(v, (long)d); }
+template <class T> T __shfl_up_sync(unsigned int, T v, unsigned int d) { return zemu_shfl(v, -(long)d); }
+template <class K>
+void zemu_launch(unsigned int grid, unsigned int block, K kernel) {
+    if (block % 32u != 0u || block > 1024u) abort();  // the launchers use whole warps
+    gridDim = {grid, 1u, 1u};
+    blockDim = {block, 1u, 1u};
+    for (unsigned int b = 0; b < grid; ++b) {
+        std::barrier<> bar(block);
+        zemu::block_bar = &bar;
+        zemu::warp_bars.clear();
+        for (unsigned int w = 0; w < block / 32u; ++w)
+            zemu::warp_bars.emplace_back(new std::barrier<>(32));
+        std::vector<std::thread> threads;
+        for (unsigned int t = 0; t < block; ++t)
+            threads.emplace_back([&, t, b] {
+                threadIdx = {t, 0u, 0u};
+                blockIdx = {b, 0u, 0u};
+                kernel();
+            });
+        for (auto& th : threads) th.join();
+    }
+}
+"""
+
+# kernel -> parameter list (type names) in launch order; S:<struct> = a struct
+# passed by value (the wrapper receives a pointer to its host image)
+KERNELS = {
+    "zorch_gkr_fold_dense": ["P"] * 8 + ["u64"],
+    "zorch_gkr_jagged": ["P", "P", "P", "u32"] + ["P"] * 8 + ["u64"],
+    "zorch_gkr_pyramid_dense": ["P"] * 4 + ["S:zorch_gkr_layers", "u32", "u32"],
+    "zorch_gkr_jagged_tail": ["P", "P", "u32"] + ["P"] * 4 + ["S:zorch_gkr_tail", "u32"],
+    "zorch_gkr_jagged_chunk": ["S:zorch_gkr_chunk", "P", "u32"] + ["P"] * 4 + ["u64"],
+}
+PLAIN_KERNELS = {
+    "gkr.cu": {
+        "zorch_gkr_jagged_scan": ["P", "P", "P", "u32"],
+        "zorch_gkr_jagged_chunk_scan": ["S:zorch_gkr_chunk", "P", "u32"],
+    },
+    "field_ops.cu": {
+        "zorch_base_map1": ["i32", "P", "P", "u64"],
+        "zorch_base_map2": ["i32", "P", "P", "P", "u64"],
+        "zorch_ext4_map1": ["i32", "P", "P", "u64"],
+        "zorch_ext4_map2": ["i32", "P", "P", "P", "u64"],
+        "zorch_base_pow": ["P", "u64", "u64", "i32", "P", "u64"],
+        "zorch_ext4_pow": ["P", "u64", "u64", "i32", "P", "u64"],
+    },
+}
+_C = {"P": "void*", "i32": "int", "u32": "unsigned int", "u64": "unsigned long long"}
+
+
+def _wrapper(symbol, call, params):
+    """``extern "C" symbol(grid, block, args...)`` launching ``call`` under the emulation."""
+    decl = [f"const {k[2:]}* a{i}" if k.startswith("S:") else f"{_C[k]} a{i}"
+            for i, k in enumerate(params)]
+    return (f'extern "C" void {symbol}(unsigned int grid, unsigned int block, '
+            f'{", ".join(decl)}) {{\n    zemu_launch(grid, block, [&] {{ '
+            f'{_cast_call(call, params)} }});\n}}\n')
+
+
+def _cast_call(call, params):
+    args = []
+    for i, kind in enumerate(params):
+        args.append(f"*a{i}" if kind.startswith("S:") else f"zemu_arg(a{i})")
+    return f"{call}({', '.join(args)});"
+
+
+_ARG_HELPER = r"""
+// A void* converts to whatever pointer type the kernel parameter has.
+struct zemu_ptr { void* p; template <class T> operator T*() const { return (T*)p; } };
+inline zemu_ptr zemu_arg(void* p) { return {p}; }
+inline int zemu_arg(int v) { return v; }
+inline unsigned int zemu_arg(unsigned int v) { return v; }
+inline unsigned long long zemu_arg(unsigned long long v) { return v; }
+"""
+
+
+def _symbol(kernel, mode=None, vec=None):
+    return f"emu_{kernel}" if mode is None else f"emu_{kernel}_{mode >> 1}{mode & 1}{int(vec)}"
+
+
+def _wrappers(kernel_file) -> str:
+    out = [_ARG_HELPER]
+    if kernel_file == "gkr.cu":  # the template kernels, every instance the launchers name
+        for kernel, params in KERNELS.items():
+            for mode in range(4):
+                for vec in (False, True):
+                    call = f"{kernel}<{mode >> 1}, {mode & 1}, {'true' if vec else 'false'}>"
+                    out.append(_wrapper(_symbol(kernel, mode, vec), call, params))
+    for kernel, params in PLAIN_KERNELS[kernel_file].items():
+        out.append(_wrapper(_symbol(kernel), kernel, params))
+    return "\n".join(out)
+
+
+def emulated_library(field_name: str, kernel_file: str = "gkr.cu") -> ctypes.CDLL:
+    """``kernel_file`` for ``field_name`` compiled as emulated CUDA (cached by content)."""
+    src = PRELUDE + assemble(FIELDS[field_name], kernel_file) + "\n" + _wrappers(kernel_file)
+    return compile_text(src, flags=("-std=c++20", "-pthread", "-fno-strict-aliasing"))
+
+
+# ---------------------------------------------------------------------------
+# a NumPy-backed stand-in for CuPy, enough for kernels/gkr_cupy.py
+# ---------------------------------------------------------------------------
+
+class _Data:
+    def __init__(self, ptr):
+        self.ptr = ptr
+
+
+class EmuArray:
+    """A 'device' array: a NumPy array whose ``.data.ptr`` the kernels write through."""
+
+    __module__ = "cupy_emu"  # array_kind() reads it as a CuPy array
+
+    def __init__(self, host):
+        self._a = host
+
+    @property
+    def data(self):
+        return _Data(self._a.ctypes.data)
+
+    shape = property(lambda self: self._a.shape)
+    ndim = property(lambda self: self._a.ndim)
+    size = property(lambda self: self._a.size)
+    dtype = property(lambda self: self._a.dtype)
+    nbytes = property(lambda self: self._a.nbytes)
+    flags = property(lambda self: self._a.flags)
+
+    def __getitem__(self, key):
+        return EmuArray(self._a[key])
+
+    def reshape(self, *shape):
+        view = self._a.reshape(*shape)
+        assert np.shares_memory(view, self._a)  # a view, as on the device
+        return EmuArray(view)
+
+    def get(self):
+        return self._a.copy()
+
+
+class EmuXp:
+    """The array-module calls the fused paths make (``xp``)."""
+
+    @staticmethod
+    def asarray(x):
+        return x if isinstance(x, EmuArray) else EmuArray(np.array(x, copy=True))
+
+    @staticmethod
+    def ascontiguousarray(x):
+        assert isinstance(x, EmuArray) and x.flags.c_contiguous
+        return x
+
+    @staticmethod
+    def empty(shape, dtype):
+        # filled with a marker, so a slot no kernel writes shows up
+        return EmuArray(np.full(shape, 0xA5A5A5A5 if np.dtype(dtype) == np.uint32 else -7,
+                                dtype=dtype))
+
+
+def _ctypes_arg(a):
+    if isinstance(a, EmuArray):
+        return ctypes.c_void_p(a.data.ptr)
+    if isinstance(a, np.ndarray):  # a struct's host image (1-element structured array)
+        assert a.dtype.names and a.size == 1
+        return ctypes.c_void_p(a.ctypes.data)
+    if isinstance(a, np.int32):
+        return ctypes.c_int(int(a))
+    if isinstance(a, np.uint32):
+        return ctypes.c_uint(int(a))
+    if isinstance(a, np.uint64):
+        return ctypes.c_ulonglong(int(a))
+    raise TypeError(f"the launcher passed an argument of type {type(a).__name__}")
+
+
+class _Function:
+    def __init__(self, lib, name, launches):
+        m = re.fullmatch(r"(\w+)<(\d), (\d), (true|false)>", name)
+        if m:
+            kernel, mode, vec = m.group(1), 2 * int(m.group(2)) + int(m.group(3)), m.group(4)
+            self.symbol = _symbol(kernel, mode, vec == "true")
+        else:
+            self.symbol = _symbol(name)
+        self.fn, self.name, self.launches = getattr(lib, self.symbol), name, launches
+
+    def __call__(self, grid, block, args):
+        assert len(grid) == 1 and len(block) == 1
+        self.launches.append(self.name)
+        self.fn(ctypes.c_uint(grid[0]), ctypes.c_uint(block[0]), *map(_ctypes_arg, args))
+
+
+def fake_cupy(launches: list) -> types.ModuleType:
+    """A ``cupy`` module for kernels/gkr_cupy.py that runs the emulated kernels."""
+    mod = types.ModuleType("cupy")
+
+    def memoize(for_each_device=False):
+        def deco(fn):
+            cache = {}
+
+            def wrapped(*args):
+                if args not in cache:
+                    cache[args] = fn(*args)
+                return cache[args]
+            return wrapped
+        return deco
+
+    class RawModule:
+        def __init__(self, code, options=(), name_expressions=()):
+            assert tuple(options) == ("-std=c++17",), options
+            self.names = set(name_expressions)
+            self.lib = _library_for_code(code)
+
+        def get_function(self, name):
+            assert "<" not in name or name in self.names, name  # as NVRTC would insist
+            return _Function(self.lib, name, launches)
+
+    mod.memoize = memoize
+    mod.RawModule = RawModule
+    mod.ndarray = EmuArray
+    mod.asarray, mod.empty = EmuXp.asarray, EmuXp.empty  # what the object layer calls
+    return mod
+
+
+def _library_for_code(code: str) -> ctypes.CDLL:
+    for kernel_file in PLAIN_KERNELS:
+        for name, f in FIELDS.items():
+            if assemble(f, kernel_file) == code:
+                return emulated_library(name, kernel_file)
+    raise AssertionError("RawModule code is not a known kernel file for a known field")
+
+
+def import_cupy_launchers(monkeypatch, launches: list, family: str = "gkr"):
+    """kernels/<family>_cupy.py imported against :func:`fake_cupy` (undone after the test)."""
+    import importlib
+    name = f"zorch_nb.kernels.{family}_cupy"
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy(launches))
+    for mod in (name, "zorch_nb.kernels.field_cupy"):  # gkr_cupy imports field_cupy
+        monkeypatch.delitem(sys.modules, mod, raising=False)
+    module = importlib.import_module(name)
+    for mod in (name, "zorch_nb.kernels.field_cupy"):
+        monkeypatch.delitem(sys.modules, mod, raising=False)
+    return module

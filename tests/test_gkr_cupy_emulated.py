@@ -1,0 +1,145 @@
+"""The CuPy path of the LogUp-GKR kernels, run on the host under a SIMT emulation.
+
+``kernels/gkr_cupy.py`` -- the real launchers: grids, blocks, argument
+tuples, struct images -- drives the real ``__global__`` kernels of
+``kernels/cuda/gkr.cu`` compiled by g++ with every CUDA thread a host thread
+(see ``cuda_emu.py``): block barriers, warp shuffles, shared memory and the
+vector loads all execute.  Every result must equal the Numba CPU kernels
+byte for byte.  Cases: the dense fold and the jagged transition in all four
+modes with aligned (vector) and offset (scalar) data, the fused dense pyramid
+over several launches, and the fused jagged pyramid (three-step chunks,
+single wide steps, the one-block tail) from ``build_jagged_pyramid``'s own
+orchestration, with host and device schedules.
+"""
+import numpy as np
+import pytest
+
+import cuda_emu
+from gkr_cases import random_jagged_layer
+from zorch_nb import BabyBear, KoalaBear
+from zorch_nb.kernels import gkr_cpu, launch_config
+from zorch_nb.logup_gkr import (GkrLayer, JaggedGkrLayer, _fused_jagged_steps, _split,
+                                _trusted, build_jagged_pyramid, build_pyramid)
+
+MODES = [(ne, de) for ne in (0, 1) for de in (0, 1)]
+
+
+@pytest.fixture
+def emu(monkeypatch):
+    """``(gkr_cupy, launches)``: the real launcher module over the emulated kernels."""
+    launches = []
+    return cuda_emu.import_cupy_launchers(monkeypatch, launches), launches
+
+
+def _device(x, offset=0):
+    """``x`` as an emulated device array; ``offset`` words into its buffer (unaligned)."""
+    buf = np.empty(x.size + offset, np.uint32)
+    view = buf[offset:].reshape(x.shape)
+    view[...] = x
+    return cuda_emu.EmuArray(view)
+
+
+def _mles(F, ne, de, n, seed):
+    return [(F.ext if e else F).random(n, seed=seed + i) for i, e in enumerate((ne, ne, de, de))]
+
+
+def _outs(ne, de, width):
+    oe = ne or de
+    return [cuda_emu.EmuXp.empty((width, 4) if e else (width,), np.uint32)
+            for e in (oe, oe, de, de)]
+
+
+def _cpu_outs(ne, de, width):
+    oe = ne or de
+    return [np.empty((width, 4) if e else (width,), np.uint32) for e in (oe, oe, de, de)]
+
+
+@pytest.mark.parametrize("offset", [0, 1], ids=["vector", "scalar"])
+@pytest.mark.parametrize("ne,de", MODES)
+def test_dense_fold_and_jagged_transition(emu, ne, de, offset):
+    gkr_cupy, launches = emu
+    F = KoalaBear if ne == de else BabyBear
+    host = _mles(F, ne, de, 600, seed=3)
+    dev = [_device(x, offset) for x in host]
+    want = _cpu_outs(ne, de, 300)
+    gkr_cpu.fold_dense(*host, *want, F.params)
+    got = _outs(ne, de, 300)
+    gkr_cupy.fold_dense(*dev, *got, F.params)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a.get(), b)
+    rc = np.array([7, 0, 250, 1, 300, 42, 0, 0], np.int32)
+    orc = ((rc + 1) // 2 + np.array([0, 1, 0, 2, 0, 0, 0, 3])).astype(np.int32)
+    width = int(orc.sum()) + 5  # dead slots too
+    for x in host:
+        x[int(rc.sum()):] = 0
+    dev = [_device(x, offset) for x in host]
+    want = _cpu_outs(ne, de, width)
+    prefix = np.empty((2, rc.size), np.int64)
+    gkr_cpu.jagged_transition(rc, orc, prefix, *host, *want, F.params)
+    got = _outs(ne, de, width)
+    gkr_cupy.jagged_transition(_device(rc), _device(orc), cuda_emu.EmuXp.empty(2 * rc.size,
+                                                                             np.int64),
+                               *dev, *got, F.params)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a.get(), b)
+    vec = "true" if offset == 0 else "false"
+    assert launches == [f"zorch_gkr_fold_dense<{ne}, {de}, {vec}>", "zorch_gkr_jagged_scan",
+                        f"zorch_gkr_jagged<{ne}, {de}, {vec}>"]
+
+
+@pytest.mark.parametrize("ne,de", MODES)
+def test_fused_dense_pyramid(emu, ne, de):
+    """Two launches (a full tile, then the rest) of zorch_gkr_pyramid_dense."""
+    gkr_cupy, launches = emu
+    F = KoalaBear if ne == de else BabyBear
+    nv = 11 if (ne or de) else 12  # first output layer wider than one tile
+    host = _mles(F, ne, de, 2**nv, seed=5)
+    want = build_pyramid(GkrLayer(*host, 0, F), backend="cpu")
+    oe = ne or de
+    exts = (oe, oe, de, de)
+    outs, length = [], 2**nv
+    for _ in range(nv):
+        length //= 2
+        sizes = [length * (4 if e else 1) for e in exts]
+        outs.append(_split(cuda_emu.EmuXp.empty(sum(sizes), np.uint32), sizes, exts))
+    gkr_cupy.pyramid_dense([_device(x) for x in host], outs, F.params)
+    plan = launch_config.gkr_pyramid_plan(2**(nv - 1), nv, not oe)
+    assert len(launches) == len(plan) >= 2
+    for l, (layer, w) in enumerate(zip(outs, want[1:])):
+        for a, b in zip(layer, w.mles):
+            np.testing.assert_array_equal(a.get(), b, err_msg=f"layer {l + 1}")
+
+
+@pytest.mark.parametrize("device_schedule", [False, True], ids=["host", "device"])
+@pytest.mark.parametrize("ne,de", MODES)
+def test_fused_jagged_pyramid(emu, monkeypatch, ne, de, device_schedule):
+    """build_jagged_pyramid's fused orchestration with the CuPy launchers: chunks,
+    a single wide step, the tail (the tail threshold lowered to keep it small)."""
+    gkr_cupy, launches = emu
+    monkeypatch.setattr(launch_config, "GKR_JAGGED_TAIL_SLOTS", 24)
+    F = KoalaBear if ne == de else BabyBear
+    rng = np.random.default_rng(17 + 2 * ne + de)
+    nb = 8
+    rc = rng.integers(0, 90, nb).astype(np.int32)
+    rc[2], rc[5] = 0, 1
+    steps, cur = [], rc.astype(np.int64)
+    for i in range(9):  # halving, with padded counts at two steps and slack at odd ones
+        cur = np.maximum((cur + 1) // 2 + (1 if i in (1, 4) else 0), 1)
+        steps.append((cur.astype(np.int32), int(cur.sum()) + (i % 2)))
+    host = random_jagged_layer(F, ne, de, rc, int(rc.sum()) + 3, seed=9)
+    want = build_jagged_pyramid(host, steps, backend="cpu")
+    dev_rc = cuda_emu.EmuArray(rc.copy()) if device_schedule else rc
+    first = _trusted(JaggedGkrLayer, *[_device(x) for x in host.mles], dev_rc, F)
+    dsteps = [(cuda_emu.EmuArray(c.astype(np.int32)) if device_schedule else c, w)
+              for c, w in steps]
+    got = _fused_jagged_steps(first, dsteps, cuda_emu.EmuXp, gkr_cupy)
+    chunked, tail = launch_config.gkr_jagged_plan([w for _, w in steps])
+    assert chunked >= 3 and tail > chunked and tail < len(steps)  # all three kinds ran
+    assert sum(n.startswith("zorch_gkr_jagged_chunk<") for n in launches) == chunked // 3
+    assert launches.count("zorch_gkr_jagged_chunk_scan") == chunked // 3
+    assert sum(n.startswith("zorch_gkr_jagged<") for n in launches) == tail - chunked
+    assert sum(n.startswith("zorch_gkr_jagged_tail<") for n in launches) == 1
+    assert len(got) == len(want) - 1
+    for l, (g, w) in enumerate(zip(got, want[1:])):
+        for a, b in zip(g.mles, w.mles):
+            np.testing.assert_array_equal(a.get(), b, err_msg=f"layer {l + 1}")
