@@ -196,6 +196,7 @@ class EmuArray:
     def data(self):
         return _Data(self._a.ctypes.data)
 
+    device = types.SimpleNamespace(id=0)
     shape = property(lambda self: self._a.shape)
     ndim = property(lambda self: self._a.ndim)
     size = property(lambda self: self._a.size)
@@ -214,6 +215,39 @@ class EmuArray:
     def get(self):
         return self._a.copy()
 
+    def __setitem__(self, key, value):
+        self._a[key] = _unwrap(value)
+
+    def __getattr__(self, name):  # anything else: NumPy's, results re-wrapped
+        return _wrap(getattr(self._a, name))
+
+    def __eq__(self, other):  # elementwise, as on CuPy arrays
+        return EmuArray(self._a == _unwrap(other))
+
+    def __ne__(self, other):
+        return EmuArray(self._a != _unwrap(other))
+
+    def __bool__(self):
+        return bool(self._a)
+
+
+def _unwrap(x):
+    if isinstance(x, EmuArray):
+        return x._a
+    if isinstance(x, (list, tuple)):
+        return type(x)(_unwrap(v) for v in x)
+    return x
+
+
+def _wrap(x):
+    if isinstance(x, np.ndarray):
+        return EmuArray(x)
+    if isinstance(x, tuple):
+        return tuple(_wrap(v) for v in x)
+    if callable(x):
+        return lambda *a, **k: _wrap(x(*_unwrap(a), **{n: _unwrap(v) for n, v in k.items()}))
+    return x
+
 
 class EmuXp:
     """The array-module calls the fused paths make (``xp``)."""
@@ -224,8 +258,8 @@ class EmuXp:
 
     @staticmethod
     def ascontiguousarray(x):
-        assert isinstance(x, EmuArray) and x.flags.c_contiguous
-        return x
+        x = EmuXp.asarray(x)
+        return x if x.flags.c_contiguous else EmuArray(np.ascontiguousarray(x._a))
 
     @staticmethod
     def empty(shape, dtype):
@@ -293,7 +327,10 @@ def fake_cupy(launches: list) -> types.ModuleType:
     mod.memoize = memoize
     mod.RawModule = RawModule
     mod.ndarray = EmuArray
-    mod.asarray, mod.empty = EmuXp.asarray, EmuXp.empty  # what the object layer calls
+    # what the object layer calls on CuPy data; any other name is NumPy's
+    mod.asarray, mod.empty = EmuXp.asarray, EmuXp.empty
+    mod.ascontiguousarray = EmuXp.ascontiguousarray
+    mod.__getattr__ = lambda name: _wrap(getattr(np, name))
     return mod
 
 

@@ -54,3 +54,39 @@ def test_every_field_op_matches_the_cpu(field_cupy, F):
             got = dev(np.zeros_like(a))
             getattr(field_cupy, f"{kind}_pow")(dev(a), e_hi, e_lo, nbits, got, F.params)
             np.testing.assert_array_equal(got.get(), want, err_msg=f"{kind} pow {e}")
+
+
+@pytest.fixture
+def emulated_cupy(monkeypatch):
+    """The object layer sees (emulated) CuPy arrays and runs the emulated kernels."""
+    launches = []
+    cuda_emu.import_cupy_launchers(monkeypatch, launches, family="field")
+    return launches
+
+
+@pytest.mark.parametrize("F", [KoalaBear, BabyBear], ids=["koalabear", "babybear"])
+def test_field_api_on_emulated_cupy_arrays(emulated_cupy, F):
+    """F.add/sub/mul/neg/square/inv/pow/batch_inv with CuPy-kind arrays: base, extension,
+    mixed (base promoted), broadcasting, a strided view and ``out=``."""
+    E = F.ext
+    dev = lambda x: cuda_emu.EmuArray(np.array(x, copy=True))  # noqa: E731
+    a, b = F.random((3, 40), seed=1), F.random(40, seed=2)          # broadcast (3, 40) x (40,)
+    x, y = E.random((3, 40), seed=3), E.random(40, seed=4)
+    cases = [(F, a, b), (E, x, y), (E, x, b), (E, a, y)]              # mixed: base promoted
+    for G, u, v in cases:
+        for op in ("add", "sub", "mul"):
+            got = getattr(G, op)(dev(u), dev(v))
+            assert isinstance(got, cuda_emu.EmuArray)
+            np.testing.assert_array_equal(got.get(), getattr(G, op)(u, v), err_msg=op)
+    for G, u in ((F, b), (E, y)):
+        for op in ("neg", "square", "inv", "batch_inv"):
+            np.testing.assert_array_equal(getattr(G, op)(dev(u)).get(), getattr(G, op)(u),
+                                          err_msg=op)
+        np.testing.assert_array_equal(G.pow(dev(u), 2**70 + 5).get(), G.pow(u, 2**70 + 5))
+        np.testing.assert_array_equal(G.pow(dev(u), -3).get(), G.pow(u, -3))
+    strided = dev(F.random(80, seed=5))[::2]                         # a non-contiguous view
+    np.testing.assert_array_equal(F.mul(strided, dev(b)).get(), F.mul(strided.get(), b))
+    out = dev(np.zeros(40, np.uint32))
+    assert F.mul(dev(b), dev(b), out=out) is out
+    np.testing.assert_array_equal(out.get(), F.mul(b, b))
+    assert emulated_cupy and all(n.startswith("zorch_") for n in emulated_cupy)

@@ -19,7 +19,8 @@ from gkr_cases import random_jagged_layer
 from zorch_nb import BabyBear, KoalaBear
 from zorch_nb.kernels import gkr_cpu, launch_config
 from zorch_nb.logup_gkr import (GkrLayer, JaggedGkrLayer, _fused_jagged_steps, _split,
-                                _trusted, build_jagged_pyramid, build_pyramid)
+                                _trusted, build_jagged_pyramid, build_pyramid,
+                                halving_schedule)
 
 MODES = [(ne, de) for ne in (0, 1) for de in (0, 1)]
 
@@ -143,3 +144,33 @@ def test_fused_jagged_pyramid(emu, monkeypatch, ne, de, device_schedule):
     for l, (g, w) in enumerate(zip(got, want[1:])):
         for a, b in zip(g.mles, w.mles):
             np.testing.assert_array_equal(a.get(), b, err_msg=f"layer {l + 1}")
+
+
+@pytest.mark.parametrize("ne,de", MODES)
+def test_object_layer_on_emulated_cupy_arrays(emu, monkeypatch, ne, de):
+    """The public API with (emulated) CuPy arrays: dispatch, fused and per-layer paths."""
+    _, launches = emu
+    monkeypatch.setattr(launch_config, "GKR_JAGGED_TAIL_SLOTS", 24)
+    F = KoalaBear if ne == de else BabyBear
+    host = _mles(F, ne, de, 2**9, seed=13)
+    dev = GkrLayer(*[_device(x) for x in host], 2, F)
+    want = build_pyramid(GkrLayer(*host, 2, F))
+    for fused in (None, False):
+        got = build_pyramid(dev, fused=fused)
+        assert len(got) == len(want)
+        for l, (g, w) in enumerate(zip(got, want)):
+            for a, b in zip(g.mles, w.mles):
+                assert isinstance(a, cuda_emu.EmuArray)
+                np.testing.assert_array_equal(a.get(), b, err_msg=f"fused={fused} layer {l}")
+    assert any(n.startswith("zorch_gkr_pyramid_dense<") for n in launches)
+    assert any(n.startswith("zorch_gkr_fold_dense<") for n in launches)
+    rc = np.array([90, 0, 33, 1, 64, 7, 70, 2], np.int32)
+    jhost = random_jagged_layer(F, ne, de, rc, int(rc.sum()) + 4, seed=6)
+    steps = [(s.row_counts, s.width) for s in halving_schedule(jhost)]
+    jwant = build_jagged_pyramid(jhost, steps)
+    jdev = JaggedGkrLayer(*[_device(x) for x in jhost.mles], rc, F)
+    for fused in (None, False):
+        got = build_jagged_pyramid(jdev, steps, fused=fused)
+        for l, (g, w) in enumerate(zip(got, jwant)):
+            for a, b in zip(g.mles, w.mles):
+                np.testing.assert_array_equal(a.get(), b, err_msg=f"fused={fused} layer {l}")
