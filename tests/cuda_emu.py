@@ -109,20 +109,6 @@ KERNELS = {
     "zorch_gkr_jagged_tail": ["P", "P", "u32"] + ["P"] * 4 + ["S:zorch_gkr_tail", "u32"],
     "zorch_gkr_jagged_chunk": ["S:zorch_gkr_chunk", "P", "u32"] + ["P"] * 4 + ["u64"],
 }
-PLAIN_KERNELS = {
-    "gkr.cu": {
-        "zorch_gkr_jagged_scan": ["P", "P", "P", "u32"],
-        "zorch_gkr_jagged_chunk_scan": ["S:zorch_gkr_chunk", "P", "u32"],
-    },
-    "field_ops.cu": {
-        "zorch_base_map1": ["i32", "P", "P", "u64"],
-        "zorch_base_map2": ["i32", "P", "P", "P", "u64"],
-        "zorch_ext4_map1": ["i32", "P", "P", "u64"],
-        "zorch_ext4_map2": ["i32", "P", "P", "P", "u64"],
-        "zorch_base_pow": ["P", "u64", "u64", "i32", "P", "u64"],
-        "zorch_ext4_pow": ["P", "u64", "u64", "i32", "P", "u64"],
-    },
-}
 _C = {"P": "void*", "i32": "int", "u32": "unsigned int", "u64": "unsigned long long"}
 
 
@@ -156,22 +142,50 @@ def _symbol(kernel, mode=None, vec=None):
     return f"emu_{kernel}" if mode is None else f"emu_{kernel}_{mode >> 1}{mode & 1}{int(vec)}"
 
 
-def _wrappers(kernel_file) -> str:
+_EXTERN = re.compile(r'extern "C" __global__ void (\w+)\(([^)]*)\)')
+
+
+def _param_kind(decl: str) -> str:
+    decl = decl.strip()
+    if "*" in decl:
+        return "P"
+    if decl.startswith("const zorch_gkr_"):
+        return "S:" + decl.split()[1]
+    words = decl.split()[:-1]  # drop the name
+    kind = {"int": "i32", "unsigned int": "u32", "zorch_u64": "u64",
+            "unsigned long long": "u64"}.get(" ".join(words))
+    if kind is None:
+        raise ValueError(f"the emulation does not know the parameter type of {decl!r}")
+    return kind
+
+
+def plain_kernels(code: str) -> dict:
+    """``extern "C" __global__`` kernels of a translation unit -> parameter kinds."""
+    return {name: [_param_kind(d) for d in params.split(",")]
+            for name, params in _EXTERN.findall(code)}
+
+
+def _wrappers(code: str) -> str:
     out = [_ARG_HELPER]
-    if kernel_file == "gkr.cu":  # the template kernels, every instance the launchers name
+    if "zorch_gkr_fold_dense" in code:  # gkr.cu: every template instance the launchers name
         for kernel, params in KERNELS.items():
             for mode in range(4):
                 for vec in (False, True):
                     call = f"{kernel}<{mode >> 1}, {mode & 1}, {'true' if vec else 'false'}>"
                     out.append(_wrapper(_symbol(kernel, mode, vec), call, params))
-    for kernel, params in PLAIN_KERNELS[kernel_file].items():
+    for kernel, params in plain_kernels(code).items():
         out.append(_wrapper(_symbol(kernel), kernel, params))
     return "\n".join(out)
 
 
 def emulated_library(field_name: str, kernel_file: str = "gkr.cu") -> ctypes.CDLL:
     """``kernel_file`` for ``field_name`` compiled as emulated CUDA (cached by content)."""
-    src = PRELUDE + assemble(FIELDS[field_name], kernel_file) + "\n" + _wrappers(kernel_file)
+    return emulated_code(assemble(FIELDS[field_name], kernel_file))
+
+
+def emulated_code(code: str) -> ctypes.CDLL:
+    """Any complete CUDA C translation unit compiled as emulated CUDA (cached by content)."""
+    src = PRELUDE + code + "\n" + _wrappers(code)
     return compile_text(src, flags=("-std=c++20", "-pthread", "-fno-strict-aliasing"))
 
 
@@ -207,10 +221,8 @@ class EmuArray:
     def __getitem__(self, key):
         return EmuArray(self._a[key])
 
-    def reshape(self, *shape):
-        view = self._a.reshape(*shape)
-        assert np.shares_memory(view, self._a)  # a view, as on the device
-        return EmuArray(view)
+    def reshape(self, *shape):  # a view where possible, else a copy (as CuPy does)
+        return EmuArray(self._a.reshape(*shape))
 
     def get(self):
         return self._a.copy()
@@ -221,14 +233,27 @@ class EmuArray:
     def __getattr__(self, name):  # anything else: NumPy's, results re-wrapped
         return _wrap(getattr(self._a, name))
 
-    def __eq__(self, other):  # elementwise, as on CuPy arrays
-        return EmuArray(self._a == _unwrap(other))
-
-    def __ne__(self, other):
-        return EmuArray(self._a != _unwrap(other))
-
     def __bool__(self):
         return bool(self._a)
+
+    def __len__(self):
+        return len(self._a)
+
+
+def _forward(op):
+    def method(self, *other):
+        return _wrap(getattr(self._a, op)(*_unwrap(other)))
+    method.__name__ = op
+    return method
+
+
+# elementwise operators, as on CuPy arrays (no __array__: like CuPy, no silent
+# conversion to a host array)
+for _op in ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__add__",
+            "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__mod__",
+            "__floordiv__", "__and__", "__or__", "__xor__", "__invert__", "__neg__",
+            "__lshift__", "__rshift__", "__iter__"):
+    setattr(EmuArray, _op, _forward(_op))
 
 
 def _unwrap(x):
@@ -244,7 +269,7 @@ def _wrap(x):
         return EmuArray(x)
     if isinstance(x, tuple):
         return tuple(_wrap(v) for v in x)
-    if callable(x):
+    if callable(x) and not isinstance(x, type):  # functions and ufuncs; dtypes stay types
         return lambda *a, **k: _wrap(x(*_unwrap(a), **{n: _unwrap(v) for n, v in k.items()}))
     return x
 
@@ -318,7 +343,7 @@ def fake_cupy(launches: list) -> types.ModuleType:
         def __init__(self, code, options=(), name_expressions=()):
             assert tuple(options) == ("-std=c++17",), options
             self.names = set(name_expressions)
-            self.lib = _library_for_code(code)
+            self.lib = emulated_code(code)
 
         def get_function(self, name):
             assert "<" not in name or name in self.names, name  # as NVRTC would insist
@@ -334,14 +359,6 @@ def fake_cupy(launches: list) -> types.ModuleType:
     return mod
 
 
-def _library_for_code(code: str) -> ctypes.CDLL:
-    for kernel_file in PLAIN_KERNELS:
-        for name, f in FIELDS.items():
-            if assemble(f, kernel_file) == code:
-                return emulated_library(name, kernel_file)
-    raise AssertionError("RawModule code is not a known kernel file for a known field")
-
-
 def import_cupy_launchers(monkeypatch, launches: list, family: str = "gkr"):
     """kernels/<family>_cupy.py imported against :func:`fake_cupy` (undone after the test)."""
     import importlib
@@ -353,3 +370,9 @@ def import_cupy_launchers(monkeypatch, launches: list, family: str = "gkr"):
     for mod in (name, "zorch_nb.kernels.field_cupy"):
         monkeypatch.delitem(sys.modules, mod, raising=False)
     return module
+
+
+def emulate(monkeypatch, family: str) -> tuple:
+    """``(kernels/<family>_cupy.py over the emulation, list of launched kernel names)``."""
+    launches = []
+    return import_cupy_launchers(monkeypatch, launches, family), launches

@@ -13,7 +13,7 @@ from zorch_nb.kernels.monty import OP_ADD, OP_INV, OP_MUL, OP_NEG, OP_SQUARE, OP
 
 @pytest.fixture
 def field_cupy(monkeypatch):
-    return cuda_emu.import_cupy_launchers(monkeypatch, [], family="field")
+    return cuda_emu.emulate(monkeypatch, "field")[0]
 
 
 def _operands(F, E, n, seed):
@@ -59,9 +59,7 @@ def test_every_field_op_matches_the_cpu(field_cupy, F):
 @pytest.fixture
 def emulated_cupy(monkeypatch):
     """The object layer sees (emulated) CuPy arrays and runs the emulated kernels."""
-    launches = []
-    cuda_emu.import_cupy_launchers(monkeypatch, launches, family="field")
-    return launches
+    return cuda_emu.emulate(monkeypatch, "field")[1]
 
 
 @pytest.mark.parametrize("F", [KoalaBear, BabyBear], ids=["koalabear", "babybear"])

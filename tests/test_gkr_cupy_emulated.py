@@ -28,8 +28,7 @@ MODES = [(ne, de) for ne in (0, 1) for de in (0, 1)]
 @pytest.fixture
 def emu(monkeypatch):
     """``(gkr_cupy, launches)``: the real launcher module over the emulated kernels."""
-    launches = []
-    return cuda_emu.import_cupy_launchers(monkeypatch, launches), launches
+    return cuda_emu.emulate(monkeypatch, "gkr")
 
 
 def _device(x, offset=0):

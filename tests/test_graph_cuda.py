@@ -166,9 +166,8 @@ def test_generated_cuda_compiles_with_nvcc(tmp_path):
         assert graph_codegen.cuda_symbol(name) in ptx
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("field", [KoalaBear, BabyBear], ids=["koalabear", "babybear"])
-def test_cupy_replay_is_byte_identical_to_cpu(field):
+def check_cupy_replay_is_byte_identical_to_cpu(field):
+    """Replay on the "cupy" backend equals the CPU replay (also run under emulation)."""
     g, _ = _graph(field)
     rng = np.random.default_rng(11)
     ins = [rng.integers(0, field.p, size=_view_shape(g, k).shape)
@@ -180,8 +179,8 @@ def test_cupy_replay_is_byte_identical_to_cpu(field):
     assert com_cpu == com_gpu
 
 
-@pytest.mark.gpu
-def test_cupy_context_records_and_replays_the_reference_program():
+def check_cupy_context_records_and_replays_the_reference_program():
+    """A Context on the "cupy" backend records and replays the reference program."""
     from zorch_nb._demo_graph import add_2, add_16
     ctx = Context(backend="cupy")
     a = ctx.copy_to_device(np.concatenate([np.arange(1, 33).reshape(16, 2) + k
@@ -198,3 +197,14 @@ def test_cupy_context_records_and_replays_the_reference_program():
     (o,), com = run_computation_graph(g, [np.concatenate([np.arange(1, 33).reshape(16, 2) + k
                                                            for k in range(2)])])
     assert com == g.commitments
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("field", [KoalaBear, BabyBear], ids=["koalabear", "babybear"])
+def test_cupy_replay_is_byte_identical_to_cpu(field):
+    check_cupy_replay_is_byte_identical_to_cpu(field)
+
+
+@pytest.mark.gpu
+def test_cupy_context_records_and_replays_the_reference_program():
+    check_cupy_context_records_and_replays_the_reference_program()
