@@ -8,7 +8,9 @@ Backends under test
   before anything imports Numba (set ``ZORCH_CUDASIM=0`` to opt out).  Tests
   that launch them carry the ``cudasim`` marker and must use small inputs.
 * ``cupy`` : CuPy RawKernels; tests carry the ``gpu`` marker and are skipped
-  when CuPy or a GPU is missing.
+  when CuPy or a GPU is missing -- unless ``ZORCH_EMULATE_CUPY=1``, which
+  runs them against a stand-in for CuPy whose kernels are the CUDA C sources
+  compiled for the host under a SIMT emulation (``cuda_emu.py``).
 """
 import glob
 import os
@@ -35,6 +37,15 @@ def _numba_cuda_usable() -> bool:
     return SIMULATED or cuda.is_available()
 
 
+#: ZORCH_EMULATE_CUPY=1: the ``gpu`` tests run against a stand-in for CuPy
+#: whose kernels are the CUDA C sources compiled for the host under a SIMT
+#: emulation (tests/cuda_emu.py); without a GPU this is how they execute.
+EMULATED_CUPY = os.environ.get("ZORCH_EMULATE_CUPY") == "1"
+if EMULATED_CUPY:
+    import cuda_emu
+    cuda_emu.install_session_fakes()
+
+
 def _cupy_usable() -> bool:
     try:
         import cupy
@@ -53,7 +64,8 @@ if os.environ.get("ZORCH_REQUIRE_CUDASIM") == "1" and not NUMBA_CUDA:
 
 def pytest_report_header(config):
     mode = "simulator" if SIMULATED else ("GPU" if NUMBA_CUDA else "unavailable")
-    return [f"zorch_nb: numba-cuda kernels: {mode}; cupy: {'GPU' if CUPY else 'unavailable'}"]
+    cupy = "emulated on the host" if EMULATED_CUPY else ("GPU" if CUPY else "unavailable")
+    return [f"zorch_nb: numba-cuda kernels: {mode}; cupy: {cupy}"]
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -103,7 +115,7 @@ _STAGES = {}
 
 def _stage_of(report) -> str:
     if "gpu" in report.keywords:
-        return "gpu"
+        return "gpu (cupy emulated)" if EMULATED_CUPY else "gpu"
     if "cudasim" in report.keywords:
         return "numba-cuda (simulator)" if SIMULATED else "numba-cuda (GPU)"
     if "nvcc" in report.nodeid:

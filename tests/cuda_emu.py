@@ -82,21 +82,25 @@ void zemu_launch(unsigned int grid, unsigned int block, K kernel) {
     if (block % 32u != 0u || block > 1024u) abort();  // the launchers use whole warps
     gridDim = {grid, 1u, 1u};
     blockDim = {block, 1u, 1u};
-    for (unsigned int b = 0; b < grid; ++b) {
-        std::barrier<> bar(block);
-        zemu::block_bar = &bar;
-        zemu::warp_bars.clear();
-        for (unsigned int w = 0; w < block / 32u; ++w)
-            zemu::warp_bars.emplace_back(new std::barrier<>(32));
-        std::vector<std::thread> threads;
-        for (unsigned int t = 0; t < block; ++t)
-            threads.emplace_back([&, t, b] {
-                threadIdx = {t, 0u, 0u};
+    // One host thread per CUDA thread of a block, reused for every block: the
+    // blocks run one after another (a block barrier between them), so the
+    // block's __shared__ statics are never used by two blocks at once.
+    std::barrier<> bar(block);
+    zemu::block_bar = &bar;
+    zemu::warp_bars.clear();
+    for (unsigned int w = 0; w < block / 32u; ++w)
+        zemu::warp_bars.emplace_back(new std::barrier<>(32));
+    std::vector<std::thread> threads;
+    for (unsigned int t = 0; t < block; ++t)
+        threads.emplace_back([&, t] {
+            threadIdx = {t, 0u, 0u};
+            for (unsigned int b = 0; b < grid; ++b) {
                 blockIdx = {b, 0u, 0u};
                 kernel();
-            });
-        for (auto& th : threads) th.join();
-    }
+                bar.arrive_and_wait();  // the whole block is done before the next starts
+            }
+        });
+    for (auto& th : threads) th.join();
 }
 """
 
@@ -193,6 +197,16 @@ def emulated_code(code: str) -> ctypes.CDLL:
 # a NumPy-backed stand-in for CuPy, enough for kernels/gkr_cupy.py
 # ---------------------------------------------------------------------------
 
+_SYNC = {"allowed": True}
+
+
+def _check_sync(what):
+    """Device->host reads are synchronizations: refused under allow_synchronize(False)."""
+    if not _SYNC["allowed"]:
+        raise RuntimeError(f"device synchronization ({what}) under "
+                           f"cupyx.allow_synchronize(False)")
+
+
 class _Data:
     def __init__(self, ptr):
         self.ptr = ptr
@@ -201,7 +215,7 @@ class _Data:
 class EmuArray:
     """A 'device' array: a NumPy array whose ``.data.ptr`` the kernels write through."""
 
-    __module__ = "cupy_emu"  # array_kind() reads it as a CuPy array
+    __module__ = "cupy._emulated"  # array_kind() and tt_masks read it as a CuPy array
 
     def __init__(self, host):
         self._a = host
@@ -225,6 +239,7 @@ class EmuArray:
         return EmuArray(self._a.reshape(*shape))
 
     def get(self):
+        _check_sync("get()")
         return self._a.copy()
 
     def __setitem__(self, key, value):
@@ -234,10 +249,15 @@ class EmuArray:
         return _wrap(getattr(self._a, name))
 
     def __bool__(self):
+        _check_sync("bool()")
         return bool(self._a)
 
     def __len__(self):
         return len(self._a)
+
+    def __iter__(self):
+        _check_sync("iteration")
+        return iter(_wrap(list(self._a)))
 
 
 def _forward(op):
@@ -252,8 +272,17 @@ def _forward(op):
 for _op in ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__add__",
             "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__mod__",
             "__floordiv__", "__and__", "__or__", "__xor__", "__invert__", "__neg__",
-            "__lshift__", "__rshift__", "__iter__"):
+            "__lshift__", "__rshift__", "__truediv__", "__rtruediv__", "__pow__",
+            "__rpow__", "__matmul__", "__rmatmul__", "__abs__", "__pos__"):
     setattr(EmuArray, _op, _forward(_op))
+
+
+class _ModuleProxy:
+    def __init__(self, module):
+        self._m = module
+
+    def __getattr__(self, name):
+        return _wrap(getattr(self._m, name))
 
 
 def _unwrap(x):
@@ -269,6 +298,8 @@ def _wrap(x):
         return EmuArray(x)
     if isinstance(x, tuple):
         return tuple(_wrap(v) for v in x)
+    if isinstance(x, types.ModuleType):  # cupy.linalg, cupy.random, ...: NumPy's, wrapped
+        return _ModuleProxy(x)
     if callable(x) and not isinstance(x, type):  # functions and ufuncs; dtypes stay types
         return lambda *a, **k: _wrap(x(*_unwrap(a), **{n: _unwrap(v) for n, v in k.items()}))
     return x
@@ -278,8 +309,10 @@ class EmuXp:
     """The array-module calls the fused paths make (``xp``)."""
 
     @staticmethod
-    def asarray(x):
-        return x if isinstance(x, EmuArray) else EmuArray(np.array(x, copy=True))
+    def asarray(x, dtype=None):
+        if isinstance(x, EmuArray):
+            return x if dtype is None or x.dtype == dtype else EmuArray(x._a.astype(dtype))
+        return EmuArray(np.array(x, dtype=dtype, copy=True))
 
     @staticmethod
     def ascontiguousarray(x):
@@ -376,3 +409,52 @@ def emulate(monkeypatch, family: str) -> tuple:
     """``(kernels/<family>_cupy.py over the emulation, list of launched kernel names)``."""
     launches = []
     return import_cupy_launchers(monkeypatch, launches, family), launches
+
+
+def install_session_fakes() -> list:
+    """Install fake ``cupy`` / ``cupyx`` modules for a whole test session.
+
+    With ``ZORCH_EMULATE_CUPY=1`` (see conftest.py) the ``gpu``-marked tests run
+    against the emulated kernels: ``cupy.cuda`` reports one device, streams
+    synchronize trivially, ``cupyx.allow_synchronize(False)`` makes every
+    device->host read (``get()``, ``bool()``, iteration) raise, as CuPy does.
+    Returns the list the launches are recorded in.
+    """
+    import contextlib
+    launches = []
+    mod = fake_cupy(launches)
+    stream = types.SimpleNamespace(synchronize=lambda: None)
+    mod.cuda = types.SimpleNamespace(
+        runtime=types.SimpleNamespace(getDeviceCount=lambda: 1),
+        get_current_stream=lambda: stream)
+    mod.asnumpy = lambda x: x.get() if isinstance(x, EmuArray) else np.asarray(x)
+
+    @contextlib.contextmanager
+    def allow_synchronize(allow):
+        before, _SYNC["allowed"] = _SYNC["allowed"], bool(allow)
+        try:
+            yield
+        finally:
+            _SYNC["allowed"] = before
+
+    cupyx = types.ModuleType("cupyx")
+    cupyx.allow_synchronize = allow_synchronize
+    sys.modules["cupy"], sys.modules["cupyx"] = mod, cupyx
+    _numba_sees_emulated_arrays()
+    return launches
+
+
+def _numba_sees_emulated_arrays() -> None:
+    """Under the CUDA simulator, backend="numba" on an emulated CuPy array wraps
+    the same host memory (the simulator has no ``as_cuda_array``)."""
+    try:
+        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+        from zorch_nb.kernels import field_cuda_numba, gkr_cuda_numba
+    except ImportError:  # no numba-cuda, or not the simulator: those tests skip
+        return
+    original = field_cuda_numba.as_device
+
+    def as_device(x):
+        return FakeCUDAArray(x._a) if isinstance(x, EmuArray) else original(x)
+    field_cuda_numba.as_device = gkr_cuda_numba.as_device = as_device
