@@ -3,11 +3,11 @@
 The other host tests compile the ``__host__ __device__`` per-slot functions
 and serial twins of the block kernels.  This module goes further: it compiles
 the ``__global__`` kernels themselves with g++, under a small SIMT emulation
--- every thread of a block is a ``std::thread``, ``__syncthreads`` is a block
-barrier, ``__shfl_up_sync`` / ``__shfl_down_sync`` exchange values through a
-per-warp barrier, ``__shared__`` variables are shared by the block (blocks run
-one after another), ``__CUDA_ARCH__`` is defined so the 8/16-byte vector
-loads are exercised too.  It then stands in for CuPy under the real launchers
+-- every thread of a block is a fiber (``ucontext``) run by a scheduler,
+``__syncthreads`` is a block barrier, ``__shfl_up_sync`` / ``__shfl_down_sync``
+exchange values through a per-warp barrier, ``__shared__`` variables are
+shared by the block (blocks run one after another), ``__CUDA_ARCH__`` is
+defined so the 8/16-byte vector loads are exercised too.  It then stands in for CuPy under the real launchers
 of ``kernels/gkr_cupy.py`` and ``field_cupy.py``: :func:`fake_cupy` is a
 module with ``memoize``,
 ``RawModule`` (whose functions run the emulated kernels with the grid, block
@@ -35,10 +35,11 @@ PRELUDE = r"""
 #define __CUDACC__ 1
 #define __CUDA_ARCH__ 900
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
-#include <barrier>
+#include <ucontext.h>
+#include <functional>
 #include <memory>
-#include <thread>
 #include <vector>
 #define __host__
 #define __device__
@@ -51,16 +52,91 @@ PRELUDE = r"""
 struct uint2 { unsigned int x, y; };
 struct uint4 { unsigned int x, y, z, w; };
 struct dim3 { unsigned int x, y, z; };
-inline thread_local dim3 threadIdx = {0u, 0u, 0u};
-inline thread_local dim3 blockIdx = {0u, 0u, 0u};
+inline dim3 threadIdx = {0u, 0u, 0u};
+inline dim3 blockIdx = {0u, 0u, 0u};
 inline dim3 blockDim = {1u, 1u, 1u};
 inline dim3 gridDim = {1u, 1u, 1u};
+
+// The threads of a block are fibers (ucontext) on one host thread, run by a
+// scheduler: each runs until it waits at a barrier or finishes; a block
+// barrier (__syncthreads) releases its waiters when every live thread of the
+// block waits there, a warp barrier (inside a shuffle) when every live thread
+// of the warp does.  Deterministic, and a barrier a thread never reaches is a
+// detected deadlock (abort), not a hang.
 namespace zemu {
-inline std::barrier<>* block_bar = nullptr;
-inline std::vector<std::unique_ptr<std::barrier<>>> warp_bars;
+enum State { RUNNABLE, AT_BLOCK, AT_WARP, DONE };
+inline ucontext_t scheduler;
+inline std::vector<ucontext_t> fibers;
+inline std::vector<std::unique_ptr<char[]>> stacks;
+inline std::vector<State> state;
+inline unsigned int current = 0;
+inline std::function<void()> body;
 inline unsigned long long xchg[1024];
+constexpr size_t STACK = 256 * 1024;
+
+inline void wait(State s) {
+    state[current] = s;
+    swapcontext(&fibers[current], &scheduler);
 }
-inline void __syncthreads() { zemu::block_bar->arrive_and_wait(); }
+inline void entry() {
+    body();
+    state[current] = DONE;
+    swapcontext(&fibers[current], &scheduler);
+}
+// Run one block of n threads to completion.
+inline void run_block(unsigned int n) {
+    while (stacks.size() < n) stacks.emplace_back(new char[STACK]);
+    fibers.assign(n, ucontext_t{});
+    state.assign(n, RUNNABLE);
+    for (unsigned int t = 0; t < n; ++t) {
+        getcontext(&fibers[t]);
+        fibers[t].uc_stack.ss_sp = stacks[t].get();
+        fibers[t].uc_stack.ss_size = STACK;
+        fibers[t].uc_link = nullptr;
+        makecontext(&fibers[t], entry, 0);
+    }
+    for (;;) {
+        bool ran = false;
+        for (unsigned int t = 0; t < n; ++t) {
+            if (state[t] != RUNNABLE) continue;
+            current = t;
+            threadIdx = {t, 0u, 0u};
+            swapcontext(&scheduler, &fibers[t]);
+            ran = true;
+        }
+        bool all_done = true, released = false;
+        for (unsigned int w = 0; w < n; w += 32) {  // warps whose live lanes all wait
+            bool full = true, any = false;
+            for (unsigned int t = w; t < w + 32 && t < n; ++t) {
+                if (state[t] == DONE) continue;
+                any = true;
+                full = full && state[t] == AT_WARP;
+            }
+            if (any && full) {
+                for (unsigned int t = w; t < w + 32 && t < n; ++t)
+                    if (state[t] == AT_WARP) state[t] = RUNNABLE;
+                released = true;
+            }
+        }
+        bool block_full = true, block_any = false;
+        for (unsigned int t = 0; t < n; ++t) {
+            if (state[t] != DONE) all_done = false;
+            if (state[t] == DONE) continue;
+            block_any = true;
+            block_full = block_full && state[t] == AT_BLOCK;
+        }
+        if (all_done) return;
+        if (block_any && block_full) {
+            for (unsigned int t = 0; t < n; ++t)
+                if (state[t] == AT_BLOCK) state[t] = RUNNABLE;
+            released = true;
+        }
+        if (!released && !ran) abort();  // deadlock: a barrier some thread never reaches
+    }
+}
+}  // namespace zemu
+
+inline void __syncthreads() { zemu::wait(zemu::AT_BLOCK); }
 // Lane `lane + off` (off may be negative) of this thread's warp, or this
 // thread's own value when that lane does not exist (CUDA's rule).
 template <class T>
@@ -68,11 +144,11 @@ T zemu_shfl(T v, long off) {
     static_assert(sizeof(T) <= 8, "one exchange word per thread");
     const unsigned int t = threadIdx.x, lane = t & 31u;
     memcpy(&zemu::xchg[t], &v, sizeof(T));
-    zemu::warp_bars[t >> 5]->arrive_and_wait();  // every lane has published
+    zemu::wait(zemu::AT_WARP);  // every lane has published
     T r = v;
     const long src = (long)lane + off;
     if (src >= 0 && src < 32) memcpy(&r, &zemu::xchg[t - lane + src], sizeof(T));
-    zemu::warp_bars[t >> 5]->arrive_and_wait();  // every lane has read
+    zemu::wait(zemu::AT_WARP);  // every lane has read
     return r;
 }
 template <class T> T __shfl_down_sync(unsigned int, T v, unsigned int d) { return zemu_shfl(v, (long)d); }
@@ -82,25 +158,13 @@ void zemu_launch(unsigned int grid, unsigned int block, K kernel) {
     if (block % 32u != 0u || block > 1024u) abort();  // the launchers use whole warps
     gridDim = {grid, 1u, 1u};
     blockDim = {block, 1u, 1u};
-    // One host thread per CUDA thread of a block, reused for every block: the
-    // blocks run one after another (a block barrier between them), so the
-    // block's __shared__ statics are never used by two blocks at once.
-    std::barrier<> bar(block);
-    zemu::block_bar = &bar;
-    zemu::warp_bars.clear();
-    for (unsigned int w = 0; w < block / 32u; ++w)
-        zemu::warp_bars.emplace_back(new std::barrier<>(32));
-    std::vector<std::thread> threads;
-    for (unsigned int t = 0; t < block; ++t)
-        threads.emplace_back([&, t] {
-            threadIdx = {t, 0u, 0u};
-            for (unsigned int b = 0; b < grid; ++b) {
-                blockIdx = {b, 0u, 0u};
-                kernel();
-                bar.arrive_and_wait();  // the whole block is done before the next starts
-            }
-        });
-    for (auto& th : threads) th.join();
+    // Blocks run one after another, so a block's __shared__ statics are
+    // never used by two blocks at once.
+    zemu::body = [&] { kernel(); };
+    for (unsigned int b = 0; b < grid; ++b) {
+        blockIdx = {b, 0u, 0u};
+        zemu::run_block(block);
+    }
 }
 """
 
@@ -190,7 +254,7 @@ def emulated_library(field_name: str, kernel_file: str = "gkr.cu") -> ctypes.CDL
 def emulated_code(code: str) -> ctypes.CDLL:
     """Any complete CUDA C translation unit compiled as emulated CUDA (cached by content)."""
     src = PRELUDE + code + "\n" + _wrappers(code)
-    return compile_text(src, flags=("-std=c++20", "-pthread", "-fno-strict-aliasing"))
+    return compile_text(src, flags=("-std=c++17", "-fno-strict-aliasing"))
 
 
 # ---------------------------------------------------------------------------
