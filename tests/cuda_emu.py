@@ -23,6 +23,7 @@ tests cover compilation).
 import ctypes
 import re
 import sys
+import time
 import types
 
 import numpy as np
@@ -488,9 +489,22 @@ def install_session_fakes() -> list:
     launches = []
     mod = fake_cupy(launches)
     stream = types.SimpleNamespace(synchronize=lambda: None)
+
+    class Event:  # host clock: kernels run synchronously here
+        def record(self):
+            self.t = time.perf_counter()
+
+        def synchronize(self):
+            pass
+
     mod.cuda = types.SimpleNamespace(
-        runtime=types.SimpleNamespace(getDeviceCount=lambda: 1),
-        get_current_stream=lambda: stream)
+        runtime=types.SimpleNamespace(
+            getDeviceCount=lambda: 1,
+            getDeviceProperties=lambda i: {"name": b"host emulation of CUDA (cuda_emu.py)"}),
+        get_current_stream=lambda: stream,
+        Device=lambda i=0: types.SimpleNamespace(id=0),
+        Event=Event,
+        get_elapsed_time=lambda a, b: (b.t - a.t) * 1e3)
     mod.asnumpy = lambda x: x.get() if isinstance(x, EmuArray) else np.asarray(x)
 
     @contextlib.contextmanager

@@ -86,6 +86,8 @@ def main(argv=None) -> int:
     b.add_argument("--json", metavar="FILE", help="write the results as JSON")
     b.add_argument("--plot", metavar="FILE.png", help="bar chart of fraction of roofline (matplotlib)")
     b.add_argument("--repeat", type=int, default=5, help="timed repetitions (best is reported)")
+    b.add_argument("--backends", nargs="+", choices=("cupy", "numba"), default=None,
+                   help="GPU backends to measure (default: both)")
     b.set_defaults(func=bench)
     args = parser.parse_args(argv)
     return args.func(args)

@@ -291,7 +291,7 @@ def main(args) -> int:
             return 2
         xp, timer = cupy, _time_gpu
         sync = cupy.cuda.get_current_stream().synchronize
-        backends = ["cupy", "numba"]
+        backends = list(getattr(args, "backends", None) or ["cupy", "numba"])
     else:
         xp, timer, sync, backends = np, _time_cpu, None, ["cpu"]
     guard = _Guard()
