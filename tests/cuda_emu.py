@@ -2,21 +2,26 @@
 
 The other host tests compile the ``__host__ __device__`` per-slot functions
 and serial twins of the block kernels.  This module goes further: it compiles
-the ``__global__`` kernels themselves with g++, under a small SIMT emulation
--- every thread of a block is a fiber (``ucontext``) run by a scheduler,
+the ``__global__`` kernels themselves with g++ under a small SIMT emulation:
+every thread of a block is a fiber (``ucontext``) run by a scheduler,
 ``__syncthreads`` is a block barrier, ``__shfl_up_sync`` / ``__shfl_down_sync``
 exchange values through a per-warp barrier, ``__shared__`` variables are
-shared by the block (blocks run one after another), ``__CUDA_ARCH__`` is
-defined so the 8/16-byte vector loads are exercised too.  It then stands in for CuPy under the real launchers
-of ``kernels/gkr_cupy.py`` and ``field_cupy.py``: :func:`fake_cupy` is a
-module with ``memoize``,
-``RawModule`` (whose functions run the emulated kernels with the grid, block
-and argument tuple the launcher passes, structs included) and a NumPy-backed
-array type with ``.data.ptr``.  So the launch geometry, the argument order,
-the struct images, the barriers, the shared-memory double buffering and the
-warp shuffles all run here, without a GPU.
+shared by the block (blocks run one after another), and ``__CUDA_ARCH__`` is
+defined so the 8/16-byte vector loads run too.  Any translation unit works:
+``extern "C"`` kernels are wrapped by parsing their signatures, the template
+kernels of gkr.cu by the table below.
 
-What it cannot show: timing, memory coherence subtleties of real hardware
+:func:`fake_cupy` then stands in for CuPy under the real launchers
+(``kernels/gkr_cupy.py``, ``field_cupy.py``, ``graph_cupy.py``): ``memoize``,
+``RawModule`` (whose functions run the emulated kernels with the grid, block
+and argument tuple the launcher passes, structs included), and a NumPy-backed
+array type with ``.data.ptr``; :func:`install_session_fakes` adds ``cupy.cuda``
+and ``cupyx`` for the ``gpu``-marked tests (``ZORCH_EMULATE_CUPY=1``).  So the
+launch geometry, the argument order, the struct images, the barriers, the
+shared-memory double buffering and the warp shuffles all run here, without a
+GPU.
+
+What it cannot show: timing, memory-ordering subtleties of real hardware
 (every emulated load sees every earlier store), and NVRTC itself (the NVRTC
 tests cover compilation).
 """
