@@ -382,6 +382,10 @@ class EmuXp:
     def asarray(x, dtype=None):
         if isinstance(x, EmuArray):
             return x if dtype is None or x.dtype == dtype else EmuArray(x._a.astype(dtype))
+        if hasattr(x, "__cuda_array_interface__") and hasattr(x, "_ary"):
+            # a Numba simulator device array: a view of the same memory, as
+            # cupy.asarray of a foreign CUDA array is
+            return EmuArray(x._ary) if dtype is None else EmuArray(x._ary.astype(dtype))
         return EmuArray(np.array(x, dtype=dtype, copy=True))
 
     @staticmethod

@@ -215,14 +215,15 @@ class _FieldBase:
         shapes = {}
         degrees = {}
         for name, x in operands.items():
-            if self.degree == 4 and x.ndim >= 1 and x.shape[-1] == 4:
+            shape = tuple(x.shape)  # any CUDA array's shape as a tuple (some are not)
+            if self.degree == 4 and shape and shape[-1] == 4:
                 degrees[name] = 4
-                shapes[name] = tuple(x.shape[:-1])
+                shapes[name] = shape[:-1]
             elif self.degree == 4 and len(operands) == 1:
                 _element_shape(x, 4, name)  # unary ext ops need extension input
             else:
                 degrees[name] = 1
-                shapes[name] = tuple(x.shape)
+                shapes[name] = shape
         try:
             shape = np.broadcast_shapes(*shapes.values())
         except ValueError:
