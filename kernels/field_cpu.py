@@ -111,26 +111,25 @@ def _base_batch_inv_kernel(a, out, chunk, p, mu, one):
             out[i] = t
 
 
-_consts = kernel_words  # (p, mu_neg, w_mont, one) as uint32, memoized per field
 
 
 def base_map1(op, a, out, f):
-    p, mu, _, one = _consts(f)
+    p, mu, _, one = kernel_words(f)
     _base_map1_kernel(op, a, out, p, mu, one)
 
 
 def base_map2(op, a, b, out, f):
-    p, mu, _, _ = _consts(f)
+    p, mu, _, _ = kernel_words(f)
     _base_map2_kernel(op, a, b, out, p, mu)
 
 
 def ext4_map1(op, a, out, f):
-    p, mu, wm, one = _consts(f)
+    p, mu, wm, one = kernel_words(f)
     _ext4_map1_kernel(op, a, out, p, mu, wm, one)
 
 
 def ext4_map2(op, a, b, out, f):
-    p, mu, wm, _ = _consts(f)
+    p, mu, wm, _ = kernel_words(f)
     if op == OP_MUL:
         _ext4_mul_kernel(a.reshape(-1), b.reshape(-1), out.reshape(-1), p, mu, wm)
     else:
@@ -138,15 +137,15 @@ def ext4_map2(op, a, b, out, f):
 
 
 def base_pow(a, e_hi, e_lo, nbits, out, f):
-    p, mu, _, one = _consts(f)
+    p, mu, _, one = kernel_words(f)
     _base_pow_kernel(a, e_hi, e_lo, nbits, out, p, mu, one)
 
 
 def ext4_pow(a, e_hi, e_lo, nbits, out, f):
-    p, mu, wm, one = _consts(f)
+    p, mu, wm, one = kernel_words(f)
     _ext4_pow_kernel(a, e_hi, e_lo, nbits, out, p, mu, wm, one)
 
 
 def base_batch_inv(a, out, f):
-    p, mu, _, one = _consts(f)
+    p, mu, _, one = kernel_words(f)
     _base_batch_inv_kernel(a, out, BATCH_INV_CHUNK, p, mu, one)

@@ -101,36 +101,35 @@ def launch(kernel, n, args, out):
         d_out.copy_to_host(out)
 
 
-_consts = kernel_words  # (p, mu_neg, w_mont, one) as uint32, memoized per field
 
 
 def base_map1(op, a, out, f):
-    p, mu, _, one = _consts(f)
+    p, mu, _, one = kernel_words(f)
     launch(_base_map1_kernel, out.shape[0], (np.int64(op), a, p, mu, one), out)
 
 
 def base_map2(op, a, b, out, f):
-    p, mu, _, _ = _consts(f)
+    p, mu, _, _ = kernel_words(f)
     launch(_base_map2_kernel, out.shape[0], (np.int64(op), a, b, p, mu), out)
 
 
 def ext4_map1(op, a, out, f):
-    p, mu, wm, one = _consts(f)
+    p, mu, wm, one = kernel_words(f)
     launch(_ext4_map1_kernel, out.shape[0], (np.int64(op), a, p, mu, wm, one), out)
 
 
 def ext4_map2(op, a, b, out, f):
-    p, mu, wm, _ = _consts(f)
+    p, mu, wm, _ = kernel_words(f)
     launch(_ext4_map2_kernel, out.shape[0], (np.int64(op), a, b, p, mu, wm), out)
 
 
 def base_pow(a, e_hi, e_lo, nbits, out, f):
-    p, mu, _, one = _consts(f)
+    p, mu, _, one = kernel_words(f)
     launch(_base_pow_kernel, out.shape[0], (a, e_hi, e_lo, nbits, p, mu, one), out)
 
 
 def ext4_pow(a, e_hi, e_lo, nbits, out, f):
-    p, mu, wm, one = _consts(f)
+    p, mu, wm, one = kernel_words(f)
     launch(_ext4_pow_kernel, out.shape[0], (a, e_hi, e_lo, nbits, p, mu, wm, one), out)
 
 

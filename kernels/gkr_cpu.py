@@ -120,7 +120,7 @@ def _jagged_chunk(mode, lo, hi, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, 
     live_end = min(hi, prefix[1, nb - 1])
     q = lo
     if q < live_end:
-        s = _find_segment(prefix, q)
+        s = _find_segment(prefix, 1, q)
         while q < live_end:
             # first s with cum[s] > q: empty segments are stepped over; it
             # exists (cum[nb - 1] = sum(orc) > q), so no clamp is needed.
@@ -188,12 +188,11 @@ def _flat(x):
     return x.reshape(-1) if x.ndim == 2 else x
 
 
-_consts = kernel_words  # (p, mu_neg, w_mont, one) as uint32, memoized per field
 
 
 def fold_dense(n0, n1, d0, d1, on0, on1, od0, od1, f):
     """Dense transition on the CPU (see the module docstring)."""
-    p, mu, wm, _ = _consts(f)
+    p, mu, wm, _ = kernel_words(f)
     mode = mode_of(n0.ndim == 2, d0.ndim == 2)
     _fold_dense_kernel(mode, *(_flat(x) for x in (n0, n1, d0, d1, on0, on1, od0, od1)),
                        p, mu, wm)
@@ -207,7 +206,7 @@ def _read_only(a):
 
 def jagged_transition(rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f):
     """Jagged transition on the CPU (see the module docstring)."""
-    p, mu, wm, one = _consts(f)
+    p, mu, wm, one = kernel_words(f)
     mode = mode_of(n0.ndim == 2, d0.ndim == 2)
     # Numba types read-only arrays apart from writable ones; the object layer
     # hands over read-only counts, so view every caller's counts that way and

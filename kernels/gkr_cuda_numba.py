@@ -34,7 +34,8 @@ from numba import cuda
 from .field_cuda_numba import as_device
 from .field_params import kernel_words
 from .gkr_scalar import (MODE_BB, MODE_BE, MODE_EB, frac_bb, frac_be, frac_eb, frac_ee,
-                         make_node_functions, make_slot_functions, mode_of)
+                         make_node_functions, make_slot_functions, mle_words, mode_of,
+                         output_mode)
 from .launch_config import (GKR_JAGGED_CHUNK, GKR_MAX_FUSED, GKR_NUMBA_SCAN_THREADS,
                             GKR_PYRAMID_THREADS, GKR_TILE_SLOTS_BASE, GKR_TILE_SLOTS_EXT,
                             THREADS_PER_BLOCK, gkr_pyramid_plan, grid_for)
@@ -63,7 +64,7 @@ def _kernels(mode):
     def jagged(rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm, one):
         start, stride = cuda.grid(1), cuda.gridsize(1)
         for q in range(start, od0.shape[0] // dw, stride):
-            s = _find_segment(prefix, q)
+            s = _find_segment(prefix, 1, q)
             _jagged_slot(mode, q, s, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1,
                          p, mu, wm, one)
 
@@ -114,7 +115,6 @@ def _flat(x):
     return x.reshape(-1) if x.ndim == 2 else x
 
 
-_consts = kernel_words  # (p, mu_neg, w_mont, one) as uint32, memoized per field
 
 
 def _outputs(outs):
@@ -130,7 +130,7 @@ def _outputs(outs):
 
 def fold_dense(n0, n1, d0, d1, on0, on1, od0, od1, f):
     """Dense transition on the GPU (see :mod:`.gkr_cpu` for the contract)."""
-    p, mu, wm, _ = _consts(f)
+    p, mu, wm, _ = kernel_words(f)
     kernel = _kernels(mode_of(n0.ndim == 2, d0.ndim == 2))[0]
     ins = [as_device(_flat(x)) for x in (n0, n1, d0, d1)]
     outs, copy_back = _outputs((on0, on1, od0, od1))
@@ -140,7 +140,7 @@ def fold_dense(n0, n1, d0, d1, on0, on1, od0, od1, f):
 
 def jagged_transition(rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f):
     """Jagged transition on the GPU (see :mod:`.gkr_cpu` for the contract)."""
-    p, mu, wm, one = _consts(f)
+    p, mu, wm, one = kernel_words(f)
     kernel = _kernels(mode_of(n0.ndim == 2, d0.ndim == 2))[1]
     if isinstance(rc, np.ndarray) and isinstance(orc, np.ndarray):
         np.cumsum(rc, dtype=np.int64, out=prefix[0])
@@ -176,9 +176,8 @@ def _pyramid_kernel(mode):
     slots as ``on0 | on1 | od0 | od1``, numerators extension unless the mode
     is base/base, denominators extension when the input's are.
     """
-    out_mode = mode_of(mode != MODE_BB, mode & 1)
-    nw = 1 if out_mode == MODE_BB else 4  # words per output numerator
-    dw = 4 if mode & 1 else 1  # words per denominator
+    out_mode = output_mode(mode)
+    nw, dw = mle_words(out_mode)  # words per output numerator / denominator
     words = 2 * nw + 2 * dw  # words per slot
     cap = GKR_TILE_SLOTS_BASE if words == 4 else GKR_TILE_SLOTS_EXT
     smem_words = 3 * cap * words // 2
@@ -237,8 +236,7 @@ def _pyramid_kernel(mode):
 
 def _layer_views(buf, slots, mode):
     """Flat ``(on0, on1, od0, od1)`` device views of a layer buffer in output ``mode``."""
-    nw = 1 if mode == MODE_BB else 4
-    dw = 4 if mode & 1 else 1
+    nw, dw = mle_words(mode)
     a, b = slots * nw, 2 * slots * nw
     return buf[0:a], buf[a:b], buf[b:b + slots * dw], buf[b + slots * dw:b + 2 * slots * dw]
 
@@ -253,9 +251,9 @@ def pyramid_dense(first, buffers, f):
     :func:`~.launch_config.gkr_pyramid_plan`; host buffers are copied back
     once at the end.
     """
-    p, mu, wm, _ = _consts(f)
+    p, mu, wm, _ = kernel_words(f)
     mode = mode_of(first[0].ndim == 2, first[2].ndim == 2)
-    out_mode = mode_of(mode != MODE_BB, mode & 1)
+    out_mode = output_mode(mode)
     src = [as_device(_flat(x)) for x in first]
     dev, copy_back = _outputs(buffers)
     half, start = first[0].shape[0] // 2, 0
@@ -292,20 +290,6 @@ def _fold16(mode, a0, a1, a2, a3, b0, b1, b2, b3, c0, c1, c2, c3, e0, e1, e2, e3
     return frac_ee(a0, a1, a2, a3, b0, b1, b2, b3, c0, c1, c2, c3, e0, e1, e2, e3, p, mu, wm)
 
 
-@cuda.jit(device=True)
-def _row_segment(prefix, r, q):
-    """First ``s`` with ``prefix[r, s] > q`` (clamped to ``nb - 1``), by binary search."""
-    lo = 0
-    hi = prefix.shape[1] - 1
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if prefix[r, mid] > q:
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
-
-
 @cuda.jit
 def _chunk_scan_kernel(cnts, prefix):
     # One block; thread r < 4 scans count row r serially (nb is small next to
@@ -332,10 +316,9 @@ def _chunk_kernel(mode):
     stored at its slot.  See ``zorch_gkr_jagged_chunk`` in cuda/gkr.cu for
     why this equals three jagged transitions byte for byte.
     """
-    out_mode = mode_of(mode != MODE_BB, mode & 1)
-    nw = 1 if out_mode == MODE_BB else 4  # words per output numerator
-    dw = 4 if mode & 1 else 1  # words per denominator
-    in_nw = 4 if mode >> 1 else 1
+    out_mode = output_mode(mode)
+    nw, dw = mle_words(out_mode)  # words per output numerator / denominator
+    in_nw = mle_words(mode)[0]
 
     @cuda.jit(device=True)
     def word(a, i, k, w):
@@ -414,7 +397,7 @@ def _chunk_kernel(mode):
             if q >= prefix[3, nb - 1] and q < outs[8].shape[0] // nw:
                 dead_fill(outs, 8, gg)
             if q < prefix[3, nb - 1]:
-                s = _row_segment(prefix, 3, q)
+                s = _find_segment(prefix, 3, q)
                 cnt = np.int64(cnts[3][s])
                 j = q - (prefix[3, s] - cnt)
                 c0 = value2(cnts, prefix, s, 2 * j, n0, n1, d0, d1, outs, p, mu, wm, one)
@@ -433,7 +416,7 @@ def jagged_chunk(rc, prefix, first, steps, f):
     scanned on the host; device counts by a one-block kernel (no sync).
     """
     assert len(steps) == GKR_JAGGED_CHUNK == 3  # the kernel's depth is written out for 3
-    p, mu, wm, one = _consts(f)
+    p, mu, wm, one = kernel_words(f)
     nb = rc.shape[0]
     counts = [rc] + [orc for orc, _ in steps]
     rows = prefix.reshape(-1)[:(GKR_JAGGED_CHUNK + 1) * nb].reshape(GKR_JAGGED_CHUNK + 1, nb)

@@ -43,7 +43,7 @@ import numpy as np
 from .cuda_source import assemble
 from .field_cupy import NVRTC_OPTIONS
 from .field_params import FIELDS
-from .gkr_scalar import CUDA_NAME_EXPRESSIONS, cuda_kernel_name, mode_of
+from .gkr_scalar import CUDA_NAME_EXPRESSIONS, cuda_kernel_name, mode_of, output_mode
 from .launch_config import (GKR_JAGGED_CHUNK, GKR_MAX_FUSED, GKR_MAX_TAIL,
                             GKR_PYRAMID_THREADS, GKR_SCAN_THREADS, GKR_TAIL_THREADS,
                             THREADS_PER_BLOCK, gkr_pyramid_plan, grid_for)
@@ -111,7 +111,7 @@ def pyramid_dense(first, layers, f):
     2**11 / 2**9 times smaller), and every output layer once.
     """
     mode = mode_of(first[0].ndim == 2, first[2].ndim == 2)
-    out_mode = mode_of(mode != 0, mode & 1)  # numerators extension unless base/base
+    out_mode = output_mode(mode)
     src, half, start = tuple(first), first[0].shape[0] // 2, 0
     for t, k in gkr_pyramid_plan(half, len(layers), mode == 0):
         outs = layers[start:start + k]
@@ -133,7 +133,7 @@ def jagged_tail(rc, prefix, first, steps, f):
     """
     nb = np.uint32(rc.shape[0])
     mode = mode_of(first[0].ndim == 2, first[2].ndim == 2)
-    out_mode = mode_of(mode != 0, mode & 1)  # numerators extension unless base/base
+    out_mode = output_mode(mode)
     src = tuple(first)
     for start in range(0, len(steps), GKR_MAX_TAIL):
         chunk = steps[start:start + GKR_MAX_TAIL]

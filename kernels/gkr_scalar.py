@@ -47,7 +47,8 @@ from numba import njit
 
 from .monty import mont_mul, monty_reduce, monty_reduce_wide
 
-__all__ = ["MODE_BB", "MODE_BE", "MODE_EB", "MODE_EE", "mode_of", "SLOT_LIVE",
+__all__ = ["MODE_BB", "MODE_BE", "MODE_EB", "MODE_EE", "mode_of", "output_mode",
+           "mle_words", "SLOT_LIVE",
            "SLOT_PAD", "SLOT_DEAD", "frac_bb", "frac_be", "frac_eb", "frac_ee",
            "dense_slot", "jagged_slot", "make_slot_functions",
            "make_node_functions"]
@@ -78,6 +79,17 @@ _U4 = np.uint64(4)
 def mode_of(numerators_ext: bool, denominators_ext: bool) -> int:
     """Mode number of a numerator/denominator field combination."""
     return 2 * int(bool(numerators_ext)) + int(bool(denominators_ext))
+
+
+def output_mode(mode: int) -> int:
+    """Mode of a transition's outputs: numerators extension unless base/base,
+    denominators extension when the inputs' are."""
+    return mode_of(mode != MODE_BB, mode & 1)
+
+
+def mle_words(mode: int) -> tuple:
+    """Words per element of ``(numerators, denominators)`` of a layer in ``mode``."""
+    return (4 if mode >> 1 else 1), (4 if mode & 1 else 1)
 
 
 def cuda_kernel_name(kernel: str, mode: int, vec: bool) -> str:
@@ -272,16 +284,17 @@ def put_constant(mode, on, od, k, num0, den0):
         od[k] = den0
 
 
-def find_segment(prefix, q):
-    """First segment ``s`` with ``cum[s] > q`` (``cum = prefix[1]``), clamped to ``nb - 1``.
+def find_segment(prefix, row, q):
+    """First segment ``s`` with ``cum[s] > q`` (``cum = prefix[row]``), clamped to ``nb - 1``.
 
-    Binary search over the inclusive prefix sums of the output counts.
+    Binary search over inclusive prefix sums of counts (row 1 of a jagged
+    transition's ``prefix``: the output counts).
     """
     lo = 0
     hi = prefix.shape[1] - 1
     while lo < hi:
         mid = (lo + hi) // 2
-        if prefix[1, mid] > q:
+        if prefix[row, mid] > q:
             hi = mid
         else:
             lo = mid + 1

@@ -14,6 +14,7 @@ from numba import njit
 
 from zorch_nb import BabyBear, KoalaBear
 from zorch_nb.kernels import gkr_cpu
+from zorch_nb.kernels.field_params import kernel_words
 
 FIELDS = [pytest.param(KoalaBear, id="koalabear"), pytest.param(BabyBear, id="babybear")]
 MODES = [pytest.param(ne, de, id=f"{'E' if ne else 'B'}{'E' if de else 'B'}")
@@ -24,7 +25,7 @@ MODES = [pytest.param(ne, de, id=f"{'E' if ne else 'B'}{'E' if de else 'B'}")
 def _per_slot(mode, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm, one):
     width = od0.shape[0] // (4 if mode & 1 else 1)
     for q in range(width):
-        s = gkr_cpu._find_segment(prefix, q)
+        s = gkr_cpu._find_segment(prefix, 1, q)
         gkr_cpu._jagged_slot(mode, q, s, rc, orc, prefix, n0, n1, d0, d1,
                              on0, on1, od0, od1, p, mu, wm, one)
 
@@ -43,7 +44,7 @@ def _run_both(F, ne, de, rc, orc, width, chunk, rng):
     # Garbage-filled outputs: every slot must be written.
     fast = [rng.integers(0, 2**32, size=s, dtype=np.uint32) for s in shapes]
     slow = [rng.integers(0, 2**32, size=s, dtype=np.uint32) for s in shapes]
-    p, mu, wm, one = gkr_cpu._consts(F.params)
+    p, mu, wm, one = kernel_words(F.params)
     mode = gkr_cpu.mode_of(ne, de)
     flat = [gkr_cpu._flat(x) for x in ins]
     prefix = np.empty((2, rc.shape[0]), dtype=np.int64)
@@ -105,7 +106,7 @@ def test_ext4_mul_flat_kernel_matches_generic_kernel(F):
     for x in (a, b):
         x[rng.random((n, 4)) < 0.2] = F.p - 1
         x[rng.random((n, 4)) < 0.1] = 0
-    p, mu, wm, _ = field_cpu._consts(F.params)
+    p, mu, wm, _ = kernel_words(F.params)
     want = np.empty_like(a)
     field_cpu._ext4_map2_kernel(OP_MUL, a, b, want, p, mu, wm)
     got = np.empty_like(a)
@@ -133,7 +134,7 @@ def test_dense_fold_matches_per_slot_body(ne, de, log_n):
     fast = [np.empty(s, dtype=np.uint32) for s in shapes]
     slow = [np.empty(s, dtype=np.uint32) for s in shapes]
     gkr_cpu.fold_dense(*ins, *fast, F.params)
-    p, mu, wm, _ = gkr_cpu._consts(F.params)
+    p, mu, wm, _ = kernel_words(F.params)
     _dense_per_slot(gkr_cpu.mode_of(ne, de), *(gkr_cpu._flat(x) for x in ins + slow), p, mu, wm)
     for a, b in zip(fast, slow):
         np.testing.assert_array_equal(a, b)

@@ -636,7 +636,7 @@ def build_jagged_pyramid(first: JaggedGkrLayer, schedules, *,
     return layers
 
 
-def _fused_jagged_steps(layer: JaggedGkrLayer, steps, xp=None, kernels=None) -> list:
+def _fused_jagged_steps(layer: JaggedGkrLayer, steps, xp, kernels) -> list:
     """The layers of ``steps`` from ``layer`` on a GPU backend, fused.
 
     Every step is checked and every layer allocated before the first launch;
@@ -644,14 +644,14 @@ def _fused_jagged_steps(layer: JaggedGkrLayer, steps, xp=None, kernels=None) -> 
     :func:`~zorch_nb.kernels.launch_config.gkr_jagged_plan`: wide steps
     ``GKR_JAGGED_CHUNK`` at a time, the rest of the wide steps one at a time,
     the small tail in one block (on backends with a tail kernel; Numba-CUDA
-    chunks every step it can).  ``xp`` / ``kernels`` default to CuPy and
-    ``kernels/gkr_cupy.py``; the Numba-CUDA backend passes its own launchers
-    (NumPy data is copied to the device per launch: the simulator's path),
-    and the host tests pass NumPy and launchers that run the CUDA C kernels'
-    serial twins, so this orchestration is checked without a GPU.
+    chunks every step it can).  ``xp`` is the data's array module, ``kernels``
+    the backend's launcher module (``kernels/gkr_cupy.py`` or
+    ``gkr_cuda_numba.py``; NumPy data on Numba-CUDA is copied to the device per
+    launch: the simulator's path); the host tests pass launchers that run the
+    CUDA C kernels' serial twins, so this orchestration is checked without a
+    GPU.
     """
     from .kernels.launch_config import GKR_JAGGED_CHUNK, gkr_jagged_plan
-    xp = _backend.get_xp("cupy") if xp is None else xp
     kind = "numpy" if xp is np else "cupy"
     checked, rc = [], layer.row_counts
     for counts, width in steps:  # all checks before the first launch
@@ -683,7 +683,6 @@ def _fused_jagged_steps(layer: JaggedGkrLayer, steps, xp=None, kernels=None) -> 
         exts = (n_ext, n_ext, d_ext, d_ext)
     src = [xp.ascontiguousarray(xp.asarray(x)) for x in layer.mles]
     prefix = xp.empty((GKR_JAGGED_CHUNK + 1) * nb, dtype=np.int64)  # enough for every launch
-    kernels = _backend.kernels_for("cupy", "gkr") if kernels is None else kernels
     params = layer.field.params
     chunked, tail = gkr_jagged_plan([w for _, w in checked], hasattr(kernels, "jagged_tail"))
     i = 0

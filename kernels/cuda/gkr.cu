@@ -69,6 +69,13 @@ ZORCH_HD zorch_ext4 zorch_gkr_scale2(zorch_u32 s, zorch_ext4 u, zorch_u32 t, zor
 
 struct zorch_gkr_frac { zorch_ext4 n, d; };
 
+// The neutral fraction 0/1 (0 and the Montgomery word of 1; extension values
+// in coefficient 0).
+ZORCH_HD zorch_gkr_frac zorch_gkr_neutral() {
+    const zorch_gkr_frac r = {{0u, 0u, 0u, 0u}, {ZORCH_R_MOD_P, 0u, 0u, 0u}};
+    return r;
+}
+
 // Fraction sum of a node's children n0/d0 + n1/d1.  Reductions per node:
 // BB 2, BE 4 + 7, EB 4 + 1, EE 6 + 4 + 4 (see kernels/gkr_scalar.py).
 template <int NE, int DE>
@@ -319,7 +326,7 @@ ZORCH_HD void zorch_gkr_jagged_slot_at(zorch_u64 q, const int* rc, const int* or
                                        const zorch_u32* d0, const zorch_u32* d1, zorch_u32* on0,
                                        zorch_u32* on1, zorch_u32* od0, zorch_u32* od1) {
     const long long qq = (long long)q;
-    const zorch_gkr_frac neutral = {{0u, 0u, 0u, 0u}, {ZORCH_R_MOD_P, 0u, 0u, 0u}};
+    const zorch_gkr_frac neutral = zorch_gkr_neutral();
     zorch_gkr_frac c0 = {{0u, 0u, 0u, 0u}, {0u, 0u, 0u, 0u}}, c1 = c0;  // dead: all zero
     if (qq < orc_cum[nb - 1]) {
         const unsigned int s = zorch_gkr_find_segment(orc_cum, nb, qq);
@@ -503,11 +510,6 @@ struct zorch_gkr_chunk {
     zorch_u32* p[ZORCH_GKR_CHUNK][4];
     zorch_u64 width[ZORCH_GKR_CHUNK];
 };
-
-ZORCH_HD zorch_gkr_frac zorch_gkr_neutral() {
-    const zorch_gkr_frac r = {{0u, 0u, 0u, 0u}, {ZORCH_R_MOD_P, 0u, 0u, 0u}};
-    return r;
-}
 
 // Where last-layer slot q sits: its segment s and position j (q < total).
 ZORCH_HD void zorch_gkr_chunk_locate(const zorch_gkr_chunk& c, const long long* prefix,
