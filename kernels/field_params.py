@@ -34,7 +34,7 @@ class FieldParams(NamedTuple):
     name : str
         Field name, also used as a cache key by every backend.
     p : int
-        The prime, ``p < 2**31`` (so ``2p < 2**32`` and ``4p**2 < 2**64``).
+        The prime, ``p < 2**31`` (so ``2p < 2**32`` and ``4p**2 < 2p * 2**32``).
     mu_neg : int
         ``-p**-1 mod 2**32``, the Montgomery reduction multiplier.
     r_mod_p : int
@@ -82,7 +82,9 @@ def _check(f: FieldParams) -> None:
     p = f.p
     # Bounds every delayed reduction in monty.py / monty.cuh relies on.
     assert p < (1 << 31), f"{f.name}: p must fit in 31 bits"
-    assert 4 * p * p < (1 << 64), f"{f.name}: four products must fit in uint64"
+    # A sum of four products (< 4p^2) must lie below 2 p 2^32: one conditional
+    # subtraction of p 2^32 then brings it into Montgomery reduction's range.
+    assert 4 * p * p < (2 * p) << 32, f"{f.name}: four products must lie below 2 p 2^32"
     assert all(p % q for q in range(2, 1 << 16) if q * q <= p), f"{f.name}: p not prime"
     assert (p * f.mu_neg) % _R == _R - 1, f"{f.name}: p * mu_neg != -1 mod 2^32"
     assert (f.r_mod_p * f.r_inv) % p == 1

@@ -45,7 +45,8 @@ import types
 import numpy as np
 from numba import njit
 
-from .monty import mont_mul, monty_reduce, monty_reduce_wide
+from .monty import (below_pr, ext4_dot, ext4_wrap, mont_mul, monty_reduce,
+                    monty_reduce_sum4)
 
 __all__ = ["MODE_BB", "MODE_BE", "MODE_EB", "MODE_EE", "mode_of", "output_mode",
            "mle_words", "SLOT_LIVE",
@@ -67,7 +68,6 @@ SLOT_LIVE = 0
 SLOT_PAD = 1
 SLOT_DEAD = 2
 
-_SHIFT32 = np.uint64(32)
 # uint64 index constants of the array functions (see below).
 _U0 = np.uint64(0)
 _U1 = np.uint64(1)
@@ -117,41 +117,6 @@ def frac_bb(n0, n1, d0, d1, p, mu):
 
 
 @njit(cache=True)
-def ext4_dot(a0, a1, a2, a3, b0, b1, b2, b3, bw1, bw2, bw3):
-    """Unreduced coefficients of ``a * b`` in ``F_p[x]/(x^4 - W)``.
-
-    ``bw_j = W * b_j`` (Montgomery words).  ``c_k = sum_{i+j=k} a_i b_j +
-    sum_{i+j=k+4} a_i bw_j``: four products ``< p**2`` each, so every
-    returned uint64 is ``< 4 p**2 < 2**64`` (checked for both fields at
-    import of field_params) and its Montgomery reduction is the Montgomery
-    word of ``c_k`` (the extra ``2**-32`` of ``bw_j`` cancels the ``2**32`` of
-    the Montgomery form of ``W``).
-    """
-    a0, a1, a2, a3 = np.uint64(a0), np.uint64(a1), np.uint64(a2), np.uint64(a3)
-    b0, b1, b2, b3 = np.uint64(b0), np.uint64(b1), np.uint64(b2), np.uint64(b3)
-    bw1, bw2, bw3 = np.uint64(bw1), np.uint64(bw2), np.uint64(bw3)
-    return (a0 * b0 + a1 * bw3 + a2 * bw2 + a3 * bw1,
-            a0 * b1 + a1 * b0 + a2 * bw3 + a3 * bw2,
-            a0 * b2 + a1 * b1 + a2 * b0 + a3 * bw3,
-            a0 * b3 + a1 * b2 + a2 * b1 + a3 * b0)
-
-
-@njit(cache=True)
-def below_pr(x, p):
-    """``x`` or ``x - p * 2**32``, whichever is ``< p * 2**32``.
-
-    Input ``x < 4 p**2 < 2 p * 2**32`` (as ``2p < 2**32``): one conditional
-    subtraction suffices.  Subtracting ``p * 2**32`` leaves ``x * 2**-32 mod p``
-    unchanged.
-    """
-    x = np.uint64(x)
-    pr = np.uint64(p) << _SHIFT32
-    if x >= pr:
-        x -= pr
-    return x
-
-
-@njit(cache=True)
 def frac_be(n0, n1, a0, a1, a2, a3, b0, b1, b2, b3, p, mu, wm):
     """Base numerators ``n0, n1`` over extension denominators ``a = d0, b = d1``.
 
@@ -161,16 +126,14 @@ def frac_be(n0, n1, a0, a1, a2, a3, b0, b1, b2, b3, p, mu, wm):
     """
     n0 = np.uint64(n0)
     n1 = np.uint64(n1)
-    bw1 = mont_mul(b1, wm, p, mu)
-    bw2 = mont_mul(b2, wm, p, mu)
-    bw3 = mont_mul(b3, wm, p, mu)
+    bw1, bw2, bw3 = ext4_wrap(b1, b2, b3, p, mu, wm)
     c = ext4_dot(a0, a1, a2, a3, b0, b1, b2, b3, bw1, bw2, bw3)
     return (monty_reduce(n0 * np.uint64(b0) + n1 * np.uint64(a0), p, mu),
             monty_reduce(n0 * np.uint64(b1) + n1 * np.uint64(a1), p, mu),
             monty_reduce(n0 * np.uint64(b2) + n1 * np.uint64(a2), p, mu),
             monty_reduce(n0 * np.uint64(b3) + n1 * np.uint64(a3), p, mu),
-            monty_reduce_wide(c[0], p, mu), monty_reduce_wide(c[1], p, mu),
-            monty_reduce_wide(c[2], p, mu), monty_reduce_wide(c[3], p, mu))
+            monty_reduce_sum4(c[0], p, mu), monty_reduce_sum4(c[1], p, mu),
+            monty_reduce_sum4(c[2], p, mu), monty_reduce_sum4(c[3], p, mu))
 
 
 @njit(cache=True)
@@ -198,21 +161,17 @@ def frac_ee(u0, u1, u2, u3, v0, v1, v2, v3, a0, a1, a2, a3, b0, b1, b2, b3, p, m
     ``< 4 p**2``) brought below ``p * 2**32`` by :func:`below_pr`, so
     ``x + y < 2 p * 2**32 < 2**64`` is reduced once (4), and ``[a b]_k`` (4).
     """
-    aw1 = mont_mul(a1, wm, p, mu)
-    aw2 = mont_mul(a2, wm, p, mu)
-    aw3 = mont_mul(a3, wm, p, mu)
-    bw1 = mont_mul(b1, wm, p, mu)
-    bw2 = mont_mul(b2, wm, p, mu)
-    bw3 = mont_mul(b3, wm, p, mu)
+    aw1, aw2, aw3 = ext4_wrap(a1, a2, a3, p, mu, wm)
+    bw1, bw2, bw3 = ext4_wrap(b1, b2, b3, p, mu, wm)
     x = ext4_dot(u0, u1, u2, u3, b0, b1, b2, b3, bw1, bw2, bw3)
     y = ext4_dot(v0, v1, v2, v3, a0, a1, a2, a3, aw1, aw2, aw3)
     z = ext4_dot(a0, a1, a2, a3, b0, b1, b2, b3, bw1, bw2, bw3)
-    return (monty_reduce_wide(below_pr(x[0], p) + below_pr(y[0], p), p, mu),
-            monty_reduce_wide(below_pr(x[1], p) + below_pr(y[1], p), p, mu),
-            monty_reduce_wide(below_pr(x[2], p) + below_pr(y[2], p), p, mu),
-            monty_reduce_wide(below_pr(x[3], p) + below_pr(y[3], p), p, mu),
-            monty_reduce_wide(z[0], p, mu), monty_reduce_wide(z[1], p, mu),
-            monty_reduce_wide(z[2], p, mu), monty_reduce_wide(z[3], p, mu))
+    return (monty_reduce_sum4(below_pr(x[0], p) + below_pr(y[0], p), p, mu),
+            monty_reduce_sum4(below_pr(x[1], p) + below_pr(y[1], p), p, mu),
+            monty_reduce_sum4(below_pr(x[2], p) + below_pr(y[2], p), p, mu),
+            monty_reduce_sum4(below_pr(x[3], p) + below_pr(y[3], p), p, mu),
+            monty_reduce_sum4(z[0], p, mu), monty_reduce_sum4(z[1], p, mu),
+            monty_reduce_sum4(z[2], p, mu), monty_reduce_sum4(z[3], p, mu))
 
 
 # ---------------------------------------------------------------------------
@@ -385,7 +344,7 @@ def inlined_arithmetic():
     """
     env = {}
     # Callees before callers: each copy is bound to the copies made so far.
-    for fn in (monty_reduce, monty_reduce_wide, mont_mul, ext4_dot, below_pr,
+    for fn in (monty_reduce, below_pr, monty_reduce_sum4, mont_mul, ext4_wrap, ext4_dot,
                frac_bb, frac_be, frac_eb, frac_ee):
         env[fn.__name__] = njit(forceinline=True)(_rebind(fn.py_func, env))
     return env

@@ -19,43 +19,6 @@
 #define ZORCH_GKR_DEVICE 0
 #endif
 
-// x or x - p 2^32, whichever is < p 2^32.  Input x < 4p^2 < 2 p 2^32 (as
-// 2p < 2^32), so one conditional subtraction suffices; x 2^-32 mod p is kept.
-ZORCH_HD zorch_u64 zorch_gkr_below_pr(zorch_u64 x) {
-    const zorch_u64 pr = (zorch_u64)ZORCH_P << 32;
-    return x >= pr ? x - pr : x;
-}
-
-// (0, W b1, W b2, W b3): the wrap-around multiples of b (Montgomery words).
-ZORCH_HD zorch_ext4 zorch_gkr_wrap(zorch_ext4 b) {
-    zorch_ext4 w = {0u, zorch_mont_mul(b.c1, ZORCH_W_MONT), zorch_mont_mul(b.c2, ZORCH_W_MONT),
-                    zorch_mont_mul(b.c3, ZORCH_W_MONT)};
-    return w;
-}
-
-struct zorch_gkr_wide4 { zorch_u64 c0, c1, c2, c3; };
-
-// Unreduced coefficients of a * b with bw = zorch_gkr_wrap(b):
-// c_k = sum_{i+j=k} a_i b_j + sum_{i+j=k+4} a_i bw_j, four products < p^2,
-// so each c_k < 4p^2 < 2^64 (field_params checks 4p^2 < 2^64).
-ZORCH_HD zorch_gkr_wide4 zorch_gkr_dot(zorch_ext4 a, zorch_ext4 b, zorch_ext4 bw) {
-    const zorch_u64 a0 = a.c0, a1 = a.c1, a2 = a.c2, a3 = a.c3;
-    const zorch_u64 b0 = b.c0, b1 = b.c1, b2 = b.c2, b3 = b.c3;
-    const zorch_u64 w1 = bw.c1, w2 = bw.c2, w3 = bw.c3;
-    zorch_gkr_wide4 c;
-    c.c0 = a0 * b0 + a1 * w3 + a2 * w2 + a3 * w1;
-    c.c1 = a0 * b1 + a1 * b0 + a2 * w3 + a3 * w2;
-    c.c2 = a0 * b2 + a1 * b1 + a2 * b0 + a3 * w3;
-    c.c3 = a0 * b3 + a1 * b2 + a2 * b1 + a3 * b0;
-    return c;
-}
-
-ZORCH_HD zorch_ext4 zorch_gkr_reduce4(zorch_gkr_wide4 c) {
-    zorch_ext4 r = {zorch_monty_reduce_wide(c.c0), zorch_monty_reduce_wide(c.c1),
-                    zorch_monty_reduce_wide(c.c2), zorch_monty_reduce_wide(c.c3)};
-    return r;
-}
-
 // s * u_k + t * v_k per coefficient: two products < 2p^2 < p 2^32, so
 // zorch_monty_reduce (input range [0, p 2^32)) applies once per coefficient.
 ZORCH_HD zorch_ext4 zorch_gkr_scale2(zorch_u32 s, zorch_ext4 u, zorch_u32 t, zorch_ext4 v) {
@@ -87,22 +50,22 @@ ZORCH_HD zorch_gkr_frac zorch_gkr_fold(zorch_ext4 n0, zorch_ext4 n1, zorch_ext4 
         r.d.c0 = zorch_mont_mul(d0.c0, d1.c0);
     } else if constexpr (!NE && DE) {
         r.n = zorch_gkr_scale2(n0.c0, d1, n1.c0, d0);
-        r.d = zorch_gkr_reduce4(zorch_gkr_dot(d0, d1, zorch_gkr_wrap(d1)));
+        r.d = zorch_ext4_reduce4(zorch_ext4_dot(d0, d1, zorch_ext4_wrap(d1)));
     } else if constexpr (NE && !DE) {
         r.n = zorch_gkr_scale2(d1.c0, n0, d0.c0, n1);
         r.d.c0 = zorch_mont_mul(d0.c0, d1.c0);
     } else {
-        const zorch_ext4 w0 = zorch_gkr_wrap(d0), w1 = zorch_gkr_wrap(d1);
-        const zorch_gkr_wide4 x = zorch_gkr_dot(n0, d1, w1);  // each < 4p^2
-        const zorch_gkr_wide4 y = zorch_gkr_dot(n1, d0, w0);
-        // below_pr(x) + below_pr(y) < 2 p 2^32 < 2^64: one wide reduction.
-        zorch_gkr_wide4 s;
-        s.c0 = zorch_gkr_below_pr(x.c0) + zorch_gkr_below_pr(y.c0);
-        s.c1 = zorch_gkr_below_pr(x.c1) + zorch_gkr_below_pr(y.c1);
-        s.c2 = zorch_gkr_below_pr(x.c2) + zorch_gkr_below_pr(y.c2);
-        s.c3 = zorch_gkr_below_pr(x.c3) + zorch_gkr_below_pr(y.c3);
-        r.n = zorch_gkr_reduce4(s);
-        r.d = zorch_gkr_reduce4(zorch_gkr_dot(d0, d1, w1));
+        const zorch_ext4 w0 = zorch_ext4_wrap(d0), w1 = zorch_ext4_wrap(d1);
+        const zorch_wide4 x = zorch_ext4_dot(n0, d1, w1);  // each < 4p^2
+        const zorch_wide4 y = zorch_ext4_dot(n1, d0, w0);
+        // below_pr(x) + below_pr(y) < 2 p 2^32: one reduction per coefficient.
+        zorch_wide4 s;
+        s.c0 = zorch_below_pr(x.c0) + zorch_below_pr(y.c0);
+        s.c1 = zorch_below_pr(x.c1) + zorch_below_pr(y.c1);
+        s.c2 = zorch_below_pr(x.c2) + zorch_below_pr(y.c2);
+        s.c3 = zorch_below_pr(x.c3) + zorch_below_pr(y.c3);
+        r.n = zorch_ext4_reduce4(s);
+        r.d = zorch_ext4_reduce4(zorch_ext4_dot(d0, d1, w1));
     }
     return r;
 }

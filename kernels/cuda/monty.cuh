@@ -30,14 +30,17 @@ ZORCH_HD zorch_u32 zorch_monty_reduce(zorch_u64 x) {
     return (zorch_u32)(t >= ZORCH_P ? t - ZORCH_P : t);
 }
 
-// x * 2^-32 mod p for any 64-bit x: x = h 2^32 + l gives h + l 2^-32, with
-// h < 2^32 < 3p (two subtractions) and l < 2^32 fit for zorch_monty_reduce.
-ZORCH_HD zorch_u32 zorch_monty_reduce_wide(zorch_u64 x) {
-    zorch_u32 h = (zorch_u32)(x >> 32);
-    if (h >= ZORCH_P) h -= ZORCH_P;
-    if (h >= ZORCH_P) h -= ZORCH_P;
-    zorch_u32 s = h + zorch_monty_reduce(x & 0xFFFFFFFFull);  // < 2p < 2^32
-    return s >= ZORCH_P ? s - ZORCH_P : s;
+// x or x - p 2^32, whichever is < p 2^32.  Input x < 2 p 2^32 -- true of a
+// sum of four products of canonical words, < 4p^2, as 2p < 2^32 -- so one
+// conditional subtraction suffices; x 2^-32 mod p is kept.
+ZORCH_HD zorch_u64 zorch_below_pr(zorch_u64 x) {
+    const zorch_u64 pr = (zorch_u64)ZORCH_P << 32;
+    return x >= pr ? x - pr : x;
+}
+
+// x * 2^-32 mod p for 0 <= x < 2 p 2^32 (a sum of up to four products).
+ZORCH_HD zorch_u32 zorch_monty_reduce_sum4(zorch_u64 x) {
+    return zorch_monty_reduce(zorch_below_pr(x));
 }
 
 ZORCH_HD zorch_u32 zorch_mont_mul(zorch_u32 a, zorch_u32 b) {
@@ -69,23 +72,42 @@ ZORCH_HD zorch_u32 zorch_inv(zorch_u32 a) { return zorch_pow_u32(a, ZORCH_P - 2u
 
 struct zorch_ext4 { zorch_u32 c0, c1, c2, c3; };
 
-// Product in F_p[x]/(x^4 - W) with 7 reductions instead of 16.
-// Wrap sums (i + j >= 4) hold at most 3 products < 3p^2 < 2^64 and are
-// reduced once to h (Montgomery); h * W_mont adds W*h after the final
-// reduction.  Each final sum has at most 4 terms < 4p^2 < 2^64.
-ZORCH_HD zorch_ext4 zorch_ext4_mul(zorch_ext4 a, zorch_ext4 b) {
+// (0, W b1, W b2, W b3): the wrap-around multiples of b (Montgomery words).
+ZORCH_HD zorch_ext4 zorch_ext4_wrap(zorch_ext4 b) {
+    zorch_ext4 w = {0u, zorch_mont_mul(b.c1, ZORCH_W_MONT), zorch_mont_mul(b.c2, ZORCH_W_MONT),
+                    zorch_mont_mul(b.c3, ZORCH_W_MONT)};
+    return w;
+}
+
+struct zorch_wide4 { zorch_u64 c0, c1, c2, c3; };
+
+// Unreduced coefficients of a * b with bw = zorch_ext4_wrap(b):
+// c_k = sum_{i+j=k} a_i b_j + sum_{i+j=k+4} a_i bw_j, four products < p^2,
+// so each c_k < 4p^2 < 2 p 2^32 (field_params checks p < 2^31), and its
+// Montgomery reduction is the Montgomery word of the coefficient (the 2^-32
+// of bw_j cancels the 2^32 of W's Montgomery form).
+ZORCH_HD zorch_wide4 zorch_ext4_dot(zorch_ext4 a, zorch_ext4 b, zorch_ext4 bw) {
     const zorch_u64 a0 = a.c0, a1 = a.c1, a2 = a.c2, a3 = a.c3;
     const zorch_u64 b0 = b.c0, b1 = b.c1, b2 = b.c2, b3 = b.c3;
-    const zorch_u64 wm = ZORCH_W_MONT;
-    const zorch_u64 h0 = zorch_monty_reduce_wide(a1 * b3 + a2 * b2 + a3 * b1);
-    const zorch_u64 h1 = zorch_monty_reduce_wide(a2 * b3 + a3 * b2);
-    const zorch_u64 h2 = zorch_monty_reduce(a3 * b3);
-    zorch_ext4 c;
-    c.c0 = zorch_monty_reduce_wide(a0 * b0 + h0 * wm);
-    c.c1 = zorch_monty_reduce_wide(a0 * b1 + a1 * b0 + h1 * wm);
-    c.c2 = zorch_monty_reduce_wide(a0 * b2 + a1 * b1 + a2 * b0 + h2 * wm);
-    c.c3 = zorch_monty_reduce_wide(a0 * b3 + a1 * b2 + a2 * b1 + a3 * b0);
+    const zorch_u64 w1 = bw.c1, w2 = bw.c2, w3 = bw.c3;
+    zorch_wide4 c;
+    c.c0 = a0 * b0 + a1 * w3 + a2 * w2 + a3 * w1;
+    c.c1 = a0 * b1 + a1 * b0 + a2 * w3 + a3 * w2;
+    c.c2 = a0 * b2 + a1 * b1 + a2 * b0 + a3 * w3;
+    c.c3 = a0 * b3 + a1 * b2 + a2 * b1 + a3 * b0;
     return c;
+}
+
+ZORCH_HD zorch_ext4 zorch_ext4_reduce4(zorch_wide4 c) {
+    zorch_ext4 r = {zorch_monty_reduce_sum4(c.c0), zorch_monty_reduce_sum4(c.c1),
+                    zorch_monty_reduce_sum4(c.c2), zorch_monty_reduce_sum4(c.c3)};
+    return r;
+}
+
+// Product in F_p[x]/(x^4 - W) with 7 reductions instead of 16: the three
+// wrap-around multiples W b_j, then one reduction per coefficient.
+ZORCH_HD zorch_ext4 zorch_ext4_mul(zorch_ext4 a, zorch_ext4 b) {
+    return zorch_ext4_reduce4(zorch_ext4_dot(a, b, zorch_ext4_wrap(b)));
 }
 
 ZORCH_HD zorch_ext4 zorch_ext4_add(zorch_ext4 a, zorch_ext4 b) {

@@ -1,0 +1,108 @@
+"""The Montgomery reductions at the edges of their input ranges.
+
+The field and circuit tests reach these functions through whole kernels;
+here every reduction is driven to the bounds its docstring promises
+(``x < p 2**32`` for ``monty_reduce``, ``x < 2 p 2**32`` for
+``monty_reduce_sum4``, four products of ``p - 1`` for ``ext4_dot``), in the
+Numba source (compiled and as plain Python) and in ``monty.cuh`` built for
+the host, each against Python big integers.
+"""
+import numpy as np
+import pytest
+
+from naive import P, W, dec, enc, ext_mul
+from zorch_nb.kernels import monty
+from zorch_nb.kernels.field_params import FIELDS
+from cuda_host import compile_host, ptr
+
+FIELD_NAMES = [pytest.param("koalabear", id="koalabear"), pytest.param("babybear", id="babybear")]
+_BIG = {"koalabear": "KoalaBear", "babybear": "BabyBear"}
+R = 2**32
+
+
+def _inputs(p, bound, seed=0):
+    """Edge values of ``[0, bound)`` and a random spread, as Python ints."""
+    edges = [0, 1, p - 1, p, R - 1, R, p * R - 1, p * R, p * R + 1, 4 * (p - 1) ** 2,
+             bound - 1]
+    rng = np.random.default_rng(seed)
+    rand = [int(v) for v in rng.integers(0, bound, size=200, dtype=np.uint64)]
+    return [x for x in edges if 0 <= x < bound] + rand
+
+
+def _numba_variants(name):
+    # The plain-Python variant is how the CUDA simulator and NUMBA_DISABLE_JIT
+    # run the function (numpy scalars, nothing may wrap).
+    fn = getattr(monty, name)
+    return [pytest.param(fn, id="compiled"), pytest.param(fn.py_func, id="python")]
+
+
+@pytest.mark.parametrize("field", FIELD_NAMES)
+@pytest.mark.parametrize("impl", _numba_variants("monty_reduce"))
+def test_monty_reduce_whole_range(field, impl):
+    f = FIELDS[field]
+    p = f.p
+    for x in _inputs(p, p * R):
+        got = int(impl(np.uint64(x), np.uint32(p), np.uint32(f.mu_neg)))
+        assert got == x * pow(R, -1, p) % p, x
+
+
+@pytest.mark.parametrize("field", FIELD_NAMES)
+@pytest.mark.parametrize("impl", _numba_variants("monty_reduce_sum4"))
+def test_monty_reduce_sum4_whole_range(field, impl):
+    f = FIELDS[field]
+    p = f.p
+    assert 4 * (p - 1) ** 2 < 2 * p * R  # the bound the function relies on
+    for x in _inputs(p, 2 * p * R):
+        got = int(impl(np.uint64(x), np.uint32(p), np.uint32(f.mu_neg)))
+        assert got == x * pow(R, -1, p) % p, x
+
+
+def _ext_cases(p, seed=1):
+    rng = np.random.default_rng(seed)
+    cases = [([p - 1] * 4, [p - 1] * 4), ([0] * 4, [p - 1] * 4), ([1, 0, 0, 0], [p - 1] * 4),
+             ([p - 1, 0, p - 1, 0], [0, p - 1, 0, p - 1])]
+    cases += [(list(map(int, rng.integers(0, p, 4))), list(map(int, rng.integers(0, p, 4))))
+              for _ in range(100)]
+    return cases
+
+
+@pytest.mark.parametrize("field", FIELD_NAMES)
+def test_ext4_mul_extremes(field):
+    """Canonical values p - 1 in every coefficient make every coefficient sum
+    of ``ext4_dot`` its largest (four products of ``(p - 1)**2``)."""
+    f = FIELDS[field]
+    p, w = P[_BIG[field]], W[_BIG[field]]
+    for a, b in _ext_cases(p):
+        words = [enc(v, p) for v in a + b]
+        got = monty.ext4_mul(*(np.uint32(v) for v in words), np.uint32(p), np.uint32(f.mu_neg),
+                   np.uint32(f.w_mont))
+        assert [dec(int(c), p) for c in got] == ext_mul(a, b, p, w), (a, b)
+
+
+_HARNESS = r"""
+extern "C" void reduce_sum4(const zorch_u64* x, zorch_u32* out, long n) {
+    for (long i = 0; i < n; ++i) out[i] = zorch_monty_reduce_sum4(x[i]);
+}
+extern "C" void ext_mul(const zorch_u32* a, const zorch_u32* b, zorch_u32* out, long n) {
+    for (long i = 0; i < n; ++i)
+        zorch_ext4_store(out, i, zorch_ext4_mul(zorch_ext4_load(a, i), zorch_ext4_load(b, i)));
+}
+"""
+
+
+@pytest.mark.parametrize("field", FIELD_NAMES)
+def test_cuda_c_reductions_match_big_ints(field):
+    """The same bounds for monty.cuh, compiled for the host."""
+    lib = compile_host(field, "field_ops.cu", _HARNESS)
+    p, w = P[_BIG[field]], W[_BIG[field]]
+    xs = np.array(_inputs(p, 2 * p * R), dtype=np.uint64)
+    out = np.empty(xs.shape, dtype=np.uint32)
+    lib.reduce_sum4(ptr(xs), ptr(out), len(xs))
+    assert [int(v) for v in out] == [int(x) * pow(R, -1, p) % p for x in xs]
+    cases = _ext_cases(p)
+    a = np.array([[enc(v, p) for v in c[0]] for c in cases], dtype=np.uint32)
+    b = np.array([[enc(v, p) for v in c[1]] for c in cases], dtype=np.uint32)
+    out = np.empty_like(a)
+    lib.ext_mul(ptr(a), ptr(b), ptr(out), len(cases))
+    for row, (x, y) in zip(out, cases):
+        assert [dec(int(c), p) for c in row] == ext_mul(x, y, p, w), (x, y)
