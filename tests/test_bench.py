@@ -28,6 +28,9 @@ def test_bench_cpu_writes_json(tmp_path):
         assert r["time_s"] > 0 and r["bytes"] > 0 and r["size"] in (2**10,)
     fold = next(r for r in report["results"] if r["kernel"] == "dense fold base/base")
     assert "numpy uint64" in fold["baselines"]
+    for r in report["results"]:  # every CPU fold: the paired and the cache-resident rate
+        if r["kernel"].startswith("dense fold"):
+            assert r["extra"]["paired_fraction"] > 0 and r["extra"]["in_cache_gbps"] > 0
     assert "warm_cache_run" in report["second_process"][0]
 
 

@@ -14,7 +14,11 @@ measured in the same process:
 * peak memory of ``build_pyramid`` (CuPy pool high-water mark on the GPU,
   tracemalloc on the CPU) against the first layer's bytes;
 * on the CPU, the base/base fold written with plain NumPy uint64 and with
-  galois ``GF(p)`` arrays, timed in the same run (``baselines``).
+  galois ``GF(p)`` arrays, timed in the same run (``baselines``);
+* on the CPU, for every fold: the fraction of copy with the fold and the copy
+  timed alternately (``paired_fraction``, robust on a busy machine), and the
+  byte rate with the data cache-resident (``in_cache_gbps``): the rate the
+  arithmetic allows, which says whether memory or arithmetic bounds the fold.
 
 Kernel rows call the kernel layer with preallocated outputs (steady state);
 pyramid and dispatch rows go through the object layer, as a user would.
@@ -32,6 +36,9 @@ F = KoalaBear
 MODES = {"base/base": (False, False), "base/ext": (False, True), "ext/ext": (True, True)}
 JAGGED_SEGMENTS = 1024
 DISPATCH_LOG2 = 10
+#: Working set of the cache-resident fold (inputs and outputs): inside the
+#: L2 caches of two cores of the development machine (2 MiB each).
+IN_CACHE_BYTES = 3 << 19
 
 
 def _words(xp, shape, seed):
@@ -140,15 +147,37 @@ def _dense_fold_row(kern, name, ne, de, n, backend, repeat, xp, timer, sync):
     first = _first_call(lambda: kern.fold_dense(*tiny_in, *tiny_out, F.params), sync)
     t = timer(lambda: kern.fold_dense(*ins, *outs, F.params), repeat)
     row = Row(f"dense fold {name}", backend, n, t, _nbytes(ins + outs), first)
-    if xp is np and name == "base/base":
-        _cpu_baselines(row, ins, repeat)
+    if xp is np:
+        if name == "base/base":
+            _cpu_baselines(row, ins, repeat)
         # the CPU target's figure: fold and copy timed alternately
         tp, copy_gbps = paired_cpu(lambda: kern.fold_dense(*ins, *outs, F.params), n,
                                    max(3 * repeat, 15))
         row.extra["paired_copy_gbps"] = round(copy_gbps, 1)
         row.extra["paired_fold_gbps"] = round(row.bytes / tp / 1e9, 1)
         row.extra["paired_fraction"] = round(row.bytes / tp / 1e9 / copy_gbps, 3)
+        row.extra["in_cache_gbps"] = round(_in_cache_gbps(kern, ne, de, repeat), 1)
     return [row]
+
+
+def _in_cache_gbps(kern, ne, de, repeat):
+    """The fold's byte rate when its data stays in the cores' caches.
+
+    Memory then costs next to nothing, so this is the rate the arithmetic
+    allows: where it is not well above the copy bandwidth, the fold is
+    bounded by its arithmetic, not by memory.  The size is the largest power
+    of two whose inputs and outputs fit in :data:`IN_CACHE_BYTES`.
+    """
+    from .bench import _time_cpu
+    per_leaf = _nbytes(_mles(np, ne, de, 2) + _outputs(np, ne, de, 1)) // 2
+    n = 1 << (IN_CACHE_BYTES // per_leaf).bit_length() - 1
+    ins, outs = _mles(np, ne, de, n), _outputs(np, ne, de, n // 2)
+    calls = 32  # one timing spans many calls: a single one lasts microseconds
+
+    def run():
+        for _ in range(calls):
+            kern.fold_dense(*ins, *outs, F.params)
+    return calls * _nbytes(ins + outs) / _time_cpu(run, repeat) / 1e9
 
 
 def _jagged_rows(kern, n, backend, repeat, xp, timer):
