@@ -122,7 +122,7 @@ def _stage_of(report) -> str:
         return "nvcc compile"
     if "nvrtc" in report.nodeid or "ptx" in report.nodeid:
         return "nvrtc / sm_90 PTX compile"
-    if "cupy_emulated" in report.nodeid:
+    if "cupy_emulated" in report.nodeid or "test_cuda_emu.py" in report.nodeid:
         return "cuda C kernels, emulated"
     return "cpu"
 

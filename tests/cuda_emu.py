@@ -6,8 +6,11 @@ the ``__global__`` kernels themselves with g++ under a small SIMT emulation:
 every thread of a block is a fiber (``ucontext``) run by a scheduler,
 ``__syncthreads`` is a block barrier, ``__shfl_up_sync`` / ``__shfl_down_sync``
 exchange values through a per-warp barrier, ``__shared__`` variables are
-shared by the block (blocks run one after another), and ``__CUDA_ARCH__`` is
-defined so the 8/16-byte vector loads run too.  Any translation unit works:
+shared by the block (blocks run one after another, each starting with its
+shared memory poisoned), and ``__CUDA_ARCH__`` is defined so the 8/16-byte
+vector loads run too.  ``ZORCH_EMU_ORDER`` picks the order in which threads
+and blocks run (forward, reverse, shuffled): a missing barrier or a read of
+another block's output gives an order-dependent result.  Any translation unit works:
 ``extern "C"`` kernels are wrapped by parsing their signatures, the template
 kernels of gkr.cu by the table below.
 
@@ -44,8 +47,10 @@ PRELUDE = r"""
 #include <stdlib.h>
 #include <string.h>
 #include <ucontext.h>
+#include <algorithm>
 #include <functional>
 #include <memory>
+#include <numeric>
 #include <vector>
 #define __host__
 #define __device__
@@ -53,7 +58,9 @@ PRELUDE = r"""
 #define __forceinline__ inline
 #define __restrict__ __restrict
 #define __launch_bounds__(...)
-#define __shared__ static
+// Every __shared__ variable lands in one section, so that each block can
+// start with its shared memory poisoned (see zemu_launch).
+#define __shared__ static __attribute__((section("zemu_shared")))
 #define __align__(n) __attribute__((aligned(n)))
 struct uint2 { unsigned int x, y; };
 struct uint4 { unsigned int x, y, z, w; };
@@ -69,8 +76,42 @@ inline dim3 gridDim = {1u, 1u, 1u};
 // block waits there, a warp barrier (inside a shuffle) when every live thread
 // of the warp does.  Deterministic, and a barrier a thread never reaches is a
 // detected deadlock (abort), not a hang.
+//
+// The order in which the runnable threads of a round run, and the blocks of
+// a grid, comes from ZORCH_EMU_ORDER: "forward" (default), "reverse" or
+// "shuffle:<seed>" (a fresh permutation every round, seeded per launch).  A
+// missing barrier between a write and another thread's read of shared
+// memory, or a block reading what another block of the same launch writes,
+// gives a result that depends on the order: running the kernels under
+// several orders exposes it, where one fixed order could hide it.
+// Bounds of the section holding the __shared__ variables (the linker
+// defines them; weak, so a unit without shared memory links too).
+extern "C" char __start_zemu_shared[] __attribute__((weak));
+extern "C" char __stop_zemu_shared[] __attribute__((weak));
+
 namespace zemu {
 enum State { RUNNABLE, AT_BLOCK, AT_WARP, DONE };
+inline int order_kind = 0;  // 0 forward, 1 reverse, 2 shuffle
+inline unsigned long long rng = 0;
+inline void read_order() {
+    const char* s = getenv("ZORCH_EMU_ORDER");
+    if (s == nullptr || strcmp(s, "forward") == 0) { order_kind = 0; return; }
+    if (strcmp(s, "reverse") == 0) { order_kind = 1; return; }
+    if (strncmp(s, "shuffle:", 8) != 0) abort();  // an unknown order is a test bug
+    order_kind = 2;
+    rng = strtoull(s + 8, nullptr, 10) * 0x9E3779B97F4A7C15ull + 1u;
+}
+inline std::vector<unsigned int> order(unsigned int n) {
+    std::vector<unsigned int> v(n);
+    std::iota(v.begin(), v.end(), 0u);
+    if (order_kind == 1) std::reverse(v.begin(), v.end());
+    if (order_kind == 2)
+        for (unsigned int i = n; i > 1; --i) {  // Fisher-Yates with xorshift64
+            rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+            std::swap(v[i - 1], v[rng % i]);
+        }
+    return v;
+}
 inline ucontext_t scheduler;
 inline std::vector<ucontext_t> fibers;
 inline std::vector<std::unique_ptr<char[]>> stacks;
@@ -103,7 +144,7 @@ inline void run_block(unsigned int n) {
     }
     for (;;) {
         bool ran = false;
-        for (unsigned int t = 0; t < n; ++t) {
+        for (unsigned int t : order(n)) {
             if (state[t] != RUNNABLE) continue;
             current = t;
             threadIdx = {t, 0u, 0u};
@@ -165,9 +206,16 @@ void zemu_launch(unsigned int grid, unsigned int block, K kernel) {
     gridDim = {grid, 1u, 1u};
     blockDim = {block, 1u, 1u};
     // Blocks run one after another, so a block's __shared__ statics are
-    // never used by two blocks at once.
+    // never used by two blocks at once.  Each block starts with them set to a
+    // poison pattern, as real shared memory starts undefined: a read of
+    // shared memory that no thread of the block wrote first (e.g. a missing
+    // barrier) then gives garbage instead of a stale value left by the
+    // previous block or launch, which could be the right one.
     zemu::body = [&] { kernel(); };
-    for (unsigned int b = 0; b < grid; ++b) {
+    zemu::read_order();
+    for (unsigned int b : zemu::order(grid)) {
+        if (__start_zemu_shared != nullptr)
+            memset(__start_zemu_shared, 0xA5, __stop_zemu_shared - __start_zemu_shared);
         blockIdx = {b, 0u, 0u};
         zemu::run_block(block);
     }

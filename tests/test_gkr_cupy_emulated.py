@@ -9,7 +9,8 @@ byte for byte.  Cases: the dense fold and the jagged transition in all four
 modes with aligned (vector) and offset (scalar) data, the fused dense pyramid
 over several launches, and the fused jagged pyramid (three-step chunks,
 single wide steps, the one-block tail) from ``build_jagged_pyramid``'s own
-orchestration, with host and device schedules.
+orchestration, with host and device schedules.  Each case runs with the
+emulated threads and blocks in forward, reverse and shuffled order.
 """
 import numpy as np
 import pytest
@@ -23,6 +24,14 @@ from zorch_nb.logup_gkr import (GkrLayer, JaggedGkrLayer, _fused_jagged_steps, _
                                 halving_schedule)
 
 MODES = [(ne, de) for ne in (0, 1) for de in (0, 1)]
+
+
+@pytest.fixture(autouse=True, params=["forward", "reverse", "shuffle:7"])
+def schedule(request, monkeypatch):
+    """Every case under three thread and block orders (see ``cuda_emu``): a
+    missing barrier or a cross-block read shows up as an order-dependent result."""
+    monkeypatch.setenv("ZORCH_EMU_ORDER", request.param)
+    return request.param
 
 
 @pytest.fixture
@@ -140,6 +149,33 @@ def test_fused_jagged_pyramid(emu, monkeypatch, ne, de, device_schedule):
     assert sum(n.startswith("zorch_gkr_jagged<") for n in launches) == tail - chunked
     assert sum(n.startswith("zorch_gkr_jagged_tail<") for n in launches) == 1
     assert len(got) == len(want) - 1
+    for l, (g, w) in enumerate(zip(got, want[1:])):
+        for a, b in zip(g.mles, w.mles):
+            np.testing.assert_array_equal(a.get(), b, err_msg=f"layer {l + 1}")
+
+
+@pytest.mark.parametrize("device_schedule", [False, True], ids=["host", "device"])
+@pytest.mark.parametrize("ne,de", [(0, 1), (1, 1)])
+def test_fused_jagged_pyramid_many_segments(emu, monkeypatch, ne, de, device_schedule):
+    """More segments than the 1024 scan threads: every warp of the block scans
+    holds counts, so the warp totals travel through shared memory."""
+    gkr_cupy, launches = emu
+    monkeypatch.setattr(launch_config, "GKR_JAGGED_TAIL_SLOTS", 2048)
+    F = BabyBear
+    rng = np.random.default_rng(23 + ne)
+    nb = 2048
+    rc = rng.integers(0, 9, nb).astype(np.int32)
+    rc[::7] = 0
+    host = random_jagged_layer(F, ne, de, rc, int(rc.sum()) + 5, seed=4)
+    steps = [(s.row_counts, s.width) for s in halving_schedule(host)]
+    want = build_jagged_pyramid(host, steps, backend="cpu")
+    dev_rc = cuda_emu.EmuArray(rc.copy()) if device_schedule else rc
+    first = _trusted(JaggedGkrLayer, *[_device(x) for x in host.mles], dev_rc, F)
+    dsteps = [(cuda_emu.EmuArray(np.asarray(c, np.int32)) if device_schedule else c, w)
+              for c, w in steps]
+    got = _fused_jagged_steps(first, dsteps, cuda_emu.EmuXp, gkr_cupy)
+    assert any(n.startswith("zorch_gkr_jagged_tail<") for n in launches)
+    assert "zorch_gkr_jagged_scan" in launches or "zorch_gkr_jagged_chunk_scan" in launches
     for l, (g, w) in enumerate(zip(got, want[1:])):
         for a, b in zip(g.mles, w.mles):
             np.testing.assert_array_equal(a.get(), b, err_msg=f"layer {l + 1}")

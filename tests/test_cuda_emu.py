@@ -1,0 +1,87 @@
+"""The SIMT emulation itself (``cuda_emu.py``): what the kernel tests rely on.
+
+Shared memory starts poisoned in every block, the thread and block orders
+follow ``ZORCH_EMU_ORDER``, and barrier waits that can never be released
+abort rather than hang.  Without these the emulated kernel tests could
+pass on a missing ``__syncthreads`` (a stale value from the previous block
+or a lucky order).
+"""
+import ctypes
+import multiprocessing
+
+import numpy as np
+import pytest
+
+import cuda_emu
+from cuda_host import ptr
+
+_PROBE = r"""
+// Each thread logs (block, thread) in the order it runs, then reads shared
+// memory nobody in its block wrote and writes it for the next block to see.
+// (The emulation runs every thread on one host thread: a plain increment of
+// the log position is safe here, as it would not be on a GPU.)
+extern "C" __global__ void probe(unsigned int* order, unsigned int* next, unsigned int* seen) {
+    __shared__ unsigned int s[64];
+    order[(*next)++] = blockIdx.x * blockDim.x + threadIdx.x;
+    seen[blockIdx.x * blockDim.x + threadIdx.x] = s[threadIdx.x];
+    s[threadIdx.x] = 7u;
+}
+
+// Lane 0 waits in a shuffle for lanes that wait at the block barrier, which
+// in turn waits for lane 0: neither can be released.
+extern "C" __global__ void stuck(unsigned int* out) {
+    if (threadIdx.x == 0u) out[0] = __shfl_down_sync(0xffffffffu, 1u, 1u);
+    else __syncthreads();
+}
+"""
+
+GRID, BLOCK = 3, 64
+
+
+def _run_probe(lib):
+    order = np.full(GRID * BLOCK, 0xFFFFFFFF, np.uint32)
+    seen = np.zeros(GRID * BLOCK, np.uint32)
+    nxt = np.zeros(1, np.uint32)
+    lib.emu_probe(ctypes.c_uint(GRID), ctypes.c_uint(BLOCK), ptr(order), ptr(nxt), ptr(seen))
+    assert nxt[0] == GRID * BLOCK
+    return order, seen
+
+
+@pytest.mark.parametrize("order", ["forward", "reverse", "shuffle:3"])
+def test_shared_memory_starts_poisoned_in_every_block(monkeypatch, order):
+    monkeypatch.setenv("ZORCH_EMU_ORDER", order)
+    _, seen = _run_probe(cuda_emu.emulated_code(_PROBE))
+    assert (seen == 0xA5A5A5A5).all()  # never the 7 the previous block left
+
+
+def test_thread_and_block_orders(monkeypatch):
+    lib = cuda_emu.emulated_code(_PROBE)
+    runs = {}
+    for order in ("forward", "reverse", "shuffle:3", "shuffle:4"):
+        monkeypatch.setenv("ZORCH_EMU_ORDER", order)
+        runs[order] = _run_probe(lib)[0]
+    ids = np.arange(GRID * BLOCK, dtype=np.uint32)
+    assert (runs["forward"] == ids).all()
+    rev = np.concatenate([np.arange(b * BLOCK, (b + 1) * BLOCK)[::-1]
+                          for b in range(GRID)][::-1]).astype(np.uint32)
+    assert (runs["reverse"] == rev).all()
+    for key in ("shuffle:3", "shuffle:4"):
+        assert sorted(runs[key]) == list(ids)  # every thread once ...
+        assert not (runs[key] == ids).all() and not (runs[key] == rev).all()  # ... mixed
+    assert not (runs["shuffle:3"] == runs["shuffle:4"]).all()  # the seed matters
+    monkeypatch.setenv("ZORCH_EMU_ORDER", "shuffle:3")
+    assert (_run_probe(lib)[0] == runs["shuffle:3"]).all()  # and is reproducible
+
+
+def _stuck_child():
+    lib = cuda_emu.emulated_code(_PROBE)
+    out = np.zeros(32, np.uint32)
+    lib.emu_stuck(ctypes.c_uint(1), ctypes.c_uint(32), ptr(out))
+
+
+def test_a_deadlock_aborts_instead_of_hanging():
+    cuda_emu.emulated_code(_PROBE)  # compile in this process (cached for the child)
+    child = multiprocessing.get_context("fork").Process(target=_stuck_child)
+    child.start()
+    child.join(60)
+    assert child.exitcode is not None and child.exitcode != 0
