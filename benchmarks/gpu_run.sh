@@ -4,8 +4,11 @@
 # Then with the device tool:    carry [".whl"], command
 #     . .whl/env.sh && bash benchmarks/gpu_run.sh
 # Results come back under $OUT: gpu_bench.json, gpu_bench.log, gpu_tests.log, gpu_tests.xml,
-# gpu_bench.png, ptxas.txt, env.txt.  Copy them to
-# benchmarks/results/ as gpu-<date>.json / .png.  About 6 minutes in all:
+# gpu_bench.png, ptxas.txt, env.txt, sanitizer_memcheck.txt, sanitizer_racecheck.txt.
+# Copy them to benchmarks/results/ as gpu-<date>.json / .png.  ZORCH_GPU_STEPS
+# picks the steps (default "bench tests ptxas sanitize", in that order, most
+# important first: a device-tool timeout cuts the tail, and what is under $OUT
+# comes back).  About 6 minutes without the sanitizer, which adds up to 3:
 # the tests include the fused-pyramid checks on both backends
 # (tests/test_gkr_pyramid.py, test_gkr_jagged_pyramid.py,
 # test_gkr_jagged_chunk.py: fused vs per-layer vs CPU, aligned and offset
@@ -15,6 +18,8 @@
 # 2^10, peak pool memory, second-process start-up).
 set -u -o pipefail
 OUT=${OUT:-/tmp/zorch_out}
+STEPS=" ${ZORCH_GPU_STEPS:-bench tests ptxas sanitize} "
+step() { [[ "$STEPS" == *" $1 "* ]]; }
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 {
@@ -53,19 +58,31 @@ cat "$OUT/env.txt"
 #    First, so its "1st call" column shows cold compiles (the tests would warm
 #    CuPy's kernel cache).  Every section is guarded and the JSON is written
 #    as it goes, so a failing kernel or the time cap keeps what was measured.
-timeout 240 python3 -m zorch_nb bench --device gpu --sizes 26 --repeat 5 \
+step bench && timeout 240 python3 -m zorch_nb bench --device gpu --sizes 26 --repeat 5 \
   --json "$OUT/gpu_bench.json" --plot "$OUT/gpu_bench.png" 2>&1 | tee "$OUT/gpu_bench.log"
 # 2) GPU tests (CuPy and Numba-CUDA on the real device), with a time cap and,
 #    where pytest-timeout is installed (it is on the H200 image), a per-test cap.
 per_test=()
 python3 -c "import pytest_timeout" 2>/dev/null && per_test=(--timeout=120)
-timeout 210 python3 -m pytest -m "gpu or cudasim" -q -p no:cacheprovider ${per_test[@]+"${per_test[@]}"} \
-  --junitxml="$OUT/gpu_tests.xml" tests 2>&1 | tail -40 | tee "$OUT/gpu_tests.log"
+step tests && timeout 210 python3 -m pytest -m "gpu or cudasim" -q -p no:cacheprovider \
+  ${per_test[@]+"${per_test[@]}"} --junitxml="$OUT/gpu_tests.xml" tests 2>&1 | tail -40 \
+  | tee "$OUT/gpu_tests.log"
 # 3) Registers / shared memory / spills of the GKR kernels (for the note).
-if command -v nvcc >/dev/null; then
+if step ptxas && command -v nvcc >/dev/null; then
   python3 -c "from zorch_nb.kernels.cuda_source import assemble; \
 from zorch_nb.kernels.field_params import KOALABEAR; \
 open('/tmp/zorch_gkr.cu', 'w').write(assemble(KOALABEAR, 'gkr.cu'))" &&
   nvcc -cubin -arch=sm_90 -std=c++17 -Xptxas -v /tmp/zorch_gkr.cu -o /tmp/zorch_gkr.cubin \
     > "$OUT/ptxas.txt" 2>&1
+fi
+# 4) compute-sanitizer on a small workload of every kernel family (CuPy pool
+#    off, results checked against the CPU): out-of-bounds accesses (memcheck)
+#    and shared-memory races (racecheck) on real hardware, which the host
+#    emulation cannot show.
+if step sanitize && command -v compute-sanitizer >/dev/null; then
+  for tool in memcheck racecheck; do
+    timeout 90 compute-sanitizer --tool "$tool" --error-exitcode 9 \
+      python3 benchmarks/sanitize_case.py > "$OUT/sanitizer_$tool.txt" 2>&1
+    echo "compute-sanitizer $tool: exit $?" | tee -a "$OUT/sanitizer_$tool.txt"
+  done
 fi

@@ -561,7 +561,8 @@ def install_session_fakes() -> list:
         get_current_stream=lambda: stream,
         Device=lambda i=0: types.SimpleNamespace(id=0),
         Event=Event,
-        get_elapsed_time=lambda a, b: (b.t - a.t) * 1e3)
+        get_elapsed_time=lambda a, b: (b.t - a.t) * 1e3,
+        set_allocator=lambda allocator=None: None)  # no pool to switch off here
     mod.asnumpy = lambda x: x.get() if isinstance(x, EmuArray) else np.asarray(x)
 
     @contextlib.contextmanager
