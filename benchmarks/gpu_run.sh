@@ -5,7 +5,9 @@
 #     . .whl/env.sh && bash benchmarks/gpu_run.sh
 # Results come back under $OUT: gpu_bench.json, gpu_bench.log, gpu_tests.log, gpu_tests.xml,
 # gpu_bench.png, ptxas.txt, env.txt, sanitizer_memcheck.txt, sanitizer_racecheck.txt.
-# Copy them to benchmarks/results/ as gpu-<date>.json / .png.  ZORCH_GPU_STEPS
+# Copy them to benchmarks/results/ as gpu-<date>.json / .png, then
+# `python benchmarks/readme_table.py FILE` (README table) and
+# `python benchmarks/targets.py FILE` (issue 6's targets, met or missed).  ZORCH_GPU_STEPS
 # picks the steps (default "bench tests ptxas sanitize", in that order, most
 # important first: a device-tool timeout cuts the tail, and what is under $OUT
 # comes back).  About 6 minutes without the sanitizer, which adds up to 3:

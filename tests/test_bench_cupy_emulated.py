@@ -45,3 +45,18 @@ def test_gpu_bench_runs_on_emulated_cupy(tmp_path, monkeypatch):
     assert rows["dense pyramid base/base (to floor)"]["extra"]["launches"] == 1
     assert rows["jagged pyramid base/ext (1024 seg.)"]["extra"]["launches"] >= 1
     assert report["copy"][0]["kernel"] == "copy (device to device)"
+    # the note's target table reads every GPU target off this report
+    table = _targets_module().targets(report)
+    for what in ("dense fold base/ext (of copy)", "jagged pyramid base/ext (1024 seg.) (of copy)",
+                 "dispatch: one transition base/base", "peak memory / first layer"):
+        assert what in table, what
+
+
+def _targets_module():
+    import importlib.util
+    import pathlib
+    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "targets.py"
+    spec = importlib.util.spec_from_file_location("bench_targets", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

@@ -1,0 +1,95 @@
+"""Issue 6's performance targets against a ``python -m zorch_nb bench --json`` report.
+
+Usage: ``python benchmarks/targets.py benchmarks/results/<report>.json``
+
+Prints a markdown table: each target, the measured figure and whether it is
+met -- the table a closing note needs, read off the committed report rather
+than copied by hand.  GPU targets are fractions of the same run's device copy
+bandwidth (pyramids against their compulsory bytes); the CPU target is the
+fold timed alternately with the copy (``paired_fraction``) and its speed-up
+over the galois fold.
+"""
+import json
+import sys
+
+#: (row kernel prefix, {backend: minimum fraction of copy}) -- GPU rows.
+GPU_FRACTIONS = [
+    ("dense fold base/base", {"cupy": 0.90, "numba": 0.85}),
+    ("dense fold base/ext", {"cupy": 0.90, "numba": 0.85}),
+    ("dense fold ext/ext", {"cupy": 0.90, "numba": 0.85}),
+    ("jagged transition base/base", {"cupy": 0.75, "numba": 0.70}),
+    ("jagged transition ext/ext", {"cupy": 0.75, "numba": 0.70}),
+    ("dense pyramid base/base", {"cupy": 0.80, "numba": 0.65}),
+    ("dense pyramid base/ext", {"cupy": 0.80, "numba": 0.65}),
+    ("jagged pyramid base/ext", {"cupy": 0.65, "numba": 0.55}),
+]
+#: Dispatch of one transition at 2**10 on the CuPy path, microseconds.
+DISPATCH_US = 15.0
+#: Peak device memory of build_pyramid: "about 2x the first layer" (base/base
+#: layers halve; a base/ext pyramid's later layers are extension, 2.6x).
+PEAK_OVER_FIRST = {"dense pyramid base/base": 2.0, "dense pyramid base/ext": 2.6}
+#: CPU: fold >= 0.7 of the paired copy and >= 10x faster than galois GF(p).
+CPU_PAIRED, CPU_GALOIS = 0.7, 10.0
+
+
+def _mark(ok):
+    return "met" if ok else "**missed**"
+
+
+def _rows(report, prefix, backend):
+    return [r for r in report["results"]
+            if r["kernel"].startswith(prefix) and r["backend"] == backend]
+
+
+def targets(report: dict) -> str:
+    lines = ["| target | backend | size | measured | target | |", "|---|---|---:|---:|---:|---|"]
+
+    def add(what, r, measured, goal, ok):
+        size = f"2^{r['size'].bit_length() - 1}"
+        lines.append(f"| {what} | {r['backend']} | {size} | {measured} | {goal} | {_mark(ok)} |")
+
+    backends = sorted({r["backend"] for r in report["results"]})
+    if "cpu" in backends:
+        for r in _rows(report, "dense fold", "cpu"):
+            paired = r["extra"].get("paired_fraction")
+            if paired is not None:
+                add(f"{r['kernel']}, of copy (paired)", r, f"{paired:.2f}", f">= {CPU_PAIRED}",
+                    paired >= CPU_PAIRED)
+            galois = r["baselines"].get("galois GF(p)")
+            if galois:
+                speedup = galois / r["time_s"]
+                add(f"{r['kernel']}, vs galois", r, f"{speedup:.1f}x", f">= {CPU_GALOIS:.0f}x",
+                    speedup >= CPU_GALOIS)
+    for backend in ("cupy", "numba"):
+        if backend not in backends:
+            continue
+        for prefix, goals in GPU_FRACTIONS:
+            for r in _rows(report, prefix, backend):
+                f = r["fraction_of_copy"]
+                add(r["kernel"] + " (of copy)", r, f"{f:.2f}", f">= {goals[backend]:.2f}",
+                    f >= goals[backend])
+        for r in _rows(report, "dispatch", backend):
+            us = r["extra"].get("us_per_call", r["time_s"] * 1e6)
+            if backend == "cupy":
+                add(r["kernel"], r, f"{us:.1f} us", f"< {DISPATCH_US:.0f} us", us < DISPATCH_US)
+            else:
+                lines.append(f"| {r['kernel']} | {backend} | 2^10 | {us:.1f} us | (none) | |")
+        for prefix, goal in PEAK_OVER_FIRST.items():
+            for r in _rows(report, prefix, backend):
+                peak = r["extra"].get("peak_total_over_first_layer")
+                what = f"{r['kernel']}: peak memory / first layer"
+                if peak is not None:
+                    add(what, r, f"{peak:.2f}", f"~{goal}", peak <= goal * 1.1)
+                elif "peak_error" in r["extra"]:
+                    lines.append(f"| {what} | {backend} | | not measured: "
+                                 f"{r['extra']['peak_error']} | ~{goal} | no figure |")
+    errors = report.get("errors") or []
+    if errors:
+        lines.append("")
+        lines.append("Sections that failed (no figure): " + "; ".join(errors))
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    with open(sys.argv[1]) as fh:
+        print(targets(json.load(fh)))
