@@ -4,7 +4,8 @@
 # Then with the device tool:    carry [".whl"], command
 #     . .whl/env.sh && bash benchmarks/gpu_run.sh
 # Results come back under $OUT: gpu_bench.json, gpu_bench.log, gpu_tests.log, gpu_tests.xml,
-# gpu_bench.png, ptxas.txt, env.txt, sanitizer_memcheck.txt, sanitizer_racecheck.txt.
+# gpu_bench.png, ptxas.txt, sass_stats.txt, env.txt, sanitizer_memcheck.txt,
+# sanitizer_racecheck.txt.
 # Copy them to benchmarks/results/ as gpu-<date>.json / .png, then
 # `python benchmarks/readme_table.py FILE` (README table) and
 # `python benchmarks/targets.py FILE` (issue 6's targets, met or missed).  ZORCH_GPU_STEPS
@@ -75,7 +76,8 @@ if step ptxas && command -v nvcc >/dev/null; then
 from zorch_nb.kernels.field_params import KOALABEAR; \
 open('/tmp/zorch_gkr.cu', 'w').write(assemble(KOALABEAR, 'gkr.cu'))" &&
   nvcc -cubin -arch=sm_90 -std=c++17 -Xptxas -v /tmp/zorch_gkr.cu -o /tmp/zorch_gkr.cubin \
-    > "$OUT/ptxas.txt" 2>&1
+    > "$OUT/ptxas.txt" 2>&1 &&
+  python3 benchmarks/sass_stats.py /tmp/zorch_gkr.cubin > "$OUT/sass_stats.txt" 2>&1
 fi
 # 4) compute-sanitizer on a small workload of every kernel family (CuPy pool
 #    off, results checked against the CPU): out-of-bounds accesses (memcheck)

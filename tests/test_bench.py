@@ -60,3 +60,27 @@ def test_a_failing_section_is_reported_not_fatal(tmp_path, monkeypatch):
     kernels = {r["kernel"] for r in report["results"]}
     assert "dense fold base/base" in kernels and "jagged pyramid base/ext (1024 seg.)" in kernels
     assert not any(k.startswith("jagged transition") for k in kernels)
+
+
+def test_sass_stats_counts_opcode_classes():
+    """benchmarks/sass_stats.py (run on the GPU machine's cubin) parses cuobjdump's text."""
+    import importlib.util
+    import pathlib
+    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "sass_stats.py"
+    spec = importlib.util.spec_from_file_location("sass_stats", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    text = """
+	code for sm_90
+		Function : kern_a
+        /*0000*/                   IMAD.MOV.U32 R5, RZ, RZ, RZ ;   /* 0x0 */
+        /*0010*/                   IMAD.WIDE.U32 R2, R4, R5, RZ ;  /* 0x0 */
+        /*0020*/               @P0 IMAD R2, R4, R5, RZ ;           /* 0x0 */
+        /*0030*/              @!P1 LDG.E.128 R8, desc[UR4][R2.64] ; /* 0x0 */
+        /*0040*/                   EXIT ;                          /* 0x0 */
+		Function : kern_b
+        /*0000*/                   STG.E [R2.64], R4 ;             /* 0x0 */
+"""
+    (name_a, total_a, a), (name_b, total_b, b) = mod.stats(text)
+    assert (name_a, total_a, name_b, total_b) == ("kern_a", 5, "kern_b", 1)
+    assert (a["MOV"], a["IMAD.WIDE"], a["IMAD"], a["LDG"], b["STG"]) == (1, 1, 1, 1, 1)
