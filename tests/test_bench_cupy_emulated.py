@@ -43,6 +43,9 @@ def test_gpu_bench_runs_on_emulated_cupy(tmp_path, monkeypatch):
         assert name in kernels
     rows = {r["kernel"]: r for r in report["results"]}
     assert rows["dense pyramid base/base (to floor)"]["extra"]["launches"] == 1
+    for mode in ("base/base", "base/ext", "ext/ext"):  # a figure, or why there is none
+        extra = rows[f"dense fold {mode}"]["extra"]
+        assert "in_l2_gbps" in extra or "in_l2_error" in extra
     assert rows["jagged pyramid base/ext (1024 seg.)"]["extra"]["launches"] >= 1
     assert report["copy"][0]["kernel"] == "copy (device to device)"
     # the note's target table reads every GPU target off this report

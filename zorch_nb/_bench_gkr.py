@@ -18,7 +18,9 @@ measured in the same process:
 * on the CPU, for every fold: the fraction of copy with the fold and the copy
   timed alternately (``paired_fraction``, robust on a busy machine), and the
   byte rate with the data cache-resident (``in_cache_gbps``): the rate the
-  arithmetic allows, which says whether memory or arithmetic bounds the fold.
+  arithmetic allows, which says whether memory or arithmetic bounds the fold;
+* on the GPU (CuPy path), the same for data resident in L2 (``in_l2_gbps``,
+  64 folds replayed from a captured CUDA graph).
 
 Kernel rows call the kernel layer with preallocated outputs (steady state);
 pyramid and dispatch rows go through the object layer, as a user would.
@@ -39,6 +41,10 @@ DISPATCH_LOG2 = 10
 #: Working set of the cache-resident fold (inputs and outputs): inside the
 #: L2 caches of two cores of the development machine (2 MiB each).
 IN_CACHE_BYTES = 3 << 19
+#: The GPU's: inside the H200's 60 MB L2 with room to spare, and launches of
+#: such folds captured per CUDA graph.
+IN_L2_BYTES = 24 << 20
+IN_L2_CALLS = 64
 
 
 def _words(xp, shape, seed):
@@ -157,7 +163,19 @@ def _dense_fold_row(kern, name, ne, de, n, backend, repeat, xp, timer, sync):
         row.extra["paired_fold_gbps"] = round(row.bytes / tp / 1e9, 1)
         row.extra["paired_fraction"] = round(row.bytes / tp / 1e9 / copy_gbps, 3)
         row.extra["in_cache_gbps"] = round(_in_cache_gbps(kern, ne, de, repeat), 1)
+    elif backend == "cupy":
+        try:
+            row.extra["in_l2_gbps"] = round(_in_l2_gbps(kern, ne, de, repeat, xp, timer), 1)
+        except Exception as exc:  # a figure for the note, never worth the row
+            row.extra["in_l2_error"] = f"{type(exc).__name__}: {exc}"
     return [row]
+
+
+def _cache_resident(xp, ne, de, budget):
+    """Inputs and outputs of the largest power-of-two fold within ``budget`` bytes."""
+    per_leaf = _nbytes(_mles(np, ne, de, 2) + _outputs(np, ne, de, 1)) // 2
+    n = 1 << (budget // per_leaf).bit_length() - 1
+    return _mles(xp, ne, de, n), _outputs(xp, ne, de, n // 2)
 
 
 def _in_cache_gbps(kern, ne, de, repeat):
@@ -169,15 +187,33 @@ def _in_cache_gbps(kern, ne, de, repeat):
     of two whose inputs and outputs fit in :data:`IN_CACHE_BYTES`.
     """
     from .bench import _time_cpu
-    per_leaf = _nbytes(_mles(np, ne, de, 2) + _outputs(np, ne, de, 1)) // 2
-    n = 1 << (IN_CACHE_BYTES // per_leaf).bit_length() - 1
-    ins, outs = _mles(np, ne, de, n), _outputs(np, ne, de, n // 2)
+    ins, outs = _cache_resident(np, ne, de, IN_CACHE_BYTES)
     calls = 32  # one timing spans many calls: a single one lasts microseconds
 
     def run():
         for _ in range(calls):
             kern.fold_dense(*ins, *outs, F.params)
     return calls * _nbytes(ins + outs) / _time_cpu(run, repeat) / 1e9
+
+
+def _in_l2_gbps(kern, ne, de, repeat, xp, timer):
+    """The GPU twin of :func:`_in_cache_gbps`: the fold on data resident in L2.
+
+    One such fold lasts a few microseconds, less than a launch from Python,
+    so ``IN_L2_CALLS`` of them are captured into a CUDA graph and the graph
+    is timed: back to back on the device, they show what the arithmetic and
+    the kernel's own structure allow once DRAM is out of the way.
+    """
+    ins, outs = _cache_resident(xp, ne, de, IN_L2_BYTES)
+    kern.fold_dense(*ins, *outs, F.params)  # compiled and loaded before the capture
+    stream = xp.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        for _ in range(IN_L2_CALLS):
+            kern.fold_dense(*ins, *outs, F.params)
+        graph = stream.end_capture()
+        t = timer(lambda: graph.launch(stream), repeat)
+    return IN_L2_CALLS * _nbytes(ins + outs) / t / 1e9
 
 
 def _jagged_rows(kern, n, backend, repeat, xp, timer):
