@@ -475,8 +475,45 @@ class _Function:
 
     def __call__(self, grid, block, args):
         assert len(grid) == 1 and len(block) == 1
-        self.launches.append(self.name)
-        self.fn(ctypes.c_uint(grid[0]), ctypes.c_uint(block[0]), *map(_ctypes_arg, args))
+        cargs = [ctypes.c_uint(grid[0]), ctypes.c_uint(block[0]), *map(_ctypes_arg, args)]
+
+        def launch():
+            self.launches.append(self.name)
+            self.fn(*cargs)
+        if _CAPTURE["calls"] is not None:  # a stream is capturing: record, run at replay
+            _CAPTURE["calls"].append(launch)
+        else:
+            launch()
+
+
+#: Launches recorded while a fake stream captures a graph (None: not capturing).
+_CAPTURE = {"calls": None}
+
+
+class _Stream:
+    """``cupy.cuda.Stream`` with CUDA-graph capture: launches between
+    ``begin_capture`` and ``end_capture`` are recorded and replayed by the
+    returned graph's ``launch``."""
+
+    def __init__(self, non_blocking=False):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def synchronize(self):
+        pass
+
+    def begin_capture(self, mode=None):
+        assert _CAPTURE["calls"] is None, "nested capture"
+        _CAPTURE["calls"] = []
+
+    def end_capture(self):
+        calls, _CAPTURE["calls"] = _CAPTURE["calls"], None
+        return types.SimpleNamespace(launch=lambda stream=None: [c() for c in calls])
 
 
 def fake_cupy(launches: list) -> types.ModuleType:
@@ -562,7 +599,8 @@ def install_session_fakes() -> list:
         Device=lambda i=0: types.SimpleNamespace(id=0),
         Event=Event,
         get_elapsed_time=lambda a, b: (b.t - a.t) * 1e3,
-        set_allocator=lambda allocator=None: None)  # no pool to switch off here
+        set_allocator=lambda allocator=None: None,  # no pool to switch off here
+        Stream=_Stream)
     mod.asnumpy = lambda x: x.get() if isinstance(x, EmuArray) else np.asarray(x)
 
     @contextlib.contextmanager
