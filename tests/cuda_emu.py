@@ -10,7 +10,11 @@ shared by the block (blocks run one after another, each starting with its
 shared memory poisoned), and ``__CUDA_ARCH__`` is defined so the 8/16-byte
 vector loads run too.  ``ZORCH_EMU_ORDER`` picks the order in which threads
 and blocks run (forward, reverse, shuffled): a missing barrier or a read of
-another block's output gives an order-dependent result.  Any translation unit works:
+another block's output gives an order-dependent result.
+``ZORCH_EMU_SANITIZE=1`` builds the kernels with AddressSanitizer and UBSan
+(run Python with ``LD_PRELOAD=$(gcc -print-file-name=libasan.so)
+ASAN_OPTIONS=detect_leaks=0``): a read or write past the end of a NumPy-backed
+array aborts with a report, the host stand-in for compute-sanitizer.  Any translation unit works:
 ``extern "C"`` kernels are wrapped by parsing their signatures, the template
 kernels of gkr.cu by the table below.
 
@@ -29,6 +33,7 @@ What it cannot show: timing, memory-ordering subtleties of real hardware
 tests cover compilation).
 """
 import ctypes
+import os
 import re
 import sys
 import time
@@ -308,7 +313,11 @@ def emulated_library(field_name: str, kernel_file: str = "gkr.cu") -> ctypes.CDL
 def emulated_code(code: str) -> ctypes.CDLL:
     """Any complete CUDA C translation unit compiled as emulated CUDA (cached by content)."""
     src = PRELUDE + code + "\n" + _wrappers(code)
-    return compile_text(src, flags=("-std=c++17", "-fno-strict-aliasing"))
+    flags = ("-std=c++17", "-fno-strict-aliasing")
+    if os.environ.get("ZORCH_EMU_SANITIZE") == "1":  # see the module docstring
+        flags += ("-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+                  "-fno-omit-frame-pointer")
+    return compile_text(src, flags=flags)
 
 
 # ---------------------------------------------------------------------------

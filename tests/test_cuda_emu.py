@@ -85,3 +85,48 @@ def test_a_deadlock_aborts_instead_of_hanging():
     child.start()
     child.join(60)
     assert child.exitcode is not None and child.exitcode != 0
+
+
+_OOB = r"""
+extern "C" __global__ void read_past(unsigned int* x, unsigned int n) {
+    x[threadIdx.x] = x[threadIdx.x + n];  // the last n threads read past the end
+}
+"""
+
+_OOB_CHILD = """
+import ctypes, sys
+import numpy as np
+import cuda_emu
+from cuda_host import ptr
+lib = cuda_emu.emulated_code(cuda_emu_source)
+x = np.zeros(32, np.uint32)
+lib.emu_read_past(ctypes.c_uint(1), ctypes.c_uint(32), ptr(x), ctypes.c_uint(int(sys.argv[1])))
+print("finished")
+"""
+
+
+@pytest.mark.parametrize("past", [0, 1], ids=["in-bounds", "one-past"])
+def test_sanitized_build_catches_an_out_of_bounds_read(tmp_path, past):
+    """ZORCH_EMU_SANITIZE=1 (CI's emulated gpu stage): a kernel reading one word
+    past a NumPy array aborts with AddressSanitizer's report; in bounds it runs."""
+    import os
+    import pathlib
+    import shutil
+    import subprocess
+    import sys
+    gcc = shutil.which("gcc")
+    lib = gcc and subprocess.run([gcc, "-print-file-name=libasan.so"], capture_output=True,
+                                 text=True).stdout.strip()
+    if not lib or not os.path.isabs(lib) or not os.path.exists(lib):
+        pytest.skip("no libasan to preload")
+    script = tmp_path / "child.py"
+    script.write_text(f"cuda_emu_source = {_OOB!r}\n" + _OOB_CHILD)
+    env = dict(os.environ, ZORCH_EMU_SANITIZE="1", LD_PRELOAD=lib,
+               ASAN_OPTIONS="detect_leaks=0",
+               PYTHONPATH=str(pathlib.Path(__file__).parent))
+    res = subprocess.run([sys.executable, str(script), str(past)], env=env,
+                         capture_output=True, text=True, timeout=300)
+    if past:
+        assert res.returncode != 0 and "heap-buffer-overflow" in res.stderr
+    else:
+        assert res.returncode == 0 and "finished" in res.stdout, res.stderr[-2000:]
