@@ -347,3 +347,26 @@ def test_out_overlapping_an_input_gives_the_same_result(F):
         a, b = E.random(8, seed=5), E.random(8, seed=6)
         E.add(a, b, out=strided)
         assert (strided == E.add(a, b)).all()
+
+
+def test_device_of_reads_the_memory_pointer_id_or_falls_back(monkeypatch):
+    """device_of prefers the int id on CuPy's memory pointer (no Device object per
+    call) and falls back to ``x.device.id`` where the pointer has none."""
+    import sys
+    import types
+
+    from zorch_nb import _backend
+
+    class CupyLike:  # array_kind() reads a cupy.* module as a CuPy array
+        __module__ = "cupy._fake"
+
+        def __init__(self, data, device):
+            self.data, self.device = data, device
+    with_id = CupyLike(types.SimpleNamespace(device_id=3), types.SimpleNamespace(id=9))
+    without = CupyLike(types.SimpleNamespace(), types.SimpleNamespace(id=2))
+    assert _backend.device_of(with_id) == 3
+    assert _backend.device_of(without) == 2
+    assert _backend.device_of(np.zeros(2)) is None
+    monkeypatch.setitem(sys.modules, "cupy", types.ModuleType("cupy"))  # resolve needs one
+    with pytest.raises(ValueError, match="different devices"):
+        _backend.resolve({"a": with_id, "b": without}, None)

@@ -56,9 +56,11 @@ def _import_cupy():
 
 def device_of(x):
     """Device id of a GPU array (``None`` for host arrays)."""
-    kind = array_kind(x)
-    if kind == "cupy":
-        return x.device.id
+    if array_kind(x) == "cupy":
+        # CuPy's MemoryPointer carries the id as an int; ``x.device`` builds a
+        # Device object on every call (this runs once per operand per call)
+        dev = getattr(x.data, "device_id", None)
+        return x.device.id if dev is None else dev
     return None
 
 
@@ -92,6 +94,12 @@ def resolve(arrays: dict, backend: str | None) -> tuple:
     (kind, backend) : tuple of str
         ``kind`` is ``"numpy"`` or ``"cupy"`` (CAI arrays are viewed as CuPy).
     """
+    if backend is None or backend == "cpu":  # fast path: NumPy operands on the CPU
+        for x in arrays.values():
+            if type(x) is not np.ndarray:
+                break
+        else:
+            return "numpy", "cpu"
     if backend is not None and backend not in BACKENDS:
         raise ValueError(f"Argument `backend` must be one of {BACKENDS} or None, not {backend!r}")
     kinds = {}
@@ -109,7 +117,8 @@ def resolve(arrays: dict, backend: str | None) -> tuple:
                         f"move them to one module first")
     kind = distinct.pop() if distinct else "numpy"
     if kind == "cupy":
-        _import_cupy()
+        if sys.modules.get("cupy") is None:
+            _import_cupy()  # CAI arrays are viewed as CuPy arrays: CuPy must exist
         devices = {n: device_of(x) for n, x in arrays.items() if array_kind(x) == "cupy"}
         if len(set(devices.values())) > 1:
             desc = ", ".join(f"`{n}` on device {d}" for n, d in devices.items())

@@ -169,7 +169,7 @@ class _Layer:
     @property
     def mles(self) -> tuple:
         """``(numerator_0, numerator_1, denominator_0, denominator_1)``."""
-        return tuple(getattr(self, n) for n in _MLE_NAMES)
+        return self.numerator_0, self.numerator_1, self.denominator_0, self.denominator_1
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -285,8 +285,7 @@ def _trusted(cls, *values):
     ~4 us per transition -- a third of the dispatch time of a small layer.
     """
     obj = object.__new__(cls)
-    for name, value in zip(_FIELDS[cls], values):
-        object.__setattr__(obj, name, value)
+    obj.__dict__.update(zip(_FIELDS[cls], values))  # frozen: no __setattr__
     return obj
 
 
