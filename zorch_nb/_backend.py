@@ -56,19 +56,21 @@ def _import_cupy():
 
 def device_of(x):
     """Device id of a GPU array (``None`` for host arrays)."""
-    if array_kind(x) == "cupy":
-        # CuPy's MemoryPointer carries the id as an int; ``x.device`` builds a
-        # Device object on every call (this runs once per operand per call)
-        dev = getattr(x.data, "device_id", None)
-        return x.device.id if dev is None else dev
-    return None
+    return _cupy_device(x) if array_kind(x) == "cupy" else None
+
+
+def _cupy_device(x):
+    # CuPy's MemoryPointer carries the id as an int; ``x.device`` builds a
+    # Device object on every call (this runs once per operand per call)
+    dev = getattr(x.data, "device_id", None)
+    return x.device.id if dev is None else dev
 
 
 def get_xp(kind: str):
     """Array module (numpy or cupy) that holds results for arrays of ``kind``."""
     if kind == "numpy":
         return np
-    return _import_cupy()
+    return sys.modules.get("cupy") or _import_cupy()
 
 
 def to_module(x, kind: str):
@@ -102,14 +104,16 @@ def resolve(arrays: dict, backend: str | None) -> tuple:
             return "numpy", "cpu"
     if backend is not None and backend not in BACKENDS:
         raise ValueError(f"Argument `backend` must be one of {BACKENDS} or None, not {backend!r}")
-    kinds = {}
-    for name, x in arrays.items():
+    kinds, devices = {}, {}
+    for name, x in arrays.items():  # one pass: kind, and device of CuPy arrays
         k = array_kind(x)
         if k == "other":
             raise TypeError(
                 f"Argument `{name}` must be a NumPy array or a CUDA array "
                 f"(CuPy / __cuda_array_interface__), not {type(x).__name__}")
         kinds[name] = "numpy" if k == "numpy" else "cupy"
+        if k == "cupy":
+            devices[name] = _cupy_device(x)
     distinct = set(kinds.values())
     if len(distinct) > 1:
         desc = ", ".join(f"`{n}` is {k}" for n, k in kinds.items())
@@ -119,7 +123,6 @@ def resolve(arrays: dict, backend: str | None) -> tuple:
     if kind == "cupy":
         if sys.modules.get("cupy") is None:
             _import_cupy()  # CAI arrays are viewed as CuPy arrays: CuPy must exist
-        devices = {n: device_of(x) for n, x in arrays.items() if array_kind(x) == "cupy"}
         if len(set(devices.values())) > 1:
             desc = ", ".join(f"`{n}` on device {d}" for n, d in devices.items())
             raise ValueError(f"arrays live on different devices ({desc})")
