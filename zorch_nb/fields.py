@@ -25,6 +25,8 @@ array([[3, 0, 0, 0]], dtype=uint32)
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from . import _backend
@@ -224,6 +226,9 @@ class _FieldBase:
             else:
                 degrees[name] = 1
                 shapes[name] = shape
+        first = next(iter(shapes.values()), ())
+        if all(s == first for s in shapes.values()):  # the common case, without NumPy's
+            return kind, backend, first, degrees      # general (and slower) broadcast
         try:
             shape = np.broadcast_shapes(*shapes.values())
         except ValueError:
@@ -235,15 +240,16 @@ class _FieldBase:
         """Contiguous ``(n,)`` / ``(n, 4)`` copy-or-view of ``x`` broadcast to ``shape``."""
         xp = _backend.get_xp(kind)
         x = _backend.to_module(x, kind)
-        n = int(np.prod(shape, dtype=np.int64))
+        n = math.prod(shape)
         if degree == 1 and self.degree == 4:
             # Promotion: embed a as (a, 0, 0, 0); byte-identical by construction.
             emb = xp.zeros(shape + (4,), dtype=np.uint32)
             emb[..., 0] = x
             return emb.reshape(n, 4)
         full = shape + self._trail()
-        x = xp.ascontiguousarray(xp.broadcast_to(x, full))
-        return x.reshape((n,) + self._trail())
+        if tuple(x.shape) != full:  # broadcast_to only where needed: it costs microseconds
+            x = xp.broadcast_to(x, full)
+        return xp.ascontiguousarray(x).reshape((n,) + self._trail())
 
     def _out(self, out, kind, shape, inputs=()):
         """``(buffer the kernel writes, user's out or None)``.
