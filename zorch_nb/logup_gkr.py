@@ -140,7 +140,8 @@ def _row_counts(counts, name: str, data_kind: str):
     if arr.ndim != 1:
         raise ValueError(f"Argument `{name}` must be 1-D (one count per batch element), "
                          f"not shape {arr.shape}")
-    if arr.size and (arr.min() < 0 or arr.max() > _INT32_MAX):
+    # (an int32 array cannot exceed the upper bound: one reduction, not two)
+    if arr.size and (arr.min() < 0 or (arr.dtype != np.int32 and arr.max() > _INT32_MAX)):
         s = int(np.argmax((arr < 0) | (arr > _INT32_MAX)))
         raise ValueError(f"Argument `{name}` must hold counts in [0, 2**31), but "
                          f"{name}[{s}] = {arr[s]}")
@@ -506,13 +507,13 @@ def _check_step(rc, kind: str, out_row_counts, out_width):
             raise ValueError(f"the output row counts sum to {total}, more than "
                              f"`out_width` = {out_width}")
         if isinstance(rc, np.ndarray):
-            need = (rc.astype(np.int64) + 1) // 2
-            bad = np.nonzero(orc < need)[0]
-            if bad.size:
-                s = int(bad[0])
+            # ceil(rc / 2) > orc  <=>  rc - orc > orc; both int32 in [0, 2**31): no overflow
+            bad = (rc - orc) > orc
+            if bad.any():
+                s = int(np.argmax(bad))
                 raise ValueError(f"the schedule truncates segment {s}: "
                                  f"out_row_counts[{s}] = {orc[s]} < ceil(row_counts[{s}] / 2) "
-                                 f"= {need[s]}")
+                                 f"= {(int(rc[s]) + 1) // 2}")
     elif out_width is None:
         raise ValueError("Argument `out_width` is required when `out_row_counts` is a device "
                          "array: its sum cannot be read without a device->host "
