@@ -14,9 +14,10 @@ another block's output gives an order-dependent result.
 ``ZORCH_EMU_SANITIZE=1`` builds the kernels with AddressSanitizer and UBSan
 (run Python with ``LD_PRELOAD=$(gcc -print-file-name=libasan.so)
 ASAN_OPTIONS=detect_leaks=0``): a read or write past the end of a NumPy-backed
-array aborts with a report, the host stand-in for compute-sanitizer.  Any translation unit works:
-``extern "C"`` kernels are wrapped by parsing their signatures, the template
-kernels of gkr.cu by the table below.
+array aborts with a report, the host stand-in for compute-sanitizer.
+
+Any translation unit works: ``extern "C"`` kernels are wrapped by parsing
+their signatures, the template kernels of gkr.cu by the table below.
 
 :func:`fake_cupy` then stands in for CuPy under the real launchers
 (``kernels/gkr_cupy.py``, ``field_cupy.py``, ``graph_cupy.py``): ``memoize``,
@@ -89,6 +90,7 @@ inline dim3 gridDim = {1u, 1u, 1u};
 // memory, or a block reading what another block of the same launch writes,
 // gives a result that depends on the order: running the kernels under
 // several orders exposes it, where one fixed order could hide it.
+
 // Bounds of the section holding the __shared__ variables (the linker
 // defines them; weak, so a unit without shared memory links too).
 extern "C" char __start_zemu_shared[] __attribute__((weak));
