@@ -77,8 +77,7 @@ def to_module(x, kind: str):
     """``x`` as an array of ``kind``'s module (cupy.asarray of a CAI array is a view)."""
     if kind == "numpy":
         return x
-    cp = _import_cupy()
-    return cp.asarray(x)
+    return get_xp("cupy").asarray(x)
 
 
 def resolve(arrays: dict, backend: str | None) -> tuple:
@@ -121,8 +120,7 @@ def resolve(arrays: dict, backend: str | None) -> tuple:
                         f"move them to one module first")
     kind = distinct.pop() if distinct else "numpy"
     if kind == "cupy":
-        if sys.modules.get("cupy") is None:
-            _import_cupy()  # CAI arrays are viewed as CuPy arrays: CuPy must exist
+        get_xp("cupy")  # CAI arrays are viewed as CuPy arrays: CuPy must exist
         if len(set(devices.values())) > 1:
             desc = ", ".join(f"`{n}` on device {d}" for n, d in devices.items())
             raise ValueError(f"arrays live on different devices ({desc})")
