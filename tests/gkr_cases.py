@@ -17,3 +17,17 @@ def random_jagged_layer(F, ne, de, counts, width, seed):
         x[live:] = 0
         mles.append(x)
     return JaggedGkrLayer(*mles, counts, F)
+
+
+def assert_layers_equal(got, want, what="", first=0):
+    """Two pyramids (or runs of layers) equal byte for byte, layer by layer.
+
+    A layer is a layer object (its ``.mles``) or a sequence of MLEs; device
+    arrays (anything with ``.get()``) are copied to the host first.  ``first``
+    numbers the layers in the messages (1 when the input layer is left out).
+    """
+    assert len(got) == len(want), f"{what}: {len(got)} layers, expected {len(want)}"
+    for l, (g, w) in enumerate(zip(got, want), start=first):
+        for a, b in zip(getattr(g, "mles", g), getattr(w, "mles", w)):
+            np.testing.assert_array_equal(a.get() if hasattr(a, "get") else a, b,
+                                          err_msg=f"{what} layer {l}")

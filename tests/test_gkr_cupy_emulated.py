@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import cuda_emu
-from gkr_cases import random_jagged_layer
+from gkr_cases import assert_layers_equal, random_jagged_layer
 from zorch_nb import BabyBear, KoalaBear
 from zorch_nb.kernels import gkr_cpu, launch_config
 from zorch_nb.logup_gkr import (GkrLayer, JaggedGkrLayer, _fused_jagged_steps, _split,
@@ -114,9 +114,7 @@ def test_fused_dense_pyramid(emu, ne, de):
     gkr_cupy.pyramid_dense([_device(x) for x in host], outs, F.params)
     plan = launch_config.gkr_pyramid_plan(2**(nv - 1), nv, not oe)
     assert len(launches) == len(plan) >= 2
-    for l, (layer, w) in enumerate(zip(outs, want[1:])):
-        for a, b in zip(layer, w.mles):
-            np.testing.assert_array_equal(a.get(), b, err_msg=f"layer {l + 1}")
+    assert_layers_equal(outs, want[1:], first=1)
 
 
 @pytest.mark.parametrize("device_schedule", [False, True], ids=["host", "device"])
@@ -148,10 +146,7 @@ def test_fused_jagged_pyramid(emu, monkeypatch, ne, de, device_schedule):
     assert launches.count("zorch_gkr_jagged_chunk_scan") == chunked // 3
     assert sum(n.startswith("zorch_gkr_jagged<") for n in launches) == tail - chunked
     assert sum(n.startswith("zorch_gkr_jagged_tail<") for n in launches) == 1
-    assert len(got) == len(want) - 1
-    for l, (g, w) in enumerate(zip(got, want[1:])):
-        for a, b in zip(g.mles, w.mles):
-            np.testing.assert_array_equal(a.get(), b, err_msg=f"layer {l + 1}")
+    assert_layers_equal(got, want[1:], first=1)
 
 
 @pytest.mark.parametrize("device_schedule", [False, True], ids=["host", "device"])
@@ -176,9 +171,7 @@ def test_fused_jagged_pyramid_many_segments(emu, monkeypatch, ne, de, device_sch
     got = _fused_jagged_steps(first, dsteps, cuda_emu.EmuXp, gkr_cupy)
     assert any(n.startswith("zorch_gkr_jagged_tail<") for n in launches)
     assert "zorch_gkr_jagged_scan" in launches or "zorch_gkr_jagged_chunk_scan" in launches
-    for l, (g, w) in enumerate(zip(got, want[1:])):
-        for a, b in zip(g.mles, w.mles):
-            np.testing.assert_array_equal(a.get(), b, err_msg=f"layer {l + 1}")
+    assert_layers_equal(got, want[1:], first=1)
 
 
 @pytest.mark.parametrize("ne,de", MODES)
@@ -205,7 +198,5 @@ def test_object_layer_on_emulated_cupy_arrays(emu, monkeypatch, ne, de):
     jwant = build_jagged_pyramid(jhost, steps)
     jdev = JaggedGkrLayer(*[_device(x) for x in jhost.mles], rc, F)
     for fused in (None, False):
-        got = build_jagged_pyramid(jdev, steps, fused=fused)
-        for l, (g, w) in enumerate(zip(got, jwant)):
-            for a, b in zip(g.mles, w.mles):
-                np.testing.assert_array_equal(a.get(), b, err_msg=f"fused={fused} layer {l}")
+        assert_layers_equal(build_jagged_pyramid(jdev, steps, fused=fused), jwant,
+                            f"fused={fused}")

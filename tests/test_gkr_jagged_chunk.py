@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from cuda_host import compile_host, ptr
-from gkr_cases import random_jagged_layer
+from gkr_cases import assert_layers_equal, random_jagged_layer
 from test_gkr_jagged_pyramid import HARNESS as TAIL_HARNESS
 from zorch_nb import BabyBear, KoalaBear
 from zorch_nb.kernels.launch_config import GKR_JAGGED_CHUNK, GKR_JAGGED_TAIL_SLOTS
@@ -127,11 +127,8 @@ def test_chunk_on_host_matches_cpu_pyramid(field, ne, de):
             first = _layer(F, ne, de, rc, width, seed=nb + len(steps))
             want = build_jagged_pyramid(first, steps, backend="cpu")[1:]
             for nthreads in (1024, 3):  # scan run splits
-                got = _host_chunks(lib, first, steps, nthreads)
-                assert len(got) == len(want), name
-                for l, (g, w) in enumerate(zip(got, want)):
-                    for a, b in zip(g, w.mles):
-                        np.testing.assert_array_equal(a, b, err_msg=f"{name} nb={nb} layer {l}")
+                assert_layers_equal(_host_chunks(lib, first, steps, nthreads), want,
+                                    f"{name} nb={nb}")
 
 
 def test_chunk_constants_match_cuda_source():

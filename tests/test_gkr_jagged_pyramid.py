@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from cuda_host import compile_host, ptr
-from gkr_cases import random_jagged_layer
+from gkr_cases import assert_layers_equal, random_jagged_layer
 from zorch_nb import BabyBear, KoalaBear
 from zorch_nb.kernels.launch_config import (GKR_JAGGED_TAIL_SLOTS, GKR_MAX_TAIL,
                                             GKR_TAIL_THREADS, gkr_jagged_launches,
@@ -118,11 +118,8 @@ def test_tail_on_host_matches_cpu_pyramid(field, ne, de):
             want = build_jagged_pyramid(first, steps, backend="cpu")[1:]
             # the block's thread count, and uneven run splits (nthreads vs nb)
             for nthreads in (GKR_TAIL_THREADS, 32, 3):
-                got = _host_tail(lib, first, steps, nthreads)
-                assert len(got) == len(want), name
-                for l, (g, w) in enumerate(zip(got, want)):
-                    for a, b in zip(g, w.mles):
-                        np.testing.assert_array_equal(a, b, err_msg=f"{name} nb={nb} layer {l}")
+                assert_layers_equal(_host_tail(lib, first, steps, nthreads), want,
+                                    f"{name} nb={nb}")
 
 
 def test_tail_constants_match_cuda_source():
