@@ -14,7 +14,7 @@ from .monty import base_map2 as _base2
 from .monty import ext4_map1 as _ext1
 from .monty import ext4_map2 as _ext2
 from .monty import base_pow as _base_pow, ext4_pow as _ext4_pow, mont_inv, mont_mul
-from .monty import OP_MUL, ext4_mul
+from .monty import OP_MUL, canonical, ext4_mul
 from .launch_config import BATCH_INV_CHUNK
 
 # The same source as monty.ext4_mul, compiled with LLVM's alwaysinline: left
@@ -23,6 +23,7 @@ from .launch_config import BATCH_INV_CHUNK
 # loop vectorizes (32x32->64 products as vpmuludq; measured 5x faster).  Not
 # cached on its own: it only lives inside the cached kernel.
 _ext4_mul_inline = njit(forceinline=True)(ext4_mul.py_func)
+_canonical = njit(forceinline=True)(canonical.py_func)
 _U1 = np.uint64(1)
 _U2 = np.uint64(2)
 _U3 = np.uint64(3)
@@ -64,11 +65,13 @@ def _ext4_map2_kernel(op, a, b, out, p, mu, wm):
 
 @njit(parallel=True, cache=True)
 def _ext4_mul_kernel(a, b, out, p, mu, wm):
-    # Flat (4 n,) words; element i is words 4i .. 4i + 3.
+    # Flat (4 n,) words; element i is words 4i .. 4i + 3, read mod p.
     for i in prange(out.shape[0] // 4):
         j = np.uint64(i) * _U4
-        c = _ext4_mul_inline(a[j], a[j + _U1], a[j + _U2], a[j + _U3],
-                             b[j], b[j + _U1], b[j + _U2], b[j + _U3], p, mu, wm)
+        c = _ext4_mul_inline(_canonical(a[j], p), _canonical(a[j + _U1], p),
+                             _canonical(a[j + _U2], p), _canonical(a[j + _U3], p),
+                             _canonical(b[j], p), _canonical(b[j + _U1], p),
+                             _canonical(b[j + _U2], p), _canonical(b[j + _U3], p), p, mu, wm)
         out[j] = c[0]
         out[j + _U1] = c[1]
         out[j + _U2] = c[2]
@@ -103,14 +106,12 @@ def _base_batch_inv_kernel(a, out, chunk, p, mu, one):
         acc = np.uint32(one)
         for i in range(lo, hi):
             out[i] = acc  # product of a[lo:i]
-            acc = mont_mul(acc, a[i], p, mu)
+            acc = mont_mul(acc, canonical(a[i], p), p, mu)
         inv = mont_inv(acc, p, mu, one)
         for i in range(hi - 1, lo - 1, -1):
             t = mont_mul(inv, out[i], p, mu)
-            inv = mont_mul(inv, a[i], p, mu)
+            inv = mont_mul(inv, canonical(a[i], p), p, mu)
             out[i] = t
-
-
 
 
 def base_map1(op, a, out, f):

@@ -85,6 +85,9 @@ def _check(f: FieldParams) -> None:
     # A sum of four products (< 4p^2) must lie below 2 p 2^32: one conditional
     # subtraction of p 2^32 then brings it into Montgomery reduction's range.
     assert 4 * p * p < (2 * p) << 32, f"{f.name}: four products must lie below 2 p 2^32"
+    # Any 32-bit word is < 3p: two conditional subtractions read it mod p
+    # (monty.canonical, zorch_canonical).
+    assert 3 * p > 1 << 32, f"{f.name}: a 32-bit word must lie below 3p"
     assert all(p % q for q in range(2, 1 << 16) if q * q <= p), f"{f.name}: p not prime"
     assert (p * f.mu_neg) % _R == _R - 1, f"{f.name}: p * mu_neg != -1 mod 2^32"
     assert (f.r_mod_p * f.r_inv) % p == 1

@@ -33,6 +33,7 @@ from numba import cuda
 
 from .field_cuda_numba import as_device
 from .field_params import kernel_words
+from .monty import canonical
 from .gkr_scalar import (MODE_BB, MODE_BE, MODE_EB, frac_bb, frac_be, frac_eb, frac_ee,
                          make_node_functions, make_slot_functions, mle_words, mode_of,
                          output_mode)
@@ -321,10 +322,11 @@ def _chunk_kernel(mode):
     in_nw = mle_words(mode)[0]
 
     @cuda.jit(device=True)
-    def word(a, i, k, w):
-        # word k of element i of a flat MLE with w words per element (0 past w)
+    def word(a, i, k, w, p):
+        # word k of element i of a flat MLE with w words per element, mod p
+        # (0 past w)
         if k < w:
-            return a[i * np.uint64(w) + np.uint64(k)]
+            return canonical(a[i * np.uint64(w) + np.uint64(k)], p)
         return np.uint32(0)
 
     @cuda.jit(device=True)
@@ -335,12 +337,13 @@ def _chunk_kernel(mode):
         if i >= cnt:
             return z, z, z, z, one, z, z, z
         e = np.uint64(prefix[0, s] - cnt + i)
-        return _fold16(mode, word(n0, e, 0, in_nw), word(n0, e, 1, in_nw), word(n0, e, 2, in_nw),
-                       word(n0, e, 3, in_nw), word(n1, e, 0, in_nw), word(n1, e, 1, in_nw),
-                       word(n1, e, 2, in_nw), word(n1, e, 3, in_nw), word(d0, e, 0, dw),
-                       word(d0, e, 1, dw), word(d0, e, 2, dw), word(d0, e, 3, dw),
-                       word(d1, e, 0, dw), word(d1, e, 1, dw), word(d1, e, 2, dw),
-                       word(d1, e, 3, dw), p, mu, wm)
+        return _fold16(mode, word(n0, e, 0, in_nw, p), word(n0, e, 1, in_nw, p),
+                       word(n0, e, 2, in_nw, p), word(n0, e, 3, in_nw, p),
+                       word(n1, e, 0, in_nw, p), word(n1, e, 1, in_nw, p),
+                       word(n1, e, 2, in_nw, p), word(n1, e, 3, in_nw, p),
+                       word(d0, e, 0, dw, p), word(d0, e, 1, dw, p), word(d0, e, 2, dw, p),
+                       word(d0, e, 3, dw, p), word(d1, e, 0, dw, p), word(d1, e, 1, dw, p),
+                       word(d1, e, 2, dw, p), word(d1, e, 3, dw, p), p, mu, wm)
 
     @cuda.jit(device=True)
     def store(c0, c1, gn0, gn1, gd0, gd1, k):

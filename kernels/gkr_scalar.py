@@ -11,7 +11,9 @@ A node ``i`` of a layer carries two child fractions ``n0[i]/d0[i]`` and
     ``N = n0 * d1 + n1 * d0``,   ``D = d0 * d1``.
 
 Every value is a Montgomery word in ``[0, p)`` (base field) or four of them
-(coefficients of ``1, x, x^2, x^3`` of an element of ``F_p[x]/(x^4 - W)``).
+(coefficients of ``1, x, x^2, x^3`` of an element of ``F_p[x]/(x^4 - W)``);
+words are read mod p (:func:`.monty.canonical`), so a layer holding words
+``>= p`` folds as the elements they are congruent to.
 The numerator pair and the denominator pair may each be base or extension;
 the *mode* ``2 * numerators_ext + denominators_ext`` names the combination
 (:data:`MODE_BB` ... :data:`MODE_EE`).  ``N`` is extension when any input is,
@@ -45,7 +47,7 @@ import types
 import numpy as np
 from numba import njit
 
-from .monty import (below_pr, ext4_dot, ext4_wrap, mont_mul, monty_reduce,
+from .monty import (below_pr, canonical, ext4_dot, ext4_wrap, mont_mul, monty_reduce,
                     monty_reduce_sum4)
 
 __all__ = ["MODE_BB", "MODE_BE", "MODE_EB", "MODE_EE", "mode_of", "output_mode",
@@ -183,10 +185,16 @@ def frac_ee(u0, u1, u2, u3, v0, v1, v2, v3, a0, a1, a2, a3, b0, b1, b2, b3, p, m
 # scatters, 3x slower).  Plain Python here; compiled per backend.
 # ---------------------------------------------------------------------------
 
-def load4(a, i):
-    """The four words of extension element ``i`` of a flat MLE ``a``."""
+def load1(a, i, p):
+    """Element ``i`` of a flat base MLE ``a``, mod p."""
+    return canonical(a[i], p)
+
+
+def load4(a, i, p):
+    """The four words of extension element ``i`` of a flat MLE ``a``, mod p."""
     j = i * _U4
-    return a[j], a[j + _U1], a[j + _U2], a[j + _U3]
+    return (canonical(a[j], p), canonical(a[j + _U1], p), canonical(a[j + _U2], p),
+            canonical(a[j + _U3], p))
 
 
 def store4(a, k, c0, c1, c2, c3):
@@ -201,24 +209,26 @@ def store4(a, k, c0, c1, c2, c3):
 def fold_node(mode, n0, n1, d0, d1, i, on, od, k, p, mu, wm):
     """``on[k], od[k] = n0[i]/d0[i] + n1[i]/d1[i]`` (fraction sum) in ``mode``."""
     if mode == MODE_BB:
-        c = frac_bb(n0[i], n1[i], d0[i], d1[i], p, mu)
+        c = frac_bb(load1(n0, i, p), load1(n1, i, p), load1(d0, i, p), load1(d1, i, p), p, mu)
         on[k] = c[0]
         od[k] = c[1]
         return
     if mode == MODE_EB:
-        u = load4(n0, i)
-        v = load4(n1, i)
-        c = frac_eb(u[0], u[1], u[2], u[3], v[0], v[1], v[2], v[3], d0[i], d1[i], p, mu)
+        u = load4(n0, i, p)
+        v = load4(n1, i, p)
+        c = frac_eb(u[0], u[1], u[2], u[3], v[0], v[1], v[2], v[3],
+                    load1(d0, i, p), load1(d1, i, p), p, mu)
         store4(on, k, c[0], c[1], c[2], c[3])
         od[k] = c[4]
         return
-    a = load4(d0, i)
-    b = load4(d1, i)
+    a = load4(d0, i, p)
+    b = load4(d1, i, p)
     if mode == MODE_BE:
-        c = frac_be(n0[i], n1[i], a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3], p, mu, wm)
+        c = frac_be(load1(n0, i, p), load1(n1, i, p), a[0], a[1], a[2], a[3],
+                    b[0], b[1], b[2], b[3], p, mu, wm)
     else:
-        u = load4(n0, i)
-        v = load4(n1, i)
+        u = load4(n0, i, p)
+        v = load4(n1, i, p)
         c = frac_ee(u[0], u[1], u[2], u[3], v[0], v[1], v[2], v[3],
                     a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3], p, mu, wm)
     store4(on, k, c[0], c[1], c[2], c[3])
@@ -344,17 +354,17 @@ def inlined_arithmetic():
     """
     env = {}
     # Callees before callers: each copy is bound to the copies made so far.
-    for fn in (monty_reduce, below_pr, monty_reduce_sum4, mont_mul, ext4_wrap, ext4_dot,
-               frac_bb, frac_be, frac_eb, frac_ee):
+    for fn in (canonical, monty_reduce, below_pr, monty_reduce_sum4, mont_mul, ext4_wrap,
+               ext4_dot, frac_bb, frac_be, frac_eb, frac_ee):
         env[fn.__name__] = njit(forceinline=True)(_rebind(fn.py_func, env))
     return env
 
 
 def _node_env(jit, inline=False):
     """The leaf array functions compiled with ``jit``, by name."""
-    env = {fn.__name__: jit(fn) for fn in (load4, store4, jagged_source)}
-    if inline:
-        env.update(inlined_arithmetic())
+    env = inlined_arithmetic() if inline else {}
+    for fn in (load1, load4, store4, jagged_source):
+        env[fn.__name__] = jit(_rebind(fn, env))
     env["fold_node"] = jit(_rebind(fold_node, env))
     env["put_constant"] = jit(_rebind(put_constant, env))
     return env

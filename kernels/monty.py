@@ -9,6 +9,10 @@ arithmetic.
 Conventions
 -----------
 * Every value named ``a``, ``b``, ``c*`` is a Montgomery word in ``[0, p)``.
+  Words read from user arrays may be any uint32: the op entry points
+  (``base_map*``, ``ext4_map*``, ``*_pow``) and the GKR loads pass them
+  through :func:`canonical` first, so a word ``w >= p`` counts as the field
+  element of ``w mod p`` and every result is canonical.
 * Field constants arrive as arguments (``p``, ``mu_neg``, ``w_mont``; see
   :mod:`zorch_nb.kernels.field_params`), so one compiled kernel serves every
   field and nothing is compiled per field, length or shape.
@@ -52,6 +56,23 @@ def monty_reduce(x, p, mu_neg):
     if t >= pp:
         t -= pp
     return np.uint32(t)
+
+
+@njit(cache=True)
+def canonical(a, p):
+    """``a mod p`` for any uint32 word ``a``.
+
+    ``a < 2**32 < 3p`` (checked for both fields at import of field_params),
+    so two conditional subtractions suffice (two unsigned mins once
+    vectorized).  A no-op on canonical words.
+    """
+    a = np.uint32(a)
+    pp = np.uint32(p)
+    if a >= pp:
+        a -= pp
+    if a >= pp:
+        a -= pp
+    return a
 
 
 @njit(cache=True)
@@ -137,7 +158,8 @@ def mont_inv(a, p, mu_neg, one):
 
 @njit(cache=True)
 def base_map1(op, a, p, mu_neg, one):
-    """Unary base-field op selected by opcode (NEG, SQUARE, INV)."""
+    """Unary base-field op selected by opcode (NEG, SQUARE, INV) on ``a mod p``."""
+    a = canonical(a, p)
     if op == OP_NEG:
         return mod_neg(a, p)
     if op == OP_SQUARE:
@@ -147,7 +169,9 @@ def base_map1(op, a, p, mu_neg, one):
 
 @njit(cache=True)
 def base_map2(op, a, b, p, mu_neg):
-    """Binary base-field op selected by opcode (ADD, SUB, MUL)."""
+    """Binary base-field op selected by opcode (ADD, SUB, MUL) on ``a, b mod p``."""
+    a = canonical(a, p)
+    b = canonical(b, p)
     if op == OP_ADD:
         return mod_add(a, b, p)
     if op == OP_SUB:
@@ -231,7 +255,8 @@ def ext4_inv(a0, a1, a2, a3, p, mu_neg, w_mont, one):
 
 @njit(cache=True)
 def ext4_map1(op, a0, a1, a2, a3, p, mu, wm, one):
-    """Unary extension op selected by opcode (NEG, SQUARE, INV)."""
+    """Unary extension op selected by opcode (NEG, SQUARE, INV), coefficients mod p."""
+    a0, a1, a2, a3 = canonical(a0, p), canonical(a1, p), canonical(a2, p), canonical(a3, p)
     if op == OP_NEG:
         return mod_neg(a0, p), mod_neg(a1, p), mod_neg(a2, p), mod_neg(a3, p)
     if op == OP_SQUARE:
@@ -241,7 +266,9 @@ def ext4_map1(op, a0, a1, a2, a3, p, mu, wm, one):
 
 @njit(cache=True)
 def ext4_map2(op, a0, a1, a2, a3, b0, b1, b2, b3, p, mu, wm):
-    """Binary extension op selected by opcode (ADD, SUB, MUL)."""
+    """Binary extension op selected by opcode (ADD, SUB, MUL), coefficients mod p."""
+    a0, a1, a2, a3 = canonical(a0, p), canonical(a1, p), canonical(a2, p), canonical(a3, p)
+    b0, b1, b2, b3 = canonical(b0, p), canonical(b1, p), canonical(b2, p), canonical(b3, p)
     if op == OP_ADD:
         return mod_add(a0, b0, p), mod_add(a1, b1, p), mod_add(a2, b2, p), mod_add(a3, b3, p)
     if op == OP_SUB:
@@ -259,7 +286,8 @@ def exponent_bit(e_hi, e_lo, k):
 
 @njit(cache=True)
 def base_pow(a, e_hi, e_lo, nbits, p, mu_neg, one):
-    """``a ** e`` for ``e = e_hi * 2**64 + e_lo < 2**nbits`` (square and multiply)."""
+    """``(a mod p) ** e`` for ``e = e_hi * 2**64 + e_lo < 2**nbits`` (square and multiply)."""
+    a = canonical(a, p)
     r = np.uint32(one)
     for k in range(nbits - 1, -1, -1):
         r = mont_mul(r, r, p, mu_neg)
@@ -270,7 +298,8 @@ def base_pow(a, e_hi, e_lo, nbits, p, mu_neg, one):
 
 @njit(cache=True)
 def ext4_pow(a0, a1, a2, a3, e_hi, e_lo, nbits, p, mu_neg, w_mont, one):
-    """Extension ``a ** e`` for ``e = e_hi * 2**64 + e_lo < 2**nbits``."""
+    """Extension ``a ** e`` for ``e = e_hi * 2**64 + e_lo < 2**nbits``, coefficients mod p."""
+    a0, a1, a2, a3 = canonical(a0, p), canonical(a1, p), canonical(a2, p), canonical(a3, p)
     r0 = np.uint32(one)
     r1 = np.uint32(0)
     r2 = np.uint32(0)

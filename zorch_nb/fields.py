@@ -7,6 +7,11 @@ element of ``F_p[x] / (x^4 - W)``.  :meth:`PrimeField.encode` and
 :meth:`PrimeField.decode` convert from and to canonical integers; every other
 method takes and returns Montgomery words.
 
+The arithmetic reads any uint32 word ``w`` as the element of ``w mod p``
+(words ``>= p`` never give a wrong or non-canonical result; every result is
+in ``[0, p)``), while :meth:`PrimeField.decode` insists on canonical words
+and :meth:`PrimeField.is_canonical` tells them apart.
+
 Where an operation runs is decided by the arrays (see :mod:`zorch_nb._backend`):
 NumPy arrays run Numba CPU kernels, CuPy (or any ``__cuda_array_interface__``)
 arrays run CuPy RawKernels, and ``backend="numba"`` selects the Numba-CUDA
@@ -328,7 +333,9 @@ class _FieldBase:
         return self._map(monty.OP_SQUARE, out, backend, a=a)
 
     def _zero_mask(self, a):
-        return (a == 0) if self.degree == 1 else (a == 0).all(axis=-1)
+        # Words are read mod p (0, p and 2p are all zero), as the kernels do.
+        zero = (a % np.uint32(self.p)) == 0
+        return zero if self.degree == 1 else zero.all(axis=-1)
 
     def _raise_if_zero(self, a, what):
         mask = self._zero_mask(a)

@@ -70,7 +70,8 @@ ZORCH_HD zorch_gkr_frac zorch_gkr_fold(zorch_ext4 n0, zorch_ext4 n1, zorch_ext4 
     return r;
 }
 
-// Element i of an MLE (E: extension).  Extension elements are 16 bytes, one
+// Element i of an MLE (E: extension), its words read mod p (zorch_canonical:
+// user layers may hold words >= p).  Extension elements are 16 bytes, one
 // uint4 load when VEC (the array is 16-byte aligned).
 template <int E, bool VEC>
 ZORCH_HD zorch_ext4 zorch_gkr_load(const zorch_u32* p, zorch_u64 i) {
@@ -80,12 +81,12 @@ ZORCH_HD zorch_ext4 zorch_gkr_load(const zorch_u32* p, zorch_u64 i) {
         if constexpr (VEC) {
             const uint4 w = reinterpret_cast<const uint4*>(p)[i];
             v.c0 = w.x; v.c1 = w.y; v.c2 = w.z; v.c3 = w.w;
-            return v;
+            return zorch_ext4_canonical(v);
         }
 #endif
-        v = zorch_ext4_load(p, i);
+        v = zorch_ext4_canonical(zorch_ext4_load(p, i));
     } else {
-        v.c0 = p[i];
+        v.c0 = zorch_canonical(p[i]);
     }
     return v;
 }
@@ -97,8 +98,8 @@ ZORCH_HD void zorch_gkr_load_pair(const zorch_u32* p, zorch_u64 k, zorch_ext4* a
 #if ZORCH_GKR_DEVICE
     if constexpr (!E && VEC) {
         const uint2 w = reinterpret_cast<const uint2*>(p)[k];
-        *a = {w.x, 0u, 0u, 0u};
-        *b = {w.y, 0u, 0u, 0u};
+        *a = {zorch_canonical(w.x), 0u, 0u, 0u};
+        *b = {zorch_canonical(w.y), 0u, 0u, 0u};
         return;
     }
 #endif

@@ -4,7 +4,9 @@
 // cuda_defines): ZORCH_P, ZORCH_MU_NEG (= -p^-1 mod 2^32), ZORCH_R_MOD_P (the
 // Montgomery word of 1) and ZORCH_W_MONT (Montgomery word of W, x^4 = W).
 // Every value is a Montgomery word in [0, p); extension elements are four
-// words, coefficients of 1, x, x^2, x^3.  The functions are __host__
+// words, coefficients of 1, x, x^2, x^3; words read from user arrays may be
+// any uint32 and pass through zorch_canonical first (w >= p counts as the
+// element of w mod p; kernels/monty.py canonical).  The functions are __host__
 // __device__ so that the same text can be compiled for the CPU and checked
 // against Python big integers without a GPU (tests/test_cuda_sources.py).
 #pragma once
@@ -28,6 +30,13 @@ ZORCH_HD zorch_u32 zorch_monty_reduce(zorch_u64 x) {
     zorch_u32 m = (zorch_u32)x * ZORCH_MU_NEG;  // mod 2^32 by truncation
     zorch_u64 t = (x + (zorch_u64)m * ZORCH_P) >> 32;
     return (zorch_u32)(t >= ZORCH_P ? t - ZORCH_P : t);
+}
+
+// a mod p for any 32-bit word: a < 2^32 < 3p (kernels/field_params.py checks
+// it), so two conditional subtractions suffice; a no-op on canonical words.
+ZORCH_HD zorch_u32 zorch_canonical(zorch_u32 a) {
+    a = a >= ZORCH_P ? a - ZORCH_P : a;
+    return a >= ZORCH_P ? a - ZORCH_P : a;
 }
 
 // x or x - p 2^32, whichever is < p 2^32.  Input x < 2 p 2^32 -- true of a
@@ -108,6 +117,12 @@ ZORCH_HD zorch_ext4 zorch_ext4_reduce4(zorch_wide4 c) {
 // wrap-around multiples W b_j, then one reduction per coefficient.
 ZORCH_HD zorch_ext4 zorch_ext4_mul(zorch_ext4 a, zorch_ext4 b) {
     return zorch_ext4_reduce4(zorch_ext4_dot(a, b, zorch_ext4_wrap(b)));
+}
+
+ZORCH_HD zorch_ext4 zorch_ext4_canonical(zorch_ext4 a) {
+    zorch_ext4 c = {zorch_canonical(a.c0), zorch_canonical(a.c1), zorch_canonical(a.c2),
+                    zorch_canonical(a.c3)};
+    return c;
 }
 
 ZORCH_HD zorch_ext4 zorch_ext4_add(zorch_ext4 a, zorch_ext4 b) {
