@@ -218,7 +218,7 @@ def test_bad_input_errors():
         F.encode([1.5])
     with pytest.raises(TypeError, match="integers"):
         F.encode(["1"])
-    with pytest.raises(ValueError, match="not Montgomery words"):
+    with pytest.raises(ValueError, match="decode needs canonical"):
         F.decode(np.array([F.p + 1], dtype=np.uint32))
     with pytest.raises(ValueError, match="`backend` must be one of"):
         F.add(a, a, backend="tpu")
@@ -228,6 +228,36 @@ def test_bad_input_errors():
         F.pow(a, 2.0)
     with pytest.raises(TypeError, match="`xp` must be the numpy or cupy module"):
         F.zeros(3, xp=list)
+    read_only = np.zeros(4, np.uint32)
+    read_only.flags.writeable = False
+    for out in (read_only, np.broadcast_to(a[:1], (4,))):  # before any kernel runs
+        with pytest.raises(ValueError, match="`out` must be writeable"):
+            F.mul(a, a, out=out)
+        with pytest.raises(ValueError, match="`out` must be writeable"):
+            F.ext.mul(F.ext.random(4, seed=0), a, out=np.broadcast_to(out[:, None], (4, 4)))
+    for bad in ((2.7,), "12", True, 2.5, (2, None)):
+        with pytest.raises(TypeError, match="`shape` must be an int"):
+            F.zeros(bad)
+    with pytest.raises(ValueError, match="`shape` must not have negative"):
+        F.random(-1)
+
+
+def test_numba_backend_without_a_gpu_is_a_clear_error():
+    """No driver and no simulator: a ValueError naming `backend`, not Numba's own error."""
+    import os
+    import subprocess
+    import sys
+    from conftest import _has_nvidia_driver
+    if _has_nvidia_driver():
+        pytest.skip("a CUDA driver is present")
+    code = ("from zorch_nb import KoalaBear as F\n"
+            "a = F.random(4, seed=0)\n"
+            "try:\n    F.add(a, a, backend='numba')\n"
+            "except ValueError as e:\n    print('raised:', e)\n")
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert "raised: Argument `backend`='numba' needs a CUDA GPU" in run.stdout, run.stderr
 
 
 def test_gpu_array_without_cupy_says_which_extra(monkeypatch):
@@ -304,6 +334,9 @@ def test_scalars_zero_d_and_empty(F):
     assert int(F.decode(F.mul(s, s))) == 25
     assert int(F.decode(F.mul(s[()], s[()]))) == 25  # NumPy scalar operands
     assert int(F.decode(F.inv(s))) == pow(5, -1, p)
+    for one in (F.one, s[()] * 0 + F.one):  # NumPy scalars decode on the host, to 0-d arrays
+        got = F.decode(one)
+        assert isinstance(got, np.ndarray) and got.shape == () and int(got) == 1
     e = np.zeros(0, dtype=np.uint32)
     assert F.mul(e, e).shape == (0,) and F.batch_inv(e).shape == (0,)
     assert F.ext.mul(np.zeros((0, 4), np.uint32), e).shape == (0, 4)

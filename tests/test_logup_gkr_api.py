@@ -109,6 +109,32 @@ def test_jagged_schedule_errors():
         extract_jagged_outputs(two)
 
 
+def test_mle_reshaped_in_place_after_construction_is_refused():
+    """The kernels trust the checked shapes: a later in-place reshape must not reach them."""
+    host = four(1024)
+    dense, jagged = GkrLayer(*host, 0), JaggedGkrLayer(*host, [512, 512])
+    host[2].shape = (256, 4)  # same memory, now four times fewer (extension) elements
+    for call in (lambda: layer_transition(dense), lambda: build_pyramid(dense),
+                 lambda: jagged_layer_transition(jagged, [256, 256]),
+                 lambda: build_jagged_pyramid(jagged, halving_schedule(jagged))):
+        with pytest.raises(ValueError, match="changed shape after the layer was built"):
+            call()
+    host[2].shape = (1024,)
+    assert len(build_pyramid(dense)) == 11  # shapes as checked: fine again
+
+
+def test_cupy_backend_without_cupy_names_the_backend(monkeypatch):
+    import sys
+    try:
+        import cupy  # noqa: F401
+        pytest.skip("CuPy is installed here")
+    except ImportError:
+        pass
+    monkeypatch.setitem(sys.modules, "cupy", None)
+    with pytest.raises(ImportError, match="backend='cupy' was asked for"):
+        layer_transition(GkrLayer(*four(8), 0), backend="cupy")
+
+
 def test_row_counts_are_read_only_int32():
     layer = JaggedGkrLayer(*four(8), np.array([3, 5], np.int64))
     assert layer.row_counts.dtype == np.int32 and not layer.row_counts.flags.writeable

@@ -45,12 +45,12 @@ def array_kind(x) -> str:
     return "other"
 
 
-def _import_cupy():
+def _import_cupy(why="a GPU array was passed"):
     try:
         return importlib.import_module("cupy")
     except ImportError as exc:  # pragma: no cover - depends on the machine
         raise ImportError(
-            f"a GPU array was passed but CuPy is not installed; {_CUDA_EXTRA} "
+            f"{why} but CuPy is not installed; {_CUDA_EXTRA} "
             f"(or pass NumPy arrays to run on the CPU)") from exc
 
 
@@ -126,6 +126,8 @@ def resolve(arrays: dict, backend: str | None) -> tuple:
             raise ValueError(f"arrays live on different devices ({desc})")
     if backend is None:
         backend = "cpu" if kind == "numpy" else "cupy"
+    elif backend == "cupy" and sys.modules.get("cupy") is None:
+        _import_cupy("backend='cupy' was asked for")
     if backend == "cpu" and kind != "numpy":
         raise TypeError("backend='cpu' needs NumPy arrays; copy GPU arrays to the host "
                         "first (e.g. `.get()`), or use backend='cupy'/'numba'")
@@ -150,6 +152,8 @@ def kernels_for(backend: str, family: str):
     if module is not None:  # the common case: two dict lookups per call
         return module
     try:
+        if backend == "numba":
+            _require_cuda_driver()
         return importlib.import_module(name)
     except ImportError as exc:
         if backend == "cpu":
@@ -158,3 +162,13 @@ def kernels_for(backend: str, family: str):
         raise ImportError(
             f"backend={backend!r} needs {missing}, which is not importable here "
             f"({exc}); {_CUDA_EXTRA}") from exc
+
+
+def _require_cuda_driver():
+    """Raise a clear error where Numba-CUDA has no device (else the first launch
+    fails deep inside Numba).  Runs until the kernel module is first imported."""
+    from numba import cuda
+    if not cuda.is_available():
+        raise ValueError("Argument `backend`='numba' needs a CUDA GPU with a working "
+                         "driver, and numba.cuda.is_available() is False here; use "
+                         "backend='cpu' (or NUMBA_ENABLE_CUDASIM=1 for the simulator)")

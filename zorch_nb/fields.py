@@ -158,17 +158,21 @@ class _FieldBase:
         """Canonical values ``w * 2**-32 mod p`` of Montgomery words.
 
         The inverse of :meth:`encode`; the result is a ``uint32`` array in the
-        module of ``words``.  Raises ``ValueError`` if a word is not in
-        ``[0, p)``.
+        module of ``words`` (a NumPy scalar or 0-d array gives a 0-d array).
+        Raises ``ValueError`` if a word is not in ``[0, p)``: the arithmetic
+        reads such words mod p, but at the boundary to integers they usually
+        mean corrupted data (``F.add(words, F.zeros(()))`` canonicalizes).
         """
+        if isinstance(words, np.generic):
+            words = np.asarray(words)
         _check_words(words, "words")
         _element_shape(words, self.degree, "words")
         if not self.is_canonical(words):
-            raise ValueError(f"Argument `words` holds values >= p={self.p}; these are "
-                             f"not Montgomery words of this field")
+            raise ValueError(f"Argument `words` holds values >= p={self.p}; decode needs "
+                             f"canonical Montgomery words")
         xp = _backend.get_xp("numpy" if _backend.array_kind(words) == "numpy" else "cupy")
         w = xp.asarray(words).astype(xp.uint64)
-        return ((w * self.params.r_inv) % self.p).astype(xp.uint32)
+        return xp.asarray(((w * self.params.r_inv) % self.p).astype(xp.uint32))
 
     def is_canonical(self, words) -> bool:
         """True if every word is a canonical Montgomery word (``< p``)."""
@@ -273,6 +277,9 @@ class _FieldBase:
             raise TypeError(f"Argument `out` must be a {kind} array like the operands")
         if tuple(out.shape) != full:
             raise ValueError(f"Argument `out` must have shape {full}, not {tuple(out.shape)}")
+        if not getattr(out.flags, "writeable", True):  # CuPy arrays have no such flag
+            raise ValueError("Argument `out` must be writeable (it is read-only or a "
+                             "broadcast view)")
         if out.flags.c_contiguous and not any(xp.may_share_memory(out, x) for x in inputs):
             return out, None
         return xp.empty(full, dtype=np.uint32), out
@@ -410,9 +417,16 @@ class _FieldBase:
 
 
 def _shape_tuple(shape):
-    if isinstance(shape, (int, np.integer)):
-        return (int(shape),)
-    return tuple(int(s) for s in shape)
+    def dim(s):
+        if isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, np.integer)):
+            raise TypeError(f"Argument `shape` must be an int or a tuple of ints, "
+                            f"not {shape!r}")
+        if s < 0:
+            raise ValueError(f"Argument `shape` must not have negative entries, not {shape!r}")
+        return int(s)
+    if isinstance(shape, (tuple, list)):
+        return tuple(dim(s) for s in shape)
+    return (dim(shape),)
 
 
 class PrimeField(_FieldBase):

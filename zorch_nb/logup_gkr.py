@@ -101,6 +101,7 @@ def _check_mles(obj) -> tuple:
         raise ValueError(f"the four MLEs must have the same length, not: {desc}")
     kind, _ = _backend.resolve(arrays, None)
     _check_field(obj.field)
+    obj._remember_shapes()
     return lengths["numerator_0"], kind
 
 
@@ -169,8 +170,23 @@ class _Layer:
 
     @property
     def mles(self) -> tuple:
-        """``(numerator_0, numerator_1, denominator_0, denominator_1)``."""
-        return self.numerator_0, self.numerator_1, self.denominator_0, self.denominator_1
+        """``(numerator_0, numerator_1, denominator_0, denominator_1)``.
+
+        Raises ``ValueError`` if an MLE's shape was changed in place since the
+        layer was checked (the kernels trust the checked shapes).
+        """
+        m = self.numerator_0, self.numerator_1, self.denominator_0, self.denominator_1
+        if (m[0].shape, m[1].shape, m[2].shape, m[3].shape) != self.__dict__["_shapes"]:
+            raise ValueError(f"an MLE of this layer changed shape after the layer was built "
+                             f"(now {[tuple(x.shape) for x in m]}, checked "
+                             f"{[tuple(s) for s in self.__dict__['_shapes']]}); build a new "
+                             f"layer")
+        return m
+
+    def _remember_shapes(self):
+        # Not a dataclass field: kept out of repr/eq; checked by ``mles``.
+        self.__dict__["_shapes"] = (self.numerator_0.shape, self.numerator_1.shape,
+                                    self.denominator_0.shape, self.denominator_1.shape)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -287,6 +303,7 @@ def _trusted(cls, *values):
     """
     obj = object.__new__(cls)
     obj.__dict__.update(zip(_FIELDS[cls], values))  # frozen: no __setattr__
+    obj._remember_shapes()
     return obj
 
 
