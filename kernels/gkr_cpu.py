@@ -47,6 +47,9 @@ The field arithmetic is force-inlined into every loop body (see
 :func:`.gkr_scalar.inlined_arithmetic`): with the extension fraction sums
 left as calls, the folds with extension denominators did not vectorize
 (2**22 leaves: base/ext 35 -> 11 ms, ext/ext 55 -> 18 ms once inlined).
+Both parallel kernels are compiled with one 64-bit lane per vector slot
+(:mod:`.vector_width`): LLVM's own choice on AVX-512 doubled every 64-bit
+value into two registers and spilled (ext/ext fold about 2x slower).
 """
 import functools
 
@@ -57,6 +60,7 @@ from .gkr_scalar import (MODE_BB, MODE_BE, MODE_EB, MODE_EE, make_node_functions
                          make_slot_functions, mode_of)
 from .field_params import kernel_words
 from .launch_config import GKR_CPU_JAGGED_CHUNK
+from .vector_width import njit_lanes64
 
 # Slot and node bodies with the field arithmetic force-inlined (see
 # gkr_scalar.inlined_arithmetic): a call left in a loop body stops LLVM's
@@ -80,7 +84,7 @@ def _pair_run(mode, k0, e0, cnt, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm):
         _fold_node(mode, n0, n1, d0, d1, e + _U1, on1, od1, k, p, mu, wm)
 
 
-@njit(parallel=True, cache=True)
+@njit_lanes64
 def _fold_dense_kernel(mode, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm):
     # One prange loop per mode with the mode as a literal: after inlining,
     # LLVM drops the other modes' branches from each loop body.
@@ -152,7 +156,7 @@ def _jagged_chunk(mode, lo, hi, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, 
         _constant_run(mode, np.uint64(q), hi - q, on0, on1, od0, od1, zero, zero)
 
 
-@njit(parallel=True, cache=True)
+@njit_lanes64
 def _jagged_kernel(mode, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1,
                    p, mu, wm, one, chunk):
     acc_in = np.int64(0)
@@ -186,8 +190,6 @@ def _jagged_kernel(mode, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1,
 def _flat(x):
     """``(n,)`` unchanged; extension ``(n, 4)`` -> its ``(4 n,)`` view."""
     return x.reshape(-1) if x.ndim == 2 else x
-
-
 
 
 def fold_dense(n0, n1, d0, d1, on0, on1, od0, od1, f):
