@@ -23,11 +23,12 @@ def assert_layers_equal(got, want, what="", first=0):
     """Two pyramids (or runs of layers) equal byte for byte, layer by layer.
 
     A layer is a layer object (its ``.mles``) or a sequence of MLEs; device
-    arrays (anything with ``.get()``) are copied to the host first.  ``first``
+    arrays (anything with ``.get()``, on either side) are copied to the host first.  ``first``
     numbers the layers in the messages (1 when the input layer is left out).
     """
     assert len(got) == len(want), f"{what}: {len(got)} layers, expected {len(want)}"
     for l, (g, w) in enumerate(zip(got, want), start=first):
         for a, b in zip(getattr(g, "mles", g), getattr(w, "mles", w)):
-            np.testing.assert_array_equal(a.get() if hasattr(a, "get") else a, b,
+            np.testing.assert_array_equal(a.get() if hasattr(a, "get") else a,
+                                          b.get() if hasattr(b, "get") else b,
                                           err_msg=f"{what} layer {l}")

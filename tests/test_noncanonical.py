@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import naive
+from gkr_cases import assert_layers_equal
 from conftest import BACKENDS, to_backend, to_host
 from zorch_nb import BabyBear, KoalaBear
 from zorch_nb.logup_gkr import (GkrLayer, JaggedGkrLayer, build_jagged_pyramid, build_pyramid,
@@ -102,13 +103,6 @@ def test_decode_still_insists_on_canonical_words():
         [naive.dec(5, F.p)]
 
 
-def _layers_equal(xs, ys):
-    assert len(xs) == len(ys)
-    for x, y in zip(xs, ys):
-        for u, v in zip(x.mles, y.mles):
-            np.testing.assert_array_equal(to_host(u), to_host(v))
-
-
 @pytest.mark.parametrize("ne,de", MODES)
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("F", FIELDS)
@@ -124,13 +118,13 @@ def test_gkr_reads_words_mod_p(F, backend, ne, de):
     want = build_pyramid(mk(canon), backend=backend, fused=False)
     for fused in (None, False):  # fused: GPU backends carry the first layer through shared memory
         got = build_pyramid(mk(raw), backend=backend, fused=fused)
-        _layers_equal(got[1:], want[1:])
-    _layers_equal([layer_transition(mk(raw), backend=backend)], [want[1]])
+        assert_layers_equal(got[1:], want[1:], f"dense fused={fused}", first=1)
+    assert_layers_equal([layer_transition(mk(raw), backend=backend)], [want[1]], "transition", 1)
     # Jagged: 4 segments of uneven counts, halving to the floor.
     counts = [length // 2, 3, 0, length // 4 + 1]
     jl = lambda ws: JaggedGkrLayer(*(to_backend(x, backend) for x in ws),  # noqa: E731
                                    row_counts=counts, field=F)
     sched = halving_schedule(jl(canon))
-    _layers_equal(build_jagged_pyramid(jl(raw), sched, backend=backend)[1:],
-                  build_jagged_pyramid(jl(canon), sched, backend=backend)[1:])
+    assert_layers_equal(build_jagged_pyramid(jl(raw), sched, backend=backend)[1:],
+                        build_jagged_pyramid(jl(canon), sched, backend=backend)[1:], "jagged", 1)
     assert all((x == x0).all() for x, x0 in zip(raw, raw0))  # inputs untouched
