@@ -218,6 +218,15 @@ def test_bad_input_errors():
         F.encode([1.5])
     with pytest.raises(TypeError, match="integers"):
         F.encode(["1"])
+    with pytest.raises(TypeError, match="integers, not bool"):
+        F.encode([True, 2])
+    with pytest.raises(TypeError, match="`reduce` must be True or False"):
+        F.encode([1], reduce="no")
+    with pytest.raises(ValueError, match=r"ints\[0\] = 9223372036854775808"):
+        F.encode([2**63, 1])  # NumPy would read this list as float64
+    big = [2**64 - 1, 2**63, -2**70, 1]  # exact Python ints beyond int64, reduced
+    assert F.decode(F.encode(big, reduce=True)).tolist() == [v % F.p for v in big]
+    assert F.encode([]).shape == (0,) and F.ext.encode(np.zeros((0, 4), int)).shape == (0, 4)
     with pytest.raises(ValueError, match="decode needs canonical"):
         F.decode(np.array([F.p + 1], dtype=np.uint32))
     with pytest.raises(ValueError, match="`backend` must be one of"):

@@ -81,6 +81,10 @@ def test_dense_floor_errors():
     ([5, 4], ValueError, "sum to 9, more than the width 8"),
     ([1.5, 2.0], TypeError, "must hold integers"),
     ([[1, 2]], ValueError, "must be 1-D"),
+    ([], ValueError, "power-of-two length"),
+    ([True, 2], TypeError, "must hold integers, not bool"),
+    ([2**63, 1], ValueError, r"row_counts\[0\] = 9223372036854775808"),  # was float64
+    ([2**64, 1], ValueError, r"row_counts\[0\] = 18446744073709551616"),  # was OverflowError
 ])
 def test_jagged_construction_errors(counts, exc, match):
     with pytest.raises(exc, match=match):
@@ -100,6 +104,13 @@ def test_jagged_schedule_errors():
         jagged_layer_transition(layer, [3, 2], out_width=-1)
     with pytest.raises(TypeError, match="`out_row_counts` must hold integers"):
         jagged_layer_transition(layer, ["a", "b"])
+    with pytest.raises(ValueError, match=r"out_row_counts\[0\] = 18446744073709551616"):
+        jagged_layer_transition(layer, [2**64, 1])
+    with pytest.raises(TypeError, match="`max_row_count` must be an integer"):
+        halving_schedule(layer, max_row_count="abc")  # host counts: unused, still checked
+    for call in (build_pyramid, lambda first, fused: build_jagged_pyramid(first, [], fused=fused)):
+        with pytest.raises(TypeError, match="`fused` must be None, True or False"):
+            call(GkrLayer(*four(8), 0) if call is build_pyramid else layer, fused="no")
     out = jagged_layer_transition(layer, [3, 2], out_width=7)
     assert out.width == 7 and out.row_counts.tolist() == [3, 2]
     with pytest.raises(ValueError, match="width == number of batch elements"):

@@ -63,6 +63,37 @@ def _check_words(x, name: str):
                         f"not {x.dtype}; use `encode` to convert integers")
 
 
+def _int_array(values, name: str):
+    """Host integer input as a NumPy integer array, exactly.
+
+    Arrays pass through (integer dtypes, or object arrays of ints).  A Python
+    sequence is read element by element: bools and floats are refused, ints
+    beyond int64 (which NumPy would turn the whole list into float64 for)
+    stay exact Python ints (object dtype), an empty sequence is int64, and a
+    ragged nesting is a ValueError naming ``name``.
+    """
+    if isinstance(values, np.ndarray):
+        arr = values
+    else:
+        try:
+            arr = np.asarray(values, dtype=object)
+        except ValueError:
+            raise ValueError(f"Argument `{name}` must be a rectangular (non-ragged) array "
+                             f"of integers") from None
+    if arr.dtype == object:
+        for v in arr.ravel():
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+                raise TypeError(f"Argument `{name}` must hold integers, not "
+                                f"{type(v).__name__} ({v!r})")
+        try:
+            return arr.astype(np.int64)
+        except OverflowError:  # ints beyond int64: keep them exact
+            return arr
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"Argument `{name}` must hold integers, not {arr.dtype}")
+    return arr
+
+
 def _index_of_first(mask):
     """Index tuple of the first True entry of a (host or device) bool array."""
     flat = int(mask.ravel().argmax())
@@ -117,6 +148,8 @@ class _FieldBase:
             A value outside ``[0, p)`` when ``reduce`` is false, or a wrong
             trailing axis for the extension.
         """
+        if not isinstance(reduce, (bool, np.bool_)):
+            raise TypeError(f"Argument `reduce` must be True or False, not {reduce!r}")
         p = self.p
         kind = _backend.array_kind(ints)
         if kind in ("cupy", "cuda"):
@@ -132,13 +165,7 @@ class _FieldBase:
             return ((canon << 32) % p).astype(cp.uint32)
         if xp is not np and getattr(xp, "__name__", "") != "cupy":
             raise TypeError(f"Argument `xp` must be the numpy or cupy module, not {xp!r}")
-        arr = np.asarray(ints)
-        if arr.dtype == object:
-            if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool)
-                       for v in arr.ravel()):
-                raise TypeError("Argument `ints` must hold integers only")
-        elif arr.dtype.kind not in "iu":
-            raise TypeError(f"Argument `ints` must hold integers, not {arr.dtype}")
+        arr = _int_array(ints, "ints")
         _element_shape(arr, self.degree, "ints")
         if arr.size and not reduce:
             bad = (arr < 0) | (arr >= p)

@@ -43,7 +43,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import _backend
-from .fields import KoalaBear, PrimeField
+from .fields import KoalaBear, PrimeField, _int_array
 
 __all__ = ["GkrLayer", "JaggedGkrLayer", "LogUpGkrOutput", "JaggedStep", "layer_transition",
            "build_pyramid", "extract_outputs", "jagged_layer_transition",
@@ -131,13 +131,7 @@ def _row_counts(counts, name: str, data_kind: str):
             raise TypeError(f"Argument `{name}` must be a 1-D int32 array, not "
                             f"{_describe(counts)}")
         return counts
-    arr = np.asarray(counts)
-    if arr.dtype == object and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool)
-                                   for v in arr.ravel()):
-        arr = arr.astype(np.int64)
-    if arr.dtype.kind not in "iu":
-        raise TypeError(f"Argument `{name}` must hold integers (int32 row counts), not "
-                        f"{_describe(arr) if arr.ndim else type(counts).__name__}")
+    arr = _int_array(counts, name)
     if arr.ndim != 1:
         raise ValueError(f"Argument `{name}` must be 1-D (one count per batch element), "
                          f"not shape {arr.shape}")
@@ -371,6 +365,11 @@ def _split(buf, sizes, exts):
     return outs
 
 
+def _check_fused(fused):
+    if fused is not None and not isinstance(fused, (bool, np.bool_)):
+        raise TypeError(f"Argument `fused` must be None, True or False, not {fused!r}")
+
+
 def _require(obj, cls, name):
     if not isinstance(obj, cls):
         raise TypeError(f"Argument `{name}` must be a {cls.__name__}, not {type(obj).__name__}")
@@ -444,6 +443,7 @@ def build_pyramid(first: GkrLayer, *, backend: str | None = None,
         ``[first, ..., floor]``; every later layer is a new buffer.
     """
     _require(first, GkrLayer, "first")
+    _check_fused(fused)
     if fused is None or fused:
         layers = _fused_pyramid(first, backend)
         if layers is not None:
@@ -638,6 +638,7 @@ def build_jagged_pyramid(first: JaggedGkrLayer, schedules, *,
     """
     _require(first, JaggedGkrLayer, "first")
     steps = [_step(entry, i) for i, entry in enumerate(schedules)]
+    _check_fused(fused)
     if fused is None or fused:
         kind, run = _backend.resolve(dict(zip(_MLE_NAMES, first.mles)), backend)
         if (kind == "cupy" and run == "cupy") or run == "numba":
@@ -762,8 +763,9 @@ def halving_schedule(layer: JaggedGkrLayer, max_row_count: int | None = None) ->
     """
     _require(layer, JaggedGkrLayer, "layer")
     nb = layer.num_batches
-    if not layer.counts_on_host and max_row_count is not None:
+    if max_row_count is not None:  # checked also where host counts make it unused
         bound = _check_int(max_row_count, "max_row_count", 0, _INT32_MAX)
+    if not layer.counts_on_host and max_row_count is not None:
         counts, width, steps = layer.row_counts, layer.width, []
         while bound > 1:
             bound = (bound + 1) // 2
