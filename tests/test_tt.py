@@ -650,6 +650,37 @@ def test_svd_rank_arguments_are_checked(rng):
         x.svd(max_tucker_ranks=0)
     with pytest.raises(ValueError, match="kind"):
         x.orthogonalize("up")
+    for bad in (True, 2.0, "2"):  # int() would have read these as 1 / 2
+        with pytest.raises(TypeError, match="max_tt_ranks"):
+            x.svd(max_tt_ranks=bad)
+
+
+def test_non_finite_live_entries_are_refused_before_lapack(rng):
+    """inf in a live entry made LAPACK's SVD loop forever; NaN failed to converge."""
+    for bad in (np.inf, np.nan):
+        U = rng.standard_normal((2, 5))
+        U[:, 3:] = bad
+        x = UniformTuckerTensorTrain.from_t3(TuckerTensorTrain([U], [np.ones((1, 2, 1))]), n=4)
+        for call in (x.svd, x.orthogonalize):
+            with pytest.raises(ValueError, match="inf or NaN in a live entry"):
+                call()
+
+
+def test_scalars_and_sizes_must_be_numbers(rng):
+    from fractions import Fraction
+    t3 = TuckerTensorTrain([np.eye(2)], [np.ones((1, 2, 1))])
+    y = UniformTuckerTensorTrain.from_t3(t3)
+    for bad in (None, "3", np.array(1j), np.complex64(1j), [1j]):
+        with pytest.raises(TypeError, match="`alpha` must be a real number"):
+            y * bad
+    with pytest.raises(ValueError, match="`alpha` is too large"):
+        y * 10**400
+    np.testing.assert_allclose((y * Fraction(1, 2)).to_dense(), 0.5 * y.to_dense())
+    for name, bad in (("n", 2.9), ("n", "4"), ("r", True), ("N", 3.0)):
+        with pytest.raises(TypeError, match=f"`{name}` must be an int"):
+            UniformTuckerTensorTrain.from_t3(t3, **{name: bad})
+    with pytest.raises(TypeError, match="`shape` must be a tuple of ints"):
+        UniformTuckerTensorTrain(y.tucker_supercore, y.tt_supercore, (1.9,), y.masks)
 
 
 def test_frame_repair_kernel_matches_array_module_twin(rng):

@@ -113,10 +113,9 @@ def ut3_check(data, name="x"):
             f"Argument `tt_supercore` must have shape {(d,) + stack + ('r', n, 'r')} to match "
             f"`tucker_supercore` of shape {U.shape}, not {G.shape}."
         )
-    try:
-        shape = tuple(int(s) for s in shape)
-    except TypeError:
-        raise TypeError(f"Argument `shape` must be a tuple of ints, not {shape!r}.") from None
+    if not isinstance(shape, (tuple, list)) or not all(_is_int(s) for s in shape):
+        raise TypeError(f"Argument `shape` must be a tuple of ints, not {shape!r}.")
+    shape = tuple(int(s) for s in shape)
     if len(shape) != d or any(s < 1 or s > N for s in shape):
         raise ValueError(f"Argument `shape` must be {d} ints in [1, {N}] (the padded N), not {shape}.")
     if not isinstance(masks, UT3Masks):
@@ -274,6 +273,9 @@ def ut3_from_t3(t3, n=None, r=None, N=None):
                 raise ValueError(f"Argument `t3` has inconsistent core shapes at core {i}.")
     n_max = max(u.shape[-2] for tk, _ in leaves for u in tk)
     r_max = max(max(g.shape[-3], g.shape[-1]) for _, tt in leaves for g in tt)
+    for name, v in (("n", n), ("r", r), ("N", N)):
+        if v is not None and not _is_int(v):
+            raise TypeError(f"Argument `{name}` must be an int or None, not {v!r}.")
     n = n_max if n is None else int(n)
     r = r_max if r is None else int(r)
     N = max(shape) if N is None else int(N)
@@ -513,11 +515,18 @@ def ut3_scale(data, alpha):
     xp = p.xp
     U, G = _masked(p)
     if isinstance(alpha, numbers.Number):
-        if isinstance(alpha, complex):
-            raise TypeError(f"Argument `alpha` must be real, not {alpha!r}.")
-        G[0] *= alpha
+        if not isinstance(alpha, numbers.Real):  # complex, Decimal
+            raise TypeError(f"Argument `alpha` must be a real number, not {alpha!r}.")
+        try:
+            G[0] *= float(alpha)  # Fractions too
+        except OverflowError:
+            raise ValueError("Argument `alpha` is too large for a float.") from None
     else:
-        a = xp.asarray(alpha, dtype=G.dtype)
+        a = alpha if hasattr(alpha, "dtype") else np.asarray(alpha)  # lists, None, str
+        if a.dtype.kind not in "iuf":
+            raise TypeError(f"Argument `alpha` must be a real number or an array of reals, "
+                            f"not {alpha!r}.")
+        a = xp.asarray(a, dtype=G.dtype)
         try:
             a = xp.broadcast_to(a, p.stack).reshape(p.S)
         except ValueError:
@@ -747,6 +756,9 @@ def _frame(A, row_mask, kcount, svcount, K):
     sv : ``(..., K)`` singular values, zero beyond ``svcount``.
     """
     xp = array_module(A)
+    if not bool(xp.isfinite(A).all()):  # LAPACK's SVD never returns on rows of inf
+        raise ValueError("the train holds inf or NaN in a live entry (padding is ignored); "
+                         "its SVD / orthogonalization is undefined")
     batch, M = A.shape[:-2], A.shape[-2]
     if xp is np and A.shape[-1] > 2 * M:
         # Wide: A = R^T Q^T with R from a QR of A^T, so A's left frame and
@@ -871,13 +883,21 @@ def ut3_orthogonalize(data, kind="left"):
     return _pack(xp, U, G, p.shape, mk, mt, p.stack)
 
 
+def _is_int(v) -> bool:
+    """An integer, not a bool (``int()`` would truncate floats and parse strings)."""
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
 def _max_ranks(value, count, name):
     if value is None:
         return [None] * count
-    if isinstance(value, numbers.Integral):
+    if _is_int(value):
         value = [value] * count
+    if not isinstance(value, (tuple, list, np.ndarray)):
+        raise TypeError(f"Argument `{name}` must be a positive int or {count} positive ints, "
+                        f"not {value!r}.")
     value = list(value)
-    if len(value) != count or any(not isinstance(v, numbers.Integral) or v < 1 for v in value):
+    if len(value) != count or any(not _is_int(v) or v < 1 for v in value):
         raise ValueError(f"Argument `{name}` must be a positive int or {count} positive ints, not {value!r}.")
     return [int(v) for v in value]
 
