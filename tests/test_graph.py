@@ -63,6 +63,15 @@ def test_reference_lanes_give_528_plus_32k():
     new = np.concatenate([np.arange(1, 33).reshape(16, 2) + 10 * k for k in range(5)])
     (out,), _ = run_computation_graph(g, [new])
     np.testing.assert_array_equal(out, 528 + 320 * np.arange(5))
+    for bad, exc, match in ((None, TypeError, "`inputs` must be a sequence"),
+                            ({"a": new}, TypeError, "`inputs` must be a sequence"),
+                            ([new * 1.0], TypeError, "`inputs\\[0\\]` must hold integers"),
+                            ([-new], ValueError, r"inputs\[0\]\[0, 0\] = -1$")):
+        with pytest.raises(exc, match=match):
+            run_computation_graph(g, bad)
+    for axes in ((1.9, 0.2), ("x", None), (True, False)):
+        with pytest.raises(TypeError, match="`axes` must be ints"):
+            a.transpose(*axes)
 
 
 def test_graph_structure_and_replay_matches_recording():
@@ -193,7 +202,48 @@ def test_crafted_graph_with_valid_checksum_is_refused():
     assert fmt.FORMAT_VERSION == 1
 
 
-# ------------------------------------------------------------- layouts -----
+def test_output_layout_must_write_every_padded_slot_once():
+    """An output buffer longer than its writer's slots: replay read np.empty memory."""
+    @kernel
+    def mul_add(x: In[2], y: In[()], out: Out[()]):
+        out[()] = x[0] * y[()] + x[1]
+
+    ctx = Context()
+    a, k = ctx.copy_to_device(np.arange(8).reshape(4, 2)), ctx.copy_to_device(3)
+    (r,) = ctx.call_kernel(mul_add, 4, a, k)
+    g = ctx.generate_computation_graph([a, k], [r])
+    points = list(g.buffer_points)
+    points[g.outputs[0][0]] = (1, 8)  # 8 slots, the 4 instances write 4
+    evil = ComputationGraph(g.field, g.kernels, g.compiled_kernels, tuple(points), g.templates,
+                            g.inputs, ((g.outputs[0][0], (("reshape", (8,)),)),), g.constants,
+                            g.commitments)
+    with pytest.raises(ValueError, match="does not write every slot of buffer"):
+        ComputationGraph.from_bytes(evil.to_bytes())
+
+
+def test_tiling_check_matches_enumeration():
+    """graph_format._tiles against brute force on random small layouts."""
+    from zorch_nb import graph_format as fmt
+    rng = np.random.default_rng(7)
+    seen = {True: 0, False: 0}
+    for _ in range(3000):
+        par = [(int(rng.integers(0, 3)), int(rng.choice([0, 1, 2, 3, 4, 6, 8]))) for _ in
+               range(int(rng.integers(0, 3)))]
+        m = int(rng.integers(1, 5))
+        if rng.random() < 0.5:  # often a regular block or stride, sometimes anything
+            offsets = list(range(0, m * int(rng.choice([1, 2, 4])), int(rng.choice([1, 2, 4])))[:m])
+        else:
+            offsets = [int(v) for v in rng.integers(0, 12, size=m)]
+        n = len(offsets) << sum(lg for lg, _ in par)
+        hits = np.zeros(64 + n, dtype=np.int64)
+        for digits in np.ndindex(*[1 << lg for lg, _ in par]):
+            base = sum(d * st for d, (_, st) in zip(digits, par))
+            for o in offsets:
+                hits[base + o] += 1
+        want = bool((hits[:n] == 1).all() and hits[n:].sum() == 0)
+        assert fmt._tiles(offsets, par, n) == want, (offsets, par, n)
+        seen[want] += 1
+    assert min(seen.values()) > 200  # both outcomes exercised
 
 def test_parallel_3x5_and_1x3x5_share_one_32_slot_buffer():
     ctx = Context()

@@ -135,6 +135,9 @@ class Handle:
             axes = tuple(axes[0])
         if not axes:
             axes = tuple(range(len(self.shape)))[::-1]
+        if not all(isinstance(a, (int, np.integer)) and not isinstance(a, (bool, np.bool_))
+                   for a in axes):
+            raise TypeError(f"Argument `axes` must be ints, not {list(axes)}")
         if sorted(int(a) for a in axes) != list(range(len(self.shape))):
             raise ValueError(f"Argument `axes` must be a permutation of "
                              f"{list(range(len(self.shape)))}, not {list(axes)}")
@@ -768,6 +771,9 @@ def run_computation_graph(graph: ComputationGraph, inputs, backend=None, *,
     backend = _check_backend(backend)
     xp = _xp(backend)
     F = FIELDS_BY_NAME[graph.field]
+    if isinstance(inputs, (dict, str, bytes)) or not hasattr(inputs, "__iter__"):
+        raise TypeError(f"Argument `inputs` must be a sequence of arrays (one per graph "
+                        f"input), not {type(inputs).__name__}")
     inputs = list(inputs)
     if len(inputs) != len(graph.inputs):
         raise ValueError(f"Argument `inputs` must hold {len(graph.inputs)} arrays (one per "
@@ -784,7 +790,12 @@ def run_computation_graph(graph: ComputationGraph, inputs, backend=None, *,
             raise ValueError(f"Argument `{name}` must have shape {list(index.shape)}, "
                              f"not {list(values.shape)}")
         logical = np.empty(n, dtype=np.uint32)
-        logical[index.reshape(-1)] = F.encode(values).reshape(-1)
+        try:
+            words = F.encode(values)
+        except (TypeError, ValueError) as exc:  # encode names its argument `ints`
+            msg = str(exc).replace("`ints`", f"`{name}`").replace("ints[", f"{name}[")
+            raise type(exc)(msg.split("; pass reduce=True")[0]) from None
+        logical[index.reshape(-1)] = words.reshape(-1)
         bufs[bid] = pad(xp, xp.asarray(logical), points[bid])
 
     for k, ((bid, history), values) in enumerate(zip(graph.inputs, inputs)):

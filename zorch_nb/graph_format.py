@@ -373,6 +373,43 @@ def _span(par, offsets, what):
     return sum(((1 << lg) - 1) * st for lg, st in par) + (max(offsets) if offsets else 0)
 
 
+#: Most distinct slots :func:`_tiles` tracks for an irregular layout.
+_TILE_CAP = 1 << 22
+
+
+def _tiles(offsets, par, n) -> bool:
+    """Whether a layout's writes hit each slot of ``[0, n)`` exactly once.
+
+    The slots written are ``O + sum_j digit_j * st_j`` over the instances'
+    digits ``digit_j < 2**lg_j`` -- the sumset of ``O`` and the two-element
+    sets ``{0, st_j 2**b}`` (``b < lg_j``).  Checked without enumerating the
+    (possibly huge) buffer: with ``[0, t)`` the run of ``O`` from 0, either
+    ``O == [0, t)`` -- then the rest must tile ``t * [0, n / t)``, so every
+    generator is a multiple of ``t`` and everything divides by ``t`` -- or
+    ``t`` can only be reached by a generator equal to ``t``, which is merged
+    into ``O`` (disjointly).  Irregular layouts whose merged ``O`` exceeds
+    ``_TILE_CAP`` slots are refused.
+    """
+    O = np.unique(np.asarray(offsets, dtype=np.int64))
+    gens = sorted(st << b for lg, st in par for b in range(lg))
+    if O.size != len(offsets) or O.size << len(gens) != n or O[0] != 0:
+        return False
+    while gens:
+        t = int(np.argmin(O == np.arange(O.size))) if O[-1] != O.size - 1 else O.size
+        if t == O.size and t > 1:  # O = [0, t): the rest tiles t * [0, n / t)
+            if any(g % t for g in gens):
+                return False
+            gens, n, O = [g // t for g in gens], n // t, O[:1]
+            continue
+        if gens[0] != t:
+            return False
+        merged = np.union1d(O, O + t)
+        if merged.size != 2 * O.size or merged.size > _TILE_CAP:
+            return False
+        O, gens = merged, gens[1:]
+    return O.size == n and O[-1] == n - 1
+
+
 def validate(g) -> None:
     """Check every invariant the evaluators rely on; ``ValueError`` if one fails."""
     from .graph import FIELDS_BY_NAME
@@ -440,6 +477,8 @@ def validate(g) -> None:
                 _bad(f"template {ti} has an inconsistent output layout")
             if _span(par, [o for o, _ in slots], f"template {ti}") >= padded[b]:
                 _bad(f"template {ti} writes past padded buffer {b}")
+            if not _tiles([o for o, _ in slots], par, padded[b]):
+                _bad(f"template {ti} does not write every slot of buffer {b} exactly once")
             defined[b] = True
     if not all(defined):
         _bad(f"buffer {defined.index(False)} is never written")
