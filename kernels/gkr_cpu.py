@@ -47,9 +47,10 @@ The field arithmetic is force-inlined into every loop body (see
 :func:`.gkr_scalar.inlined_arithmetic`): with the extension fraction sums
 left as calls, the folds with extension denominators did not vectorize
 (2**22 leaves: base/ext 35 -> 11 ms, ext/ext 55 -> 18 ms once inlined).
-Both parallel kernels are compiled with one 64-bit lane per vector slot
-(:mod:`.vector_width`): LLVM's own choice on AVX-512 doubled every 64-bit
-value into two registers and spilled (ext/ext fold about 2x slower).
+The vectorized loops themselves are serial functions, one per mode, compiled
+with one 64-bit lane per vector slot (:mod:`.vector_width`; LLVM's own choice
+on AVX-512 held every 64-bit value in two registers and spilled: the ext/ext
+fold ran 2x slower); the parallel kernels call them per chunk of slots.
 """
 import functools
 
@@ -59,48 +60,79 @@ from numba import njit, prange
 from .gkr_scalar import (MODE_BB, MODE_BE, MODE_EB, MODE_EE, make_node_functions,
                          make_slot_functions, mode_of)
 from .field_params import kernel_words
-from .launch_config import GKR_CPU_JAGGED_CHUNK
+from .launch_config import CPU_LANE_RUN, GKR_CPU_JAGGED_CHUNK
 from .vector_width import njit_lanes64
 
 # Slot and node bodies with the field arithmetic force-inlined (see
 # gkr_scalar.inlined_arithmetic): a call left in a loop body stops LLVM's
-# vectorizer.  The bodies themselves are inlined too, so each parfor loop is
-# one straight-line body over ``noalias`` arrays.
+# vectorizer.  The bodies themselves are inlined too, so each loop function
+# is one straight-line body over ``noalias`` arrays.
 _inline = functools.partial(njit, forceinline=True)
 _dense_slot, _jagged_slot, _find_segment = make_slot_functions(_inline, inline_arithmetic=True)
 _fold_node, _put_constant = make_node_functions(_inline, inline_arithmetic=True)
 _U1 = np.uint64(1)
 
 
+def _make_runs(mode):
+    """The serial 64-bit-lane loops of ``mode`` (a compile-time constant in them)."""
+
+    def dense_run(k0, k1, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm):
+        # Dense slots [k0, k1).
+        for k in range(k0, k1):
+            _dense_slot(mode, np.uint64(k), n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm)
+
+    def pair_run(k0, e0, cnt, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm):
+        # Slots k0 + t (t < cnt) fold live nodes e0 + 2t and e0 + 2t + 1: the
+        # dense loop with shifted origins (uint64 indices, no branch per slot).
+        for t in range(cnt):
+            u = np.uint64(t)
+            k = k0 + u
+            e = e0 + u + u
+            _fold_node(mode, n0, n1, d0, d1, e, on0, od0, k, p, mu, wm)
+            _fold_node(mode, n0, n1, d0, d1, e + _U1, on1, od1, k, p, mu, wm)
+
+    return njit_lanes64(dense_run), njit_lanes64(pair_run)
+
+
+(_dense_run_bb, _pair_run_bb), (_dense_run_be, _pair_run_be), \
+    (_dense_run_eb, _pair_run_eb), (_dense_run_ee, _pair_run_ee) = map(_make_runs, range(4))
+
+
+@njit(parallel=True, cache=True)
+def _fold_dense_kernel(mode, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm):
+    # Chunks of CPU_LANE_RUN slots in parallel, each one call of the mode's
+    # serial 64-bit-lane loop (see the module docstring).
+    half = od0.shape[0] // (4 if mode & 1 else 1)
+    run = CPU_LANE_RUN
+    if mode == MODE_BB:
+        for c in prange((half + run - 1) // run):
+            _dense_run_bb(c * run, min(half, c * run + run), n0, n1, d0, d1, on0, on1, od0, od1,
+                          p, mu, wm)
+    elif mode == MODE_BE:
+        for c in prange((half + run - 1) // run):
+            _dense_run_be(c * run, min(half, c * run + run), n0, n1, d0, d1, on0, on1, od0, od1,
+                          p, mu, wm)
+    elif mode == MODE_EB:
+        for c in prange((half + run - 1) // run):
+            _dense_run_eb(c * run, min(half, c * run + run), n0, n1, d0, d1, on0, on1, od0, od1,
+                          p, mu, wm)
+    else:
+        for c in prange((half + run - 1) // run):
+            _dense_run_ee(c * run, min(half, c * run + run), n0, n1, d0, d1, on0, on1, od0, od1,
+                          p, mu, wm)
+
+
 @njit(cache=True, forceinline=True)
 def _pair_run(mode, k0, e0, cnt, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm):
-    # Slots k0 + t (t < cnt) fold live nodes e0 + 2t and e0 + 2t + 1: the
-    # dense loop with shifted origins (uint64 indices, no branch per slot).
-    for t in range(cnt):
-        u = np.uint64(t)
-        k = k0 + u
-        e = e0 + u + u
-        _fold_node(mode, n0, n1, d0, d1, e, on0, od0, k, p, mu, wm)
-        _fold_node(mode, n0, n1, d0, d1, e + _U1, on1, od1, k, p, mu, wm)
-
-
-@njit_lanes64
-def _fold_dense_kernel(mode, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm):
-    # One prange loop per mode with the mode as a literal: after inlining,
-    # LLVM drops the other modes' branches from each loop body.
-    half = od0.shape[0] // (4 if mode & 1 else 1)
+    # ``mode`` is a literal where this is inlined: one call survives.
     if mode == MODE_BB:
-        for k in prange(half):
-            _dense_slot(MODE_BB, np.uint64(k), n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm)
+        _pair_run_bb(k0, e0, cnt, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm)
     elif mode == MODE_BE:
-        for k in prange(half):
-            _dense_slot(MODE_BE, np.uint64(k), n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm)
+        _pair_run_be(k0, e0, cnt, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm)
     elif mode == MODE_EB:
-        for k in prange(half):
-            _dense_slot(MODE_EB, np.uint64(k), n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm)
+        _pair_run_eb(k0, e0, cnt, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm)
     else:
-        for k in prange(half):
-            _dense_slot(MODE_EE, np.uint64(k), n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm)
+        _pair_run_ee(k0, e0, cnt, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm)
 
 
 @njit(cache=True, forceinline=True)
@@ -156,7 +188,7 @@ def _jagged_chunk(mode, lo, hi, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, 
         _constant_run(mode, np.uint64(q), hi - q, on0, on1, od0, od1, zero, zero)
 
 
-@njit_lanes64
+@njit(parallel=True, cache=True)
 def _jagged_kernel(mode, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1,
                    p, mu, wm, one, chunk):
     acc_in = np.int64(0)

@@ -14,6 +14,11 @@ def grid_for(n: int, threads: int = THREADS_PER_BLOCK) -> int:
     """Blocks for a grid-stride loop over ``n`` items (at least 1)."""
     return max(1, min(MAX_BLOCKS, (n + threads - 1) // threads))
 
+#: Slots (elements) per call of a serial 64-bit-lane loop function from a
+#: parallel CPU kernel (kernels/vector_width.py): long enough that the call
+#: costs nothing, short enough to balance two to a few dozen threads.
+CPU_LANE_RUN = 4096
+
 # ---- LogUp-GKR (kernels/gkr_*.py, kernels/cuda/gkr.cu) ----------------------
 #: Output slots per prange iteration of the CPU jagged transition (one binary
 #: search per chunk, then a forward walk over the segments).

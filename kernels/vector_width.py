@@ -9,13 +9,17 @@ factor pinned to 8 (512 bits / 64) each 64-bit value is one register: the
 dense ext/ext fold ran about twice as fast at 2**22 leaves on the 2-core
 Zen 5 development machine (figures in benchmarks/results/README.md).
 
-How: :func:`njit_lanes64` is ``numba.njit(parallel=True, cache=True)`` with a
-compiler pipeline that sets LLVM's ``-force-vector-width`` for the whole
-compilation -- the parfor body and the force-inlined callees with loops of
-their own are compiled inside it -- and clears it afterwards.  Numba holds
-its global compiler lock throughout, so no other Numba compilation sees the
-option; the width changes which vector code LLVM emits, never the results.
-The cached machine code keeps the width, so a cache hit needs nothing.
+How: :func:`njit_lanes64` compiles a *serial* loop function -- a run of
+slots, called per chunk from a parallel kernel -- with a compiler pipeline
+that sets LLVM's ``-force-vector-width`` for its compilation only and clears
+it afterwards (Numba holds its global compiler lock throughout, so no other
+compilation sees it; the width changes which vector code LLVM emits, never
+the results), and with its array arguments marked ``noalias`` as a parfor
+body's are (the launchers never pass overlapping arrays), so the loop needs
+no runtime alias checks.  Keep such a function to the one vectorizable loop:
+with the width forced LLVM prints a remark for every loop it cannot
+vectorize.  The cached machine code keeps the width, so a cache hit needs
+nothing.
 
 Only where it was measured: a target with AVX-512 (measured with llvmlite
 0.50 / LLVM 22); any other target gets LLVM's own choice.
@@ -48,9 +52,11 @@ def _set_width(width: int) -> None:
 
 
 class _Lanes64Compiler(Compiler):
-    """Numba's default pipeline, run with the vectorization factor pinned."""
+    """Numba's default pipeline, run with ``noalias`` arrays and the
+    vectorization factor pinned."""
 
     def compile_extra(self, func):
+        self.state.flags.noalias = True  # this compilation's own flags
         if not _WIDTH:
             return super().compile_extra(func)
         _set_width(_WIDTH)
@@ -61,5 +67,6 @@ class _Lanes64Compiler(Compiler):
 
 
 def njit_lanes64(fn):
-    """``@njit(parallel=True, cache=True)`` with 64-bit-lane vectorization (see module)."""
-    return njit(parallel=True, cache=True, pipeline_class=_Lanes64Compiler)(fn)
+    """``@njit(cache=True)`` for a serial loop function with ``noalias`` arrays and
+    64-bit-lane vectorization (see module)."""
+    return njit(cache=True, pipeline_class=_Lanes64Compiler)(fn)
