@@ -683,6 +683,19 @@ def test_scalars_and_sizes_must_be_numbers(rng):
         UniformTuckerTensorTrain(y.tucker_supercore, y.tt_supercore, (1.9,), y.masks)
 
 
+def test_zero_length_axes_are_refused_at_construction(rng):
+    """An empty stack or a rank 0 used to fail later inside to_dense / svd (reshape, IndexError)."""
+    with pytest.raises(ValueError, match="no zero-length axis"):
+        TuckerTensorTrain([np.zeros((0, 2, 3))], [np.zeros((0, 1, 2, 1))])
+    with pytest.raises(ValueError, match="no zero-length axis"):
+        TuckerTensorTrain([rng.standard_normal((2, 3))] * 2,
+                          [np.ones((1, 2, 0)), np.ones((0, 2, 1))])
+    x = UniformTuckerTensorTrain.from_t3(TuckerTensorTrain([np.eye(2)], [np.ones((1, 2, 1))]))
+    with pytest.raises(ValueError, match="no zero-length axis"):
+        UniformTuckerTensorTrain(x.tucker_supercore, x.tt_supercore[..., :0, :, :0], x.shape,
+                                 x.masks)
+
+
 def test_frame_repair_kernel_matches_array_module_twin(rng):
     """The Numba repair and its array-module twin (the CuPy path) agree, and
     produce orthonormal frames on the real rows from degenerate candidates."""

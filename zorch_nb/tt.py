@@ -109,6 +109,9 @@ class TuckerTensorTrain:
                 raise ValueError(
                     f"Argument `tt_cores[{i}]` must start with rank {tt[i - 1].shape[-1]}, not {g.shape[-3]}."
                 )
+            if 0 in u.shape or 0 in g.shape:  # rank 0 or an empty stack: no train to hold
+                raise ValueError(f"Arguments `tucker_cores[{i}]` {u.shape} and `tt_cores[{i}]` "
+                                 f"{g.shape} must have no zero-length axis.")
 
     @property
     def data(self):

@@ -108,6 +108,9 @@ def ut3_check(data, name="x"):
     if U.ndim < 3:
         raise ValueError(f"Argument `tucker_supercore` must have shape (d,) + stack + (n, N), not {U.shape}.")
     d, stack, (n, N) = U.shape[0], tuple(U.shape[1:-2]), U.shape[-2:]
+    if 0 in U.shape or 0 in G.shape:  # an empty stack or a rank-0 padding has no train
+        raise ValueError(f"Arguments `tucker_supercore` {U.shape} and `tt_supercore` {G.shape} "
+                         f"must have no zero-length axis (d, stack, n, N, r >= 1).")
     if G.ndim != U.ndim + 1 or G.shape[:-3] != (d,) + stack or G.shape[-2] != n or G.shape[-3] != G.shape[-1]:
         raise ValueError(
             f"Argument `tt_supercore` must have shape {(d,) + stack + ('r', n, 'r')} to match "
