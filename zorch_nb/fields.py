@@ -81,10 +81,12 @@ def _int_array(values, name: str):
             raise ValueError(f"Argument `{name}` must be a rectangular (non-ragged) array "
                              f"of integers") from None
     if arr.dtype == object:
-        for v in arr.ravel():
-            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        flat = arr.ravel()
+        for t in set(map(type, flat)):  # per type, not per element: lists can be long
+            if issubclass(t, (bool, np.bool_)) or not issubclass(t, (int, np.integer)):
+                v = next(v for v in flat if type(v) is t)
                 raise TypeError(f"Argument `{name}` must hold integers, not "
-                                f"{type(v).__name__} ({v!r})")
+                                f"{t.__name__} ({v!r})")
         try:
             return arr.astype(np.int64)
         except OverflowError:  # ints beyond int64: keep them exact
