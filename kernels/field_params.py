@@ -88,6 +88,10 @@ def _check(f: FieldParams) -> None:
     # Any 32-bit word is < 3p: two conditional subtractions read it mod p
     # (monty.canonical, zorch_canonical).
     assert 3 * p > 1 << 32, f"{f.name}: a 32-bit word must lie below 3p"
+    # A word reduced once is < 2^32 - p (monty.reduce_once): one product of two
+    # must be Montgomery-reducible, a sum of two must lie below 2 p 2^32.
+    q = (1 << 32) - p - 1
+    assert q * q < p << 32 and 2 * q * q < (2 * p) << 32, f"{f.name}: reduce_once bounds"
     assert all(p % q for q in range(2, 1 << 16) if q * q <= p), f"{f.name}: p not prime"
     assert (p * f.mu_neg) % _R == _R - 1, f"{f.name}: p * mu_neg != -1 mod 2^32"
     assert (f.r_mod_p * f.r_inv) % p == 1

@@ -48,7 +48,7 @@ import numpy as np
 from numba import njit
 
 from .monty import (below_pr, canonical, ext4_dot, ext4_wrap, mont_mul, monty_reduce,
-                    monty_reduce_sum4)
+                    monty_reduce_sum4, reduce_once)
 
 __all__ = ["MODE_BB", "MODE_BE", "MODE_EB", "MODE_EE", "mode_of", "output_mode",
            "mle_words", "SLOT_LIVE",
@@ -109,12 +109,13 @@ CUDA_NAME_EXPRESSIONS = tuple(cuda_kernel_name(k, m, v)
 
 @njit(cache=True)
 def frac_bb(n0, n1, d0, d1, p, mu):
-    """Base fraction sum: ``(n0 d1 + n1 d0, d0 d1)``.
+    """Base fraction sum: ``(n0 d1 + n1 d0, d0 d1)``, canonical results.
 
-    ``n0 d1 + n1 d0 < 2 p**2 < p * 2**32`` (as ``2p < 2**32``), inside the
-    input range of :func:`monty_reduce`, so the numerator is reduced once.
+    Inputs may be words reduced only once (< ``2**32 - p``,
+    :func:`.monty.reduce_once`): ``d0 d1`` then stays Montgomery-reducible and
+    ``n0 d1 + n1 d0 < 2 p * 2**32`` takes one :func:`.monty.monty_reduce_sum4`.
     """
-    num = monty_reduce(np.uint64(n0) * np.uint64(d1) + np.uint64(n1) * np.uint64(d0), p, mu)
+    num = monty_reduce_sum4(np.uint64(n0) * np.uint64(d1) + np.uint64(n1) * np.uint64(d0), p, mu)
     return num, mont_mul(d0, d1, p, mu)
 
 
@@ -190,6 +191,12 @@ def load1(a, i, p):
     return canonical(a[i], p)
 
 
+def load1_once(a, i, p):
+    """Element ``i`` of a flat base MLE ``a``, reduced once (< ``2**32 - p``;
+    enough for :func:`frac_bb`)."""
+    return reduce_once(a[i], p)
+
+
 def load4(a, i, p):
     """The four words of extension element ``i`` of a flat MLE ``a``, mod p."""
     j = i * _U4
@@ -209,7 +216,8 @@ def store4(a, k, c0, c1, c2, c3):
 def fold_node(mode, n0, n1, d0, d1, i, on, od, k, p, mu, wm):
     """``on[k], od[k] = n0[i]/d0[i] + n1[i]/d1[i]`` (fraction sum) in ``mode``."""
     if mode == MODE_BB:
-        c = frac_bb(load1(n0, i, p), load1(n1, i, p), load1(d0, i, p), load1(d1, i, p), p, mu)
+        c = frac_bb(load1_once(n0, i, p), load1_once(n1, i, p), load1_once(d0, i, p),
+                    load1_once(d1, i, p), p, mu)
         on[k] = c[0]
         od[k] = c[1]
         return
@@ -354,8 +362,8 @@ def inlined_arithmetic():
     """
     env = {}
     # Callees before callers: each copy is bound to the copies made so far.
-    for fn in (canonical, monty_reduce, below_pr, monty_reduce_sum4, mont_mul, ext4_wrap,
-               ext4_dot, frac_bb, frac_be, frac_eb, frac_ee):
+    for fn in (canonical, reduce_once, monty_reduce, below_pr, monty_reduce_sum4, mont_mul,
+               ext4_wrap, ext4_dot, frac_bb, frac_be, frac_eb, frac_ee):
         env[fn.__name__] = njit(forceinline=True)(_rebind(fn.py_func, env))
     return env
 
@@ -363,7 +371,7 @@ def inlined_arithmetic():
 def _node_env(jit, inline=False):
     """The leaf array functions compiled with ``jit``, by name."""
     env = inlined_arithmetic() if inline else {}
-    for fn in (load1, load4, store4, jagged_source):
+    for fn in (load1, load1_once, load4, store4, jagged_source):
         env[fn.__name__] = jit(_rebind(fn, env))
     env["fold_node"] = jit(_rebind(fold_node, env))
     env["put_constant"] = jit(_rebind(put_constant, env))

@@ -57,6 +57,43 @@ def test_monty_reduce_sum4_whole_range(field, impl):
         assert got == x * pow(R, -1, p) % p, x
 
 
+def _words(p, seed=2):
+    """Edge uint32 words around 0, p, 2p and 2**32, and a random spread."""
+    edges = [0, 1, p - 1, p, p + 1, 2 * p - 1, 2 * p, 2 * p + 1, R - p - 1, R - p, R - 2, R - 1]
+    rng = np.random.default_rng(seed)
+    return edges + [int(v) for v in rng.integers(0, R, size=40, dtype=np.uint64)]
+
+
+@pytest.mark.parametrize("field", FIELD_NAMES)
+@pytest.mark.parametrize("name", ["canonical", "reduce_once"])
+def test_word_reductions_cover_every_uint32(field, name):
+    f = FIELDS[field]
+    p = f.p
+    for impl in (getattr(monty, name), getattr(monty, name).py_func):
+        for w in _words(p):
+            got = int(impl(np.uint32(w), np.uint32(p)))
+            assert got % p == w % p and got < (p if name == "canonical" else R - p), (w, got)
+
+
+@pytest.mark.parametrize("field", FIELD_NAMES)
+def test_base_fraction_sum_of_once_reduced_words(field):
+    """gkr_scalar.frac_bb on reduce_once inputs (its CPU loads) is the canonical fraction sum."""
+    from zorch_nb.kernels.gkr_scalar import frac_bb
+    f = FIELDS[field]
+    p, mu = np.uint32(f.p), np.uint32(f.mu_neg)
+    words = _words(f.p)
+    rng = np.random.default_rng(3)
+    quads = [(R - 1, R - 1, R - 1, R - 1), (R - f.p - 1,) * 4, (2 * f.p - 1,) * 4]
+    quads += [tuple(int(words[i]) for i in rng.integers(0, len(words), 4)) for _ in range(300)]
+    for impl in (frac_bb, frac_bb.py_func):
+        for n0, n1, d0, d1 in quads:
+            a, b, c, d = (monty.reduce_once(np.uint32(w), p) for w in (n0, n1, d0, d1))
+            num, den = (int(x) for x in impl(a, b, c, d, p, mu))
+            v = [dec(w % f.p, f.p) for w in (n0, n1, d0, d1)]
+            assert num == enc((v[0] * v[3] + v[1] * v[2]) % f.p, f.p), (n0, n1, d0, d1)
+            assert den == enc(v[2] * v[3] % f.p, f.p), (n0, n1, d0, d1)
+
+
 def _ext_cases(p, seed=1):
     rng = np.random.default_rng(seed)
     cases = [([p - 1] * 4, [p - 1] * 4), ([0] * 4, [p - 1] * 4), ([1, 0, 0, 0], [p - 1] * 4),
