@@ -25,13 +25,13 @@ Every MLE reaches the kernels as a flat uint32 view (an extension MLE
 kernel compiles once for every mode, field and length (field constants and
 the mode are runtime arguments).
 
-Why the dense loop is fast: each mode has its own ``prange`` loop with the
-mode a constant inside, and the slot index is a uint64, so after inlining
-the base/base body is branch-free straight-line code over unit-stride and
-stride-2 accesses that LLVM vectorizes (32x32->64 products as ``vpmuludq``,
-the conditional subtraction as an unsigned min).  The parfor body receives
-its arrays as ``noalias`` arguments, so no runtime alias checks are needed.
-With a signed index Numba adds negative-index wrap-around selects and LLVM
+Why the dense loop is fast: each mode has its own loop function with the
+mode a constant inside (:func:`_make_runs`), and the slot index is a uint64,
+so after inlining the base/base body is branch-free straight-line code over
+unit-stride and stride-2 accesses that LLVM vectorizes (32x32->64 products
+as ``vpmuludq``, the conditional subtraction as an unsigned min).  The loop
+functions take their arrays as ``noalias`` arguments (as a parfor body
+would), so no runtime alias checks are needed.  With a signed index Numba adds negative-index wrap-around selects and LLVM
 falls back to gathers/scatters (measured 3x slower).
 
 The jagged kernel splits each chunk of output slots into runs of one kind
