@@ -5,6 +5,14 @@ with the CPU kernels.  Each kernel is a grid-stride loop; arrays are
 contiguous device arrays (or host NumPy arrays, which Numba copies in and out),
 base ``(n,)`` and extension ``(n, 4)``.  Importing this module requires
 numba-cuda (or ``NUMBA_ENABLE_CUDASIM=1``).
+
+Every kernel is compiled with :data:`cached_kernel` (``cuda.jit(cache=True)``):
+a later process loads the PTX and cubin from the on-disk cache instead of
+compiling again (the simulator ignores the flag).  Numba-CUDA keys an entry
+on the kernel's bytecode and the pickled contents of its closure cells, and
+the kernels of :mod:`.gkr_cuda_numba` that are closures hold only numbers
+there, so the key is the same in every process; the callees in other files
+are covered by the source stamp of ``kernels/__init__.py``.
 """
 import numpy as np
 from numba import cuda
@@ -17,22 +25,25 @@ from .monty import OP_INV, base_pow as _base_pow, ext4_pow as _ext4_pow
 from .monty import ext4_map1 as _ext1
 from .monty import ext4_map2 as _ext2
 
+#: ``@cuda.jit`` with Numba-CUDA's on-disk cache (see the module docstring).
+cached_kernel = cuda.jit(cache=True)
 
-@cuda.jit
+
+@cached_kernel
 def _base_map1_kernel(op, a, p, mu, one, out):
     start, stride = cuda.grid(1), cuda.gridsize(1)
     for i in range(start, out.shape[0], stride):
         out[i] = _base1(op, a[i], p, mu, one)
 
 
-@cuda.jit
+@cached_kernel
 def _base_map2_kernel(op, a, b, p, mu, out):
     start, stride = cuda.grid(1), cuda.gridsize(1)
     for i in range(start, out.shape[0], stride):
         out[i] = _base2(op, a[i], b[i], p, mu)
 
 
-@cuda.jit
+@cached_kernel
 def _ext4_map1_kernel(op, a, p, mu, wm, one, out):
     start, stride = cuda.grid(1), cuda.gridsize(1)
     for i in range(start, out.shape[0], stride):
@@ -43,7 +54,7 @@ def _ext4_map1_kernel(op, a, p, mu, wm, one, out):
         out[i, 3] = c[3]
 
 
-@cuda.jit
+@cached_kernel
 def _ext4_map2_kernel(op, a, b, p, mu, wm, out):
     start, stride = cuda.grid(1), cuda.gridsize(1)
     for i in range(start, out.shape[0], stride):
@@ -55,14 +66,14 @@ def _ext4_map2_kernel(op, a, b, p, mu, wm, out):
         out[i, 3] = c[3]
 
 
-@cuda.jit
+@cached_kernel
 def _base_pow_kernel(a, e_hi, e_lo, nbits, p, mu, one, out):
     start, stride = cuda.grid(1), cuda.gridsize(1)
     for i in range(start, out.shape[0], stride):
         out[i] = _base_pow(a[i], e_hi, e_lo, nbits, p, mu, one)
 
 
-@cuda.jit
+@cached_kernel
 def _ext4_pow_kernel(a, e_hi, e_lo, nbits, p, mu, wm, one, out):
     start, stride = cuda.grid(1), cuda.gridsize(1)
     for i in range(start, out.shape[0], stride):

@@ -25,13 +25,17 @@ The jagged prefix sums are computed on the device by a one-block kernel when
 the counts live there (no device->host synchronization), and on the host when
 they are host arrays.  Importing this module requires numba-cuda (or
 ``NUMBA_ENABLE_CUDASIM=1``).
+
+Every kernel but the fused jagged chunk is on Numba-CUDA's on-disk cache
+(:data:`.field_cuda_numba.cached_kernel`; see :func:`_chunk_kernel` for the
+exception), so a second process loads instead of compiling.
 """
 import functools
 
 import numpy as np
 from numba import cuda
 
-from .field_cuda_numba import as_device
+from .field_cuda_numba import as_device, cached_kernel
 from .field_params import kernel_words
 from .monty import canonical
 from .gkr_scalar import (MODE_BB, MODE_BE, MODE_EB, frac_bb, frac_be, frac_eb, frac_ee,
@@ -55,13 +59,13 @@ def _kernels(mode):
     """
     dw = 4 if mode & 1 else 1  # words per output denominator
 
-    @cuda.jit
+    @cached_kernel
     def dense(n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm):
         start, stride = cuda.grid(1), cuda.gridsize(1)
         for k in range(start, od0.shape[0] // dw, stride):
             _dense_slot(mode, np.uint64(k), n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm)
 
-    @cuda.jit
+    @cached_kernel
     def jagged(rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm, one):
         start, stride = cuda.grid(1), cuda.gridsize(1)
         for q in range(start, od0.shape[0] // dw, stride):
@@ -72,7 +76,7 @@ def _kernels(mode):
     return dense, jagged
 
 
-@cuda.jit
+@cached_kernel
 def _prefix_kernel(rc, orc, prefix):
     # One block of GKR_NUMBA_SCAN_THREADS threads.  Thread t sums a contiguous
     # run of segments; thread 0 scans the per-thread totals in shared memory;
@@ -184,7 +188,7 @@ def _pyramid_kernel(mode):
     smem_words = 3 * cap * words // 2
     one = np.uint64(1)
 
-    @cuda.jit
+    @cached_kernel
     def pyramid(n0, n1, d0, d1, outs, tile_slots, nlayers, p, mu, wm):
         smem = cuda.shared.array(smem_words, dtype=np.uint32)
         tile = np.uint64(cuda.blockIdx.x)
@@ -291,7 +295,7 @@ def _fold16(mode, a0, a1, a2, a3, b0, b1, b2, b3, c0, c1, c2, c3, e0, e1, e2, e3
     return frac_ee(a0, a1, a2, a3, b0, b1, b2, b3, c0, c1, c2, c3, e0, e1, e2, e3, p, mu, wm)
 
 
-@cuda.jit
+@cached_kernel
 def _chunk_scan_kernel(cnts, prefix):
     # One block; thread r < 4 scans count row r serially (nb is small next to
     # the layers, and this runs once per three transitions).
@@ -385,6 +389,9 @@ def _chunk_kernel(mode):
         dead = (z, z, z, z, z, z, z, z)
         store(dead, dead, outs[base], outs[base + 1], outs[base + 2], outs[base + 3], g)
 
+    # Not on the disk cache, unlike the other kernels: its closure holds device
+    # functions, which pickle with a per-process UUID, so the cache key would
+    # differ in every process (never a hit, one more entry each run).
     @cuda.jit
     def chunk(cnts, prefix, n0, n1, d0, d1, outs, items, p, mu, wm, one):
         nb = prefix.shape[1]
