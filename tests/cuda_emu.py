@@ -474,18 +474,38 @@ def _ctypes_arg(a):
     raise TypeError(f"the launcher passed an argument of type {type(a).__name__}")
 
 
+#: What CuPy passes for each parameter kind: a device array's pointer, or a
+#: NumPy scalar / size-1 structured array copied by value with its own size
+#: (so a scalar of the wrong width would shift every later parameter).
+_ARG_TYPES = {"P": "EmuArray", "i32": "int32", "u32": "uint32", "u64": "uint64"}
+
+
+def _check_args(name, params, args):
+    """The launch's arguments have the kinds of ``name``'s parameters, in order."""
+    assert len(args) == len(params), f"{name}: {len(args)} arguments for {len(params)} parameters"
+    for i, (kind, a) in enumerate(zip(params, args)):
+        if kind.startswith("S:"):
+            ok = isinstance(a, np.ndarray) and a.dtype.names is not None and a.size == 1
+        else:
+            ok = type(a).__name__ == _ARG_TYPES[kind]
+        assert ok, f"{name}: argument {i} is a {type(a).__name__}, the parameter is {kind}"
+
+
 class _Function:
-    def __init__(self, lib, name, launches):
+    def __init__(self, lib, name, launches, plain):
         m = re.fullmatch(r"(\w+)<(\d), (\d), (true|false)>", name)
         if m:
             kernel, mode, vec = m.group(1), 2 * int(m.group(2)) + int(m.group(3)), m.group(4)
             self.symbol = _symbol(kernel, mode, vec == "true")
+            self.params = KERNELS[kernel]
         else:
             self.symbol = _symbol(name)
+            self.params = plain[name]
         self.fn, self.name, self.launches = getattr(lib, self.symbol), name, launches
 
     def __call__(self, grid, block, args):
         assert len(grid) == 1 and len(block) == 1
+        _check_args(self.name, self.params, args)
         cargs = [ctypes.c_uint(grid[0]), ctypes.c_uint(block[0]), *map(_ctypes_arg, args)]
 
         def launch():
@@ -547,10 +567,11 @@ def fake_cupy(launches: list) -> types.ModuleType:
             assert tuple(options) == ("-std=c++17",), options
             self.names = set(name_expressions)
             self.lib = emulated_code(code)
+            self.plain = plain_kernels(code)
 
         def get_function(self, name):
             assert "<" not in name or name in self.names, name  # as NVRTC would insist
-            return _Function(self.lib, name, launches)
+            return _Function(self.lib, name, launches, self.plain)
 
     mod.memoize = memoize
     mod.RawModule = RawModule
