@@ -62,6 +62,43 @@ def test_a_failing_section_is_reported_not_fatal(tmp_path, monkeypatch):
     assert not any(k.startswith("jagged transition") for k in kernels)
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--sizes", "40"], "--sizes: 40 is not a log2 element count in 4..32"),
+    (["--sizes", "3"], "--sizes: 3 is not a log2 element count"),
+    (["--repeat", "0"], "--repeat: 0 is not a positive number of repetitions"),
+])
+def test_bench_rejects_sizes_and_repeats_it_cannot_measure(argv, message, capsys):
+    from zorch_nb.__main__ import main
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", *argv])
+    assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_size_that_does_not_fit_stops_the_sizes_with_a_clear_error(tmp_path, monkeypatch):
+    """The copy yardstick running out of memory ends the size loop, keeps the
+    sizes measured before it, and says why (no traceback, exit status 1)."""
+    import argparse
+
+    from zorch_nb import bench
+    real = bench.cpu_copy_gbps
+
+    def copy_or_oom(n, repeat):
+        if n > 2**8:
+            raise MemoryError(f"Unable to allocate {32 * n} bytes")
+        return real(n, repeat)
+    monkeypatch.setattr(bench, "cpu_copy_gbps", copy_or_oom)
+    monkeypatch.setattr(bench, "_gkr_rows", lambda *args: [])
+    monkeypatch.setattr(bench, "second_process", lambda backend, xp: {"backend": backend})
+    out = tmp_path / "b.json"
+    args = argparse.Namespace(device="cpu", sizes=[8, 9, 10], repeat=1, json=str(out), plot=None)
+    assert bench.main(args) == 1
+    report = json.loads(out.read_text())
+    assert [c["size"] for c in report["copy"]] == [4 * 2**8]
+    assert report["errors"] == [f"2^9 elements do not fit in memory: the copy yardstick failed "
+                                f"(Unable to allocate {32 * 2**9} bytes); this size and larger "
+                                "ones skipped"]
+
+
 def test_sass_stats_counts_opcode_classes():
     """benchmarks/sass_stats.py (run on the GPU machine's cubin) parses cuobjdump's text."""
     import importlib.util

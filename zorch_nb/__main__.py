@@ -71,6 +71,29 @@ def bench(args) -> int:
     return bench_mod.main(args)
 
 
+#: log2 element counts the bench accepts: below 2**4 a jagged layer has fewer
+#: rows than segments; 2**32 elements of uint32 are 16 GiB per array.
+BENCH_LOG2_SIZES = range(4, 33)
+
+
+def _log2_size(text: str) -> int:
+    """argparse type of ``--sizes``: an int in :data:`BENCH_LOG2_SIZES`."""
+    value = int(text)
+    if value not in BENCH_LOG2_SIZES:
+        raise argparse.ArgumentTypeError(
+            f"{value} is not a log2 element count in {BENCH_LOG2_SIZES.start}.."
+            f"{BENCH_LOG2_SIZES.stop - 1}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    """argparse type of ``--repeat``: an int >= 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive number of repetitions")
+    return value
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m zorch_nb", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -81,11 +104,11 @@ def main(argv=None) -> int:
     d.set_defaults(func=demo)
     b = sub.add_parser("bench", help="measure kernels against the copy / NumPy yardsticks")
     b.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
-    b.add_argument("--sizes", type=int, nargs="+", default=None,
+    b.add_argument("--sizes", type=_log2_size, nargs="+", default=None,
                    help="log2 of the element counts to measure (default: 20 on cpu, 26 on gpu)")
     b.add_argument("--json", metavar="FILE", help="write the results as JSON")
     b.add_argument("--plot", metavar="FILE.png", help="bar chart of fraction of roofline (matplotlib)")
-    b.add_argument("--repeat", type=int, default=5, help="timed repetitions (best is reported)")
+    b.add_argument("--repeat", type=_positive_int, default=5, help="timed repetitions (best is reported)")
     b.add_argument("--backends", nargs="+", choices=("cupy", "numba"), default=None,
                    help="GPU backends to measure (default: both)")
     b.set_defaults(func=bench)

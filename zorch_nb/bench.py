@@ -319,7 +319,14 @@ def main(args) -> int:
     for lg in sizes:
         n = 1 << lg
         measure_copy = gpu_copy_gbps if device == "gpu" else cpu_copy_gbps
-        copy_row = measure_copy(n, args.repeat)
+        try:
+            copy_row = measure_copy(n, args.repeat)
+        except MemoryError as exc:  # nothing at this size or above can run
+            msg = (f"2^{lg} elements do not fit in memory: the copy yardstick failed "
+                   f"({exc}); this size and larger ones skipped")
+            guard.errors.append(msg)
+            print(f"FAILED {msg}", file=sys.stderr)
+            break
         rows = []
         for backend in backends:
             rows += guard(f"{backend} field ops",
