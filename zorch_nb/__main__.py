@@ -44,7 +44,8 @@ def demo(args) -> int:
         backend = "cupy"
     if backend == "cupy" and not _gpu_available():
         print("GPU requested but CuPy or a CUDA GPU is not available; "
-              "install with pip install 'zorch_nb[cuda]' on a GPU machine", file=sys.stderr)
+              "install with pip install 'zorch_nb[cuda12]' or '[cuda13]' on a GPU machine",
+              file=sys.stderr)
         return 2
     if backend == "numba" and not _numba_cuda_available():
         print("backend numba needs numba-cuda and a CUDA GPU; without a GPU run it under "

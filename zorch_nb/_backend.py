@@ -28,7 +28,8 @@ __all__ = ["BACKENDS", "array_kind", "resolve", "kernels_for", "device_of",
 
 BACKENDS = ("cpu", "cupy", "numba")
 
-_CUDA_EXTRA = "pip install 'zorch_nb[cuda]'"
+_CUDA_EXTRA = ("pip install 'zorch_nb[cuda12]' or 'zorch_nb[cuda13]' "
+               "(the machine's CUDA major version)")
 
 
 def array_kind(x) -> str:

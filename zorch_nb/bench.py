@@ -286,7 +286,8 @@ def main(args) -> int:
             import cupy
             cupy.cuda.runtime.getDeviceCount()
         except Exception as exc:
-            print(f"--device gpu needs CuPy and a CUDA GPU ({exc}); pip install 'zorch_nb[cuda]'",
+            print(f"--device gpu needs CuPy and a CUDA GPU ({exc}); "
+                  "pip install 'zorch_nb[cuda12]' or '[cuda13]'",
                   file=sys.stderr)
             return 2
         xp, timer = cupy, _time_gpu
