@@ -68,10 +68,13 @@ def canonical(a, p):
     """
     a = np.uint32(a)
     pp = np.uint32(p)
+    # np.uint32(...) keeps the result 32-bit: Numba types uint32 - uint32 as
+    # 64-bit, and a product of two such values then takes a 64x64 multiply
+    # (three IMADs on the GPU instead of one IMAD.WIDE)
     if a >= pp:
-        a -= pp
+        a = np.uint32(a - pp)
     if a >= pp:
-        a -= pp
+        a = np.uint32(a - pp)
     return a
 
 
@@ -89,7 +92,7 @@ def reduce_once(a, p):
     a = np.uint32(a)
     pp = np.uint32(p)
     if a >= pp:
-        a -= pp
+        a = np.uint32(a - pp)  # 32-bit, as in canonical
     return a
 
 
