@@ -16,8 +16,10 @@ import shutil
 import subprocess
 import sys
 
+# LD / ST: generic loads and stores (the state space resolved at run time),
+# e.g. a Numba-CUDA kernel reaching shared memory through an array slice.
 _CLASSES = ("IMAD.WIDE", "IMAD", "IMAD.HI", "IADD3", "ISETP", "SEL", "LDG", "STG", "LDS", "STS",
-            "SHFL", "BAR")
+            "LD", "ST", "SHFL", "BAR")
 
 
 def _class(op: str) -> str:

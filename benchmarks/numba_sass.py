@@ -1,0 +1,102 @@
+"""Instruction counts of the Numba-CUDA GKR kernels (SASS), without a GPU.
+
+Usage: ``python benchmarks/numba_sass.py [OUTDIR] [CUOBJDUMP]`` from the
+project root (needs numba-cuda with NVVM, ``ptxas`` and a ``cuobjdump``).
+
+The twin of ``benchmarks/sass_stats.py`` (which reads the CUDA C kernels'
+cubin): each Numba-CUDA launch of a dense transition (four field modes) and
+of the fused dense pyramid is compiled to sm_90 PTX with the argument types
+the object layer passes (the driverless stand-ins of ``tests/cuda_nodriver.py``),
+assembled with ``ptxas -arch=sm_90`` and disassembled.  A dense kernel's count
+is one grid-stride loop body (one output slot, two nodes) plus a few dozen
+instructions of set-up.
+
+Where the local ``ptxas`` is older than NVVM it rejects the PTX ``.version``
+line; the file is then assembled once more with the version ptxas names as
+its own (the kernels use no newer PTX feature; ptxas refuses the file if they
+do), and the table says so.
+"""
+import os
+import re
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def compile_kernels() -> dict:
+    """``{label: ptx}`` of every Numba-CUDA launch of the driven object-layer calls."""
+    os.environ.pop("NUMBA_ENABLE_CUDASIM", None)
+    sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+    import cuda_nodriver
+    from numba import cuda
+
+    ptx = {}
+
+    def on_launch(disp, sig):
+        label = f"{disp.py_func.__qualname__.replace('.<locals>', '')}#{len(ptx)}"
+        ptx[label], _ = cuda.compile_ptx(disp.py_func, sig, cc=(9, 0))
+
+    cuda_nodriver.install(on_launch)
+    from zorch_nb import KoalaBear as F
+    from zorch_nb import logup_gkr as lg
+    for n_ext in (False, True):
+        for d_ext in (False, True):
+            N, D = (F.ext if n_ext else F), (F.ext if d_ext else F)
+            mles = [N.random(16, seed=1), N.random(16, seed=2),
+                    D.random(16, seed=3), D.random(16, seed=4)]
+            mode = f"{'ext' if n_ext else 'base'}/{'ext' if d_ext else 'base'}"
+            before = set(ptx)
+            lg.layer_transition(lg.GkrLayer(*mles, 1, F), backend="numba")
+            lg.build_pyramid(lg.GkrLayer(*mles, 1, F), backend="numba")
+            for label in set(ptx) - before:  # name each launch by its input mode
+                ptx[f"{label.split('#')[0]} {mode}"] = ptx.pop(label)
+    return ptx
+
+
+def assemble(path_ptx: str, path_cubin: str) -> str:
+    """``ptxas -arch=sm_90``; returns a note when the PTX version had to be lowered."""
+    cmd = ["ptxas", "-arch=sm_90", path_ptx, "-o", path_cubin]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode == 0:
+        return ""
+    m = re.search(r"Unsupported \.version (\S+); current version is '(\S+)'", res.stderr)
+    if not m:
+        raise RuntimeError(res.stderr)
+    with open(path_ptx) as fh:
+        text = fh.read()
+    with open(path_ptx, "w") as fh:
+        fh.write(re.sub(r"^\.version \S+", f".version {m.group(2)}", text, count=1, flags=re.M))
+    subprocess.run(cmd, capture_output=True, text=True, check=True)
+    return f"PTX .version {m.group(1)} assembled as {m.group(2)}"
+
+
+def main(argv) -> int:
+    out = argv[1] if len(argv) > 1 else "/tmp/zorch_numba_sass"
+    tool = argv[2] if len(argv) > 2 else None
+    os.makedirs(out, exist_ok=True)
+    sys.path.insert(0, HERE)
+    import sass_stats
+    tool = tool or sass_stats.shutil.which("cuobjdump")
+    if not tool:
+        print("cuobjdump not found (pass its path)", file=sys.stderr)
+        return 2
+    classes = sass_stats._CLASSES
+    print(f"{'kernel (input mode)':<34} {'instr':>6} " + " ".join(f"{c:>9}" for c in classes))
+    notes = set()
+    for k, (label, text) in enumerate(sorted(compile_kernels().items())):
+        ptx, cubin = os.path.join(out, f"k{k}.ptx"), os.path.join(out, f"k{k}.cubin")
+        with open(ptx, "w") as fh:
+            fh.write(text)
+        notes.add(assemble(ptx, cubin))
+        sass = subprocess.run([tool, "-sass", cubin], capture_output=True, text=True,
+                              check=True).stdout
+        for _, total, c in sass_stats.stats(sass):
+            print(f"{label:<34} {total:>6} " + " ".join(f"{c[x]:>9}" for x in classes))
+    for note in sorted(notes - {""}):
+        print(note)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
