@@ -14,7 +14,8 @@ instructions of set-up.
 Where the local ``ptxas`` is older than NVVM it rejects the PTX ``.version``
 line; the file is then assembled once more with the version ptxas names as
 its own (the kernels use no newer PTX feature; ptxas refuses the file if they
-do), and the table says so.
+do), and the table says so.  ``loop`` is the instruction count of the main
+loop alone (the backward branch spanning the most global loads).
 """
 import os
 import re
@@ -54,6 +55,20 @@ def compile_kernels() -> dict:
     return ptx
 
 
+def loop_body(sass: str) -> int:
+    """Instructions of the kernel's main loop: the backward branch whose span
+    holds the most global loads (a grid-stride loop body = one slot)."""
+    ins = re.findall(r"/\*([0-9a-f]{4})\*/\s+([^;]*);", sass)
+    addr = [int(a, 16) for a, _ in ins]
+    best = (0, 0)
+    for at, (_, text) in zip(addr, ins):
+        m = re.search(r"\bBRA (0x[0-9a-f]+)", text)
+        if m and int(m.group(1), 16) < at:
+            body = [t for a, t in zip(addr, (t for _, t in ins)) if int(m.group(1), 16) <= a <= at]
+            best = max(best, (sum("LDG" in t for t in body), len(body)))
+    return best[1]
+
+
 def assemble(path_ptx: str, path_cubin: str) -> str:
     """``ptxas -arch=sm_90``; returns a note when the PTX version had to be lowered."""
     cmd = ["ptxas", "-arch=sm_90", path_ptx, "-o", path_cubin]
@@ -82,7 +97,8 @@ def main(argv) -> int:
         print("cuobjdump not found (pass its path)", file=sys.stderr)
         return 2
     classes = sass_stats._CLASSES
-    print(f"{'kernel (input mode)':<34} {'instr':>6} " + " ".join(f"{c:>9}" for c in classes))
+    print(f"{'kernel (input mode)':<34} {'instr':>6} {'loop':>6} "
+          + " ".join(f"{c:>9}" for c in classes))
     notes = set()
     for k, (label, text) in enumerate(sorted(compile_kernels().items())):
         ptx, cubin = os.path.join(out, f"k{k}.ptx"), os.path.join(out, f"k{k}.cubin")
@@ -92,7 +108,8 @@ def main(argv) -> int:
         sass = subprocess.run([tool, "-sass", cubin], capture_output=True, text=True,
                               check=True).stdout
         for _, total, c in sass_stats.stats(sass):
-            print(f"{label:<34} {total:>6} " + " ".join(f"{c[x]:>9}" for x in classes))
+            print(f"{label:<34} {total:>6} {loop_body(sass):>6} "
+                  + " ".join(f"{c[x]:>9}" for x in classes))
     for note in sorted(notes - {""}):
         print(note)
     return 0
