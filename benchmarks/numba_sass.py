@@ -4,8 +4,8 @@ Usage: ``python benchmarks/numba_sass.py [OUTDIR] [CUOBJDUMP]`` from the
 project root (needs numba-cuda with NVVM, ``ptxas`` and a ``cuobjdump``).
 
 The twin of ``benchmarks/sass_stats.py`` (which reads the CUDA C kernels'
-cubin): each Numba-CUDA launch of a dense transition (four field modes) and
-of the fused dense pyramid is compiled to sm_90 PTX with the argument types
+cubin): each Numba-CUDA launch of a dense and a jagged transition (four field
+modes), of the fused dense pyramid and of the fused jagged chunk is compiled to sm_90 PTX with the argument types
 the object layer passes (the driverless stand-ins of ``tests/cuda_nodriver.py``),
 assembled with ``ptxas -arch=sm_90`` and disassembled.  A dense kernel's count
 is one grid-stride loop body (one output slot, two nodes) plus a few dozen
@@ -50,6 +50,10 @@ def compile_kernels() -> dict:
             before = set(ptx)
             lg.layer_transition(lg.GkrLayer(*mles, 1, F), backend="numba")
             lg.build_pyramid(lg.GkrLayer(*mles, 1, F), backend="numba")
+            layer = lg.JaggedGkrLayer(*mles, [5, 3, 0, 8], F)
+            lg.jagged_layer_transition(layer, [3, 2, 1, 4], backend="numba")
+            lg.build_jagged_pyramid(layer, [[3, 2, 1, 4], [2, 1, 1, 2], [1, 1, 1, 1]],
+                                    backend="numba")  # the fused three-step chunk
             for label in set(ptx) - before:  # name each launch by its input mode
                 ptx[f"{label.split('#')[0]} {mode}"] = ptx.pop(label)
     return ptx
@@ -58,7 +62,7 @@ def compile_kernels() -> dict:
 def loop_body(sass: str) -> int:
     """Instructions of the kernel's main loop: the backward branch whose span
     holds the most global loads (a grid-stride loop body = one slot)."""
-    ins = re.findall(r"/\*([0-9a-f]{4})\*/\s+([^;]*);", sass)
+    ins = re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)
     addr = [int(a, 16) for a, _ in ins]
     best = (0, 0)
     for at, (_, text) in zip(addr, ins):

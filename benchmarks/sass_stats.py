@@ -38,7 +38,7 @@ def stats(sass: str) -> list:
         mangled = part.split("\n", 1)[0].strip()
         name = subprocess.run(["c++filt", mangled], capture_output=True,
                               text=True).stdout.strip() or mangled
-        ops = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", part)
+        ops = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", part)
         out.append((name, len(ops), collections.Counter(_class(op) for op in ops)))
     return out
 
