@@ -26,9 +26,10 @@ the counts live there (no device->host synchronization), and on the host when
 they are host arrays.  Importing this module requires numba-cuda (or
 ``NUMBA_ENABLE_CUDASIM=1``).
 
-Every kernel but the fused jagged chunk is on Numba-CUDA's on-disk cache
-(:data:`.field_cuda_numba.cached_kernel`; see :func:`_chunk_kernel` for the
-exception), so a second process loads instead of compiling.
+Every kernel is on Numba-CUDA's on-disk cache
+(:data:`.field_cuda_numba.cached_kernel`), so a second process loads instead
+of compiling; the per-mode kernels close over numbers only (see the chunk
+kernel's device functions for why that matters).
 """
 import functools
 
@@ -308,6 +309,100 @@ def _chunk_scan_kernel(cnts, prefix):
             prefix[r, i] = acc
 
 
+# The device functions of the fused chunk take the field modes and word counts
+# as arguments: called with the kernel's closure constants, Numba types them
+# as literals and compiles one specialisation per mode (branches and word
+# loops folded away), while the kernel's closure holds only numbers -- so its
+# on-disk cache key is the same in every process.  (Closures over device
+# functions, as this kernel first had, pickle with a per-process UUID.)
+
+@cuda.jit(device=True)
+def _chunk_word(a, i, k, w, p):
+    """Word ``k`` of element ``i`` of a flat MLE with ``w`` words per element,
+    mod p (0 past ``w``)."""
+    if k < w:
+        return canonical(a[i * np.uint64(w) + np.uint64(k)], p)
+    return np.uint32(0)
+
+
+@cuda.jit(device=True)
+def _chunk_leaf(mode, in_nw, dw, cnts, prefix, s, i, n0, n1, d0, d1, p, mu, wm, one):
+    """``F_0(i)``: the fold of input node ``i`` of segment ``s``, or neutral."""
+    z = np.uint32(0)
+    cnt = np.int64(cnts[0][s])
+    if i >= cnt:
+        return z, z, z, z, one, z, z, z
+    e = np.uint64(prefix[0, s] - cnt + i)
+    return _fold16(mode, _chunk_word(n0, e, 0, in_nw, p), _chunk_word(n0, e, 1, in_nw, p),
+                   _chunk_word(n0, e, 2, in_nw, p), _chunk_word(n0, e, 3, in_nw, p),
+                   _chunk_word(n1, e, 0, in_nw, p), _chunk_word(n1, e, 1, in_nw, p),
+                   _chunk_word(n1, e, 2, in_nw, p), _chunk_word(n1, e, 3, in_nw, p),
+                   _chunk_word(d0, e, 0, dw, p), _chunk_word(d0, e, 1, dw, p),
+                   _chunk_word(d0, e, 2, dw, p), _chunk_word(d0, e, 3, dw, p),
+                   _chunk_word(d1, e, 0, dw, p), _chunk_word(d1, e, 1, dw, p),
+                   _chunk_word(d1, e, 2, dw, p), _chunk_word(d1, e, 3, dw, p), p, mu, wm)
+
+
+@cuda.jit(device=True)
+def _chunk_store(nw, dw, c0, c1, gn0, gn1, gd0, gd1, k):
+    """Node ``(c0, c1)`` at slot ``k`` of a layer with ``nw`` / ``dw`` words
+    per numerator / denominator."""
+    for w in range(nw):
+        gn0[k * np.uint64(nw) + np.uint64(w)] = c0[w]
+        gn1[k * np.uint64(nw) + np.uint64(w)] = c1[w]
+    for w in range(dw):
+        gd0[k * np.uint64(dw) + np.uint64(w)] = c0[4 + w]
+        gd1[k * np.uint64(dw) + np.uint64(w)] = c1[4 + w]
+
+
+@cuda.jit(device=True)
+def _chunk_stored(r, out_mode, nw, dw, c0, c1, cnt, i, s, prefix, outs, p, mu, wm):
+    """Node ``i`` of output layer ``r`` holds ``(c0, c1)``: stored at its slot
+    (``outs[4 (r - 1) ...]``), and its fraction sum ``F_r(i)`` returned."""
+    _chunk_store(nw, dw, c0, c1, outs[4 * r - 4], outs[4 * r - 3], outs[4 * r - 2],
+                 outs[4 * r - 1], np.uint64(prefix[r, s] - cnt + i))
+    return _fold16(out_mode, c0[0], c0[1], c0[2], c0[3], c1[0], c1[1], c1[2], c1[3],
+                   c0[4], c0[5], c0[6], c0[7], c1[4], c1[5], c1[6], c1[7], p, mu, wm)
+
+
+@cuda.jit(device=True)
+def _chunk_value1(mode, out_mode, in_nw, nw, dw, cnts, prefix, s, i, n0, n1, d0, d1, outs,
+                  p, mu, wm, one):
+    """``F_1(i)`` (neutral past the layer's count), node ``i`` of layer 1 stored."""
+    z = np.uint32(0)
+    cnt = np.int64(cnts[1][s])
+    if i >= cnt:
+        return z, z, z, z, one, z, z, z
+    c0 = _chunk_leaf(mode, in_nw, dw, cnts, prefix, s, 2 * i, n0, n1, d0, d1, p, mu, wm, one)
+    c1 = _chunk_leaf(mode, in_nw, dw, cnts, prefix, s, 2 * i + 1, n0, n1, d0, d1, p, mu, wm,
+                     one)
+    return _chunk_stored(1, out_mode, nw, dw, c0, c1, cnt, i, s, prefix, outs, p, mu, wm)
+
+
+@cuda.jit(device=True)
+def _chunk_value2(mode, out_mode, in_nw, nw, dw, cnts, prefix, s, i, n0, n1, d0, d1, outs,
+                  p, mu, wm, one):
+    """``F_2(i)`` (neutral past the layer's count), nodes below it stored."""
+    z = np.uint32(0)
+    cnt = np.int64(cnts[2][s])
+    if i >= cnt:
+        return z, z, z, z, one, z, z, z
+    c0 = _chunk_value1(mode, out_mode, in_nw, nw, dw, cnts, prefix, s, 2 * i, n0, n1, d0, d1,
+                       outs, p, mu, wm, one)
+    c1 = _chunk_value1(mode, out_mode, in_nw, nw, dw, cnts, prefix, s, 2 * i + 1, n0, n1, d0,
+                       d1, outs, p, mu, wm, one)
+    return _chunk_stored(2, out_mode, nw, dw, c0, c1, cnt, i, s, prefix, outs, p, mu, wm)
+
+
+@cuda.jit(device=True)
+def _chunk_dead_fill(nw, dw, outs, base, g):
+    """Slot ``g`` of the layer ``outs[base:base + 4]`` is dead: 0/0."""
+    z = np.uint32(0)
+    dead = (z, z, z, z, z, z, z, z)
+    _chunk_store(nw, dw, dead, dead, outs[base], outs[base + 1], outs[base + 2],
+                 outs[base + 3], g)
+
+
 @functools.lru_cache(maxsize=None)
 def _chunk_kernel(mode):
     """Fused jagged chunk kernel for input ``mode`` (compiled on first use).
@@ -325,74 +420,7 @@ def _chunk_kernel(mode):
     nw, dw = mle_words(out_mode)  # words per output numerator / denominator
     in_nw = mle_words(mode)[0]
 
-    @cuda.jit(device=True)
-    def word(a, i, k, w, p):
-        # word k of element i of a flat MLE with w words per element, mod p
-        # (0 past w)
-        if k < w:
-            return canonical(a[i * np.uint64(w) + np.uint64(k)], p)
-        return np.uint32(0)
-
-    @cuda.jit(device=True)
-    def leaf(cnts, prefix, s, i, n0, n1, d0, d1, outs, p, mu, wm, one):
-        # F_0(i): the fold of input node i of segment s, or neutral
-        z = np.uint32(0)
-        cnt = np.int64(cnts[0][s])
-        if i >= cnt:
-            return z, z, z, z, one, z, z, z
-        e = np.uint64(prefix[0, s] - cnt + i)
-        return _fold16(mode, word(n0, e, 0, in_nw, p), word(n0, e, 1, in_nw, p),
-                       word(n0, e, 2, in_nw, p), word(n0, e, 3, in_nw, p),
-                       word(n1, e, 0, in_nw, p), word(n1, e, 1, in_nw, p),
-                       word(n1, e, 2, in_nw, p), word(n1, e, 3, in_nw, p),
-                       word(d0, e, 0, dw, p), word(d0, e, 1, dw, p), word(d0, e, 2, dw, p),
-                       word(d0, e, 3, dw, p), word(d1, e, 0, dw, p), word(d1, e, 1, dw, p),
-                       word(d1, e, 2, dw, p), word(d1, e, 3, dw, p), p, mu, wm)
-
-    @cuda.jit(device=True)
-    def store(c0, c1, gn0, gn1, gd0, gd1, k):
-        # node (c0, c1) at slot k of a layer in out_mode
-        for w in range(nw):
-            gn0[k * np.uint64(nw) + np.uint64(w)] = c0[w]
-            gn1[k * np.uint64(nw) + np.uint64(w)] = c1[w]
-        for w in range(dw):
-            gd0[k * np.uint64(dw) + np.uint64(w)] = c0[4 + w]
-            gd1[k * np.uint64(dw) + np.uint64(w)] = c1[4 + w]
-
-    @cuda.jit(device=True)
-    def node_value(c0, c1, p, mu, wm):
-        # F of a stored node: its children's fraction sum (out_mode)
-        return _fold16(out_mode, c0[0], c0[1], c0[2], c0[3], c1[0], c1[1], c1[2], c1[3],
-                       c0[4], c0[5], c0[6], c0[7], c1[4], c1[5], c1[6], c1[7], p, mu, wm)
-
-    def level(child, r):
-        # F_r(i) for output layer r (1 or 2): node i from child = F_{r-1},
-        # stored at its slot of layer r (outs[4 (r - 1) ...]), then folded.
-        @cuda.jit(device=True)
-        def value(cnts, prefix, s, i, n0, n1, d0, d1, outs, p, mu, wm, one):
-            z = np.uint32(0)
-            cnt = np.int64(cnts[r][s])
-            if i >= cnt:
-                return z, z, z, z, one, z, z, z
-            c0 = child(cnts, prefix, s, 2 * i, n0, n1, d0, d1, outs, p, mu, wm, one)
-            c1 = child(cnts, prefix, s, 2 * i + 1, n0, n1, d0, d1, outs, p, mu, wm, one)
-            store(c0, c1, outs[4 * r - 4], outs[4 * r - 3], outs[4 * r - 2], outs[4 * r - 1],
-                  np.uint64(prefix[r, s] - cnt + i))
-            return node_value(c0, c1, p, mu, wm)
-        return value
-
-    value2 = level(level(leaf, 1), 2)
-
-    @cuda.jit(device=True)
-    def dead_fill(outs, base, g):
-        z = np.uint32(0)
-        dead = (z, z, z, z, z, z, z, z)
-        store(dead, dead, outs[base], outs[base + 1], outs[base + 2], outs[base + 3], g)
-
-    # Not on the disk cache, unlike the other kernels: its closure holds device
-    # functions, which pickle with a per-process UUID, so the cache key would
-    # differ in every process (never a hit, one more entry each run).
-    @cuda.jit
+    @cached_kernel
     def chunk(cnts, prefix, n0, n1, d0, d1, outs, items, p, mu, wm, one):
         nb = prefix.shape[1]
         start, stride = cuda.grid(1), cuda.gridsize(1)
@@ -401,18 +429,20 @@ def _chunk_kernel(mode):
             gg = np.uint64(g)
             # dead slots of each output layer (its width is its numerator length)
             if q >= prefix[1, nb - 1] and q < outs[0].shape[0] // nw:
-                dead_fill(outs, 0, gg)
+                _chunk_dead_fill(nw, dw, outs, 0, gg)
             if q >= prefix[2, nb - 1] and q < outs[4].shape[0] // nw:
-                dead_fill(outs, 4, gg)
+                _chunk_dead_fill(nw, dw, outs, 4, gg)
             if q >= prefix[3, nb - 1] and q < outs[8].shape[0] // nw:
-                dead_fill(outs, 8, gg)
+                _chunk_dead_fill(nw, dw, outs, 8, gg)
             if q < prefix[3, nb - 1]:
                 s = _find_segment(prefix, 3, q)
                 cnt = np.int64(cnts[3][s])
                 j = q - (prefix[3, s] - cnt)
-                c0 = value2(cnts, prefix, s, 2 * j, n0, n1, d0, d1, outs, p, mu, wm, one)
-                c1 = value2(cnts, prefix, s, 2 * j + 1, n0, n1, d0, d1, outs, p, mu, wm, one)
-                store(c0, c1, outs[8], outs[9], outs[10], outs[11], gg)
+                c0 = _chunk_value2(mode, out_mode, in_nw, nw, dw, cnts, prefix, s, 2 * j,
+                                   n0, n1, d0, d1, outs, p, mu, wm, one)
+                c1 = _chunk_value2(mode, out_mode, in_nw, nw, dw, cnts, prefix, s, 2 * j + 1,
+                                   n0, n1, d0, d1, outs, p, mu, wm, one)
+                _chunk_store(nw, dw, c0, c1, outs[8], outs[9], outs[10], outs[11], gg)
 
     return chunk
 

@@ -2,9 +2,9 @@
 process loads them instead of compiling, without a GPU.
 
 Two fresh processes drive the Numba-CUDA launch paths of the object layer
-(field ops, a dense transition, the fused dense pyramid) with each launch
-replaced by ``dispatcher.compile`` for that launch's argument types, against
-one empty ``NUMBA_CACHE_DIR``.  There is no driver here, so the device is
+(field ops, dense and jagged transitions, the fused dense pyramid, the fused
+jagged chunk) with each launch replaced by ``dispatcher.compile`` for that
+launch's argument types, against one empty ``NUMBA_CACHE_DIR``.  There is no driver here, so the device is
 named (sm_90) and the cubin step (``_Kernel.bind``) is skipped: the cache
 entries hold the PTX; on a GPU they hold the cubin too.  The first process
 must compile and save every kernel, the second must load every one (a
@@ -52,6 +52,10 @@ SCRIPT = textwrap.dedent(r'''
             F.ext.random(16, seed=6), F.ext.random(16, seed=7)]
     lg.layer_transition(lg.GkrLayer(*mles, 1, F), backend="numba")
     lg.build_pyramid(lg.GkrLayer(*mles, 1, F), backend="numba")  # fused, base/ext
+    layer = lg.JaggedGkrLayer(*mles, [5, 3, 0, 8], F)
+    lg.jagged_layer_transition(layer, [3, 2, 1, 4], backend="numba")
+    lg.build_jagged_pyramid(layer, [[3, 2, 1, 4], [2, 1, 1, 2], [1, 1, 1, 1]],
+                            backend="numba")  # the fused three-step chunk
     report = {}
     for disp in seen.values():
         st = disp.stats
@@ -83,9 +87,11 @@ def test_numba_cuda_kernels_load_from_the_disk_cache_in_a_second_process(tmp_pat
         pytest.skip(f"NVVM unavailable ({why})")
     first = _run(tmp_path)
     second = _run(tmp_path)
-    # field ops, the dense transition and both pyramid kernels (base/ext, then ext/ext)
+    # field ops, the transitions, both pyramid kernels (base/ext, then ext/ext), the
+    # jagged chunk
     assert {"_base_map2_kernel", "_ext4_map1_kernel", "_kernels.<locals>.dense",
-            "_pyramid_kernel.<locals>.pyramid"} <= set(first), first
+            "_kernels.<locals>.jagged", "_pyramid_kernel.<locals>.pyramid",
+            "_chunk_kernel.<locals>.chunk"} <= set(first), first
     for name, st in first.items():
         assert st["cached"], f"{name} is not on the disk cache"
         assert st["misses"] >= 1 and st["hits"] == 0, (name, st)
