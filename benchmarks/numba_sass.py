@@ -5,11 +5,11 @@ project root (needs numba-cuda with NVVM, ``ptxas`` and a ``cuobjdump``).
 
 The twin of ``benchmarks/sass_stats.py`` (which reads the CUDA C kernels'
 cubin): each Numba-CUDA launch of a dense and a jagged transition (four field
-modes), of the fused dense pyramid and of the fused jagged chunk is compiled to sm_90 PTX with the argument types
-the object layer passes (the driverless stand-ins of ``tests/cuda_nodriver.py``),
-assembled with ``ptxas -arch=sm_90`` and disassembled.  A dense kernel's count
-is one grid-stride loop body (one output slot, two nodes) plus a few dozen
-instructions of set-up.
+modes), of the fused dense pyramid and of the fused jagged chunk is compiled
+to sm_90 PTX with the argument types the object layer passes (the driverless
+stand-ins of ``tests/cuda_nodriver.py``), assembled with ``ptxas -arch=sm_90``
+and disassembled.  ``instr`` counts the whole kernel: for a dense one, one
+grid-stride loop body (one output slot, two nodes) plus the set-up.
 
 Where the local ``ptxas`` is older than NVVM it rejects the PTX ``.version``
 line; the file is then assembled once more with the version ptxas names as
