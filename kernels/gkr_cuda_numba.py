@@ -162,6 +162,54 @@ def jagged_transition(rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f):
     copy_back()
 
 
+@cuda.jit(device=True)
+def _mle_word(a, i, k, w, p):
+    """Word ``k`` of element ``i`` of a flat MLE with ``w`` words per element,
+    mod p (0 past ``w``)."""
+    if k < w:
+        return canonical(a[i * np.uint64(w) + np.uint64(k)], p)
+    return np.uint32(0)
+
+
+@cuda.jit(device=True)
+def _tile_word(tile, base, i, k, w):
+    """Word ``k`` of element ``i`` of the MLE at word ``base`` of a pyramid
+    tile (``w`` words per element; 0 past ``w``).  The tile holds kernel
+    outputs, canonical already."""
+    if k < w:
+        return tile[base + i * w + k]
+    return np.uint32(0)
+
+
+@cuda.jit(device=True)
+def _fold_input(mode, in_nw, dw, n0, n1, d0, d1, e, p, mu, wm):
+    """Fraction sum of input node ``e``, ``n0[e]/d0[e] + n1[e]/d1[e]``, as the
+    8 words of :func:`_fold16` (flat MLEs, ``in_nw`` / ``dw`` words per
+    numerator / denominator, read mod p)."""
+    return _fold16(mode, _mle_word(n0, e, 0, in_nw, p), _mle_word(n0, e, 1, in_nw, p),
+                   _mle_word(n0, e, 2, in_nw, p), _mle_word(n0, e, 3, in_nw, p),
+                   _mle_word(n1, e, 0, in_nw, p), _mle_word(n1, e, 1, in_nw, p),
+                   _mle_word(n1, e, 2, in_nw, p), _mle_word(n1, e, 3, in_nw, p),
+                   _mle_word(d0, e, 0, dw, p), _mle_word(d0, e, 1, dw, p),
+                   _mle_word(d0, e, 2, dw, p), _mle_word(d0, e, 3, dw, p),
+                   _mle_word(d1, e, 0, dw, p), _mle_word(d1, e, 1, dw, p),
+                   _mle_word(d1, e, 2, dw, p), _mle_word(d1, e, 3, dw, p), p, mu, wm)
+
+
+@cuda.jit(device=True)
+def _fold_tile(mode, nw, dw, tile, n0, n1, d0, d1, i, p, mu, wm):
+    """:func:`_fold_input` for node ``i`` of MLEs held in a pyramid tile,
+    starting at words ``n0, n1, d0, d1`` of it."""
+    return _fold16(mode, _tile_word(tile, n0, i, 0, nw), _tile_word(tile, n0, i, 1, nw),
+                   _tile_word(tile, n0, i, 2, nw), _tile_word(tile, n0, i, 3, nw),
+                   _tile_word(tile, n1, i, 0, nw), _tile_word(tile, n1, i, 1, nw),
+                   _tile_word(tile, n1, i, 2, nw), _tile_word(tile, n1, i, 3, nw),
+                   _tile_word(tile, d0, i, 0, dw), _tile_word(tile, d0, i, 1, dw),
+                   _tile_word(tile, d0, i, 2, dw), _tile_word(tile, d0, i, 3, dw),
+                   _tile_word(tile, d1, i, 0, dw), _tile_word(tile, d1, i, 1, dw),
+                   _tile_word(tile, d1, i, 2, dw), _tile_word(tile, d1, i, 3, dw), p, mu, wm)
+
+
 @functools.lru_cache(maxsize=None)
 def _pyramid_kernel(mode):
     """Fused dense pyramid kernel for input ``mode`` (compiled on first use).
@@ -171,11 +219,14 @@ def _pyramid_kernel(mode):
     slots, and the ``t / 2, t / 4, ...`` slots below them, depend on nothing
     outside the tile.  Step ``l`` (``cnt = t >> l`` slots) folds its source --
     the input MLEs at step 0, else the previous step's slots in shared
-    memory -- into a shared buffer, then copies each slot to layer ``l``'s
-    global buffer.  So a launch reads its input layer once and writes each of
-    its layers once.  Shared memory is double-buffered as in gkr.cu: side A
-    holds ``t`` slots, side B ``t / 2``; even steps write A, odd steps B, and
-    a ``syncthreads`` separates steps.
+    memory -- and writes each result to shared memory and to layer ``l``'s
+    global buffer.  So a launch reads its input layer once and writes each
+    of its layers once.  Shared memory is double-buffered as in gkr.cu: side
+    A holds ``t`` slots, side B ``t / 2``; even steps write A, odd steps B,
+    and a ``syncthreads`` separates steps.  The tile is indexed directly
+    (word offsets, no array slices), so NVVM keeps its accesses in the
+    shared state space (LDS / STS); slices chosen per step compiled to
+    generic loads and stores.
 
     ``outs`` is a tuple of ``GKR_MAX_FUSED`` flat layer buffers (the first
     ``nlayers`` are written); layer ``l`` holds ``h = gridDim * t >> l``
@@ -184,57 +235,46 @@ def _pyramid_kernel(mode):
     """
     out_mode = output_mode(mode)
     nw, dw = mle_words(out_mode)  # words per output numerator / denominator
+    in_nw = mle_words(mode)[0]  # words per input numerator (denominators: dw)
     words = 2 * nw + 2 * dw  # words per slot
     cap = GKR_TILE_SLOTS_BASE if words == 4 else GKR_TILE_SLOTS_EXT
     smem_words = 3 * cap * words // 2
-    one = np.uint64(1)
 
     @cached_kernel
     def pyramid(n0, n1, d0, d1, outs, tile_slots, nlayers, p, mu, wm):
         smem = cuda.shared.array(smem_words, dtype=np.uint32)
-        tile = np.uint64(cuda.blockIdx.x)
+        tile = np.int64(cuda.blockIdx.x)
         t = np.int64(tile_slots)
         h = np.int64(cuda.gridDim.x) * t  # slots of the layer being written
         for l in range(nlayers):
             cnt = t >> l
-            # this step writes side A (offset 0, t slots) when l is even, B
-            # (offset t words-per-slot, t / 2 slots) when odd; it reads the other
             if l > 0:
                 cuda.syncthreads()  # step l - 1 has written all of this step's source
-            dst = smem[0:t * words] if l % 2 == 0 else smem[t * words:]
+            # this step writes side A (word 0, t slots) when l is even, B (word
+            # t * words, t / 2 slots) when odd; it reads the other side
+            dbase = 0 if l % 2 == 0 else t * words
             dcap = t if l % 2 == 0 else t // 2
-            src = smem[t * words:] if l % 2 == 0 else smem[0:t * words]
+            sbase = t * words if l % 2 == 0 else 0
             scap = t // 2 if l % 2 == 0 else t
-            dn0 = dst[0:dcap * nw]
-            dn1 = dst[dcap * nw:2 * dcap * nw]
-            dd0 = dst[2 * dcap * nw:2 * dcap * nw + dcap * dw]
-            dd1 = dst[2 * dcap * nw + dcap * dw:2 * dcap * (nw + dw)]
-            sn0 = src[0:scap * nw]
-            sn1 = src[scap * nw:2 * scap * nw]
-            sd0 = src[2 * scap * nw:2 * scap * nw + scap * dw]
-            sd1 = src[2 * scap * nw + scap * dw:2 * scap * (nw + dw)]
+            sd = sbase + 2 * scap * nw  # the source's first denominator MLE
             g = outs[l]
-            gn0 = g[0:h * nw]
-            gn1 = g[h * nw:2 * h * nw]
-            gd0 = g[2 * h * nw:2 * h * nw + h * dw]
-            gd1 = g[2 * h * nw + h * dw:2 * h * (nw + dw)]
             for j in range(cuda.threadIdx.x, cnt, cuda.blockDim.x):
-                jj = np.uint64(j)
-                if l == 0:
-                    e = np.uint64(2) * (tile * np.uint64(tile_slots) + jj)
-                    _fold_node(mode, n0, n1, d0, d1, e, dn0, dd0, jj, p, mu, wm)
-                    _fold_node(mode, n0, n1, d0, d1, e + one, dn1, dd1, jj, p, mu, wm)
-                else:
-                    e = jj + jj
-                    _fold_node(out_mode, sn0, sn1, sd0, sd1, e, dn0, dd0, jj, p, mu, wm)
-                    _fold_node(out_mode, sn0, sn1, sd0, sd1, e + one, dn1, dd1, jj, p, mu, wm)
-                k = tile * np.uint64(cnt) + jj
-                for w in range(nw):
-                    gn0[k * np.uint64(nw) + np.uint64(w)] = dn0[jj * np.uint64(nw) + np.uint64(w)]
-                    gn1[k * np.uint64(nw) + np.uint64(w)] = dn1[jj * np.uint64(nw) + np.uint64(w)]
-                for w in range(dw):
-                    gd0[k * np.uint64(dw) + np.uint64(w)] = dd0[jj * np.uint64(dw) + np.uint64(w)]
-                    gd1[k * np.uint64(dw) + np.uint64(w)] = dd1[jj * np.uint64(dw) + np.uint64(w)]
+                k = np.uint64(tile * cnt + j)
+                for c in range(2):  # child c of slot j: node 2 j + c of the source
+                    if l == 0:
+                        f = _fold_input(mode, in_nw, dw, n0, n1, d0, d1,
+                                        np.uint64(2 * (tile * t + j) + c), p, mu, wm)
+                    else:
+                        f = _fold_tile(out_mode, nw, dw, smem, sbase, sbase + scap * nw, sd,
+                                       sd + scap * dw, 2 * j + c, p, mu, wm)
+                    # numerator c and denominator c of slot j: the tile, then layer l
+                    for w in range(nw):
+                        smem[dbase + (c * dcap + j) * nw + w] = f[w]
+                        g[np.uint64((c * h) * nw) + k * np.uint64(nw) + np.uint64(w)] = f[w]
+                    for w in range(dw):
+                        smem[dbase + 2 * dcap * nw + (c * dcap + j) * dw + w] = f[4 + w]
+                        g[np.uint64(2 * h * nw + c * h * dw) + k * np.uint64(dw)
+                          + np.uint64(w)] = f[4 + w]
             h >>= 1
 
     return pyramid
@@ -317,30 +357,14 @@ def _chunk_scan_kernel(cnts, prefix):
 # functions, as this kernel first had, pickle with a per-process UUID.)
 
 @cuda.jit(device=True)
-def _chunk_word(a, i, k, w, p):
-    """Word ``k`` of element ``i`` of a flat MLE with ``w`` words per element,
-    mod p (0 past ``w``)."""
-    if k < w:
-        return canonical(a[i * np.uint64(w) + np.uint64(k)], p)
-    return np.uint32(0)
-
-
-@cuda.jit(device=True)
 def _chunk_leaf(mode, in_nw, dw, cnts, prefix, s, i, n0, n1, d0, d1, p, mu, wm, one):
     """``F_0(i)``: the fold of input node ``i`` of segment ``s``, or neutral."""
     z = np.uint32(0)
     cnt = np.int64(cnts[0][s])
     if i >= cnt:
         return z, z, z, z, one, z, z, z
-    e = np.uint64(prefix[0, s] - cnt + i)
-    return _fold16(mode, _chunk_word(n0, e, 0, in_nw, p), _chunk_word(n0, e, 1, in_nw, p),
-                   _chunk_word(n0, e, 2, in_nw, p), _chunk_word(n0, e, 3, in_nw, p),
-                   _chunk_word(n1, e, 0, in_nw, p), _chunk_word(n1, e, 1, in_nw, p),
-                   _chunk_word(n1, e, 2, in_nw, p), _chunk_word(n1, e, 3, in_nw, p),
-                   _chunk_word(d0, e, 0, dw, p), _chunk_word(d0, e, 1, dw, p),
-                   _chunk_word(d0, e, 2, dw, p), _chunk_word(d0, e, 3, dw, p),
-                   _chunk_word(d1, e, 0, dw, p), _chunk_word(d1, e, 1, dw, p),
-                   _chunk_word(d1, e, 2, dw, p), _chunk_word(d1, e, 3, dw, p), p, mu, wm)
+    return _fold_input(mode, in_nw, dw, n0, n1, d0, d1, np.uint64(prefix[0, s] - cnt + i),
+                       p, mu, wm)
 
 
 @cuda.jit(device=True)
