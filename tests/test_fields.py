@@ -251,6 +251,47 @@ def test_bad_input_errors():
         F.random(-1)
 
 
+def test_integer_inputs_numpy_reads_the_same_way():
+    """encode reads byte order, nesting and 0-d arrays as NumPy does; names the argument."""
+    F = KoalaBear
+    p = F.p
+    vals = [2**64 - 1, 2**63 + 5, 7]
+    for dt in (">u8", "<u8"):  # uint64 beyond int64: exact in either byte order
+        assert F.decode(F.encode(np.array(vals, dtype=dt), reduce=True)).tolist() == \
+            [v % p for v in vals]
+    assert F.decode(F.encode(np.array([3, p - 1], dtype=">i4"))).tolist() == [3, p - 1]
+    assert F.encode([np.array(3), np.int64(4)]).tolist() == F.encode([3, 4]).tolist()
+    for ragged in ([[1, 2], [3]], [[1, 2, 3, 4], [1, 2, 3]]):
+        with pytest.raises(ValueError, match="`ints` must be a rectangular"):
+            F.ext.encode(ragged)
+    with pytest.raises(ValueError, match=r"but ints = -1;"):  # 0-d: no empty index
+        F.encode(-1)
+    with pytest.raises(ValueError, match=r"^pow .*index \(1,\) is zero"):
+        F.pow(F.encode([1, 0]), -3)
+    for seed, exc in ((-1, ValueError), (1.5, TypeError)):
+        with pytest.raises(exc, match="`seed` must be"):
+            F.random(3, seed=seed)
+    masked = np.ma.array(np.array([5, p], np.uint32), mask=[0, 1])
+    for call in (lambda: F.is_canonical(masked), lambda: F.add(masked, masked),
+                 lambda: F.encode(np.ma.array([1, 2], mask=[0, 1]))):
+        with pytest.raises(TypeError, match="masked array"):
+            call()
+
+
+def test_pickle_keeps_fields_and_their_constants():
+    import pickle
+
+    from zorch_nb.fields import PrimeField
+    from zorch_nb.kernels.field_params import BABYBEAR
+
+    for F in (KoalaBear, BabyBear, KoalaBear.ext):  # the module's fields stay singletons
+        assert pickle.loads(pickle.dumps(F)) is F
+    # a field built by the user keeps its own constants, even under a known name
+    for name in ("Foo", "KoalaBear"):
+        G = pickle.loads(pickle.dumps(PrimeField(name, BABYBEAR)))
+        assert (G.name, G.p, G.ext.p) == (name, BabyBear.p, BabyBear.p)
+
+
 def test_numba_backend_without_a_gpu_is_a_clear_error():
     """No driver and no simulator: a ValueError naming `backend`, not Numba's own error."""
     import os

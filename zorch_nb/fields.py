@@ -50,9 +50,16 @@ def _element_shape(x, degree: int, name: str):
     return tuple(x.shape[:-1])
 
 
+def _refuse_masked(x, name: str):
+    if isinstance(x, np.ma.MaskedArray):
+        raise TypeError(f"Argument `{name}` is a masked array; field kernels would ignore "
+                        f"its mask: pass `{name}.filled(...)` or `{name}.data`")
+
+
 def _check_words(x, name: str):
     if isinstance(x, np.generic):
         x = np.asarray(x)
+    _refuse_masked(x, name)
     kind = _backend.array_kind(x)
     if kind == "other":
         raise TypeError(f"Argument `{name}` must be a uint32 array of Montgomery words "
@@ -72,17 +79,27 @@ def _int_array(values, name: str):
     stay exact Python ints (object dtype), an empty sequence is int64, and a
     ragged nesting is a ValueError naming ``name``.
     """
+    _refuse_masked(values, name)
+    ragged = ValueError(f"Argument `{name}` must be a rectangular (non-ragged) array of "
+                        f"integers")
     if isinstance(values, np.ndarray):
         arr = values
     else:
         try:
             arr = np.asarray(values, dtype=object)
         except ValueError:
-            raise ValueError(f"Argument `{name}` must be a rectangular (non-ragged) array "
-                             f"of integers") from None
+            raise ragged from None
     if arr.dtype == object:
         flat = arr.ravel()
+        if any(isinstance(v, np.ndarray) and v.ndim == 0 for v in flat):
+            # 0-d arrays inside a list count as their value, as in NumPy
+            flat = np.array([v.item() if isinstance(v, np.ndarray) and v.ndim == 0 else v
+                             for v in flat] or [], dtype=object)
+            arr = flat.reshape(arr.shape)
         for t in set(map(type, flat)):  # per type, not per element: lists can be long
+            if issubclass(t, (list, tuple, np.ndarray)):
+                # NumPy 2 keeps a ragged nesting as an object array of sequences
+                raise ragged
             if issubclass(t, (bool, np.bool_)) or not issubclass(t, (int, np.integer)):
                 v = next(v for v in flat if type(v) is t)
                 raise TypeError(f"Argument `{name}` must hold integers, not "
@@ -93,7 +110,9 @@ def _int_array(values, name: str):
             return arr
     if arr.dtype.kind not in "iu":
         raise TypeError(f"Argument `{name}` must hold integers, not {arr.dtype}")
-    return arr
+    # native byte order, so the dtype tests below (uint64: no detour through
+    # int64) see a '>u8' array as the uint64 it is
+    return arr.astype(arr.dtype.newbyteorder("="), copy=False)
 
 
 def _index_of_first(mask):
@@ -163,7 +182,10 @@ class _FieldBase:
             if not reduce and arr.size and bool(((arr < 0) | (arr >= p)).any()):
                 raise ValueError(f"Argument `ints` must lie in [0, p={p}); "
                                  f"pass reduce=True to reduce modulo p")
-            canon = (arr.astype(cp.int64) % p).astype(cp.uint64)
+            if arr.dtype == cp.uint64:  # values >= 2**63 would wrap in int64
+                canon = arr % cp.uint64(p)
+            else:
+                canon = (arr.astype(cp.int64) % p).astype(cp.uint64)
             return ((canon << 32) % p).astype(cp.uint32)
         if xp is not np and getattr(xp, "__name__", "") != "cupy":
             raise TypeError(f"Argument `xp` must be the numpy or cupy module, not {xp!r}")
@@ -173,9 +195,10 @@ class _FieldBase:
             bad = (arr < 0) | (arr >= p)
             if bool(np.any(bad)):
                 idx = _index_of_first(np.asarray(bad))
+                where = f"ints[{', '.join(map(str, idx))}]" if idx else "ints"
                 raise ValueError(f"Argument `ints` must lie in [0, p={p}), but "
-                                 f"ints[{', '.join(map(str, idx))}] = {arr[idx]}; pass "
-                                 f"reduce=True to reduce modulo p")
+                                 f"{where} = {arr[idx]}; pass reduce=True to reduce "
+                                 f"modulo p")
         if arr.dtype == object or arr.dtype == np.uint64:
             canon = np.asarray(arr % p).astype(np.uint64)
         else:
@@ -237,7 +260,12 @@ class _FieldBase:
         Values are drawn on the host from ``numpy.random.default_rng(seed)``
         and moved to ``xp``, so a seed gives the same elements in every module.
         """
-        rng = np.random.default_rng(seed)
+        try:
+            rng = np.random.default_rng(seed)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"Argument `seed` must be None, a non-negative int (or a "
+                            f"sequence of them) or a NumPy SeedSequence / BitGenerator / "
+                            f"Generator, not {seed!r} ({exc})") from None
         vals = rng.integers(0, self.p, size=_shape_tuple(shape) + self._trail(), dtype=np.int64)
         return self.encode(vals, xp=self._xp(xp))
 
@@ -381,10 +409,13 @@ class _FieldBase:
 
     def inv(self, a, out=None, *, backend=None):
         """Elementwise inverse ``a**-1``; raises ``ValueError`` naming a zero entry."""
+        return self._inv(a, out, backend, "inv")
+
+    def _inv(self, a, out, backend, what):
         _check_words(a, "a")
         if self.degree == 4:
             _element_shape(a, 4, "a")
-        self._raise_if_zero(np.asarray(a) if isinstance(a, np.generic) else a, "inv")
+        self._raise_if_zero(np.asarray(a) if isinstance(a, np.generic) else a, what)
         return self._map(monty.OP_INV, out, backend, a=a)
 
     def batch_inv(self, a, out=None, *, backend=None):
@@ -422,7 +453,7 @@ class _FieldBase:
         if self.degree == 4:
             _element_shape(a, 4, "a")
         if e < 0:
-            a = self.inv(a, backend=backend)
+            a = self._inv(a, None, backend, f"pow with e = {e} < 0")
             e = -e
         order = self.p ** self.degree - 1
         e_red = 0 if e == 0 else (e - 1) % order + 1
@@ -442,7 +473,9 @@ class _FieldBase:
         return f"zorch_nb.{self.name}"
 
     def __reduce__(self):
-        return (_field_by_name, (self.name,))
+        if _FIELDS_BY_NAME.get(self.name) is self:  # the module's instances stay singletons
+            return (_field_by_name, (self.name,))
+        return (PrimeField, (self.name, self.params))
 
 
 def _shape_tuple(shape):
@@ -532,5 +565,8 @@ KoalaBear = PrimeField("KoalaBear", KOALABEAR)
 BabyBear = PrimeField("BabyBear", BABYBEAR)
 
 
+_FIELDS_BY_NAME = {"KoalaBear": KoalaBear, "BabyBear": BabyBear}
+
+
 def _field_by_name(name):
-    return {"KoalaBear": KoalaBear, "BabyBear": BabyBear}[name]
+    return _FIELDS_BY_NAME[name]
