@@ -128,10 +128,52 @@ def test_mle_reshaped_in_place_after_construction_is_refused():
     for call in (lambda: layer_transition(dense), lambda: build_pyramid(dense),
                  lambda: jagged_layer_transition(jagged, [256, 256]),
                  lambda: build_jagged_pyramid(jagged, halving_schedule(jagged))):
-        with pytest.raises(ValueError, match="changed shape after the layer was built"):
+        with pytest.raises(ValueError, match="changed shape or dtype after the layer was built"):
             call()
     host[2].shape = (1024,)
     assert len(build_pyramid(dense)) == 11  # shapes as checked: fine again
+    host[0].dtype = np.float32  # same bytes, now read as floats: refused too
+    with pytest.raises(ValueError, match="changed shape or dtype"):
+        layer_transition(dense)
+
+
+def test_copies_and_pickles_of_layers_are_checked_again():
+    """A copy must not hand out writeable row counts (the kernels trust them)."""
+    import copy
+    import pickle
+    arrays = four(8, (False, True))
+    jagged, dense = JaggedGkrLayer(*arrays, [5, 3], BabyBear), GkrLayer(*arrays, 1, BabyBear)
+    for clone in (copy.copy, copy.deepcopy, lambda x: pickle.loads(pickle.dumps(x))):
+        j, d = clone(jagged), clone(dense)
+        assert not j.row_counts.flags.writeable and j.row_counts.tolist() == [5, 3]
+        with pytest.raises(ValueError, match="read-only"):
+            j.row_counts[0] = 2**25
+        assert (j.field, d.field, d.num_batch_variables) == (BabyBear, BabyBear, 1)
+        for a, b in zip(jagged_layer_transition(j, [3, 2]).mles,
+                        jagged_layer_transition(jagged, [3, 2]).mles):
+            assert np.array_equal(a, b)
+        for a, b in zip(layer_transition(d).mles, layer_transition(dense).mles):
+            assert np.array_equal(a, b)
+
+
+@pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")  # np.matrix itself
+def test_argument_conventions():
+    """Index-like ints are accepted as NumPy would; other inputs are named in the error."""
+    arrays = four(8)
+    assert GkrLayer(*arrays, np.array(1)).num_batch_variables == 1  # 0-d int array
+    layer = JaggedGkrLayer(*arrays, [5, 3])
+    assert jagged_layer_transition(layer, [3, 2], np.array(6)).width == 6
+    with pytest.raises(TypeError, match="`num_batch_variables` must be an integer"):
+        GkrLayer(*arrays, np.array(True))
+    with pytest.raises(TypeError, match="`numerator_0` .* not a NumPy scalar"):
+        GkrLayer(np.uint32(5), *arrays[1:], 0)
+    for wrapped in (np.ma.array(arrays[0]), np.asmatrix(arrays[0])):
+        with pytest.raises(TypeError, match="`numerator_0` must be a plain uint32 array"):
+            GkrLayer(wrapped, *arrays[1:], 0)
+    with pytest.raises(TypeError, match="`schedules` must be an iterable"):
+        build_jagged_pyramid(layer, None)
+    with pytest.raises(ValueError, match=r"^schedules\[2\]: the schedule truncates segment 0"):
+        build_jagged_pyramid(layer, [[3, 2], [2, 1], [0, 1]])
 
 
 def test_cupy_backend_without_cupy_names_the_backend(monkeypatch):

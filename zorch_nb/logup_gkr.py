@@ -38,6 +38,7 @@ array([ 900, 3136], dtype=uint32)
 from __future__ import annotations
 
 import dataclasses
+import operator
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -58,6 +59,8 @@ _INT32_MAX = 2**31 - 1
 # ---------------------------------------------------------------------------
 
 def _describe(x) -> str:
+    if isinstance(x, np.generic):
+        return f"a NumPy scalar ({type(x).__name__}); pass a 1-D array"
     if hasattr(x, "dtype") and hasattr(x, "shape"):
         return f"{type(x).__module__.split('.')[0]} array of dtype {x.dtype} and shape {tuple(x.shape)}"
     return type(x).__name__
@@ -79,6 +82,10 @@ def _check_mles(obj) -> tuple:
     """Validate the four MLEs of a layer; return ``(length, kind)``."""
     arrays = {name: getattr(obj, name) for name in _MLE_NAMES}
     for name, x in arrays.items():
+        if isinstance(x, (np.ma.MaskedArray, np.matrix)):
+            raise TypeError(f"Argument `{name}` must be a plain uint32 array, not a "
+                            f"{type(x).__name__} (the kernels would ignore its mask / "
+                            f"matrix shape rules); pass `np.asarray({name})`")
         if _backend.array_kind(x) == "other":
             raise TypeError(f"Argument `{name}` must be a uint32 array of Montgomery words "
                             f"(NumPy or CuPy), not {_describe(x)}; use `field.encode`")
@@ -106,9 +113,15 @@ def _check_mles(obj) -> tuple:
 
 
 def _check_int(value, name: str, lo: int, hi: int | None = None) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"Argument `{name}` must be an integer, not {type(value).__name__}")
-    value = int(value)
+    # anything usable as an index (ints, NumPy integers, 0-d integer arrays), not bools
+    try:
+        if isinstance(value, (bool, np.bool_)) or (isinstance(value, np.ndarray)
+                                                    and value.dtype == bool):
+            raise TypeError
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(f"Argument `{name}` must be an integer, not "
+                        f"{type(value).__name__}") from None
     if value < lo or (hi is not None and value > hi):
         rng = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"
         raise ValueError(f"Argument `{name}` must be in {rng}, not {value}")
@@ -166,21 +179,29 @@ class _Layer:
     def mles(self) -> tuple:
         """``(numerator_0, numerator_1, denominator_0, denominator_1)``.
 
-        Raises ``ValueError`` if an MLE's shape was changed in place since the
-        layer was checked (the kernels trust the checked shapes).
+        Raises ``ValueError`` if an MLE's shape or dtype was changed in place
+        since the layer was checked (the kernels trust the checked ones).
         """
         m = self.numerator_0, self.numerator_1, self.denominator_0, self.denominator_1
-        if (m[0].shape, m[1].shape, m[2].shape, m[3].shape) != self.__dict__["_shapes"]:
-            raise ValueError(f"an MLE of this layer changed shape after the layer was built "
-                             f"(now {[tuple(x.shape) for x in m]}, checked "
-                             f"{[tuple(s) for s in self.__dict__['_shapes']]}); build a new "
-                             f"layer")
+        if ((m[0].shape, m[1].shape, m[2].shape, m[3].shape) != self.__dict__["_shapes"]
+                or not (m[0].dtype == m[1].dtype == m[2].dtype == m[3].dtype == np.uint32)):
+            raise ValueError(f"an MLE of this layer changed shape or dtype after the layer "
+                             f"was built (now {[(tuple(x.shape), str(x.dtype)) for x in m]}, "
+                             f"checked {[tuple(s) for s in self.__dict__['_shapes']]} of "
+                             f"uint32); build a new layer")
         return m
 
     def _remember_shapes(self):
         # Not a dataclass field: kept out of repr/eq; checked by ``mles``.
         self.__dict__["_shapes"] = (self.numerator_0.shape, self.numerator_1.shape,
                                     self.denominator_0.shape, self.denominator_1.shape)
+
+    def __reduce__(self):
+        # Copies and unpickled layers go through __init__ again: every check
+        # reruns and host row counts come back read-only (a plain dataclass
+        # copy would hand out writeable counts the kernels trust).
+        return (_rebuild_layer, (type(self), {f.name: getattr(self, f.name)
+                                              for f in dataclasses.fields(self)}))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -286,6 +307,10 @@ class JaggedGkrLayer(_Layer):
     def counts_on_host(self) -> bool:
         """Whether ``row_counts`` is a host array (so it can be checked)."""
         return isinstance(self.row_counts, np.ndarray)
+
+
+def _rebuild_layer(cls, values):
+    return cls(**values)
 
 
 def _trusted(cls, *values):
@@ -637,8 +662,20 @@ def build_jagged_pyramid(first: JaggedGkrLayer, schedules, *,
         the ``"cupy"`` backend.
     """
     _require(first, JaggedGkrLayer, "first")
-    steps = [_step(entry, i) for i, entry in enumerate(schedules)]
+    try:
+        entries = list(schedules)
+    except TypeError:
+        raise TypeError(f"Argument `schedules` must be an iterable of steps (see "
+                        f"halving_schedule), not {type(schedules).__name__}") from None
+    steps = [_step(entry, i) for i, entry in enumerate(entries)]
     _check_fused(fused)
+    kind = "numpy" if isinstance(first.numerator_0, np.ndarray) else "cupy"
+    rc = first.row_counts
+    for i, (counts, width) in enumerate(steps):  # every step checked before any runs
+        try:
+            rc, _ = _check_step(rc, kind, counts, width)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"schedules[{i}]: {exc}") from None
     if fused is None or fused:
         kind, run = _backend.resolve(dict(zip(_MLE_NAMES, first.mles)), backend)
         if (kind == "cupy" and run == "cupy") or run == "numba":
@@ -741,7 +778,10 @@ def halving_schedule(layer: JaggedGkrLayer, max_row_count: int | None = None) ->
     An empty segment (count 0) gets one neutral row, so that every schedule
     ends on a floor (``width == nb``).  After ``ceil(log2(max rc))`` steps the
     pyramid reaches the floor of the dense pyramid whose segments are padded to
-    a power of two with neutral fractions.
+    a power of two with neutral fractions -- unless every count is 0 or 1 with
+    some 0: then one step is needed to give the empty segments their row, and
+    it also folds the two children of each count-1 row (same per-batch sums,
+    a different floor).
 
     Parameters
     ----------
