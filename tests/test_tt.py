@@ -265,6 +265,9 @@ def test_masks_keep_read_only_copies():
     assert a.tucker_edge_mask[0, 0] and hash(a) == h
     with pytest.raises(ValueError):
         a.tucker_edge_mask[0, 0] = False
+    for m in a:  # nor can the flag be turned back on (stale hash, stale kernels)
+        with pytest.raises(ValueError, match="WRITEABLE"):
+            m.setflags(write=True)
     with pytest.raises(AttributeError):
         a.foo = 1
 
@@ -282,6 +285,11 @@ def test_masks_errors_say_what_to_pass():
         UT3Masks(np.ones((2, 3), bool), np.ones((2, 2), bool))
     with pytest.raises(ValueError, match="tucker_edge_mask"):
         UT3Masks(np.ones(3, bool), np.ones((4, 2), bool))
+    with pytest.raises(ValueError, match="`tucker_edge_mask` must be a rectangular"):
+        UT3Masks([[True, False], [True]], np.ones((3, 1), bool))
+    for mk, mt in (((2, 0), (3, 1)), ((2, 1), (3, 0)), ((2, 0, 1), (3, 0, 1))):  # n, r, stack
+        with pytest.raises(ValueError, match="no zero-length axis"):
+            UT3Masks(np.ones(mk, bool), np.ones(mt, bool))
     x = UniformTuckerTensorTrain.from_t3(rand_t3(np.random.default_rng(1), SHAPE, (2, 2, 2), (1, 2, 2, 1)))
     with pytest.raises(ValueError, match="masks"):
         UniformTuckerTensorTrain(x.tucker_supercore, x.tt_supercore, x.shape,
@@ -694,6 +702,25 @@ def test_zero_length_axes_are_refused_at_construction(rng):
     with pytest.raises(ValueError, match="no zero-length axis"):
         UniformTuckerTensorTrain(x.tucker_supercore, x.tt_supercore[..., :0, :, :0], x.shape,
                                  x.masks)
+
+
+def test_rank_zero_and_oversized_trains_fail_clearly():
+    """A rank-0 mask row is the zero tensor: to_dense gives it, to_t3 says why it cannot;
+    a dense size past the address space is refused before any allocation (np.prod
+    wrapped to 0 at 2**64 and the kernel wrote past its scratch)."""
+    one = np.ones((1, 1, 2)), np.ones((1, 1, 1, 1))
+    z = UniformTuckerTensorTrain(*one, (2,), (np.array([[False]]), np.ones((2, 1), bool)))
+    assert z.to_dense().tolist() == [0.0, 0.0]
+    with pytest.raises(ValueError, match=r"rank 0 where `tucker_edge_mask`\[0\] is all False"):
+        z.to_t3()
+    for d in (63, 64, 65):
+        x = UniformTuckerTensorTrain(np.ones((d, 1, 2)), np.ones((d, 1, 1, 1)), (2,) * d,
+                                     (np.ones((d, 1), bool), np.ones((d + 1, 1), bool)))
+        with pytest.raises(ValueError, match="too many to allocate"):
+            x.to_dense()
+        assert x.apply([np.ones(2)] * d) == 2.0 ** d  # the train itself is fine
+    with pytest.raises(TypeError, match=r"`vectors\[0\]` must hold real numbers"):
+        x.apply([np.array(["a", "b"])] + [np.ones(2)] * (d - 1))
 
 
 def test_frame_repair_kernel_matches_array_module_twin(rng):

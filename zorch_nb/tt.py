@@ -45,6 +45,8 @@ Every operation exists as a method and as a functional ``ut3_*`` function of
 """
 import dataclasses
 
+import numpy as np
+
 from .tt_masks import UT3Masks, array_module, kernel_cache_clear, kernel_cache_info
 from .tt_ops import (
     ORTHOGONALIZE_KINDS, t3_to_dense, ut3_add, ut3_apply, ut3_apply_masks, ut3_check, ut3_entries,
@@ -236,7 +238,19 @@ class UniformTuckerTensorTrain:
         return cls(*ut3_from_t3(t3, n=n, r=r, N=N))
 
     def to_t3(self):
-        """Ragged train, or nested tuples of them (stack shape) when stacked."""
+        """Ragged train, or nested tuples of them (stack shape) when stacked.
+
+        Raises ``ValueError`` if a mask row is all False (a rank-0 Tucker core
+        or bond): such a train is the zero tensor, and a ragged train needs
+        ranks >= 1 (the functional ``ut3_to_t3`` returns the zero-size cores).
+        """
+        for name, mask in zip(("tucker_edge_mask", "tt_edge_mask"), self.masks):
+            empty = ~mask.any(axis=-1)
+            if empty.any():
+                at = tuple(int(i) for i in np.argwhere(empty)[0])
+                raise ValueError(f"the train has rank 0 where `{name}`[{', '.join(map(str, at))}] "
+                                 f"is all False: it is the zero tensor, which a "
+                                 f"TuckerTensorTrain (ranks >= 1) cannot hold; use to_dense()")
         return _wrap_t3(ut3_to_t3(self.data))
 
     def to_dense(self):

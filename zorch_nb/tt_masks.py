@@ -38,7 +38,11 @@ def _host_bool_mask(mask, name):
                 f"({type(mask).__module__}.{type(mask).__name__}); masks are structure and stay on "
                 f"the host even when the supercores are on the GPU: pass `{name}.get()`."
             )
-        mask = np.asarray(mask)
+        try:
+            mask = np.asarray(mask)
+        except ValueError:  # a ragged nesting
+            raise ValueError(f"Argument `{name}` must be a rectangular array of bool, "
+                             f"not a ragged nesting.") from None
     if mask.dtype != np.bool_:
         raise TypeError(
             f"Argument `{name}` must have dtype bool, not {mask.dtype}; "
@@ -46,7 +50,9 @@ def _host_bool_mask(mask, name):
         )
     out = np.array(mask, dtype=bool, order="C", copy=True)
     out.setflags(write=False)
-    return out
+    # a view of a read-only base: NumPy refuses setflags(write=True) on it, so
+    # the cached hash and the kernels compiled for these bytes stay valid
+    return out.view()
 
 
 class UT3Masks(tuple):
@@ -89,6 +95,11 @@ class UT3Masks(tuple):
             raise ValueError(
                 "Argument `tucker_edge_mask` must have shape (d,) + stack + (n,) with d >= 1, "
                 f"not {tk.shape}."
+            )
+        if 0 in tk.shape or 0 in tt.shape:  # as ut3_check: no empty stack, n, r >= 1
+            raise ValueError(
+                f"Arguments `tucker_edge_mask` {tk.shape} and `tt_edge_mask` {tt.shape} must "
+                f"have no zero-length axis (stack, n, r >= 1)."
             )
         want = (tk.shape[0] + 1,) + tk.shape[1:-1]
         if tt.ndim != tk.ndim or tt.shape[:-1] != want:

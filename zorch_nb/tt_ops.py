@@ -8,6 +8,7 @@ Every function takes (and returns) the ``.data`` tuple of a
 and masks its input on entry, so the padding may hold anything finite or not.
 See :mod:`zorch_nb.tt` for the data model and the compile-cache rule.
 """
+import math
 import numbers
 
 import numpy as np
@@ -373,6 +374,12 @@ def ut3_to_dense(data):
     on CuPy a chain of batched ``einsum``/``matmul`` calls.
     """
     p = _parts(data)
+    # Python ints: np.prod wraps (to 0 for 2**64) silently, and the kernel's
+    # scratch (size * r entries) would be allocated too short
+    entries = p.S * math.prod(p.shape)
+    if entries * max(p.r, 1) * p.U.dtype.itemsize > np.iinfo(np.intp).max:
+        raise ValueError(f"the dense tensor of shape {p.stack + p.shape} has {entries} "
+                         f"entries, too many to allocate; use `entries` or `apply`")
     if _use_numba(p.xp):
         return _to_dense_numba(p).reshape(p.stack + p.shape)
     return _to_dense_xp(p).reshape(p.stack + p.shape)
@@ -388,7 +395,7 @@ def _to_dense_xp(p):
 def _to_dense_numba(p):
     key = ("to_dense", p.shape, (p.n, p.r, p.N), p.masks)
     kernel = KERNELS.get(key, lambda: _k.build_ut3_to_dense(p.shape, *_tables(p)))
-    size = int(np.prod(p.shape, dtype=np.int64))
+    size = math.prod(p.shape)  # checked by ut3_to_dense
     dt = p.U.dtype
     out = np.empty((p.S, size), dtype=dt)
     P = np.empty(size * p.r, dtype=dt)
@@ -700,6 +707,8 @@ def ut3_apply(data, vectors):
     vs = [xp.asarray(v) for v in vectors]
     batch = tuple(vs[0].shape[:-1])
     for i, v in enumerate(vs):
+        if v.dtype.kind not in "biuf":
+            raise TypeError(f"Argument `vectors[{i}]` must hold real numbers, not dtype {v.dtype}.")
         if tuple(v.shape) != batch + (p.shape[i],):
             raise ValueError(f"Argument `vectors[{i}]` must have shape {batch + (p.shape[i],)}, not {v.shape}.")
     U, _ = _masked(p)
