@@ -67,11 +67,12 @@ def _cupy_device(x):
     return x.device.id if dev is None else dev
 
 
-def get_xp(kind: str):
-    """Array module (numpy or cupy) that holds results for arrays of ``kind``."""
+def get_xp(kind: str, why: str = "a GPU array was passed"):
+    """Array module (numpy or cupy) that holds results for arrays of ``kind``;
+    ``why`` CuPy is needed goes into the ImportError when it is missing."""
     if kind == "numpy":
         return np
-    return sys.modules.get("cupy") or _import_cupy()
+    return sys.modules.get("cupy") or _import_cupy(why)
 
 
 def to_module(x, kind: str):

@@ -31,6 +31,8 @@ Examples
 """
 from __future__ import annotations
 
+import heapq
+import operator
 from typing import NamedTuple
 
 import numpy as np
@@ -38,7 +40,7 @@ import numpy as np
 from . import _backend
 from .fields import BabyBear, KoalaBear, PrimeField
 from .graph_layout import (ViewForm, apply_history, axis_dims, dims_of, initial_view,
-                           input_layout, merge_points, merkle_root, output_layout, pad,
+                           input_layout, logical_instance, merge_points, merkle_root, output_layout, pad,
                            padded_dims, parallel_sizes, prefix_points, reshape_view,
                            transpose_view, unpad)
 from .graph_trace import (In, InOut, Kernel, KernelDefinitionError, KernelIR, Out, assert_eq,
@@ -65,7 +67,7 @@ def _check_backend(backend):
 
 
 def _xp(backend):
-    return np if backend == "cpu" else _backend.get_xp("cupy")
+    return np if backend == "cpu" else _backend.get_xp("cupy", "backend='cupy' was asked for")
 
 
 def _to_host(x):
@@ -74,16 +76,35 @@ def _to_host(x):
     return np.asarray(x)
 
 
-def _shape_arg(shape, name="shape") -> tuple:
-    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-        shape = tuple(shape[0])
+def _index_args(args, name) -> tuple:
+    """``f(2, 3)``, ``f((2, 3))``, ``f(np.array([2, 3]))`` -> ``(2, 3)`` as Python ints, or
+    a TypeError naming ``name`` (NumPy's conventions; bools are not integers)."""
+    if len(args) == 1 and (isinstance(args[0], (tuple, list))
+                           or (isinstance(args[0], np.ndarray) and args[0].ndim == 1)):
+        args = tuple(args[0])
     out = []
-    for d in shape:
-        if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)) or d < 1:
-            raise ValueError(f"Argument `{name}` must be a sequence of positive integers, "
-                             f"not {list(shape)!r}")
-        out.append(int(d))
+    for d in args:
+        try:
+            if isinstance(d, (bool, np.bool_)) or getattr(d, "dtype", None) == bool:
+                raise TypeError
+            out.append(operator.index(d))
+        except TypeError:
+            raise TypeError(f"Argument `{name}` must be integers, not {list(args)!r}") from None
     return tuple(out)
+
+
+def _shape_arg(shape, size: int, name="shape") -> tuple:
+    """Positive dimensions; one ``-1`` is inferred from ``size`` as in NumPy."""
+    shape = _index_args(shape, name)
+    if shape == ():
+        return shape
+    known = int(np.prod([d for d in shape if d != -1], dtype=object))
+    if shape.count(-1) == 1 and known >= 1 and size % known == 0:
+        shape = tuple(size // known if d == -1 else d for d in shape)
+    if any(d < 1 for d in shape):
+        raise ValueError(f"Argument `{name}` must be positive integers (at most one -1), "
+                         f"not {list(shape)!r}")
+    return shape
 
 
 class Handle:
@@ -121,8 +142,8 @@ class Handle:
 
     def reshape(self, *shape) -> "Handle":
         """View with the same elements in row-major order and shape ``shape``."""
-        shape = _shape_arg(shape) if shape and shape != ((),) else ()
-        if int(np.prod(shape, dtype=np.int64)) != self.size:
+        shape = _shape_arg(shape, self.size)
+        if int(np.prod(shape, dtype=object)) != self.size:
             raise ValueError(f"Argument `shape` must keep the element count {self.size} of "
                              f"the view {list(self.shape)}, not {list(shape)}")
         return Handle(self._ctx, self.buffer_id, shape,
@@ -131,17 +152,16 @@ class Handle:
 
     def transpose(self, *axes) -> "Handle":
         """View with axes permuted (default: reversed), like ``numpy.transpose``."""
-        if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
-            axes = tuple(axes[0])
+        axes = _index_args(axes, "axes")
+        nd = len(self.shape)
         if not axes:
-            axes = tuple(range(len(self.shape)))[::-1]
-        if not all(isinstance(a, (int, np.integer)) and not isinstance(a, (bool, np.bool_))
-                   for a in axes):
-            raise TypeError(f"Argument `axes` must be ints, not {list(axes)}")
-        if sorted(int(a) for a in axes) != list(range(len(self.shape))):
+            axes = tuple(range(nd))[::-1]
+        # negative axes count from the end, as in NumPy
+        norm = tuple(a + nd if -nd <= a < 0 else a for a in axes)
+        if sorted(norm) != list(range(nd)):
             raise ValueError(f"Argument `axes` must be a permutation of "
-                             f"{list(range(len(self.shape)))}, not {list(axes)}")
-        axes = tuple(int(a) for a in axes)
+                             f"{list(range(nd))}, not {list(axes)}")
+        axes = norm
         return Handle(self._ctx, self.buffer_id, tuple(self.shape[a] for a in axes),
                       transpose_view(self._view, axes),
                       self._history + (("transpose", axes),))
@@ -333,7 +353,7 @@ def _const_words(F: PrimeField, ir: KernelIR, xp):
     return F.encode(vals, xp=xp)
 
 
-def _run_compiled(F, backend, ir, ck, template, index, ins, outs):
+def _run_compiled(F, backend, ir, ck, template, index, ins, outs, out_points):
     py_src, cu_src, name = _sources(ir, ck)
     n = template.padded_parallel
     xp = _xp(backend)
@@ -351,8 +371,11 @@ def _run_compiled(F, backend, ir, ck, template, index, ins, outs):
     if fail.any():
         t = int(np.flatnonzero(fail)[0])
         k = int(fail[t]) - 1
+        # padded instances repeat logical ones: name the user's instance
+        j = logical_instance(out_points, template.num_parallel, ir.out_params[0][2], t)
         raise ValueError(f"assert_eq failed in kernel `{ir.name}` ({ir.asserts[k][2]}) at "
-                         f"padded instance {t} of {n} (template {index})")
+                         f"instance {j} of {template.num_parallel} (call {index}; padded "
+                         f"instance {t} of {n})")
 
 
 # ---------------------------------------------------------------- context ----
@@ -371,9 +394,11 @@ class Context:
     Notes
     -----
     Calls evaluate at once (results are visible through :meth:`copy_to_host`)
-    with a vectorized interpretation of the kernel IR; the padded, compiled
-    evaluators are built with the graph (:meth:`generate_computation_graph`)
-    and run by :func:`run_computation_graph`.
+    with a vectorized interpretation of the kernel IR.  The padded layouts are
+    decided when the graph is built (:meth:`generate_computation_graph`, no
+    compilation there); :func:`run_computation_graph` generates and compiles
+    the evaluators of those layouts on first use (memoized per kernel and
+    layout, so later runs and graphs that share them compile nothing).
     """
 
     def __init__(self, field=KoalaBear, backend=None):
@@ -544,19 +569,37 @@ class Context:
 
     # ---- graph -------------------------------------------------------------
     def _propagate(self) -> list:
-        """Split points of every buffer after the parallel-boundary fixed point."""
+        """Split points of every buffer after the parallel-boundary fixed point.
+
+        Always the lowest-numbered call that can still change something goes
+        next (the order of a rescan from call 0 after every change, so the same
+        fixed point and the same first clash), but only the calls touching a
+        changed buffer are looked at again: linear in the calls, not quadratic.
+        """
         points = [list(b.points) for b in self._buffers]
-        changed = True
-        while changed:
-            changed = False
-            for ci, call in enumerate(self._calls):
-                if self._propagate_call(points, ci, call):
-                    changed = True
-                    break
+        users: dict = {}
+        for ci, call in enumerate(self._calls):
+            for bid in {op.buffer_id for op in call.inputs if not op.broadcast} | \
+                    set(call.outputs):
+                users.setdefault(bid, []).append(ci)
+        pending = list(range(len(self._calls)))  # a heap of call indices
+        queued = set(pending)
+        while pending:
+            ci = heapq.heappop(pending)
+            queued.discard(ci)
+            bid = self._propagate_call(points, ci, self._calls[ci])
+            if bid is not None:
+                for cj in users[bid]:  # includes ci: it may split further
+                    if cj not in queued:
+                        queued.add(cj)
+                        heapq.heappush(pending, cj)
         return points
 
-    def _propagate_call(self, points, ci, call) -> bool:
-        """Merge the instance splits of one call into all its parallel operands."""
+    def _propagate_call(self, points, ci, call):
+        """Merge the instance splits of one call into its parallel operands.
+
+        Returns the buffer whose split points changed (one at most), or None.
+        """
         ir = call.kernel.ir
         par = [(op.buffer_id, op.view, _describe(op)) for op in call.inputs
                if not op.broadcast]
@@ -569,15 +612,17 @@ class Context:
             sizes = parallel_sizes(view, points[bid])
             merged = merge_points(union, prefix_points(sizes))
             if merged is None:
-                other = next((d, s) for d, s in seen
-                             if merge_points(prefix_points(s), prefix_points(sizes)) is None)
+                ob, od, osz = next((b, d, s) for b, d, s in seen
+                                   if merge_points(prefix_points(s), prefix_points(sizes)) is None)
                 raise ValueError(
                     f"illegal shape operation: call {ci} (kernel `{ir.name}`, "
-                    f"{call.num_parallel} instances) has parallel operands {other[0]} and "
-                    f"{desc} whose buffers split the instances as {list(other[1])} and "
-                    f"{list(sizes)}")
+                    f"{call.num_parallel} instances) has parallel operands buffer {ob} as "
+                    f"{od} and buffer {bid} as {desc}, whose layouts (fixed by their other "
+                    f"uses) split the instances as {list(osz)} and {list(sizes)}; every "
+                    f"recorded call belongs to the graph, so record the program again "
+                    f"without this combination")
             union = merged
-            seen.append((desc, sizes))
+            seen.append((bid, desc, sizes))
         for bid, view, desc in par:
             dims = dims_of(points[bid])
             c = 1
@@ -592,9 +637,9 @@ class Context:
                             f"{ci}, kernel `{ir.name}`) cannot be split at {new} to match the "
                             f"other operands; its split points are {points[bid]}")
                     points[bid] = merged
-                    return True
+                    return bid
                 c *= dims[i]
-        return False
+        return None
 
     def _specs(self, handles, name, inputs: bool) -> list:
         try:
@@ -712,6 +757,7 @@ class Context:
 
 def _first_difference(g: ComputationGraph, h: ComputationGraph):
     """Text of the first difference between two graphs (``None`` if equal)."""
+    from .graph_format import kernel_fingerprint
     if len(g.templates) != len(h.templates):
         return f"the graph has {len(g.templates)} calls, this recording {len(h.templates)}"
     for b, (p, q) in enumerate(zip(g.buffer_points, h.buffer_points)):
@@ -720,7 +766,7 @@ def _first_difference(g: ComputationGraph, h: ComputationGraph):
                     f"the graph but {list(dims_of(q))} (split points {list(q)}) here")
     for k, (s, t) in enumerate(zip(g.templates, h.templates)):
         ks, kt = g.kernels[s.kernel], h.kernels[t.kernel]
-        if ks != kt:
+        if kernel_fingerprint(ks) != kernel_fingerprint(kt):
             return f"call {k} runs kernel `{ks.name}` in the graph but `{kt.name}` here" + (
                 "" if ks.name != kt.name else " (same name, different body)")
         for field in Template._fields:
@@ -806,7 +852,7 @@ def run_computation_graph(graph: ComputationGraph, inputs, backend=None, *,
         ck = graph.compiled_kernels[t.compiled]
         outs = [xp.empty(lengths[b], dtype=np.uint32) for b in t.outputs]
         _run_compiled(F, backend, graph.kernels[ck.kernel], ck, t, ti,
-                      [bufs[b] for b in t.inputs], outs)
+                      [bufs[b] for b in t.inputs], outs, points[t.outputs[0]])
         for b, o in zip(t.outputs, outs):
             bufs[b] = o
     results = []

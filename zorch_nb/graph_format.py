@@ -172,9 +172,15 @@ def kernel_bytes(ir) -> bytes:
     return w.bytes()
 
 
+def _identity(ir):
+    """The IR without the assertions' source locations: a comment line above a
+    kernel must not make it another kernel (the text only feeds error messages)."""
+    return ir._replace(asserts=tuple((x, y, "") for x, y, _ in ir.asserts))
+
+
 def kernel_fingerprint(ir) -> str:
-    """Hex SHA-256 of a kernel's serialized IR."""
-    return hashlib.sha256(kernel_bytes(ir)).hexdigest()
+    """Hex SHA-256 of a kernel's serialized IR, assertion locations left out."""
+    return hashlib.sha256(kernel_bytes(_identity(ir))).hexdigest()
 
 
 def _write_par(w, par):
@@ -205,7 +211,7 @@ def _write_layouts(w, ck):
 def compiled_key(ir, ck) -> str:
     """Hex SHA-256 identifying a kernel specialised to its operand layouts."""
     w = _Writer()
-    _write_kernel(w, ir)
+    _write_kernel(w, _identity(ir))
     _write_layouts(w, ck)
     return hashlib.sha256(w.bytes()).hexdigest()
 

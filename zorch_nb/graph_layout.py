@@ -27,7 +27,7 @@ import numpy as np
 __all__ = ["ViewForm", "initial_view", "reshape_view", "transpose_view", "parallel_sizes",
            "prefix_points", "merge_points", "dims_of", "padded_dims", "padded_strides",
            "axis_dims", "input_layout", "output_layout", "pad", "unpad", "apply_history",
-           "merkle_root", "pow2"]
+           "merkle_root", "pow2", "logical_instance"]
 
 
 def pow2(n: int) -> int:
@@ -241,6 +241,24 @@ def output_layout(points, num_parallel: int, shape):
             row += 1
         elem = elem * shape[k] + j
     return par, tuple(zip((int(o) for o in off), (int(e) for e in elem)))
+
+
+def logical_instance(points, num_parallel: int, shape, t: int) -> int:
+    """The logical instance whose values padded instance ``t`` of a call repeats.
+
+    ``points`` are the split points of the call's first output buffer
+    ``[num_parallel] + shape``; ``t`` splits into one bit field per parallel
+    sub-dimension (outer first, as :func:`output_layout`'s ``par``), and each
+    field is clamped into its logical size as padding clamps indices.
+    """
+    dims = dims_of(points)
+    ax = axis_dims(initial_view((num_parallel,) + tuple(shape)), points)[0]
+    bits = [pow2(dims[i]).bit_length() - 1 for i in ax]
+    shift, j = sum(bits), 0
+    for i, b in zip(ax, bits):
+        shift -= b
+        j = j * dims[i] + min((t >> shift) & ((1 << b) - 1), dims[i] - 1)
+    return j
 
 
 def pad(xp, flat, points):
