@@ -355,6 +355,8 @@ def test_views_reshape_and_transpose_honoured():
         np.testing.assert_array_equal(ctx.copy_to_host(x.reshape(*shape)), vals.reshape(5, 3))
     assert x.reshape(np.prod(x.shape)).shape == (15,)
     assert x.transpose(-1, 0).history == t.history
+    with pytest.raises(ValueError, match="`ints` must be a rectangular"):
+        ctx.copy_to_device([[1, 2], [3]])
     for shape, exc in (((-1, -1), ValueError), ((4, -1), ValueError), ((0, 15), ValueError),
                        ((2.5, 6), TypeError), ((True, 15), TypeError)):
         with pytest.raises(exc, match="`shape` must be"):

@@ -426,7 +426,11 @@ class Context:
 
     def copy_to_device(self, ints) -> Handle:
         """Copy canonical integers (any shape, at least one element) into a new buffer."""
-        shape = tuple(int(d) for d in np.shape(ints))
+        try:
+            shape = tuple(int(d) for d in np.shape(ints))
+        except ValueError:  # NumPy's "inhomogeneous shape"
+            raise ValueError("Argument `ints` must be a rectangular (non-ragged) array of "
+                             "integers") from None
         if int(np.prod(shape, dtype=np.int64)) == 0:
             raise ValueError(f"Argument `ints` must hold at least one element, not shape {shape}")
         words = self.field.encode(_to_host(ints) if not isinstance(ints, np.ndarray)
@@ -831,7 +835,11 @@ def run_computation_graph(graph: ComputationGraph, inputs, backend=None, *,
     def place(bid, history, values, name):
         n = points[bid][-1]
         index = apply_history(np.arange(n), history)
-        values = np.asarray(_to_host(values) if hasattr(values, "get") else values)
+        try:
+            values = np.asarray(_to_host(values) if hasattr(values, "get") else values)
+        except ValueError:  # NumPy's "inhomogeneous shape"
+            raise ValueError(f"Argument `{name}` must be a rectangular (non-ragged) array of "
+                             f"integers") from None
         if values.shape != index.shape:
             raise ValueError(f"Argument `{name}` must have shape {list(index.shape)}, "
                              f"not {list(values.shape)}")
