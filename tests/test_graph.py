@@ -66,7 +66,8 @@ def test_reference_lanes_give_528_plus_32k():
     for bad, exc, match in ((None, TypeError, "`inputs` must be a sequence"),
                             ({"a": new}, TypeError, "`inputs` must be a sequence"),
                             ([new * 1.0], TypeError, "`inputs\\[0\\]` must hold integers"),
-                            ([-new], ValueError, r"inputs\[0\]\[0, 0\] = -1$")):
+                            ([-new], ValueError, r"inputs\[0\]\[0, 0\] = -1$"),
+                            ([[[1, 2], [3]]], ValueError, r"`inputs\[0\]` must be a rectangular")):
         with pytest.raises(exc, match=match):
             run_computation_graph(g, bad)
     for axes in ((1.9, 0.2), ("x", None), (True, False)):
