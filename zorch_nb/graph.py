@@ -40,9 +40,9 @@ import numpy as np
 from . import _backend
 from .fields import BabyBear, KoalaBear, PrimeField
 from .graph_layout import (ViewForm, apply_history, axis_dims, dims_of, initial_view,
-                           input_layout, logical_instance, merge_points, merkle_root, output_layout, pad,
-                           padded_dims, parallel_sizes, prefix_points, reshape_view,
-                           transpose_view, unpad)
+                           input_layout, logical_instance, merge_points, merkle_root,
+                           output_layout, pad, padded_dims, parallel_sizes, prefix_points,
+                           reshape_view, transpose_view, unpad)
 from .graph_trace import (In, InOut, Kernel, KernelDefinitionError, KernelIR, Out, assert_eq,
                           kernel)
 from .kernels import graph_codegen
