@@ -1,0 +1,57 @@
+"""What the package declares and ships (the wheel's own contents are exercised by
+CI installing it non-editable; these are the parts CI's install does not see)."""
+import configparser
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _install_requires():
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    lines = cfg["options"]["install_requires"].strip().splitlines()
+    return {re.split(r"[<>=!~ ]", line.strip())[0]: line.strip() for line in lines if line.strip()}
+
+
+def test_run_time_dependencies_are_required_not_extras():
+    """A plain `pip install .` must run the demo: Numba's np.dot (the tensor-train
+    kernels) needs scipy, which only the test extra used to bring."""
+    reqs = _install_requires()
+    uses_dot = "np.dot(" in (ROOT / "kernels" / "tt_kernels.py").read_text()
+    assert not uses_dot or "scipy" in reqs, reqs
+    # llvmlite 0.44 (numba 0.61) is the first that can clear the forced vector width
+    numba = re.search(r"numba>=(\d+)\.(\d+)", reqs["numba"])
+    assert numba and (int(numba.group(1)), int(numba.group(2))) >= (0, 61), reqs["numba"]
+
+
+@pytest.mark.skipif(not (ROOT / ".git").exists(), reason="needs a git checkout")
+def test_sdist_carries_every_tracked_file(tmp_path):
+    """The sdist's tests need conftest.py, the references and benchmarks/ (setuptools
+    alone ships only tests/test*.py)."""
+    pytest.importorskip("setuptools")
+    tracked = set(subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True,
+                                 text=True, check=True).stdout.split())
+    # a copy of the tracked files: an egg-info left in the checkout would list
+    # the files of an earlier build and hide a missing MANIFEST.in line
+    src = tmp_path / "src"
+    for rel in tracked | {"MANIFEST.in", "LICENSE"}:
+        if (ROOT / rel).is_file():
+            (src / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / rel, src / rel)
+    code = ("import setuptools.build_meta as b, sys; "
+            "print(b.build_sdist(sys.argv[1]))")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=src,
+                         capture_output=True, text=True, check=True)
+    name = out.stdout.strip().splitlines()[-1]
+    with tarfile.open(tmp_path / name) as tar:
+        shipped = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
+    missing = tracked - shipped - {".gitignore"}
+    assert not missing, sorted(missing)
+    assert not [n for n in shipped if "__pycache__" in n or n.endswith((".nbi", ".nbc"))]
