@@ -6,8 +6,9 @@ shared machine is the robust figure.
 
 Usage: ``python benchmarks/readme_table.py benchmarks/results/<report>.json``
 """
-import json
 import sys
+
+from targets import load_report
 
 
 def table(report: dict) -> str:
@@ -26,13 +27,14 @@ def table(report: dict) -> str:
     for r in report["results"]:
         base = ", ".join(f"{name} {secs / r['time_s']:.1f}x" for name, secs in r["baselines"].items())
         paired = r.get("extra", {}).get("paired_fraction")  # CPU folds: timed alternately
+        frac = r["fraction_of_copy"]  # None: not a bandwidth row (dispatch), or old NaN
+        frac = "" if frac is None or frac != frac else f"{frac:.2f}"
         lines.append(f"| {r['kernel']} | {r['backend']} | 2^{r['size'].bit_length() - 1} | "
                      f"{r['time_s'] * 1e3:.3f} ms | {r['gbps']:.1f} | "
-                     f"{r['fraction_of_copy']:.2f} | {'' if paired is None else f'{paired:.2f}'} | "
+                     f"{frac} | {'' if paired is None else f'{paired:.2f}'} | "
                      f"{base} |")
     return "\n".join(lines)
 
 
 if __name__ == "__main__":
-    with open(sys.argv[1]) as fh:
-        print(table(json.load(fh)))
+    print(table(load_report(sys.argv, __doc__)))

@@ -12,6 +12,9 @@ over the galois fold.
 import json
 import sys
 
+#: Keys every report of ``python -m zorch_nb bench --json`` has.
+REPORT_KEYS = ("date", "device", "command", "copy", "results")
+
 #: (row kernel prefix, {backend: minimum fraction of copy}) -- GPU rows.
 GPU_FRACTIONS = [
     ("dense fold base/base", {"cupy": 0.90, "numba": 0.85}),
@@ -30,6 +33,27 @@ DISPATCH_US = 15.0
 PEAK_OVER_FIRST = {"dense pyramid base/base": 2.0, "dense pyramid base/ext": 2.6}
 #: CPU: fold >= 0.7 of the paired copy and >= 10x faster than galois GF(p).
 CPU_PAIRED, CPU_GALOIS = 0.7, 10.0
+
+
+def load_report(argv, doc) -> dict:
+    """The report named by ``argv[1]``; a usage line or a one-line reason on exit 2."""
+    if len(argv) != 2:
+        usage = next((ln for ln in (doc or "").splitlines() if ln.startswith("Usage")),
+                     "Usage: SCRIPT REPORT.json")
+        print(usage, file=sys.stderr)
+        raise SystemExit(2)
+    try:
+        with open(argv[1]) as fh:
+            report = json.load(fh)
+    except (OSError, ValueError) as exc:
+        print(f"cannot read the report {argv[1]!r}: {exc}", file=sys.stderr)
+        raise SystemExit(2)
+    missing = [k for k in REPORT_KEYS if not isinstance(report, dict) or k not in report]
+    if missing:
+        print(f"{argv[1]!r} is not a zorch_nb bench report (missing {', '.join(missing)})",
+              file=sys.stderr)
+        raise SystemExit(2)
+    return report
 
 
 def _mark(ok):
@@ -66,6 +90,8 @@ def targets(report: dict) -> str:
         for prefix, goals in GPU_FRACTIONS:
             for r in _rows(report, prefix, backend):
                 f = r["fraction_of_copy"]
+                if f is None:
+                    continue
                 l2 = r["extra"].get("in_l2_gbps")  # the arithmetic's rate, DRAM out of the way
                 measured = f"{f:.2f}" + (f" (in L2: {l2:.0f} GB/s)" if l2 else "")
                 add(r["kernel"] + " (of copy)", r, measured, f">= {goals[backend]:.2f}",
@@ -93,5 +119,8 @@ def targets(report: dict) -> str:
 
 
 if __name__ == "__main__":
-    with open(sys.argv[1]) as fh:
-        print(targets(json.load(fh)))
+    out = targets(load_report(sys.argv, __doc__))
+    print(out)
+    if len(out.splitlines()) == 2:  # the header only: nothing in the report to judge
+        print("no row of this report has a target", file=sys.stderr)
+        sys.exit(1)

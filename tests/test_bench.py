@@ -16,9 +16,16 @@ def test_bench_cpu_writes_json(tmp_path):
                           "--sizes", "10", "--repeat", "1", "--json", str(out)],
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr
-    report = json.loads(out.read_text())
+
+    def no_nan(name):  # strict JSON: NaN is not JSON (other parsers refuse it)
+        raise AssertionError(f"{name} in the report")
+    report = json.loads(out.read_text(), parse_constant=no_nan)
     assert {"date", "device", "command", "copy", "results", "second_process"} <= set(report)
-    assert "bench" in report["command"] and report["copy"][0]["gbps"] > 0
+    assert report["command"].endswith(f"bench --device cpu --sizes 10 --repeat 1 --json {out}")
+    assert report["copy"][0]["gbps"] > 0
+    for r in report["results"]:  # compile time apart from the steady state, for every row
+        assert r["first_call_s"] is not None and r["first_call_s"] > 0, r["kernel"]
+        assert (r["fraction_of_copy"] is None) == r["kernel"].startswith("dispatch")
     kernels = {r["kernel"] for r in report["results"]}
     for name in ("dense fold base/base", "dense fold base/ext", "dense fold ext/ext",
                  "jagged transition base/base (1024 seg.)", "dense pyramid base/base (to floor)",
@@ -74,6 +81,63 @@ def test_bench_rejects_sizes_and_repeats_it_cannot_measure(argv, message, capsys
     assert exc.value.code == 2 and message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["bench", "--backends", "numba"], "--backends picks GPU backends; it needs --device gpu"),
+    (["demo", "--gpu", "--backend", "numba"], "--gpu means --backend cupy"),
+    (["bench", "--sizes", "abc"], "invalid log2 size value: 'abc'"),
+])
+def test_cli_contradictions_are_usage_errors(argv, message, capsys):
+    from zorch_nb.__main__ import main
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_outputs_are_checked_before_measuring(tmp_path, monkeypatch, capsys):
+    """A --json or --plot path that cannot be written fails at once (exit 2), not after
+    minutes of measuring."""
+    from zorch_nb import bench
+    from zorch_nb.__main__ import main
+    monkeypatch.setattr(bench, "cpu_copy_gbps", lambda *a: pytest.fail("measured first"))
+    cases = [(["--json", str(tmp_path)], "is a directory"),
+             (["--json", str(tmp_path / "no" / "r.json")], "does not exist")]
+    if _has_matplotlib():
+        cases.append((["--plot", str(tmp_path / "p.xyz")], "must end in one of"))
+    for extra, message in cases:
+        assert main(["bench", "--sizes", "8", *extra]) == 2
+        assert message in capsys.readouterr().err
+
+
+def _has_matplotlib():
+    import importlib.util
+    return importlib.util.find_spec("matplotlib") is not None
+
+
+def test_second_process_reads_its_marked_line_and_reports_failure(monkeypatch):
+    from zorch_nb import bench
+    monkeypatch.setattr(bench, "SECOND_PROCESS",
+                        "print('[cache] debug chatter'); print('ZORCH_STARTUP 0.5 0.25'); "
+                        "print('more chatter')")
+    got = bench.second_process("cpu", "np")
+    assert got["warm_cache_run"]["import_s"] == 0.5
+    assert got["warm_cache_run"]["first_fold_s"] == 0.25
+    monkeypatch.setattr(bench, "SECOND_PROCESS", "raise SystemExit('child broke')")
+    assert bench.second_process("cpu", "np") == {"backend": "cpu", "error": ["child broke"]}
+
+
+def test_a_failed_second_process_fails_the_run(tmp_path, monkeypatch):
+    import argparse
+
+    from zorch_nb import bench
+    monkeypatch.setattr(bench, "_gkr_rows", lambda *args: [])
+    monkeypatch.setattr(bench, "second_process",
+                        lambda backend, xp: {"backend": backend, "error": ["ImportError: x"]})
+    out = tmp_path / "b.json"
+    args = argparse.Namespace(device="cpu", sizes=[8], repeat=1, json=str(out), plot=None)
+    assert bench.main(args) == 1
+    assert json.loads(out.read_text())["errors"] == ["cpu second process: ImportError: x"]
+
+
 def test_a_size_that_does_not_fit_stops_the_sizes_with_a_clear_error(tmp_path, monkeypatch):
     """The copy yardstick running out of memory ends the size loop, keeps the
     sizes measured before it, and says why (no traceback, exit status 1)."""
@@ -90,7 +154,8 @@ def test_a_size_that_does_not_fit_stops_the_sizes_with_a_clear_error(tmp_path, m
     monkeypatch.setattr(bench, "_gkr_rows", lambda *args: [])
     monkeypatch.setattr(bench, "second_process", lambda backend, xp: {"backend": backend})
     out = tmp_path / "b.json"
-    args = argparse.Namespace(device="cpu", sizes=[8, 9, 10], repeat=1, json=str(out), plot=None)
+    # in any order: the sizes run ascending, so every size below the failing one runs
+    args = argparse.Namespace(device="cpu", sizes=[10, 8, 9], repeat=1, json=str(out), plot=None)
     assert bench.main(args) == 1
     report = json.loads(out.read_text())
     assert [c["size"] for c in report["copy"]] == [4 * 2**8]

@@ -96,6 +96,11 @@ def _positive_int(text: str) -> int:
     return value
 
 
+# argparse names the type in "invalid <type> value: 'abc'"
+_log2_size.__name__ = "log2 size"
+_positive_int.__name__ = "positive int"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m zorch_nb", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -115,6 +120,11 @@ def main(argv=None) -> int:
                    help="GPU backends to measure (default: both)")
     b.set_defaults(func=bench)
     args = parser.parse_args(argv)
+    args.argv = sys.argv[1:] if argv is None else list(argv)  # for the report's command
+    if args.command == "demo" and args.gpu and args.backend not in ("cpu", "cupy"):
+        d.error(f"--gpu means --backend cupy; it contradicts --backend {args.backend}")
+    if args.command == "bench" and args.backends and args.device != "gpu":
+        b.error("--backends picks GPU backends; it needs --device gpu")
     return args.func(args)
 
 

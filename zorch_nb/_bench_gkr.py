@@ -134,12 +134,12 @@ def rows(n, backend, repeat, xp, timer, sync, guard=None):
                      lambda: _dense_fold_row(kern, name, ne, de, n, backend, repeat, xp, timer,
                                              sync))
     out += guard(f"{backend} jagged transitions",
-                 lambda: _jagged_rows(kern, n, backend, repeat, xp, timer))
+                 lambda: _jagged_rows(kern, n, backend, repeat, xp, timer, sync))
     for name in ("base/base", "base/ext"):
         out += guard(f"{backend} dense pyramid {name}",
-                     lambda: _dense_pyramid_row(name, n, backend, repeat, xp, timer))
+                     lambda: _dense_pyramid_row(name, n, backend, repeat, xp, timer, sync))
     out += guard(f"{backend} jagged pyramid",
-                 lambda: _jagged_pyramid_row(n, backend, repeat, xp, timer))
+                 lambda: _jagged_pyramid_row(n, backend, repeat, xp, timer, sync))
     out += guard(f"{backend} dispatch", lambda: _dispatch_row(backend, xp, sync))
     return out
 
@@ -216,9 +216,9 @@ def _in_l2_gbps(kern, ne, de, repeat, xp, timer):
     return IN_L2_CALLS * _nbytes(ins + outs) / t / 1e9
 
 
-def _jagged_rows(kern, n, backend, repeat, xp, timer):
+def _jagged_rows(kern, n, backend, repeat, xp, timer, sync):
     """Jagged transitions: 1024 segments, random counts, halving schedule."""
-    from .bench import Row
+    from .bench import Row, _first_call
     out = []
     counts = jagged_counts(n)
     orc = ((counts.astype(np.int64) + 1) // 2).astype(np.int32)
@@ -229,24 +229,29 @@ def _jagged_rows(kern, n, backend, repeat, xp, timer):
         outs = _outputs(xp, ne, de, width)
         prefix = xp.empty((2, JAGGED_SEGMENTS), dtype=np.int64)
         rc_d, orc_d = xp.asarray(counts), xp.asarray(orc)
-        t = timer(lambda: kern.jagged_transition(rc_d, orc_d, prefix, *ins, *outs, F.params),
-                  repeat)
+        call = lambda: kern.jagged_transition(rc_d, orc_d, prefix, *ins, *outs,  # noqa: E731
+                                              F.params)
+        first = _first_call(call, sync)  # compiles: kept out of the steady-state time
+        t = timer(call, repeat)
         moved = _nbytes(ins + outs) + counts.nbytes + orc.nbytes + prefix.nbytes
         out.append(Row(f"jagged transition {name} ({JAGGED_SEGMENTS} seg.)", backend, n, t,
-                       moved, float("nan")))
+                       moved, first))
     return out
 
 
-def _dense_pyramid_row(name, n, backend, repeat, xp, timer):
+def _dense_pyramid_row(name, n, backend, repeat, xp, timer, sync):
     """A whole dense pyramid against its compulsory bytes."""
-    from .bench import Row
+    from .bench import Row, _first_call
     ne, de = MODES[name]
     first = GkrLayer(*_mles(xp, ne, de, n), 0)
-    layers = build_pyramid(first, backend=backend)  # warm-up (and the byte count)
+    built = []
+    # warm-up (compiles; its time is the row's first call) and the byte count
+    first_s = _first_call(lambda: built.append(build_pyramid(first, backend=backend)), sync)
+    layers = built.pop()
     compulsory = _nbytes(first.mles) + sum(_nbytes(la.mles) for la in layers[1:])
     del layers
     t = timer(lambda: build_pyramid(first, backend=backend), max(1, repeat // 2))
-    row = Row(f"dense pyramid {name} (to floor)", backend, n, t, compulsory, float("nan"))
+    row = Row(f"dense pyramid {name} (to floor)", backend, n, t, compulsory, first_s)
     row.extra["layers"] = first.num_row_variables
     if backend in ("cupy", "numba"):  # both GPU backends run the fused pyramid
         from .kernels.launch_config import gkr_pyramid_plan
@@ -258,18 +263,21 @@ def _dense_pyramid_row(name, n, backend, repeat, xp, timer):
     return [row]
 
 
-def _jagged_pyramid_row(n, backend, repeat, xp, timer):
+def _jagged_pyramid_row(n, backend, repeat, xp, timer, sync):
     """A whole jagged pyramid (halving schedule) against its compulsory bytes."""
-    from .bench import Row
+    from .bench import Row, _first_call
     jfirst = JaggedGkrLayer(*_mles(xp, False, True, n), jagged_counts(n))
     schedule = halving_schedule(jfirst)
-    layers = build_jagged_pyramid(jfirst, schedule, backend=backend)
+    built = []
+    first_s = _first_call(
+        lambda: built.append(build_jagged_pyramid(jfirst, schedule, backend=backend)), sync)
+    layers = built.pop()
     compulsory = _nbytes(jfirst.mles) + sum(_nbytes(la.mles) for la in layers[1:])
     del layers
     t = timer(lambda: build_jagged_pyramid(jfirst, schedule, backend=backend),
               max(1, repeat // 2))
     row = Row(f"jagged pyramid base/ext ({JAGGED_SEGMENTS} seg.)", backend, n, t, compulsory,
-              float("nan"))
+              first_s)
     row.extra["layers"] = len(schedule)
     if backend in ("cupy", "numba"):  # chunks, single steps, the one-block tail (CuPy only)
         from .kernels.launch_config import gkr_jagged_launches, gkr_jagged_plan
@@ -284,11 +292,12 @@ def _jagged_pyramid_row(n, backend, repeat, xp, timer):
 def _dispatch_row(backend, xp, sync):
     """Dispatch overhead: one object-layer transition of a tiny layer."""
     from .bench import Row
+    from .bench import _first_call
     small = GkrLayer(*_mles(xp, False, False, 1 << DISPATCH_LOG2), 0)
-    layer_transition(small, backend=backend)
+    first_s = _first_call(lambda: layer_transition(small, backend=backend), sync)
     t = _dispatch_time(lambda: layer_transition(small, backend=backend), sync)
     row = Row("dispatch: one transition base/base", backend, 1 << DISPATCH_LOG2, t,
-              _nbytes(small.mles) * 3 // 2, float("nan"))
+              _nbytes(small.mles) * 3 // 2, first_s, vs_copy=False)
     row.extra["us_per_call"] = round(t * 1e6, 2)
     return [row]
 

@@ -19,8 +19,10 @@ from __future__ import annotations
 import datetime
 import functools
 import json
+import math
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import time
@@ -41,16 +43,38 @@ class Row:
     size: int
     time_s: float
     bytes: int
-    first_call_s: float = float("nan")
+    first_call_s: float | None = None  # None: not measured
     baselines: dict = field(default_factory=dict)  # name -> seconds
     gbps: float = 0.0
-    fraction_of_copy: float = 0.0
+    fraction_of_copy: float | None = 0.0  # None: no bandwidth figure (see vs_copy)
     extra: dict = field(default_factory=dict)  # notes: launches, peak memory, ...
+    #: False for rows that measure something else than bandwidth (the dispatch
+    #: of a 2**10 layer): no fraction of the copy of the run's size
+    vs_copy: bool = True
 
     def finish(self, copy_gbps: float) -> "Row":
         self.gbps = self.bytes / self.time_s / 1e9
-        self.fraction_of_copy = self.gbps / copy_gbps if copy_gbps else float("nan")
+        self.fraction_of_copy = (self.gbps / copy_gbps if copy_gbps and self.vs_copy
+                                 else None)
         return self
+
+
+def _fmt(value, spec: str, width: int) -> str:
+    """``value`` formatted, or blank where it was not measured (None / NaN)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return " " * width
+    return f"{value:>{width}{spec}}"
+
+
+def _strict(obj):
+    """``obj`` with NaN / infinity as None: the report is strict JSON (``null``)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _strict(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_strict(v) for v in obj]
+    return obj
 
 
 # ---------------------------------------------------------------- timers
@@ -208,8 +232,9 @@ def _table(rows, copy_row) -> str:
         base = ", ".join([f"{k} {v * 1e3:.2f} ms (speedup {v / r.time_s:.1f}x)"
                           for k, v in r.baselines.items()]
                          + [f"{k}={v}" for k, v in r.extra.items()])
+        first = _fmt(r.first_call_s, ".3f", 8) + ("s" if r.first_call_s is not None else " ")
         lines.append(f"{r.kernel:<46} {r.backend:<7} {r.size:>10} {r.time_s * 1e3:>8.3f} ms "
-                     f"{r.gbps:>8.1f} {r.fraction_of_copy:>8.2f} {r.first_call_s:>8.3f}s  {base}")
+                     f"{r.gbps:>8.1f} {_fmt(r.fraction_of_copy, '.2f', 8)} {first}  {base}")
     return "\n".join(lines)
 
 
@@ -219,7 +244,7 @@ SECOND_PROCESS = (
     "layer_transition; import zorch_nb.logup_gkr as g; t1 = time.perf_counter(); "
     "xp = {xp}; x = xp.asarray(F.random(1024, seed=1)); "
     "layer_transition(GkrLayer(x, x, x, x, 0), backend={backend!r}); {sync}; "
-    "t2 = time.perf_counter(); print(t1 - t0, t2 - t1)")
+    "t2 = time.perf_counter(); print('ZORCH_STARTUP', t1 - t0, t2 - t1)")
 
 
 def second_process(backend: str, xp_name: str) -> dict:
@@ -238,8 +263,14 @@ def second_process(backend: str, xp_name: str) -> dict:
         res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         wall = time.perf_counter() - t0
         if res.returncode != 0:
-            return {"error": res.stderr.strip().splitlines()[-1:]}
-        imp, fold = (float(v) for v in res.stdout.split())
+            return {"backend": backend, "error": res.stderr.strip().splitlines()[-1:]}
+        # the marked line: anything else the child prints (Numba debug output,
+        # warnings on stdout) is not ours to parse
+        marked = [ln.split()[1:] for ln in res.stdout.splitlines()
+                  if ln.startswith("ZORCH_STARTUP ")]
+        if not marked:
+            return {"backend": backend, "error": ["no ZORCH_STARTUP line in the output"]}
+        imp, fold = (float(v) for v in marked[-1])
         runs.append({"wall_s": round(wall, 3), "import_s": round(imp, 3),
                      "first_fold_s": round(fold, 4)})
     return {"backend": backend, "first_run": runs[0], "warm_cache_run": runs[1]}
@@ -260,6 +291,7 @@ def plot(rows, copy_row, path: str, title: str) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         raise SystemExit("--plot needs matplotlib: pip install 'zorch_nb[bench]'")
+    rows = [r for r in rows if r.fraction_of_copy is not None]  # bandwidth rows only
     labels = [f"{r.kernel}\n[{r.backend}, n={r.size}]" for r in rows]
     fig, ax = plt.subplots(figsize=(10, 0.45 * len(rows) + 1.5))
     ax.barh(range(len(rows)), [r.fraction_of_copy for r in rows], color="tab:blue")
@@ -272,15 +304,55 @@ def plot(rows, copy_row, path: str, title: str) -> None:
     ax.axvline(1.0, color="k", lw=1)
     ax.set_yticks(range(len(rows)), labels, fontsize=7)
     ax.invert_yaxis()
-    ax.set_xlabel(f"fraction of same-run copy bandwidth ({copy_row.gbps:.0f} GB/s)")
+    ax.set_xlabel("fraction of the copy bandwidth of the same size in the same run"
+                  + (f" ({copy_row.gbps:.0f} GB/s at one size)" if copy_row else ""))
     ax.set_title(title)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
 
+def _output_problem(path: str, what: str):
+    """Why ``path`` cannot be written (checked before any measuring), or None."""
+    if os.path.isdir(path):
+        return f"{what} {path!r} is a directory; give a file name"
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        return f"{what} {path!r}: the folder {parent!r} does not exist"
+    if not os.access(parent, os.W_OK):
+        return f"{what} {path!r}: the folder {parent!r} is not writable"
+    return None
+
+
+def _plot_problem(path: str):
+    """Why ``--plot path`` would fail after the run (matplotlib, format), or None."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        return "--plot needs matplotlib: pip install 'zorch_nb[bench]'"
+    formats = FigureCanvasAgg(Figure()).get_supported_filetypes()
+    ext = os.path.splitext(path)[1].lstrip(".").lower()
+    if ext not in formats:
+        return (f"--plot {path!r}: the file name must end in one of "
+                f"{', '.join('.' + f for f in sorted(formats))}")
+    return None
+
+
 def main(args) -> int:
     device = args.device
-    sizes = args.sizes or ([26] if device == "gpu" else [20])
+    # ascending, so a size that does not fit ends the run after every smaller one
+    sizes = sorted(set(args.sizes or ([26] if device == "gpu" else [20])))
+    problems = [p for p in (args.json and _output_problem(args.json, "--json"),
+                            args.plot and (_output_problem(args.plot, "--plot")
+                                           or _plot_problem(args.plot))) if p]
+    if problems:  # before minutes of measuring, not after
+        for p in problems:
+            print(p, file=sys.stderr)
+        return 2
+    argv = getattr(args, "argv", None)
+    argv = sys.argv[1:] if argv is None else list(argv)
     if device == "gpu":
         try:
             import cupy
@@ -304,7 +376,7 @@ def main(args) -> int:
         return {
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "device": _device_name(device),
-            "command": "python -m zorch_nb " + " ".join(sys.argv[1:]),
+            "command": "python -m zorch_nb " + shlex.join(argv),
             "python": sys.version.split()[0],
             "copy": [asdict(c) for c in copies],
             "results": [asdict(r) for r in all_rows],
@@ -315,7 +387,7 @@ def main(args) -> int:
     def write_json() -> None:  # after every size too: a run cut short keeps what it has
         if args.json:
             with open(args.json, "w") as fh:
-                json.dump(report(), fh, indent=1)
+                json.dump(_strict(report()), fh, indent=1, allow_nan=False)
 
     for lg in sizes:
         n = 1 << lg
@@ -348,6 +420,8 @@ def main(args) -> int:
     startup += [second_process(b, "cupy" if device == "gpu" else "np") for b in backends]
     for s_ in startup:
         print(f"second process ({s_.get('backend')}): {s_}")
+        if "error" in s_:
+            guard.errors.append(f"{s_['backend']} second process: {' '.join(s_['error'])}")
     write_json()
     if args.plot and all_rows:
         plot(all_rows, copies[-1], args.plot, f"zorch_nb bench — {_device_name(device)}")
