@@ -381,6 +381,24 @@ class EmuArray:
         _check_sync("bool()")
         return bool(self._a)
 
+    # scalar reads of a (0-d or one-element) device array copy to the host, as
+    # on CuPy: each is a synchronization
+    def __int__(self):
+        _check_sync("int()")
+        return int(self._a)
+
+    def __float__(self):
+        _check_sync("float()")
+        return float(self._a)
+
+    def __index__(self):
+        _check_sync("index()")
+        return self._a.__index__()
+
+    def item(self, *args):
+        _check_sync("item()")
+        return self._a.item(*args)
+
     def __len__(self):
         return len(self._a)
 
@@ -425,6 +443,8 @@ def _unwrap(x):
 def _wrap(x):
     if isinstance(x, np.ndarray):
         return EmuArray(x)
+    if isinstance(x, np.generic):  # a reduction's result stays on the device (0-d), as
+        return EmuArray(np.asarray(x))  # on CuPy: reading it is a synchronization
     if isinstance(x, tuple):
         return tuple(_wrap(v) for v in x)
     if isinstance(x, types.ModuleType):  # cupy.linalg, cupy.random, ...: NumPy's, wrapped

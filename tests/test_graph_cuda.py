@@ -198,6 +198,18 @@ def check_cupy_context_records_and_replays_the_reference_program():
                                                            for k in range(2)])])
     assert com == g.commitments
 
+    @kernel
+    def doubles(x: In[2], out: Out[()]):
+        assert_eq(x[0] + x[0], x[1])
+        out[()] = x[1]
+
+    # a failing assertion of an eager call names the instance and both values, as on
+    # the CPU (reading them back from the device)
+    for c in (ctx, Context()):
+        with pytest.raises(ValueError, match=r"assert_eq failed in kernel `doubles` .* at "
+                                             r"instance 1 of 2: 6 != 5$"):
+            c.call_kernel(doubles, 2, c.copy_to_device(np.array([[1, 2], [3, 5]])))
+
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("field", [KoalaBear, BabyBear], ids=["koalabear", "babybear"])

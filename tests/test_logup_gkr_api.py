@@ -304,6 +304,37 @@ def test_gpu_device_schedule_never_synchronizes(backend):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("counts, bound", [([0, 0], 0), ([1, 0, 1, 1], 1), ([1, 1], 1)])
+def test_gpu_device_schedule_with_bound_at_most_one_still_reaches_a_floor(counts, bound):
+    """Device counts bounded by M <= 1 may hold a 0 the schedule cannot see: it takes
+    one step (an empty list left empty segments without their neutral row, and the
+    outputs wrong).  The per-batch fraction sums equal the host schedule's."""
+    import cupy
+    host = four(len(counts), (False, True))
+    first = JaggedGkrLayer(*host, counts)
+    want = extract_jagged_outputs(build_jagged_pyramid(first, halving_schedule(first))[-1])
+    d_first = JaggedGkrLayer(*(cupy.asarray(x) for x in host), cupy.asarray(counts, np.int32))
+    steps = halving_schedule(d_first, max_row_count=bound)
+    assert len(steps) == 1 and steps[-1].width == len(counts)
+    got = extract_jagged_outputs(build_jagged_pyramid(d_first, steps)[-1])
+    assert _batch_sums(want, len(counts)) == _batch_sums(got, len(counts))
+
+
+def _batch_sums(out, nb):
+    """``n0/d0 + n1/d1`` of every batch element of a floor's outputs (decoded)."""
+    E = KoalaBear.ext
+    num, den = (x if isinstance(x, np.ndarray) else x.get()
+                for x in (out.numerator, out.denominator))
+    num, den = (E.from_base(x) if x.ndim == 1 else x for x in (num, den))
+    sums = []
+    for b in range(nb):
+        n0, n1, d0, d1 = num[2 * b], num[2 * b + 1], den[2 * b], den[2 * b + 1]
+        s = E.mul(E.add(E.mul(n0, d1), E.mul(n1, d0)), E.inv(E.mul(d0, d1)))
+        sums.append(E.decode(s).tolist())
+    return sums
+
+
+@pytest.mark.gpu
 def test_gpu_errors_and_cupy_backend_on_numpy_data():
     import cupy
     host = four(8, (False, True))

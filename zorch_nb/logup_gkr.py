@@ -790,7 +790,10 @@ def halving_schedule(layer: JaggedGkrLayer, max_row_count: int | None = None) ->
         Only for device row counts: an upper bound ``M`` on every count.  The
         steps are then computed on the device (no synchronization) with widths
         ``min(nb * ceil(M / 2**t), floor(w / 2) + nb)`` that bound the live
-        rows; the last width is ``nb``.  Without it, device counts are copied
+        rows; the last width is ``nb``.  There is always at least one step
+        (with ``M <= 1`` a count may be 0, and the device counts are not read):
+        for counts that already are a floor, that step folds each row's two
+        children -- same per-batch sums.  Without it, device counts are copied
         to the host once (one synchronization) and the exact schedule is
         returned.
 
@@ -806,11 +809,14 @@ def halving_schedule(layer: JaggedGkrLayer, max_row_count: int | None = None) ->
     if max_row_count is not None:  # checked also where host counts make it unused
         bound = _check_int(max_row_count, "max_row_count", 0, _INT32_MAX)
     if not layer.counts_on_host and max_row_count is not None:
+        cp = _backend.get_xp("cupy")
         counts, width, steps = layer.row_counts, layer.width, []
-        while bound > 1:
+        # at least one step: with M <= 1 a count may still be 0 (no way to tell
+        # without reading the counts), and the step gives it its neutral row
+        while bound > 1 or not steps:
             bound = (bound + 1) // 2
-            counts = _backend.get_xp("cupy").maximum((counts + 1) // 2, 1).astype(np.int32)
-            width = min(nb * bound, width // 2 + nb)
+            counts = cp.maximum((counts + 1) // 2, 1).astype(np.int32)
+            width = min(nb * max(bound, 1), width // 2 + nb)
             steps.append(JaggedStep(counts, width))
         return steps
     counts = (layer.row_counts if layer.counts_on_host
