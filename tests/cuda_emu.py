@@ -567,6 +567,19 @@ class _Stream:
         return types.SimpleNamespace(launch=lambda stream=None: [c() for c in calls])
 
 
+class _Device:
+    """``cupy.cuda.Device``: one device, 0; usable as a context manager."""
+
+    def __init__(self, i=0):
+        self.id = 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
 def fake_cupy(launches: list) -> types.ModuleType:
     """A ``cupy`` module for kernels/gkr_cupy.py that runs the emulated kernels."""
     mod = types.ModuleType("cupy")
@@ -599,6 +612,7 @@ def fake_cupy(launches: list) -> types.ModuleType:
     # what the object layer calls on CuPy data; any other name is NumPy's
     mod.asarray, mod.empty = EmuXp.asarray, EmuXp.empty
     mod.ascontiguousarray = EmuXp.ascontiguousarray
+    mod.cuda = types.SimpleNamespace(Device=_Device)
     mod.__getattr__ = lambda name: _wrap(getattr(np, name))
     return mod
 
@@ -648,7 +662,7 @@ def install_session_fakes() -> list:
             getDeviceCount=lambda: 1,
             getDeviceProperties=lambda i: {"name": b"host emulation of CUDA (cuda_emu.py)"}),
         get_current_stream=lambda: stream,
-        Device=lambda i=0: types.SimpleNamespace(id=0),
+        Device=_Device,
         Event=Event,
         get_elapsed_time=lambda a, b: (b.t - a.t) * 1e3,
         set_allocator=lambda allocator=None: None,  # no pool to switch off here

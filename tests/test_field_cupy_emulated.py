@@ -87,4 +87,13 @@ def test_field_api_on_emulated_cupy_arrays(emulated_cupy, F):
     out = dev(np.zeros(40, np.uint32))
     assert F.mul(dev(b), dev(b), out=out) is out
     np.testing.assert_array_equal(out.get(), F.mul(b, b))
+    # one NumPy element next to device operands goes to the device, as CuPy takes
+    # NumPy scalars (F.one, E.one); a larger NumPy array is still refused
+    for G, u, one in ((F, b, F.one), (E, y, E.one), (E, y, F.one), (E, y, np.asarray(F.one))):
+        got = G.mul(dev(u), one)
+        assert isinstance(got, cuda_emu.EmuArray)
+        np.testing.assert_array_equal(got.get(), u if G is F or u.ndim == 2 else G.mul(u, one))
+        np.testing.assert_array_equal(G.add(one, dev(u)).get(), G.add(one, u))
+    with pytest.raises(TypeError, match="different modules"):
+        F.add(dev(b), b)
     assert emulated_cupy and all(n.startswith("zorch_") for n in emulated_cupy)

@@ -15,7 +15,10 @@ and :meth:`PrimeField.is_canonical` tells them apart.
 Where an operation runs is decided by the arrays (see :mod:`zorch_nb._backend`):
 NumPy arrays run Numba CPU kernels, CuPy (or any ``__cuda_array_interface__``)
 arrays run CuPy RawKernels, and ``backend="numba"`` selects the Numba-CUDA
-kernels.  Every backend returns byte-identical results.
+kernels.  Every backend returns byte-identical results.  Operands of one call
+live in one module; as in CuPy, the one exception is a NumPy operand holding a
+single element (``F.one``, ``E.one``, a NumPy scalar), which is copied to the
+device of the others.
 
 Examples
 --------
@@ -279,6 +282,8 @@ class _FieldBase:
             _check_words(x, name)
             if isinstance(x, np.generic):
                 operands[name] = np.asarray(x)
+        if len(operands) > 1 and any(type(x) is not np.ndarray for x in operands.values()):
+            self._move_single_elements(operands)
         kind, backend = _backend.resolve(operands, backend)
         shapes = {}
         degrees = {}
@@ -301,6 +306,27 @@ class _FieldBase:
             desc = ", ".join(f"`{n}` {s}" for n, s in shapes.items())
             raise ValueError(f"element shapes do not broadcast: {desc}") from None
         return kind, backend, shape, degrees
+
+    def _move_single_elements(self, operands: dict) -> None:
+        """Next to device operands, a NumPy operand holding one element (a scalar
+        word like ``F.one``, or one extension element ``(4,)``) is copied to the
+        device, as CuPy takes NumPy scalars; larger NumPy arrays still have to
+        be moved by the caller (no silent host->device copies of data)."""
+        single = [name for name, x in operands.items() if isinstance(x, np.ndarray)
+                  and (x.shape == () or (self.degree == 4 and x.shape == (4,)))]
+        if not single:  # the common case: nothing to look up
+            return
+        device = [x for x in operands.values() if _backend.array_kind(x) in ("cupy", "cuda")]
+        if not device:
+            return
+        cp = _backend.get_xp("cupy")
+        dev = _backend.device_of(device[0])
+        for name in single:
+            if dev is None:
+                operands[name] = cp.asarray(operands[name])
+            else:
+                with cp.cuda.Device(dev):
+                    operands[name] = cp.asarray(operands[name])
 
     def _flat(self, x, kind, shape, degree):
         """Contiguous ``(n,)`` / ``(n, 4)`` copy-or-view of ``x`` broadcast to ``shape``."""
