@@ -5,8 +5,11 @@ bytes written, divided by time) as a fraction of the device-to-device copy
 bandwidth measured in the same process.  CPU (``--device cpu``): the same
 bandwidth against a Numba streaming copy measured in the same process, plus
 the speedup over a plain vectorized NumPy implementation (and galois where it
-is installed).  Compile (first-call) time is reported apart from steady state,
-and a *second process* figure shows the start-up cost once the caches (Numba
+is installed).  Compile (first-call) time is reported apart from steady state
+-- ``first_call_s``, the wall time of a row's first call, compile or on-disk
+cache load included: a tiny input for the kernel rows, the full input for
+the pyramid rows; the timed repetitions come after it -- and a *second
+process* figure shows the start-up cost once the caches (Numba
 ``cache=True``, CuPy's kernel cache) are warm: the bench runs a tiny
 subprocess twice, each importing zorch_nb and folding one small layer.
 
