@@ -9,6 +9,18 @@ import hashlib
 import os
 
 
+def sources_digest() -> str:
+    """SHA-256 of every kernel source (``*.py`` here): changes when any kernel
+    or callee changes, so caches keyed on it never serve stale machine code."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    digest = hashlib.sha256()
+    for name in sorted(os.listdir(here)):
+        if name.endswith(".py"):
+            with open(os.path.join(here, name), "rb") as fh:
+                digest.update(name.encode() + b"\0" + fh.read())
+    return digest.hexdigest()
+
+
 def _drop_stale_numba_cache() -> None:
     """Delete this folder's Numba cache files when any kernel source changed.
 
@@ -22,13 +34,8 @@ def _drop_stale_numba_cache() -> None:
     cache = os.path.join(here, "__pycache__")
     if not os.path.isdir(cache):
         return
-    digest = hashlib.sha256()
-    for name in sorted(os.listdir(here)):
-        if name.endswith(".py"):
-            with open(os.path.join(here, name), "rb") as fh:
-                digest.update(name.encode() + b"\0" + fh.read())
     stamp_path = os.path.join(cache, "zorch_nb_sources.sha256")
-    stamp = digest.hexdigest()
+    stamp = sources_digest()
     try:
         with open(stamp_path) as fh:
             if fh.read() == stamp:

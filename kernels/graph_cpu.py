@@ -1,27 +1,92 @@
 """Numba CPU runner of the generated deferred-graph evaluators.
 
 The source comes from :func:`zorch_nb.kernels.graph_codegen.python_source`.
-Numba's on-disk cache cannot hold functions built from generated text, so
-compiled evaluators are memoized in this process, keyed by their source: a
-graph replayed twice, or two templates sharing a layout, compile once.
-Field constants are runtime arguments, so one compiled evaluator serves every
-field.
+Numba's on-disk cache needs a function defined in a file, so each generated
+evaluator is written once to a file of the evaluator cache directory (see
+:func:`evaluator_cache_dir`), imported from there and compiled with
+``cache=True``: a saved graph replayed in a new process loads its machine code
+instead of compiling it again (a 400-operation kernel took ~5 s to compile).
+The directory is keyed on the hash of every kernel source, so a changed
+callee (``monty.py``) never meets an old cache.  Where no directory is
+writable, the source is compiled from memory, as before.  Compiled evaluators
+are also memoized in this process, keyed by their source: a graph replayed
+twice, or two templates sharing a layout, compile (or load) once.  Field
+constants are runtime arguments, so one compiled evaluator serves every field.
 """
 from __future__ import annotations
 
 import functools
+import importlib.util
+import os
+import sys
+import tempfile
 
 import numpy as np
 from numba import njit, prange
 
+from . import sources_digest
 from .monty import mod_add, mod_neg, mod_sub, mont_mul
 
-__all__ = ["compile_evaluator", "run_evaluator"]
+__all__ = ["compile_evaluator", "run_evaluator", "evaluator_cache_dir"]
+
+#: What the generated text expects in its namespace (graph_codegen.python_source).
+_HEADER = ("import numpy as np\n"
+           "from numba import prange\n"
+           "from zorch_nb.kernels.monty import mod_add, mod_neg, mod_sub, mont_mul\n\n")
+
+
+@functools.lru_cache(maxsize=None)
+def evaluator_cache_dir():
+    """Writable folder for generated evaluator files, or None.
+
+    ``$ZORCH_NB_CACHE_DIR``, else ``$XDG_CACHE_HOME/zorch_nb`` (default
+    ``~/.cache/zorch_nb``), in a subfolder named by the kernel sources' hash.
+    """
+    root = os.environ.get("ZORCH_NB_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+        "zorch_nb")
+    path = os.path.join(root, "graph-evaluators-" + sources_digest()[:16])
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError:
+        return None
+    return path if os.access(path, os.W_OK) else None
+
+
+def _evaluator_file(folder: str, source: str, name: str) -> str:
+    """The file holding ``source`` (written once, atomically: a file Numba has
+    indexed must never change under it)."""
+    path = os.path.join(folder, f"zorch_graph_{name}.py")
+    text = _HEADER + source
+    if os.path.exists(path):
+        with open(path) as fh:
+            if fh.read() == text:
+                return path
+    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+    return path
 
 
 @functools.lru_cache(maxsize=None)
 def compile_evaluator(source: str, name: str):
-    """``njit(parallel=True)`` dispatcher of the function ``name`` in ``source``."""
+    """``njit(parallel=True)`` dispatcher of the function ``name`` in ``source``
+    (cached on disk where a cache folder is writable)."""
+    folder = evaluator_cache_dir()
+    if folder is not None:
+        try:
+            path = _evaluator_file(folder, source, name)
+            modname = f"zorch_graph_{name}"
+            spec = importlib.util.spec_from_file_location(modname, path)
+            module = importlib.util.module_from_spec(spec)
+            # registered: a cache entry names the module of its function, and
+            # loading it in a later process imports that module by name
+            sys.modules[modname] = module
+            spec.loader.exec_module(module)
+            return njit(parallel=True, cache=True)(getattr(module, name))
+        except OSError:  # a folder that stopped being writable: compile from memory
+            pass
     namespace = {"np": np, "prange": prange, "mod_add": mod_add, "mod_sub": mod_sub,
                  "mod_neg": mod_neg, "mont_mul": mont_mul}
     exec(compile(source, f"<zorch_graph {name}>", "exec"), namespace)

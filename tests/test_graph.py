@@ -115,7 +115,13 @@ from zorch_nb.graph import ComputationGraph, run_computation_graph
 g = ComputationGraph.load(sys.argv[1])
 new = np.concatenate([np.arange(1, 33).reshape(16, 2) * 2 + k for k in range(3)])
 (out,), commitments = run_computation_graph(g, [new])
-print(json.dumps({"out": out.tolist(), "commitments": [c.hex() for c in commitments]}))
+from zorch_nb.graph import _sources
+from zorch_nb.kernels import graph_cpu
+stats = [graph_cpu.compile_evaluator(*_sources(g.kernels[ck.kernel], ck)[::2]).stats
+         for ck in g.compiled_kernels]  # the evaluators this replay used
+print(json.dumps({"out": out.tolist(), "commitments": [c.hex() for c in commitments],
+                  "hits": sum(sum(s.cache_hits.values()) for s in stats),
+                  "misses": sum(sum(s.cache_misses.values()) for s in stats)}))
 """
 
 
@@ -133,6 +139,45 @@ def test_save_load_in_fresh_process_and_replay(tmp_path):
     (out,), commitments = run_computation_graph(g, [new])
     assert got["out"] == out.tolist() == [2 * 528 + 32 * k for k in range(3)]
     assert got["commitments"] == [x.hex() for x in commitments]
+
+
+def test_replay_in_a_new_process_loads_the_compiled_evaluators(tmp_path):
+    """The generated evaluators go through Numba's on-disk cache: the second process
+    replaying a saved graph compiles nothing (a 400-operation kernel took ~5 s)."""
+    ctx = Context()
+    a, c = reference_program(ctx, lanes=3)
+    path = tmp_path / "reference.zgraph"
+    ctx.generate_computation_graph([a], [c]).save(path)
+    env = dict(os.environ, ZORCH_NB_CACHE_DIR=str(tmp_path / "zc"),
+               NUMBA_CACHE_DIR=str(tmp_path / "nc"))
+    runs = [json.loads(subprocess.run([sys.executable, "-c", _REPLAY_SCRIPT, str(path)],
+                                      check=True, capture_output=True, text=True,
+                                      env=env).stdout.strip().splitlines()[-1])
+            for _ in range(2)]
+    assert runs[0]["out"] == runs[1]["out"] == [2 * 528 + 32 * k for k in range(3)]
+    assert runs[0]["misses"] == 2 and runs[0]["hits"] == 0  # two evaluators compiled
+    assert runs[1]["misses"] == 0 and runs[1]["hits"] == 2  # and loaded from disk
+    assert len(list((tmp_path / "zc").glob("graph-evaluators-*/zorch_graph_*.py"))) == 2
+
+
+def test_replay_without_a_writable_cache_folder_compiles_in_memory(tmp_path, monkeypatch):
+    from zorch_nb.kernels import graph_cpu
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("ZORCH_NB_CACHE_DIR", str(blocker))
+    graph_cpu.evaluator_cache_dir.cache_clear()
+    graph_cpu.compile_evaluator.cache_clear()
+    try:
+        assert graph_cpu.evaluator_cache_dir() is None
+        ctx = Context()
+        a, c = reference_program(ctx, lanes=2)
+        g = ctx.generate_computation_graph([a], [c])
+        new = np.concatenate([np.arange(1, 33).reshape(16, 2) + 3 * k for k in range(2)])
+        (out,), _ = run_computation_graph(g, [new])
+        assert out.tolist() == [528, 624]
+    finally:
+        graph_cpu.evaluator_cache_dir.cache_clear()
+        graph_cpu.compile_evaluator.cache_clear()
 
 
 def test_serialization_is_deterministic():
