@@ -704,6 +704,38 @@ def test_zero_length_axes_are_refused_at_construction(rng):
                                  x.masks)
 
 
+def test_from_dense_recovers_a_low_rank_tensor(rng):
+    """dense -> ragged -> uniform: Tucker SVDs then TT-SVD, exact up to rounding."""
+    tk = [rng.standard_normal((2, 5)), rng.standard_normal((3, 4)), rng.standard_normal((2, 6))]
+    tt = [rng.standard_normal((1, 2, 3)), rng.standard_normal((3, 3, 2)),
+          rng.standard_normal((2, 2, 1))]
+    dense = TuckerTensorTrain(tk, tt).to_dense()
+    x = TuckerTensorTrain.from_dense(dense)
+    assert x.tucker_ranks == (2, 3, 2) and x.tt_ranks == (1, 2, 2, 1)  # n_0 = 2 bounds r_1
+    np.testing.assert_allclose(x.to_dense(), dense, rtol=0, atol=1e-12 * np.abs(dense).max())
+    for u in x.tucker_cores:  # orthonormal rows
+        np.testing.assert_allclose(u @ u.T, np.eye(u.shape[0]), atol=1e-12)
+    u3 = UniformTuckerTensorTrain.from_dense(dense, n=4, r=4)
+    assert u3.tucker_supercore.shape == (3, 4, 6)
+    np.testing.assert_allclose(u3.to_dense(), dense, rtol=0, atol=1e-12 * np.abs(dense).max())
+    one = TuckerTensorTrain.from_dense(dense, max_tucker_ranks=1, max_tt_ranks=1)
+    assert one.tucker_ranks == (1, 1, 1) and one.tt_ranks == (1, 1, 1, 1)
+    # a best rank-1 approximation's error is no larger than the data's own norm
+    assert np.linalg.norm(one.to_dense() - dense) < np.linalg.norm(dense)
+    zero = TuckerTensorTrain.from_dense(np.zeros((3, 4), np.float32))
+    assert zero.tt_ranks == (1, 1, 1) and not zero.to_dense().any()
+    assert zero.to_dense().dtype == np.float32
+    for bad, exc, match in ((np.zeros((0, 3)), ValueError, "no zero-length axis"),
+                            (np.array([1.0, np.nan]), ValueError, "finite"),
+                            (np.arange(4), TypeError, "float32 or float64")):
+        with pytest.raises(exc, match=match):
+            TuckerTensorTrain.from_dense(bad)
+    with pytest.raises(ValueError, match="`rtol` must be"):
+        TuckerTensorTrain.from_dense(dense, rtol=2.0)
+    with pytest.raises(ValueError, match="`max_tt_ranks` must be"):
+        TuckerTensorTrain.from_dense(dense, max_tt_ranks=[1, 2, 3])
+
+
 def test_rank_zero_and_oversized_trains_fail_clearly():
     """A rank-0 mask row is the zero tensor: to_dense gives it, to_t3 says why it cannot;
     a dense size past the address space is refused before any allocation (np.prod

@@ -49,15 +49,15 @@ import numpy as np
 
 from .tt_masks import UT3Masks, array_module, kernel_cache_clear, kernel_cache_info
 from .tt_ops import (
-    ORTHOGONALIZE_KINDS, t3_to_dense, ut3_add, ut3_apply, ut3_apply_masks, ut3_check, ut3_entries,
-    ut3_from_t3, ut3_hadamard, ut3_inner, ut3_load, ut3_neg, ut3_norm, ut3_orthogonalize, ut3_reverse,
+    ORTHOGONALIZE_KINDS, t3_from_dense, t3_to_dense, ut3_add, ut3_apply, ut3_apply_masks, ut3_check,
+    ut3_entries, ut3_from_t3, ut3_hadamard, ut3_inner, ut3_load, ut3_neg, ut3_norm, ut3_orthogonalize, ut3_reverse,
     ut3_save, ut3_scale, ut3_squash_tails, ut3_stack, ut3_sub, ut3_svd, ut3_to_dense, ut3_to_t3,
     ut3_unstack,
 )
 
 __all__ = [
     "TuckerTensorTrain", "UniformTuckerTensorTrain", "UT3Masks", "kernel_cache_info",
-    "kernel_cache_clear", "ORTHOGONALIZE_KINDS", "t3_to_dense", "ut3_add", "ut3_apply",
+    "kernel_cache_clear", "ORTHOGONALIZE_KINDS", "t3_from_dense", "t3_to_dense", "ut3_add", "ut3_apply",
     "ut3_apply_masks", "ut3_check", "ut3_entries", "ut3_from_t3", "ut3_hadamard", "ut3_inner",
     "ut3_load", "ut3_neg", "ut3_norm", "ut3_orthogonalize", "ut3_reverse", "ut3_save", "ut3_scale",
     "ut3_squash_tails", "ut3_stack", "ut3_sub", "ut3_svd", "ut3_to_dense", "ut3_to_t3",
@@ -148,6 +148,12 @@ class TuckerTensorTrain:
         """Dense tensor, ``stack_shape + shape``."""
         return t3_to_dense(self.tucker_cores, self.tt_cores)
 
+    @classmethod
+    def from_dense(cls, dense, max_tucker_ranks=None, max_tt_ranks=None, rtol=None):
+        """Train of a dense (unstacked) tensor by Tucker SVDs and TT-SVD; see
+        :func:`~zorch_nb.tt_ops.t3_from_dense`."""
+        return cls(*t3_from_dense(dense, max_tucker_ranks, max_tt_ranks, rtol))
+
     def __repr__(self):
         return (f"TuckerTensorTrain(shape={self.shape}, stack_shape={self.stack_shape}, "
                 f"tucker_ranks={self.tucker_ranks}, tt_ranks={self.tt_ranks})")
@@ -236,6 +242,14 @@ class UniformTuckerTensorTrain:
     def from_t3(cls, t3, n=None, r=None, N=None):
         """Pad ragged train(s) (see :func:`ut3_from_t3`)."""
         return cls(*ut3_from_t3(t3, n=n, r=r, N=N))
+
+    @classmethod
+    def from_dense(cls, dense, max_tucker_ranks=None, max_tt_ranks=None, rtol=None, *,
+                   n=None, r=None):
+        """Uniform train of a dense (unstacked) tensor:
+        ``from_t3(TuckerTensorTrain.from_dense(...), n=n, r=r)``."""
+        t3 = TuckerTensorTrain.from_dense(dense, max_tucker_ranks, max_tt_ranks, rtol)
+        return cls.from_t3(t3, n=n, r=r)
 
     def to_t3(self):
         """Ragged train, or nested tuples of them (stack shape) when stacked.

@@ -22,7 +22,7 @@ __all__ = [
     "ut3_reverse", "ut3_squash_tails", "ut3_stack", "ut3_unstack", "ut3_add", "ut3_sub",
     "ut3_neg", "ut3_scale", "ut3_hadamard", "ut3_inner", "ut3_norm", "ut3_orthogonalize",
     "ut3_svd", "ut3_entries", "ut3_apply", "ut3_save", "ut3_load", "t3_to_dense",
-    "ORTHOGONALIZE_KINDS",
+    "t3_from_dense", "ORTHOGONALIZE_KINDS",
 ]
 
 ORTHOGONALIZE_KINDS = ("tucker_down", "tt_up", "left", "right")
@@ -365,6 +365,76 @@ def t3_to_dense(tucker_cores, tt_cores):
     dtype = np.result_type(*(c.dtype for c in tuple(tucker_cores) + tuple(tt_cores)))
     left = xp.ones(stack + (1, tt_cores[0].shape[-3]), dtype=dtype)
     return _dense_chain(xp, tucker_cores, tt_cores, left)
+
+
+def _kept_rank(xp, sv, limit, rtol):
+    """How many singular values (descending) to keep: those above ``rtol * sv[0]``
+    (default NumPy's ``matrix_rank`` tolerance), at most ``limit``, at least 1
+    (ranks are >= 1: the zero tensor keeps one zero slice)."""
+    if rtol is None:
+        rtol = max(sv.shape[0], 1) * np.finfo(sv.dtype).eps
+    k = int((sv > rtol * sv[0]).sum()) if sv.shape[0] else 0
+    return max(1, min(k, limit if limit is not None else k))
+
+
+def t3_from_dense(dense, max_tucker_ranks=None, max_tt_ranks=None, rtol=None):
+    """A ragged train of a dense tensor: Tucker bases by SVD, then TT-SVD of the core.
+
+    For every mode ``i`` the Tucker core ``U_i`` holds the leading left
+    singular vectors of the mode-``i`` unfolding (orthonormal rows); the core
+    tensor ``C = dense x_i U_i`` is split left to right by SVDs of its left
+    unfoldings.  Without truncation ``to_dense`` gives ``dense`` back (to
+    rounding); each truncation discards the singular values below ``rtol``
+    times the largest, or past the ``max_*_ranks``, of one unfolding.
+
+    Parameters
+    ----------
+    dense : float32 or float64 array (NumPy or CuPy), shape ``(N_0, ..., N_{d-1})``
+        Every axis of length >= 1, every entry finite.
+    max_tucker_ranks : int or sequence of ``d`` ints, optional
+    max_tt_ranks : int or sequence of ``d - 1`` ints (interior bonds), optional
+    rtol : float, optional
+        Relative singular-value cut-off (default: NumPy's ``matrix_rank``
+        tolerance, so only numerically zero directions go).
+
+    Returns
+    -------
+    (tucker_cores, tt_cores) : tuple of tuples
+        ``U_i`` of shape ``(n_i, N_i)``, ``G_i`` of shape ``(r_i, n_i, r_{i+1})``
+        with ``r_0 = r_d = 1``; every rank >= 1.
+    """
+    xp = array_module(dense, "dense")
+    if dense.dtype not in (np.float32, np.float64):
+        raise TypeError(f"Argument `dense` must have dtype float32 or float64, not {dense.dtype}.")
+    if dense.ndim < 1 or 0 in dense.shape:
+        raise ValueError(f"Argument `dense` must have at least one axis and no zero-length axis, "
+                         f"not shape {tuple(dense.shape)}.")
+    if not bool(xp.isfinite(dense).all()):
+        raise ValueError("Argument `dense` must hold finite numbers only (NaN or inf found).")
+    if rtol is not None and (isinstance(rtol, (bool, np.bool_)) or not isinstance(
+            rtol, (int, float, np.integer, np.floating)) or not 0 <= rtol < 1):
+        raise ValueError(f"Argument `rtol` must be a number in [0, 1), not {rtol!r}.")
+    d = dense.ndim
+    max_tk = _max_ranks(max_tucker_ranks, d, "max_tucker_ranks")
+    max_tt = _max_ranks(max_tt_ranks, d - 1, "max_tt_ranks")
+    core, tucker = dense, []
+    for i in range(d):
+        unfolding = xp.moveaxis(core, i, 0).reshape(core.shape[i], -1)
+        left, sv, _ = xp.linalg.svd(unfolding, full_matrices=False)
+        k = _kept_rank(xp, sv, max_tk[i], rtol)
+        basis = xp.ascontiguousarray(left[:, :k].T)  # (n_i, N_i), orthonormal rows
+        tucker.append(basis)
+        core = xp.moveaxis(xp.tensordot(basis, core, axes=([1], [i])), 0, i)
+    tt, rank, rest = [], 1, core
+    for i in range(d - 1):
+        left, sv, right = xp.linalg.svd(rest.reshape(rank * core.shape[i], -1),
+                                        full_matrices=False)
+        k = _kept_rank(xp, sv, max_tt[i], rtol)
+        tt.append(xp.ascontiguousarray(left[:, :k].reshape(rank, core.shape[i], k)))
+        rest = sv[:k, None] * right[:k]
+        rank = k
+    tt.append(xp.ascontiguousarray(rest.reshape(rank, core.shape[d - 1], 1)))
+    return tuple(tucker), tuple(tt)
 
 
 def ut3_to_dense(data):
