@@ -403,6 +403,9 @@ def test_views_reshape_and_transpose_honoured():
     assert x.transpose(-1, 0).history == t.history
     with pytest.raises(ValueError, match="`ints` must be a rectangular"):
         ctx.copy_to_device([[1, 2], [3]])
+    with pytest.raises(ValueError, match="reduce=True"):  # the hint names a real keyword
+        ctx.copy_to_device([P])
+    assert ctx.copy_to_host(ctx.copy_to_device([P + 2, -1], reduce=True)).tolist() == [2, P - 1]
     for shape, exc in (((-1, -1), ValueError), ((4, -1), ValueError), ((0, 15), ValueError),
                        ((2.5, 6), TypeError), ((True, 15), TypeError)):
         with pytest.raises(exc, match="`shape` must be"):

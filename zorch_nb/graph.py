@@ -424,8 +424,12 @@ class Context:
             raise ValueError(f"Argument `{name}` belongs to another Context")
         return h
 
-    def copy_to_device(self, ints) -> Handle:
-        """Copy canonical integers (any shape, at least one element) into a new buffer."""
+    def copy_to_device(self, ints, *, reduce: bool = False) -> Handle:
+        """Copy canonical integers (any shape, at least one element) into a new buffer.
+
+        ``reduce=True`` reduces any integer (negative or ``>= p``) modulo ``p``
+        instead of raising, as in :meth:`~zorch_nb.fields.PrimeField.encode`.
+        """
         try:
             shape = tuple(int(d) for d in np.shape(ints))
         except ValueError:  # NumPy's "inhomogeneous shape"
@@ -434,7 +438,8 @@ class Context:
         if int(np.prod(shape, dtype=np.int64)) == 0:
             raise ValueError(f"Argument `ints` must hold at least one element, not shape {shape}")
         words = self.field.encode(_to_host(ints) if not isinstance(ints, np.ndarray)
-                                  and hasattr(ints, "get") else ints, xp=self._xp)
+                                  and hasattr(ints, "get") else ints, xp=self._xp,
+                                  reduce=reduce)
         return self._new_buffer(words.reshape(-1), "input", shape)
 
     def copy_to_host(self, handle) -> np.ndarray:
