@@ -23,8 +23,9 @@ from .vector_width import njit_lanes64
 # vectorizer.  Inlined into a loop over flat words with uint64 indices, the
 # loop vectorizes (32x32->64 products as vpmuludq; measured 5x faster).  Not
 # cached on its own: it only lives inside the cached kernel.
-_ext4_mul_inline = njit(forceinline=True)(ext4_mul.py_func)
-_canonical = njit(forceinline=True)(canonical.py_func)
+# (getattr: under NUMBA_DISABLE_JIT=1 the functions are plain Python, with no py_func)
+_ext4_mul_inline = njit(forceinline=True)(getattr(ext4_mul, "py_func", ext4_mul))
+_canonical = njit(forceinline=True)(getattr(canonical, "py_func", canonical))
 _U1 = np.uint64(1)
 _U2 = np.uint64(2)
 _U3 = np.uint64(3)

@@ -364,7 +364,7 @@ def inlined_arithmetic():
     # Callees before callers: each copy is bound to the copies made so far.
     for fn in (canonical, reduce_once, monty_reduce, below_pr, monty_reduce_sum4, mont_mul,
                ext4_wrap, ext4_dot, frac_bb, frac_be, frac_eb, frac_ee):
-        env[fn.__name__] = njit(forceinline=True)(_rebind(fn.py_func, env))
+        env[fn.__name__] = njit(forceinline=True)(_rebind(getattr(fn, "py_func", fn), env))
     return env
 
 

@@ -7,6 +7,7 @@ host (``cupyx.allow_synchronize(False)``).
 """
 import dataclasses
 
+import numba
 import numpy as np
 import pytest
 
@@ -194,6 +195,7 @@ def test_row_counts_are_read_only_int32():
     assert layer.counts_on_host
 
 
+@pytest.mark.skipif(numba.config.DISABLE_JIT, reason="counts compiled signatures")
 def test_cpu_kernels_compile_once():
     """One CPU compile per kernel: lengths, counts, fields and modes are runtime."""
     from zorch_nb.kernels import gkr_cpu
