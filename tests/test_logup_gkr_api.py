@@ -121,6 +121,52 @@ def test_jagged_schedule_errors():
         extract_jagged_outputs(two)
 
 
+def test_from_leaves_and_from_segments_lay_out_the_leaves():
+    """Leaf 2i + c is child c of row i; an odd segment's last row gets 0/1 as its
+    second child; empty segments get no row; the per-batch sums are the leaves'."""
+    E = F.ext
+    num, den = F.random(8, seed=1), E.random(8, seed=2)
+    layer = GkrLayer.from_leaves(num, den, 1, BabyBear)
+    want = GkrLayer(num[0::2], num[1::2], den[0::2], den[1::2], 1, BabyBear)
+    assert (layer.num_variables, layer.num_batch_variables, layer.field) == (2, 1, BabyBear)
+    for a, b in zip(layer.mles, want.mles):
+        assert a.flags.c_contiguous and np.array_equal(a, b)
+    for bad, match in (((num[:7], den[:7]), "even number"), ((num, den[:6]), "same number"),
+                       ((num.astype(np.int64), den), "dtype uint32")):
+        with pytest.raises((TypeError, ValueError), match=match):
+            GkrLayer.from_leaves(*bad)
+    sizes = (5, 2, 0, 1)
+    segs = [(F.random(m, seed=3 + m), E.random(m, seed=9 + m)) for m in sizes]
+    jag = JaggedGkrLayer.from_segments(segs, width=9)
+    assert jag.row_counts.tolist() == [3, 1, 0, 1] and jag.width == 9
+    rows = np.cumsum([0, 3, 1, 0, 1])
+    for k, (n, d) in enumerate(segs):  # the rows of segment k, child by child
+        r0, r1 = rows[k], rows[k + 1]
+        np.testing.assert_array_equal(jag.numerator_0[r0:r1], n[0::2])
+        np.testing.assert_array_equal(jag.numerator_1[r0:r0 + n[1::2].shape[0]], n[1::2])
+        np.testing.assert_array_equal(jag.denominator_0[r0:r1], d[0::2])
+        if len(n) % 2:  # the neutral 0/1 closes an odd segment
+            assert jag.numerator_1[r1 - 1] == 0 and (jag.denominator_1[r1 - 1] == E.one).all()
+    assert not jag.numerator_0[5:].any() and not jag.denominator_1[5:].any()  # dead slots
+    out = extract_jagged_outputs(build_jagged_pyramid(jag, halving_schedule(jag))[-1])
+    for k, (n, d) in enumerate(segs):
+        tn, td = E.encode([0, 0, 0, 0]), E.one
+        for i in range(len(n)):  # sum of the segment's leaves, one fraction at a time
+            tn, td = E.add(E.mul(tn, d[i]), E.mul(E.from_base(n[i]), td)), E.mul(td, d[i])
+        n0, n1 = out.numerator[2 * k], out.numerator[2 * k + 1]
+        d0, d1 = out.denominator[2 * k], out.denominator[2 * k + 1]
+        got = E.mul(E.add(E.mul(n0, d1), E.mul(n1, d0)), E.inv(E.mul(d0, d1)))
+        np.testing.assert_array_equal(got, E.mul(tn, E.inv(td)))
+    with pytest.raises(ValueError, match="`width` must be in"):
+        JaggedGkrLayer.from_segments(segs, width=4)
+    with pytest.raises(TypeError, match=r"`segments\[1\]` must be a \(numerators"):
+        JaggedGkrLayer.from_segments([segs[0], num])
+    with pytest.raises(ValueError, match=r"`segments\[1\]` denominators must be in the field"):
+        JaggedGkrLayer.from_segments([segs[0], (segs[1][0], F.random(2, seed=1))])
+    with pytest.raises(ValueError, match="power-of-two length"):
+        JaggedGkrLayer.from_segments(segs[:3])
+
+
 def test_mle_reshaped_in_place_after_construction_is_refused():
     """The kernels trust the checked shapes: a later in-place reshape must not reach them."""
     host = four(1024)
@@ -168,8 +214,9 @@ def test_argument_conventions():
         GkrLayer(*arrays, np.array(True))
     with pytest.raises(TypeError, match="`numerator_0` .* not a NumPy scalar"):
         GkrLayer(np.uint32(5), *arrays[1:], 0)
-    for wrapped in (np.ma.array(arrays[0]), np.asmatrix(arrays[0])):
-        with pytest.raises(TypeError, match="`numerator_0` must be a plain uint32 array"):
+    for wrapped, match in ((np.ma.array(arrays[0]), "`numerator_0` is a masked array"),
+                           (np.asmatrix(arrays[0]), "`numerator_0` must be a plain uint32")):
+        with pytest.raises(TypeError, match=match):
             GkrLayer(wrapped, *arrays[1:], 0)
     with pytest.raises(TypeError, match="`schedules` must be an iterable"):
         build_jagged_pyramid(layer, None)

@@ -44,7 +44,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import _backend
-from .fields import KoalaBear, PrimeField, _int_array
+from .fields import KoalaBear, PrimeField, _check_words, _int_array
 
 __all__ = ["GkrLayer", "JaggedGkrLayer", "LogUpGkrOutput", "JaggedStep", "layer_transition",
            "build_pyramid", "extract_outputs", "jagged_layer_transition",
@@ -82,19 +82,7 @@ def _check_mles(obj) -> tuple:
     """Validate the four MLEs of a layer; return ``(length, kind)``."""
     arrays = {name: getattr(obj, name) for name in _MLE_NAMES}
     for name, x in arrays.items():
-        if isinstance(x, (np.ma.MaskedArray, np.matrix)):
-            raise TypeError(f"Argument `{name}` must be a plain uint32 array, not a "
-                            f"{type(x).__name__} (the kernels would ignore its mask / "
-                            f"matrix shape rules); pass `np.asarray({name})`")
-        if _backend.array_kind(x) == "other":
-            raise TypeError(f"Argument `{name}` must be a uint32 array of Montgomery words "
-                            f"(NumPy or CuPy), not {_describe(x)}; use `field.encode`")
-        if np.dtype(x.dtype) != np.uint32:
-            raise TypeError(f"Argument `{name}` must have dtype uint32 (Montgomery words), "
-                            f"not {x.dtype}; use `field.encode`")
-        if not (x.ndim == 1 or (x.ndim == 2 and x.shape[1] == 4)):
-            raise ValueError(f"Argument `{name}` must have shape (L,) (base field) or "
-                             f"(L, 4) (extension), not {tuple(x.shape)}")
+        _check_word_array(x, name)
     for a, b, what in (("numerator_0", "numerator_1", "numerator"),
                        ("denominator_0", "denominator_1", "denominator")):
         if arrays[a].ndim != arrays[b].ndim:
@@ -156,6 +144,30 @@ def _row_counts(counts, name: str, data_kind: str):
     out = arr.astype(np.int32)
     out.flags.writeable = False
     return out
+
+
+def _check_word_array(x, name: str, length: str = "L", host: bool = False) -> None:
+    """A plain uint32 array ``(length,)`` (base) or ``(length, 4)`` (extension);
+    NumPy or CuPy, NumPy only where ``host``."""
+    if isinstance(x, np.generic) or (host and not isinstance(x, np.ndarray)
+                                     and _backend.array_kind(x) != "other"):
+        raise TypeError(f"Argument `{name}` must be a uint32 array of Montgomery words "
+                        f"({'NumPy' if host else 'NumPy or CuPy'}), not {_describe(x)}")
+    if isinstance(x, np.matrix):
+        raise TypeError(f"Argument `{name}` must be a plain uint32 array, not a matrix "
+                        f"(its shape rules differ); pass `np.asarray({name})`")
+    _check_words(x, name)  # masked arrays, array kind, dtype
+    if not (x.ndim == 1 or (x.ndim == 2 and x.shape[1] == 4)):
+        raise ValueError(f"Argument `{name}` must have shape ({length},) (base field) or "
+                         f"({length}, 4) (extension), not {tuple(x.shape)}")
+
+
+def _check_leaves(x, name: str, even: bool = True, host: bool = False) -> None:
+    """uint32 leaves ``(m,)`` / ``(m, 4)``; ``m`` even and >= 2 where ``even``."""
+    _check_word_array(x, name, "m", host)
+    if even and (x.shape[0] < 2 or x.shape[0] % 2):
+        raise ValueError(f"Argument `{name}` must hold an even number (>= 2) of leaves, "
+                         f"not {x.shape[0]}")
 
 
 def _is_pow2(n: int) -> bool:
@@ -220,6 +232,13 @@ class GkrLayer(_Layer):
     field : PrimeField, optional
         :data:`~zorch_nb.KoalaBear` (default) or :data:`~zorch_nb.BabyBear`.
 
+    Notes
+    -----
+    Row ``i`` holds two leaves of the fraction tree: leaf ``2 i`` is
+    ``numerator_0[i] / denominator_0[i]`` and leaf ``2 i + 1`` is
+    ``numerator_1[i] / denominator_1[i]`` (:meth:`from_leaves` builds a layer
+    from the ``2 L`` leaves in that order).
+
     Raises
     ------
     TypeError
@@ -233,6 +252,27 @@ class GkrLayer(_Layer):
 
     num_batch_variables: int
     field: PrimeField = KoalaBear
+
+    @classmethod
+    def from_leaves(cls, numerators, denominators, num_batch_variables: int = 0,
+                    field: PrimeField = KoalaBear) -> "GkrLayer":
+        """The layer whose leaf ``j`` is ``numerators[j] / denominators[j]``.
+
+        ``numerators`` / ``denominators``: uint32 words of ``2 L`` leaves
+        (``(2L,)`` base or ``(2L, 4)`` extension, ``L`` a power of two); leaf
+        ``2 i + c`` becomes child ``c`` of row ``i``.  The children are copied
+        into four contiguous arrays; the inputs are not kept.
+        """
+        pairs = []
+        for name, x in (("numerators", numerators), ("denominators", denominators)):
+            _check_leaves(x, name)
+            xp = _backend.get_xp("numpy" if isinstance(x, np.ndarray) else "cupy")
+            pairs += [xp.ascontiguousarray(x[0::2]), xp.ascontiguousarray(x[1::2])]
+        if numerators.shape[0] != denominators.shape[0]:
+            raise ValueError(f"Arguments `numerators` and `denominators` must hold the same "
+                             f"number of leaves, not {numerators.shape[0]} and "
+                             f"{denominators.shape[0]}")
+        return cls(*pairs, num_batch_variables, field)
 
     def __post_init__(self):
         length, _ = _check_mles(self)
@@ -275,6 +315,57 @@ class JaggedGkrLayer(_Layer):
 
     row_counts: Any
     field: PrimeField = KoalaBear
+
+    @classmethod
+    def from_segments(cls, segments, width: int | None = None,
+                      field: PrimeField = KoalaBear) -> "JaggedGkrLayer":
+        """A layer from the leaves of each batch element.
+
+        ``segments`` is a sequence of ``nb`` (a power of two) pairs
+        ``(numerators, denominators)`` of host uint32 words, ``(m_b,)`` or
+        ``(m_b, 4)`` (every segment in the same fields).  Segment ``b`` gets
+        ``ceil(m_b / 2)`` rows, leaf ``2 j + c`` as child ``c`` of row ``j``;
+        an odd segment's last row gets the neutral fraction ``0 / 1`` as its
+        second child, so every segment's fraction sum is unchanged.
+        ``width`` (default: the rows' total) adds dead slots (zero).
+        """
+        try:
+            segments = list(segments)
+        except TypeError:
+            raise TypeError(f"Argument `segments` must be a sequence of (numerators, "
+                            f"denominators) pairs, not {type(segments).__name__}") from None
+        if not segments:
+            raise ValueError("Argument `segments` must hold at least one segment")
+        for b, seg in enumerate(segments):
+            if not (isinstance(seg, (tuple, list)) and len(seg) == 2):
+                raise TypeError(f"Argument `segments[{b}]` must be a (numerators, "
+                                f"denominators) pair, not {type(seg).__name__}")
+            for name, x in zip(("numerators", "denominators"), seg):
+                _check_leaves(x, f"segments[{b}] {name}", even=False, host=True)
+                if x.ndim != segments[0][name == "denominators"].ndim:
+                    raise ValueError(f"Argument `segments[{b}]` {name} must be in the field of "
+                                     f"segment 0's (base (m,) or extension (m, 4))")
+            if seg[0].shape[0] != seg[1].shape[0]:
+                raise ValueError(f"Argument `segments[{b}]` must hold as many numerators as "
+                                 f"denominators, not {seg[0].shape[0]} and {seg[1].shape[0]}")
+        rows = [(int(n.shape[0]) + 1) // 2 for n, _ in segments]
+        total = sum(rows)
+        width = total if width is None else _check_int(width, "width", total)
+        one = field.params.r_mod_p
+        mles = []
+        for k in range(2):  # numerators, denominators
+            ext = segments[0][k].ndim == 2
+            for c in range(2):  # child 0, child 1
+                out = np.zeros((width, 4) if ext else (width,), dtype=np.uint32)
+                at = 0
+                for seg, r in zip(segments, rows):
+                    leaves = seg[k][c::2]
+                    out[at:at + leaves.shape[0]] = leaves
+                    if leaves.shape[0] < r and k == 1:  # the odd segment's neutral 0/1
+                        out[at + r - 1] = (one, 0, 0, 0) if ext else one
+                    at += r
+                mles.append(out)
+        return cls(*mles, rows, field)
 
     def __post_init__(self):
         width, kind = _check_mles(self)
