@@ -96,4 +96,9 @@ def test_field_api_on_emulated_cupy_arrays(emulated_cupy, F):
         np.testing.assert_array_equal(G.add(one, dev(u)).get(), G.add(one, u))
     with pytest.raises(TypeError, match="different modules"):
         F.add(dev(b), b)
+    for G, u in ((F, a), (E, x)):  # field sums: plain integer arithmetic on the device
+        for axis in (None, 0, (0, 1)):
+            got = G.sum(dev(u), axis=axis)
+            assert isinstance(got, cuda_emu.EmuArray)
+            np.testing.assert_array_equal(got.get(), G.sum(u, axis=axis))
     assert emulated_cupy and all(n.startswith("zorch_") for n in emulated_cupy)

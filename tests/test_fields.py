@@ -278,6 +278,34 @@ def test_integer_inputs_numpy_reads_the_same_way():
             call()
 
 
+@pytest.mark.parametrize("F", FIELDS)
+def test_sum_matches_big_ints(F, monkeypatch):
+    """F.sum / E.sum over element axes, as numpy.sum; words >= p count mod p."""
+    import zorch_nb.fields as fields_mod
+    rng = np.random.default_rng(5)
+    words = rng.integers(0, 2**32, size=(4, 6), dtype=np.uint64).astype(np.uint32)
+    vals = np.vectorize(lambda w: naive.dec(int(w) % F.p, F.p), otypes=[object])(words)
+    ext = rng.integers(0, 2**32, size=(3, 5, 4), dtype=np.uint64).astype(np.uint32)
+    evals = np.vectorize(lambda w: naive.dec(int(w) % F.p, F.p), otypes=[object])(ext)
+    for exact in (2**33, 2):  # the second: the sliced path of very large sums
+        monkeypatch.setattr(fields_mod, "_SUM_EXACT", exact)
+        for axis, keep in ((None, False), (0, False), (-1, True), ((0, 1), True)):
+            want = vals.sum(axis=axis, keepdims=keep) % F.p
+            got = F.decode(F.sum(words, axis=axis, keepdims=keep))
+            assert got.shape == np.shape(want) and got.tolist() == np.asarray(want).tolist()
+        for axis in (None, 0, 1, (1, 0)):
+            ax = (0, 1) if axis is None else axis if isinstance(axis, tuple) else (axis,)
+            want = evals.sum(axis=ax) % F.p
+            got = F.ext.decode(F.ext.sum(ext, axis=axis))
+            assert got.tolist() == np.asarray(want).tolist()
+    assert F.sum(F.random(0, seed=1)).tolist() == 0
+    for axis, exc in ((2, ValueError), ((0, 0), ValueError), (1.5, TypeError)):
+        with pytest.raises(exc, match="`axis`"):
+            F.sum(words, axis=axis)
+    with pytest.raises(ValueError, match="`axis`"):
+        F.ext.sum(ext, axis=2)  # the coefficient axis is not an element axis
+
+
 def test_pickle_keeps_fields_and_their_constants():
     import pickle
 

@@ -118,6 +118,10 @@ def _int_array(values, name: str):
     return arr.astype(arr.dtype.newbyteorder("="), copy=False)
 
 
+#: Most words one uint64 sum adds exactly: read mod p they are < 2**31.
+_SUM_EXACT = 2**33
+
+
 def _index_of_first(mask):
     """Index tuple of the first True entry of a (host or device) bool array."""
     flat = int(mask.ravel().argmax())
@@ -464,6 +468,60 @@ class _FieldBase:
         f = self.params
         return self._finish(self._run(backend, kind, lambda k, x, o: k.base_batch_inv(x, o, f),
                                       [flat], result), user_out)
+
+    def sum(self, a, axis=None, keepdims: bool = False):
+        """Field sum ``sum_i a_i mod p`` over ``axis`` (element axes, as ``numpy.sum``).
+
+        Montgomery form is linear (``sum_i w_i = (sum_i v_i) 2**32 mod p``), so
+        the words themselves are added, exactly, in uint64 and reduced once;
+        extension elements add coefficient by coefficient (their trailing axis
+        is never reduced).  Any uint32 word counts as its value mod p; the
+        result is canonical, in ``a``'s module, byte-identical on every backend.
+
+        Parameters
+        ----------
+        a : uint32 array of words (NumPy or CuPy)
+        axis : None, int or tuple of ints, optional
+            Element axes to add over; ``None`` adds every element.
+        keepdims : bool, optional
+            Keep the reduced axes with length 1.
+        """
+        _check_words(a, "a")
+        a = np.asarray(a) if isinstance(a, np.generic) else a
+        elem = _element_shape(a, self.degree, "a")
+        if not isinstance(keepdims, (bool, np.bool_)):
+            raise TypeError(f"Argument `keepdims` must be True or False, not {keepdims!r}")
+        nd = len(elem)
+        if axis is None:
+            axes = tuple(range(nd))
+        else:
+            raw = axis if isinstance(axis, tuple) else (axis,)
+            if not all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+                       for v in raw):
+                raise TypeError(f"Argument `axis` must be None, an int or a tuple of ints, "
+                                f"not {axis!r}")
+            axes = tuple(int(v) + nd if -nd <= v < 0 else int(v) for v in raw)
+            if any(not 0 <= v < nd for v in axes) or len(set(axes)) != len(axes):
+                raise ValueError(f"Argument `axis` must name distinct element axes of "
+                                 f"{elem} (extension coefficients are not an axis here), "
+                                 f"not {axis!r}")
+        kind = "numpy" if _backend.array_kind(a) == "numpy" else "cupy"
+        xp = _backend.get_xp(kind)
+        a = _backend.to_module(a, kind)
+        count = math.prod(elem[v] for v in axes)
+        p = np.uint64(self.p)
+        w = (a % np.uint32(self.p)).astype(np.uint64)
+        if count <= _SUM_EXACT:
+            total = w.sum(axis=axes, keepdims=keepdims) % p
+        else:  # more elements: add mod p in slices of the first reduced axis
+            first = axes[0]
+            total = None
+            step = max(1, _SUM_EXACT // max(1, count // elem[first]))
+            for lo in range(0, elem[first], step):
+                part = xp.take(w, xp.arange(lo, min(lo + step, elem[first])), axis=first)
+                part = part.sum(axis=axes, keepdims=keepdims) % p
+                total = part if total is None else (total + part) % p
+        return xp.asarray(total).astype(np.uint32)
 
     def pow(self, a, e, out=None, *, backend=None):
         """Elementwise ``a ** e`` for a Python integer exponent ``e``.
