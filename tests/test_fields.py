@@ -237,6 +237,8 @@ def test_bad_input_errors():
         F.pow(a, 2.0)
     with pytest.raises(TypeError, match="`xp` must be the numpy or cupy module"):
         F.zeros(3, xp=list)
+    assert F.zeros(3, xp="numpy").tolist() == [0, 0, 0]  # the module's name will do
+    assert F.encode([1], xp="numpy").tolist() == F.encode([1]).tolist()
     read_only = np.zeros(4, np.uint32)
     read_only.flags.writeable = False
     for out in (read_only, np.broadcast_to(a[:1], (4,))):  # before any kernel runs

@@ -157,8 +157,9 @@ class _FieldBase:
         ints : array_like of int
             Values in ``[0, p)``; Python ints, integer arrays of any dtype, or
             a CuPy array.  Extension values need a trailing axis of length 4.
-        xp : module, optional
-            ``numpy`` (default) or ``cupy``: where the result lives.  A CuPy
+        xp : module or str, optional
+            ``numpy`` (default) or ``cupy`` (the module or its name): where the
+            result lives.  A CuPy
             input is converted on its device regardless.
         reduce : bool, optional
             Reduce any integer (negative or ``>= p``) modulo ``p`` instead of
@@ -194,8 +195,7 @@ class _FieldBase:
             else:
                 canon = (arr.astype(cp.int64) % p).astype(cp.uint64)
             return ((canon << 32) % p).astype(cp.uint32)
-        if xp is not np and getattr(xp, "__name__", "") != "cupy":
-            raise TypeError(f"Argument `xp` must be the numpy or cupy module, not {xp!r}")
+        xp = self._xp(xp)
         arr = _int_array(ints, "ints")
         _element_shape(arr, self.degree, "ints")
         if arr.size and not reduce:
@@ -241,11 +241,15 @@ class _FieldBase:
 
     # ---- constructors ----------------------------------------------------
     def _xp(self, xp):
-        if xp is np:
+        """The module ``xp`` names: numpy / cupy, as a module or by name."""
+        if xp is np or (isinstance(xp, str) and xp == "numpy"):
             return np
+        if isinstance(xp, str) and xp == "cupy":
+            return _backend.get_xp("cupy", "xp='cupy' was asked for")
         if getattr(xp, "__name__", "") == "cupy":
             return xp
-        raise TypeError(f"Argument `xp` must be the numpy or cupy module, not {xp!r}")
+        raise TypeError(f"Argument `xp` must be the numpy or cupy module (or its name), "
+                        f"not {xp!r}")
 
     def zeros(self, shape, xp=np):
         """Array of zeros (all words 0) of element shape ``shape``."""
