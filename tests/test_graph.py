@@ -518,6 +518,30 @@ def test_layout_propagation_is_linear_in_the_calls(monkeypatch):
     np.testing.assert_array_equal(out, expect.astype(np.int64))
 
 
+def test_integer_powers_unroll_into_multiplications():
+    @kernel
+    def powers(x: In[()], out: Out[4]):
+        out[0] = x[()] ** 0
+        out[1] = x[()] ** 1
+        out[2] = x[()] ** 7 + 5
+        out[3] = (x[()] + 1) ** np.int64(13)
+
+    assert sum(op == 4 for op, _, _ in powers.ir.nodes) == 4 + 5  # ** 7: 4, ** 13: 5
+    vals = np.array([0, 1, 2, P - 1, 123456789])
+    ctx = Context()
+    x = ctx.copy_to_device(vals)
+    (y,) = ctx.call_kernel(powers, len(vals), x)
+    want = [[1, v, (pow(v, 7, P) + 5) % P, pow(v + 1, 13, P)] for v in vals.tolist()]
+    assert ctx.copy_to_host(y).tolist() == want
+    (out,), _ = run_computation_graph(ctx.generate_computation_graph([x], [y]), [vals])
+    assert out.tolist() == want
+    for bad in ("-1", "2.0", "x[()]"):
+        with pytest.raises(KernelDefinitionError, match="exponent must be a Python integer"):
+            scope = {"kernel": kernel, "In": In, "Out": Out}
+            exec("@kernel\ndef k(x: In[()], out: Out[()]):\n    out[()] = x[()] ** " + bad,
+                 scope)
+
+
 def test_assert_line_is_not_part_of_a_kernels_identity():
     """The same kernel one line lower (a comment added above it) is the same kernel: a
     saved graph still loads, and the compiled evaluator is shared."""

@@ -8,8 +8,9 @@ A kernel is a Python function over fixed-shape arrays of field elements::
 
 Decorating runs the body once on tracer objects and records an SSA IR
 (:class:`KernelIR`); the body is never run again.  Inside the body, inputs
-are indexed with integers, elements combine with ``+``, ``-``, ``*`` and
-unary ``-`` (integer constants allowed), :func:`assert_eq` records an
+are indexed with integers, elements combine with ``+``, ``-``, ``*``,
+unary ``-`` (integer constants allowed) and ``**`` by a Python integer
+(unrolled into multiplications), :func:`assert_eq` records an
 equality the values must satisfy, and outputs are assigned by item.  Plain
 Python control flow over Python integers (``for i in range(8)``) unrolls.
 Anything else is refused when the decorator runs, with the line and the
@@ -258,6 +259,23 @@ class _Value:
     def __neg__(self):
         return _Value(self._tr, self._tr.node(OP_NEG, self._id), f"(-{self._label})")
 
+    def __pow__(self, e):
+        """``x ** e`` for a Python integer ``e >= 0``: unrolled into multiplications
+        (square and multiply, so ``x ** 7`` is four of them)."""
+        if isinstance(e, (bool, np.bool_)) or not isinstance(e, (int, np.integer)) or e < 0:
+            self._tr.fail(f"`{self._label} ** {e!r}`: the exponent must be a Python integer "
+                          f">= 0 (it is unrolled into multiplications)")
+        if e == 0:
+            return _Value(self._tr, self._tr.const(1, f"`{self._label} ** 0`"), "1")
+        result, square, k = None, self, int(e)
+        while k:
+            if k & 1:
+                result = square if result is None else result * square
+            k >>= 1
+            if k:
+                square = square * square
+        return _Value(self._tr, result._id, f"({self._label} ** {e})")
+
     def __pos__(self):
         return self
 
@@ -287,7 +305,7 @@ class _Value:
 
 def _install_refusals():
     ops = {"__truediv__": "`/`", "__rtruediv__": "`/`", "__floordiv__": "`//`",
-           "__rfloordiv__": "`//`", "__mod__": "`%`", "__rmod__": "`%`", "__pow__": "`**`",
+           "__rfloordiv__": "`//`", "__mod__": "`%`", "__rmod__": "`%`",
            "__rpow__": "`**`", "__lshift__": "`<<`", "__rlshift__": "`<<`",
            "__rshift__": "`>>`", "__rrshift__": "`>>`", "__and__": "`&`", "__rand__": "`&`",
            "__or__": "`|`", "__ror__": "`|`", "__xor__": "`^`", "__rxor__": "`^`",
@@ -298,7 +316,8 @@ def _install_refusals():
     for meth, what in ops.items():
         def refuse(self, *args, _what=what):
             self._tr.fail(f"{_what} is not supported on field value `{self._label}`; "
-                          f"kernels support + - * , unary - and assert_eq(a, b)")
+                          f"kernels support + - * , ** by a Python int, unary - and "
+                          f"assert_eq(a, b)")
         setattr(_Value, meth, refuse)
 
 
