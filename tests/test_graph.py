@@ -542,6 +542,22 @@ def test_integer_powers_unroll_into_multiplications():
                  scope)
 
 
+def test_deep_kernels_keep_their_messages_short():
+    """A value's expression text is for messages only: past a few dozen characters
+    the value is named by its node (the text of a 3-word permutation grew 3x per
+    round; 40 rounds ran out of memory while tracing)."""
+    src = ("@kernel\n"
+           "def deep(x: In[3], out: Out[()]):\n"
+           "    a, b, c = x[0], x[1], x[2]\n"
+           "    for r in range(12):\n"
+           "        a, b, c = a * a + b * 3 + r, b * c + a, c - a * 2 + 1\n"
+           "    if a:\n"
+           "        pass\n")
+    with pytest.raises(KernelDefinitionError, match="has no truth value") as err:
+        exec(src, {"kernel": kernel, "In": In, "Out": Out})
+    assert len(str(err.value)) < 400 and "<value #" in str(err.value)
+
+
 def test_assert_line_is_not_part_of_a_kernels_identity():
     """The same kernel one line lower (a comment added above it) is the same kernel: a
     saved graph still loads, and the compiled evaluator is shared."""

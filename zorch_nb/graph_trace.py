@@ -214,6 +214,12 @@ def _active(what: str) -> _Tracer:
     return tr
 
 
+#: Longest expression text a traced value keeps for error messages; past it
+#: the value is named by its node (the text of a deep chain grows
+#: exponentially: 40 rounds of a 3-word permutation ran out of memory).
+_LABEL_MAX = 60
+
+
 class _Value:
     """A traced field element (one IR node)."""
 
@@ -222,7 +228,7 @@ class _Value:
     def __init__(self, tr, node_id, label):
         self._tr = tr
         self._id = node_id
-        self._label = label
+        self._label = label if len(label) <= _LABEL_MAX else f"<value #{node_id}>"
 
     def _operand(self, other, op_text):
         if isinstance(other, _Value):
