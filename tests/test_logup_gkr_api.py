@@ -101,7 +101,7 @@ def test_jagged_schedule_errors():
         jagged_layer_transition(layer, [2, 2])
     with pytest.raises(ValueError, match="sum to 5, more than `out_width` = 4"):
         jagged_layer_transition(layer, [3, 2], out_width=4)
-    with pytest.raises(ValueError, match="`out_width` must be in"):
+    with pytest.raises(ValueError, match="`out_width` must be >= 0, not -1"):
         jagged_layer_transition(layer, [3, 2], out_width=-1)
     with pytest.raises(TypeError, match="`out_row_counts` must hold integers"):
         jagged_layer_transition(layer, ["a", "b"])
@@ -131,7 +131,10 @@ def test_from_leaves_and_from_segments_lay_out_the_leaves():
     assert (layer.num_variables, layer.num_batch_variables, layer.field) == (2, 1, BabyBear)
     for a, b in zip(layer.mles, want.mles):
         assert a.flags.c_contiguous and np.array_equal(a, b)
-    for bad, match in (((num[:7], den[:7]), "even number"), ((num, den[:6]), "same number"),
+    two = GkrLayer.from_leaves(num[:2], den[:2])  # one row: still copies, not views
+    assert not any(np.shares_memory(m, x) for m in two.mles for x in (num, den))
+    for bad, match in (((num[:7], den[:7]), "even number"), ((num, den[:4]), "same number"),
+                       ((num[:6], den[:6]), "2 L leaves with L a power of two, not 6"),
                        ((num.astype(np.int64), den), "dtype uint32")):
         with pytest.raises((TypeError, ValueError), match=match):
             GkrLayer.from_leaves(*bad)
@@ -157,8 +160,13 @@ def test_from_leaves_and_from_segments_lay_out_the_leaves():
         d0, d1 = out.denominator[2 * k], out.denominator[2 * k + 1]
         got = E.mul(E.add(E.mul(n0, d1), E.mul(n1, d0)), E.inv(E.mul(d0, d1)))
         np.testing.assert_array_equal(got, E.mul(tn, E.inv(td)))
-    with pytest.raises(ValueError, match="`width` must be in"):
+    with pytest.raises(ValueError, match="`width` must be >= 5, the rows the segments need"):
         JaggedGkrLayer.from_segments(segs, width=4)
+    with pytest.raises(TypeError, match="`field` must be a zorch_nb PrimeField"):
+        JaggedGkrLayer.from_segments(segs, field="KoalaBear")
+    with pytest.raises(TypeError, match=r"`segments\[0\] numerators` must be a uint32 array of "
+                                        r"Montgomery words \(NumPy\)"):
+        JaggedGkrLayer.from_segments([([1, 2], segs[0][1][:2])])
     with pytest.raises(TypeError, match=r"`segments\[1\]` must be a \(numerators"):
         JaggedGkrLayer.from_segments([segs[0], num])
     with pytest.raises(ValueError, match=r"`segments\[1\]` denominators must be in the field"):

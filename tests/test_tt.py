@@ -722,6 +722,13 @@ def test_from_dense_recovers_a_low_rank_tensor(rng):
     assert one.tucker_ranks == (1, 1, 1) and one.tt_ranks == (1, 1, 1, 1)
     # a best rank-1 approximation's error is no larger than the data's own norm
     assert np.linalg.norm(one.to_dense() - dense) < np.linalg.norm(dense)
+    # an exactly rank-2 tensor of shape (3,)*8: NumPy's matrix_rank tolerance on
+    # every unfolding (max(M, N) * eps) -- min(M, N) * eps kept rounding noise as rank
+    for seed in range(20):
+        g = np.random.default_rng(seed)
+        vecs = [[g.standard_normal(3) for _ in range(8)] for _ in range(2)]
+        c = sum(np.einsum("a,b,c,d,e,f,g,h->abcdefgh", *v) for v in vecs)
+        assert TuckerTensorTrain.from_dense(c).tucker_ranks == (2,) * 8, seed
     zero = TuckerTensorTrain.from_dense(np.zeros((3, 4), np.float32))
     assert zero.tt_ranks == (1, 1, 1) and not zero.to_dense().any()
     assert zero.to_dense().dtype == np.float32

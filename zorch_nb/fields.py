@@ -514,17 +514,19 @@ class _FieldBase:
         a = _backend.to_module(a, kind)
         count = math.prod(elem[v] for v in axes)
         p = np.uint64(self.p)
-        w = (a % np.uint32(self.p)).astype(np.uint64)
-        if count <= _SUM_EXACT:
-            total = w.sum(axis=axes, keepdims=keepdims) % p
-        else:  # more elements: add mod p in slices of the first reduced axis
-            first = axes[0]
-            total = None
-            step = max(1, _SUM_EXACT // max(1, count // elem[first]))
-            for lo in range(0, elem[first], step):
-                part = xp.take(w, xp.arange(lo, min(lo + step, elem[first])), axis=first)
-                part = part.sum(axis=axes, keepdims=keepdims) % p
-                total = part if total is None else (total + part) % p
+        if count <= _SUM_EXACT:  # words read mod p are < 2**31: one exact uint64 sum
+            total = (a % np.uint32(self.p)).astype(np.uint64).sum(axis=axes,
+                                                                keepdims=keepdims) % p
+        else:  # more: the reduced axes in front as one, added mod p in slices of them
+            rest = tuple(d for i, d in enumerate(a.shape) if i not in axes)
+            flat = xp.moveaxis(a, axes, tuple(range(len(axes)))).reshape((count,) + rest)
+            total = xp.zeros(rest, dtype=np.uint64)
+            for lo in range(0, count, _SUM_EXACT):
+                part = (flat[lo:lo + _SUM_EXACT] % np.uint32(self.p)).astype(np.uint64)
+                total = (total + part.sum(axis=0) % p) % p
+            if keepdims:
+                total = total.reshape(tuple(1 if i in axes else d
+                                            for i, d in enumerate(a.shape)))
         return xp.asarray(total).astype(np.uint32)
 
     def pow(self, a, e, out=None, *, backend=None):

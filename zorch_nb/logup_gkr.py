@@ -111,8 +111,8 @@ def _check_int(value, name: str, lo: int, hi: int | None = None) -> int:
         raise TypeError(f"Argument `{name}` must be an integer, not "
                         f"{type(value).__name__}") from None
     if value < lo or (hi is not None and value > hi):
-        rng = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"
-        raise ValueError(f"Argument `{name}` must be in {rng}, not {value}")
+        rng = f"in [{lo}, {hi}]" if hi is not None else f">= {lo}"
+        raise ValueError(f"Argument `{name}` must be {rng}, not {value}")
     return value
 
 
@@ -149,8 +149,7 @@ def _row_counts(counts, name: str, data_kind: str):
 def _check_word_array(x, name: str, length: str = "L", host: bool = False) -> None:
     """A plain uint32 array ``(length,)`` (base) or ``(length, 4)`` (extension);
     NumPy or CuPy, NumPy only where ``host``."""
-    if isinstance(x, np.generic) or (host and not isinstance(x, np.ndarray)
-                                     and _backend.array_kind(x) != "other"):
+    if isinstance(x, np.generic) or (host and not isinstance(x, np.ndarray)):
         raise TypeError(f"Argument `{name}` must be a uint32 array of Montgomery words "
                         f"({'NumPy' if host else 'NumPy or CuPy'}), not {_describe(x)}")
     if isinstance(x, np.matrix):
@@ -266,8 +265,12 @@ class GkrLayer(_Layer):
         pairs = []
         for name, x in (("numerators", numerators), ("denominators", denominators)):
             _check_leaves(x, name)
-            xp = _backend.get_xp("numpy" if isinstance(x, np.ndarray) else "cupy")
-            pairs += [xp.ascontiguousarray(x[0::2]), xp.ascontiguousarray(x[1::2])]
+            if not _is_pow2(x.shape[0] // 2):
+                raise ValueError(f"Argument `{name}` must hold 2 L leaves with L a power of "
+                                 f"two, not {x.shape[0]}")
+            # copies (a one-row slice is contiguous already: ascontiguousarray would
+            # hand back a view of the caller's array)
+            pairs += [x[0::2].copy(), x[1::2].copy()]
         if numerators.shape[0] != denominators.shape[0]:
             raise ValueError(f"Arguments `numerators` and `denominators` must hold the same "
                              f"number of leaves, not {numerators.shape[0]} and "
@@ -329,6 +332,7 @@ class JaggedGkrLayer(_Layer):
         second child, so every segment's fraction sum is unchanged.
         ``width`` (default: the rows' total) adds dead slots (zero).
         """
+        _check_field(field)  # before its constants are read below
         try:
             segments = list(segments)
         except TypeError:
@@ -350,7 +354,10 @@ class JaggedGkrLayer(_Layer):
                                  f"denominators, not {seg[0].shape[0]} and {seg[1].shape[0]}")
         rows = [(int(n.shape[0]) + 1) // 2 for n, _ in segments]
         total = sum(rows)
-        width = total if width is None else _check_int(width, "width", total)
+        if width is not None and _check_int(width, "width", 0) < total:
+            raise ValueError(f"Argument `width` must be >= {total}, the rows the segments "
+                             f"need, not {width}")
+        width = total if width is None else int(width)
         one = field.params.r_mod_p
         mles = []
         for k in range(2):  # numerators, denominators

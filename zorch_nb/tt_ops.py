@@ -367,12 +367,13 @@ def t3_to_dense(tucker_cores, tt_cores):
     return _dense_chain(xp, tucker_cores, tt_cores, left)
 
 
-def _kept_rank(xp, sv, limit, rtol):
-    """How many singular values (descending) to keep: those above ``rtol * sv[0]``
-    (default NumPy's ``matrix_rank`` tolerance), at most ``limit``, at least 1
-    (ranks are >= 1: the zero tensor keeps one zero slice)."""
+def _kept_rank(xp, sv, shape, limit, rtol):
+    """How many singular values (descending) of a ``shape`` matrix to keep: those
+    above ``rtol * sv[0]`` (default NumPy's ``matrix_rank`` tolerance,
+    ``max(shape) * eps``), at most ``limit``, at least 1 (ranks are >= 1: the
+    zero tensor keeps one zero slice)."""
     if rtol is None:
-        rtol = max(sv.shape[0], 1) * np.finfo(sv.dtype).eps
+        rtol = max(shape) * np.finfo(sv.dtype).eps
     k = int((sv > rtol * sv[0]).sum()) if sv.shape[0] else 0
     return max(1, min(k, limit if limit is not None else k))
 
@@ -421,15 +422,15 @@ def t3_from_dense(dense, max_tucker_ranks=None, max_tt_ranks=None, rtol=None):
     for i in range(d):
         unfolding = xp.moveaxis(core, i, 0).reshape(core.shape[i], -1)
         left, sv, _ = xp.linalg.svd(unfolding, full_matrices=False)
-        k = _kept_rank(xp, sv, max_tk[i], rtol)
+        k = _kept_rank(xp, sv, unfolding.shape, max_tk[i], rtol)
         basis = xp.ascontiguousarray(left[:, :k].T)  # (n_i, N_i), orthonormal rows
         tucker.append(basis)
         core = xp.moveaxis(xp.tensordot(basis, core, axes=([1], [i])), 0, i)
     tt, rank, rest = [], 1, core
     for i in range(d - 1):
-        left, sv, right = xp.linalg.svd(rest.reshape(rank * core.shape[i], -1),
-                                        full_matrices=False)
-        k = _kept_rank(xp, sv, max_tt[i], rtol)
+        unfolding = rest.reshape(rank * core.shape[i], -1)
+        left, sv, right = xp.linalg.svd(unfolding, full_matrices=False)
+        k = _kept_rank(xp, sv, unfolding.shape, max_tt[i], rtol)
         tt.append(xp.ascontiguousarray(left[:, :k].reshape(rank, core.shape[i], k)))
         rest = sv[:k, None] * right[:k]
         rank = k
