@@ -8,7 +8,8 @@ evaluator is written once to a file of the evaluator cache directory (see
 instead of compiling it again (a 400-operation kernel took ~5 s to compile).
 The directory is keyed on the hash of every kernel source, so a changed
 callee (``monty.py``) never meets an old cache.  Where no directory is
-writable, the source is compiled from memory, as before.  Compiled evaluators
+writable, the source is compiled from memory, as before; so is it when
+Numba cannot write its cache (a full disk).  Compiled evaluators
 are also memoized in this process, keyed by their source: a graph replayed
 twice, or two templates sharing a layout, compile (or load) once.  Field
 constants are runtime arguments, so one compiled evaluator serves every field.
@@ -37,10 +38,12 @@ _HEADER = ("import numpy as np\n"
 
 @functools.lru_cache(maxsize=None)
 def evaluator_cache_dir():
-    """Writable folder for generated evaluator files, or None.
+    """Folder for generated evaluator files, or None.
 
     ``$ZORCH_NB_CACHE_DIR``, else ``$XDG_CACHE_HOME/zorch_nb`` (default
     ``~/.cache/zorch_nb``), in a subfolder named by the kernel sources' hash.
+    Created where possible; a folder that exists but cannot be written still
+    serves the files already in it (a cache shipped read-only).
     """
     root = os.environ.get("ZORCH_NB_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
@@ -49,30 +52,50 @@ def evaluator_cache_dir():
     try:
         os.makedirs(path, exist_ok=True)
     except OSError:
-        return None
-    return path if os.access(path, os.W_OK) else None
+        pass
+    return path if os.path.isdir(path) else None
 
 
 def _evaluator_file(folder: str, source: str, name: str) -> str:
-    """The file holding ``source`` (written once, atomically: a file Numba has
-    indexed must never change under it)."""
+    """The file holding ``source``: reused when its bytes are exactly these,
+    else (re)written atomically -- a damaged or edited file never runs."""
     path = os.path.join(folder, f"zorch_graph_{name}.py")
-    text = _HEADER + source
-    if os.path.exists(path):
-        with open(path) as fh:
-            if fh.read() == text:
+    data = (_HEADER + source).encode()
+    try:
+        with open(path, "rb") as fh:
+            if fh.read() == data:
                 return path
+    except OSError:  # absent (or unreadable): write it
+        pass
     fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the file from other users
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise
     return path
+
+
+def _signature(fn):
+    """The one signature the replay calls an evaluator with: every array a
+    C-contiguous uint32 vector (inputs, outputs, consts, fail), then
+    ``n_inst`` (int64), ``p`` and ``mu_neg`` (uint32)."""
+    from numba import types
+    arrays = fn.__code__.co_argcount - 3
+    return (types.Array(types.uint32, 1, "C"),) * arrays + (types.int64, types.uint32,
+                                                            types.uint32)
 
 
 @functools.lru_cache(maxsize=None)
 def compile_evaluator(source: str, name: str):
     """``njit(parallel=True)`` dispatcher of the function ``name`` in ``source``
-    (cached on disk where a cache folder is writable)."""
+    (cached on disk where the cache folder allows; see the module docstring)."""
     folder = evaluator_cache_dir()
     if folder is not None:
         try:
@@ -84,9 +107,15 @@ def compile_evaluator(source: str, name: str):
             # loading it in a later process imports that module by name
             sys.modules[modname] = module
             spec.loader.exec_module(module)
-            return njit(parallel=True, cache=True)(getattr(module, name))
-        except OSError:  # a folder that stopped being writable: compile from memory
-            pass
+            fn = getattr(module, name)
+            dispatcher = njit(parallel=True, cache=True)(fn)
+            if hasattr(dispatcher, "compile"):  # (plain Python under NUMBA_DISABLE_JIT)
+                # compiled (or loaded) now: a cache Numba cannot write (full disk,
+                # a path it cannot encode) fails here, where it can fall back
+                dispatcher.compile(_signature(fn))
+            return dispatcher
+        except (OSError, UnicodeError, ImportError):
+            pass  # compile from memory, as without a cache folder
     namespace = {"np": np, "prange": prange, "mod_add": mod_add, "mod_sub": mod_sub,
                  "mod_neg": mod_neg, "mont_mul": mont_mul}
     exec(compile(source, f"<zorch_graph {name}>", "exec"), namespace)

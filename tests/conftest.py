@@ -28,6 +28,14 @@ if os.environ.get("ZORCH_CUDASIM", "1") != "0" and not _has_nvidia_driver():
 
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 
+# The generated graph evaluators of this run go to a folder of its own, not to
+# the user's ~/.cache/zorch_nb (child processes inherit it); removed at exit.
+if "ZORCH_NB_CACHE_DIR" not in os.environ:
+    import atexit
+    import tempfile
+    os.environ["ZORCH_NB_CACHE_DIR"] = tempfile.mkdtemp(prefix="zorch_nb_test_cache_")
+    atexit.register(shutil.rmtree, os.environ["ZORCH_NB_CACHE_DIR"], ignore_errors=True)
+
 
 def _numba_cuda_usable() -> bool:
     try:

@@ -183,6 +183,71 @@ def test_replay_without_a_writable_cache_folder_compiles_in_memory(tmp_path, mon
         graph_cpu.compile_evaluator.cache_clear()
 
 
+@pytest.mark.skipif(numba.config.DISABLE_JIT, reason="nothing is compiled")
+def test_evaluator_cache_survives_damaged_files_and_a_full_disk(tmp_path, monkeypatch):
+    """A cached evaluator file that is not byte for byte the generated source (not
+    even UTF-8) is rewritten, never run; a cache Numba cannot write (a full disk)
+    falls back to compiling in memory; the replay is right every time."""
+    import types
+
+    from zorch_nb.kernels import graph_cpu
+    monkeypatch.setenv("ZORCH_NB_CACHE_DIR", str(tmp_path / "zc"))
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "nc"))
+    ctx = Context()
+    a, c = reference_program(ctx, lanes=2)
+    g = ctx.generate_computation_graph([a], [c])
+    new = np.concatenate([np.arange(1, 33).reshape(16, 2) + 3 * k for k in range(2)])
+
+    def replay():
+        graph_cpu.evaluator_cache_dir.cache_clear()
+        graph_cpu.compile_evaluator.cache_clear()
+        (out,), _ = run_computation_graph(g, [new])
+        assert out.tolist() == [528, 624]
+
+    try:
+        replay()
+        files = sorted((tmp_path / "zc").glob("graph-evaluators-*/zorch_graph_*.py"))
+        good = [f.read_bytes() for f in files]
+        for f in files:
+            f.write_bytes(b"# caf\xe9 -- not the generated source\n")
+        replay()
+        assert [f.read_bytes() for f in files] == good  # rewritten
+        real_njit = graph_cpu.njit
+
+        def full_disk_njit(**kwargs):
+            def decorate(fn):
+                if kwargs.get("cache"):  # Numba failing to write its index
+                    def compile_(sig):
+                        raise OSError(28, "No space left on device")
+                    return types.SimpleNamespace(compile=compile_)
+                return real_njit(**kwargs)(fn)
+            return decorate
+        monkeypatch.setattr(graph_cpu, "njit", full_disk_njit)
+        replay()
+        assert not list((tmp_path / "zc").glob("graph-evaluators-*/*.tmp"))
+    finally:
+        graph_cpu.evaluator_cache_dir.cache_clear()
+        graph_cpu.compile_evaluator.cache_clear()
+
+
+def test_kernels_differing_only_in_constants_share_an_evaluator():
+    from zorch_nb.graph import _sources
+    graphs = []
+    for const in (3, 5):
+        scope = {"kernel": kernel, "In": In, "Out": Out}
+        exec(f"@kernel\ndef k{const}(x: In[()], out: Out[()]):\n"
+             f"    out[()] = x[()] * {const} + 1\n", scope)
+        ctx = Context()
+        x = ctx.copy_to_device(np.arange(8))
+        (y,) = ctx.call_kernel(scope[f"k{const}"], 8, x)
+        g = ctx.generate_computation_graph([x], [y])
+        (out,), _ = run_computation_graph(g, [np.arange(8)])
+        assert out.tolist() == [(v * const + 1) % P for v in range(8)]
+        graphs.append(g)
+    names = [_sources(g.kernels[ck.kernel], ck)[2] for g in graphs for ck in g.compiled_kernels]
+    assert names[0] == names[1]  # constants are runtime arguments: one compile
+
+
 def test_serialization_is_deterministic():
     graphs = []
     for _ in range(2):

@@ -31,6 +31,7 @@ Examples
 """
 from __future__ import annotations
 
+import hashlib
 import heapq
 import operator
 from typing import NamedTuple
@@ -336,16 +337,28 @@ class ComputationGraph:
 _SOURCE_CACHE: dict = {}
 
 
+def _plain(obj):
+    """Nested tuples of Python ints (the generators' arguments, hashed below)."""
+    if isinstance(obj, (tuple, list)):
+        return tuple(_plain(v) for v in obj)
+    return int(obj)
+
+
 def _sources(ir: KernelIR, ck: CompiledKernel):
-    from .graph_format import compiled_key
-    key = compiled_key(ir, ck)
-    if key not in _SOURCE_CACHE:
-        name = "k" + key[:16]
-        args = (ir.nodes, tuple((a, b) for a, b, _ in ir.asserts), ir.outputs,
-                ck.in_layouts, ck.out_layouts)
-        _SOURCE_CACHE[key] = (graph_codegen.python_source(name, *args),
-                              graph_codegen.cuda_source(name, *args), name)
-    return _SOURCE_CACHE[key]
+    """``(python source, CUDA source, name)`` of a kernel at its operand layouts.
+
+    Named by a hash of exactly what the generated code depends on -- the nodes,
+    the assertion pairs, the outputs and the layouts -- so kernels that differ
+    only in their name, assertion text or constant values (runtime arguments)
+    share one evaluator and one compile.
+    """
+    args = _plain((ir.nodes, tuple((a, b) for a, b, _ in ir.asserts), ir.outputs,
+                   ck.in_layouts, ck.out_layouts))
+    if args not in _SOURCE_CACHE:
+        name = "k" + hashlib.sha256(repr(args).encode()).hexdigest()[:16]
+        _SOURCE_CACHE[args] = (graph_codegen.python_source(name, *args),
+                               graph_codegen.cuda_source(name, *args), name)
+    return _SOURCE_CACHE[args]
 
 
 def _const_words(F: PrimeField, ir: KernelIR, xp):
