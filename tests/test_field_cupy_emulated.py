@@ -96,6 +96,10 @@ def test_field_api_on_emulated_cupy_arrays(emulated_cupy, F):
         np.testing.assert_array_equal(G.add(one, dev(u)).get(), G.add(one, u))
     with pytest.raises(TypeError, match="different modules"):
         F.add(dev(b), b)
+    vals, point = E.random(16, seed=7), E.random(4, seed=8)  # an MLE at a point
+    got = E.mle_eval(dev(vals), dev(point))
+    assert isinstance(got, cuda_emu.EmuArray)
+    np.testing.assert_array_equal(got.get(), E.mle_eval(vals, point))
     for G, u in ((F, a), (E, x)):  # field sums: plain integer arithmetic on the device
         for axis in (None, 0, (0, 1)):
             got = G.sum(dev(u), axis=axis)

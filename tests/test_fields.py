@@ -308,6 +308,49 @@ def test_sum_matches_big_ints(F, monkeypatch):
         F.ext.sum(ext, axis=2)  # the coefficient axis is not an element axis
 
 
+@pytest.mark.parametrize("F", FIELDS)
+def test_mle_eval_matches_the_sum_over_the_hypercube(F):
+    """f~(r) = sum_b f(b) prod_j (r_j if b_j else 1 - r_j), point[0] binding the lowest
+    index bit, against big ints; base values and a base point on the extension too."""
+    p, w, E = F.p, F.W, F.ext
+    one = [1, 0, 0, 0]
+
+    def reference(vals, point):  # canonical coefficient lists
+        total = [0, 0, 0, 0]
+        for b, f in enumerate(vals):
+            weight = one
+            for j, r in enumerate(point):
+                weight = naive.ext_mul(weight, r if (b >> j) & 1 else naive.ext_sub(one, r, p),
+                                       p, w)
+            total = naive.ext_add(total, naive.ext_mul(weight, f, p, w), p)
+        return total
+
+    for nv in (0, 1, 2, 3, 5):
+        vals, point = E.random(2**nv, seed=nv), E.random(nv, seed=20 + nv)
+        base_vals, base_point = F.random(2**nv, seed=nv), F.random(nv, seed=40 + nv)
+        as_ext = lambda x: [[v, 0, 0, 0] for v in F.decode(x).tolist()]  # noqa: E731
+        cases = [(E, vals, point, E.decode(vals).tolist(), E.decode(point).tolist()),
+                 (E, base_vals, point, as_ext(base_vals), E.decode(point).tolist()),
+                 (E, vals, base_point, E.decode(vals).tolist(), as_ext(base_point)),
+                 (F, base_vals, base_point, as_ext(base_vals), as_ext(base_point))]
+        for G, v, r, ref_v, ref_r in cases:
+            got = G.mle_eval(v, r)
+            want = reference(ref_v, ref_r)
+            if G is F:
+                assert got.shape == () and int(F.decode(got)) == want[0]
+            else:
+                assert got.shape == (4,) and E.decode(got).tolist() == want
+    # on the hypercube it is the value itself (point in {0, 1})
+    vals = F.random(8, seed=1)
+    for b in range(8):
+        bits = F.encode([(b >> j) & 1 for j in range(3)])
+        assert F.mle_eval(vals, bits) == vals[b]
+    with pytest.raises(ValueError, match="`values` must hold 2\\*\\*nv elements"):
+        F.mle_eval(F.random(6, seed=1), F.random(3, seed=1))
+    with pytest.raises(ValueError, match="`point` must hold nv = 3 elements"):
+        F.mle_eval(F.random(8, seed=1), F.random(2, seed=1))
+
+
 def test_pickle_keeps_fields_and_their_constants():
     import pickle
 

@@ -529,6 +529,49 @@ class _FieldBase:
                                             for i, d in enumerate(a.shape)))
         return xp.asarray(total).astype(np.uint32)
 
+    def mle_eval(self, values, point, *, backend=None):
+        """The multilinear extension of ``values`` at ``point``.
+
+        ``values`` holds ``2**nv`` elements ``f(b)`` indexed by ``b`` in
+        ``{0,1}^nv``; ``point[j]`` binds bit ``j`` of the index (``point[0]``
+        the lowest: the variable a LogUp-GKR layer transition folds first).
+        Returns ``sum_b f(b) prod_j (r_j if b_j else 1 - r_j)``, computed by
+        ``nv`` folds ``f'[k] = f[2k] + r_j (f[2k+1] - f[2k])``: ``2**nv``
+        products in all, with the field kernels of ``backend``.
+
+        Parameters
+        ----------
+        values : uint32 words, shape ``(2**nv,)`` (base) or ``(2**nv, 4)`` (extension)
+        point : uint32 words, ``nv`` elements, base ``(nv,)`` or extension ``(nv, 4)``
+            On the extension field either may be base (it is embedded).
+        backend : {None, "cpu", "cupy", "numba"}, optional
+
+        Returns
+        -------
+        One element: a 0-d base array, or shape ``(4,)`` on the extension.
+        """
+        _check_words(values, "values")
+        _check_words(point, "point")
+        n = values.shape[0] if values.ndim else 0
+        if values.ndim not in (1, 1 + (self.degree == 4 and values.shape[-1] == 4)) \
+                or n < 1 or n & (n - 1):
+            raise ValueError(f"Argument `values` must hold 2**nv elements, shape (2**nv,)"
+                             + (" or (2**nv, 4)" if self.degree == 4 else "")
+                             + f", not {tuple(values.shape)}")
+        nv = n.bit_length() - 1
+        p_ext = self.degree == 4 and point.ndim == 2 and point.shape[-1] == 4
+        if point.ndim != 1 + p_ext or point.shape[0] != nv:
+            raise ValueError(f"Argument `point` must hold nv = {nv} elements "
+                             f"(one per variable), not shape {tuple(point.shape)}")
+        # extension values from the start: a half of base values whose length
+        # happens to be 4 would otherwise read as one extension element
+        v = self.from_base(values) if self.degree == 4 and values.ndim == 1 else values
+        for j in range(nv):
+            lo, hi = v[0::2], v[1::2]
+            v = self.add(lo, self.mul(point[j], self.sub(hi, lo, backend=backend),
+                                      backend=backend), backend=backend)
+        return v.reshape((4,) if self.degree == 4 else ())
+
     def pow(self, a, e, out=None, *, backend=None):
         """Elementwise ``a ** e`` for a Python integer exponent ``e``.
 
