@@ -555,7 +555,7 @@ class _FieldBase:
         n = values.shape[0] if values.ndim else 0
         if values.ndim not in (1, 1 + (self.degree == 4 and values.shape[-1] == 4)) \
                 or n < 1 or n & (n - 1):
-            raise ValueError(f"Argument `values` must hold 2**nv elements, shape (2**nv,)"
+            raise ValueError("Argument `values` must hold 2**nv elements, shape (2**nv,)"
                              + (" or (2**nv, 4)" if self.degree == 4 else "")
                              + f", not {tuple(values.shape)}")
         nv = n.bit_length() - 1
