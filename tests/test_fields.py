@@ -347,8 +347,10 @@ def test_mle_eval_matches_the_sum_over_the_hypercube(F):
         assert F.mle_eval(vals, bits) == vals[b]
     with pytest.raises(ValueError, match="`values` must hold 2\\*\\*nv elements"):
         F.mle_eval(F.random(6, seed=1), F.random(3, seed=1))
-    with pytest.raises(ValueError, match="`point` must hold nv = 3 elements"):
+    with pytest.raises(ValueError, match="`point` must hold nv = 3 base elements"):
         F.mle_eval(F.random(8, seed=1), F.random(2, seed=1))
+    with pytest.raises(ValueError, match="an extension point needs F.ext.mle_eval"):
+        F.mle_eval(F.random(8, seed=1), F.ext.random(3, seed=1))
 
 
 def test_pickle_keeps_fields_and_their_constants():

@@ -1,8 +1,9 @@
-"""Command line: ``python -m zorch_nb demo`` and ``python -m zorch_nb bench``.
+"""Command line: python -m zorch_nb demo | bench.
 
 ``demo`` runs every part of the toolkit on one backend and checks each result
 against an independent computation; ``bench`` measures kernels against the
-copy bandwidth (GPU) or a plain NumPy implementation (CPU) in the same process.
+copy bandwidth measured in the same process (plus, on the CPU, plain NumPy and
+galois baselines).
 """
 from __future__ import annotations
 
@@ -114,7 +115,7 @@ def main(argv=None) -> int:
     b.add_argument("--sizes", type=_log2_size, nargs="+", default=None,
                    help="log2 of the element counts to measure (default: 20 on cpu, 26 on gpu)")
     b.add_argument("--json", metavar="FILE", help="write the results as JSON")
-    b.add_argument("--plot", metavar="FILE.png", help="bar chart of fraction of roofline (matplotlib)")
+    b.add_argument("--plot", metavar="FILE.png", help="bar chart of each kernel's fraction of the copy bandwidth (matplotlib)")
     b.add_argument("--repeat", type=_positive_int, default=5, help="timed repetitions (best is reported)")
     b.add_argument("--backends", nargs="+", choices=("cupy", "numba"), default=None,
                    help="GPU backends to measure (default: both)")

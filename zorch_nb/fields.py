@@ -489,6 +489,12 @@ class _FieldBase:
             Element axes to add over; ``None`` adds every element.
         keepdims : bool, optional
             Keep the reduced axes with length 1.
+
+        Returns
+        -------
+        uint32 array of the element shape without the reduced axes (kept with
+        length 1 under ``keepdims``), plus the trailing 4 on the extension; a
+        full reduction gives a 0-d array (not a NumPy scalar).
         """
         _check_words(a, "a")
         a = np.asarray(a) if isinstance(a, np.generic) else a
@@ -543,7 +549,8 @@ class _FieldBase:
         ----------
         values : uint32 words, shape ``(2**nv,)`` (base) or ``(2**nv, 4)`` (extension)
         point : uint32 words, ``nv`` elements, base ``(nv,)`` or extension ``(nv, 4)``
-            On the extension field either may be base (it is embedded).
+            On the extension field either may be base (it is embedded); on the
+            base field both are base words (an extension point: ``F.ext.mle_eval``).
         backend : {None, "cpu", "cupy", "numba"}, optional
 
         Returns
@@ -561,8 +568,11 @@ class _FieldBase:
         nv = n.bit_length() - 1
         p_ext = self.degree == 4 and point.ndim == 2 and point.shape[-1] == 4
         if point.ndim != 1 + p_ext or point.shape[0] != nv:
-            raise ValueError(f"Argument `point` must hold nv = {nv} elements "
-                             f"(one per variable), not shape {tuple(point.shape)}")
+            hint = ("; an extension point needs F.ext.mle_eval"
+                    if self.degree == 1 and point.ndim == 2 else "")
+            raise ValueError(f"Argument `point` must hold nv = {nv} "
+                             f"{'base ' if self.degree == 1 else ''}elements (one per "
+                             f"variable), not shape {tuple(point.shape)}{hint}")
         # extension values from the start: a half of base values whose length
         # happens to be 4 would otherwise read as one extension element
         v = self.from_base(values) if self.degree == 4 and values.ndim == 1 else values
@@ -640,6 +650,20 @@ class PrimeField(_FieldBase):
         Non-residue defining the extension.
     params : FieldParams
         All constants (see :mod:`zorch_nb.kernels.field_params`).
+
+    Notes
+    -----
+    Every elementwise operation (``add``, ``sub``, ``mul``, ``neg``,
+    ``square``, ``inv``, ``batch_inv``, ``pow``, and the same on ``F.ext``)
+    takes two keywords besides its operands:
+
+    ``out``
+        A writeable uint32 array of the result's shape in the operands' module,
+        written in place and returned; it may overlap the inputs (the result
+        then goes through a temporary).
+    ``backend``
+        ``None`` (follow the arrays: NumPy -> Numba CPU, CuPy -> CuPy
+        RawKernels), ``"cpu"``, ``"cupy"`` or ``"numba"`` (Numba-CUDA).
     """
 
     degree = 1
@@ -651,6 +675,7 @@ class PrimeField(_FieldBase):
 
     @property
     def one(self):
+        """Montgomery word of 1 (``2**32 mod p``), a NumPy uint32 scalar."""
         return np.uint32(self.params.r_mod_p)
 
 
@@ -686,6 +711,7 @@ class ExtensionField(_FieldBase):
 
     @property
     def one(self):
+        """The element 1, ``(R, 0, 0, 0)``: a read-only ``(4,)`` uint32 array."""
         one = np.array([self.params.r_mod_p, 0, 0, 0], dtype=np.uint32)
         one.flags.writeable = False
         return one

@@ -2,7 +2,8 @@
 
 Record a program of :func:`kernel` calls on device buffers once, let the
 recorder decide padded memory layouts when the whole program is known, then
-run the saved graph again on new inputs without the program (DESIGN.md §3).
+run the saved graph again on new inputs without the program (see the README's
+tour).
 
 Examples
 --------
@@ -134,6 +135,7 @@ class Handle:
 
     @property
     def size(self) -> int:
+        """Number of elements of the view."""
         return int(np.prod(self.shape, dtype=np.int64))
 
     @property
@@ -169,6 +171,7 @@ class Handle:
 
     @property
     def T(self) -> "Handle":
+        """The view with its axes reversed (``transpose()``)."""
         return self.transpose()
 
     def __repr__(self):
@@ -287,6 +290,7 @@ class ComputationGraph:
 
     @property
     def buffer_lengths(self) -> tuple:
+        """Logical length (element count) of every buffer."""
         return tuple(p[-1] for p in self.buffer_points)
 
     @property
@@ -313,11 +317,13 @@ class ComputationGraph:
         return graph_from_bytes(data)
 
     def save(self, path) -> None:
+        """Write :meth:`to_bytes` to the file ``path``."""
         with open(path, "wb") as fh:
             fh.write(self.to_bytes())
 
     @classmethod
     def load(cls, path) -> "ComputationGraph":
+        """Read a graph written by :meth:`save` (checked as :meth:`from_bytes`)."""
         with open(path, "rb") as fh:
             return cls.from_bytes(fh.read())
 
@@ -394,7 +400,7 @@ def _run_compiled(F, backend, ir, ck, template, index, ins, outs, out_points):
 # ---------------------------------------------------------------- context ----
 
 class Context:
-    """Records kernel calls on device buffers (DESIGN.md §3).
+    """Records kernel calls on device buffers.
 
     Parameters
     ----------
@@ -410,8 +416,10 @@ class Context:
     with a vectorized interpretation of the kernel IR.  The padded layouts are
     decided when the graph is built (:meth:`generate_computation_graph`, no
     compilation there); :func:`run_computation_graph` generates and compiles
-    the evaluators of those layouts on first use (memoized per kernel and
-    layout, so later runs and graphs that share them compile nothing).
+    the evaluators of those layouts on first use, memoized by the generated
+    code (which depends on the nodes, assertions, outputs and layouts only:
+    kernels differing in constants share one), and the CPU evaluators are
+    also cached on disk under ``$ZORCH_NB_CACHE_DIR``.
     """
 
     def __init__(self, field=KoalaBear, backend=None):

@@ -504,6 +504,10 @@ def kernel(fn) -> Kernel:
         (a ``ValueError``) for an unassigned output element, an index past a
         shape, an unsupported operation or a bad annotation, naming the
         variable and the line.
+    TypeError
+        For ``fn`` that is not a function; ``In[...]`` / ``Out[...]`` with a
+        dimension that is not a positive integer raise it already where the
+        annotation is evaluated (when the ``def`` runs).
 
     Examples
     --------

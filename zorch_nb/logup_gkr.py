@@ -261,6 +261,7 @@ class GkrLayer(_Layer):
         (``(2L,)`` base or ``(2L, 4)`` extension, ``L`` a power of two); leaf
         ``2 i + c`` becomes child ``c`` of row ``i``.  The children are copied
         into four contiguous arrays; the inputs are not kept.
+        ``num_batch_variables`` and ``field`` are as in :class:`GkrLayer`.
         """
         pairs = []
         for name, x in (("numerators", numerators), ("denominators", denominators)):
@@ -330,7 +331,8 @@ class JaggedGkrLayer(_Layer):
         ``ceil(m_b / 2)`` rows, leaf ``2 j + c`` as child ``c`` of row ``j``;
         an odd segment's last row gets the neutral fraction ``0 / 1`` as its
         second child, so every segment's fraction sum is unchanged.
-        ``width`` (default: the rows' total) adds dead slots (zero).
+        ``width`` (default: the rows' total) adds dead slots (zero);
+        ``field`` as in the constructor.
         """
         _check_field(field)  # before its constants are read below
         try:
@@ -756,8 +758,8 @@ def build_jagged_pyramid(first: JaggedGkrLayer, schedules, *,
     ------
     ValueError
         As :func:`jagged_layer_transition` (every step is checked before any
-        launch of the fused tail), or ``fused=True`` without CuPy arrays on
-        the ``"cupy"`` backend.
+        step runs), or ``fused=True`` on the CPU backend (it needs CuPy arrays
+        on ``"cupy"``, or ``"numba"``).
     """
     _require(first, JaggedGkrLayer, "first")
     try:

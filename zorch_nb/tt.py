@@ -127,6 +127,7 @@ class TuckerTensorTrain:
 
     @property
     def stack_shape(self):
+        """Leading shape of a stack of trains (``()`` for one train)."""
         return tuple(self.tucker_cores[0].shape[:-2])
 
     @property
@@ -207,10 +208,12 @@ class UniformTuckerTensorTrain:
 
     @property
     def d(self):
+        """Number of cores."""
         return len(self.shape)
 
     @property
     def stack_shape(self):
+        """Leading shape of a stack of trains (``()`` for one train)."""
         return tuple(self.tucker_supercore.shape[1:-2])
 
     @property
@@ -230,6 +233,7 @@ class UniformTuckerTensorTrain:
 
     @property
     def dtype(self):
+        """dtype of the supercores (float32 or float64)."""
         return self.tucker_supercore.dtype
 
     def __repr__(self):
@@ -247,7 +251,8 @@ class UniformTuckerTensorTrain:
     def from_dense(cls, dense, max_tucker_ranks=None, max_tt_ranks=None, rtol=None, *,
                    n=None, r=None):
         """Uniform train of a dense (unstacked) tensor:
-        ``from_t3(TuckerTensorTrain.from_dense(...), n=n, r=r)``."""
+        ``from_t3(TuckerTensorTrain.from_dense(...), n=n, r=r)``; ``n`` and ``r``
+        pad the Tucker and TT ranks (default: the largest of the train)."""
         t3 = TuckerTensorTrain.from_dense(dense, max_tucker_ranks, max_tt_ranks, rtol)
         return cls.from_t3(t3, n=n, r=r)
 
@@ -272,12 +277,15 @@ class UniformTuckerTensorTrain:
         return ut3_to_dense(self.data)
 
     def apply_masks(self):
+        """The same train with every padding slot zeroed."""
         return type(self)(*ut3_apply_masks(self.data))
 
     def reverse(self):
+        """The train of the tensor with its axes reversed."""
         return type(self)(*ut3_reverse(self.data))
 
     def squash_tails(self):
+        """The same tensor with the boundary bonds summed, so ``r_0 = r_d = 1``."""
         return type(self)(*ut3_squash_tails(self.data))
 
     @staticmethod
@@ -286,6 +294,7 @@ class UniformTuckerTensorTrain:
         return UniformTuckerTensorTrain(*ut3_stack([t.data for t in trains]))
 
     def unstack(self):
+        """The trains of a stack, along its first stack axis."""
         return tuple(type(self)(*t) for t in ut3_unstack(self.data))
 
     # -- arithmetic ----------------------------------------------------------
