@@ -23,10 +23,9 @@ import sys
 import tempfile
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from . import sources_digest
-from .monty import mod_add, mod_neg, mod_sub, mont_mul
 
 __all__ = ["compile_evaluator", "run_evaluator", "evaluator_cache_dir"]
 
@@ -116,9 +115,8 @@ def compile_evaluator(source: str, name: str):
             return dispatcher
         except (OSError, UnicodeError, ImportError):
             pass  # compile from memory, as without a cache folder
-    namespace = {"np": np, "prange": prange, "mod_add": mod_add, "mod_sub": mod_sub,
-                 "mod_neg": mod_neg, "mont_mul": mont_mul}
-    exec(compile(source, f"<zorch_graph {name}>", "exec"), namespace)
+    namespace = {}  # the file's text, run from memory: one list of its imports
+    exec(compile(_HEADER + source, f"<zorch_graph {name}>", "exec"), namespace)
     return njit(parallel=True)(namespace[name])
 
 

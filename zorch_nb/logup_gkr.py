@@ -704,15 +704,37 @@ def jagged_layer_transition(layer: JaggedGkrLayer, out_row_counts, out_width=Non
         Counts of the wrong type, or device counts with NumPy data.
     """
     _require(layer, JaggedGkrLayer, "layer")
-    kind = "numpy" if isinstance(layer.numerator_0, np.ndarray) else "cupy"
-    orc, out_width = _check_step(layer.row_counts, kind, out_row_counts, out_width)
-    nb = layer.num_batches
+    orc, out_width = _check_step(layer.row_counts, _data_kind(layer), out_row_counts,
+                                 out_width)
+    return _jagged_run(layer, orc, out_width, backend)
+
+
+def _data_kind(layer) -> str:
+    """``"numpy"`` or ``"cupy"``: where a layer's MLEs live."""
+    return "numpy" if isinstance(layer.numerator_0, np.ndarray) else "cupy"
+
+
+def _jagged_run(layer, orc, out_width, backend):
+    """The transition of ``layer`` to the checked step ``(orc, out_width)``."""
     field = layer.field
     outs = _run(layer, backend,
                 lambda k, ins, outs, pre: k.jagged_transition(ins[4], ins[5], pre, *ins[:4],
                                                               *outs, field.params),
-                [layer.row_counts, orc], out_width, _out_ext(layer), (2, nb))
+                [layer.row_counts, orc], out_width, _out_ext(layer), (2, layer.num_batches))
     return _trusted(JaggedGkrLayer, *outs, orc, field)
+
+
+def _check_steps(layer, steps) -> list:
+    """Every ``(out_row_counts, out_width)`` of ``steps`` from ``layer`` on, checked
+    (each against the one before), before any runs; errors name ``schedules[i]``."""
+    kind, rc, checked = _data_kind(layer), layer.row_counts, []
+    for i, (counts, width) in enumerate(steps):
+        try:
+            rc, width = _check_step(rc, kind, counts, width)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"schedules[{i}]: {exc}") from None
+        checked.append((rc, width))
+    return checked
 
 
 def _step(entry, i):
@@ -769,13 +791,6 @@ def build_jagged_pyramid(first: JaggedGkrLayer, schedules, *,
                         f"halving_schedule), not {type(schedules).__name__}") from None
     steps = [_step(entry, i) for i, entry in enumerate(entries)]
     _check_fused(fused)
-    kind = "numpy" if isinstance(first.numerator_0, np.ndarray) else "cupy"
-    rc = first.row_counts
-    for i, (counts, width) in enumerate(steps):  # every step checked before any runs
-        try:
-            rc, _ = _check_step(rc, kind, counts, width)
-        except (TypeError, ValueError) as exc:
-            raise type(exc)(f"schedules[{i}]: {exc}") from None
     if fused is None or fused:
         kind, run = _backend.resolve(dict(zip(_MLE_NAMES, first.mles)), backend)
         if (kind == "cupy" and run == "cupy") or run == "numba":
@@ -786,8 +801,8 @@ def build_jagged_pyramid(first: JaggedGkrLayer, schedules, *,
                              "'numba'); use fused=None to fall back to two launches per "
                              "transition")
     layers = [first]
-    for counts, width in steps:
-        layers.append(jagged_layer_transition(layers[-1], counts, width, backend=backend))
+    for orc, width in _check_steps(first, steps):  # every step checked before any runs
+        layers.append(_jagged_run(layers[-1], orc, width, backend))
     return layers
 
 
@@ -807,12 +822,7 @@ def _fused_jagged_steps(layer: JaggedGkrLayer, steps, xp, kernels) -> list:
     GPU.
     """
     from .kernels.launch_config import GKR_JAGGED_CHUNK, gkr_jagged_plan
-    kind = "numpy" if xp is np else "cupy"
-    checked, rc = [], layer.row_counts
-    for counts, width in steps:  # all checks before the first launch
-        orc, width = _check_step(rc, kind, counts, width)
-        checked.append((orc, width))
-        rc = orc
+    checked = _check_steps(layer, steps)  # all checks before the first launch
     # Host counts (the input's and any host step's) travel in one H2D copy.
     host = [c for c in [layer.row_counts] + [o for o, _ in checked] if isinstance(c, np.ndarray)]
     packed = xp.asarray(np.concatenate(host)) if host else None
