@@ -8,6 +8,7 @@ once for every field and length.
 import numpy as np
 from numba import njit, prange
 
+from .cpu_threads import serialized
 from .field_params import kernel_words
 from .monty import base_map1 as _base1
 from .monty import base_map2 as _base2
@@ -125,21 +126,25 @@ def _base_batch_inv_kernel(a, out, chunk, p, mu, one):
             out[i] = t
 
 
+@serialized
 def base_map1(op, a, out, f):
     p, mu, _, one = kernel_words(f)
     _base_map1_kernel(op, a, out, p, mu, one)
 
 
+@serialized
 def base_map2(op, a, b, out, f):
     p, mu, _, _ = kernel_words(f)
     _base_map2_kernel(op, a, b, out, p, mu)
 
 
+@serialized
 def ext4_map1(op, a, out, f):
     p, mu, wm, one = kernel_words(f)
     _ext4_map1_kernel(op, a, out, p, mu, wm, one)
 
 
+@serialized
 def ext4_map2(op, a, b, out, f):
     p, mu, wm, _ = kernel_words(f)
     if op == OP_MUL:
@@ -148,16 +153,19 @@ def ext4_map2(op, a, b, out, f):
         _ext4_map2_kernel(op, a, b, out, p, mu, wm)
 
 
+@serialized
 def base_pow(a, e_hi, e_lo, nbits, out, f):
     p, mu, _, one = kernel_words(f)
     _base_pow_kernel(a, e_hi, e_lo, nbits, out, p, mu, one)
 
 
+@serialized
 def ext4_pow(a, e_hi, e_lo, nbits, out, f):
     p, mu, wm, one = kernel_words(f)
     _ext4_pow_kernel(a, e_hi, e_lo, nbits, out, p, mu, wm, one)
 
 
+@serialized
 def base_batch_inv(a, out, f):
     p, mu, _, one = kernel_words(f)
     _base_batch_inv_kernel(a, out, BATCH_INV_CHUNK, p, mu, one)

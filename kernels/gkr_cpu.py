@@ -59,6 +59,7 @@ from numba import njit, prange
 
 from .gkr_scalar import (MODE_BB, MODE_BE, MODE_EB, MODE_EE, make_node_functions,
                          make_slot_functions, mode_of)
+from .cpu_threads import serialized
 from .field_params import kernel_words
 from .launch_config import CPU_LANE_RUN, GKR_CPU_JAGGED_CHUNK
 from .vector_width import njit_lanes64
@@ -224,6 +225,7 @@ def _flat(x):
     return x.reshape(-1) if x.ndim == 2 else x
 
 
+@serialized
 def fold_dense(n0, n1, d0, d1, on0, on1, od0, od1, f):
     """Dense transition on the CPU (see the module docstring)."""
     p, mu, wm, _ = kernel_words(f)
@@ -238,6 +240,7 @@ def _read_only(a):
     return view
 
 
+@serialized
 def jagged_transition(rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f):
     """Jagged transition on the CPU (see the module docstring)."""
     p, mu, wm, one = kernel_words(f)

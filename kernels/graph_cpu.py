@@ -26,6 +26,7 @@ import numpy as np
 from numba import njit
 
 from . import sources_digest
+from .cpu_threads import serialized
 
 __all__ = ["compile_evaluator", "run_evaluator", "evaluator_cache_dir"]
 
@@ -120,6 +121,7 @@ def compile_evaluator(source: str, name: str):
     return njit(parallel=True)(namespace[name])
 
 
+@serialized
 def run_evaluator(fn, inputs, outputs, consts, fail, n_inst, p, mu_neg) -> None:
     """Run ``fn`` over ``n_inst`` padded instances.
 

@@ -1,0 +1,91 @@
+"""CPU kernels called from several Python threads at once.
+
+Numba's ``workqueue`` threading layer (its fallback where OpenMP and TBB do
+not load) terminates the process when two threads enter parallel kernels
+together; ``kernels/cpu_threads.py`` serializes the launches there.  Each
+case runs in a child process with the layer forced, and compares every
+threaded result with the same call made alone.
+"""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+_CHILD = textwrap.dedent("""
+    import sys
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+    import numba
+    from zorch_nb import KoalaBear as F
+    from zorch_nb.graph import Context, In, Out, kernel, run_computation_graph
+    from zorch_nb.logup_gkr import (GkrLayer, JaggedGkrLayer, build_jagged_pyramid,
+                                    build_pyramid, halving_schedule)
+
+    E = F.ext
+    n = 1 << 10
+    a, b = F.random(n, seed=1), F.random(n, seed=2)
+    x, y = E.random(n, seed=3), E.random(n, seed=4)
+    dense = GkrLayer(a, b, x, y, 0, F)
+    jag = JaggedGkrLayer(a, b, x, y, np.array([5, 0, 200, 64], np.int32), F)
+
+    @kernel
+    def mul_add(u: In[2], v: In[()], out: Out[()]):
+        out[()] = u[0] * v[()] + u[1]
+
+    ctx = Context()
+    gu = ctx.copy_to_device(np.arange(64).reshape(32, 2))
+    gv = ctx.copy_to_device(3)
+    (gr,) = ctx.call_kernel(mul_add, 32, gu, gv)
+    graph = ctx.generate_computation_graph([gu, gv], [gr])
+
+    def flat(obj):
+        if isinstance(obj, np.ndarray):
+            return [obj]
+        if isinstance(obj, (list, tuple)):
+            return [w for o in obj for w in flat(o)]
+        return [w for m in obj.mles for w in flat(m)]
+
+    jobs = {
+        "mul": lambda: F.mul(a, b),
+        "ext mul": lambda: E.mul(x, y),
+        "inv": lambda: F.inv(a),
+        "pow": lambda: E.pow(x, 12345),
+        "pyramid": lambda: build_pyramid(dense),
+        "jagged pyramid": lambda: build_jagged_pyramid(jag, halving_schedule(jag)),
+        "graph replay": lambda: run_computation_graph(
+            graph, [np.arange(64).reshape(32, 2) + 1, np.array(5)])[0],
+    }
+    alone = {name: flat(job()) for name, job in jobs.items()}
+
+    def check(i):
+        name = list(jobs)[i % len(jobs)]
+        for _ in range(REPEAT):
+            got = flat(jobs[name]())
+            assert len(got) == len(alone[name]) and all(
+                np.array_equal(g, w) for g, w in zip(got, alone[name])), name
+        return name
+
+    with ThreadPoolExecutor(4) as pool:
+        done = list(pool.map(check, range(4 * len(jobs))))
+    print(numba.threading_layer(), len(done))
+""")
+
+
+@pytest.mark.parametrize("layer", ["workqueue", "default"])
+def test_cpu_kernels_from_threads(layer, tmp_path):
+    env = dict(os.environ)
+    if layer != "default":
+        env["NUMBA_THREADING_LAYER"] = layer
+    jit = env.get("NUMBA_DISABLE_JIT") != "1"
+    script = tmp_path / "threads.py"
+    script.write_text(_CHILD.replace("REPEAT", "10" if jit else "1"))
+    res = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                         text=True, timeout=900)
+    assert res.returncode == 0, res.stdout + res.stderr
+    used, count = res.stdout.split()
+    assert int(count) == 28
+    if layer != "default" and jit:
+        assert used == layer
