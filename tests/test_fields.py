@@ -345,6 +345,14 @@ def test_mle_eval_matches_the_sum_over_the_hypercube(F):
     for b in range(8):
         bits = F.encode([(b >> j) & 1 for j in range(3)])
         assert F.mle_eval(vals, bits) == vals[b]
+    # words >= p read mod p, for every nv (nv = 0 runs no fold), into a new array
+    for nv in (0, 1):
+        raw = np.full(2**nv, F.p + 5, np.uint32)
+        got = F.mle_eval(raw, F.zeros(nv))
+        assert int(F.decode(got)) == F.decode(np.uint32(5)) and not np.shares_memory(got, raw)
+        raw4 = np.tile(np.array([F.p, 2 * F.p, 2**32 - 1, 3], np.uint32), (2**nv, 1))
+        got = F.ext.mle_eval(raw4, F.zeros(nv))
+        assert got.tolist() == [0, 0, (2**32 - 1) % F.p, 3] and not np.shares_memory(got, raw4)
     with pytest.raises(ValueError, match="`values` must hold 2\\*\\*nv elements"):
         F.mle_eval(F.random(6, seed=1), F.random(3, seed=1))
     with pytest.raises(ValueError, match="`point` must hold nv = 3 base elements"):

@@ -542,7 +542,7 @@ class _FieldBase:
         ``{0,1}^nv``; ``point[j]`` binds bit ``j`` of the index (``point[0]``
         the lowest: the variable a LogUp-GKR layer transition folds first).
         Returns ``sum_b f(b) prod_j (r_j if b_j else 1 - r_j)``, computed by
-        ``nv`` folds ``f'[k] = f[2k] + r_j (f[2k+1] - f[2k])``: ``2**nv``
+        ``nv`` folds ``f'[k] = f[2k] + r_j (f[2k+1] - f[2k])``: ``2**nv - 1``
         products in all, with the field kernels of ``backend``.
 
         Parameters
@@ -580,6 +580,8 @@ class _FieldBase:
             lo, hi = v[0::2], v[1::2]
             v = self.add(lo, self.mul(point[j], self.sub(hi, lo, backend=backend),
                                       backend=backend), backend=backend)
+        if nv == 0:  # no fold ran: reduce the word (a**1), into a new array
+            v = self.pow(v, 1, backend=backend)
         return v.reshape((4,) if self.degree == 4 else ())
 
     def pow(self, a, e, out=None, *, backend=None):
