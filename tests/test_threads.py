@@ -89,3 +89,92 @@ def test_cpu_kernels_from_threads(layer, tmp_path):
     assert int(count) == 28
     if layer != "default" and jit:
         assert used == layer
+
+
+_FIRST_CALLS = textwrap.dedent("""
+    import sys, threading
+    from zorch_nb import KoalaBear as F
+    from zorch_nb.logup_gkr import GkrLayer, layer_transition
+    a, b = F.random(64, seed=0), F.random(64, seed=1)
+    calls = [lambda: F.add(a, b), lambda: layer_transition(GkrLayer(a, b, a, b, 0, F))]
+    barrier = threading.Barrier(8)
+    errors = []
+    def worker(i):
+        barrier.wait()
+        try:
+            calls[i % 2]()
+        except Exception as e:
+            errors.append(f"{type(e).__name__}: {e}")
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    print(errors)
+""")
+
+
+def _child(script, env=None, timeout=300):
+    return subprocess.run([sys.executable, "-c", script], env=env or dict(os.environ),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_first_calls_from_threads_wait_for_the_kernel_import():
+    # sys.modules holds a kernel module from the moment its import starts: the
+    # threads that lost the race used to get it half initialized
+    # (AttributeError: partially initialized module ... field_cpu)
+    for _ in range(2):
+        res = _child(_FIRST_CALLS)
+        assert res.returncode == 0 and res.stdout.strip() == "[]", res.stdout + res.stderr
+
+
+_FORK = textwrap.dedent("""
+    import os, sys, threading, time
+    import numba
+    from zorch_nb import KoalaBear as F
+    a = F.random(1 << 16, seed=0)
+    want = F.mul(a, a)
+    busy = threading.Event()
+    def background():  # a thread inside kernels while the main thread forks
+        while not busy.is_set():
+            F.pow(a, 123456789)
+    threading.Thread(target=background, daemon=True).start()
+    time.sleep(0.3)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os._exit(0 if (F.mul(a, a) == want).all() else 3)
+        except RuntimeError as exc:
+            os._exit(4 if "fork-safe" in str(exc) and "spawn" in str(exc) else 5)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, 9)
+        status = "hang"
+    busy.set()
+    layer = numba.threading_layer() if not numba.config.DISABLE_JIT else "nojit"
+    from numba.np.ufunc import omppool
+    print(layer, omppool.openmp_vendor, status if status == "hang" else
+          (os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)))
+""")
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.parametrize("layer", ["workqueue", "default"])
+def test_kernels_in_a_forked_child(layer):
+    """A child forked while a thread runs kernels: on the workqueue it computes
+    (its copy of the launch lock was held: it used to wait forever); on GNU
+    OpenMP, which Numba cannot use after a fork (it terminated the child),
+    the kernel raises a RuntimeError saying what to do; elsewhere it computes."""
+    env = dict(os.environ)
+    if layer != "default":
+        env["NUMBA_THREADING_LAYER"] = layer
+    res = _child(_FORK, env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    used, vendor, status = res.stdout.split()
+    if used == "omp" and vendor == "GNU":
+        assert status == "4", res.stdout + res.stderr
+    else:
+        assert status == "0", res.stdout + res.stderr

@@ -136,7 +136,10 @@ def resolve(arrays: dict, backend: str | None) -> tuple:
     return kind, backend
 
 
-#: Module name per (backend, family), so a call does not format it again.
+#: ``(module name, module)`` per (backend, family), the module entered once its
+#: import has returned: ``sys.modules`` holds a module from the moment its
+#: import *starts*, so another thread reading it there alone could get one
+#: half initialized.
 _KERNEL_MODULES: dict = {}
 
 
@@ -146,17 +149,18 @@ def kernels_for(backend: str, family: str):
     ``family`` is e.g. ``"field"``; the modules are ``field_cpu``,
     ``field_cupy`` and ``field_cuda_numba``.
     """
-    name = _KERNEL_MODULES.get((backend, family))
-    if name is None:
-        suffix = {"cpu": "cpu", "cupy": "cupy", "numba": "cuda_numba"}[backend]
-        name = _KERNEL_MODULES[backend, family] = f"zorch_nb.kernels.{family}_{suffix}"
-    module = sys.modules.get(name)
-    if module is not None:  # the common case: two dict lookups per call
+    name, module = _KERNEL_MODULES.get((backend, family), (None, None))
+    if module is not None and sys.modules.get(name) is module:  # the common case
         return module
+    suffix = {"cpu": "cpu", "cupy": "cupy", "numba": "cuda_numba"}[backend]
+    name = f"zorch_nb.kernels.{family}_{suffix}"
     try:
         if backend == "numba":
             _require_cuda_driver()
-        return importlib.import_module(name)
+        # import_module waits for an import another thread has under way
+        module = importlib.import_module(name)
+        _KERNEL_MODULES[backend, family] = name, module
+        return module
     except ImportError as exc:
         if backend == "cpu":
             raise
