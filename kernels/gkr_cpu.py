@@ -7,6 +7,10 @@ Launcher contract (shared by :mod:`.gkr_cuda_numba` and :mod:`.gkr_cupy`):
     ``on*``/``od*`` are written for every ``k in [0, L/2)``:
     ``on0[k], od0[k]`` = fraction sum of node ``2k``'s children,
     ``on1[k], od1[k]`` = the same for node ``2k + 1``.
+``pyramid_dense(first, layers, f)``
+    Every dense transition from ``first`` (its four MLEs) into the
+    preallocated ``layers[l]`` = ``(on0, on1, od0, od1)`` of layer ``l + 1``,
+    fused: intermediate layers are not read back from memory.
 ``jagged_transition(rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f)``
     Jagged transition (DESIGN.md section 2) for every output slot ``q`` of
     the outputs' length.  ``rc``/``orc`` are int32 row counts of the input and
@@ -58,10 +62,10 @@ import numpy as np
 from numba import njit, prange
 
 from .gkr_scalar import (MODE_BB, MODE_BE, MODE_EB, MODE_EE, make_node_functions,
-                         make_slot_functions, mode_of)
+                         make_slot_functions, mode_of, output_mode)
 from .cpu_threads import serialized
 from .field_params import kernel_words
-from .launch_config import CPU_LANE_RUN, GKR_CPU_JAGGED_CHUNK
+from .launch_config import CPU_LANE_RUN, GKR_CPU_JAGGED_CHUNK, gkr_cpu_pyramid_plan
 from .vector_width import njit_lanes64
 
 # Slot and node bodies with the field arithmetic force-inlined (see
@@ -121,6 +125,40 @@ def _fold_dense_kernel(mode, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm):
         for c in prange((half + run - 1) // run):
             _dense_run_ee(c * run, min(half, c * run + run), n0, n1, d0, d1, on0, on1, od0, od1,
                           p, mu, wm)
+
+
+@njit(cache=True)
+def _dense_run(mode, k0, k1, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm):
+    # The mode's serial loop over dense slots [k0, k1): one call per tile and
+    # layer, so this runtime branch costs nothing.
+    if mode == MODE_BB:
+        _dense_run_bb(k0, k1, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm)
+    elif mode == MODE_BE:
+        _dense_run_be(k0, k1, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm)
+    elif mode == MODE_EB:
+        _dense_run_eb(k0, k1, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm)
+    else:
+        _dense_run_ee(k0, k1, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm)
+
+
+@njit(parallel=True, cache=True)
+def _pyramid_kernel(mode, out_mode, levels, half, tile, s0, s1, s2, s3, a0, a1, a2, a3,
+                    b0, b1, b2, b3, c0, c1, c2, c3, e0, e1, e2, e3, p, mu, wm):
+    # Up to four transitions s -> a -> b -> c -> e.  Each iteration takes
+    # ``tile`` slots of ``a`` (``half`` in all) and carries them down: its
+    # slots [k0, k0 + tile) of layer ``a`` need only its own slots
+    # [2 k0, 2 k0 + 2 tile) of ``s``, and so on, so every later layer reads
+    # what the same core has just written, from its cache.
+    for c in prange(half // tile):
+        k0 = c * tile
+        k1 = k0 + tile
+        _dense_run(mode, k0, k1, s0, s1, s2, s3, a0, a1, a2, a3, p, mu, wm)
+        if levels > 1:
+            _dense_run(out_mode, k0 >> 1, k1 >> 1, a0, a1, a2, a3, b0, b1, b2, b3, p, mu, wm)
+        if levels > 2:
+            _dense_run(out_mode, k0 >> 2, k1 >> 2, b0, b1, b2, b3, c0, c1, c2, c3, p, mu, wm)
+        if levels > 3:
+            _dense_run(out_mode, k0 >> 3, k1 >> 3, c0, c1, c2, c3, e0, e1, e2, e3, p, mu, wm)
 
 
 @njit(cache=True, forceinline=True)
@@ -220,6 +258,12 @@ def _jagged_kernel(mode, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1,
                           n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm, one)
 
 
+def _read_only(a):
+    view = a.view()
+    view.flags.writeable = False
+    return view
+
+
 def _flat(x):
     """``(n,)`` unchanged; extension ``(n, 4)`` -> its ``(4 n,)`` view."""
     return x.reshape(-1) if x.ndim == 2 else x
@@ -230,14 +274,35 @@ def fold_dense(n0, n1, d0, d1, on0, on1, od0, od1, f):
     """Dense transition on the CPU (see the module docstring)."""
     p, mu, wm, _ = kernel_words(f)
     mode = mode_of(n0.ndim == 2, d0.ndim == 2)
-    _fold_dense_kernel(mode, *(_flat(x) for x in (n0, n1, d0, d1, on0, on1, od0, od1)),
-                       p, mu, wm)
+    # inputs viewed read-only (see jagged_transition): one compiled signature
+    # whether the caller's arrays are writeable or not
+    _fold_dense_kernel(mode, *(_read_only(_flat(x)) for x in (n0, n1, d0, d1)),
+                       *(_flat(x) for x in (on0, on1, od0, od1)), p, mu, wm)
 
 
-def _read_only(a):
-    view = a.view()
-    view.flags.writeable = False
-    return view
+@serialized
+def pyramid_dense(first, layers, f):
+    """Dense pyramid on the CPU: ``layers[l]`` = ``(on0, on1, od0, od1)`` of layer ``l + 1``.
+
+    ``first`` holds the four input MLEs; every output buffer is preallocated
+    by the caller.  One parallel call per ``GKR_CPU_PYRAMID_LEVELS`` layers
+    (:func:`.launch_config.gkr_cpu_pyramid_plan`), each thread folding its
+    tile through them in its cache: memory traffic is the first layer read
+    once, every later layer written once, and the last layer of each call
+    read again by the next (1/16 of the slots of that call's input).
+    """
+    p, mu, wm, _ = kernel_words(f)
+    mode = mode_of(first[0].ndim == 2, first[2].ndim == 2)
+    out_mode = output_mode(mode)
+    half, start = first[0].shape[0] // 2, 0
+    src = first
+    for tile, k in gkr_cpu_pyramid_plan(half, len(layers), out_mode == MODE_BB):
+        outs = [tuple(_flat(x) for x in layer) for layer in layers[start:start + k]]
+        outs += [outs[-1]] * (4 - k)  # unused argument slots (never touched)
+        # the call's input read-only, as in fold_dense: one compiled signature
+        _pyramid_kernel(mode, out_mode, k, half, tile, *(_read_only(_flat(x)) for x in src),
+                        *(x for o in outs for x in o), p, mu, wm)
+        src, half, start, mode = outs[k - 1], half >> k, start + k, out_mode
 
 
 @serialized

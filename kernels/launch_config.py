@@ -51,14 +51,36 @@ def gkr_pyramid_plan(half: int, num_layers: int, base_outputs: bool) -> list:
     in one block (its first layer has at most one tile of slots).
     """
     cap = GKR_TILE_SLOTS_BASE if base_outputs else GKR_TILE_SLOTS_EXT
+    return _tile_plan(half, num_layers, cap, GKR_MAX_FUSED)
+
+
+def _tile_plan(half, num_layers, cap, most):
     plan = []
     while num_layers > 0:
         t = min(cap, half)
-        k = min(num_layers, t.bit_length(), GKR_MAX_FUSED)  # log2(t) + 1 for t = 2**j
+        k = min(num_layers, t.bit_length(), most)  # log2(t) + 1 for t = 2**j
         plan.append((t, k))
         num_layers -= k
         half >>= k
     return plan
+
+# ---- fused dense pyramid on the CPU (kernels/gkr_cpu.py) --------------------
+#: Layers one parallel CPU pyramid call writes: each thread carries its tile
+#: of the call's first output layer down through them while it is still in
+#: its core's cache (the kernel takes that many output layers as arguments).
+GKR_CPU_PYRAMID_LEVELS = 4
+#: Slots of the first output layer per CPU tile: base/base outputs (16 bytes a
+#: slot) and extension outputs (40 or 64 bytes a slot); a tile, its input and
+#: its later layers stay within one core's 1 MiB L2 cache.
+GKR_CPU_TILE_SLOTS_BASE = 4096
+GKR_CPU_TILE_SLOTS_EXT = 2048
+
+
+def gkr_cpu_pyramid_plan(half: int, num_layers: int, base_outputs: bool) -> list:
+    """Calls of a CPU dense pyramid: ``[(tile_slots, layers), ...]``, as
+    :func:`gkr_pyramid_plan` with the CPU's tiles and ``GKR_CPU_PYRAMID_LEVELS``."""
+    cap = GKR_CPU_TILE_SLOTS_BASE if base_outputs else GKR_CPU_TILE_SLOTS_EXT
+    return _tile_plan(half, num_layers, cap, GKR_CPU_PYRAMID_LEVELS)
 
 # ---- fused jagged tail (kernels/cuda/gkr.cu, zorch_gkr_jagged_tail) --------
 #: A jagged pyramid's last transitions run in one one-block launch once every

@@ -1,4 +1,5 @@
-"""The fused dense pyramid (``zorch_gkr_pyramid_dense`` in ``kernels/cuda/gkr.cu``).
+"""The fused dense pyramids: ``zorch_gkr_pyramid_dense`` in ``kernels/cuda/gkr.cu``,
+its Numba-CUDA twin, and the tiled CPU pyramid (``kernels/gkr_cpu.py``).
 
 * Host: g++ compiles the tile functions of the fused kernel; a harness runs
   every tile of every launch of :func:`gkr_pyramid_plan` serially (the same
@@ -9,6 +10,7 @@
   gkr.cu.
 * GPU: fused vs one launch per transition vs CPU, byte for byte, on aligned
   and offset (scalar-load) data, without synchronizing.
+* CPU: the tiled pyramid vs one transition per call, byte for byte.
 """
 import ctypes
 
@@ -17,8 +19,10 @@ import pytest
 
 from cuda_host import compile_host, ptr
 from zorch_nb import BabyBear, KoalaBear
-from zorch_nb.kernels.launch_config import (GKR_MAX_FUSED, GKR_TILE_SLOTS_BASE,
-                                            GKR_TILE_SLOTS_EXT, gkr_pyramid_plan)
+from zorch_nb.kernels.launch_config import (GKR_CPU_PYRAMID_LEVELS, GKR_CPU_TILE_SLOTS_BASE,
+                                            GKR_CPU_TILE_SLOTS_EXT, GKR_MAX_FUSED,
+                                            GKR_TILE_SLOTS_BASE, GKR_TILE_SLOTS_EXT,
+                                            gkr_cpu_pyramid_plan, gkr_pyramid_plan)
 from zorch_nb.logup_gkr import GkrLayer, build_pyramid
 
 MODES = [(ne, de) for ne in (0, 1) for de in (0, 1)]
@@ -81,7 +85,7 @@ def test_fused_tiles_on_host_match_cpu_pyramid(field, ne, de):
     # 2**13 with 3 batch variables stops before the floor of the tiles.
     for nv, nbv in [(12, 0), (13, 3), (3, 1), (1, 0)]:
         first = _mles(F, ne, de, 2**nv, seed=nv)
-        want = build_pyramid(GkrLayer(*first, nbv, F))[1:]
+        want = build_pyramid(GkrLayer(*first, nbv, F), fused=False)[1:]
         got = _host_pyramid(lib, F, ne, de, first, nv - nbv)
         assert len(got) == len(want)
         for g, w in zip(got, want):
@@ -97,28 +101,60 @@ def test_tile_constants_match_cuda_source():
     assert lib.host_tile_slots(1, 1) == GKR_TILE_SLOTS_EXT
 
 
+_PLANS = {"gpu": (gkr_pyramid_plan, GKR_TILE_SLOTS_BASE, GKR_TILE_SLOTS_EXT, GKR_MAX_FUSED),
+          "cpu": (gkr_cpu_pyramid_plan, GKR_CPU_TILE_SLOTS_BASE, GKR_CPU_TILE_SLOTS_EXT,
+                  GKR_CPU_PYRAMID_LEVELS)}
+
+
+@pytest.mark.parametrize("device", sorted(_PLANS))
 @pytest.mark.parametrize("base", [True, False])
 @pytest.mark.parametrize("nv,nbv", [(26, 0), (26, 6), (10, 0), (1, 0), (20, 19)])
-def test_plan_covers_every_layer_within_tiles(nv, nbv, base):
-    plan = gkr_pyramid_plan(2**(nv - 1), nv - nbv, base)
+def test_plan_covers_every_layer_within_tiles(nv, nbv, base, device):
+    plan_of, cap_base, cap_ext, most = _PLANS[device]
+    plan = plan_of(2**(nv - 1), nv - nbv, base)
     assert sum(k for _, k in plan) == nv - nbv
     half = 2**(nv - 1)
     for t, k in plan:
-        assert half % t == 0 and t & (t - 1) == 0
-        assert 1 <= k <= min(GKR_MAX_FUSED, t.bit_length())
+        assert half % t == 0 and t & (t - 1) == 0 and t <= (cap_base if base else cap_ext)
+        assert 1 <= k <= min(most, t.bit_length())
         half >>= k
-    if (nv, nbv) == (26, 0):
+    if (nv, nbv) == (26, 0) and device == "gpu":
         assert len(plan) == 3  # 2**26 leaves: 11 + 11 + 4 (base) or 9 + 9 + 8 layers
         assert plan[-1][0] * 2 <= 2 * GKR_TILE_SLOTS_BASE  # the tail is one block
 
 
-def test_fused_true_needs_a_gpu_backend():
+def test_fused_true_needs_a_row_variable():
     layer = GkrLayer(*_mles(KoalaBear, 0, 0, 8, 1), 0)
-    with pytest.raises(ValueError, match="fused=True needs a GPU backend"):
-        build_pyramid(layer, fused=True)
-    with pytest.raises(ValueError, match="fused=True needs a GPU backend"):
-        build_pyramid(layer, backend="cpu", fused=True)
-    assert len(build_pyramid(layer, fused=False)) == 4
+    assert len(build_pyramid(layer, fused=True)) == len(build_pyramid(layer, fused=False)) == 4
+    floor = GkrLayer(*_mles(KoalaBear, 0, 0, 8, 1), 3)
+    with pytest.raises(ValueError, match="fused=True needs .* a layer with a row variable"):
+        build_pyramid(floor, fused=True)
+    assert len(build_pyramid(floor)) == 1
+
+
+@pytest.mark.parametrize("ne,de", MODES)
+@pytest.mark.parametrize("F", [KoalaBear, BabyBear], ids=["koalabear", "babybear"])
+def test_cpu_fused_equals_per_layer(F, ne, de):
+    """The tiled CPU pyramid against one transition per call (which the
+    big-int reference checks in test_logup_gkr.py): several tiles per call,
+    several calls, a floor inside a call's levels, offset and read-only input."""
+    for nv, nbv in [(14, 0), (13, 3), (12, 11), (5, 0), (1, 0)]:
+        host = _mles(F, ne, de, 2**nv, seed=nv + 3)
+        if nv == 13:  # unaligned, read-only views
+            host = [np.concatenate([x[:1], x])[1:] for x in host]
+            for x in host:
+                x.flags.writeable = False
+        keep = [x.copy() for x in host]
+        first = GkrLayer(*host, nbv, F)
+        fused = build_pyramid(first, fused=True)
+        per_layer = build_pyramid(first, fused=False)
+        assert len(fused) == len(per_layer) == nv - nbv + 1
+        for l, (a, b) in enumerate(zip(fused, per_layer)):
+            for x, y in zip(a.mles, b.mles):
+                assert x.shape == y.shape and x.dtype == y.dtype
+                np.testing.assert_array_equal(x, y, err_msg=f"nv={nv} layer {l}")
+        for x, y in zip(keep, host):
+            np.testing.assert_array_equal(x, y)  # inputs untouched
 
 
 def _numba_plan_cases(ext):
@@ -136,7 +172,7 @@ def test_numba_fused_equals_per_layer_and_cpu(ne, de):
     for nv, nbv in _numba_plan_cases(bool(ne or de)):
         host = _mles(F, ne, de, 2**nv, seed=nv + 11)
         keep = [x.copy() for x in host]
-        want = build_pyramid(GkrLayer(*host, nbv, F))
+        want = build_pyramid(GkrLayer(*host, nbv, F), fused=False)
         plan = gkr_pyramid_plan(2**(nv - 1), nv - nbv, not (ne or de)) if nv > nbv else []
         if (nv, nbv) in ((12, 0), (10, 0)):
             assert len(plan) == 2  # the multi-launch path is exercised
@@ -160,7 +196,7 @@ def test_gpu_fused_equals_per_layer_and_cpu(F, ne, de, offset):
     import cupyx
     for nv, nbv in [(16, 0), (13, 3), (5, 5), (2, 0)]:
         host = _mles(F, ne, de, 2**nv, seed=nv + 7)
-        want = build_pyramid(GkrLayer(*host, nbv, F))
+        want = build_pyramid(GkrLayer(*host, nbv, F), fused=False)
         dev = []
         for x in host:
             buf = cupy.empty(x.size + offset, dtype=np.uint32)
@@ -188,7 +224,7 @@ def test_gpu_numba_fused_on_cupy_arrays(ne, de):
     F = KoalaBear if ne == de else BabyBear
     for nv, nbv in [(16, 0), (13, 3), (2, 0)]:
         host = _mles(F, ne, de, 2**nv, seed=nv + 5)
-        want = build_pyramid(GkrLayer(*host, nbv, F))
+        want = build_pyramid(GkrLayer(*host, nbv, F), fused=False)
         first = GkrLayer(*(cupy.asarray(x) for x in host), nbv, F)
         fused = build_pyramid(first, backend="numba")
         per_layer = build_pyramid(first, backend="numba", fused=False)

@@ -258,9 +258,16 @@ def test_cpu_kernels_compile_once():
         for ext in ((False, False), (True, False), (False, True), (True, True)):
             for length in (4, 16):
                 build_pyramid(GkrLayer(*four(length, ext), 1, Fi))
+                layer_transition(GkrLayer(*four(length, ext), 1, Fi))
                 layer = JaggedGkrLayer(*four(length, ext), [length - 3, 1], Fi)
                 build_jagged_pyramid(layer, halving_schedule(layer))
+    frozen = four(16, (True, False))
+    for x in frozen:
+        x.flags.writeable = False  # read-only inputs share the signature too
+    build_pyramid(GkrLayer(*frozen, 1))
+    layer_transition(GkrLayer(*frozen, 1))
     assert len(gkr_cpu._fold_dense_kernel.signatures) == 1
+    assert len(gkr_cpu._pyramid_kernel.signatures) == 1
     assert len(gkr_cpu._jagged_kernel.signatures) == 1
 
 

@@ -555,12 +555,13 @@ def build_pyramid(first: GkrLayer, *, backend: str | None = None,
     backend : {None, "cpu", "cupy", "numba"}, optional
         ``None`` follows the arrays (NumPy -> CPU, CuPy -> CuPy RawKernel).
     fused : bool, optional
-        GPU backends only (CuPy arrays on ``"cupy"``; any arrays on
-        ``"numba"``): fold several layers per launch (each block carries its
-        tile down through the layers in shared memory and writes every layer
-        once), so intermediate layers are never read back.  ``None`` (default)
-        fuses where it applies; ``False`` forces one launch per transition.
-        Both give identical bytes.
+        Fold several layers per kernel call, so intermediate layers are not
+        read back from memory: on a GPU each block carries its tile down
+        through the layers in shared memory (CuPy arrays on ``"cupy"``; any
+        arrays on ``"numba"``), on the CPU each thread carries its tile down
+        through four layers in its cache.  ``None`` (default) fuses where it
+        applies; ``False`` forces one call per transition.  Both give
+        identical bytes.
 
     Returns
     -------
@@ -574,9 +575,9 @@ def build_pyramid(first: GkrLayer, *, backend: str | None = None,
         if layers is not None:
             return layers
         if fused:
-            raise ValueError("fused=True needs a GPU backend (CuPy arrays on 'cupy', or "
-                             "'numba') and a layer with a row variable; use fused=None "
-                             "to fall back to one launch per transition")
+            raise ValueError("fused=True needs CuPy arrays (for backend='cupy') and a "
+                             "layer with a row variable; use fused=None to fall back to "
+                             "one launch per transition")
     layers = [first]
     for _ in range(first.num_row_variables):
         layers.append(layer_transition(layers[-1], backend=backend))
@@ -584,10 +585,10 @@ def build_pyramid(first: GkrLayer, *, backend: str | None = None,
 
 
 def _fused_pyramid(first: GkrLayer, backend):
-    """The fused pyramid (CuPy or Numba-CUDA), or ``None`` where it does not apply."""
+    """The fused pyramid (CPU, CuPy or Numba-CUDA), or ``None`` where it does not apply."""
     kind, backend = _backend.resolve(dict(zip(_MLE_NAMES, first.mles)), backend)
     nrv = first.num_row_variables
-    if nrv == 0 or backend == "cpu" or (backend == "cupy" and kind != "cupy"):
+    if nrv == 0 or (backend == "cupy" and kind != "cupy"):
         return None
     xp = _backend.get_xp(kind)
     ins = [xp.ascontiguousarray(x) for x in first.mles]
@@ -600,7 +601,7 @@ def _fused_pyramid(first: GkrLayer, backend):
         bufs.append(xp.empty(sum(sizes), dtype=np.uint32))
         outs.append(_split(bufs[-1], sizes, exts))
     kernels = _backend.kernels_for(backend, "gkr")
-    if backend == "cupy":
+    if backend in ("cpu", "cupy"):
         kernels.pyramid_dense(ins, outs, first.field.params)
     else:  # Numba-CUDA: flat layer buffers (NumPy ones are copied back once)
         kernels.pyramid_dense(ins, bufs, first.field.params)
