@@ -803,6 +803,39 @@ def test_definition_errors_name_the_variable():
         add_2(1)
 
 
+def test_values_kept_from_another_trace_are_refused():
+    """A traced value or parameter kept past its body (here in a list) names
+    nodes of its own kernel's IR; another kernel used to take it silently as
+    its own node of the same number (a wrong kernel, no error)."""
+    kept = []
+
+    @kernel
+    def first(x: In[2], out: Out[()]):
+        kept.extend([x[1] * 7, x])
+        out[()] = x[0]
+
+    value, param = kept
+    bodies = {
+        "operand": lambda y, out: out.__setitem__((), y[0] + value),
+        "left operand": lambda y, out: out.__setitem__((), value * y[0]),
+        "alone": lambda y, out: out.__setitem__((), -value),
+        "power": lambda y, out: out.__setitem__((), value ** 3),
+        "assigned": lambda y, out: out.__setitem__((), value),
+        "assert_eq": lambda y, out: (assert_eq(value, y[0]), out.__setitem__((), y[0])),
+        "parameter": lambda y, out: out.__setitem__((), param[0] + y[0]),
+    }
+    for what, body in bodies.items():
+        def second(y: In[2], out: Out[()]):
+            body(y, out)
+        with pytest.raises(KernelDefinitionError,
+                           match=r"kernel `second`.*belongs to kernel `first`"):
+            kernel(second)
+    with pytest.raises(KernelDefinitionError, match="used outside its @kernel body"):
+        value + 1
+    with pytest.raises(KernelDefinitionError, match="used outside its @kernel body"):
+        param[0]
+
+
 def test_demo_section_runs():
     from zorch_nb import _demo_graph
     lines = []

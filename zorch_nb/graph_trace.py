@@ -207,6 +207,24 @@ class _Tracer:
         return self.node(OP_CONST, self.const_index[value])
 
 
+def _require_own(obj, what: str) -> None:
+    """Refuse a traced value or parameter outside the trace that made it.
+
+    Its node ids index its own kernel's IR: kept past the body (a list, a
+    global) and used while another kernel is traced, they would silently
+    name that kernel's nodes instead -- a wrong kernel, not an error.
+    """
+    active = getattr(_state, "tracer", None)
+    if active is obj._tr:
+        return
+    if active is None:
+        raise KernelDefinitionError(
+            f"{what} of kernel `{obj._tr.name}` is used outside its @kernel body; traced "
+            f"values and parameters exist only while that body is traced")
+    active.fail(f"{what} belongs to kernel `{obj._tr.name}`, not to this one (it was kept "
+                f"from that kernel's trace); compute it inside this kernel's body")
+
+
 def _active(what: str) -> _Tracer:
     tr = getattr(_state, "tracer", None)
     if tr is None:
@@ -231,7 +249,9 @@ class _Value:
         self._label = label if len(label) <= _LABEL_MAX else f"<value #{node_id}>"
 
     def _operand(self, other, op_text):
+        _require_own(self, f"field value `{self._label}`")
         if isinstance(other, _Value):
+            _require_own(other, f"field value `{other._label}`")
             return other._id, other._label
         if isinstance(other, _TracedArray):
             self._tr.fail(f"`{other._name}` is an array; index it (e.g. `{other._name}"
@@ -263,6 +283,7 @@ class _Value:
         return self._bin(OP_MUL, o, "*", swap=True)
 
     def __neg__(self):
+        _require_own(self, f"field value `{self._label}`")
         return _Value(self._tr, self._tr.node(OP_NEG, self._id), f"(-{self._label})")
 
     def __pow__(self, e):
@@ -273,6 +294,7 @@ class _Value:
                           f">= 0 (it is unrolled into multiplications)")
         if e == 0:
             return _Value(self._tr, self._tr.const(1, f"`{self._label} ** 0`"), "1")
+        _require_own(self, f"field value `{self._label}`")
         result, square, k = None, self, int(e)
         while k:
             if k & 1:
@@ -283,6 +305,7 @@ class _Value:
         return _Value(self._tr, result._id, f"({self._label} ** {e})")
 
     def __pos__(self):
+        _require_own(self, f"field value `{self._label}`")
         return self
 
     def __getattr__(self, name):
@@ -342,6 +365,7 @@ class _TracedArray:
         self._assigned: dict = {}
 
     def _flat(self, idx) -> tuple:
+        _require_own(self, f"parameter `{self._name}`")
         items = idx if isinstance(idx, tuple) else (idx,)
         shown = f"{self._name}[{', '.join(repr(i) for i in items) if items else '()'}]"
         if len(items) != len(self._shape):
@@ -378,7 +402,9 @@ class _TracedArray:
         if isinstance(value, _TracedArray):
             self._tr.fail(f"`{shown} = {value._name}` assigns a whole array; assign "
                           f"one element (e.g. `{value._name}[...]`)")
-        if not isinstance(value, _Value):
+        if isinstance(value, _Value):
+            _require_own(value, f"field value `{value._label}`")
+        else:
             value = _Value(self._tr, self._tr.const(value, f"`{shown} = {value!r}`"),
                            repr(value))
         self._assigned[flat] = value
@@ -406,6 +432,7 @@ def assert_eq(a, b) -> None:
     ids = []
     for v in (a, b):
         if isinstance(v, _Value):
+            _require_own(v, f"field value `{v._label}`")
             ids.append(v._id)
         elif isinstance(v, _TracedArray):
             tr.fail(f"assert_eq compares elements; `{v._name}` is an array (index it)")
