@@ -52,4 +52,37 @@ def _drop_stale_numba_cache() -> None:
         pass
 
 
+
+def _probe():  # a jitted function of this folder, for the probe below
+    return 0
+
+
+def _ensure_numba_cache_folder() -> None:
+    """Give Numba a cache folder where it finds none it can write.
+
+    Every kernel here is ``cache=True``, and Numba raises at *decoration*
+    (so ``import zorch_nb`` failed) when neither ``__pycache__`` beside the
+    sources, nor its user-wide folder, nor ``NUMBA_CACHE_DIR`` is writable --
+    a read-only install run by a user without a writable home.  There it
+    gets a folder under the temporary directory (what ``NUMBA_CACHE_DIR``
+    would say), with a warning naming the variable that sets it.
+    """
+    import numba
+    try:
+        numba.njit(cache=True)(_probe)
+        return
+    except RuntimeError:  # "cannot cache function ...: no locator available"
+        pass
+    import tempfile
+    import warnings
+    folder = os.path.join(tempfile.gettempdir(),
+                          f"zorch_nb-numba-cache-{getattr(os, 'getuid', lambda: 0)()}")
+    numba.config.CACHE_DIR = folder
+    warnings.warn(f"Numba has no writable cache folder here (the package folder and "
+                  f"the home directory are read-only); zorch_nb's kernels are cached "
+                  f"under {folder} -- set NUMBA_CACHE_DIR to choose another",
+                  RuntimeWarning, stacklevel=2)
+
+
+_ensure_numba_cache_folder()
 _drop_stale_numba_cache()

@@ -114,8 +114,10 @@ def compile_evaluator(source: str, name: str):
                 # a path it cannot encode) fails here, where it can fall back
                 dispatcher.compile(_signature(fn))
             return dispatcher
-        except (OSError, UnicodeError, ImportError):
-            pass  # compile from memory, as without a cache folder
+        except (OSError, UnicodeError, ImportError, RuntimeError):
+            # compile from memory, as without a cache folder (RuntimeError: Numba
+            # found no folder it can write its cache to, "no locator available")
+            pass
     namespace = {}  # the file's text, run from memory: one list of its imports
     exec(compile(_HEADER + source, f"<zorch_graph {name}>", "exec"), namespace)
     return njit(parallel=True)(namespace[name])

@@ -186,8 +186,9 @@ def test_replay_without_a_writable_cache_folder_compiles_in_memory(tmp_path, mon
 @pytest.mark.skipif(numba.config.DISABLE_JIT, reason="nothing is compiled")
 def test_evaluator_cache_survives_damaged_files_and_a_full_disk(tmp_path, monkeypatch):
     """A cached evaluator file that is not byte for byte the generated source (not
-    even UTF-8) is rewritten, never run; a cache Numba cannot write (a full disk)
-    falls back to compiling in memory; the replay is right every time."""
+    even UTF-8) is rewritten, never run; a cache Numba cannot write (a full disk,
+    no writable folder at all) falls back to compiling in memory; the replay is
+    right every time."""
     import types
 
     from zorch_nb.kernels import graph_cpu
@@ -225,6 +226,16 @@ def test_evaluator_cache_survives_damaged_files_and_a_full_disk(tmp_path, monkey
         monkeypatch.setattr(graph_cpu, "njit", full_disk_njit)
         replay()
         assert not list((tmp_path / "zc").glob("graph-evaluators-*/*.tmp"))
+
+        def nowhere_njit(**kwargs):  # a read-only cache and no writable Numba cache
+            def decorate(fn):
+                if kwargs.get("cache"):
+                    raise RuntimeError(f"cannot cache function {fn.__name__!r}: "
+                                       f"no locator available for file '...'")
+                return real_njit(**kwargs)(fn)
+            return decorate
+        monkeypatch.setattr(graph_cpu, "njit", nowhere_njit)
+        replay()
     finally:
         graph_cpu.evaluator_cache_dir.cache_clear()
         graph_cpu.compile_evaluator.cache_clear()
