@@ -13,8 +13,9 @@ compiled kernel per structure, supercores as the only run-time data.  Every
 loop runs over real slots only, so whatever the padding holds is never read.
 
 Kernels take plain arrays, write into ``out`` and scratch arrays the caller
-allocates, validate nothing and allocate nothing.  The boundary bonds are
-summed against vectors of ones (over the real slots).
+allocates and allocate nothing; they validate nothing but the length of
+scratch that the structure sizes (Numba does not bounds-check).  The
+boundary bonds are summed against vectors of ones (over the real slots).
 
 Nothing here imports from the object layer (``zorch_nb``).
 """
@@ -96,6 +97,39 @@ def _gather_tt(G, i, s, tt_idx, tk_idx, ca, cj, cb, out):
                 out[(pa * cj + pj) * cb + pb] = G[i, s, a, j, tt_idx[i + 1, s, pb]]
 
 
+def ut3_to_dense_scratch(shape, tt_cnt):
+    """Lengths ``(len_P, len_Q)`` of the scratch of :func:`build_ut3_to_dense`.
+
+    Parameters
+    ----------
+    shape : tuple of int
+        Real mode sizes ``N_i`` (length ``d``).
+    tt_cnt : int array ``(d + 1, S)``
+        Live slots per bond and stack element (``mask_index_table``'s count).
+
+    Returns
+    -------
+    (int, int)
+        Python ints (no wrap).  The kernel's partial product after cores
+        ``0..i`` of stack element ``s`` has ``prod(shape[:i+1]) *
+        tt_cnt[i + 1, s]`` entries -- compact ranks, not the padded ``r``.
+        ``P`` holds the ones vector (``tt_cnt[0, s]``) and the products of
+        odd ``i``, ``Q`` those of even ``i``.  The last product goes
+        straight into ``out`` when bond ``d`` has exactly one live slot,
+        so it needs scratch only for stack elements with another count.
+    """
+    d = len(shape)
+    cnt = np.asarray(tt_cnt, dtype=np.int64).reshape(d + 1, -1)
+    need = [int(cnt[0].max()), 0]
+    rows = 1
+    for i in range(d):
+        rows *= int(shape[i])
+        live = cnt[i + 1] if i < d - 1 else cnt[d][cnt[d] != 1]
+        if live.size:
+            need[(i + 1) % 2] = max(need[(i + 1) % 2], rows * int(live.max()))
+    return need[0], need[1]
+
+
 def build_ut3_to_dense(shape, tk_idx, tk_cnt, tt_idx, tt_cnt):
     """Build the dense-evaluation kernel for one structure.
 
@@ -110,9 +144,11 @@ def build_ut3_to_dense(shape, tk_idx, tk_cnt, tt_idx, tt_cnt):
     -------
     kernel(U, G, out, P, Q, H, Uc, Gc)
         ``out (S, prod(shape))`` receives the C-ordered dense tensors.
-        Scratch, all of the supercore dtype: ``P`` and ``Q`` of length
-        ``prod(shape) * r``, ``H`` of length ``r * max(shape) * r``, ``Uc`` of
-        length ``n * max(shape)``, ``Gc`` of length ``r * n * r``.
+        Scratch, all of the supercore dtype: ``P`` and ``Q`` of the lengths
+        :func:`ut3_to_dense_scratch` gives (at least; a shorter one raises
+        ``ValueError`` before anything is written), ``H`` of length
+        ``r * max(shape) * r``, ``Uc`` of length ``n * max(shape)``, ``Gc`` of
+        length ``r * n * r``.
 
     Notes
     -----
@@ -124,14 +160,21 @@ def build_ut3_to_dense(shape, tk_idx, tk_cnt, tt_idx, tt_cnt):
     d = len(shape)
     sizes = np.array(shape, dtype=np.int64)
     n_stack = tk_cnt.shape[1]
+    need_p, need_q = ut3_to_dense_scratch(shape, tt_cnt)
 
     @numba.njit
     def ut3_to_dense(U, G, out, P, Q, H, Uc, Gc):
+        # Numba does not bounds-check: short scratch would corrupt memory
+        if P.shape[0] < need_p or Q.shape[0] < need_q:
+            raise ValueError("ut3_to_dense: scratch P or Q shorter than ut3_to_dense_scratch")
         for s in range(n_stack):
+            # every stack element starts from P, so P and Q hold the partial
+            # products ut3_to_dense_scratch sizes them for whatever d's parity
+            A, B = P, Q
             rows = 1
             ca = tt_cnt[0, s]
             for pa in range(ca):
-                P[pa] = 1.0
+                A[pa] = 1.0
             for i in range(d):
                 ni = sizes[i]
                 cb = tt_cnt[i + 1, s]
@@ -140,14 +183,19 @@ def build_ut3_to_dense(shape, tk_idx, tk_cnt, tt_idx, tt_cnt):
                 _gather_tt(G, i, s, tt_idx, tk_idx, ca, cj, cb, Gc)
                 for pa in range(ca):
                     _gemm_tn(Uc, Gc[pa * cj * cb:], H[pa * ni * cb:], cj, ni, cb)
-                _gemm_nn(P, H, Q, rows, ca, ni * cb)
+                if i == d - 1 and cb == 1:
+                    # the last product is then already out[s]'s shape: write it
+                    # there instead of into dense-sized scratch (the sum below
+                    # reads entry p before it writes entry p, so aliasing is safe)
+                    B = out[s]
+                _gemm_nn(A, H, B, rows, ca, ni * cb)
                 rows *= ni
                 ca = cb
-                P, Q = Q, P
+                A, B = B, A
             for p in range(rows):
                 acc = 0.0
                 for pa in range(ca):
-                    acc += P[p * ca + pa]
+                    acc += A[p * ca + pa]
                 out[s, p] = acc
 
     return ut3_to_dense

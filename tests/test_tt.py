@@ -11,7 +11,10 @@ References, all independent of the code under test:
 The ``path`` fixture runs a test twice on NumPy supercores: through the Numba
 kernels, and through the array-module path that CuPy supercores take.
 """
+import gc
+import math
 import string
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -329,6 +332,66 @@ def test_to_dense_matches_naive(xy, path):
     # The ragged class agrees too.
     t = rand_t3(np.random.default_rng(3), SHAPE, (2, 3, 2), (2, 2, 3, 2))
     assert rel_err(t.to_dense(), naive_dense(*t.data)) < RTOL
+
+
+def test_to_dense_scratch_is_exact_where_an_inner_bond_is_widest(rng):
+    """The Numba kernel's scratch follows the live ranks, and an inner bond can
+    need the most: a too-short bound would let the kernel (no bounds checks)
+    write past it, which the NaN guard zone past each buffer would show."""
+    shape = (2, 9, 2)
+    # element 0 peaks at inner bond 2 (18 * 12 entries, 6x its 36 outputs);
+    # element 1 has a last bond of 3 live slots (no direct write into out),
+    # and its product after core 1 (18 * 8) overflows Q should it land there
+    t3s = (rand_t3(rng, shape, (2, 3, 2), (1, 2, 12, 1)), rand_t3(rng, shape, (1, 2, 2), (2, 3, 8, 3)))
+    prefix = UniformTuckerTensorTrain.from_t3(t3s, n=3, r=14)
+    for x in (prefix, gappy(prefix, rng)):
+        p = tt_ops._parts(x.data)
+        tables = tt_ops._tables(p)
+        # P: the ones vector (2), then after core 1 (18 * 12); Q: after core 0
+        # (2 * 3), after core 2 (36 * 3, element 1 only)
+        len_p, len_q = tt_kernels.ut3_to_dense_scratch(shape, tables[3])
+        assert (len_p, len_q) == (216, 108)
+        kernel = tt_kernels.build_ut3_to_dense(shape, *tables)
+        guard = 64
+        Pbuf, Qbuf = np.full(len_p + guard, np.nan), np.full(len_q + guard, np.nan)
+        out = np.full((2, math.prod(shape)), np.nan)
+        rest = [np.empty(14 * 9 * 14), np.empty(3 * 9), np.empty(14 * 3 * 14)]
+        U, G = np.ascontiguousarray(x.tucker_supercore), np.ascontiguousarray(x.tt_supercore)
+        with pytest.raises(ValueError, match="scratch P or Q shorter"):
+            kernel(U, G, out, Pbuf[:len_p - 1], Qbuf[:len_q], *rest)
+        with pytest.raises(ValueError, match="scratch P or Q shorter"):
+            kernel(U, G, out, Pbuf[:len_p], Qbuf[:len_q - 1], *rest)
+        assert np.isnan(out).all() and np.isnan(Pbuf).all()  # refused before writing
+        kernel(U, G, out, Pbuf[:len_p], Qbuf[:len_q], *rest)
+        assert np.isnan(Pbuf[len_p:]).all() and np.isnan(Qbuf[len_q:]).all()
+        for s in range(2):
+            assert rel_err(out[s].reshape(shape), naive_dense(*t3s[s].data)) < RTOL
+        assert rel_err(x.to_dense(), np.stack([naive_dense(*t.data) for t in t3s])) < RTOL
+
+
+@pytest.mark.parametrize("last_rank", [1, 3])
+def test_to_dense_peak_memory_follows_live_ranks(rng, last_rank):
+    """The Numba to_dense held two scratch tensors of prod(shape) * padded r
+    entries, 33x the output at r = 16.  Now: the output, the widest partial
+    product, and the last one only if bond d has more than one live slot
+    (with one, the kernel writes it straight into the output)."""
+    if tracemalloc.is_tracing():
+        pytest.skip("tracemalloc already tracing")
+    shape = (32, 32, 32)
+    x = UniformTuckerTensorTrain.from_t3(rand_t3(rng, shape, (6, 6, 6), (1, 14, 14, last_rank)), n=8, r=16)
+    dense = x.to_dense()  # compiles outside the measurement
+    gc.collect()
+    tracemalloc.start()
+    try:
+        x.to_dense()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    scratch = 32 * 32 * 14 + (32 ** 3 * last_rank if last_rank > 1 else 0)
+    small = 16 * 32 * 16 + 8 * 32 + 16 * 8 * 16  # H, Uc, Gc
+    assert peak < dense.nbytes + 8 * (scratch + small) + 16384, (peak, dense.nbytes)
+    if last_rank == 1:
+        assert peak < 2 * dense.nbytes  # what the ragged TuckerTensorTrain.to_dense needs
 
 
 def test_reverse_squash_apply_masks(xy):

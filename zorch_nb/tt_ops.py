@@ -446,7 +446,7 @@ def ut3_to_dense(data):
     """
     p = _parts(data)
     # Python ints: np.prod wraps (to 0 for 2**64) silently, and the kernel's
-    # scratch (size * r entries) would be allocated too short
+    # int64 indices (partial products of at most size * r entries) would wrap
     entries = p.S * math.prod(p.shape)
     if entries * max(p.r, 1) * p.U.dtype.itemsize > np.iinfo(np.intp).max:
         raise ValueError(f"the dense tensor of shape {p.stack + p.shape} has {entries} "
@@ -469,8 +469,11 @@ def _to_dense_numba(p):
     size = math.prod(p.shape)  # checked by ut3_to_dense
     dt = p.U.dtype
     out = np.empty((p.S, size), dtype=dt)
-    P = np.empty(size * p.r, dtype=dt)
-    Q = np.empty(size * p.r, dtype=dt)
+    # the partial products are sized by the live ranks, not the padded r
+    # (which made this (1 + 2r)x the dense tensor); the kernel refuses less
+    len_p, len_q = _k.ut3_to_dense_scratch(p.shape, p.mt.sum(axis=-1))
+    P = np.empty(len_p, dtype=dt)
+    Q = np.empty(len_q, dtype=dt)
     H = np.empty(p.r * max(p.shape) * p.r, dtype=dt)
     Uc = np.empty(p.n * max(p.shape), dtype=dt)
     Gc = np.empty(p.r * p.n * p.r, dtype=dt)
