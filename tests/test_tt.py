@@ -120,9 +120,9 @@ def assert_cores_close(got, want, rtol=RTOL):
     """Core-by-core comparison of two ragged trains (TuckerTensorTrain or pairs)."""
     g = got.data if isinstance(got, TuckerTensorTrain) else got
     w = want.data if isinstance(want, TuckerTensorTrain) else want
-    for kind, gc, wc in (("tucker", g[0], w[0]), ("tt", g[1], w[1])):
-        assert len(gc) == len(wc)
-        for i, (a, b) in enumerate(zip(gc, wc)):
+    for kind, gcs, wcs in (("tucker", g[0], w[0]), ("tt", g[1], w[1])):
+        assert len(gcs) == len(wcs)
+        for i, (a, b) in enumerate(zip(gcs, wcs)):
             assert a.shape == b.shape, (kind, i, a.shape, b.shape)
             assert rel_err(a, b) <= rtol, (kind, i, rel_err(a, b))
 
