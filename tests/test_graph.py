@@ -852,3 +852,113 @@ def test_demo_section_runs():
     lines = []
     _demo_graph.run("cpu", lines.append)
     assert "528" in lines[0] and "3728 (expected 3728)" in lines[-1]
+
+
+# ------------------------------------------------- interruption, threads ----
+
+@kernel
+def two_outs(x: In[2], y: In[()], o1: Out[()], o2: Out[()]):
+    o1[()] = x[0] * y[()] + x[1]
+    o2[()] = x[0] + y[()]
+
+
+@kernel
+def cube_plus_1(x: In[()], out: Out[()]):
+    out[()] = x[()] * x[()] * x[()] + 1
+
+
+def _recorded_state(ctx):
+    return (len(ctx._calls), [(b.source, tuple(b.points), tuple(b.uses)) for b in ctx._buffers])
+
+
+def test_ctrl_c_at_any_line_leaves_the_context_before_or_after_each_call():
+    """KeyboardInterrupt raised (with sys.settrace, as a signal would be: between
+    lines) at every line the recorder runs in two calls: the Context is as
+    before a call or with it whole, and the program then records and replays."""
+    from zorch_nb import graph as G
+    xv, kv = np.arange(32).reshape(16, 2), 7
+
+    def fresh():
+        ctx = Context()
+        return ctx, ctx.copy_to_device(xv), ctx.copy_to_device(kv)
+
+    def program(ctx, a, k, states=None):
+        r, r2 = ctx.call_kernel(two_outs, 16, a, k)
+        if states is not None:
+            states.append(_recorded_state(ctx))
+        (s,) = ctx.call_kernel(cube_plus_1, 16, r.reshape(4, 4).reshape(16))
+        return s, r2
+
+    ctx, a, k = fresh()
+    states = [_recorded_state(ctx)]
+    s, r2 = program(ctx, a, k, states)
+    states.append(_recorded_state(ctx))
+    want = [ctx.copy_to_host(s), ctx.copy_to_host(r2)]
+    replayed = set()
+    fire = 0
+    while True:
+        fire += 1
+        G.__dict__.get("_PLANS", {}).clear()  # interrupt the plan's making too
+        ctx, a, k = fresh()
+        lines = [0]
+
+        def local(frame, event, arg):
+            if event == "line":
+                lines[0] += 1
+                if lines[0] == fire:
+                    raise KeyboardInterrupt  # "Ctrl-C"; tracing stops here
+            return local
+
+        sys.settrace(lambda frame, event, arg:
+                     local if frame.f_code.co_filename == G.__file__ else None)
+        try:
+            program(ctx, a, k)
+            interrupted = False
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            sys.settrace(None)
+        if not interrupted:
+            break
+        state = _recorded_state(ctx)
+        assert state in states, f"interrupted at line event {fire}"
+        s, r2 = program(ctx, a, k)  # the user runs it again on the same Context
+        g = ctx.generate_computation_graph([a, k], [s, r2])
+        got = [[ctx.copy_to_host(s), ctx.copy_to_host(r2)]]
+        if states.index(state) not in replayed:  # once per state: replays take a while
+            replayed.add(states.index(state))
+            got.append(run_computation_graph(g, [xv, np.array(kv)])[0])
+        for outs in got:
+            for x, y in zip(outs, want):
+                np.testing.assert_array_equal(x, y)
+    assert fire > 100 and len(replayed) == 3  # the sweep went through the calls' lines
+
+
+def test_one_context_shared_by_threads_records_some_serial_order():
+    from concurrent.futures import ThreadPoolExecutor
+    shared = Context()
+
+    def job(seed):
+        rng = np.random.default_rng(seed)
+        xv, kv = rng.integers(0, 1000, size=(16, 2)), int(rng.integers(0, 100))
+        a, k = shared.copy_to_device(xv), shared.copy_to_device(kv)
+        r, _ = shared.call_kernel(two_outs, 16, a, k)
+        (s,) = shared.call_kernel(cube_plus_1, 16, r)
+        want = np.array([(pow(int(x) * kv + int(y), 3, P) + 1) % P for x, y in xv],
+                        dtype=np.uint32)
+        np.testing.assert_array_equal(shared.copy_to_host(s), want)
+        g = shared.generate_computation_graph([a, k], [s])
+        np.testing.assert_array_equal(run_computation_graph(g, [xv, np.array(kv)])[0][0], want)
+        return s
+
+    job(0)  # compiles the evaluators before the threads start
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            outs = list(pool.map(job, range(1, 65)))
+    finally:
+        sys.setswitchinterval(interval)
+    g = shared.generate_computation_graph([], outs)
+    assert len(g.templates) == 2 * 65 and len(g.buffer_points) == 5 * 65
+    assert sorted(h.buffer_id for h in outs) == sorted(set(h.buffer_id for h in outs))

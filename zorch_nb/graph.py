@@ -35,16 +35,18 @@ from __future__ import annotations
 import hashlib
 import heapq
 import operator
+import threading
+import weakref
 from typing import NamedTuple
 
 import numpy as np
 
 from . import _backend
 from .fields import BabyBear, KoalaBear, PrimeField
-from .graph_layout import (ViewForm, apply_history, axis_dims, dims_of, initial_view,
-                           input_layout, logical_instance, merge_points, merkle_root,
-                           output_layout, pad, padded_dims, parallel_sizes, prefix_points,
-                           reshape_view, transpose_view, unpad)
+from .graph_layout import (ViewForm, apply_history, axis_dims, dims_of, history_shapes,
+                           initial_view, input_layout, logical_instance, merge_points,
+                           merkle_root, output_layout, pad, padded_dims, parallel_sizes,
+                           prefix_points, reshape_view, transpose_view, unapply_history, unpad)
 from .graph_trace import (In, InOut, Kernel, KernelDefinitionError, KernelIR, Out, assert_eq,
                           kernel)
 from .kernels import graph_codegen
@@ -179,12 +181,14 @@ class Handle:
 
 
 class _Buffer:
-    def __init__(self, length, values, source, shape):
+    def __init__(self, length, values, source, shape, points):
         self.length = length
         self.values = values  # logical Montgomery words (flat), in the context's module
         self.source = source  # "input" or index of the producing call
-        self.points = [1, length] if length > 1 else [1]
-        self.uses = [(f"{list(shape)}", tuple(self.points))]
+        # points and uses are replaced, never mutated in place: call_kernel's
+        # commit can then put the old lists back if it is interrupted.
+        self.points = points
+        self.uses = [(f"{list(shape)}", tuple(points))]
 
 
 class _Operand(NamedTuple):
@@ -397,6 +401,95 @@ def _run_compiled(F, backend, ir, ck, template, index, ins, outs, out_points):
                          f"instance {t} of {n})")
 
 
+# ------------------------------------------------------- eager evaluation ----
+
+class _Step(NamedTuple):
+    """One IR node of :meth:`Context._evaluate`'s walk (see :func:`_eval_plan`)."""
+
+    node: int
+    code: int
+    a: int
+    b: object      # an OP_LOAD's element index into its operand's param shape, else int
+    contiguous: bool  # an OP_LOAD read by field operations: copied out of its strided column once
+    checks: tuple  # assertions whose two values exist from this node on
+    slots: tuple   # (output, column) pairs holding this node
+    free: tuple    # nodes read for the last time here
+    free_operands: tuple  # operands loaded for the last time here
+
+
+def _eval_plan(ir: KernelIR) -> tuple:
+    """The nodes :meth:`Context._evaluate` computes, in order, with their liveness.
+
+    Only the nodes the outputs and assertions need are computed.  Outputs are
+    written and assertions checked as soon as their values exist, so a node
+    lives until its last consumer reads it and no longer: the peak memory of a
+    call follows the values alive at once, not the length of the kernel.
+    """
+    nodes = ir.nodes
+    binary = (graph_codegen.OP_ADD, graph_codegen.OP_SUB, graph_codegen.OP_MUL)
+
+    def reads(code, a, b):
+        return (a, b) if code in binary else (a,) if code == graph_codegen.OP_NEG else ()
+
+    needed = [False] * len(nodes)
+    for i in [i for ids in ir.outputs for i in ids] + [v for x, y, _ in ir.asserts
+                                                        for v in (x, y)]:
+        needed[i] = True
+    for i in range(len(nodes) - 1, -1, -1):
+        if needed[i]:
+            for j in reads(*nodes[i]):
+                needed[j] = True
+    last = list(range(len(nodes)))  # the last step reading each node
+    consumed = [False] * len(nodes)
+    last_load: dict = {}
+    for i, (code, a, b) in enumerate(nodes):
+        if needed[i]:
+            for j in reads(code, a, b):
+                last[j], consumed[j] = i, True
+            if code == graph_codegen.OP_LOAD:
+                last_load[a] = i
+    checks: dict = {}
+    for k, (x, y, _) in enumerate(ir.asserts):
+        at = max(x, y)
+        checks.setdefault(at, []).append(k)
+        last[x], last[y] = max(last[x], at), max(last[y], at)
+    slots: dict = {}
+    for o, ids in enumerate(ir.outputs):
+        for c, i in enumerate(ids):
+            slots.setdefault(i, []).append((o, c))
+    free: dict = {}
+    for i in range(len(nodes)):
+        if needed[i]:
+            free.setdefault(last[i], []).append(i)
+    free_operands: dict = {}
+    for a, i in last_load.items():
+        free_operands.setdefault(i, []).append(a)
+    in_shapes = [pshape for _, _, pshape in ir.in_params]
+    steps = []
+    for i, (code, a, b) in enumerate(nodes):
+        if not needed[i]:
+            continue
+        if code == graph_codegen.OP_LOAD:
+            b = tuple(int(v) for v in np.unravel_index(b, in_shapes[a])) if in_shapes[a] else ()
+        steps.append(_Step(i, code, a, b, consumed[i], tuple(checks.get(i, ())),
+                           tuple(slots.get(i, ())), tuple(free.get(i, ())),
+                           tuple(free_operands.get(i, ()))))
+    return tuple(steps)
+
+
+#: Kernel -> (its IR, plan): computed once per kernel, dropped with it.
+_PLANS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _plan_of(kernel: Kernel) -> tuple:
+    ir = kernel.ir
+    entry = _PLANS.get(kernel)
+    if entry is None or entry[0] is not ir:  # `ir` is an attribute: check it is the same
+        entry = (ir, _eval_plan(ir))
+        _PLANS[kernel] = entry
+    return entry[1]
+
+
 # ---------------------------------------------------------------- context ----
 
 class Context:
@@ -420,6 +513,12 @@ class Context:
     code (which depends on the nodes, assertions, outputs and layouts only:
     kernels differing in constants share one), and the CPU evaluators are
     also cached on disk under ``$ZORCH_NB_CACHE_DIR``.
+
+    A Context may be shared by threads: its methods hold a per-Context lock,
+    so calls on one Context run one at a time and the recording equals some
+    serial order of them (record on separate Contexts to run calls in
+    parallel; :class:`Handle` views touch no shared state).  A call interrupted (``KeyboardInterrupt``) leaves the Context
+    as it was before the call or with the whole call recorded.
     """
 
     def __init__(self, field=KoalaBear, backend=None):
@@ -430,11 +529,15 @@ class Context:
         self._xp = _xp(self.backend)
         self._buffers: list = []
         self._calls: list = []
+        # Reentrant, so a method holding it may call another public one.
+        self._lock = threading.RLock()
 
     # ---- buffers -----------------------------------------------------------
-    def _new_buffer(self, values, source, shape) -> Handle:
+    def _new_buffer(self, values, shape) -> Handle:
+        """Record a copied-in buffer (one append: an interruption adds it or not)."""
+        n = int(values.size)
         bid = len(self._buffers)
-        self._buffers.append(_Buffer(int(values.size), values, source, shape))
+        self._buffers.append(_Buffer(n, values, "input", shape, [1, n] if n > 1 else [1]))
         return Handle(self, bid, shape, initial_view(shape), (("reshape", tuple(shape)),))
 
     def _own(self, h, name) -> Handle:
@@ -461,13 +564,16 @@ class Context:
         words = self.field.encode(_to_host(ints) if not isinstance(ints, np.ndarray)
                                   and hasattr(ints, "get") else ints, xp=self._xp,
                                   reduce=reduce)
-        return self._new_buffer(words.reshape(-1), "input", shape)
+        with self._lock:
+            return self._new_buffer(words.reshape(-1), shape)
 
     def copy_to_host(self, handle) -> np.ndarray:
         """Canonical values (uint32 NumPy array) of ``handle`` in its view's shape."""
         h = self._own(handle, "handle")
-        words = apply_history(self._buffers[h.buffer_id].values, h._history)
-        return _to_host(self.field.decode(words.copy()))
+        with self._lock:
+            values = self._buffers[h.buffer_id].values
+        # Buffer values are never written after they are recorded: read them unlocked.
+        return _to_host(self.field.decode(apply_history(values, h._history).copy()))
 
     # ---- calls -------------------------------------------------------------
     def _merge(self, pending, bid, points, desc):
@@ -516,9 +622,14 @@ class Context:
         if len(inputs) != len(in_params):
             raise TypeError(f"kernel `{ir.name}` takes {len(in_params)} input handle(s) "
                             f"({', '.join(n for n, _, _ in in_params)}), not {len(inputs)}")
+        with self._lock:
+            return self._record_call(kernel, num_parallel, inputs)
+
+    def _record_call(self, kernel, num_parallel, inputs) -> tuple:
+        ir = kernel.ir
         operands = []
         pending: dict = {}
-        for (pname, kind, pshape), h in zip(in_params, inputs):
+        for (pname, kind, pshape), h in zip(ir.in_params, inputs):
             h = self._own(h, pname)
             par_shape = (num_parallel,) + pshape
             if h.shape == pshape and kind == "in":
@@ -538,64 +649,105 @@ class Context:
             op = _Operand(h.buffer_id, h._view, broadcast, h.shape, h._history)
             self._merge(pending, h.buffer_id, prefix_points(op.view.base), _describe(op))
             operands.append(op)
-        values = self._evaluate(ir, num_parallel, operands)
-        # Commit: the call succeeded.
-        for bid, pts in pending.items():
-            buf = self._buffers[bid]
-            buf.points = pts
+        values = self._evaluate(kernel, num_parallel, operands)
+        # The call succeeded.  Build everything it records first ...
+        layouts = {}  # input buffer -> (new points, new uses); the old lists stay intact
         for op in operands:
+            points, uses = layouts.get(op.buffer_id, (pending[op.buffer_id],
+                                                     self._buffers[op.buffer_id].uses))
             entry = (_describe(op), tuple(prefix_points(op.view.base)))
-            if entry not in self._buffers[op.buffer_id].uses:
-                self._buffers[op.buffer_id].uses.append(entry)
-        call_index = len(self._calls)
-        outs = []
+            layouts[op.buffer_id] = (points, uses if entry in uses else uses + [entry])
+        first, call_index = len(self._buffers), len(self._calls)
+        outs, new_buffers = [], []
         for (pname, kind, pshape), vals in zip(ir.out_params, values):
             shape = (num_parallel,) + pshape
-            h = self._new_buffer(vals.reshape(-1), call_index, shape)
-            buf = self._buffers[h.buffer_id]
-            buf.points = prefix_points(h._view.base)
-            buf.uses = [(f"{list(shape)}", tuple(buf.points))]
+            h = Handle(self, first + len(outs), shape, initial_view(shape),
+                       (("reshape", shape),))
+            new_buffers.append(_Buffer(int(vals.size), vals.reshape(-1), call_index, shape,
+                                       prefix_points(h._view.base)))
             outs.append(h)
-        self._calls.append(_Call(kernel, num_parallel, tuple(operands),
-                                 tuple(h.buffer_id for h in outs)))
+        call = _Call(kernel, num_parallel, tuple(operands), tuple(h.buffer_id for h in outs))
+        # ... then change the Context in three steps, undone if an interruption
+        # (Ctrl-C) lands between them: a buffer whose call was never recorded, or
+        # split points no recorded call asked for, would break every later graph.
+        saved = [(self._buffers[bid], self._buffers[bid].points, self._buffers[bid].uses)
+                 for bid in layouts]
+        try:
+            for bid, (points, uses) in layouts.items():
+                self._buffers[bid].points, self._buffers[bid].uses = points, uses
+            self._buffers.extend(new_buffers)
+            self._calls.append(call)
+        except BaseException:
+            for buf, points, uses in saved:
+                buf.points, buf.uses = points, uses
+            del self._buffers[first:], self._calls[call_index:]
+            raise
         return tuple(outs)
 
-    def _evaluate(self, ir: KernelIR, n: int, operands) -> list:
-        """Interpret the IR over all instances at once (logical, unpadded)."""
-        F, xp = self.field, self._xp
-        cols = []
-        for op in operands:
-            h_vals = apply_history(self._buffers[op.buffer_id].values, op.history)
-            size = int(np.prod(op.shape, dtype=np.int64))
-            rows = 1 if op.broadcast else n
-            cols.append(xp.ascontiguousarray(h_vals).reshape(rows, size // rows))
+    def _evaluate(self, kernel: Kernel, n: int, operands) -> list:
+        """Interpret the IR over all instances at once (logical, unpadded).
+
+        A node's value has shape ``(n,)``, or ``(1,)`` when it is the same for
+        every instance (constants, broadcast operands); each is dropped after
+        its last use (:func:`_eval_plan`).
+        """
+        F, xp, ir = self.field, self._xp, kernel.ir
+        ops = []  # each operand as (rows, *param shape): a view where the history allows
+        for op, (_, _, pshape) in zip(operands, ir.in_params):
+            values = apply_history(self._buffers[op.buffer_id].values, op.history)
+            ops.append(values.reshape((1 if op.broadcast else n,) + pshape))
         consts = _const_words(F, ir, xp)
-        vals = []
-        for code, a, b in ir.nodes:
+        outs = [xp.empty((n, len(ids)), dtype=np.uint32) for ids in ir.outputs]
+        vals: list = [None] * len(ir.nodes)
+        wide: dict = {}  # node -> its (1,) value repeated n times, made once for all uses
+        failed: dict = {}  # assertion -> (instance, left value, right value)
+
+        def spread(j):
+            if j not in wide:
+                wide[j] = xp.ascontiguousarray(xp.broadcast_to(vals[j], (n,)))
+            return wide[j]
+
+        for step in _plan_of(kernel):
+            code, a, b = step.code, step.a, step.b
             if code == graph_codegen.OP_LOAD:
-                vals.append(cols[a][:, b])
+                v = ops[a][(slice(None),) + b]
+                if step.contiguous:  # the field operations would copy the strided column per use
+                    v = xp.ascontiguousarray(v)
             elif code == graph_codegen.OP_CONST:
-                vals.append(consts[a:a + 1])
-            elif code == graph_codegen.OP_ADD:
-                vals.append(F.add(vals[a], vals[b]))
-            elif code == graph_codegen.OP_SUB:
-                vals.append(F.sub(vals[a], vals[b]))
-            elif code == graph_codegen.OP_MUL:
-                vals.append(F.mul(vals[a], vals[b]))
+                v = consts[a:a + 1]
+            elif code == graph_codegen.OP_NEG:
+                v = F.neg(vals[a])
             else:
-                vals.append(F.neg(vals[a]))
-        for x, y, where in ir.asserts:
-            bad = _to_host(xp.broadcast_to(vals[x] != vals[y], (n,)))
-            if bad.any():
-                t = int(np.flatnonzero(bad)[0])
-                raise ValueError(f"assert_eq failed in kernel `{ir.name}` ({where}) at "
-                                 f"instance {t} of {n}: "
-                                 f"{int(F.decode(vals[x][t % vals[x].shape[0]:][:1])[0])} != "
-                                 f"{int(F.decode(vals[y][t % vals[y].shape[0]:][:1])[0])}")
-        out = []
-        for ids in ir.outputs:
-            out.append(xp.stack([xp.broadcast_to(vals[i], (n,)) for i in ids], axis=1))
-        return out
+                x, y = vals[a], vals[b]
+                if x.shape != y.shape:  # one is (1,): else F broadcasts it anew for every use
+                    x, y = (spread(a), y) if x.shape[0] == 1 else (x, spread(b))
+                if code == graph_codegen.OP_ADD:
+                    v = F.add(x, y)
+                elif code == graph_codegen.OP_SUB:
+                    v = F.sub(x, y)
+                else:
+                    v = F.mul(x, y)
+            vals[step.node] = v
+            for o, c in step.slots:
+                outs[o][:, c] = v
+            for k in step.checks:
+                x, y = vals[ir.asserts[k][0]], vals[ir.asserts[k][1]]
+                bad = _to_host(xp.broadcast_to(x != y, (n,)))
+                if bad.any():
+                    t = int(np.flatnonzero(bad)[0])
+                    failed[k] = (t, int(F.decode(x[t % x.shape[0]:][:1])[0]),
+                                 int(F.decode(y[t % y.shape[0]:][:1])[0]))
+            for j in step.free:
+                vals[j] = None
+                wide.pop(j, None)
+            for j in step.free_operands:
+                ops[j] = None
+        if failed:  # the first failing assertion in the kernel's order, as documented
+            k = min(failed)
+            t, x, y = failed[k]
+            raise ValueError(f"assert_eq failed in kernel `{ir.name}` ({ir.asserts[k][2]}) at "
+                             f"instance {t} of {n}: {x} != {y}")
+        return outs
 
     # ---- graph -------------------------------------------------------------
     def _propagate(self) -> list:
@@ -710,8 +862,9 @@ class Context:
             "illegal shape operation" when the parallel operands of a call
             cannot agree on a layout.
         """
-        return self._build(self._specs(inputs, "inputs", True),
-                           self._specs(outputs, "outputs", False))
+        with self._lock:
+            return self._build(self._specs(inputs, "inputs", True),
+                               self._specs(outputs, "outputs", False))
 
     def _build(self, in_specs, out_specs) -> ComputationGraph:
         from .graph_format import kernel_fingerprint
@@ -767,6 +920,10 @@ class Context:
         if not isinstance(graph, ComputationGraph):
             raise TypeError(f"Argument `graph` must be a ComputationGraph, not "
                             f"{type(graph).__name__}")
+        with self._lock:
+            return self._load(graph)
+
+    def _load(self, graph: ComputationGraph) -> tuple:
         diff = None
         if graph.field != self.field.params.name:
             diff = f"the graph is over {graph.field}, this context over {self.field.params.name}"
@@ -860,23 +1017,23 @@ def run_computation_graph(graph: ComputationGraph, inputs, backend=None, *,
 
     def place(bid, history, values, name):
         n = points[bid][-1]
-        index = apply_history(np.arange(n), history)
+        shape = history_shapes(n, history)[-1]
         try:
             values = np.asarray(_to_host(values) if hasattr(values, "get") else values)
         except ValueError:  # NumPy's "inhomogeneous shape"
             raise ValueError(f"Argument `{name}` must be a rectangular (non-ragged) array of "
                              f"integers") from None
-        if values.shape != index.shape:
-            raise ValueError(f"Argument `{name}` must have shape {list(index.shape)}, "
+        if values.shape != shape:
+            raise ValueError(f"Argument `{name}` must have shape {list(shape)}, "
                              f"not {list(values.shape)}")
-        logical = np.empty(n, dtype=np.uint32)
         try:
             words = F.encode(values)
         except (TypeError, ValueError) as exc:  # encode names its argument `ints`
             msg = str(exc).replace("`ints`", f"`{name}`").replace("ints[", f"{name}[")
             raise type(exc)(msg.split("; pass reduce=True")[0]) from None
-        logical[index.reshape(-1)] = words.reshape(-1)
-        bufs[bid] = pad(xp, xp.asarray(logical), points[bid])
+        # Undo the view's history on the words themselves: an int64 index array
+        # per buffer (arange, scattered through) cost twice the buffer.
+        bufs[bid] = pad(xp, xp.asarray(unapply_history(words, history, n)), points[bid])
 
     for k, ((bid, history), values) in enumerate(zip(graph.inputs, inputs)):
         place(bid, history, values, f"inputs[{k}]")

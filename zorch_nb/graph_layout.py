@@ -27,7 +27,7 @@ import numpy as np
 __all__ = ["ViewForm", "initial_view", "reshape_view", "transpose_view", "parallel_sizes",
            "prefix_points", "merge_points", "dims_of", "padded_dims", "padded_strides",
            "axis_dims", "input_layout", "output_layout", "pad", "unpad", "apply_history",
-           "merkle_root", "pow2", "logical_instance"]
+           "history_shapes", "unapply_history", "merkle_root", "pow2", "logical_instance"]
 
 
 def pow2(n: int) -> int:
@@ -142,6 +142,31 @@ def apply_history(arr, history):
     for op, arg in history:
         arr = arr.reshape(arg) if op == "reshape" else arr.transpose(arg)
     return arr
+
+
+def history_shapes(n: int, history) -> list:
+    """Shapes of a buffer of ``n`` elements before and after each history step.
+
+    ``[(n,), shape after step 0, ...]``; the last is the view's shape.
+    """
+    shapes = [(int(n),)]
+    for op, arg in history:
+        shapes.append(tuple(arg) if op == "reshape" else tuple(shapes[-1][a] for a in arg))
+    return shapes
+
+
+def unapply_history(view, history, n: int):
+    """The flat logical array (``n`` elements) whose view through ``history`` is ``view``.
+
+    The inverse of :func:`apply_history`, step by step in reverse (a transpose
+    undone by the inverse permutation, a reshape by the shape before it), so
+    no index array is built: at most the one copy that a non-contiguous final
+    reshape needs.
+    """
+    shapes = history_shapes(n, history)
+    for (op, arg), before in zip(reversed(history), reversed(shapes[:-1])):
+        view = view.reshape(before) if op == "reshape" else view.transpose(np.argsort(arg))
+    return view.reshape(n)
 
 
 # ------------------------------------------------------------- layouts -------
@@ -281,6 +306,19 @@ def unpad(padded, points):
 
 
 _LEAF_WORDS = 16
+#: Leaves hashed per batch: each batch is reduced to its subtree root before the
+#: next is hashed, so the digests held at once stay small (a list of every
+#: leaf digest cost 1.7x the buffer) while the hashing stays in list
+#: comprehensions.  A power of two, so batches are whole subtrees.
+_BATCH_LEAVES = 1 << 8
+
+
+def _merkle_reduce(level: list) -> bytes:
+    """Root of a power-of-two list of node digests."""
+    while len(level) > 1:
+        level = [hashlib.sha256(b"\x01" + level[i] + level[i + 1]).digest()
+                 for i in range(0, len(level), 2)]
+    return level[0]
 
 
 def merkle_root(words) -> bytes:
@@ -289,13 +327,26 @@ def merkle_root(words) -> bytes:
     Leaves are ``sha256(0x00 || 64-byte chunk)`` (the whole buffer when it is
     shorter), inner nodes ``sha256(0x01 || left || right)``; the commitment is
     ``sha256("zorch_nb merkle v1" || le64(len) || root)``.
+
+    Raises
+    ------
+    ValueError
+        If the number of leaves is not a power of two (a padded buffer's always is).
     """
-    data = np.ascontiguousarray(words, dtype="<u4").tobytes()
-    n = len(data) // 4
+    arr = np.ascontiguousarray(words, dtype="<u4").reshape(-1)
+    # The leaves are read through a byte view: ``tobytes()`` was a copy of the buffer.
+    data = memoryview(arr.view(np.uint8))
+    n = arr.size
     step = 4 * _LEAF_WORDS
-    level = [hashlib.sha256(b"\x00" + data[i:i + step]).digest()
-             for i in range(0, max(len(data), 1), step)]
-    while len(level) > 1:
-        level = [hashlib.sha256(b"\x01" + level[i] + level[i + 1]).digest()
-                 for i in range(0, len(level), 2)]
-    return hashlib.sha256(b"zorch_nb merkle v1" + struct.pack("<Q", n) + level[0]).digest()
+    end = max(len(data), 1)  # an empty buffer still has one (empty) leaf
+    leaves = -(-end // step)
+    if leaves & (leaves - 1):
+        raise ValueError(f"Argument `words` must fill a power-of-two number of "
+                         f"{_LEAF_WORDS}-word leaves (a padded buffer does), not {leaves} "
+                         f"({n} words)")
+    batch = step * _BATCH_LEAVES
+    roots = [_merkle_reduce([hashlib.sha256(b"\x00" + data[i:i + step]).digest()
+                             for i in range(lo, min(lo + batch, end), step)])
+             for lo in range(0, end, batch)]
+    return hashlib.sha256(b"zorch_nb merkle v1" + struct.pack("<Q", n)
+                          + _merkle_reduce(roots)).digest()

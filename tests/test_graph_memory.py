@@ -1,0 +1,206 @@
+"""Deferred-graph recorder: peak memory of recording, building and replaying.
+
+NumPy reports its allocations to tracemalloc, so the peaks below are those of
+the arrays a call makes (after a warm-up call, so compiles and caches are not
+counted).
+"""
+import gc
+import hashlib
+import struct
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from zorch_nb import KoalaBear
+from zorch_nb import graph as G
+from zorch_nb.graph import Context, In, InOut, Out, assert_eq, kernel, run_computation_graph
+from zorch_nb import graph_layout
+from zorch_nb.graph_layout import apply_history, merkle_root
+
+P = KoalaBear.p
+
+
+def peak_bytes(fn):
+    """tracemalloc peak of ``fn()`` above what was allocated before it, and its result."""
+    fn()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        base, _ = tracemalloc.get_traced_memory()
+        result = fn()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return peak - base, result
+
+
+def chain_kernel(rounds):
+    @kernel
+    def chain(x: In[2], out: Out[()]):
+        s = x[0]
+        for i in range(rounds):
+            s = s * x[1] + i
+        out[()] = s
+    return chain
+
+
+def chain_reference(vals, rounds):
+    s = [int(v) for v in vals[:, 0]]
+    for i in range(rounds):
+        s = [(v * int(w) + i) % P for v, w in zip(s, vals[:, 1])]
+    return np.array(s, dtype=np.uint32)
+
+
+def test_recording_memory_follows_the_live_values_not_the_kernel_length():
+    # Every node's column used to stay alive until the end of the call: 200
+    # rounds (600 nodes) peaked at ~400 output columns.
+    n = 1 << 14
+    column = 4 * n
+    vals = np.arange(2 * n).reshape(n, 2) % 1000
+    ctx = Context()
+    a = ctx.copy_to_device(vals)
+    peaks = {}
+    for rounds in (10, 200):
+        chain = chain_kernel(rounds)
+        peaks[rounds], (out,) = peak_bytes(lambda: ctx.call_kernel(chain, n, a))
+        np.testing.assert_array_equal(ctx.copy_to_host(out), chain_reference(vals, rounds))
+    assert peaks[200] < 12 * column, peaks
+    assert peaks[200] < 1.5 * peaks[10], peaks
+
+
+def test_the_evaluation_plan_is_made_once_per_kernel(monkeypatch):
+    made = []
+    real = G._eval_plan
+    monkeypatch.setattr(G, "_eval_plan", lambda ir: made.append(ir.name) or real(ir))
+    chain = chain_kernel(3)
+    ctx = Context()
+    a = ctx.copy_to_device(np.arange(8).reshape(4, 2))
+    for _ in range(3):
+        ctx.call_kernel(chain, 4, a)
+    other = Context()
+    other.call_kernel(chain, 1, other.copy_to_device([[1, 2]]))
+    assert made == ["chain"]  # per kernel, not per call or per Context
+    ctx.call_kernel(chain_kernel(3), 4, a)
+    assert made == ["chain", "chain"]
+
+
+def test_eager_evaluation_matches_the_replay_on_every_kind_of_node():
+    """Broadcast operands and constants next to per-instance values, transposed and
+    strided operands, nodes used by outputs only, unused nodes, an InOut
+    passthrough and assertions: the eager values equal the compiled replay's."""
+    @kernel
+    def mixed(x: In[3], m: In[2, 2], k: In[()], y: InOut[3], o: Out[2], c: Out[()]):
+        unused = x[0] * x[1] * 12345  # noqa: F841  (never read: not computed)
+        t = x[0] * m[0, 1] + k[()] * 7 - x[2]
+        assert_eq(k[()] * 2, k[()] + k[()])
+        y[1] = t * t + m[1, 0]
+        o[0] = -t
+        o[1] = x[1]  # a load written straight to an output
+        c[()] = 9  # a constant output
+
+    rng = np.random.default_rng(5)
+    xv = rng.integers(0, P, size=(3, 6))  # read transposed: a strided operand
+    mv = rng.integers(0, P, size=(2, 2))
+    yv = rng.integers(0, P, size=(6, 3))
+    ctx = Context()
+    x, m, k, y = (ctx.copy_to_device(v) for v in (xv, mv, 11, yv))
+    outs = ctx.call_kernel(mixed, 6, x.T, m, k, y)
+    g = ctx.generate_computation_graph([x, m, k, y], outs)
+    replayed, commitments = run_computation_graph(g, [xv, mv, np.array(11), yv])
+    for h, r in zip(outs, replayed):
+        np.testing.assert_array_equal(ctx.copy_to_host(h), r)
+    assert commitments == g.commitments
+    t = (xv[0].astype(object) * int(mv[0, 1]) + 77 - xv[2]) % P
+    np.testing.assert_array_equal(ctx.copy_to_host(outs[0])[:, 1], (t * t + int(mv[1, 0])) % P)
+    np.testing.assert_array_equal(ctx.copy_to_host(outs[0])[:, [0, 2]], yv[:, [0, 2]])
+    np.testing.assert_array_equal(ctx.copy_to_host(outs[1]), np.stack([(-t) % P, xv[1]], 1))
+    np.testing.assert_array_equal(ctx.copy_to_host(outs[2]), [9] * 6)
+
+
+def test_the_first_assertion_in_kernel_order_is_reported():
+    # Assertions are checked as soon as their values exist; the one reported is
+    # still the first in the kernel's order, at its first failing instance.
+    @kernel
+    def two_checks(x: In[2], out: Out[()]):
+        late = x[0] * x[0] * x[0]
+        assert_eq(late, x[1])  # listed first, computed last
+        assert_eq(x[0], x[1])
+        out[()] = late
+
+    ctx = Context()
+    bad = ctx.copy_to_device(np.array([[2, 8], [3, 5], [1, 1]]))
+    with pytest.raises(ValueError, match=r"assert_eq\(late, x\[1\]\).*instance 1 of 3: "
+                                         r"27 != 5"):
+        ctx.call_kernel(two_checks, 3, bad)
+
+
+def naive_merkle_root(words) -> bytes:
+    """The commitment as documented, level by level over a byte copy."""
+    data = np.asarray(words, dtype="<u4").tobytes()
+    level = [hashlib.sha256(b"\x00" + data[i:i + 64]).digest()
+             for i in range(0, max(len(data), 1), 64)]
+    while len(level) > 1:
+        level = [hashlib.sha256(b"\x01" + level[i] + level[i + 1]).digest()
+                 for i in range(0, len(level), 2)]
+    return hashlib.sha256(b"zorch_nb merkle v1" + struct.pack("<Q", len(data) // 4)
+                          + level[0]).digest()
+
+
+@pytest.mark.parametrize("n", [0, 1, 3, 16, 20, 32, (1 << 14) - 3, 1 << 16])
+def test_merkle_root_is_unchanged_and_copies_nothing(n):
+    words = np.random.default_rng(n).integers(0, 2 ** 32, size=n, dtype=np.uint64)
+    words = words.astype(np.uint32)
+    assert merkle_root(words) == naive_merkle_root(words)
+    assert merkle_root(words.astype(np.int64)) == merkle_root(words)
+    if n == 1 << 16:
+        pk, _ = peak_bytes(lambda: merkle_root(words))
+        assert pk < 0.25 * words.nbytes  # a byte copy and every leaf digest: 2.7x
+
+
+@pytest.mark.parametrize("n", [48, 16 * 6 + 1])
+def test_merkle_root_refuses_a_leaf_count_that_is_not_a_power_of_two(n):
+    with pytest.raises(ValueError, match="power-of-two number of 16-word leaves"):
+        merkle_root(np.zeros(n, dtype=np.uint32))
+
+
+@pytest.mark.parametrize("history", [
+    (("reshape", (24,)),),
+    (("reshape", (2, 3, 4)), ("transpose", (2, 0, 1))),
+    (("reshape", (4, 6)), ("transpose", (1, 0)), ("reshape", (3, 2, 4)),
+     ("transpose", (1, 2, 0)), ("reshape", (8, 3))),
+])
+def test_unapply_history_inverts_apply_history(history):
+    flat = np.arange(100, 124, dtype=np.uint32)
+    view = np.ascontiguousarray(apply_history(flat, history))
+    np.testing.assert_array_equal(graph_layout.unapply_history(view, history, 24), flat)
+
+
+@kernel
+def mul_3(x: In[2], out: Out[()]):
+    out[()] = x[0] * x[1] + 3
+
+
+def transposed_graph(n):
+    vals = (np.arange(2 * n) % 1000).astype(np.uint32).reshape(2, n)
+    ctx = Context()
+    h = ctx.copy_to_device(vals)
+    (r,) = ctx.call_kernel(mul_3, n, h.T)
+    return ctx, h, r, vals
+
+
+def test_building_a_graph_makes_no_copy_of_power_of_two_buffers():
+    ctx, h, r, _ = transposed_graph(1 << 17)
+    pk, g = peak_bytes(lambda: ctx.generate_computation_graph([h], [r]))
+    assert pk < 0.5 * sum(g.padded_lengths) * 4  # merkle_root's copies: 1.8x
+
+
+def test_replay_places_inputs_without_an_index_array():
+    n = 1 << 17
+    ctx, h, r, vals = transposed_graph(n)
+    g = ctx.generate_computation_graph([h], [r])
+    pk, ((out,), commitments) = peak_bytes(lambda: run_computation_graph(g, [vals]))
+    assert commitments == g.commitments
+    np.testing.assert_array_equal(out, ctx.copy_to_host(r))
+    # int64 arange per input (2x its words) and merkle_root's copies: 6.2x before
+    assert pk < 4 * sum(g.padded_lengths) * 4
