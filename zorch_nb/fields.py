@@ -33,6 +33,7 @@ array([[3, 0, 0, 0]], dtype=uint32)
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -118,14 +119,117 @@ def _int_array(values, name: str):
     return arr.astype(arr.dtype.newbyteorder("="), copy=False)
 
 
-#: Most words one uint64 sum adds exactly: read mod p they are < 2**31.
-_SUM_EXACT = 2**33
+#: Most words one uint64 sum adds exactly: any uint32 word is < 2**32.  (The
+#: sum adds the words as they are: w = w mod p modulo p, so reducing each
+#: first changes nothing but the time, a uint32 `%` costing several additions.)
+_SUM_EXACT = 2**32
 
 
-def _index_of_first(mask):
-    """Index tuple of the first True entry of a (host or device) bool array."""
-    flat = int(mask.ravel().argmax())
-    return tuple(int(i) for i in np.unravel_index(flat, mask.shape))
+#: Words one temporary of a chunked pass (zero checks, sums, encode/decode,
+#: negative powers, mle_eval folds) covers at least, so that temporaries stay
+#: a fraction of the input instead of a multiple of it.  On the host 2**16
+#: words (256 KiB as uint32) keep a chunk in L2 between the NumPy passes over
+#: it: faster than one pass per whole array.  On a device, where every pass is
+#: a launch, 2**22 words (16 MiB): arrays up to that size launch as before.
+_CHUNK_WORDS = {"numpy": 2**16, "cupy": 2**22}
+
+#: Chunks whose every pass is a launch (any pass on a device; the Numba CPU
+#: kernels, which cost tens of microseconds a call, far more when the cores
+#: are busy) are also at least 1/_MAX_CHUNKS of the data: a call launches a
+#: constant number of times whatever its size, and its temporaries stay a few
+#: percent of the data.
+_MAX_CHUNKS = 16
+
+
+def _chunk_words(kind, total, launches=False):
+    """Words per chunk of a pass over ``total`` words in module ``kind``; see
+    _CHUNK_WORDS (host NumPy passes) and _MAX_CHUNKS (``launches``: kernels)."""
+    if kind == "numpy" and not launches:
+        return _CHUNK_WORDS["numpy"]
+    return max(_CHUNK_WORDS[kind], -(-total // _MAX_CHUNKS))
+
+
+def _blocks(shape, limit):
+    """Cover an array of ``shape`` by blocks of at most ``limit`` entries, in C order.
+
+    Gives ``(prefix, lo, hi, start)`` tuples: the block is ``x[_at(prefix, lo,
+    hi)]``, that is ``x[prefix + (slice(lo, hi), ...)]`` (``prefix`` a tuple
+    of ints, the slice on axis ``len(prefix)``, later axes whole), a view of a
+    strided array of any layout; it covers the flat C-order entries
+    ``start ..`` of ``shape`` consecutively, so the first entry found in the
+    blocks in turn is the first of the array.  Trailing axes of ``x`` beyond
+    ``shape`` ride along.  An array that fits (0-d and empty ones too) is one
+    block, ``lo = None``: ``x[...]``, without a generator (small arrays are
+    the common case and pay for every step).
+    """
+    if math.prod(shape) <= limit:
+        return (((), None, None, 0),)
+    return _blocks_of(tuple(shape), limit, (), 0)
+
+
+def _blocks_of(shape, limit, prefix, start):
+    inner = math.prod(shape[1:])
+    if inner <= limit:  # whole rows of the leading axis: at least half of limit each
+        step = limit // inner
+        for lo in range(0, shape[0], step):
+            yield prefix, lo, min(lo + step, shape[0]), start + lo * inner
+    else:  # a row alone is too large: split each row
+        for i in range(shape[0]):
+            yield from _blocks_of(shape[1:], limit, prefix + (i,), start + i * inner)
+
+
+def _at(prefix, lo, hi):
+    """The index of a block of :func:`_blocks` (``...`` for the whole array)."""
+    return (Ellipsis,) if lo is None else prefix + (slice(lo, hi), Ellipsis)
+
+
+def _in_module(x):
+    """``(kind, x)``: ``"numpy"`` with a base-class ndarray view of a NumPy array or
+    scalar (a subclass such as np.matrix would index blocks its own way), or
+    ``"cupy"`` with a CuPy view of a device array."""
+    if isinstance(x, (np.ndarray, np.generic)):
+        return "numpy", np.asarray(x)
+    return "cupy", _backend.to_module(x, "cupy")
+
+
+@functools.lru_cache(maxsize=None)
+def _divisibility(p):
+    """``(p**-1 mod 2**32, (2**32 - 1) // p)`` as uint32: for odd p, a uint32 word
+    w is a multiple of p iff ``w * p**-1`` (mod 2**32) is at most the bound."""
+    return np.uint32(pow(p, -1, 2**32)), np.uint32((2**32 - 1) // p)
+
+
+def _unravel(flat, shape):
+    return tuple(int(i) for i in np.unravel_index(flat, shape))
+
+
+def _first_true(x, shape, per_elem, pred, kind):
+    """Index tuple (over ``shape``, the leading axes of ``x``) of the first element
+    where ``pred`` holds, or ``None``; ``pred`` maps a block of ``x`` to a bool
+    array over the block's leading axes, and ``per_elem`` words make an element.
+
+    The blocks keep the temporaries ``pred`` makes to a chunk (_chunk_words).
+    On the host the first block with a hit ends the search.  On a device the hit
+    flags of all blocks stay there and are read once, so the check costs one
+    synchronization as a whole-array ``bool(mask.any())`` did; only a hit (the
+    error path) reads more to locate it.
+    """
+    if math.prod(shape) == 0:  # nothing to check, and nothing to read back
+        return None
+    limit = max(1, _chunk_words(kind, x.size) // per_elem)
+    if kind == "numpy":
+        for prefix, lo, hi, start in _blocks(shape, limit):
+            hit = np.asarray(pred(x[_at(prefix, lo, hi)]))
+            if hit.any():
+                return _unravel(start + int(hit.argmax()), shape)
+        return None
+    xp = _backend.get_xp(kind)
+    blocks = list(_blocks(shape, limit))
+    flags = xp.stack([pred(x[_at(prefix, lo, hi)]).any() for prefix, lo, hi, _ in blocks])
+    if not bool(flags.any()):
+        return None
+    prefix, lo, hi, start = blocks[int(flags.argmax())]
+    return _unravel(start + int(pred(x[_at(prefix, lo, hi)]).argmax()), shape)
 
 
 class _FieldBase:
@@ -181,36 +285,50 @@ class _FieldBase:
             raise TypeError(f"Argument `reduce` must be True or False, not {reduce!r}")
         p = self.p
         kind = _backend.array_kind(ints)
+        # Chunked (see _blocks): the int64/uint64 intermediates of each block
+        # stay chunk-sized, next to the uint32 result.
         if kind in ("cupy", "cuda"):
             cp = _backend.get_xp("cupy")
             arr = cp.asarray(ints)
             if arr.dtype.kind not in "iu":
                 raise TypeError(f"Argument `ints` must hold integers, not {arr.dtype}")
             _element_shape(arr, self.degree, "ints")
-            if not reduce and arr.size and bool(((arr < 0) | (arr >= p)).any()):
+            words = cp.empty_like(arr, dtype=cp.uint32)
+            bad = []  # per block, on the device: read once, as one whole-array check was
+            for prefix, lo, hi, _ in _blocks(arr.shape, _chunk_words("cupy", arr.size)):
+                idx = _at(prefix, lo, hi)
+                blk = arr[idx]
+                if not reduce:
+                    bad.append(((blk < 0) | (blk >= p)).any())
+                if arr.dtype == cp.uint64:  # values >= 2**63 would wrap in int64
+                    canon = blk % cp.uint64(p)
+                else:
+                    canon = (blk.astype(cp.int64) % p).astype(cp.uint64)
+                words[idx] = ((canon << 32) % p).astype(cp.uint32)
+            if arr.size and bad and bool(cp.stack(bad).any()):
                 raise ValueError(f"Argument `ints` must lie in [0, p={p}); "
                                  f"pass reduce=True to reduce modulo p")
-            if arr.dtype == cp.uint64:  # values >= 2**63 would wrap in int64
-                canon = arr % cp.uint64(p)
-            else:
-                canon = (arr.astype(cp.int64) % p).astype(cp.uint64)
-            return ((canon << 32) % p).astype(cp.uint32)
+            return words
         xp = self._xp(xp)
-        arr = _int_array(ints, "ints")
+        arr = np.asarray(_int_array(ints, "ints"))  # a subclass would index blocks its own way
         _element_shape(arr, self.degree, "ints")
-        if arr.size and not reduce:
-            bad = (arr < 0) | (arr >= p)
-            if bool(np.any(bad)):
-                idx = _index_of_first(np.asarray(bad))
-                where = f"ints[{', '.join(map(str, idx))}]" if idx else "ints"
-                raise ValueError(f"Argument `ints` must lie in [0, p={p}), but "
-                                 f"{where} = {arr[idx]}; pass reduce=True to reduce "
-                                 f"modulo p")
-        if arr.dtype == object or arr.dtype == np.uint64:
-            canon = np.asarray(arr % p).astype(np.uint64)
-        else:
-            canon = (arr.astype(np.int64) % p).astype(np.uint64)
-        words = np.asarray((canon << np.uint64(32)) % np.uint64(p)).astype(np.uint32)
+        words = np.empty_like(arr, dtype=np.uint32)  # the layout astype gave
+        for prefix, lo, hi, start in _blocks(arr.shape, _chunk_words("numpy", arr.size)):
+            idx = _at(prefix, lo, hi)
+            blk = arr[idx]
+            if blk.size and not reduce:
+                bad = np.asarray((blk < 0) | (blk >= p))
+                if bool(np.any(bad)):
+                    idx = _unravel(start + int(bad.argmax()), arr.shape)
+                    where = f"ints[{', '.join(map(str, idx))}]" if idx else "ints"
+                    raise ValueError(f"Argument `ints` must lie in [0, p={p}), but "
+                                     f"{where} = {arr[idx]}; pass reduce=True to reduce "
+                                     f"modulo p")
+            if arr.dtype == object or arr.dtype == np.uint64:
+                canon = np.asarray(blk % p).astype(np.uint64)
+            else:
+                canon = (blk.astype(np.int64) % p).astype(np.uint64)
+            words[idx] = (canon << np.uint64(32)) % np.uint64(p)  # < p: exact in uint32
         return words if xp is np else xp.asarray(words)
 
     def decode(self, words):
@@ -226,18 +344,39 @@ class _FieldBase:
             words = np.asarray(words)
         _check_words(words, "words")
         _element_shape(words, self.degree, "words")
-        if not self.is_canonical(words):
-            raise ValueError(f"Argument `words` holds values >= p={self.p}; decode needs "
-                             f"canonical Montgomery words")
-        xp = _backend.get_xp("numpy" if _backend.array_kind(words) == "numpy" else "cupy")
-        w = xp.asarray(words).astype(xp.uint64)
-        return xp.asarray(((w * self.params.r_inv) % self.p).astype(xp.uint32))
+        kind, words = _in_module(words)
+        xp = _backend.get_xp(kind)
+        noncanonical = ValueError(f"Argument `words` holds values >= p={self.p}; decode "
+                                  f"needs canonical Montgomery words")
+        # Chunked (see _blocks): the uint64 products stay chunk-sized.  The
+        # canonical check runs per block too: on the host the first bad block
+        # raises, on a device the flags are read once after the blocks.
+        out = xp.empty_like(words, dtype=np.uint32)  # the layout astype gave
+        bad = []
+        for prefix, lo, hi, _ in _blocks(tuple(words.shape), _chunk_words(kind, words.size)):
+            idx = _at(prefix, lo, hi)
+            w = words[idx]
+            if kind == "numpy":
+                if w.size and bool((w >= self.p).any()):
+                    raise noncanonical
+            else:
+                bad.append((w >= self.p).any())
+            val = (w.astype(np.uint64) * self.params.r_inv) % self.p  # < p: exact in uint32
+            # NumPy casts on assignment; on a device cast explicitly, as before
+            out[idx] = val if kind == "numpy" else val.astype(np.uint32)
+        if bad and words.size and bool(xp.stack(bad).any()):
+            raise noncanonical
+        return out
 
     def is_canonical(self, words) -> bool:
         """True if every word is a canonical Montgomery word (``< p``)."""
         _check_words(words, "words")
         _element_shape(words, self.degree, "words")
-        return bool((words < self.p).all()) if words.size else True
+        kind, words = _in_module(words)
+        if kind == "numpy" and words.size <= _CHUNK_WORDS["numpy"]:  # small: one pass
+            return bool((words < self.p).all()) if words.size else True
+        # blockwise, without a whole-array mask (one device read, as before)
+        return _first_true(words, tuple(words.shape), 1, lambda w: w >= self.p, kind) is None
 
     # ---- constructors ----------------------------------------------------
     def _xp(self, xp):
@@ -430,15 +569,25 @@ class _FieldBase:
         """Elementwise ``a * a``."""
         return self._map(monty.OP_SQUARE, out, backend, a=a)
 
-    def _zero_mask(self, a):
-        # Words are read mod p (0, p and 2p are all zero), as the kernels do.
-        zero = (a % np.uint32(self.p)) == 0
-        return zero if self.degree == 1 else zero.all(axis=-1)
-
     def _raise_if_zero(self, a, what):
-        mask = self._zero_mask(a)
-        if mask.size and bool(mask.any()):
-            idx = _index_of_first(mask)
+        """Raise naming the first zero element of ``a``, before anything is written.
+
+        The check runs in blocks (:func:`_first_true`), so it allocates no
+        input-sized mask.
+        """
+        kind, a = _in_module(a)
+        p_inv, bound = _divisibility(self.p)
+
+        def zero(blk):
+            # Words are read mod p, as the kernels do: w is zero iff p divides
+            # it, iff w * p**-1 mod 2**32 <= (2**32 - 1) // p (p odd): one
+            # wrapping uint32 product and a compare, several times faster than
+            # a uint32 `%` (on a device too) and exact for every word
+            z = blk * p_inv <= bound
+            return z if self.degree == 1 else z.all(axis=-1)
+
+        idx = _first_true(a, _element_shape(a, self.degree, "a"), self.degree, zero, kind)
+        if idx is not None:
             raise ValueError(f"{what}: element at index {idx} is zero and has no inverse")
 
     def inv(self, a, out=None, *, backend=None):
@@ -449,7 +598,7 @@ class _FieldBase:
         _check_words(a, "a")
         if self.degree == 4:
             _element_shape(a, 4, "a")
-        self._raise_if_zero(np.asarray(a) if isinstance(a, np.generic) else a, what)
+        self._raise_if_zero(a, what)
         return self._map(monty.OP_INV, out, backend, a=a)
 
     def batch_inv(self, a, out=None, *, backend=None):
@@ -463,7 +612,7 @@ class _FieldBase:
         _check_words(a, "a")
         if self.degree == 4:
             _element_shape(a, 4, "a")
-        self._raise_if_zero(np.asarray(a) if isinstance(a, np.generic) else a, "batch_inv")
+        self._raise_if_zero(a, "batch_inv")
         if self.degree == 4:
             return self._map(monty.OP_INV, out, backend, a=a)
         kind, backend, shape, degrees = self._prepare({"a": a}, backend)
@@ -477,7 +626,8 @@ class _FieldBase:
         """Field sum ``sum_i a_i mod p`` over ``axis`` (element axes, as ``numpy.sum``).
 
         Montgomery form is linear (``sum_i w_i = (sum_i v_i) 2**32 mod p``), so
-        the words themselves are added, exactly, in uint64 and reduced once;
+        the words themselves are added, exactly, in uint64 (in chunks, reduced
+        mod p at the end and wherever 2**32 more words could overflow);
         extension elements add coefficient by coefficient (their trailing axis
         is never reduced).  Any uint32 word counts as its value mod p; the
         result is canonical, in ``a``'s module, byte-identical on every backend.
@@ -515,24 +665,42 @@ class _FieldBase:
                 raise ValueError(f"Argument `axis` must name distinct element axes of "
                                  f"{elem} (extension coefficients are not an axis here), "
                                  f"not {axis!r}")
-        kind = "numpy" if _backend.array_kind(a) == "numpy" else "cupy"
+        kind, a = _in_module(a)
         xp = _backend.get_xp(kind)
-        a = _backend.to_module(a, kind)
-        count = math.prod(elem[v] for v in axes)
         p = np.uint64(self.p)
-        if count <= _SUM_EXACT:  # words read mod p are < 2**31: one exact uint64 sum
-            total = (a % np.uint32(self.p)).astype(np.uint64).sum(axis=axes,
-                                                                keepdims=keepdims) % p
-        else:  # more: the reduced axes in front as one, added mod p in slices of them
-            rest = tuple(d for i, d in enumerate(a.shape) if i not in axes)
-            flat = xp.moveaxis(a, axes, tuple(range(len(axes)))).reshape((count,) + rest)
-            total = xp.zeros(rest, dtype=np.uint64)
-            for lo in range(0, count, _SUM_EXACT):
-                part = (flat[lo:lo + _SUM_EXACT] % np.uint32(self.p)).astype(np.uint64)
-                total = (total + part.sum(axis=0) % p) % p
-            if keepdims:
-                total = total.reshape(tuple(1 if i in axes else d
-                                            for i, d in enumerate(a.shape)))
+        # Blocks (C order over the element axes, see _blocks) bound the
+        # temporaries to a chunk; each adds its words into the uint64 slots of
+        # `total` it reduces into.  A slot stays exact while it holds at most
+        # _SUM_EXACT words' worth: `pending` counts the words a slot may have
+        # gained since it was last reduced, and a block that would pass that
+        # bound first reduces `total` mod p (after which a slot counts as one
+        # word).  The result is the unique canonical sum, whatever the chunking.
+        limit = max(1, min(_chunk_words(kind, a.size) // self.degree, _SUM_EXACT - 1))
+        if a.size <= limit * self.degree:  # one block: spare small arrays the loop
+            total = a.sum(axis=axes, dtype=np.uint64, keepdims=keepdims) % p
+            return xp.asarray(total).astype(np.uint32)
+        total = xp.zeros(tuple(1 if i in axes else d for i, d in enumerate(a.shape)),
+                         dtype=np.uint64)
+        pending = 0
+        for prefix, lo, hi, _ in _blocks(elem, limit):
+            block = a[_at(prefix, lo, hi)]
+            k = len(prefix)  # the block's axis 0 is a's axis k
+            if lo is None:  # the whole array
+                reduced, target = axes, (Ellipsis,)
+            else:
+                reduced = tuple(v - k for v in axes if v >= k)
+                target = tuple(0 if j in axes else prefix[j] for j in range(k)) \
+                    + (slice(0, 1) if k in axes else slice(lo, hi), Ellipsis)
+            adds = math.prod(block.shape[v] for v in reduced)
+            if pending + adds > _SUM_EXACT:
+                total %= p
+                pending = 1
+            # dtype=uint64 widens inside the reduction, without a uint64 copy
+            total[target] += block.sum(axis=reduced, dtype=np.uint64, keepdims=True)
+            pending += adds
+        total %= p
+        if not keepdims:
+            total = total.reshape(tuple(d for i, d in enumerate(a.shape) if i not in axes))
         return xp.asarray(total).astype(np.uint32)
 
     def mle_eval(self, values, point, *, backend=None):
@@ -573,16 +741,123 @@ class _FieldBase:
             raise ValueError(f"Argument `point` must hold nv = {nv} "
                              f"{'base ' if self.degree == 1 else ''}elements (one per "
                              f"variable), not shape {tuple(point.shape)}{hint}")
-        # extension values from the start: a half of base values whose length
-        # happens to be 4 would otherwise read as one extension element
-        v = self.from_base(values) if self.degree == 4 and values.ndim == 1 else values
-        for j in range(nv):
-            lo, hi = v[0::2], v[1::2]
-            v = self.add(lo, self.mul(point[j], self.sub(hi, lo, backend=backend),
-                                      backend=backend), backend=backend)
-        if nv == 0:  # no fold ran: reduce the word (a**1), into a new array
-            v = self.pow(v, 1, backend=backend)
-        return v.reshape((4,) if self.degree == 4 else ())
+        shape = (4,) if self.degree == 4 else ()
+        embed = self.degree == 4 and values.ndim == 1  # base values on the extension
+        if embed and not p_ext:  # a base point too: the folds stay in the base field
+            return self.from_base(self.base.mle_eval(values, point, backend=backend))
+        if nv == 0:  # no fold runs: reduce the word (a**1), into a new array
+            v = self.from_base(values) if embed else values
+            return self.pow(v, 1, backend=backend).reshape(shape)
+        # Memory: the folds run in chunks (_chunk_words: a few percent of the
+        # data, so a constant number of kernel calls), the first `s` folds
+        # straight from `values` into `buf`, the others in place in `buf`;
+        # a chunk's halves, difference and product, and the broadcast
+        # coordinate, live in scratch buffers that every chunk reuses.  Base
+        # values at an extension point fold three times at once, so that `buf`
+        # (extension words) is half of `values`, as after one fold of
+        # same-field values; one fold would leave twice their words.
+        s = min(nv, 3 if embed else 1)
+        if not (type(values) is np.ndarray and type(point) is np.ndarray
+                and backend in (None, "cpu")):
+            # The public ops on the first pair raise whatever the folds would
+            # (modules, devices, backend), naming the same arguments; past
+            # them the folds run the kernels on operands they prepared.
+            pair = self.from_base(values[:2]) if embed else values[:2]
+            lo, hi = pair[0::2], pair[1::2]
+            self.add(lo, self.mul(point[0], self.sub(hi, lo, backend=backend),
+                                  backend=backend), backend=backend)
+        kind, backend = _backend.resolve({"values": values}, backend)
+        kind, values = _in_module(values)
+        xp = _backend.get_xp(kind)
+        if kind == "cupy" and isinstance(point, np.ndarray):  # as _move_single_elements
+            with xp.cuda.Device(_backend.device_of(values)):
+                point = xp.asarray(point)
+        elif kind == "cupy":
+            point = _backend.to_module(point, "cupy")
+        deg, trail = self.degree, self._trail()
+        # elements per chunk, counted in the field's words (base values on the
+        # extension become extension words at their first fold)
+        step = max(1 << s, _chunk_words(kind, values.size, True) // deg >> s << s)
+        first = min(step, n)  # the longest chunk
+        buf_words = (n >> s) * deg
+        half_step = max(1, _chunk_words(kind, buf_words, True) // (2 * deg))
+        most = max(first // 2, half_step)  # the largest half a fold takes
+        scratch = {}
+
+        def space(key, size, degree=deg):  # a reusable scratch array per key
+            if key not in scratch:
+                scratch[key] = xp.empty((size,) + ((4,) if degree == 4 else ()), np.uint32)
+            return scratch[key]
+
+        def coordinate(key, j, h, size=most):  # point[j] over h elements of the field
+            rb = space(key, size)[:h]
+            if deg == 4 and not p_ext:  # a base coordinate, embedded
+                rb[:, 0] = point[j]
+                rb[:, 1:] = 0
+            else:
+                rb[...] = point[j]
+            return rb
+
+        f = self.params
+
+        def run(field, op, a, b, out):  # one kernel on prepared contiguous operands
+            if field.degree == 1:
+                call = lambda k, x, y, o: k.base_map2(op, x, y, o, f)  # noqa: E731
+            else:
+                call = lambda k, x, y, o: k.ext4_map2(op, x, y, o, f)  # noqa: E731
+            field._run(backend, kind, call, [a, b], out)
+            return out
+
+        def fold(v, rb, out, embedding=False):
+            # v'[k] = v[2k] + r (v[2k+1] - v[2k]): the kernels of add(lo, mul(r,
+            # sub(hi, lo))) on the same words, so the same (canonical) results.
+            # The halves are copied into scratch first, so `out` may lie over v.
+            h = v.shape[0] // 2
+            lo, hi, d = (space(i, most, 1 if embedding else deg)[:h]
+                         for i in (("lo", embedding), ("hi", embedding), ("d", embedding)))
+            lo[...] = v[0::2]
+            hi[...] = v[1::2]
+            if embedding:  # base halves at an extension coordinate
+                run(self.base, monty.OP_SUB, hi, lo, d)
+                lo_e, d_e, hi = (space(i, most)[:h] for i in (("lo", False), ("d", False),
+                                                                ("hi", False)))
+                for e, x in ((lo_e, lo), (d_e, d)):  # embedded as (x, 0, 0, 0)
+                    e[:, 0] = x
+                    e[:, 1:] = 0
+                lo, d = lo_e, d_e
+            else:
+                run(self, monty.OP_SUB, hi, lo, d)
+            run(self, monty.OP_MUL, rb, d, hi)
+            return run(self, monty.OP_ADD, lo, hi, out)
+
+        buf = xp.empty((n >> s,) + trail, dtype=np.uint32)
+        # ("r", 0) serves the in-place folds too
+        rbs = [coordinate(("r", t), t, first >> (t + 1), most if t == 0 else first >> (t + 1))
+               for t in range(s)]
+        for lo in range(0, n, step):
+            v = values[lo:lo + step]
+            for t in range(s):
+                h = v.shape[0] // 2
+                out = buf[lo >> s:(lo + step) >> s] if t == s - 1 else \
+                    space(("mid", t), first >> (t + 1))[:h]
+                v = fold(v, rbs[t][:h], out, embed and t == 0)
+        v, m = buf, n >> s
+        del buf
+        for j in range(s, nv):
+            half = m // 2
+            rb = coordinate(("r", 0), j, min(half, half_step))
+            if half <= half_step:  # small: into a new array (the last fold always is)
+                v = fold(v, rb, xp.empty((half,) + trail, dtype=np.uint32))
+            else:
+                # In place, ascending: chunk [k0, k1) reads v[2 k0 : 2 k1] (copied
+                # into scratch before its result is written) and writes
+                # v[k0 : k1], below what later chunks read (from 2 k1 >= k1 on).
+                for k0 in range(0, half, half_step):
+                    k1 = min(half, k0 + half_step)
+                    fold(v[2 * k0:2 * k1], rb[:k1 - k0], v[k0:k1])
+                v = v[:half]
+            m = half
+        return v.reshape(shape)
 
     def pow(self, a, e, out=None, *, backend=None):
         """Elementwise ``a ** e`` for a Python integer exponent ``e``.
@@ -597,8 +872,9 @@ class _FieldBase:
         _check_words(a, "a")
         if self.degree == 4:
             _element_shape(a, 4, "a")
-        if e < 0:
-            a = self._inv(a, None, backend, f"pow with e = {e} < 0")
+        invert = e < 0  # a ** e = inv(a) ** -e
+        if invert:
+            self._raise_if_zero(a, f"pow with e = {e} < 0")
             e = -e
         order = self.p ** self.degree - 1
         e_red = 0 if e == 0 else (e - 1) % order + 1
@@ -612,7 +888,23 @@ class _FieldBase:
             fn = lambda k, x, o: k.base_pow(x, e_hi, e_lo, nbits, o, f)  # noqa: E731
         else:
             fn = lambda k, x, o: k.ext4_pow(x, e_hi, e_lo, nbits, o, f)  # noqa: E731
-        return self._finish(self._run(backend, kind, fn, [flat], result), user_out)
+        if not invert:
+            return self._finish(self._run(backend, kind, fn, [flat], result), user_out)
+        # The inverses go through a chunk-sized temporary, the powers from it
+        # into the result: a whole-array inverse first would double the memory
+        # of the call, and running the power in place over the inverses would
+        # hand the kernels aliased operands (Numba compiles them noalias).
+        inv = (lambda k, x, o: k.base_map1(monty.OP_INV, x, o, f)) if self.degree == 1 else \
+            (lambda k, x, o: k.ext4_map1(monty.OP_INV, x, o, f))
+        xp = _backend.get_xp(kind)
+        res = result.reshape(flat.shape)
+        step = max(1, _chunk_words(kind, flat.size, launches=True) // self.degree)
+        scratch = xp.empty((min(step, flat.shape[0]),) + flat.shape[1:], dtype=np.uint32)
+        for lo in range(0, flat.shape[0], step):
+            part = flat[lo:lo + step]
+            tmp = self._run(backend, kind, inv, [part], scratch[:part.shape[0]])
+            self._run(backend, kind, fn, [tmp], res[lo:lo + step])
+        return self._finish(result, user_out)
 
     def __repr__(self):
         return f"zorch_nb.{self.name}"
