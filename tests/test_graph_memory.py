@@ -4,14 +4,13 @@ NumPy reports its allocations to tracemalloc, so the peaks below are those of
 the arrays a call makes (after a warm-up call, so compiles and caches are not
 counted).
 """
-import gc
 import hashlib
 import struct
-import tracemalloc
 
 import numpy as np
 import pytest
 
+from peak_memory import peak_bytes
 from zorch_nb import KoalaBear
 from zorch_nb import graph as G
 from zorch_nb.graph import Context, In, InOut, Out, assert_eq, kernel, run_computation_graph
@@ -20,19 +19,6 @@ from zorch_nb.graph_layout import apply_history, merkle_root
 
 P = KoalaBear.p
 
-
-def peak_bytes(fn):
-    """tracemalloc peak of ``fn()`` above what was allocated before it, and its result."""
-    fn()
-    gc.collect()
-    tracemalloc.start()
-    try:
-        base, _ = tracemalloc.get_traced_memory()
-        result = fn()
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    return peak - base, result
 
 
 def chain_kernel(rounds):

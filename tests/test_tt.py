@@ -11,13 +11,13 @@ References, all independent of the code under test:
 The ``path`` fixture runs a test twice on NumPy supercores: through the Numba
 kernels, and through the array-module path that CuPy supercores take.
 """
-import gc
 import math
 import string
-import tracemalloc
 
 import numpy as np
 import pytest
+
+from peak_memory import peak_bytes
 
 from zorch_nb import tt_ops
 from zorch_nb.kernels import tt_kernels
@@ -375,18 +375,9 @@ def test_to_dense_peak_memory_follows_live_ranks(rng, last_rank):
     entries, 33x the output at r = 16.  Now: the output, the widest partial
     product, and the last one only if bond d has more than one live slot
     (with one, the kernel writes it straight into the output)."""
-    if tracemalloc.is_tracing():
-        pytest.skip("tracemalloc already tracing")
     shape = (32, 32, 32)
     x = UniformTuckerTensorTrain.from_t3(rand_t3(rng, shape, (6, 6, 6), (1, 14, 14, last_rank)), n=8, r=16)
-    dense = x.to_dense()  # compiles outside the measurement
-    gc.collect()
-    tracemalloc.start()
-    try:
-        x.to_dense()
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    peak, dense = peak_bytes(x.to_dense)
     scratch = 32 * 32 * 14 + (32 ** 3 * last_rank if last_rank > 1 else 0)
     small = 16 * 32 * 16 + 8 * 32 + 16 * 8 * 16  # H, Uc, Gc
     assert peak < dense.nbytes + 8 * (scratch + small) + 16384, (peak, dense.nbytes)
