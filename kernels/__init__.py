@@ -57,6 +57,26 @@ def _probe():  # a jitted function of this folder, for the probe below
     return 0
 
 
+def _private_folder(path: str) -> bool:
+    """Whether ``path`` is (or has just been made) a folder of ours alone: a
+    predictable name under the temporary directory may have been created by
+    another user, who could then plant the pickled index files Numba loads."""
+    import stat
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return False
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    owner = getattr(os, "getuid", lambda: info.st_uid)()
+    return (stat.S_ISDIR(info.st_mode) and info.st_uid == owner
+            and not info.st_mode & 0o077)
+
+
 def _ensure_numba_cache_folder() -> None:
     """Give Numba a cache folder where it finds none it can write.
 
@@ -64,8 +84,9 @@ def _ensure_numba_cache_folder() -> None:
     (so ``import zorch_nb`` failed) when neither ``__pycache__`` beside the
     sources, nor its user-wide folder, nor ``NUMBA_CACHE_DIR`` is writable --
     a read-only install run by a user without a writable home.  There it
-    gets a folder under the temporary directory (what ``NUMBA_CACHE_DIR``
-    would say), with a warning naming the variable that sets it.
+    gets a private folder under the temporary directory (the same one in
+    every process of this user, else a fresh one for this process), with a
+    warning naming ``NUMBA_CACHE_DIR``, which chooses the folder instead.
     """
     import numba
     try:
@@ -75,12 +96,14 @@ def _ensure_numba_cache_folder() -> None:
         pass
     import tempfile
     import warnings
-    folder = os.path.join(tempfile.gettempdir(),
-                          f"zorch_nb-numba-cache-{getattr(os, 'getuid', lambda: 0)()}")
+    uid = getattr(os, "getuid", lambda: "user")()
+    folder = os.path.join(tempfile.gettempdir(), f"zorch_nb-numba-cache-{uid}")
+    if not _private_folder(folder):
+        folder = tempfile.mkdtemp(prefix="zorch_nb-numba-cache-")
     numba.config.CACHE_DIR = folder
-    warnings.warn(f"Numba has no writable cache folder here (the package folder and "
-                  f"the home directory are read-only); zorch_nb's kernels are cached "
-                  f"under {folder} -- set NUMBA_CACHE_DIR to choose another",
+    warnings.warn(f"Numba found no cache folder it can write (beside the package, in "
+                  f"the home directory or in NUMBA_CACHE_DIR); zorch_nb's kernels are "
+                  f"cached under {folder} -- set NUMBA_CACHE_DIR to choose another",
                   RuntimeWarning, stacklevel=2)
 
 

@@ -4,6 +4,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 _NO_LOCATOR = textwrap.dedent("""
     import warnings
     from numba.core import caching
@@ -22,15 +24,48 @@ _NO_LOCATOR = textwrap.dedent("""
 """)
 
 
-def test_import_without_a_writable_numba_cache_folder(tmp_path):
-    # Numba raised at the first cache=True decoration: `import zorch_nb` failed
+def _import_without_a_cache_folder(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
     env["TMPDIR"] = str(tmp_path)
     res = subprocess.run([sys.executable, "-c", _NO_LOCATOR], env=env, capture_output=True,
                          text=True, timeout=600)
     assert res.returncode == 0, res.stdout + res.stderr
     folder, warned, right = res.stdout.split()
-    jit = os.environ.get("NUMBA_DISABLE_JIT") != "1"
     assert right == "True"
-    if jit:
-        assert folder.startswith(str(tmp_path)) and warned == "True"
+    return folder, warned == "True"
+
+
+_JIT = os.environ.get("NUMBA_DISABLE_JIT") != "1"
+
+
+def test_import_without_a_writable_numba_cache_folder(tmp_path):
+    # Numba raised at the first cache=True decoration: `import zorch_nb` failed
+    folder, warned = _import_without_a_cache_folder(tmp_path)
+    if _JIT:
+        uid = getattr(os, "getuid", lambda: "user")()
+        assert folder == str(tmp_path / f"zorch_nb-numba-cache-{uid}") and warned
+        assert os.stat(folder).st_mode & 0o777 == 0o700  # ours alone
+        assert _import_without_a_cache_folder(tmp_path)[0] == folder  # shared by processes
+
+
+@pytest.mark.skipif(not _JIT, reason="nothing is cached")
+@pytest.mark.parametrize("planted", ["world-writable", "another owner", "a file"])
+def test_a_planted_cache_folder_is_not_used(tmp_path, planted):
+    """The predictable folder name, made first by someone else, is passed over
+    for a fresh private one: its owner could plant the pickled index files
+    Numba loads (or, read-only to us, make the import fail again)."""
+    uid = getattr(os, "getuid", lambda: "user")()
+    path = tmp_path / f"zorch_nb-numba-cache-{uid}"
+    if planted == "a file":
+        path.write_text("")
+    else:
+        path.mkdir()
+        os.chmod(path, 0o777 if planted == "world-writable" else 0o755)
+        if planted == "another owner":
+            try:
+                os.chown(path, 65534, 65534)
+            except (OSError, AttributeError):
+                pytest.skip("cannot give a folder to another user here")
+    folder, warned = _import_without_a_cache_folder(tmp_path)
+    assert folder != str(path) and folder.startswith(str(tmp_path)) and warned
+    assert os.stat(folder).st_mode & 0o777 == 0o700
