@@ -265,9 +265,14 @@ def test_cpu_kernels_compile_once():
     for x in frozen:
         x.flags.writeable = False  # read-only inputs share the pyramid's signature too
     build_pyramid(GkrLayer(*frozen, 1))
-    assert len(gkr_cpu._fold_dense_kernel.signatures) == 1
     assert len(gkr_cpu._pyramid_kernel.signatures) == 1
     assert len(gkr_cpu._jagged_kernel.signatures) == 1
+    # the transition takes its inputs as they come (read-only views cost 1.7 us
+    # a call): other tests' read-only layers may have added that variant only
+    from numba import types
+    writable = {tuple(t.copy(readonly=False) if isinstance(t, types.Array) else t for t in sig)
+                for sig in gkr_cpu._fold_dense_kernel.signatures}
+    assert len(writable) == 1
 
 
 @pytest.mark.cudasim

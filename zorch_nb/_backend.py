@@ -155,7 +155,7 @@ def kernels_for(backend: str, family: str):
     suffix = {"cpu": "cpu", "cupy": "cupy", "numba": "cuda_numba"}[backend]
     name = f"zorch_nb.kernels.{family}_{suffix}"
     try:
-        if backend == "numba":
+        if backend == "numba" and name not in sys.modules:  # (imported: it was checked)
             _require_cuda_driver()
         # import_module waits for an import another thread has under way
         module = importlib.import_module(name)
