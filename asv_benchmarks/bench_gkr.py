@@ -172,6 +172,11 @@ class DensePyramid:
     def time_zorch_nb(self, n):
         build_pyramid(self.layer)
 
+    def time_zorch_nb_per_layer(self, n):
+        # one parallel call per transition: what the CPU's fused pyramid
+        # (a tile carried through four layers in cache) saves
+        build_pyramid(self.layer, fused=False)
+
     def time_numpy_uint64(self, n):
         layer = self.canon
         for _ in range(self.layer.num_row_variables):
