@@ -535,17 +535,23 @@ class _FieldBase:
             call(kernels, *inputs, flat_out)
         return result
 
+    def _map_call(self, op, arity):
+        """``call(kernels, *inputs, out)`` running the elementwise ``op`` of
+        ``arity`` operands of this field (for :meth:`_run`)."""
+        f = self.params
+        if self.degree == 1:
+            if arity == 1:
+                return lambda k, *a: k.base_map1(op, *a, f)
+            return lambda k, *a: k.base_map2(op, *a, f)
+        if arity == 1:
+            return lambda k, *a: k.ext4_map1(op, *a, f)
+        return lambda k, *a: k.ext4_map2(op, *a, f)
+
     def _map(self, op, out, backend, **operands):
         kind, backend, shape, degrees = self._prepare(operands, backend)
         flat = [self._flat(x, kind, shape, degrees[n]) for n, x in operands.items()]
         result, user_out = self._out(out, kind, shape, flat)
-        f = self.params
-        if self.degree == 1:
-            fn = (lambda k, *a: k.base_map1(op, *a, f)) if len(flat) == 1 else \
-                (lambda k, *a: k.base_map2(op, *a, f))
-        else:
-            fn = (lambda k, *a: k.ext4_map1(op, *a, f)) if len(flat) == 1 else \
-                (lambda k, *a: k.ext4_map2(op, *a, f))
+        fn = self._map_call(op, len(flat))
         return self._finish(self._run(backend, kind, fn, flat, result), user_out)
 
     # ---- arithmetic ------------------------------------------------------
@@ -798,14 +804,8 @@ class _FieldBase:
                 rb[...] = point[j]
             return rb
 
-        f = self.params
-
         def run(field, op, a, b, out):  # one kernel on prepared contiguous operands
-            if field.degree == 1:
-                call = lambda k, x, y, o: k.base_map2(op, x, y, o, f)  # noqa: E731
-            else:
-                call = lambda k, x, y, o: k.ext4_map2(op, x, y, o, f)  # noqa: E731
-            field._run(backend, kind, call, [a, b], out)
+            field._run(backend, kind, field._map_call(op, 2), [a, b], out)
             return out
 
         def fold(v, rb, out, embedding=False):
@@ -894,8 +894,7 @@ class _FieldBase:
         # into the result: a whole-array inverse first would double the memory
         # of the call, and running the power in place over the inverses would
         # hand the kernels aliased operands (Numba compiles them noalias).
-        inv = (lambda k, x, o: k.base_map1(monty.OP_INV, x, o, f)) if self.degree == 1 else \
-            (lambda k, x, o: k.ext4_map1(monty.OP_INV, x, o, f))
+        inv = self._map_call(monty.OP_INV, 1)
         xp = _backend.get_xp(kind)
         res = result.reshape(flat.shape)
         step = max(1, _chunk_words(kind, flat.size, launches=True) // self.degree)
