@@ -103,34 +103,11 @@ def _make_runs(mode):
     (_dense_run_eb, _pair_run_eb), (_dense_run_ee, _pair_run_ee) = map(_make_runs, range(4))
 
 
-@njit(parallel=True, cache=True)
-def _fold_dense_kernel(mode, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm):
-    # Chunks of CPU_LANE_RUN slots in parallel, each one call of the mode's
-    # serial 64-bit-lane loop (see the module docstring).
-    half = od0.shape[0] // (4 if mode & 1 else 1)
-    run = CPU_LANE_RUN
-    if mode == MODE_BB:
-        for c in prange((half + run - 1) // run):
-            _dense_run_bb(c * run, min(half, c * run + run), n0, n1, d0, d1, on0, on1, od0, od1,
-                          p, mu, wm)
-    elif mode == MODE_BE:
-        for c in prange((half + run - 1) // run):
-            _dense_run_be(c * run, min(half, c * run + run), n0, n1, d0, d1, on0, on1, od0, od1,
-                          p, mu, wm)
-    elif mode == MODE_EB:
-        for c in prange((half + run - 1) // run):
-            _dense_run_eb(c * run, min(half, c * run + run), n0, n1, d0, d1, on0, on1, od0, od1,
-                          p, mu, wm)
-    else:
-        for c in prange((half + run - 1) // run):
-            _dense_run_ee(c * run, min(half, c * run + run), n0, n1, d0, d1, on0, on1, od0, od1,
-                          p, mu, wm)
-
-
 @njit(cache=True)
 def _dense_run(mode, k0, k1, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm):
-    # The mode's serial loop over dense slots [k0, k1): one call per tile and
-    # layer, so this runtime branch costs nothing.
+    # The mode's serial loop over dense slots [k0, k1): one call per chunk of
+    # slots (a tile of a layer in the pyramid), so this runtime branch costs
+    # nothing next to the loop.
     if mode == MODE_BB:
         _dense_run_bb(k0, k1, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm)
     elif mode == MODE_BE:
@@ -139,6 +116,17 @@ def _dense_run(mode, k0, k1, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm):
         _dense_run_eb(k0, k1, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm)
     else:
         _dense_run_ee(k0, k1, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm)
+
+
+@njit(parallel=True, cache=True)
+def _fold_dense_kernel(mode, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm):
+    # Chunks of CPU_LANE_RUN slots in parallel, each one call of the mode's
+    # serial 64-bit-lane loop (see the module docstring).
+    half = od0.shape[0] // (4 if mode & 1 else 1)
+    run = CPU_LANE_RUN
+    for c in prange((half + run - 1) // run):
+        _dense_run(mode, c * run, min(half, c * run + run), n0, n1, d0, d1, on0, on1, od0, od1,
+                   p, mu, wm)
 
 
 @njit(parallel=True, cache=True)
@@ -239,7 +227,8 @@ def _jagged_kernel(mode, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1,
         prefix[1, s] = acc_out
     width = od0.shape[0] // (4 if mode & 1 else 1)
     nchunks = (width + chunk - 1) // chunk
-    # As in _fold_dense_kernel: one loop per mode, the mode a literal inside.
+    # One loop per mode, the mode a literal inside: _jagged_chunk is inlined
+    # into the loop body and picks its runs by the mode at compile time.
     if mode == MODE_BB:
         for c in prange(nchunks):
             _jagged_chunk(MODE_BB, c * chunk, min(width, c * chunk + chunk), rc, orc, prefix,
