@@ -21,17 +21,35 @@ def sources_digest() -> str:
     return digest.hexdigest()
 
 
+def _numba_cache_folder(here: str):
+    """The folder Numba caches this folder's kernels in: the one of its first
+    locator class that accepts a file here (``__pycache__`` beside the
+    sources, a subfolder of ``NUMBA_CACHE_DIR``, or the user-wide folder),
+    or None where Numba's internals differ from what this expects."""
+    try:
+        from numba.core.caching import CacheImpl
+        for cls in CacheImpl._locator_classes:
+            locator = cls.from_function(_probe, os.path.join(here, "__init__.py"))
+            if locator is not None:
+                return locator.get_cache_path()
+    except Exception:  # private API: a Numba that differs keeps its own behaviour
+        return None
+    return None
+
+
 def _drop_stale_numba_cache() -> None:
     """Delete this folder's Numba cache files when any kernel source changed.
 
     Numba's ``cache=True`` keys an entry on the source file of the jitted
     function alone, so editing a callee (``monty.py``) would keep serving the
-    machine code compiled from the old text.  A stamp of the hash of every
-    ``*.py`` here decides; an installed package is unaffected (reinstalling
-    rewrites every file, which already invalidates Numba's index).
+    machine code compiled from the old text -- after an upgrade too, wherever
+    the cache lives.  A stamp of the hash of every ``*.py`` here decides, in
+    the folder Numba uses for them (:func:`_numba_cache_folder`; it was
+    checked only in ``__pycache__``, so with ``NUMBA_CACHE_DIR`` set a changed
+    ``monty.py`` kept running the old arithmetic).
     """
     here = os.path.dirname(os.path.abspath(__file__))
-    cache = os.path.join(here, "__pycache__")
+    cache = _numba_cache_folder(here) or os.path.join(here, "__pycache__")
     if not os.path.isdir(cache):
         return
     stamp_path = os.path.join(cache, "zorch_nb_sources.sha256")
@@ -50,7 +68,6 @@ def _drop_stale_numba_cache() -> None:
             fh.write(stamp)
     except OSError:  # read-only install or a concurrent cleaner: Numba copes
         pass
-
 
 
 def _probe():  # a jitted function of this folder, for the probe below

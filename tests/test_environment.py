@@ -69,3 +69,40 @@ def test_a_planted_cache_folder_is_not_used(tmp_path, planted):
     folder, warned = _import_without_a_cache_folder(tmp_path)
     assert folder != str(path) and folder.startswith(str(tmp_path)) and warned
     assert os.stat(folder).st_mode & 0o777 == 0o700
+
+
+_FOLDER = textwrap.dedent("""
+    import os
+    import zorch_nb.kernels as k
+    print(k._numba_cache_folder(os.path.dirname(k.__file__)))
+""")
+
+
+@pytest.mark.skipif(not _JIT, reason="nothing is cached")
+def test_stale_kernels_are_dropped_from_numba_cache_dir(tmp_path):
+    """With NUMBA_CACHE_DIR set, a kernel source changed since the cache was
+    written (a callee like monty.py, which Numba's own key misses) empties
+    the folder Numba keeps our kernels in: only __pycache__ was checked, and
+    a changed monty.py kept running the old machine code."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+
+    def folder():
+        res = subprocess.run([sys.executable, "-c", _FOLDER], env=env, capture_output=True,
+                             text=True, timeout=600)
+        assert res.returncode == 0, res.stdout + res.stderr
+        return res.stdout.strip()
+
+    path = folder()
+    assert path.startswith(str(tmp_path))
+    from zorch_nb.kernels import sources_digest
+    stamp = os.path.join(path, "zorch_nb_sources.sha256")
+    with open(stamp) as fh:
+        assert fh.read() == sources_digest()
+    for name in ("f.kernel-1.py311.nbi", "f.kernel-1.py311.1.nbc"):
+        (tmp_path / path / name).write_bytes(b"old")
+    assert folder() == path and len(os.listdir(path)) == 3  # current stamp: kept
+    with open(stamp, "w") as fh:
+        fh.write("an older source")
+    assert folder() == path and os.listdir(path) == ["zorch_nb_sources.sha256"]
+    with open(stamp) as fh:
+        assert fh.read() == sources_digest()
