@@ -24,6 +24,7 @@ from .monty import base_map2 as _base2
 from .monty import OP_INV, base_pow as _base_pow, ext4_pow as _ext4_pow
 from .monty import ext4_map1 as _ext1
 from .monty import ext4_map2 as _ext2
+from .monty import ext4_base_map2 as _ext_base2
 
 #: ``@cuda.jit`` with Numba-CUDA's on-disk cache (see the module docstring).
 cached_kernel = cuda.jit(cache=True)
@@ -64,6 +65,36 @@ def _ext4_map2_kernel(op, a, b, p, mu, wm, out):
         out[i, 1] = c[1]
         out[i, 2] = c[2]
         out[i, 3] = c[3]
+
+
+@cached_kernel
+def _base_map2_bcast_kernel(op, a, a_step, b, b_step, p, mu, out):
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for i in range(start, out.shape[0], stride):
+        out[i] = _base2(op, a[i * a_step], b[i * b_step], p, mu)
+
+
+@cached_kernel
+def _ext4_map2_bcast_kernel(op, a, a_step, a_deg, b, b_step, b_deg, p, mu, wm, out):
+    # flat words; an operand of degree 1 is base, taken as (s, 0, 0, 0); at
+    # least one is an extension operand
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for i in range(start, out.shape[0] // 4, stride):
+        ja = i * a_step
+        jb = i * b_step
+        if a_deg == 4 and b_deg == 4:
+            c = _ext2(op, a[4 * ja], a[4 * ja + 1], a[4 * ja + 2], a[4 * ja + 3],
+                      b[4 * jb], b[4 * jb + 1], b[4 * jb + 2], b[4 * jb + 3], p, mu, wm)
+        elif a_deg == 4:
+            c = _ext_base2(op, a[4 * ja], a[4 * ja + 1], a[4 * ja + 2], a[4 * ja + 3],
+                           b[jb], False, p, mu)
+        else:  # a base, b extension (never two base operands)
+            c = _ext_base2(op, b[4 * jb], b[4 * jb + 1], b[4 * jb + 2], b[4 * jb + 3],
+                           a[ja], True, p, mu)
+        out[4 * i] = c[0]
+        out[4 * i + 1] = c[1]
+        out[4 * i + 2] = c[2]
+        out[4 * i + 3] = c[3]
 
 
 @cached_kernel
@@ -132,6 +163,19 @@ def ext4_map1(op, a, out, f):
 def ext4_map2(op, a, b, out, f):
     p, mu, wm, _ = kernel_words(f)
     launch(_ext4_map2_kernel, out.shape[0], (np.int64(op), a, b, p, mu, wm), out)
+
+
+def base_map2_bcast(op, a, a_step, b, b_step, out, f):
+    p, mu, _, _ = kernel_words(f)
+    launch(_base_map2_bcast_kernel, out.shape[0],
+           (np.int64(op), a, np.int64(a_step), b, np.int64(b_step), p, mu), out)
+
+
+def ext4_map2_bcast(op, a, a_step, a_deg, b, b_step, b_deg, out, f):
+    p, mu, wm, _ = kernel_words(f)
+    launch(_ext4_map2_bcast_kernel, out.shape[0] // 4,
+           (np.int64(op), a, np.int64(a_step), np.int64(a_deg), b, np.int64(b_step),
+            np.int64(b_deg), p, mu, wm), out)
 
 
 def base_pow(a, e_hi, e_lo, nbits, out, f):

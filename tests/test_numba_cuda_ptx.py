@@ -48,6 +48,12 @@ SCRIPT = textwrap.dedent(r'''
             for op in ("neg", "square", "inv", "batch_inv"):
                 getattr(E, op)(a, backend="numba")
             E.pow(a, 12345, backend="numba")
+        # the broadcast kernels: a one-element operand, base operands of extension ops
+        base, ext = F.random(8, seed=7), F.ext.random(8, seed=8)
+        for op in ("add", "sub", "mul"):
+            getattr(F, op)(base, base[0], backend="numba")
+            getattr(F.ext, op)(ext, base, backend="numba")
+            getattr(F.ext, op)(base, ext[0], backend="numba")
         for n_ext in (False, True):
             for d_ext in (False, True):
                 N, D = (F.ext if n_ext else F), (F.ext if d_ext else F)
@@ -89,4 +95,6 @@ def test_numba_cuda_kernels_compile_to_sm90_ptx():
                          env=env, timeout=900)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-6000:]
     assert "compiled" in res.stdout
+    for name in ("_base_map2_bcast_kernel", "_ext4_map2_bcast_kernel"):
+        assert name in res.stdout, res.stdout
     print(res.stdout)

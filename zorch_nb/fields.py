@@ -547,8 +547,51 @@ class _FieldBase:
             return lambda k, *a: k.ext4_map1(op, *a, f)
         return lambda k, *a: k.ext4_map2(op, *a, f)
 
+    def _lean(self, operands, kind, shape, degrees):
+        """``[(words, step, degree), ...]`` for the broadcast kernels, or None.
+
+        A binary op whose operand holds one element (``F.mul(a, F.one)``,
+        ``E.mul(x, r)``) or is base data under an extension op needs no
+        full-size copy: the ``*_map2_bcast`` kernels read the element with
+        step 0, and base words as their embedding ``(s, 0, 0, 0)``.  None for
+        the plain case (same shapes and degrees: the plain kernels) and for a
+        general broadcast (copied by :meth:`_flat`).
+        """
+        n = math.prod(shape)
+        if n <= 1:
+            return None
+        xp = _backend.get_xp(kind)
+        lean = []
+        for name, x in operands.items():
+            deg = degrees[name]
+            elem = tuple(x.shape)[:-1] if deg == 4 else tuple(x.shape)
+            if math.prod(elem) == 1:
+                step = 0
+            elif elem == shape:
+                step = 1
+            else:
+                return None
+            x = _backend.to_module(x, kind)
+            lean.append((xp.ascontiguousarray(x).reshape(-1), step, deg))
+        if all(step == 1 and deg == self.degree for _, step, deg in lean) \
+                or all(deg == 1 for _, _, deg in lean) and self.degree == 4:
+            return None  # the plain kernels; base op base on the extension: embedded
+        return lean
+
     def _map(self, op, out, backend, **operands):
         kind, backend, shape, degrees = self._prepare(operands, backend)
+        lean = self._lean(operands, kind, shape, degrees) if len(operands) == 2 else None
+        if lean is not None:
+            (a, sa, da), (b, sb, db) = lean
+            result, user_out = self._out(out, kind, shape, [a, b])
+            f = self.params
+            if self.degree == 1:
+                def fn(k, a, b, o):
+                    k.base_map2_bcast(op, a, sa, b, sb, o, f)
+            else:
+                def fn(k, a, b, o):
+                    k.ext4_map2_bcast(op, a, sa, da, b, sb, db, o.reshape(-1), f)
+            return self._finish(self._run(backend, kind, fn, [a, b], result), user_out)
         flat = [self._flat(x, kind, shape, degrees[n]) for n, x in operands.items()]
         result, user_out = self._out(out, kind, shape, flat)
         fn = self._map_call(op, len(flat))

@@ -35,6 +35,30 @@ ZORCH_HD zorch_ext4 zorch_ext4_op2(int op, zorch_ext4 a, zorch_ext4 b) {
     return zorch_ext4_mul(a, b);
 }
 
+// a op s for the base element s taken as (s, 0, 0, 0), or s op a when
+// base_first: the same canonical words as zorch_ext4_op2 on the embedding,
+// without the products of its zeros (kernels/monty.py ext4_base_map2).
+ZORCH_HD zorch_ext4 zorch_ext4_base_op2(int op, zorch_ext4 a, zorch_u32 s, int base_first) {
+    a = zorch_ext4_canonical(a);
+    s = zorch_canonical(s);
+    if (op == ZORCH_OP_ADD) {
+        a.c0 = zorch_add(a.c0, s);
+    } else if (op == ZORCH_OP_SUB && base_first) {
+        a.c0 = zorch_sub(s, a.c0);
+        a.c1 = zorch_neg(a.c1);
+        a.c2 = zorch_neg(a.c2);
+        a.c3 = zorch_neg(a.c3);
+    } else if (op == ZORCH_OP_SUB) {
+        a.c0 = zorch_sub(a.c0, s);
+    } else {
+        a.c0 = zorch_mont_mul(a.c0, s);
+        a.c1 = zorch_mont_mul(a.c1, s);
+        a.c2 = zorch_mont_mul(a.c2, s);
+        a.c3 = zorch_mont_mul(a.c3, s);
+    }
+    return a;
+}
+
 // Bit k of the 128-bit exponent e_hi * 2^64 + e_lo.
 ZORCH_HD int zorch_exponent_bit(zorch_u64 e_hi, zorch_u64 e_lo, int k) {
     return (int)((k >= 64 ? e_hi >> (k - 64) : e_lo >> k) & 1ull);
@@ -85,6 +109,34 @@ extern "C" __global__ void zorch_ext4_map2(int op, const zorch_u32* a, const zor
                                            zorch_u32* out, zorch_u64 n) {
     ZORCH_GRID_STRIDE(i, n) {
         zorch_ext4_store(out, i, zorch_ext4_op2(op, zorch_ext4_load(a, i), zorch_ext4_load(b, i)));
+    }
+}
+
+// Broadcast forms: operand element i is x[i * x_step] (step 0: one element
+// for every i, step 1: elementwise), of x_deg words (4: extension, 1: base,
+// embedded).  Used for a one-element operand and for base operands of an
+// extension op, which then need no full-size copy.
+extern "C" __global__ void zorch_base_map2_bcast(int op, const zorch_u32* a, zorch_u64 a_step,
+                                                 const zorch_u32* b, zorch_u64 b_step,
+                                                 zorch_u32* out, zorch_u64 n) {
+    ZORCH_GRID_STRIDE(i, n) out[i] = zorch_base_op2(op, a[i * a_step], b[i * b_step]);
+}
+
+extern "C" __global__ void zorch_ext4_map2_bcast(int op, const zorch_u32* a, zorch_u64 a_step,
+                                                 int a_deg, const zorch_u32* b,
+                                                 zorch_u64 b_step, int b_deg, zorch_u32* out,
+                                                 zorch_u64 n) {
+    ZORCH_GRID_STRIDE(i, n) {
+        const zorch_u64 ja = i * a_step, jb = i * b_step;
+        zorch_ext4 c;
+        if (a_deg == 4 && b_deg == 4) {
+            c = zorch_ext4_op2(op, zorch_ext4_load(a, ja), zorch_ext4_load(b, jb));
+        } else if (a_deg == 4) {
+            c = zorch_ext4_base_op2(op, zorch_ext4_load(a, ja), b[jb], 0);
+        } else {  // a base, b extension (the launcher never passes two base operands)
+            c = zorch_ext4_base_op2(op, zorch_ext4_load(b, jb), a[ja], 1);
+        }
+        zorch_ext4_store(out, i, c);
     }
 }
 
