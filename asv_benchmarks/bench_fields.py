@@ -74,3 +74,26 @@ class BaseOps:
 
     def time_op(self, op, n):
         self.fn(*self.args)
+
+
+class ExtBroadcast:
+    """Extension ops with a one-element operand (``E.mul(x, r)``) or a base
+    operand (``E.mul(s, x)``): read in place by the broadcast kernels, so
+    the peak is the output alone; ``plain`` is the same op on a full-size
+    operand built beforehand (the work the broadcast spares, without its copy)."""
+
+    params = (["add", "mul"], ["one element", "base", "plain"], [2**20])
+    param_names = ["op", "operand", "n"]
+
+    def setup(self, op, operand, n):
+        self.fn = getattr(E, op)
+        self.x = E.random(n, seed=1)
+        self.y = {"one element": E.random((), seed=2), "base": F.random(n, seed=3),
+                  "plain": E.random(n, seed=4)}[operand]
+        self.fn(self.x[:4], self.y if self.y.shape == (4,) else self.y[:4])  # compile
+
+    def time_op(self, op, operand, n):
+        self.fn(self.x, self.y)
+
+    def peakmem_op(self, op, operand, n):
+        self.fn(self.x, self.y)

@@ -177,7 +177,8 @@ def _numpy_base_mul(a, b, p):
 
 
 def field_rows(n: int, backend: str, repeat: int, xp, timer, sync):
-    """Base and extension multiply (3 words of traffic per element word)."""
+    """Base and extension multiply (3 words of traffic per element word), and
+    the broadcast forms of the extension multiply."""
     rows = []
     F = KoalaBear
     for E, name in ((F, "base mul"), (F.ext, "ext4 mul")):
@@ -193,6 +194,17 @@ def field_rows(n: int, backend: str, repeat: int, xp, timer, sync):
                 row.baselines["numpy uint64"] = _time_cpu(
                     lambda: _numpy_base_mul(ca, cb, np.uint64(F.p)), repeat)
         rows.append(row)
+    # The broadcast kernels: one extension element times n (read n, write n
+    # elements), and base times extension elements (read 1 + 4, write 4 words)
+    x = xp.asarray(F.ext.random(n, seed=3))
+    r = xp.asarray(F.ext.random((), seed=4))
+    s = xp.asarray(F.random(n, seed=5))
+    for name, u, v, nbytes in (("ext4 mul by one element", x, r, 2 * x.nbytes),
+                               ("base x ext4 mul", s, x, s.nbytes + 2 * x.nbytes)):
+        first = _first_call(lambda: F.ext.mul(u[:2], v if v.ndim == 1 else v[:2],
+                                              backend=backend), sync)
+        t = timer(lambda: F.ext.mul(u, v, backend=backend), repeat)
+        rows.append(Row(f"{name} (KoalaBear)", backend, n, t, nbytes, first))
     return rows
 
 

@@ -578,19 +578,24 @@ class _FieldBase:
             return None  # the plain kernels; base op base on the extension: embedded
         return lean
 
+    def _bcast_call(self, op, sa, da, sb, db):
+        """``call(kernels, a, b, out)`` (for :meth:`_run`) running the binary
+        ``op`` of the broadcast kernels on contiguous arrays: operand steps ``s*``
+        (0: one element for all) and degrees ``d*`` (1: base, embedded), at
+        least one operand of this field's degree."""
+        f = self.params
+        if self.degree == 1:
+            return lambda k, a, b, o: k.base_map2_bcast(op, a, sa, b, sb, o, f)
+        return lambda k, a, b, o: k.ext4_map2_bcast(op, a.reshape(-1), sa, da, b.reshape(-1),
+                                                     sb, db, o.reshape(-1), f)
+
     def _map(self, op, out, backend, **operands):
         kind, backend, shape, degrees = self._prepare(operands, backend)
         lean = self._lean(operands, kind, shape, degrees) if len(operands) == 2 else None
         if lean is not None:
             (a, sa, da), (b, sb, db) = lean
             result, user_out = self._out(out, kind, shape, [a, b])
-            f = self.params
-            if self.degree == 1:
-                def fn(k, a, b, o):
-                    k.base_map2_bcast(op, a, sa, b, sb, o, f)
-            else:
-                def fn(k, a, b, o):
-                    k.ext4_map2_bcast(op, a, sa, da, b, sb, db, o.reshape(-1), f)
+            fn = self._bcast_call(op, sa, da, sb, db)
             return self._finish(self._run(backend, kind, fn, [a, b], result), user_out)
         flat = [self._flat(x, kind, shape, degrees[n]) for n, x in operands.items()]
         result, user_out = self._out(out, kind, shape, flat)
@@ -800,8 +805,8 @@ class _FieldBase:
         # Memory: the folds run in chunks (_chunk_words: a few percent of the
         # data, so a constant number of kernel calls), the first `s` folds
         # straight from `values` into `buf`, the others in place in `buf`;
-        # a chunk's halves, difference and product, and the broadcast
-        # coordinate, live in scratch buffers that every chunk reuses.  Base
+        # a chunk's halves, difference and product live in scratch buffers
+        # that every chunk reuses (the coordinate is read in place).  Base
         # values at an extension point fold three times at once, so that `buf`
         # (extension words) is half of `values`, as after one fold of
         # same-field values; one fold would leave twice their words.
@@ -838,66 +843,53 @@ class _FieldBase:
                 scratch[key] = xp.empty((size,) + ((4,) if degree == 4 else ()), np.uint32)
             return scratch[key]
 
-        def coordinate(key, j, h, size=most):  # point[j] over h elements of the field
-            rb = space(key, size)[:h]
-            if deg == 4 and not p_ext:  # a base coordinate, embedded
-                rb[:, 0] = point[j]
-                rb[:, 1:] = 0
-            else:
-                rb[...] = point[j]
-            return rb
+        # point[j] as its 1 or 4 words, read by the broadcast kernels in place
+        pdeg = 4 if p_ext else 1
+        coords = [xp.ascontiguousarray(point[j]).reshape(-1) for j in range(nv)]
 
-        def run(field, op, a, b, out):  # one kernel on prepared contiguous operands
-            field._run(backend, kind, field._map_call(op, 2), [a, b], out)
+        def run(field, call, a, b, out):  # one kernel on prepared contiguous operands
+            field._run(backend, kind, call, [a, b], out)
             return out
 
-        def fold(v, rb, out, embedding=False):
+        def fold(v, r, out, embedding=False):
             # v'[k] = v[2k] + r (v[2k+1] - v[2k]): the kernels of add(lo, mul(r,
             # sub(hi, lo))) on the same words, so the same (canonical) results.
             # The halves are copied into scratch first, so `out` may lie over v.
+            # Base halves (embedding) stay base until the product with r.
             h = v.shape[0] // 2
-            lo, hi, d = (space(i, most, 1 if embedding else deg)[:h]
-                         for i in (("lo", embedding), ("hi", embedding), ("d", embedding)))
+            dd = 1 if embedding else deg
+            lo, hi, d = (space((i, dd), most, dd)[:h] for i in ("lo", "hi", "d"))
             lo[...] = v[0::2]
             hi[...] = v[1::2]
-            if embedding:  # base halves at an extension coordinate
-                run(self.base, monty.OP_SUB, hi, lo, d)
-                lo_e, d_e, hi = (space(i, most)[:h] for i in (("lo", False), ("d", False),
-                                                                ("hi", False)))
-                for e, x in ((lo_e, lo), (d_e, d)):  # embedded as (x, 0, 0, 0)
-                    e[:, 0] = x
-                    e[:, 1:] = 0
-                lo, d = lo_e, d_e
-            else:
-                run(self, monty.OP_SUB, hi, lo, d)
-            run(self, monty.OP_MUL, rb, d, hi)
-            return run(self, monty.OP_ADD, lo, hi, out)
+            field = self.base if embedding else self
+            run(field, field._map_call(monty.OP_SUB, 2), hi, lo, d)
+            t = space(("t", deg), most)[:h] if embedding else hi
+            run(self, self._bcast_call(monty.OP_MUL, 0, pdeg, 1, dd), r, d, t)
+            add = self._bcast_call(monty.OP_ADD, 1, 1, 1, 4) if embedding \
+                else self._map_call(monty.OP_ADD, 2)
+            return run(self, add, lo, t, out)
 
         buf = xp.empty((n >> s,) + trail, dtype=np.uint32)
-        # ("r", 0) serves the in-place folds too
-        rbs = [coordinate(("r", t), t, first >> (t + 1), most if t == 0 else first >> (t + 1))
-               for t in range(s)]
         for lo in range(0, n, step):
             v = values[lo:lo + step]
             for t in range(s):
                 h = v.shape[0] // 2
                 out = buf[lo >> s:(lo + step) >> s] if t == s - 1 else \
                     space(("mid", t), first >> (t + 1))[:h]
-                v = fold(v, rbs[t][:h], out, embed and t == 0)
+                v = fold(v, coords[t], out, embed and t == 0)
         v, m = buf, n >> s
         del buf
         for j in range(s, nv):
             half = m // 2
-            rb = coordinate(("r", 0), j, min(half, half_step))
             if half <= half_step:  # small: into a new array (the last fold always is)
-                v = fold(v, rb, xp.empty((half,) + trail, dtype=np.uint32))
+                v = fold(v, coords[j], xp.empty((half,) + trail, dtype=np.uint32))
             else:
                 # In place, ascending: chunk [k0, k1) reads v[2 k0 : 2 k1] (copied
                 # into scratch before its result is written) and writes
                 # v[k0 : k1], below what later chunks read (from 2 k1 >= k1 on).
                 for k0 in range(0, half, half_step):
                     k1 = min(half, k0 + half_step)
-                    fold(v[2 * k0:2 * k1], rb[:k1 - k0], v[k0:k1])
+                    fold(v[2 * k0:2 * k1], coords[j], v[k0:k1])
                 v = v[:half]
             m = half
         return v.reshape(shape)
