@@ -19,8 +19,11 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import shutil
+import stat
 import sys
 import tempfile
+import time
 
 import numpy as np
 from numba import njit
@@ -36,6 +39,12 @@ _HEADER = ("import numpy as np\n"
            "from zorch_nb.kernels.monty import mod_add, mod_neg, mod_sub, mont_mul\n\n")
 
 
+#: Evaluator folders of other kernel sources (older zorch_nb versions, edited
+#: checkouts) that no process has opened for this long are deleted.
+STALE_FOLDER_DAYS = 30
+_PREFIX = "graph-evaluators-"
+
+
 @functools.lru_cache(maxsize=None)
 def evaluator_cache_dir():
     """Folder for generated evaluator files, or None.
@@ -43,17 +52,42 @@ def evaluator_cache_dir():
     ``$ZORCH_NB_CACHE_DIR``, else ``$XDG_CACHE_HOME/zorch_nb`` (default
     ``~/.cache/zorch_nb``), in a subfolder named by the kernel sources' hash.
     Created where possible; a folder that exists but cannot be written still
-    serves the files already in it (a cache shipped read-only).
+    serves the files already in it (a cache shipped read-only).  Each process
+    marks its folder used (its modification time) and removes the sibling
+    folders of other sources unused for :data:`STALE_FOLDER_DAYS` days, so
+    the folders of past versions do not pile up; one in use by a process of
+    another version is at worst compiled again from memory.
     """
     root = os.environ.get("ZORCH_NB_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
         "zorch_nb")
-    path = os.path.join(root, "graph-evaluators-" + sources_digest()[:16])
+    name = _PREFIX + sources_digest()[:16]
+    path = os.path.join(root, name)
     try:
         os.makedirs(path, exist_ok=True)
+        os.utime(path)
     except OSError:
         pass
+    _prune_stale_folders(root, keep=name)
     return path if os.path.isdir(path) else None
+
+
+def _prune_stale_folders(root: str, keep: str) -> None:
+    cutoff = time.time() - STALE_FOLDER_DAYS * 86400
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return
+    for name in names:
+        if not name.startswith(_PREFIX) or name == keep:
+            continue
+        path = os.path.join(root, name)
+        try:
+            info = os.lstat(path)
+            if stat.S_ISDIR(info.st_mode) and info.st_mtime < cutoff:
+                shutil.rmtree(path)
+        except OSError:  # another user's folder, or a concurrent cleaner
+            pass
 
 
 def _evaluator_file(folder: str, source: str, name: str) -> str:

@@ -183,6 +183,40 @@ def test_replay_without_a_writable_cache_folder_compiles_in_memory(tmp_path, mon
         graph_cpu.compile_evaluator.cache_clear()
 
 
+def test_evaluator_folders_of_other_sources_are_pruned_when_unused(tmp_path, monkeypatch):
+    """Folders of other kernel sources (past versions) unused for
+    STALE_FOLDER_DAYS are deleted; recently used ones, other files and the
+    current folder stay; the current folder is marked used."""
+    import time
+
+    from zorch_nb.kernels import graph_cpu
+    root = tmp_path / "zc"
+    days = graph_cpu.STALE_FOLDER_DAYS
+    old, recent = root / "graph-evaluators-0000000000000000", root / "graph-evaluators-1111"
+    other = root / "not-ours"
+    for folder in (old, recent, other):
+        (folder / "__pycache__").mkdir(parents=True)
+        (folder / "zorch_graph_k.py").write_text("x = 1\n")
+    now = time.time()
+    for folder, age in ((old, days + 1), (recent, days - 1), (other, 10 * days)):
+        os.utime(folder, (now - age * 86400,) * 2)
+    monkeypatch.setenv("ZORCH_NB_CACHE_DIR", str(root))
+    graph_cpu.evaluator_cache_dir.cache_clear()
+    try:
+        current = graph_cpu.evaluator_cache_dir()
+    finally:
+        graph_cpu.evaluator_cache_dir.cache_clear()
+    assert not old.exists() and recent.exists() and other.exists()
+    assert os.path.isdir(current) and os.stat(current).st_mtime > now - 60
+    os.utime(current, (now - 2 * days * 86400,) * 2)  # its own folder is never pruned
+    graph_cpu.evaluator_cache_dir.cache_clear()
+    try:
+        assert graph_cpu.evaluator_cache_dir() == current and os.path.isdir(current)
+        assert os.stat(current).st_mtime > now - 60  # marked used again
+    finally:
+        graph_cpu.evaluator_cache_dir.cache_clear()
+
+
 @pytest.mark.skipif(numba.config.DISABLE_JIT, reason="nothing is compiled")
 def test_evaluator_cache_survives_damaged_files_and_a_full_disk(tmp_path, monkeypatch):
     """A cached evaluator file that is not byte for byte the generated source (not
