@@ -47,8 +47,8 @@ import types
 import numpy as np
 from numba import njit
 
-from .monty import (below_pr, canonical, ext4_dot, ext4_wrap, mont_mul, monty_reduce,
-                    monty_reduce_sum4, reduce_once)
+from .monty import (below_pr, canonical, ext4_dot, ext4_inv_finish, ext4_norm, ext4_wrap,
+                    mod_add, mod_sub, mont_mul, monty_reduce, monty_reduce_sum4, reduce_once)
 
 __all__ = ["MODE_BB", "MODE_BE", "MODE_EB", "MODE_EE", "mode_of", "output_mode",
            "mle_words", "SLOT_LIVE",
@@ -358,12 +358,14 @@ def inlined_arithmetic():
     stops the loop vectorizer: the CPU dense folds with extension
     denominators measured 3x faster with everything inlined (2**22 leaves,
     base/ext 35 -> 11 ms, ext/ext 55 -> 18 ms).  CPU only: Numba-CUDA
-    compiles its own device functions.
+    compiles its own device functions.  The field kernels (``field_cpu``)
+    take their inlined arithmetic from here too.
     """
     env = {}
     # Callees before callers: each copy is bound to the copies made so far.
     for fn in (canonical, reduce_once, monty_reduce, below_pr, monty_reduce_sum4, mont_mul,
-               ext4_wrap, ext4_dot, frac_bb, frac_be, frac_eb, frac_ee):
+               mod_add, mod_sub, ext4_wrap, ext4_dot, ext4_norm, ext4_inv_finish,
+               frac_bb, frac_be, frac_eb, frac_ee):
         env[fn.__name__] = njit(forceinline=True)(_rebind(getattr(fn, "py_func", fn), env))
     return env
 

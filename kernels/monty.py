@@ -248,13 +248,13 @@ def ext4_mul(a0, a1, a2, a3, b0, b1, b2, b3, p, mu_neg, w_mont):
 
 
 @njit(cache=True)
-def ext4_inv(a0, a1, a2, a3, p, mu_neg, w_mont, one):
-    """Inverse in F_p[x]/(x^4 - W) by two norm steps; caller ensures a != 0.
+def ext4_norm(a0, a1, a2, a3, p, mu_neg, w_mont):
+    """``(N0, N1, n)`` of ``a`` for :func:`ext4_inv`: ``n`` is the norm of
+    ``a`` down to F_p, zero exactly when ``a`` is (``x^4 - W`` is irreducible).
 
     With ``u = x^2`` (``u^2 = W``), ``a = A + x B``, ``A = a0 + a2 u``,
     ``B = a1 + a3 u``.  ``(A + xB)(A - xB) = A^2 - u B^2 = N0 + N1 u`` and
-    ``(N0 + N1 u)(N0 - N1 u) = N0^2 - W N1^2 = n`` lies in F_p, so
-    ``a^-1 = (A - xB)(N0 - N1 u) / n``.
+    ``(N0 + N1 u)(N0 - N1 u) = N0^2 - W N1^2 = n``.
     """
     # Products a_i a_j and the W-multiples they need (all Montgomery words).
     a00 = mont_mul(a0, a0, p, mu_neg)
@@ -267,8 +267,14 @@ def ext4_inv(a0, a1, a2, a3, p, mu_neg, w_mont, one):
     n0 = mod_sub(mod_sub(mod_add(a00, a22w, p), a13w, p), a13w, p)
     n1 = mod_sub(mod_sub(mod_add(a02, a02, p), a11, p), a33w, p)
     n1w = mont_mul(n1, w_mont, p, mu_neg)
-    norm = mod_sub(mont_mul(n0, n0, p, mu_neg), mont_mul(n1w, n1, p, mu_neg), p)
-    ni = mont_inv(norm, p, mu_neg, one)
+    return n0, n1, mod_sub(mont_mul(n0, n0, p, mu_neg), mont_mul(n1w, n1, p, mu_neg), p)
+
+
+@njit(cache=True)
+def ext4_inv_finish(a0, a1, a2, a3, n0, n1, ni, p, mu_neg, w_mont):
+    """``a^-1 = (A - xB)(N0 - N1 u) ni`` from :func:`ext4_norm`'s ``N0, N1``
+    and ``ni``, the inverse of its norm."""
+    n1w = mont_mul(n1, w_mont, p, mu_neg)
     # (A - xB)(N0 - N1 u): c0 = a0 N0 - W a2 N1, c1 = W a3 N1 - a1 N0,
     # c2 = a2 N0 - a0 N1, c3 = a1 N1 - a3 N0.
     c0 = mod_sub(mont_mul(a0, n0, p, mu_neg), mont_mul(a2, n1w, p, mu_neg), p)
@@ -277,6 +283,15 @@ def ext4_inv(a0, a1, a2, a3, p, mu_neg, w_mont, one):
     c3 = mod_sub(mont_mul(a1, n1, p, mu_neg), mont_mul(a3, n0, p, mu_neg), p)
     return (mont_mul(c0, ni, p, mu_neg), mont_mul(c1, ni, p, mu_neg),
             mont_mul(c2, ni, p, mu_neg), mont_mul(c3, ni, p, mu_neg))
+
+
+@njit(cache=True)
+def ext4_inv(a0, a1, a2, a3, p, mu_neg, w_mont, one):
+    """Inverse in F_p[x]/(x^4 - W) by two norm steps (:func:`ext4_norm`):
+    ``a^-1 = (A - xB)(N0 - N1 u) / n``; the caller ensures ``a != 0``."""
+    n0, n1, norm = ext4_norm(a0, a1, a2, a3, p, mu_neg, w_mont)
+    ni = mont_inv(norm, p, mu_neg, one)
+    return ext4_inv_finish(a0, a1, a2, a3, n0, n1, ni, p, mu_neg, w_mont)
 
 
 @njit(cache=True)

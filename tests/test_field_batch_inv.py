@@ -1,0 +1,97 @@
+"""The CPU inverses run Montgomery's batch trick (base elements, and the
+norms of extension elements) in chunks; checked here against the elementwise
+Fermat inverse of kernels/monty.py and Python big ints, across chunk
+boundaries, with zeros (the trick must keep them from spoiling their chunk:
+at the kernel level a zero inverts to 0, as Fermat gives) and words >= p."""
+import numpy as np
+import pytest
+from numba import njit
+
+import naive
+from zorch_nb import BabyBear, KoalaBear
+from zorch_nb.kernels import field_cpu
+from zorch_nb.kernels.field_params import kernel_words
+from zorch_nb.kernels.launch_config import BATCH_INV_CHUNK
+from zorch_nb.kernels.monty import OP_INV, OP_SQUARE, base_map1, ext4_inv, ext4_mul
+
+FIELDS = [pytest.param(KoalaBear, id="koalabear"), pytest.param(BabyBear, id="babybear")]
+SIZES = [1, 7, BATCH_INV_CHUNK - 1, BATCH_INV_CHUNK, BATCH_INV_CHUNK + 1, 2 * BATCH_INV_CHUNK + 3]
+
+
+@njit
+def _fermat_each(a, out, p, mu, one):
+    for i in range(a.shape[0]):
+        out[i] = base_map1(OP_INV, a[i], p, mu, one)
+
+
+@njit
+def _ext_fermat_each(a, out, p, mu, wm, one):
+    for i in range(a.shape[0]):
+        x = [np.uint32(a[i, k] % p) for k in range(4)]
+        if x[0] == 0 and x[1] == 0 and x[2] == 0 and x[3] == 0:
+            for k in range(4):
+                out[i, k] = 0
+            continue
+        c = ext4_inv(x[0], x[1], x[2], x[3], p, mu, wm, one)
+        for k in range(4):
+            out[i, k] = c[k]
+
+
+def words_with_zeros(F, shape, seed):
+    rng = np.random.default_rng(seed)
+    w = rng.integers(0, 2**32, size=shape, dtype=np.uint64).astype(np.uint32)
+    flat = w.reshape(shape[0], -1)
+    zero_rows = rng.random(shape[0]) < 0.02
+    flat[zero_rows] = 0
+    flat[rng.random(shape[0]) < 0.01] = F.p  # also zero (read mod p)
+    flat[-1] = 0  # the last element of the last chunk
+    return w
+
+
+@pytest.mark.parametrize("F", FIELDS)
+@pytest.mark.parametrize("n", SIZES)
+def test_base_inverse_kernel_equals_fermat_each(F, n):
+    p, mu, _, one = kernel_words(F.params)
+    a = words_with_zeros(F, (n,), n)
+    a0 = a.copy()
+    want = np.empty_like(a)
+    _fermat_each(a, want, p, mu, one)
+    for run in (lambda o: field_cpu.base_map1(OP_INV, a, o, F.params),
+                lambda o: field_cpu.base_batch_inv(a, o, F.params)):
+        got = np.empty_like(a)
+        run(got)
+        np.testing.assert_array_equal(got, want)
+    assert (a == a0).all()
+    some = np.flatnonzero(a % F.p)[:20]  # and the big-int inverse of a few
+    for i in some:
+        v = naive.dec(int(a[i]) % F.p, F.p)
+        assert naive.dec(int(want[i]), F.p) == pow(v, F.p - 2, F.p)
+
+
+@pytest.mark.parametrize("F", FIELDS)
+@pytest.mark.parametrize("n", SIZES)
+def test_extension_inverse_kernel_equals_fermat_each(F, n):
+    p, mu, wm, one = kernel_words(F.ext.params)
+    a = words_with_zeros(F, (n, 4), n + 1)
+    a0 = a.copy()
+    want = np.empty_like(a)
+    _ext_fermat_each(a, want, p, mu, wm, one)
+    got = np.empty_like(a)
+    field_cpu.ext4_map1(OP_INV, a, got, F.ext.params)
+    np.testing.assert_array_equal(got, want)
+    assert (a == a0).all()
+    for i in np.flatnonzero((a % F.p).any(axis=1))[:8]:  # x * x^-1 = 1 in big ints
+        x = [naive.dec(int(v) % F.p, F.p) for v in a[i]]
+        y = [naive.dec(int(v), F.p) for v in got[i]]
+        assert naive.ext_mul(x, y, F.p, F.W) == [1, 0, 0, 0]
+
+
+@pytest.mark.parametrize("F", FIELDS)
+def test_extension_square_kernel_is_the_product(F):
+    p, mu, wm, _ = kernel_words(F.ext.params)
+    a = words_with_zeros(F, (1001, 4), 3)
+    got = np.empty_like(a)
+    field_cpu.ext4_map1(OP_SQUARE, a, got, F.ext.params)
+    for i in range(0, 1001, 37):
+        x = [np.uint32(v % p) for v in a[i]]
+        assert list(ext4_mul(*x, *x, p, mu, wm)) == got[i].tolist()
