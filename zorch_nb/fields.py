@@ -664,10 +664,12 @@ class _FieldBase:
     def batch_inv(self, a, out=None, *, backend=None):
         """Inverses of all entries of ``a`` at once.
 
-        Same result as :meth:`inv`; on the CPU the base field uses Montgomery's
-        batch trick (three multiplications per element and one inversion per
-        chunk), GPU backends invert each element in parallel.  Raises
-        ``ValueError`` naming the index of the first zero entry.
+        Same result as :meth:`inv`, and on every backend the same kernels:
+        on the CPU Montgomery's batch trick (three multiplications per
+        element and one inversion per chunk of elements; the extension field
+        batches the norms of its elements down to the base field), on a GPU
+        each element inverted in parallel.  Raises ``ValueError`` naming the
+        index of the first zero entry.
         """
         _check_words(a, "a")
         if self.degree == 4:
