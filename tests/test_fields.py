@@ -572,3 +572,45 @@ def test_device_of_reads_the_memory_pointer_id_or_falls_back(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", types.ModuleType("cupy"))  # resolve needs one
     with pytest.raises(ValueError, match="different devices"):
         _backend.resolve({"a": with_id, "b": without}, None)
+
+
+@pytest.mark.parametrize("F", FIELDS)
+@pytest.mark.parametrize("dtype", [np.int8, np.uint16, np.int32, np.int64, np.uint32])
+def test_encode_decode_kernels_match_big_ints_in_every_dtype(F, dtype, monkeypatch):
+    """encode/decode run a CPU kernel over int64 (one Montgomery product or
+    reduction per value) in blocks; every dtype, reduce=True over values out
+    of range, the error's index in a later block and a later kernel chunk."""
+    import zorch_nb.fields as fields
+    p = F.p
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(7)
+    n = 70001  # more than one kernel chunk (2**16)
+    vals = rng.integers(max(info.min, -2**40), min(info.max, 2**40), size=n,
+                        dtype=np.int64, endpoint=True).astype(dtype)
+    vals[:4] = [0, 1, min(info.max, p - 1), info.max]
+    big = [int(v) for v in vals]
+    want = [v % p * 2**32 % p for v in big]
+    for chunk in (None, 4099):  # whole array, and many blocks
+        if chunk:
+            monkeypatch.setattr(fields, "_chunk_words", lambda *a, **k: chunk)
+        words = F.encode(vals, reduce=True)
+        assert words.dtype == np.uint32 and words.tolist() == want
+        assert F.decode(words).tolist() == [v % p for v in big]
+        inside = vals[(vals >= 0) & (vals < p)]
+        assert F.encode(inside).tolist() == [v * 2**32 % p for v in map(int, inside)]
+    grid = vals[:70000].reshape(700, 100)
+    for view in (grid.T, grid[::3, ::2], np.asfortranarray(grid)):  # other layouts
+        got = F.encode(view, reduce=True)
+        assert got.shape == view.shape
+        assert got.tolist() == [[int(v) % p * 2**32 % p for v in row] for row in view]
+        assert F.decode(got).tolist() == [[int(v) % p for v in row] for row in view]
+        assert F.decode(got.T).tolist() == [[int(v) % p for v in row] for row in view.T]
+    bad = np.zeros(n, dtype=dtype)
+    bad[n - 3] = info.max if info.max >= p else (info.min if info.min < 0 else 0)
+    if bad[n - 3] != 0:
+        with pytest.raises(ValueError, match=rf"ints\[{n - 3}\] = {bad[n - 3]}"):
+            F.encode(bad)
+    w = F.encode(np.arange(n) % p)
+    w[n - 2] = p  # non-canonical, in the last block and the second kernel chunk
+    with pytest.raises(ValueError, match="canonical"):
+        F.decode(w)
