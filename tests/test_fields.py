@@ -614,3 +614,25 @@ def test_encode_decode_kernels_match_big_ints_in_every_dtype(F, dtype, monkeypat
     w[n - 2] = p  # non-canonical, in the last block and the second kernel chunk
     with pytest.raises(ValueError, match="canonical"):
         F.decode(w)
+
+
+@pytest.mark.parametrize("F", FIELDS)
+def test_extension_sum_of_large_blocks_matches_big_ints(F, monkeypatch):
+    """A full reduction of a C-ordered extension block (>= 1024 words) sums
+    rows of 256 words, then folds them to the coefficients: against big ints
+    for a count of elements that is no multiple of 64, in one block and in
+    many, with slots reduced mod p in between."""
+    import zorch_nb.fields as fields_mod
+    rng = np.random.default_rng(9)
+    ext = rng.integers(0, 2**32, size=(300, 7, 4), dtype=np.uint64).astype(np.uint32)
+    flat = [[int(w) % F.p for w in row] for row in ext.reshape(-1, 4)]
+    want = [naive.dec(sum(col) % F.p, F.p) for col in zip(*flat)]
+    for chunk, exact in ((None, 2**32), (5000, 2**32), (5000, 700)):
+        if chunk:
+            monkeypatch.setattr(fields_mod, "_chunk_words", lambda *a, **k: chunk)
+        monkeypatch.setattr(fields_mod, "_SUM_EXACT", exact)
+        for axis in (None, (0, 1), (1, 0)):
+            got = F.ext.sum(ext, axis=axis)
+            assert got.shape == (4,) and F.ext.decode(got).tolist() == want
+        got = F.ext.sum(ext, axis=None, keepdims=True)
+        assert got.shape == (1, 1, 4) and F.ext.decode(got).reshape(-1).tolist() == want

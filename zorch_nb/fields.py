@@ -192,6 +192,21 @@ def _in_module(x):
     return "cupy", _backend.to_module(x, "cupy")
 
 
+def _sum_words(block, axes, degree):
+    """``block.sum(axis=axes, dtype=uint64, keepdims=True)``, exactly; where
+    ``axes`` are all element axes of a C-ordered extension block, summed as
+    rows of 256 words (64 elements) and then folded to the four coefficients:
+    NumPy reduces a leading axis over rows of 4 words about 5x slower."""
+    if degree == 4 and len(axes) == block.ndim - 1 and block.size >= 1024 \
+            and block.flags.c_contiguous:
+        flat = block.reshape(-1, 4)
+        g = flat.shape[0] // 64 * 64
+        total = flat[:g].reshape(-1, 256).sum(axis=0, dtype=np.uint64).reshape(64, 4)
+        total = total.sum(axis=0) + flat[g:].sum(axis=0, dtype=np.uint64)
+        return total.reshape((1,) * (block.ndim - 1) + (4,))
+    return block.sum(axis=axes, dtype=np.uint64, keepdims=True)
+
+
 @functools.lru_cache(maxsize=None)
 def _divisibility(p):
     """``(p**-1 mod 2**32, (2**32 - 1) // p)`` as uint32: for odd p, a uint32 word
@@ -769,7 +784,9 @@ class _FieldBase:
         # word).  The result is the unique canonical sum, whatever the chunking.
         limit = max(1, min(_chunk_words(kind, a.size) // self.degree, _SUM_EXACT - 1))
         if a.size <= limit * self.degree:  # one block: spare small arrays the loop
-            total = a.sum(axis=axes, dtype=np.uint64, keepdims=keepdims) % p
+            total = _sum_words(a, axes, self.degree) % p
+            if not keepdims:
+                total = total.reshape(tuple(d for i, d in enumerate(a.shape) if i not in axes))
             return xp.asarray(total).astype(np.uint32)
         total = xp.zeros(tuple(1 if i in axes else d for i, d in enumerate(a.shape)),
                          dtype=np.uint64)
@@ -788,7 +805,7 @@ class _FieldBase:
                 total %= p
                 pending = 1
             # dtype=uint64 widens inside the reduction, without a uint64 copy
-            total[target] += block.sum(axis=reduced, dtype=np.uint64, keepdims=True)
+            total[target] += _sum_words(block, reduced, self.degree)
             pending += adds
         total %= p
         if not keepdims:
