@@ -99,7 +99,7 @@ class ExtBroadcast:
         self.x = E.random(n, seed=1)
         self.y = {"one element": E.random((), seed=2), "base": F.random(n, seed=3),
                   "plain": E.random(n, seed=4)}[operand]
-        self.fn(self.x[:4], self.y if self.y.shape == (4,) else self.y[:4])  # compile
+        self.fn(self.x[:8], self.y if self.y.shape == (4,) else self.y[:8])  # compile
 
     def time_op(self, op, operand, n):
         self.fn(self.x, self.y)

@@ -78,76 +78,66 @@ def _base_map2_bcast_kernel(op, a, a_step, b, b_step, out, p, mu):
 _ADD, _SUB, _RSUB, _MUL = range(4)
 
 
-def _make_bcast_runs(kind):
-    """Serial 64-bit-lane loops of one coefficient-wise op ``kind`` (a
-    compile-time constant in them: an opcode branch left in the loop body,
-    even a loop-invariant one, kept LLVM from vectorizing it, 7x slower)."""
+@njit(forceinline=True)
+def _coef_op(kind, x, y, p, mu):
+    x, y = _canonical(x, p), _canonical(y, p)
+    if kind == _ADD:
+        return _mod_add(x, y, p)
+    if kind == _SUB:
+        return _mod_sub(x, y, p)
+    if kind == _RSUB:
+        return _mod_sub(y, x, p)
+    return _mont_mul(x, y, p, mu)
 
-    def op(x, y, p, mu):
-        x, y = _canonical(x, p), _canonical(y, p)
-        if kind == _ADD:
-            return _mod_add(x, y, p)
-        if kind == _SUB:
-            return _mod_sub(x, y, p)
-        if kind == _RSUB:
-            return _mod_sub(y, x, p)
-        return _mont_mul(x, y, p, mu)
 
-    op = njit(forceinline=True)(op)
-
-    def by_words(lo, hi, a, y0, y1, y2, y3, m1, out, p, mu):
-        # Elements [lo, hi) of a (flat (4 n,) words) op four fixed words y
-        # (canonical): an extension element, or a base element s as
-        # (s, 0, 0, 0) under add and sub, (s, s, s, s) under mul (a base
-        # factor scales each coefficient).
-        for i in range(lo, hi):
-            j = np.uint64(i) * _U4
-            out[j] = op(a[j], y0, p, mu)
-            out[j + _U1] = op(a[j + _U1], y1, p, mu)
-            out[j + _U2] = op(a[j + _U2], y2, p, mu)
-            out[j + _U3] = op(a[j + _U3], y3, p, mu)
-
-    def by_base(lo, hi, a, s, m1, out, p, mu):
-        # Elements [lo, hi) of a op s for base words s, one per element: s
-        # meets coefficient 0, and 1..3 too where m1 is all ones (mul); where
-        # m1 is 0 they meet 0 (add, sub: the embedding (s, 0, 0, 0)).
-        for i in range(lo, hi):
-            j = np.uint64(i) * _U4
-            si = s[i]
-            sk = si & m1
-            out[j] = op(a[j], si, p, mu)
-            out[j + _U1] = op(a[j + _U1], sk, p, mu)
-            out[j + _U2] = op(a[j + _U2], sk, p, mu)
-            out[j + _U3] = op(a[j + _U3], sk, p, mu)
-
-    def base_by(lo, hi, s, y0, y1, y2, y3, m1, out, p, mu):
-        # Elements [lo, hi) of s op y for base words s and four fixed words
-        # y, s embedded as in by_base.
-        for i in range(lo, hi):
-            j = np.uint64(i) * _U4
-            si = s[i]
-            sk = si & m1
-            out[j] = op(si, y0, p, mu)
-            out[j + _U1] = op(sk, y1, p, mu)
-            out[j + _U2] = op(sk, y2, p, mu)
-            out[j + _U3] = op(sk, y3, p, mu)
-
-    by_words, by_base, base_by = map(njit_lanes64, (by_words, by_base, base_by))
+def _make_bcast_run(kind):
+    """The serial 64-bit-lane loops of one coefficient-wise op ``kind``, a
+    compile-time constant in them (an opcode branch left in a loop body, even
+    a loop-invariant one, kept LLVM from vectorizing it: 7x slower).  The
+    closure holds only that int, so Numba's cache key is the same in every
+    process."""
 
     def run(form, lo, hi, x, y, y0, y1, y2, y3, m1, out, p, mu):
-        # form 0: x extension words op fixed y0..y3, 1: x extension words op
-        # base words y, 2: base words x op fixed y0..y3
+        # Elements [lo, hi), flat (4 n,) words out; m1 is all ones for mul,
+        # 0 for add and sub (see below).
         if form == 0:
-            by_words(lo, hi, x, y0, y1, y2, y3, m1, out, p, mu)
+            # x extension words op four fixed words y0..y3 (canonical): an
+            # extension element, or a base element s as (s, 0, 0, 0) under
+            # add and sub, (s, s, s, s) under mul (a base factor scales each
+            # coefficient)
+            for i in range(lo, hi):
+                j = np.uint64(i) * _U4
+                out[j] = _coef_op(kind, x[j], y0, p, mu)
+                out[j + _U1] = _coef_op(kind, x[j + _U1], y1, p, mu)
+                out[j + _U2] = _coef_op(kind, x[j + _U2], y2, p, mu)
+                out[j + _U3] = _coef_op(kind, x[j + _U3], y3, p, mu)
         elif form == 1:
-            by_base(lo, hi, x, y, m1, out, p, mu)
+            # x extension words op base words y, one per element: y meets
+            # coefficient 0, and 1..3 too where m1 is all ones; else they
+            # meet 0 (the embedding (s, 0, 0, 0))
+            for i in range(lo, hi):
+                j = np.uint64(i) * _U4
+                si = y[i]
+                sk = si & m1
+                out[j] = _coef_op(kind, x[j], si, p, mu)
+                out[j + _U1] = _coef_op(kind, x[j + _U1], sk, p, mu)
+                out[j + _U2] = _coef_op(kind, x[j + _U2], sk, p, mu)
+                out[j + _U3] = _coef_op(kind, x[j + _U3], sk, p, mu)
         else:
-            base_by(lo, hi, x, y0, y1, y2, y3, m1, out, p, mu)
+            # base words x op four fixed words y0..y3, x embedded as in form 1
+            for i in range(lo, hi):
+                j = np.uint64(i) * _U4
+                si = x[i]
+                sk = si & m1
+                out[j] = _coef_op(kind, si, y0, p, mu)
+                out[j + _U1] = _coef_op(kind, sk, y1, p, mu)
+                out[j + _U2] = _coef_op(kind, sk, y2, p, mu)
+                out[j + _U3] = _coef_op(kind, sk, y3, p, mu)
 
-    return njit(cache=True)(run)
+    return njit_lanes64(run)
 
 
-_run_add, _run_sub, _run_rsub, _run_mul = map(_make_bcast_runs, range(4))
+_run_add, _run_sub, _run_rsub, _run_mul = map(_make_bcast_run, range(4))
 
 
 @njit(cache=True)
@@ -461,6 +451,12 @@ def ext4_map2_bcast(op, a, a_step, a_deg, b, b_step, b_deg, out, f):
     backend (``field_cupy``, ``field_cuda_numba``).
     """
     p, mu, wm, _ = kernel_words(f)
+    if a_step and b_step and a_deg == 4 and b_deg == 4:  # no broadcast: the plain kernels
+        if op == OP_MUL:
+            _ext4_mul_kernel(a, b, out, p, mu, wm)
+        else:
+            _base_map2_kernel(op, a, b, out, p, mu)
+        return
     # x: the operand that varies with the element (the extension one if both
     # do), y the other; swap: x is the right operand
     swap = a_step == 0 or (a_deg == 1 and b_step == 1)

@@ -605,23 +605,21 @@ class _FieldBase:
         n = math.prod(shape)
         if n <= 1:
             return None
-        xp = _backend.get_xp(kind)
-        lean = []
+        steps = []
         for name, x in operands.items():
-            deg = degrees[name]
-            elem = tuple(x.shape)[:-1] if deg == 4 else tuple(x.shape)
-            if math.prod(elem) == 1:
-                step = 0
-            elif elem == shape:
-                step = 1
+            elem = tuple(x.shape)[:-1] if degrees[name] == 4 else tuple(x.shape)
+            if elem == shape:
+                steps.append(1)
+            elif math.prod(elem) == 1:
+                steps.append(0)
             else:
                 return None
-            x = _backend.to_module(x, kind)
-            lean.append((xp.ascontiguousarray(x).reshape(-1), step, deg))
-        if all(step == 1 and deg == self.degree for _, step, deg in lean) \
-                or all(deg == 1 for _, _, deg in lean) and self.degree == 4:
+        degs = [degrees[name] for name in operands]
+        if steps == [1, 1] and degs == [self.degree] * 2 or self.degree == 4 and degs == [1, 1]:
             return None  # the plain kernels; base op base on the extension: embedded
-        return lean
+        xp = _backend.get_xp(kind)
+        return [(xp.ascontiguousarray(_backend.to_module(x, kind)).reshape(-1), step, deg)
+                for x, step, deg in zip(operands.values(), steps, degs)]
 
     def _bcast_call(self, op, sa, da, sb, db):
         """``call(kernels, a, b, out)`` (for :meth:`_run`) running the binary
