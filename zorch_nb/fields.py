@@ -602,6 +602,9 @@ class _FieldBase:
         the plain case (same shapes and degrees: the plain kernels) and for a
         general broadcast (copied by :meth:`_flat`).
         """
+        (na, a), (nb, b) = operands.items()
+        if degrees[na] == degrees[nb] == self.degree and a.shape == b.shape:
+            return None  # the common plain case, decided first: it pays for every step
         n = math.prod(shape)
         if n <= 1:
             return None
