@@ -13,7 +13,6 @@ from .field_params import kernel_words
 from .monty import base_map1 as _base1
 from .monty import base_map2 as _base2
 from .monty import base_pow as _base_pow, ext4_pow as _ext4_pow, mont_inv, mont_mul
-from .monty import monty_reduce
 from .monty import OP_ADD, OP_INV, OP_MUL, OP_NEG, OP_SQUARE, OP_SUB, canonical, ext4_mul
 from .gkr_scalar import inlined_arithmetic
 from .launch_config import BATCH_INV_CHUNK, CPU_LANE_RUN
@@ -33,6 +32,7 @@ _canonical, _ext4_dot_inline, _reduce4 = \
 _mod_add, _mod_sub, _mont_mul = _inl["mod_add"], _inl["mod_sub"], _inl["mont_mul"]
 _ext4_wrap = _inl["ext4_wrap"]
 _inl_norm, _inl_finish = _inl["ext4_norm"], _inl["ext4_inv_finish"]
+_monty_reduce = _inl["monty_reduce"]
 _U1 = np.uint64(1)
 _U2 = np.uint64(2)
 _U3 = np.uint64(3)
@@ -335,64 +335,64 @@ def _ext4_batch_inv_kernel(a, out, chunk, p, mu, wm, one):
         _ext4_inv_finish_run(lo, hi, a, out, p, mu, wm)
 
 
-@njit(parallel=True, cache=True)
-def _encode_kernel(v, out, reduce, first_bad, chunk, p, mu, r2):
+@njit_lanes64
+def _encode_run(v, out, p, mu, r2):
     # out[i] = v[i] * 2**32 mod p = mont_mul(v[i], 2**64 mod p) for int64
-    # values: a product and a reduction instead of NumPy's uint64 `%` (a
-    # division).  Out-of-range values are reduced (reduce) or the first one
-    # of each chunk is recorded in first_bad (else -1).
-    n = v.shape[0]
+    # values in [0, p): a product and a reduction instead of NumPy's uint64
+    # `%` (a division); values outside are left to _encode_kernel.
     pp = np.int64(p)
-    for c in prange(first_bad.shape[0]):
-        lo = c * chunk
-        bad = -1
-        for i in range(lo, min(n, lo + chunk)):
-            x = v[i]
-            if x < 0 or x >= pp:
-                if bad < 0:
-                    bad = i
-                x = x % pp  # Python semantics in Numba: in [0, p) for p > 0
-            out[i] = mont_mul(np.uint32(x), r2, p, mu)
-        first_bad[c] = -1 if reduce else bad
+    for i in range(v.shape[0]):
+        x = v[i]
+        out[i] = _mont_mul(np.uint32(x if 0 <= x < pp else 0), r2, p, mu)
 
 
-@njit(parallel=True, cache=True)
-def _decode_kernel(w, out, bad, chunk, p, mu):
-    # out[i] = w[i] * 2**-32 mod p (one Montgomery reduction); bad[c] counts
-    # the non-canonical words (>= p) of chunk c, which decode refuses.
-    n = w.shape[0]
-    for c in prange(bad.shape[0]):
-        lo = c * chunk
-        k = 0
-        for i in range(lo, min(n, lo + chunk)):
-            x = w[i]
-            k += x >= p
-            out[i] = monty_reduce(np.uint64(x), p, mu)
-        bad[c] = k
+@njit(cache=True)
+def _encode_kernel(v, out, reduce, p, mu, r2):
+    # Serial on purpose (as _decode_kernel): a conversion at the boundary to
+    # integers must not start the threading layer, or a process forked
+    # after it (multiprocessing's default on Linux) could not run the
+    # parallel kernels (GNU OpenMP).  The vectorized run first, then the
+    # values out of range: reduced mod p (reduce) or the first one's index
+    # returned (else -1).
+    _encode_run(v, out, p, mu, r2)
+    pp = np.int64(p)
+    for i in range(v.shape[0]):
+        x = v[i]
+        if x < 0 or x >= pp:
+            if not reduce:
+                return i
+            out[i] = mont_mul(np.uint32(x % pp), r2, p, mu)  # % as in Python: in [0, p)
+    return -1
 
 
-@serialized
+@njit_lanes64
+def _decode_kernel(w, out, p, mu):
+    # out[i] = w[i] * 2**-32 mod p (one Montgomery reduction, serial as
+    # _encode_kernel); returns the count of non-canonical words (>= p),
+    # which decode refuses.
+    bad = 0
+    for i in range(w.shape[0]):
+        x = w[i]
+        bad += x >= p
+        out[i] = _monty_reduce(np.uint64(x), p, mu)
+    return bad
+
+
 def encode(v, out, reduce, f):
     """``out = v * 2**32 mod p`` (Montgomery words) for flat int64 ``v``;
-    values outside ``[0, p)`` are reduced mod p.  Returns the index of the
-    first such value, or -1 (always -1 with ``reduce``)."""
+    values outside ``[0, p)`` are reduced mod p with ``reduce``, else the
+    index of the first is returned (-1: none).  Serial: it starts no
+    threading layer (see _encode_kernel)."""
     p, mu, _, _ = kernel_words(f)
-    chunk = 1 << 16
-    first_bad = np.empty(max(1, -(-v.shape[0] // chunk)), dtype=np.int64)
-    _encode_kernel(v, out, reduce, first_bad, chunk, p, mu, np.uint32(f.r2_mod_p))
-    bad = first_bad[first_bad >= 0]
-    return int(bad[0]) if bad.size else -1
+    return int(_encode_kernel(v, out, reduce, p, mu, np.uint32(f.r2_mod_p)))
 
 
-@serialized
 def decode(w, out, f):
     """``out = w * 2**-32 mod p`` for flat uint32 words; returns whether every
-    word was canonical (``< p``; a word ``>= p`` gives that of ``w mod p``)."""
+    word was canonical (``< p``; a word ``>= p`` gives that of ``w mod p``).
+    Serial, as :func:`encode`."""
     p, mu, _, _ = kernel_words(f)
-    chunk = 1 << 16
-    bad = np.empty(max(1, -(-w.shape[0] // chunk)), dtype=np.int64)
-    _decode_kernel(w, out, bad, chunk, p, mu)
-    return not bad.any()
+    return _decode_kernel(w, out, p, mu) == 0
 
 
 @serialized

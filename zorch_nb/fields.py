@@ -328,20 +328,20 @@ class _FieldBase:
         arr = np.asarray(_int_array(ints, "ints"))  # a subclass would index blocks its own way
         _element_shape(arr, self.degree, "ints")
         words = np.empty_like(arr, dtype=np.uint32)  # the layout astype gave
-        # int64 in C order (NumPy's default): one kernel call on the whole
-        # array, else blocks, so the int64 copy of other dtypes stays small
-        whole = arr.dtype == np.int64 and arr.flags.c_contiguous
-        for prefix, lo, hi, start in (_blocks(arr.shape, arr.size) if whole else
-                                      _blocks(arr.shape, _chunk_words("numpy", arr.size))):
+        # C-ordered integers run the CPU kernel (a Montgomery product per
+        # value instead of a uint64 `%`: 6x faster), int64 ones in one call,
+        # others through int64 copies of a few blocks; other layouts (which
+        # the kernel would first gather) and uint64 / object values the
+        # NumPy path, block by block
+        kernel = arr.flags.c_contiguous and arr.dtype != object and arr.dtype != np.uint64
+        limit = arr.size if kernel and arr.dtype == np.int64 else \
+            _chunk_words("numpy", arr.size, launches=kernel)
+        for prefix, lo, hi, start in _blocks(arr.shape, limit):
             idx = _at(prefix, lo, hi)
             blk = arr[idx]
-            if arr.dtype != object and arr.dtype != np.uint64:
-                # the CPU kernel: a Montgomery product per value instead of a
-                # uint64 `%` (about 15x faster); int64 holds every other dtype
+            if kernel:
                 flat = np.ascontiguousarray(blk, dtype=np.int64).reshape(-1)
-                dest = words[idx]
-                tmp = dest.reshape(-1) if dest.flags.c_contiguous else \
-                    np.empty(flat.shape, dtype=np.uint32)
+                tmp = words[idx].reshape(-1)  # a view: words is C-ordered as arr
                 first = _backend.kernels_for("cpu", "field").encode(flat, tmp, reduce,
                                                                      self.params)
                 if first >= 0:
@@ -350,8 +350,6 @@ class _FieldBase:
                     raise ValueError(f"Argument `ints` must lie in [0, p={p}), but "
                                      f"{where} = {arr[idx]}; pass reduce=True to reduce "
                                      f"modulo p")
-                if not dest.flags.c_contiguous:
-                    words[idx] = tmp.reshape(blk.shape)
                 continue
             if blk.size and not reduce:
                 bad = np.asarray((blk < 0) | (blk >= p))
@@ -390,25 +388,26 @@ class _FieldBase:
         # raises, on a device the flags are read once after the blocks.
         out = xp.empty_like(words, dtype=np.uint32)  # the layout astype gave
         bad = []
-        # host words in C order: one kernel call on the whole array
-        whole = kind == "numpy" and words.flags.c_contiguous
-        for prefix, lo, hi, _ in _blocks(tuple(words.shape), words.size if whole else
+        # host words in C order: the CPU kernel (one Montgomery reduction per
+        # word), in one call; other layouts the NumPy path, block by block
+        kernel = kind == "numpy" and words.flags.c_contiguous
+        for prefix, lo, hi, _ in _blocks(tuple(words.shape), words.size if kernel else
                                          _chunk_words(kind, words.size)):
             idx = _at(prefix, lo, hi)
             w = words[idx]
-            if kind == "numpy":  # the CPU kernel: one Montgomery reduction per word
-                flat = np.ascontiguousarray(w).reshape(-1)
-                dest = out[idx]
-                tmp = dest.reshape(-1) if dest.flags.c_contiguous else \
-                    np.empty(flat.shape, dtype=np.uint32)
-                if not _backend.kernels_for("cpu", "field").decode(flat, tmp, self.params):
+            if kernel:  # out is C-ordered as words: the reshapes are views
+                if not _backend.kernels_for("cpu", "field").decode(
+                        w.reshape(-1), out[idx].reshape(-1), self.params):
                     raise noncanonical
-                if not dest.flags.c_contiguous:
-                    out[idx] = tmp.reshape(w.shape)
                 continue
-            bad.append((w >= self.p).any())
+            if kind == "numpy":
+                if w.size and bool((w >= self.p).any()):
+                    raise noncanonical
+            else:
+                bad.append((w >= self.p).any())
             val = (w.astype(np.uint64) * self.params.r_inv) % self.p  # < p: exact in uint32
-            out[idx] = val.astype(np.uint32)
+            # NumPy casts on assignment; on a device cast explicitly, as before
+            out[idx] = val if kind == "numpy" else val.astype(np.uint32)
         if bad and words.size and bool(xp.stack(bad).any()):
             raise noncanonical
         return out
