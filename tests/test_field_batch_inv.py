@@ -12,7 +12,8 @@ from zorch_nb import BabyBear, KoalaBear
 from zorch_nb.kernels import field_cpu
 from zorch_nb.kernels.field_params import kernel_words
 from zorch_nb.kernels.launch_config import BATCH_INV_CHUNK
-from zorch_nb.kernels.monty import OP_INV, OP_SQUARE, base_map1, ext4_inv, ext4_mul
+from zorch_nb.kernels.monty import (OP_INV, OP_SQUARE, base_map1, base_pow, ext4_inv, ext4_mul,
+                                    ext4_pow)
 
 FIELDS = [pytest.param(KoalaBear, id="koalabear"), pytest.param(BabyBear, id="babybear")]
 SIZES = [1, 7, BATCH_INV_CHUNK - 1, BATCH_INV_CHUNK, BATCH_INV_CHUNK + 1, 2 * BATCH_INV_CHUNK + 3]
@@ -95,3 +96,38 @@ def test_extension_square_kernel_is_the_product(F):
     for i in range(0, 1001, 37):
         x = [np.uint32(v % p) for v in a[i]]
         assert list(ext4_mul(*x, *x, p, mu, wm)) == got[i].tolist()
+
+
+@njit
+def _pow_each(a, e_hi, e_lo, nbits, out, p, mu, wm, one):
+    # the per-element square and multiply of kernels/monty.py
+    for i in range(a.shape[0]):
+        if a.ndim == 1:
+            out[i] = base_pow(a[i], e_hi, e_lo, nbits, p, mu, one)
+        else:
+            c = ext4_pow(a[i, 0], a[i, 1], a[i, 2], a[i, 3], e_hi, e_lo, nbits, p, mu, wm, one)
+            for k in range(4):
+                out[i, k] = c[k]
+
+
+@pytest.mark.parametrize("F", FIELDS)
+@pytest.mark.parametrize("ext", [False, True], ids=["base", "ext"])
+def test_pow_kernel_equals_square_and_multiply_each(F, ext):
+    """The CPU powers run square and multiply over runs of elements, one
+    vectorized product per step; against the per-element loop of monty.py,
+    across run boundaries (CPU_LANE_RUN), words >= p, zero exponents and
+    128-bit ones."""
+    from zorch_nb.kernels.launch_config import CPU_LANE_RUN
+    G = F.ext if ext else F
+    p, mu, wm, one = kernel_words(G.params)
+    n = 2 * CPU_LANE_RUN + 3
+    a = words_with_zeros(F, (n, 4) if ext else (n,), 5)
+    a0 = a.copy()
+    for e in (0, 1, 2, 7, 2**64 + 3, F.p**4 - 2, 2**127 + 2**64 - 1):
+        e_hi, e_lo = np.uint64(e >> 64), np.uint64(e & (2**64 - 1))
+        nbits = np.int64(e.bit_length())
+        want, got = np.empty_like(a), np.empty_like(a)
+        _pow_each(a, e_hi, e_lo, nbits, want, p, mu, wm, one)
+        (field_cpu.ext4_pow if ext else field_cpu.base_pow)(a, e_hi, e_lo, nbits, got, G.params)
+        np.testing.assert_array_equal(got, want, err_msg=str(e))
+    assert (a == a0).all()

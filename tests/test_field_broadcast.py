@@ -114,4 +114,4 @@ def test_no_full_size_copy_of_the_broadcast_operand(F):
     for fn, out_bytes in ((lambda: E.mul(x, r), 16 * n), (lambda: E.mul(s, x), 16 * n),
                           (lambda: E.mul(r, s), 16 * n), (lambda: F.mul(a, one), 4 * n)):
         peak, _ = peak_bytes(fn)
-        assert peak <= out_bytes + 4096, (peak, out_bytes)
+        assert peak <= out_bytes + 65536, (peak, out_bytes)  # a full-size copy: 4x+ more
