@@ -1,9 +1,19 @@
 """Numba CPU kernels of the field ops (``@njit(parallel=True, cache=True)``).
 
-Arrays are C-contiguous: base ``(n,)`` uint32, extension ``(n, 4)`` uint32, all
-Montgomery words in ``[0, p)``.  ``out`` is written, nothing is allocated or
-validated.  Field constants are runtime arguments, so each kernel compiles
-once for every field and length.
+Arrays are C-contiguous uint32: base ``(n,)``, extension ``(n, 4)`` or its
+flat ``(4 n,)`` words (each launcher says which), any words (read mod p);
+results are canonical Montgomery words.  ``out`` is written and overlaps no
+input; nothing is validated, and nothing input-sized is allocated (the
+powers use one run-sized scratch per run).  Field constants are runtime
+arguments, so each kernel compiles once for every field and length.
+
+Where the plain loop over elements does not vectorize, the work is split
+into runs of elements (``CPU_LANE_RUN``) of serial 64-bit-lane loops
+(:mod:`.vector_width`): the extension product, the broadcast forms (one
+element or base operands), the inverses (Montgomery's batch trick, the
+extension's over its norms) and the powers (one vectorized product of a run
+per step of square and multiply).  ``encode``/``decode`` are serial: they
+must not start the threading layer (see :func:`_encode_kernel`).
 """
 import numpy as np
 from numba import njit, prange
