@@ -240,6 +240,9 @@ def _pow_kernel(deg, a, e_hi, e_lo, nbits, out, p, mu, wm, one):
     # a run-sized scratch, instead of a scalar loop of products per element
     # (the extension's a ** 7 went 90 -> ~20 ms at 2**22).
     n = out.shape[0] // deg
+    top = nbits - 1  # the highest set bit of e (nbits may exceed its length)
+    while top >= 0 and exponent_bit(e_hi, e_lo, top) == 0:
+        top -= 1
     run = CPU_LANE_RUN
     for c in prange((n + run - 1) // run):
         lo, hi = c * run, min(n, c * run + run)
@@ -247,7 +250,7 @@ def _pow_kernel(deg, a, e_hi, e_lo, nbits, out, p, mu, wm, one):
         x = a[lo * deg:hi * deg]
         cur = out[lo * deg:hi * deg]
         nxt = np.empty(m * deg, dtype=np.uint32)
-        if nbits == 0:  # a ** 0 = one (also for a = 0)
+        if top < 0:  # e = 0: a ** 0 = one (also for a = 0)
             cur[:] = 0
             for i in range(m):
                 cur[i * deg] = one
@@ -255,7 +258,7 @@ def _pow_kernel(deg, a, e_hi, e_lo, nbits, out, p, mu, wm, one):
             for i in range(m * deg):
                 cur[i] = _canonical(x[i], p)
         in_out = True  # whether cur is the run's slice of out
-        for k in range(nbits - 2, -1, -1):
+        for k in range(top - 1, -1, -1):
             for factor in range(1 + (exponent_bit(e_hi, e_lo, k) != 0)):
                 y = cur if factor == 0 else x  # square, then times a where bit k is set
                 if deg == 1:

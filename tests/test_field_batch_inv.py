@@ -123,9 +123,11 @@ def test_pow_kernel_equals_square_and_multiply_each(F, ext):
     n = 2 * CPU_LANE_RUN + 3
     a = words_with_zeros(F, (n, 4) if ext else (n,), 5)
     a0 = a.copy()
-    for e in (0, 1, 2, 7, 2**64 + 3, F.p**4 - 2, 2**127 + 2**64 - 1):
+    for e, extra in ((0, 0), (0, 1), (1, 0), (2, 0), (7, 0), (7, 5), (2**64 + 3, 0),
+                     (F.p**4 - 2, 0), (2**127 + 2**64 - 1, 0), (5, 70)):
+        # e < 2**nbits, nbits its bit length plus `extra` (leading zero bits)
         e_hi, e_lo = np.uint64(e >> 64), np.uint64(e & (2**64 - 1))
-        nbits = np.int64(e.bit_length())
+        nbits = np.int64(e.bit_length() + extra)
         want, got = np.empty_like(a), np.empty_like(a)
         _pow_each(a, e_hi, e_lo, nbits, want, p, mu, wm, one)
         (field_cpu.ext4_pow if ext else field_cpu.base_pow)(a, e_hi, e_lo, nbits, got, G.params)
