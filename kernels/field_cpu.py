@@ -467,11 +467,16 @@ def ext4_map1(op, a, out, f):
 @serialized
 def ext4_map2(op, a, b, out, f):
     p, mu, wm, _ = kernel_words(f)
+    _ext4_map2_words(op, a.reshape(-1), b.reshape(-1), out.reshape(-1), p, mu, wm)
+
+
+def _ext4_map2_words(op, a, b, out, p, mu, wm):
+    # elementwise a op b on flat words
     if op == OP_MUL:
-        _ext4_mul_kernel(a.reshape(-1), b.reshape(-1), out.reshape(-1), p, mu, wm)
+        _ext4_mul_kernel(a, b, out, p, mu, wm)
     else:  # add, sub: coefficient-wise, the base kernel over the words (6x faster
         # at 2**22 than the per-element loop, which does not vectorize)
-        _base_map2_kernel(op, a.reshape(-1), b.reshape(-1), out.reshape(-1), p, mu)
+        _base_map2_kernel(op, a, b, out, p, mu)
 
 
 @serialized
@@ -494,10 +499,7 @@ def ext4_map2_bcast(op, a, a_step, a_deg, b, b_step, b_deg, out, f):
     """
     p, mu, wm, _ = kernel_words(f)
     if a_step and b_step and a_deg == 4 and b_deg == 4:  # no broadcast: the plain kernels
-        if op == OP_MUL:
-            _ext4_mul_kernel(a, b, out, p, mu, wm)
-        else:
-            _base_map2_kernel(op, a, b, out, p, mu)
+        _ext4_map2_words(op, a, b, out, p, mu, wm)
         return
     # x: the operand that varies with the element (the extension one if both
     # do), y the other; swap: x is the right operand
