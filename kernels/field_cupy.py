@@ -3,7 +3,11 @@
 One ``RawModule`` per (field, device), compiled on first use and memoized; the
 launchers pass ``np.uint64(n)``/``np.int32(op)`` explicitly because RawKernel
 does not check argument types.  Arrays are contiguous CuPy arrays, base
-``(n,)`` and extension ``(n, 4)``.  Importing this module requires CuPy.
+``(n,)`` and extension ``(n, 4)``.  The extension kernels test their
+pointers on the device: where every array is 16-byte aligned (CuPy
+allocations are 256-byte aligned) an element moves as one 16-byte access,
+else as four 4-byte ones (an offset view).  Importing this module requires
+CuPy.
 """
 import cupy
 import numpy as np

@@ -68,8 +68,11 @@ PRELUDE = r"""
 // start with its shared memory poisoned (see zemu_launch).
 #define __shared__ static __attribute__((section("zemu_shared")))
 #define __align__(n) __attribute__((aligned(n)))
-struct uint2 { unsigned int x, y; };
-struct uint4 { unsigned int x, y, z, w; };
+// Aligned as CUDA aligns them, so UBSan (ZORCH_EMU_SANITIZE=1) reports a vector
+// access through a pointer that is not: the launch-time alignment checks must
+// route such arrays to the 4-byte path.
+struct __attribute__((aligned(8))) uint2 { unsigned int x, y; };
+struct __attribute__((aligned(16))) uint4 { unsigned int x, y, z, w; };
 struct dim3 { unsigned int x, y, z; };
 inline dim3 threadIdx = {0u, 0u, 0u};
 inline dim3 blockIdx = {0u, 0u, 0u};

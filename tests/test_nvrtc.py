@@ -8,6 +8,7 @@ NVRTC-only failure is caught without a GPU.  Skipped when the NVRTC library is
 missing, unless ``ZORCH_REQUIRE_NVRTC=1`` (CI installs ``nvidia-cuda-nvrtc``).
 """
 import os
+import re
 
 import pytest
 
@@ -68,6 +69,20 @@ def test_nvrtc_compiles_shipped_sources(field, kernel_file):
     ptx = nvrtc_compile(assemble(FIELDS[field], kernel_file),
                         NAME_EXPRESSIONS.get(kernel_file, ()))
     assert b".target sm_90" in ptx or b".target compute_90" in ptx
+
+
+def test_extension_field_kernels_have_16_byte_accesses():
+    """Each extension kernel of field_ops.cu holds a path that loads and stores an
+    element as one 16-byte vector (taken when its arrays are aligned; the
+    emulated tests run both paths)."""
+    ptx = nvrtc_compile(assemble(FIELDS["koalabear"], "field_ops.cu")).decode()
+    bodies = dict(re.findall(r"\.entry (\w+)\((.*?)\n\}", ptx, re.S))
+    ext = [name for name in bodies if name.startswith("zorch_ext4_")]
+    assert sorted(ext) == ["zorch_ext4_map1", "zorch_ext4_map2", "zorch_ext4_map2_bcast",
+                           "zorch_ext4_pow"]
+    for name in ext:
+        assert re.search(r"ld\.global(\.nc)?\.v4\.u32", bodies[name]), name
+        assert re.search(r"st\.global\.v4\.u32", bodies[name]), name
 
 
 def test_nvrtc_compiles_generated_graph_kernels():

@@ -100,15 +100,23 @@ extern "C" __global__ void zorch_base_map2(int op, const zorch_u32* a, const zor
     ZORCH_GRID_STRIDE(i, n) out[i] = zorch_base_op2(op, a[i], b[i]);
 }
 
+// Extension kernels move each element as one 16-byte access where every
+// array is 16-byte aligned (zorch_ext4_load_vec); the test is uniform across
+// the grid, so the branch costs nothing.
 extern "C" __global__ void zorch_ext4_map1(int op, const zorch_u32* a, zorch_u32* out,
                                            zorch_u64 n) {
-    ZORCH_GRID_STRIDE(i, n) zorch_ext4_store(out, i, zorch_ext4_op1(op, zorch_ext4_load(a, i)));
+    const bool v = zorch_aligned16(a) && zorch_aligned16(out);
+    ZORCH_GRID_STRIDE(i, n) {
+        zorch_ext4_store_vec(out, i, zorch_ext4_op1(op, zorch_ext4_load_vec(a, i, v)), v);
+    }
 }
 
 extern "C" __global__ void zorch_ext4_map2(int op, const zorch_u32* a, const zorch_u32* b,
                                            zorch_u32* out, zorch_u64 n) {
+    const bool v = zorch_aligned16(a) && zorch_aligned16(b) && zorch_aligned16(out);
     ZORCH_GRID_STRIDE(i, n) {
-        zorch_ext4_store(out, i, zorch_ext4_op2(op, zorch_ext4_load(a, i), zorch_ext4_load(b, i)));
+        const zorch_ext4 x = zorch_ext4_load_vec(a, i, v), y = zorch_ext4_load_vec(b, i, v);
+        zorch_ext4_store_vec(out, i, zorch_ext4_op2(op, x, y), v);
     }
 }
 
@@ -126,17 +134,20 @@ extern "C" __global__ void zorch_ext4_map2_bcast(int op, const zorch_u32* a, zor
                                                  int a_deg, const zorch_u32* b,
                                                  zorch_u64 b_step, int b_deg, zorch_u32* out,
                                                  zorch_u64 n) {
+    // Base operands are 4-byte words: only extension operands need alignment.
+    const bool v = (a_deg == 1 || zorch_aligned16(a)) && (b_deg == 1 || zorch_aligned16(b)) &&
+                   zorch_aligned16(out);
     ZORCH_GRID_STRIDE(i, n) {
         const zorch_u64 ja = i * a_step, jb = i * b_step;
         zorch_ext4 c;
         if (a_deg == 4 && b_deg == 4) {
-            c = zorch_ext4_op2(op, zorch_ext4_load(a, ja), zorch_ext4_load(b, jb));
+            c = zorch_ext4_op2(op, zorch_ext4_load_vec(a, ja, v), zorch_ext4_load_vec(b, jb, v));
         } else if (a_deg == 4) {
-            c = zorch_ext4_base_op2(op, zorch_ext4_load(a, ja), b[jb], 0);
+            c = zorch_ext4_base_op2(op, zorch_ext4_load_vec(a, ja, v), b[jb], 0);
         } else {  // a base, b extension (the launcher never passes two base operands)
-            c = zorch_ext4_base_op2(op, zorch_ext4_load(b, jb), a[ja], 1);
+            c = zorch_ext4_base_op2(op, zorch_ext4_load_vec(b, jb, v), a[ja], 1);
         }
-        zorch_ext4_store(out, i, c);
+        zorch_ext4_store_vec(out, i, c, v);
     }
 }
 
@@ -147,8 +158,10 @@ extern "C" __global__ void zorch_base_pow(const zorch_u32* a, zorch_u64 e_hi, zo
 
 extern "C" __global__ void zorch_ext4_pow(const zorch_u32* a, zorch_u64 e_hi, zorch_u64 e_lo,
                                           int nbits, zorch_u32* out, zorch_u64 n) {
+    const bool v = zorch_aligned16(a) && zorch_aligned16(out);
     ZORCH_GRID_STRIDE(i, n) {
-        zorch_ext4_store(out, i, zorch_ext4_pow_e(zorch_ext4_load(a, i), e_hi, e_lo, nbits));
+        const zorch_ext4 x = zorch_ext4_load_vec(a, i, v);
+        zorch_ext4_store_vec(out, i, zorch_ext4_pow_e(x, e_hi, e_lo, nbits), v);
     }
 }
 #endif  // __CUDACC__

@@ -77,14 +77,7 @@ template <int E, bool VEC>
 ZORCH_HD zorch_ext4 zorch_gkr_load(const zorch_u32* p, zorch_u64 i) {
     zorch_ext4 v = {0u, 0u, 0u, 0u};
     if constexpr (E) {
-#if ZORCH_GKR_DEVICE
-        if constexpr (VEC) {
-            const uint4 w = reinterpret_cast<const uint4*>(p)[i];
-            v.c0 = w.x; v.c1 = w.y; v.c2 = w.z; v.c3 = w.w;
-            return zorch_ext4_canonical(v);
-        }
-#endif
-        v = zorch_ext4_canonical(zorch_ext4_load(p, i));
+        v = zorch_ext4_canonical(zorch_ext4_load_vec(p, i, VEC));
     } else {
         v.c0 = zorch_canonical(p[i]);
     }
@@ -110,15 +103,7 @@ ZORCH_HD void zorch_gkr_load_pair(const zorch_u32* p, zorch_u64 k, zorch_ext4* a
 template <int E, bool VEC>
 ZORCH_HD void zorch_gkr_store(zorch_u32* p, zorch_u64 i, zorch_ext4 v) {
     if constexpr (E) {
-#if ZORCH_GKR_DEVICE
-        if constexpr (VEC) {
-            uint4 w;
-            w.x = v.c0; w.y = v.c1; w.z = v.c2; w.w = v.c3;
-            reinterpret_cast<uint4*>(p)[i] = w;
-            return;
-        }
-#endif
-        zorch_ext4_store(p, i, v);
+        zorch_ext4_store_vec(p, i, v, VEC);
     } else {
         p[i] = v.c0;
     }

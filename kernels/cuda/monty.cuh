@@ -173,3 +173,38 @@ ZORCH_HD zorch_ext4 zorch_ext4_load(const zorch_u32* p, zorch_u64 i) {
 ZORCH_HD void zorch_ext4_store(zorch_u32* p, zorch_u64 i, zorch_ext4 v) {
     p[4 * i] = v.c0; p[4 * i + 1] = v.c1; p[4 * i + 2] = v.c2; p[4 * i + 3] = v.c3;
 }
+
+// Element i as one 16-byte load / store when `vec` (p 16-byte aligned): four
+// 4-byte accesses 16 bytes apart make a warp touch each cache line four
+// times, and the compiler cannot merge them without knowing the alignment.
+// CuPy allocations are 256-byte aligned; an offset view need not be 16-byte
+// aligned, so callers pass zorch_aligned16 of their pointers.  The host
+// (tests) always takes the 4-byte path.
+ZORCH_HD bool zorch_aligned16(const void* p) {
+    return (reinterpret_cast<zorch_u64>(p) & 15ull) == 0;
+}
+
+ZORCH_HD zorch_ext4 zorch_ext4_load_vec(const zorch_u32* p, zorch_u64 i, bool vec) {
+#ifdef __CUDA_ARCH__
+    if (vec) {
+        const uint4 w = reinterpret_cast<const uint4*>(p)[i];
+        const zorch_ext4 v = {w.x, w.y, w.z, w.w};
+        return v;
+    }
+#endif
+    (void)vec;
+    return zorch_ext4_load(p, i);
+}
+
+ZORCH_HD void zorch_ext4_store_vec(zorch_u32* p, zorch_u64 i, zorch_ext4 v, bool vec) {
+#ifdef __CUDA_ARCH__
+    if (vec) {
+        uint4 w;
+        w.x = v.c0; w.y = v.c1; w.z = v.c2; w.w = v.c3;
+        reinterpret_cast<uint4*>(p)[i] = w;
+        return;
+    }
+#endif
+    (void)vec;
+    zorch_ext4_store(p, i, v);
+}
