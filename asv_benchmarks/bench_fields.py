@@ -106,3 +106,32 @@ class ExtBroadcast:
 
     def peakmem_op(self, op, operand, n):
         self.fn(self.x, self.y)
+
+
+class OuterProduct:
+    """``G.mul(a[:, None], b[None, :])`` for a column of ``rows`` and a row of
+    ``n / rows`` elements: the broadcast kernels read both in runs, so the
+    peak is the output alone (before, both operands were copied to the full
+    shape; ``copied`` times that path, forced)."""
+
+    params = (["base", "ext"], [64, 4096], ["in place", "copied"], [2**20])
+    param_names = ["field", "rows", "path", "n"]
+
+    def setup(self, field, rows, path, n):
+        from zorch_nb import fields
+        G = F if field == "base" else E
+        self.fn = G.mul
+        self.a = G.random((rows, 1), seed=1)
+        self.b = G.random((1, n // rows), seed=2)
+        self._fields, self._min = fields, fields._CPU_MIN_RUN
+        fields._CPU_MIN_RUN = 2**62 if path == "copied" else 1
+        self.fn(self.a[:2], self.b)  # compile
+
+    def teardown(self, field, rows, path, n):
+        self._fields._CPU_MIN_RUN = self._min
+
+    def time_op(self, field, rows, path, n):
+        self.fn(self.a, self.b)
+
+    def peakmem_op(self, field, rows, path, n):
+        self.fn(self.a, self.b)

@@ -10,7 +10,7 @@ arguments, so each kernel compiles once for every field and length.
 Where the plain loop over elements does not vectorize, the work is split
 into runs of elements (``CPU_LANE_RUN``) of serial 64-bit-lane loops
 (:mod:`.vector_width`): the extension product, the broadcast forms (one
-element or base operands), the inverses (Montgomery's batch trick, the
+element, base operands, rows and columns read in runs), the inverses (Montgomery's batch trick, the
 extension's over its norms) and the powers (one vectorized product of a run
 per step of square and multiply).  ``encode``/``decode`` are serial: they
 must not start the threading layer (see :func:`_encode_kernel`).
@@ -133,7 +133,7 @@ def _make_bcast_run(kind):
                 out[j + _U1] = _coef_op(kind, x[j + _U1], sk, p, mu)
                 out[j + _U2] = _coef_op(kind, x[j + _U2], sk, p, mu)
                 out[j + _U3] = _coef_op(kind, x[j + _U3], sk, p, mu)
-        else:
+        elif form == 2:
             # base words x op four fixed words y0..y3, x embedded as in form 1
             for i in range(lo, hi):
                 j = np.uint64(i) * _U4
@@ -143,6 +143,15 @@ def _make_bcast_run(kind):
                 out[j + _U1] = _coef_op(kind, sk, y1, p, mu)
                 out[j + _U2] = _coef_op(kind, sk, y2, p, mu)
                 out[j + _U3] = _coef_op(kind, sk, y3, p, mu)
+        elif form == 4:
+            # words x op words y: base elements, or extension coefficients
+            # under add and sub ([lo, hi) count words here)
+            for i in range(lo, hi):
+                out[i] = _coef_op(kind, x[i], y[i], p, mu)
+        else:
+            # base words x op the fixed word y0 ([lo, hi) count words)
+            for i in range(lo, hi):
+                out[i] = _coef_op(kind, x[i], y0, p, mu)
 
     return njit_lanes64(run)
 
@@ -179,24 +188,40 @@ def _ext4_mul_by_run(lo, hi, a, b0, b1, b2, b3, bw1, bw2, bw3, out, p, mu):
 
 
 @njit(parallel=True, cache=True)
-def _ext4_bcast_kernel(form, kind, x, y, m1, out, p, mu, wm):
-    # Runs of CPU_LANE_RUN elements in parallel, each one call of the serial
-    # loop of (form, kind) (_bcast_run), or for form 3 of _ext4_mul_by_run
-    # (x extension words times the one extension element y).
-    n = out.shape[0] // 4
-    y0 = y1 = y2 = y3 = bw1 = bw2 = bw3 = np.uint32(0)
-    if form != 1:
-        y0, y1, y2, y3 = _canonical(y[0], p), _canonical(y[1], p), _canonical(y[2], p), \
-            _canonical(y[3], p)
-    if form == 3:
-        bw1, bw2, bw3 = _ext4_wrap(y1, y2, y3, p, mu, wm)
-    run = CPU_LANE_RUN
-    for c in prange((n + run - 1) // run):
-        lo, hi = c * run, min(n, c * run + run)
+def _rows_kernel(form, kind, rows, run, x, xw, x_row, y, yw, y_row, y_step, m1, out, ow,
+                 p, mu, wm):
+    # Broadcast rows: out holds `rows` rows of `run` units (ow words each;
+    # a unit is an element, or a word for forms 4 and 5).  Row r of x starts
+    # at unit r x_row and steps by one unit (xw words); row r of y starts at
+    # unit r y_row and steps by y_step (0: one fixed unit of yw words, read
+    # once per task).  Tasks of at most CPU_LANE_RUN units of one row run in
+    # parallel, each one call of the serial loop of (form, kind): form 3 is
+    # _ext4_mul_by_run (x times one extension element), form 6 _ext4_mul_run
+    # (elementwise extension product), the rest _bcast_run.
+    lane = CPU_LANE_RUN
+    per_row = (run + lane - 1) // lane
+    for t in prange(rows * per_row):
+        r = t // per_row
+        lo = (t - r * per_row) * lane
+        hi = min(run, lo + lane)
+        xv = x[r * x_row * xw:]
+        yv = y[r * y_row * yw:]
+        ov = out[r * run * ow:]
+        if form == 6:
+            _ext4_mul_run(lo, hi, xv, yv, ov, p, mu, wm)
+            continue
+        y0 = y1 = y2 = y3 = np.uint32(0)
+        if not y_step:
+            y0 = _canonical(yv[0], p)
+            if yw == 4:
+                y1, y2, y3 = _canonical(yv[1], p), _canonical(yv[2], p), _canonical(yv[3], p)
+            else:  # one base element under an extension op: (s, s, s, s) & m1 past c0
+                y1 = y2 = y3 = y0 & m1
         if form == 3:
-            _ext4_mul_by_run(lo, hi, x, y0, y1, y2, y3, bw1, bw2, bw3, out, p, mu)
+            bw1, bw2, bw3 = _ext4_wrap(y1, y2, y3, p, mu, wm)
+            _ext4_mul_by_run(lo, hi, xv, y0, y1, y2, y3, bw1, bw2, bw3, ov, p, mu)
         else:
-            _bcast_run(form, kind, lo, hi, x, y, y0, y1, y2, y3, m1, out, p, mu)
+            _bcast_run(form, kind, lo, hi, xv, yv, y0, y1, y2, y3, m1, ov, p, mu)
 
 
 @njit_lanes64
@@ -479,47 +504,73 @@ def _ext4_map2_words(op, a, b, out, p, mu, wm):
         _base_map2_kernel(op, a, b, out, p, mu)
 
 
+def _rows(n, run):
+    """``(rows, run)`` of the broadcast contract: ``run = 0`` (or ``>= n``) is one row."""
+    return (1, n) if run == 0 or run >= n else (n // run, run)
+
+
 @serialized
-def base_map2_bcast(op, a, a_step, b, b_step, out, f):
-    """``out[i] = a[i a_step] op b[i b_step]``; steps are 0 (a one-element
-    operand, read for every ``i``) or 1.  All arrays flat ``(.,)`` words."""
+def base_map2_bcast(op, a, a_step, b, b_step, out, f, run=0, a_row=0, b_row=0):
+    """``out[i] = a[ja(i)] op b[jb(i)]`` with ``jx(i) = (i // run) x_row + (i % run)
+    x_step``; all arrays flat ``(.,)`` words.
+
+    Steps are 0 (the operand is the same along a run of ``run`` elements) or
+    1; ``run = 0`` means one run of all ``n`` elements, so ``jx(i) = i x_step``
+    and the rows are unused.  ``n`` is a multiple of ``run``.  A row
+    ``x_row`` is where the operand's next run starts: 0 (the same for every
+    run), 1 (a column: one element per run) or ``run`` (elementwise).  The
+    same contract in every backend (``field_cupy``, ``field_cuda_numba``).
+    """
     p, mu, _, _ = kernel_words(f)
-    _base_map2_bcast_kernel(op, a, a_step, b, b_step, out, p, mu)
+    n = out.shape[0]
+    rows, run = _rows(n, run)
+    if rows == 1:
+        _base_map2_bcast_kernel(op, a, a_step, b, b_step, out, p, mu)
+        return
+    swap = a_step == 0  # x: the operand that steps along a run (one must)
+    (x, x_row), (y, y_row, y_step) = ((b, b_row), (a, a_row, a_step)) if swap else \
+        ((a, a_row), (b, b_row, b_step))
+    kind = {OP_ADD: _ADD, OP_SUB: _RSUB if swap else _SUB, OP_MUL: _MUL}[op]
+    _rows_kernel(4 if y_step else 5, kind, rows, run, x, 1, x_row, y, 1, y_row, y_step,
+                 np.uint32(0), out, 1, p, mu, 0)
 
 
 @serialized
-def ext4_map2_bcast(op, a, a_step, a_deg, b, b_step, b_deg, out, f):
-    """Extension ``out[i] = a[i a_step] op b[i b_step]`` on flat word arrays.
+def ext4_map2_bcast(op, a, a_step, a_deg, b, b_step, b_deg, out, f, run=0, a_row=0, b_row=0):
+    """Extension ``out[i] = a[ja(i)] op b[jb(i)]`` on flat word arrays
+    (element indices ``jx`` as in :func:`base_map2_bcast`).
 
     ``*_deg`` is 4 for an extension operand (4 words per element) or 1 for a
     base operand, taken as its embedding ``(s, 0, 0, 0)``; at least one
-    operand is an extension one.  Steps are 0 (a one-element operand) or 1,
-    not both 0.  ``out`` is ``(4 n,)`` words.  The same contract in every
-    backend (``field_cupy``, ``field_cuda_numba``).
+    operand is an extension one.  Steps are 0 or 1, not both 0.  ``out`` is
+    ``(4 n,)`` words.  The same contract in every backend (``field_cupy``,
+    ``field_cuda_numba``).
     """
     p, mu, wm, _ = kernel_words(f)
-    if a_step and b_step and a_deg == 4 and b_deg == 4:  # no broadcast: the plain kernels
-        _ext4_map2_words(op, a, b, out, p, mu, wm)
+    n = out.shape[0] // 4
+    rows, run = _rows(n, run)
+    if rows == 1 and a_step and b_step and a_deg == 4 and b_deg == 4:
+        _ext4_map2_words(op, a, b, out, p, mu, wm)  # no broadcast: the plain kernels
         return
-    # x: the operand that varies with the element (the extension one if both
-    # do), y the other; swap: x is the right operand
+    # x: the operand that steps along a run (the extension one if both do), y
+    # the other; swap: x is the right operand
     swap = a_step == 0 or (a_deg == 1 and b_step == 1)
-    (x, x_deg), (y, y_step, y_deg) = ((b, b_deg), (a, a_step, a_deg)) if swap else \
-        ((a, a_deg), (b, b_step, b_deg))
+    (x, x_deg, x_row), (y, y_step, y_deg, y_row) = \
+        ((b, b_deg, b_row), (a, a_step, a_deg, a_row)) if swap else \
+        ((a, a_deg, a_row), (b, b_step, b_deg, b_row))
     kind = {OP_ADD: _ADD, OP_SUB: _RSUB if swap else _SUB, OP_MUL: _MUL}[op]
     m1 = np.uint32(0xFFFFFFFF if op == OP_MUL else 0)
-    if x_deg == 1:  # base words x, one extension element y
+    unit = 1  # units of a run: elements, or words (form 4)
+    if x_deg == 1:  # base words x, one extension element y per run
         form = 2
-    elif y_deg == 1 and y_step:
+    elif y_step and y_deg == 1:
         form = 1
-    elif y_deg == 4 and op == OP_MUL:
-        form = 3  # commutative, and canonical either way
+    elif y_step:  # two extension operands stepping along the runs
+        form, unit = (6, 1) if op == OP_MUL else (4, 4)
     else:
-        form = 0
-        if y_deg == 1:  # one base element: its four words as they meet x's
-            s = np.uint32(y[0])  # (a one-element device array never gets here)
-            y = np.array([s, s & m1, s & m1, s & m1], dtype=np.uint32)
-    _ext4_bcast_kernel(form, kind, x, y, m1, out, p, mu, wm)
+        form = 3 if y_deg == 4 and op == OP_MUL else 0  # mul: commutative
+    _rows_kernel(form, kind, rows, run * unit, x, x_deg // unit, x_row * unit, y,
+                 y_deg // unit, y_row * unit, y_step, m1, out, 4 // unit, p, mu, wm)
 
 
 @serialized

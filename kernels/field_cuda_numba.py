@@ -67,21 +67,35 @@ def _ext4_map2_kernel(op, a, b, p, mu, wm, out):
         out[i, 3] = c[3]
 
 
+@cuda.jit(device=True)
+def _bcast_index(i, n, run, a_row, a_step, b_row, b_step):
+    # Element indices of the two operands for output element i (the contract
+    # of kernels/field_cpu.base_map2_bcast); run 0 or >= n: one run
+    if run != 0 and run < n:
+        q = i // run
+        r = i - q * run
+        return q * a_row + r * a_step, q * b_row + r * b_step
+    return i * a_step, i * b_step
+
+
 @cached_kernel
-def _base_map2_bcast_kernel(op, a, a_step, b, b_step, p, mu, out):
+def _base_map2_bcast_kernel(op, a, a_step, b, b_step, run, a_row, b_row, p, mu, out):
     start, stride = cuda.grid(1), cuda.gridsize(1)
-    for i in range(start, out.shape[0], stride):
-        out[i] = _base2(op, a[i * a_step], b[i * b_step], p, mu)
+    n = out.shape[0]
+    for i in range(start, n, stride):
+        ja, jb = _bcast_index(i, n, run, a_row, a_step, b_row, b_step)
+        out[i] = _base2(op, a[ja], b[jb], p, mu)
 
 
 @cached_kernel
-def _ext4_map2_bcast_kernel(op, a, a_step, a_deg, b, b_step, b_deg, p, mu, wm, out):
+def _ext4_map2_bcast_kernel(op, a, a_step, a_deg, b, b_step, b_deg, run, a_row, b_row, p, mu,
+                            wm, out):
     # flat words; an operand of degree 1 is base, taken as (s, 0, 0, 0); at
     # least one is an extension operand
     start, stride = cuda.grid(1), cuda.gridsize(1)
-    for i in range(start, out.shape[0] // 4, stride):
-        ja = i * a_step
-        jb = i * b_step
+    n = out.shape[0] // 4
+    for i in range(start, n, stride):
+        ja, jb = _bcast_index(i, n, run, a_row, a_step, b_row, b_step)
         if a_deg == 4 and b_deg == 4:
             c = _ext2(op, a[4 * ja], a[4 * ja + 1], a[4 * ja + 2], a[4 * ja + 3],
                       b[4 * jb], b[4 * jb + 1], b[4 * jb + 2], b[4 * jb + 3], p, mu, wm)
@@ -165,17 +179,19 @@ def ext4_map2(op, a, b, out, f):
     launch(_ext4_map2_kernel, out.shape[0], (np.int64(op), a, b, p, mu, wm), out)
 
 
-def base_map2_bcast(op, a, a_step, b, b_step, out, f):
+def base_map2_bcast(op, a, a_step, b, b_step, out, f, run=0, a_row=0, b_row=0):
+    # see kernels/field_cpu.base_map2_bcast
     p, mu, _, _ = kernel_words(f)
     launch(_base_map2_bcast_kernel, out.shape[0],
-           (np.int64(op), a, np.int64(a_step), b, np.int64(b_step), p, mu), out)
+           (np.int64(op), a, np.int64(a_step), b, np.int64(b_step), np.int64(run),
+            np.int64(a_row), np.int64(b_row), p, mu), out)
 
 
-def ext4_map2_bcast(op, a, a_step, a_deg, b, b_step, b_deg, out, f):
+def ext4_map2_bcast(op, a, a_step, a_deg, b, b_step, b_deg, out, f, run=0, a_row=0, b_row=0):
     p, mu, wm, _ = kernel_words(f)
     launch(_ext4_map2_bcast_kernel, out.shape[0] // 4,
            (np.int64(op), a, np.int64(a_step), np.int64(a_deg), b, np.int64(b_step),
-            np.int64(b_deg), p, mu, wm), out)
+            np.int64(b_deg), np.int64(run), np.int64(a_row), np.int64(b_row), p, mu, wm), out)
 
 
 def base_pow(a, e_hi, e_lo, nbits, out, f):

@@ -54,15 +54,17 @@ def ext4_map2(op, a, b, out, f):
     _launch(f, "zorch_ext4_map2", out.shape[0], np.int32(op), a, b, out)
 
 
-def base_map2_bcast(op, a, a_step, b, b_step, out, f):
+def base_map2_bcast(op, a, a_step, b, b_step, out, f, run=0, a_row=0, b_row=0):
+    # see kernels/field_cpu.base_map2_bcast
     _launch(f, "zorch_base_map2_bcast", out.shape[0], np.int32(op), a, np.uint64(a_step),
-            b, np.uint64(b_step), out)
+            b, np.uint64(b_step), out, np.uint64(run), np.uint64(a_row), np.uint64(b_row))
 
 
-def ext4_map2_bcast(op, a, a_step, a_deg, b, b_step, b_deg, out, f):
+def ext4_map2_bcast(op, a, a_step, a_deg, b, b_step, b_deg, out, f, run=0, a_row=0, b_row=0):
     # out: (4 n,) words; see kernels/field_cpu.ext4_map2_bcast
     _launch(f, "zorch_ext4_map2_bcast", out.shape[0] // 4, np.int32(op), a,
-            np.uint64(a_step), np.int32(a_deg), b, np.uint64(b_step), np.int32(b_deg), out)
+            np.uint64(a_step), np.int32(a_deg), b, np.uint64(b_step), np.int32(b_deg), out,
+            np.uint64(run), np.uint64(a_row), np.uint64(b_row))
 
 
 def base_pow(a, e_hi, e_lo, nbits, out, f):

@@ -247,6 +247,46 @@ def _first_true(x, shape, per_elem, pred, kind):
     return _unravel(start + int(pred(x[_at(prefix, lo, hi)]).argmax()), shape)
 
 
+#: Shortest run for which the CPU reads a broadcast in place (see
+#: _broadcast_runs): each run of a row is one call of a serial loop, so
+#: shorter runs are copied to the full shape instead.
+_CPU_MIN_RUN = 64
+
+
+def _broadcast_runs(shape, elems):
+    """Read operands of element shapes ``elems`` broadcast to ``shape`` in runs.
+
+    Returns ``(run, [(step, row), ...])`` such that operand element
+    ``(i // run) * row + (i % run) * step`` (C order) is the one broadcast to
+    output element ``i``, or None where no single run length does.  The
+    output's axes are split into leading ones (rows) and trailing ones (a
+    run); each operand must be whole or of unit length on each side:
+    whole/whole is elementwise (step 1, row ``run``), unit/whole a row
+    repeated (step 1, row 0), whole/unit a column (step 0, row 1), unit/unit
+    one element (step 0, row 0).  The split with the longest run is taken.
+    At least one operand steps along the run.
+    """
+    n = math.prod(shape)
+    padded = [(1,) * (len(shape) - len(e)) + tuple(e) for e in elems]
+    for k in range(len(shape) + 1):  # longest run first
+        run = math.prod(shape[k:])
+        plan = []
+        for e in padded:
+            lead_whole = e[:k] == shape[:k]
+            trail_whole = e[k:] == shape[k:]
+            lead_unit = math.prod(e[:k]) == 1
+            trail_unit = math.prod(e[k:]) == 1
+            if not (lead_whole or lead_unit) or not (trail_whole or trail_unit):
+                break
+            step = 1 if trail_whole and run > 1 else 0
+            row = (run if step else 1) if lead_whole and n > run else 0
+            plan.append((step, row))
+        else:
+            if any(step for step, _ in plan):
+                return run, plan
+    return None
+
+
 class _FieldBase:
     """Shared machinery of the prime field and its extension."""
 
@@ -591,56 +631,74 @@ class _FieldBase:
             return lambda k, *a: k.ext4_map1(op, *a, f)
         return lambda k, *a: k.ext4_map2(op, *a, f)
 
-    def _lean(self, operands, kind, shape, degrees):
-        """``[(words, step, degree), ...]`` for the broadcast kernels, or None.
+    def _lean(self, operands, kind, backend, shape, degrees):
+        """``(run, [(words, step, row, degree), ...])`` for the broadcast kernels, or
+        None.
 
-        A binary op whose operand holds one element (``F.mul(a, F.one)``,
-        ``E.mul(x, r)``) or is base data under an extension op needs no
-        full-size copy: the ``*_map2_bcast`` kernels read the element with
-        step 0, and base words as their embedding ``(s, 0, 0, 0)``.  None for
-        the plain case (same shapes and degrees: the plain kernels) and for a
-        general broadcast (copied by :meth:`_flat`).
+        Where one operand broadcasts against the other, the ``*_map2_bcast``
+        kernels read it in place instead of a full-size copy: operand element
+        ``(i // run) * row + (i % run) * step`` for output element ``i`` (see
+        :func:`_broadcast_runs`), base words of an extension op as their
+        embedding ``(s, 0, 0, 0)``.  That covers a one-element operand
+        (``F.mul(a, F.one)``, ``E.mul(x, r)``), base data under an extension
+        op, and rows and columns of an outer product (``a[:, None]`` op
+        ``b[None, :]``).  None for the plain case (same shapes and degrees: the
+        plain kernels) and for broadcasts that need more than one run length
+        (copied by :meth:`_flat`).
         """
         (na, a), (nb, b) = operands.items()
-        if degrees[na] == degrees[nb] == self.degree and a.shape == b.shape:
+        da, db = degrees[na], degrees[nb]
+        if da == db == self.degree and a.shape == b.shape:
             return None  # the common plain case, decided first: it pays for every step
         n = math.prod(shape)
-        if n <= 1:
-            return None
-        steps = []
-        for name, x in operands.items():
-            elem = tuple(x.shape)[:-1] if degrees[name] == 4 else tuple(x.shape)
-            if elem == shape:
-                steps.append(1)
-            elif math.prod(elem) == 1:
-                steps.append(0)
-            else:
+        if n <= 1 or da == db == 1 and self.degree == 4:
+            return None  # one element; or base op base on the extension: embedded
+        ea = a.shape[:-1] if da == 4 else a.shape
+        eb = b.shape[:-1] if db == 4 else b.shape
+        sa = 1 if ea == shape else 0 if math.prod(ea) == 1 else None
+        sb = 1 if eb == shape else 0 if math.prod(eb) == 1 else None
+        if sa is not None and sb is not None:
+            # one element or whole (the common case): one run, without the
+            # general planner's search (it costs microseconds)
+            if sa == sb == 1 and da == db:
+                return None  # no broadcast after all: shapes differ by unit axes
+            run, ((sa, ra), (sb, rb)) = n, ((sa, 0), (sb, 0))
+        else:
+            plan = _broadcast_runs(shape, [tuple(ea), tuple(eb)])
+            if plan is None:
                 return None
-        degs = [degrees[name] for name in operands]
-        if steps == [1, 1] and degs == [self.degree] * 2 or self.degree == 4 and degs == [1, 1]:
-            return None  # the plain kernels; base op base on the extension: embedded
+            run, ((sa, ra), (sb, rb)) = plan
+            if run < n and backend == "cpu" and run < _CPU_MIN_RUN:
+                return None  # short runs: per-run calls would cost more than the copy
+            if run == n and sa == sb == 1 and da == db:
+                return None  # no broadcast after all
         xp = _backend.get_xp(kind)
-        return [(xp.ascontiguousarray(_backend.to_module(x, kind)).reshape(-1), step, deg)
-                for x, step, deg in zip(operands.values(), steps, degs)]
+        a, b = (xp.ascontiguousarray(_backend.to_module(x, kind)).reshape(-1) for x in (a, b))
+        return run, [(a, sa, ra, da), (b, sb, rb, db)]
 
-    def _bcast_call(self, op, sa, da, sb, db):
+    def _bcast_call(self, op, sa, da, sb, db, run=0, ra=0, rb=0):
         """``call(kernels, a, b, out)`` (for :meth:`_run`) running the binary
         ``op`` of the broadcast kernels on contiguous arrays: operand steps ``s*``
-        (0: one element for all) and degrees ``d*`` (1: base, embedded), at
-        least one operand of this field's degree."""
+        (0: the same element along a run), degrees ``d*`` (1: base, embedded)
+        and rows ``r*`` for runs of ``run`` elements (0: one run; see
+        :meth:`_lean`), at least one operand of this field's degree."""
         f = self.params
+        rows = dict(run=run, a_row=ra, b_row=rb)
         if self.degree == 1:
-            return lambda k, a, b, o: k.base_map2_bcast(op, a, sa, b, sb, o, f)
+            return lambda k, a, b, o: k.base_map2_bcast(op, a, sa, b, sb, o, f, **rows)
         return lambda k, a, b, o: k.ext4_map2_bcast(op, a.reshape(-1), sa, da, b.reshape(-1),
-                                                     sb, db, o.reshape(-1), f)
+                                                     sb, db, o.reshape(-1), f, **rows)
 
     def _map(self, op, out, backend, **operands):
         kind, backend, shape, degrees = self._prepare(operands, backend)
-        lean = self._lean(operands, kind, shape, degrees) if len(operands) == 2 else None
+        lean = self._lean(operands, kind, backend, shape, degrees) if len(operands) == 2 \
+            else None
         if lean is not None:
-            (a, sa, da), (b, sb, db) = lean
+            run, plan = lean
+            (a, *_), (b, *_) = plan
             result, user_out = self._out(out, kind, shape, [a, b])
-            fn = self._bcast_call(op, sa, da, sb, db)
+            (_, sa, ra, da), (_, sb, rb, db) = plan
+            fn = self._bcast_call(op, sa, da, sb, db, run, ra, rb)
             return self._finish(self._run(backend, kind, fn, [a, b], result), user_out)
         flat = [self._flat(x, kind, shape, degrees[n]) for n, x in operands.items()]
         result, user_out = self._out(out, kind, shape, flat)

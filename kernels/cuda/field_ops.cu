@@ -120,25 +120,48 @@ extern "C" __global__ void zorch_ext4_map2(int op, const zorch_u32* a, const zor
     }
 }
 
-// Broadcast forms: operand element i is x[i * x_step] (step 0: one element
-// for every i, step 1: elementwise), of x_deg words (4: extension, 1: base,
-// embedded).  Used for a one-element operand and for base operands of an
-// extension op, which then need no full-size copy.
+// Broadcast forms (the contract of kernels/field_cpu.base_map2_bcast): for
+// output element i, operand x reads its element (i / run) x_row + (i % run)
+// x_step, of x_deg words (4: extension, 1: base, embedded).  Steps are 0 (the
+// same element along a run) or 1; run 0 means one run of all n elements.  So
+// a one-element operand, a base operand of an extension op, and rows and
+// columns of an outer product (x[:, None] op y[None, :]) are read in place.
+ZORCH_HD void zorch_bcast_index(zorch_u64 i, zorch_u64 n, zorch_u64 run, zorch_u64 a_row,
+                                zorch_u64 a_step, zorch_u64 b_row, zorch_u64 b_step,
+                                zorch_u64* ja, zorch_u64* jb) {
+    zorch_u64 q = 0, r = i;
+    if (run != 0 && run < n) {
+        // a 32-bit division where n fits: a third of the 64-bit one's instructions
+        q = n <= 0xFFFFFFFFull ? (zorch_u64)((zorch_u32)i / (zorch_u32)run) : i / run;
+        r = i - q * run;
+    }
+    *ja = q * a_row + r * a_step;
+    *jb = q * b_row + r * b_step;
+}
+
 extern "C" __global__ void zorch_base_map2_bcast(int op, const zorch_u32* a, zorch_u64 a_step,
                                                  const zorch_u32* b, zorch_u64 b_step,
-                                                 zorch_u32* out, zorch_u64 n) {
-    ZORCH_GRID_STRIDE(i, n) out[i] = zorch_base_op2(op, a[i * a_step], b[i * b_step]);
+                                                 zorch_u32* out, zorch_u64 run,
+                                                 zorch_u64 a_row, zorch_u64 b_row,
+                                                 zorch_u64 n) {
+    ZORCH_GRID_STRIDE(i, n) {
+        zorch_u64 ja, jb;
+        zorch_bcast_index(i, n, run, a_row, a_step, b_row, b_step, &ja, &jb);
+        out[i] = zorch_base_op2(op, a[ja], b[jb]);
+    }
 }
 
 extern "C" __global__ void zorch_ext4_map2_bcast(int op, const zorch_u32* a, zorch_u64 a_step,
                                                  int a_deg, const zorch_u32* b,
                                                  zorch_u64 b_step, int b_deg, zorch_u32* out,
-                                                 zorch_u64 n) {
+                                                 zorch_u64 run, zorch_u64 a_row,
+                                                 zorch_u64 b_row, zorch_u64 n) {
     // Base operands are 4-byte words: only extension operands need alignment.
     const bool v = (a_deg == 1 || zorch_aligned16(a)) && (b_deg == 1 || zorch_aligned16(b)) &&
                    zorch_aligned16(out);
     ZORCH_GRID_STRIDE(i, n) {
-        const zorch_u64 ja = i * a_step, jb = i * b_step;
+        zorch_u64 ja, jb;
+        zorch_bcast_index(i, n, run, a_row, a_step, b_row, b_step, &ja, &jb);
         zorch_ext4 c;
         if (a_deg == 4 && b_deg == 4) {
             c = zorch_ext4_op2(op, zorch_ext4_load_vec(a, ja, v), zorch_ext4_load_vec(b, jb, v));
