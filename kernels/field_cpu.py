@@ -10,8 +10,8 @@ arguments, so each kernel compiles once for every field and length.
 Where the plain loop over elements does not vectorize, the work is split
 into runs of elements (``CPU_LANE_RUN``) of serial 64-bit-lane loops
 (:mod:`.vector_width`): the extension product, the broadcast forms (one
-element, base operands, rows and columns read in runs), the inverses (Montgomery's batch trick, the
-extension's over its norms) and the powers (one vectorized product of a run
+element, base operands, rows and columns read in runs), the inverses
+(Montgomery's batch trick, the extension's over its norms) and the powers (one vectorized product of a run
 per step of square and multiply).  ``encode``/``decode`` are serial: they
 must not start the threading layer (see :func:`_encode_kernel`).
 """

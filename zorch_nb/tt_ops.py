@@ -955,6 +955,11 @@ def ut3_orthogonalize(data, kind="left"):
     p = _parts(data)
     xp = p.xp
     U, G = _masked(p)
+    # Checked here for every kind: "tt_up" takes SVDs of the TT cores only,
+    # and a NaN in a live Tucker entry would pass through to the result.
+    if not (bool(xp.isfinite(U).all()) and bool(xp.isfinite(G).all())):
+        raise ValueError("the train holds inf or NaN in a live entry (padding is ignored); "
+                         "its orthogonalization is undefined")
     mk, mt = p.mk.copy(), p.mt.copy()
     if kind == "tt_up":
         U, G, mk = _tt_up(xp, U, G, mk, mt)
