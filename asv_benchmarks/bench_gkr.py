@@ -122,7 +122,7 @@ class DenseTransition:
         words = _mles(mode, n)
         self.layer = GkrLayer(*words, 0)
         self.canon = [_canonical(x) for x in words]
-        layer_transition(GkrLayer(*_mles(mode, 4), 0))  # compile outside the timing
+        layer_transition(self.layer)  # compile this size's kernel outside the timing
 
     def time_zorch_nb(self, n, mode):
         layer_transition(self.layer)
@@ -145,8 +145,7 @@ class JaggedTransition:
         words = _mles(mode, n)
         self.layer = JaggedGkrLayer(*words, self.rc)
         self.canon = [_canonical(x) for x in words]
-        small = JaggedGkrLayer(*_mles(mode, 4), [3, 1])
-        jagged_layer_transition(small, [2, 1])
+        jagged_layer_transition(self.layer, self.orc)  # compile this size's kernel
 
     def time_zorch_nb(self, n, mode):
         jagged_layer_transition(self.layer, self.orc)
@@ -167,7 +166,8 @@ class DensePyramid:
         words = _mles("mixed", n)
         self.layer = GkrLayer(*words, 6)
         self.canon = [_canonical(x) for x in words]
-        build_pyramid(GkrLayer(*_mles("mixed", 4), 0))
+        build_pyramid(self.layer)  # compile (small layers run serial twins)
+        build_pyramid(self.layer, fused=False)
 
     def time_zorch_nb(self, n):
         build_pyramid(self.layer)
@@ -195,8 +195,7 @@ class JaggedPyramid:
         self.layer = JaggedGkrLayer(*words, _counts(n))
         self.schedule = halving_schedule(self.layer)
         self.canon = [_canonical(x) for x in words]
-        small = JaggedGkrLayer(*_mles("mixed", 4), [3, 1])
-        build_jagged_pyramid(small, halving_schedule(small))
+        build_jagged_pyramid(self.layer, self.schedule)  # compile
 
     def time_zorch_nb(self, n):
         build_jagged_pyramid(self.layer, self.schedule)

@@ -1,4 +1,5 @@
-"""Numba CPU kernels of the field ops (``@njit(parallel=True, cache=True)``).
+"""Numba CPU kernels of the field ops (``@njit(parallel=True, cache=True)``;
+small calls run their serial twins, see :func:`.cpu_threads.sized`).
 
 Arrays are C-contiguous uint32: base ``(n,)``, extension ``(n, 4)`` or its
 flat ``(4 n,)`` words (each launcher says which), any words (read mod p);
@@ -18,7 +19,7 @@ must not start the threading layer (see :func:`_encode_kernel`).
 import numpy as np
 from numba import njit, prange
 
-from .cpu_threads import serialized
+from .cpu_threads import sized
 from .field_params import kernel_words
 from .monty import base_map1 as _base1
 from .monty import base_map2 as _base2
@@ -462,34 +463,47 @@ def decode(w, out, f):
     return _decode_kernel(w, out, p, mu) == 0
 
 
-@serialized
+def _tasks(n, run):
+    """Trip count of a ``prange`` over runs of ``run`` of ``n`` items."""
+    return (n + run - 1) // run
+
+
+# Every launcher picks its kernel with cpu_threads.sized: the serial twin
+# where one thread is enough (no threading layer, no launch cost), else the
+# parallel kernel under the thread/fork guard.  Elementwise loops pass their
+# output words; the heavier chunked kernels (products, inverses, powers)
+# go serial only as one task.
+
+
 def base_map1(op, a, out, f):
     p, mu, _, one = kernel_words(f)
+    n = out.shape[0]
     if op == OP_INV:  # the batch trick: same words, ~25x faster than Fermat each
-        _base_batch_inv_kernel(a, out, BATCH_INV_CHUNK, p, mu, one)
+        sized(_base_batch_inv_kernel, _tasks(n, BATCH_INV_CHUNK))(
+            a, out, BATCH_INV_CHUNK, p, mu, one)
     else:
-        _base_map1_kernel(op, a, out, p, mu, one)
+        sized(_base_map1_kernel, n, n)(op, a, out, p, mu, one)
 
 
-@serialized
 def base_map2(op, a, b, out, f):
     p, mu, _, _ = kernel_words(f)
-    _base_map2_kernel(op, a, b, out, p, mu)
+    n = out.shape[0]
+    sized(_base_map2_kernel, n, n)(op, a, b, out, p, mu)
 
 
-@serialized
 def ext4_map1(op, a, out, f):
     p, mu, wm, one = kernel_words(f)
+    a, out = a.reshape(-1), out.reshape(-1)
+    words = out.shape[0]
     if op == OP_NEG:  # coefficient-wise: the base kernel over the words vectorizes
-        _base_map1_kernel(op, a.reshape(-1), out.reshape(-1), p, mu, one)
+        sized(_base_map1_kernel, words, words)(op, a, out, p, mu, one)
     elif op == OP_SQUARE:  # the vectorized product (the per-element loop is not)
-        _ext4_mul_kernel(a.reshape(-1), a.reshape(-1), out.reshape(-1), p, mu, wm)
+        sized(_ext4_mul_kernel, _tasks(words // 4, CPU_LANE_RUN))(a, a, out, p, mu, wm)
     else:  # OP_INV: the batch trick on the norms
-        _ext4_batch_inv_kernel(a.reshape(-1), out.reshape(-1), BATCH_INV_CHUNK, p, mu, wm,
-                               one)
+        sized(_ext4_batch_inv_kernel, _tasks(words // 4, BATCH_INV_CHUNK))(
+            a, out, BATCH_INV_CHUNK, p, mu, wm, one)
 
 
-@serialized
 def ext4_map2(op, a, b, out, f):
     p, mu, wm, _ = kernel_words(f)
     _ext4_map2_words(op, a.reshape(-1), b.reshape(-1), out.reshape(-1), p, mu, wm)
@@ -497,11 +511,12 @@ def ext4_map2(op, a, b, out, f):
 
 def _ext4_map2_words(op, a, b, out, p, mu, wm):
     # elementwise a op b on flat words
+    words = out.shape[0]
     if op == OP_MUL:
-        _ext4_mul_kernel(a, b, out, p, mu, wm)
+        sized(_ext4_mul_kernel, _tasks(words // 4, CPU_LANE_RUN))(a, b, out, p, mu, wm)
     else:  # add, sub: coefficient-wise, the base kernel over the words (6x faster
         # at 2**22 than the per-element loop, which does not vectorize)
-        _base_map2_kernel(op, a, b, out, p, mu)
+        sized(_base_map2_kernel, words, words)(op, a, b, out, p, mu)
 
 
 def _rows(n, run):
@@ -509,7 +524,6 @@ def _rows(n, run):
     return (1, n) if run == 0 or run >= n else (n // run, run)
 
 
-@serialized
 def base_map2_bcast(op, a, a_step, b, b_step, out, f, run=0, a_row=0, b_row=0):
     """``out[i] = a[ja(i)] op b[jb(i)]`` with ``jx(i) = (i // run) x_row + (i % run)
     x_step``; all arrays flat ``(.,)`` words.
@@ -525,17 +539,17 @@ def base_map2_bcast(op, a, a_step, b, b_step, out, f, run=0, a_row=0, b_row=0):
     n = out.shape[0]
     rows, run = _rows(n, run)
     if rows == 1:
-        _base_map2_bcast_kernel(op, a, a_step, b, b_step, out, p, mu)
+        sized(_base_map2_bcast_kernel, n, n)(op, a, a_step, b, b_step, out, p, mu)
         return
     swap = a_step == 0  # x: the operand that steps along a run (one must)
     (x, x_row), (y, y_row, y_step) = ((b, b_row), (a, a_row, a_step)) if swap else \
         ((a, a_row), (b, b_row, b_step))
     kind = {OP_ADD: _ADD, OP_SUB: _RSUB if swap else _SUB, OP_MUL: _MUL}[op]
-    _rows_kernel(4 if y_step else 5, kind, rows, run, x, 1, x_row, y, 1, y_row, y_step,
-                 np.uint32(0), out, 1, p, mu, 0)
+    sized(_rows_kernel, rows * _tasks(run, CPU_LANE_RUN), n)(
+        4 if y_step else 5, kind, rows, run, x, 1, x_row, y, 1, y_row, y_step, np.uint32(0),
+        out, 1, p, mu, 0)
 
 
-@serialized
 def ext4_map2_bcast(op, a, a_step, a_deg, b, b_step, b_deg, out, f, run=0, a_row=0, b_row=0):
     """Extension ``out[i] = a[ja(i)] op b[jb(i)]`` on flat word arrays
     (element indices ``jx`` as in :func:`base_map2_bcast`).
@@ -569,23 +583,26 @@ def ext4_map2_bcast(op, a, a_step, a_deg, b, b_step, b_deg, out, f, run=0, a_row
         form, unit = (6, 1) if op == OP_MUL else (4, 4)
     else:
         form = 3 if y_deg == 4 and op == OP_MUL else 0  # mul: commutative
-    _rows_kernel(form, kind, rows, run * unit, x, x_deg // unit, x_row * unit, y,
-                 y_deg // unit, y_row * unit, y_step, m1, out, 4 // unit, p, mu, wm)
+    # (products are heavier than a word of add: only one task goes serial)
+    words = out.shape[0] if op != OP_MUL else None
+    sized(_rows_kernel, rows * _tasks(run * unit, CPU_LANE_RUN), words)(
+        form, kind, rows, run * unit, x, x_deg // unit, x_row * unit, y, y_deg // unit,
+        y_row * unit, y_step, m1, out, 4 // unit, p, mu, wm)
 
 
-@serialized
 def base_pow(a, e_hi, e_lo, nbits, out, f):
     p, mu, wm, one = kernel_words(f)
-    _pow_kernel(1, a, e_hi, e_lo, nbits, out, p, mu, wm, one)
+    sized(_pow_kernel, _tasks(out.shape[0], CPU_LANE_RUN))(
+        1, a, e_hi, e_lo, nbits, out, p, mu, wm, one)
 
 
-@serialized
 def ext4_pow(a, e_hi, e_lo, nbits, out, f):
     p, mu, wm, one = kernel_words(f)
-    _pow_kernel(4, a.reshape(-1), e_hi, e_lo, nbits, out.reshape(-1), p, mu, wm, one)
+    sized(_pow_kernel, _tasks(out.shape[0] // 4, CPU_LANE_RUN))(
+        4, a.reshape(-1), e_hi, e_lo, nbits, out.reshape(-1), p, mu, wm, one)
 
 
-@serialized
 def base_batch_inv(a, out, f):
     p, mu, _, one = kernel_words(f)
-    _base_batch_inv_kernel(a, out, BATCH_INV_CHUNK, p, mu, one)
+    sized(_base_batch_inv_kernel, _tasks(out.shape[0], BATCH_INV_CHUNK))(
+        a, out, BATCH_INV_CHUNK, p, mu, one)

@@ -1,4 +1,5 @@
-"""Numba CPU kernels of the LogUp-GKR layer transitions (``@njit(parallel=True)``).
+"""Numba CPU kernels of the LogUp-GKR layer transitions (``@njit(parallel=True)``;
+a layer of one task runs the serial twin, see :func:`.cpu_threads.sized`).
 
 Launcher contract (shared by :mod:`.gkr_cuda_numba` and :mod:`.gkr_cupy`):
 
@@ -63,7 +64,7 @@ from numba import njit, prange
 
 from .gkr_scalar import (MODE_BB, MODE_BE, MODE_EB, MODE_EE, make_node_functions,
                          make_slot_functions, mode_of, output_mode)
-from .cpu_threads import serialized
+from .cpu_threads import sized
 from .field_params import kernel_words
 from .launch_config import CPU_LANE_RUN, GKR_CPU_JAGGED_CHUNK, gkr_cpu_pyramid_plan
 from .vector_width import njit_lanes64
@@ -258,18 +259,22 @@ def _flat(x):
     return x.reshape(-1) if x.ndim == 2 else x
 
 
-@serialized
+# Each launcher picks its kernel with cpu_threads.sized: the serial twin
+# where the prange has one task (a small layer: no threading layer, no
+# ~2.5 us launch), else the parallel kernel under the thread/fork guard.
+
+
 def fold_dense(n0, n1, d0, d1, on0, on1, od0, od1, f):
     """Dense transition on the CPU (see the module docstring)."""
     p, mu, wm, _ = kernel_words(f)
     mode = mode_of(n0.ndim == 2, d0.ndim == 2)
+    tasks = (on0.shape[0] + CPU_LANE_RUN - 1) // CPU_LANE_RUN
     # (not viewed read-only as in pyramid_dense: four views cost 1.7 us of a
     # ~9 us call; read-only input compiles a second signature once instead)
-    _fold_dense_kernel(mode, *(_flat(x) for x in (n0, n1, d0, d1, on0, on1, od0, od1)),
-                       p, mu, wm)
+    sized(_fold_dense_kernel, tasks)(
+        mode, *(_flat(x) for x in (n0, n1, d0, d1, on0, on1, od0, od1)), p, mu, wm)
 
 
-@serialized
 def pyramid_dense(first, layers, f):
     """Dense pyramid on the CPU: ``layers[l]`` = ``(on0, on1, od0, od1)`` of layer ``l + 1``.
 
@@ -290,12 +295,12 @@ def pyramid_dense(first, layers, f):
         outs += [outs[-1]] * (4 - k)  # unused argument slots (never touched)
         # the call's input viewed read-only: one compiled signature whether the
         # caller's arrays are writeable or not (one call per four layers)
-        _pyramid_kernel(mode, out_mode, k, half, tile, *(_read_only(_flat(x)) for x in src),
-                        *(x for o in outs for x in o), p, mu, wm)
+        sized(_pyramid_kernel, half // tile)(
+            mode, out_mode, k, half, tile, *(_read_only(_flat(x)) for x in src),
+            *(x for o in outs for x in o), p, mu, wm)
         src, half, start, mode = outs[k - 1], half >> k, start + k, out_mode
 
 
-@serialized
 def jagged_transition(rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f):
     """Jagged transition on the CPU (see the module docstring)."""
     p, mu, wm, one = kernel_words(f)
@@ -304,6 +309,7 @@ def jagged_transition(rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f):
     # hands over read-only counts, so view every caller's counts that way and
     # keep one compiled signature.
     rc, orc = _read_only(rc), _read_only(orc)
-    _jagged_kernel(mode, rc, orc, prefix,
-                   *(_flat(x) for x in (n0, n1, d0, d1, on0, on1, od0, od1)),
-                   p, mu, wm, one, GKR_CPU_JAGGED_CHUNK)
+    chunk = GKR_CPU_JAGGED_CHUNK
+    sized(_jagged_kernel, (on0.shape[0] + chunk - 1) // chunk)(
+        mode, rc, orc, prefix, *(_flat(x) for x in (n0, n1, d0, d1, on0, on1, od0, od1)),
+        p, mu, wm, one, chunk)

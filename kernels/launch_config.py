@@ -18,6 +18,11 @@ def grid_for(n: int, threads: int = THREADS_PER_BLOCK) -> int:
 #: parallel CPU kernel (kernels/vector_width.py): long enough that the call
 #: costs nothing, short enough to balance two to a few dozen threads.
 CPU_LANE_RUN = 4096
+#: Output words at or below which a CPU kernel runs on the calling thread
+#: (kernels/cpu_threads.sized).  Measured on 2 cores (omp): a parallel
+#: launch costs ~2.5 us; a serial base product of 8192 words 2.1 us, an add
+#: 1.2 us; the parallel loop wins from ~16-32 Ki words.
+CPU_SERIAL_WORDS = 8192
 
 # ---- LogUp-GKR (kernels/gkr_*.py, kernels/cuda/gkr.cu) ----------------------
 #: Output slots per prange iteration of the CPU jagged transition (one binary

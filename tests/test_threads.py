@@ -25,11 +25,11 @@ _CHILD = textwrap.dedent("""
                                     build_pyramid, halving_schedule)
 
     E = F.ext
-    n = 1 << 10
+    n = LEAVES  # past CPU_SERIAL_WORDS: smaller calls run serial twins, no threading layer
     a, b = F.random(n, seed=1), F.random(n, seed=2)
     x, y = E.random(n, seed=3), E.random(n, seed=4)
     dense = GkrLayer(a, b, x, y, 0, F)
-    jag = JaggedGkrLayer(a, b, x, y, np.array([5, 0, 200, 64], np.int32), F)
+    jag = JaggedGkrLayer(a, b, x, y, np.array([5, 0, n // 2 + 99, n // 4], np.int32), F)
 
     @kernel
     def mul_add(u: In[2], v: In[()], out: Out[()]):
@@ -81,7 +81,8 @@ def test_cpu_kernels_from_threads(layer, tmp_path):
         env["NUMBA_THREADING_LAYER"] = layer
     jit = env.get("NUMBA_DISABLE_JIT") != "1"
     script = tmp_path / "threads.py"
-    script.write_text(_CHILD.replace("REPEAT", "10" if jit else "1"))
+    script.write_text(_CHILD.replace("REPEAT", "10" if jit else "1")
+                      .replace("LEAVES", str(1 << 14 if jit else 1 << 10)))
     res = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
                          text=True, timeout=900)
     assert res.returncode == 0, res.stdout + res.stderr
