@@ -206,6 +206,15 @@ def test_bad_input_errors():
         F.add([1, 2], a)
     with pytest.raises(ValueError, match="do not broadcast"):
         F.mul(a, F.random(3, seed=1))
+    # extension data given to a base-field op: the error points to F.ext
+    x = F.ext.random(3, seed=2)
+    with pytest.raises(ValueError, match=r"`b` looks like KoalaBear extension elements.*"
+                                         r"KoalaBear\.ext\."):
+        F.mul(F.random(3, seed=1), x)
+    with pytest.raises(ValueError, match="do not broadcast: `a` \\(5,\\), `b` \\(3, 4\\)$"):
+        F.mul(F.random(5, seed=1), x)  # no broadcast either way: no hint
+    assert np.array_equal(F.ext.mul(F.random(3, seed=1), x),
+                          F.ext.mul(F.ext.from_base(F.random(3, seed=1)), x))
     with pytest.raises(ValueError, match="trailing axis of length 4"):
         F.ext.neg(F.random((4, 3), seed=0))
     with pytest.raises(ValueError, match="trailing axis of length 4"):

@@ -813,6 +813,26 @@ def test_definition_errors_name_the_variable():
         def branch(x: In[2], out: Out[()]):
             out[()] = x[0] if x[1] else x[0]
 
+    with pytest.raises(KernelDefinitionError, match=r"constant 1180591620717411303424 must fit "
+                                                    r"in a signed 64-bit.*% KoalaBear\.p"):
+        @kernel
+        def huge(x: In[()], out: Out[()]):
+            out[()] = x[()] * 2**70
+
+
+def test_a_constant_reduced_mod_p_as_the_error_suggests():
+    for F in (KoalaBear, BabyBear):
+        c = 2**70 % F.p
+
+        @kernel
+        def scaled(x: In[()], out: Out[()]):
+            out[()] = x[()] * c - 5
+
+        ctx = Context(F)
+        (r,) = ctx.call_kernel(scaled, 3, ctx.copy_to_device(np.array([0, 1, 12345])))
+        want = [(v * 2**70 - 5) % F.p for v in (0, 1, 12345)]
+        assert ctx.copy_to_host(r).tolist() == want
+
     with pytest.raises(KernelDefinitionError, match="`x` is an input"):
         @kernel
         def write_input(x: In[2], out: Out[()]):

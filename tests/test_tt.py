@@ -708,8 +708,9 @@ def test_svd_rank_arguments_are_checked(rng):
     x, _ = stacked_pair(rng, X_RANKS)
     with pytest.raises(ValueError, match="max_tt_ranks"):
         x.svd(max_tt_ranks=(1, 2, 3))
-    with pytest.raises(ValueError, match="max_tucker_ranks"):
-        x.svd(max_tucker_ranks=0)
+    with pytest.raises(ValueError, match=r"`max_tucker_ranks` must be a positive int or a "
+                                         r"sequence of \d+ positive ints, not 0\.$"):
+        x.svd(max_tucker_ranks=0)  # the value as given, not the list made of it
     with pytest.raises(ValueError, match="kind"):
         x.orthogonalize("up")
     for bad in (True, 2.0, "2"):  # int() would have read these as 1 / 2
@@ -745,6 +746,14 @@ def test_scalars_and_sizes_must_be_numbers(rng):
             UniformTuckerTensorTrain.from_t3(t3, **{name: bad})
     with pytest.raises(TypeError, match="`shape` must be a tuple of ints"):
         UniformTuckerTensorTrain(y.tucker_supercore, y.tt_supercore, (1.9,), y.masks)
+    for bad in (np.array([1.0]), np.array([True]), np.array([[2]])):
+        with pytest.raises(TypeError, match="`shape` must be a tuple of ints"):
+            UniformTuckerTensorTrain(y.tucker_supercore, y.tt_supercore, bad, y.masks)
+    # a 1-d integer array is a shape, as NumPy takes it; NumPy bools scale as Python's
+    z = UniformTuckerTensorTrain(y.tucker_supercore, y.tt_supercore, np.array(y.shape), y.masks)
+    assert z.shape == y.shape and type(z.shape[0]) is int
+    np.testing.assert_array_equal((y * np.bool_(True)).to_dense(), (y * True).to_dense())
+    np.testing.assert_array_equal((y * np.array(False)).to_dense(), 0 * y.to_dense())
 
 
 def test_zero_length_axes_are_refused_at_construction(rng):
@@ -908,6 +917,18 @@ def test_save_load_round_trip(xy, tmp_path):
     np.savez(tmp_path / "other.npz", a=np.zeros(3))
     with pytest.raises(ValueError, match="lacks"):
         UniformTuckerTensorTrain.load(tmp_path / "other.npz")
+    # a name without .npz: np.savez writes name.npz, and load takes the name back
+    x.save(str(tmp_path / "bare"))
+    assert (tmp_path / "bare.npz").exists() and not (tmp_path / "bare").exists()
+    for name in (str(tmp_path / "bare"), tmp_path / "bare"):
+        np.testing.assert_array_equal(UniformTuckerTensorTrain.load(name).tt_supercore,
+                                      x.tt_supercore)
+    with open(tmp_path / "file.npz", "wb") as fh:  # an open file, as np.savez takes
+        x.save(fh)
+    with open(tmp_path / "file.npz", "rb") as fh:
+        assert UniformTuckerTensorTrain.load(fh).shape == x.shape
+    with pytest.raises(FileNotFoundError):
+        UniformTuckerTensorTrain.load(tmp_path / "missing")
 
 
 def test_functional_layer_on_data(xy):

@@ -535,8 +535,26 @@ class _FieldBase:
             shape = np.broadcast_shapes(*shapes.values())
         except ValueError:
             desc = ", ".join(f"`{n}` {s}" for n, s in shapes.items())
-            raise ValueError(f"element shapes do not broadcast: {desc}") from None
+            raise ValueError(f"element shapes do not broadcast: {desc}"
+                             f"{self._ext_hint(shapes)}") from None
         return kind, backend, shape, degrees
+
+    def _ext_hint(self, shapes: dict) -> str:
+        """A hint for base-field ops given extension data: the shapes would
+        broadcast with a trailing axis of 4 read as the extension's (the
+        extension ops take base operands too)."""
+        if self.degree != 1:
+            return ""
+        ext = [n for n, s in shapes.items() if s and s[-1] == 4]
+        try:
+            np.broadcast_shapes(*(s[:-1] if n in ext else s for n, s in shapes.items()))
+        except ValueError:
+            return ""
+        if not ext:
+            return ""
+        return (f" (`{ext[0]}` looks like {self.name} extension elements, trailing axis "
+                f"of 4: for extension arithmetic use {self.name}.ext.{{add, sub, mul}}, "
+                f"which take base operands too)")
 
     def _move_single_elements(self, operands: dict) -> None:
         """Next to device operands, a NumPy operand holding one element (a scalar

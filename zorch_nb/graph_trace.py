@@ -200,7 +200,10 @@ class _Tracer:
                       f"(field elements are integers modulo p), not {type(value).__name__}")
         value = int(value)
         if not -_I64 <= value < _I64:
-            self.fail(f"{context}: constant {value} must fit in a signed 64-bit integer")
+            # (the IR stores constants as int64, and a kernel does not know its
+            # field until it runs, so it cannot reduce them itself)
+            self.fail(f"{context}: constant {value} must fit in a signed 64-bit integer; "
+                      f"reduce it modulo the field's p first (e.g. `{value} % KoalaBear.p`)")
         if value not in self.const_index:
             self.const_index[value] = len(self.consts)
             self.consts.append(value)

@@ -886,8 +886,9 @@ def extract_jagged_outputs(floor: JaggedGkrLayer) -> LogUpGkrOutput:
 def halving_schedule(layer: JaggedGkrLayer, max_row_count: int | None = None) -> list:
     """The standard schedule: ``orc = ceil(rc / 2)`` per segment until every count is 1.
 
-    An empty segment (count 0) gets one neutral row, so that every schedule
-    ends on a floor (``width == nb``).  After ``ceil(log2(max rc))`` steps the
+    An empty segment (count 0) gets one neutral row, so that every non-empty
+    schedule ends on a floor (``width == nb``; see Returns for the empty
+    one).  After ``ceil(log2(max rc))`` steps the
     pyramid reaches the floor of the dense pyramid whose segments are padded to
     a power of two with neutral fractions -- unless every count is 0 or 1 with
     some 0: then one step is needed to give the empty segments their row, and

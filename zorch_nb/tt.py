@@ -357,7 +357,8 @@ class UniformTuckerTensorTrain:
 
     # -- files ---------------------------------------------------------------
     def save(self, path):
-        """Write a ``.npz`` file."""
+        """Write a ``.npz`` file (``.npz`` appended to a name without it, as
+        ``np.savez`` does; :meth:`load` takes the same name)."""
         ut3_save(path, self.data)
 
     @classmethod

@@ -10,6 +10,7 @@ See :mod:`zorch_nb.tt` for the data model and the compile-cache rule.
 """
 import math
 import numbers
+import os
 
 import numpy as np
 
@@ -117,7 +118,8 @@ def ut3_check(data, name="x"):
             f"Argument `tt_supercore` must have shape {(d,) + stack + ('r', n, 'r')} to match "
             f"`tucker_supercore` of shape {U.shape}, not {G.shape}."
         )
-    if not isinstance(shape, (tuple, list)) or not all(_is_int(s) for s in shape):
+    if not isinstance(shape, (tuple, list, np.ndarray)) or not all(_is_int(s) for s in shape):
+        # (a 1-d integer NumPy array is a sequence of ints as well)
         raise TypeError(f"Argument `shape` must be a tuple of ints, not {shape!r}.")
     shape = tuple(int(s) for s in shape)
     if len(shape) != d or any(s < 1 or s > N for s in shape):
@@ -607,7 +609,7 @@ def ut3_scale(data, alpha):
             raise ValueError("Argument `alpha` is too large for a float.") from None
     else:
         a = alpha if hasattr(alpha, "dtype") else np.asarray(alpha)  # lists, None, str
-        if a.dtype.kind not in "iuf":
+        if a.dtype.kind not in "biuf":  # bools as 0 / 1, as a Python True is
             raise TypeError(f"Argument `alpha` must be a real number or an array of reals, "
                             f"not {alpha!r}.")
         a = xp.asarray(a, dtype=G.dtype)
@@ -982,14 +984,16 @@ def _is_int(v) -> bool:
 def _max_ranks(value, count, name):
     if value is None:
         return [None] * count
+    given = value  # as passed, for the messages
+    what = (f"a positive int or a sequence of {count} positive "
+            f"int{'s' if count != 1 else ''}")
     if _is_int(value):
         value = [value] * count
     if not isinstance(value, (tuple, list, np.ndarray)):
-        raise TypeError(f"Argument `{name}` must be a positive int or {count} positive ints, "
-                        f"not {value!r}.")
+        raise TypeError(f"Argument `{name}` must be {what}, not {given!r}.")
     value = list(value)
     if len(value) != count or any(not _is_int(v) or v < 1 for v in value):
-        raise ValueError(f"Argument `{name}` must be a positive int or {count} positive ints, not {value!r}.")
+        raise ValueError(f"Argument `{name}` must be {what}, not {given!r}.")
     return [int(v) for v in value]
 
 
@@ -1052,7 +1056,11 @@ def ut3_svd(data, max_tucker_ranks=None, max_tt_ranks=None):
 # ---------------------------------------------------------------------------
 
 def ut3_save(path, data):
-    """Save to a ``.npz`` file (supercores copied to the host; no pickle)."""
+    """Save to a ``.npz`` file (supercores copied to the host; no pickle).
+
+    ``path`` is a file name or an open binary file, as for ``np.savez``: a
+    name without the ``.npz`` suffix gets it appended; :func:`ut3_load` takes
+    the same name back."""
     U, G, shape, masks = ut3_check(data)
     host = (lambda a: a) if isinstance(U, np.ndarray) else (lambda a: a.get())
     np.savez(
@@ -1062,7 +1070,14 @@ def ut3_save(path, data):
 
 
 def ut3_load(path):
-    """Load a train saved by :func:`ut3_save`; NumPy supercores, host bool masks."""
+    """Load a train saved by :func:`ut3_save`; NumPy supercores, host bool masks.
+
+    A file name given to :func:`ut3_save` without ``.npz`` names the file it
+    wrote (``name.npz``), as long as no file ``name`` exists."""
+    name = os.fspath(path) if isinstance(path, (str, os.PathLike)) else None
+    if (isinstance(name, str) and not name.endswith(".npz") and not os.path.exists(name)
+            and os.path.exists(name + ".npz")):
+        path = name + ".npz"  # what np.savez wrote for this name
     keys = ("format_version", "tucker_supercore", "tt_supercore", "shape", "tucker_edge_mask", "tt_edge_mask")
     with np.load(path, allow_pickle=False) as z:
         missing = [k for k in keys if k not in z.files]
