@@ -149,7 +149,10 @@ def _dense_fold_row(kern, name, ne, de, n, backend, repeat, xp, timer, sync):
     from .bench import Row, _first_call, paired_cpu
     ins = _mles(xp, ne, de, n)
     outs = _outputs(xp, ne, de, n // 2)
-    tiny_in, tiny_out = _mles(xp, ne, de, 2), _outputs(xp, ne, de, 1)
+    # the first call compiles the timed kernel: a tiny input on the GPU; the
+    # full one on the CPU, where a tiny one runs the serial twin instead
+    tiny_in, tiny_out = (ins, outs) if xp is np else (_mles(xp, ne, de, 2),
+                                                      _outputs(xp, ne, de, 1))
     first = _first_call(lambda: kern.fold_dense(*tiny_in, *tiny_out, F.params), sync)
     t = timer(lambda: kern.fold_dense(*ins, *outs, F.params), repeat)
     row = Row(f"dense fold {name}", backend, n, t, _nbytes(ins + outs), first)
@@ -189,6 +192,9 @@ def _in_cache_gbps(kern, ne, de, repeat):
     from .bench import _time_cpu
     ins, outs = _cache_resident(np, ne, de, IN_CACHE_BYTES)
     calls = 32  # one timing spans many calls: a single one lasts microseconds
+    # compiled (or loaded) first: at this size a parallel kernel the bench's
+    # own size may not have used (small sizes run serial twins)
+    kern.fold_dense(*ins, *outs, F.params)
 
     def run():
         for _ in range(calls):
@@ -291,8 +297,7 @@ def _jagged_pyramid_row(n, backend, repeat, xp, timer, sync):
 
 def _dispatch_row(backend, xp, sync):
     """Dispatch overhead: one object-layer transition of a tiny layer."""
-    from .bench import Row
-    from .bench import _first_call
+    from .bench import Row, _dispatch_time, _first_call
     small = GkrLayer(*_mles(xp, False, False, 1 << DISPATCH_LOG2), 0)
     first_s = _first_call(lambda: layer_transition(small, backend=backend), sync)
     t = _dispatch_time(lambda: layer_transition(small, backend=backend), sync)
@@ -300,24 +305,6 @@ def _dispatch_row(backend, xp, sync):
               _nbytes(small.mles) * 3 // 2, first_s, vs_copy=False)
     row.extra["us_per_call"] = round(t * 1e6, 2)
     return [row]
-
-
-def _dispatch_time(fn, sync, calls=200, rounds=5):
-    """Host wall time per call of ``calls`` back-to-back calls (best round).
-
-    On the GPU this is what a small layer costs a caller: Python, argument
-    handling and the launch, as long as the device keeps up.
-    """
-    import time
-    best = float("inf")
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        if sync:
-            sync()
-        best = min(best, (time.perf_counter() - t0) / calls)
-    return best
 
 
 def _cpu_baselines(row, ins, repeat):

@@ -113,6 +113,24 @@ def _first_call(fn, sync=None) -> float:
     return time.perf_counter() - t0
 
 
+def _dispatch_time(fn, sync, calls=200, rounds=5):
+    """Host wall time per call of ``calls`` back-to-back calls (best round).
+
+    On the GPU this is what a small layer costs a caller: Python, argument
+    handling and the launch, as long as the device keeps up.
+    """
+    import time
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        if sync:
+            sync()
+        best = min(best, (time.perf_counter() - t0) / calls)
+    return best
+
+
 # ---------------------------------------------------------------- copy ceilings
 
 @functools.lru_cache(maxsize=None)
@@ -184,7 +202,11 @@ def field_rows(n: int, backend: str, repeat: int, xp, timer, sync):
     for E, name in ((F, "base mul"), (F.ext, "ext4 mul")):
         a = xp.asarray(E.random(n, seed=1))
         b = xp.asarray(E.random(n, seed=2))
-        first = _first_call(lambda: E.mul(a[:2], b[:2], backend=backend), sync)
+        # the first call compiles (or loads) the kernel the row times: on the
+        # CPU that takes the full input (a tiny one runs a serial twin, see
+        # kernels/cpu_threads.sized); on the GPU a tiny input compiles it
+        k = n if xp is np else 2
+        first = _first_call(lambda: E.mul(a[:k], b[:k], backend=backend), sync)
         t = timer(lambda: E.mul(a, b, backend=backend), repeat)
         row = Row(f"{name} (KoalaBear)", backend, n, t, 3 * a.nbytes, first)
         if xp is np:
@@ -201,10 +223,20 @@ def field_rows(n: int, backend: str, repeat: int, xp, timer, sync):
     s = xp.asarray(F.random(n, seed=5))
     for name, u, v, nbytes in (("ext4 mul by one element", x, r, 2 * x.nbytes),
                                ("base x ext4 mul", s, x, s.nbytes + 2 * x.nbytes)):
-        first = _first_call(lambda: F.ext.mul(u[:2], v if v.ndim == 1 else v[:2],
+        k = n if xp is np else 2  # (as above)
+        first = _first_call(lambda: F.ext.mul(u[:k], v if v.ndim == 1 else v[:k],
                                               backend=backend), sync)
         t = timer(lambda: F.ext.mul(u, v, backend=backend), repeat)
         rows.append(Row(f"{name} (KoalaBear)", backend, n, t, nbytes, first))
+    # dispatch: a product of 8 elements through the object layer -- what a
+    # small call costs beside the arithmetic (on the CPU a serial twin runs)
+    u, v = xp.asarray(F.random(8, seed=6)), xp.asarray(F.random(8, seed=7))
+    first = _first_call(lambda: F.mul(u, v, backend=backend), sync)
+    t = _dispatch_time(lambda: F.mul(u, v, backend=backend), sync)
+    row = Row("dispatch: base mul of 8 elements", backend, 8, t, 3 * u.nbytes, first,
+              vs_copy=False)
+    row.extra["us_per_call"] = round(t * 1e6, 2)
+    rows.append(row)
     return rows
 
 
