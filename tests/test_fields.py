@@ -213,6 +213,8 @@ def test_bad_input_errors():
         F.mul(F.random(3, seed=1), x)
     with pytest.raises(ValueError, match="do not broadcast: `a` \\(5,\\), `b` \\(3, 4\\)$"):
         F.mul(F.random(5, seed=1), x)  # no broadcast either way: no hint
+    with pytest.raises(ValueError, match="do not broadcast: `a` \\(3,\\), `b` \\(4,\\)$"):
+        F.add(F.ones(3), F.ones(4))  # a lone axis of 4: as likely base elements, no hint
     assert np.array_equal(F.ext.mul(F.random(3, seed=1), x),
                           F.ext.mul(F.ext.from_base(F.random(3, seed=1)), x))
     with pytest.raises(ValueError, match="trailing axis of length 4"):
@@ -558,6 +560,30 @@ def test_out_overlapping_an_input_gives_the_same_result(F):
         a, b = E.random(8, seed=5), E.random(8, seed=6)
         E.add(a, b, out=strided)
         assert (strided == E.add(a, b)).all()
+
+
+@pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
+@pytest.mark.parametrize("F", FIELDS)
+def test_out_may_be_an_ndarray_subclass(F, tmp_path):
+    """np.matrix and np.memmap as ``out``: written in place and handed back.
+    (np.matrix.reshape(-1) stays 2-d; the kernels, which flatten, wrote every
+    element from the first one, or failed to type.)"""
+    E = F.ext
+    a, b = F.random((3, 4), seed=1), F.random((3, 4), seed=2)
+    x, y = E.random(3, seed=3), E.random(3, seed=4)
+    calls = [lambda o: F.mul(a, b, out=o), lambda o: F.add(a, b, out=o),
+             lambda o: F.neg(a, out=o), lambda o: F.square(a, out=o),
+             lambda o: F.mul(a, a[0], out=o), lambda o: F.pow(a, 3, out=o),
+             lambda o: F.pow(a, -3, out=o), lambda o: F.inv(a, out=o),
+             lambda o: F.batch_inv(a, out=o), lambda o: E.mul(x, y, out=o),
+             lambda o: E.add(x, a[:, 0], out=o), lambda o: E.inv(x, out=o)]
+    for i, call in enumerate(calls):
+        want = call(None)
+        mapped = np.memmap(tmp_path / f"out{i}", dtype=np.uint32, mode="w+", shape=want.shape)
+        for out in (np.matrix(np.zeros(want.shape, np.uint32)), mapped):
+            got = call(out)
+            assert got is out, i
+            assert np.array_equal(np.asarray(out), want), i
 
 
 def test_device_of_reads_the_memory_pointer_id_or_falls_back(monkeypatch):

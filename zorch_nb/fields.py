@@ -545,7 +545,8 @@ class _FieldBase:
         extension ops take base operands too)."""
         if self.degree != 1:
             return ""
-        ext = [n for n, s in shapes.items() if s and s[-1] == 4]
+        # (a lone axis of 4 is as likely four base elements: no hint there)
+        ext = [n for n, s in shapes.items() if len(s) >= 2 and s[-1] == 4]
         try:
             np.broadcast_shapes(*(s[:-1] if n in ext else s for n, s in shapes.items()))
         except ValueError:
@@ -613,13 +614,20 @@ class _FieldBase:
             raise ValueError("Argument `out` must be writeable (it is read-only or a "
                              "broadcast view)")
         if out.flags.c_contiguous and not any(xp.may_share_memory(out, x) for x in inputs):
-            return out, None
+            if type(out) is np.ndarray or kind != "numpy":
+                return out, None
+            # An ndarray subclass (np.matrix, a memmap) is written through a
+            # plain view of its memory: np.matrix.reshape(-1) stays 2-d, and the
+            # kernels, which flatten, wrote every element from the first one.
+            # _finish hands back the caller's object.
+            return out.view(np.ndarray), out
         return xp.empty(full, dtype=np.uint32), out
 
     def _finish(self, result, user_out):
         if user_out is None:
             return result
-        user_out[...] = result
+        if result.base is not user_out:  # (else the kernels wrote it in place)
+            user_out[...] = result
         return user_out
 
     def _run(self, backend, kind, call, inputs, result):
