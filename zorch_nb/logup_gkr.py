@@ -574,6 +574,9 @@ def build_pyramid(first: GkrLayer, *, backend: str | None = None,
         layers = _fused_pyramid(first, backend)
         if layers is not None:
             return layers
+        if fused and first.num_row_variables == 0:
+            raise ValueError("fused=True needs a layer with a row variable; this one is a "
+                             "floor (nothing to fold): use fused=None")
         if fused:
             raise ValueError("fused=True needs CuPy arrays (for backend='cupy') and a "
                              "layer with a row variable; use fused=None to fall back to "
@@ -645,7 +648,7 @@ def _check_step(rc, kind: str, out_row_counts, out_width):
         total = int(orc.sum(dtype=np.int64))
         if out_width is None:
             out_width = total
-        out_width = _check_int(out_width, "out_width", 0)
+        out_width = _check_int(out_width, "out_width", 0, _INT32_MAX)
         if total > out_width:
             raise ValueError(f"the output row counts sum to {total}, more than "
                              f"`out_width` = {out_width}")
@@ -662,7 +665,7 @@ def _check_step(rc, kind: str, out_row_counts, out_width):
                          "array: its sum cannot be read without a device->host "
                          "synchronization")
     else:
-        out_width = _check_int(out_width, "out_width", 0)
+        out_width = _check_int(out_width, "out_width", 0, _INT32_MAX)
     return orc, out_width
 
 
