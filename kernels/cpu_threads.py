@@ -37,7 +37,7 @@ import types
 
 from .launch_config import CPU_SERIAL_WORDS
 
-__all__ = ["serialized", "sized", "serial_twin", "layer_is_threadsafe"]
+__all__ = ["serialized", "sized", "tasks", "serial_twin", "layer_is_threadsafe"]
 
 _STRAIGHT, _LOCKED, _FORKED_GNU_OMP = "straight", "locked", "forked after GNU OpenMP"
 _state = None  # decided on the first guarded call
@@ -144,6 +144,11 @@ def serial_twin(kernel):
 def _locked_call(kernel, *args):
     with _lock:  # read at call time: a forked child has its own
         return kernel(*args)
+
+
+def tasks(n, run):
+    """Trip count of a ``prange`` over runs of ``run`` of ``n`` items (for :func:`sized`)."""
+    return (n + run - 1) // run
 
 
 def _one_thread_enough(tasks, words):

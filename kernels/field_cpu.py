@@ -12,14 +12,14 @@ Where the plain loop over elements does not vectorize, the work is split
 into runs of elements (``CPU_LANE_RUN``) of serial 64-bit-lane loops
 (:mod:`.vector_width`): the extension product, the broadcast forms (one
 element, base operands, rows and columns read in runs), the inverses
-(Montgomery's batch trick, the extension's over its norms) and the powers (one vectorized product of a run
-per step of square and multiply).  ``encode``/``decode`` are serial: they
+(Montgomery's batch trick, the extension's over its norms) and the powers
+(one vectorized product of a run per step of square and multiply).  ``encode``/``decode`` are serial: they
 must not start the threading layer (see :func:`_encode_kernel`).
 """
 import numpy as np
 from numba import njit, prange
 
-from .cpu_threads import sized
+from .cpu_threads import sized, tasks as _tasks
 from .field_params import kernel_words
 from .monty import base_map1 as _base1
 from .monty import base_map2 as _base2
@@ -463,11 +463,6 @@ def decode(w, out, f):
     return _decode_kernel(w, out, p, mu) == 0
 
 
-def _tasks(n, run):
-    """Trip count of a ``prange`` over runs of ``run`` of ``n`` items."""
-    return (n + run - 1) // run
-
-
 # Every launcher picks its kernel with cpu_threads.sized: the serial twin
 # where one thread is enough (no threading layer, no launch cost), else the
 # parallel kernel under the thread/fork guard.  Elementwise loops pass their
@@ -479,8 +474,7 @@ def base_map1(op, a, out, f):
     p, mu, _, one = kernel_words(f)
     n = out.shape[0]
     if op == OP_INV:  # the batch trick: same words, ~25x faster than Fermat each
-        sized(_base_batch_inv_kernel, _tasks(n, BATCH_INV_CHUNK))(
-            a, out, BATCH_INV_CHUNK, p, mu, one)
+        base_batch_inv(a, out, f)
     else:
         sized(_base_map1_kernel, n, n)(op, a, out, p, mu, one)
 

@@ -64,7 +64,7 @@ from numba import njit, prange
 
 from .gkr_scalar import (MODE_BB, MODE_BE, MODE_EB, MODE_EE, make_node_functions,
                          make_slot_functions, mode_of, output_mode)
-from .cpu_threads import sized
+from .cpu_threads import sized, tasks
 from .field_params import kernel_words
 from .launch_config import CPU_LANE_RUN, GKR_CPU_JAGGED_CHUNK, gkr_cpu_pyramid_plan
 from .vector_width import njit_lanes64
@@ -268,10 +268,9 @@ def fold_dense(n0, n1, d0, d1, on0, on1, od0, od1, f):
     """Dense transition on the CPU (see the module docstring)."""
     p, mu, wm, _ = kernel_words(f)
     mode = mode_of(n0.ndim == 2, d0.ndim == 2)
-    tasks = (on0.shape[0] + CPU_LANE_RUN - 1) // CPU_LANE_RUN
     # (not viewed read-only as in pyramid_dense: four views cost 1.7 us of a
     # ~9 us call; read-only input compiles a second signature once instead)
-    sized(_fold_dense_kernel, tasks)(
+    sized(_fold_dense_kernel, tasks(on0.shape[0], CPU_LANE_RUN))(
         mode, *(_flat(x) for x in (n0, n1, d0, d1, on0, on1, od0, od1)), p, mu, wm)
 
 
@@ -310,6 +309,6 @@ def jagged_transition(rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f):
     # keep one compiled signature.
     rc, orc = _read_only(rc), _read_only(orc)
     chunk = GKR_CPU_JAGGED_CHUNK
-    sized(_jagged_kernel, (on0.shape[0] + chunk - 1) // chunk)(
+    sized(_jagged_kernel, tasks(on0.shape[0], chunk))(
         mode, rc, orc, prefix, *(_flat(x) for x in (n0, n1, d0, d1, on0, on1, od0, od1)),
         p, mu, wm, one, chunk)
