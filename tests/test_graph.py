@@ -27,6 +27,11 @@ def row_sum_3(x: In[3], out: Out[()]):
 
 
 @kernel
+def add_xy(x: In[()], y: In[()], out: Out[()]):
+    out[()] = x[()] + y[()]
+
+
+@kernel
 def sum_3x5(x: In[3, 5], out: Out[()]):
     s = x[0, 0]
     for i in range(3):
@@ -361,6 +366,42 @@ def test_crafted_graph_with_valid_checksum_is_refused():
     assert fmt.FORMAT_VERSION == 1
 
 
+def test_crafted_counts_shapes_and_sizes_are_refused(monkeypatch):
+    """Checksum-valid files whose numbers disagree: refused by validation, not
+    an IndexError/KeyError (or a 2 TiB allocation) at replay."""
+    ctx = Context()
+    a = ctx.copy_to_device(np.arange(32).reshape(16, 2))
+    (b,) = ctx.call_kernel(add_2, 16, a)
+    g = ctx.generate_computation_graph([a], [b])
+    t = g.templates[0]
+    parts = dict(field=g.field, kernels=g.kernels, compiled_kernels=g.compiled_kernels,
+                 buffer_points=g.buffer_points, templates=g.templates, inputs=g.inputs,
+                 outputs=g.outputs, constants=g.constants, commitments=g.commitments)
+
+    def refused(match, **change):
+        evil = ComputationGraph(**{**parts, **change})
+        with pytest.raises(ValueError, match=match):
+            ComputationGraph.from_bytes(evil.to_bytes())
+
+    for n in (3, 8, 15):  # the output buffer holds 16 instances
+        refused(r"template 0 writes \d+ instances", templates=(t._replace(num_parallel=n),))
+    bid = g.outputs[0][0]
+    refused("view of 65 dimensions",
+            outputs=((bid, (("reshape", (16,)), ("reshape", (1,) * 64 + (16,)))),))
+    # parameter dimensions whose product wraps int64 (2**21 cubed = 2**63)
+    ir = g.kernels[0]
+    name, kind, _ = ir.params[0]
+    wrapped = ir._replace(params=((name, kind, (1 << 21,) * 3),) + tuple(ir.params[1:]))
+    refused(r"parameter `x` has shape", kernels=(wrapped,))
+    with pytest.raises(ValueError, match="at most 64 dimensions"):
+        a.reshape((1,) * 64 + (32,))
+    # a replay that cannot fit in memory says so before allocating anything
+    from zorch_nb import graph as graph_mod
+    monkeypatch.setattr(graph_mod, "_physical_memory", lambda: 100)
+    with pytest.raises(MemoryError, match=r"needs 0\.0 GiB for its 2 padded buffers"):
+        run_computation_graph(g, [np.arange(32).reshape(16, 2)])
+
+
 def test_output_layout_must_write_every_padded_slot_once():
     """An output buffer longer than its writer's slots: replay read np.empty memory."""
     @kernel
@@ -376,7 +417,9 @@ def test_output_layout_must_write_every_padded_slot_once():
     evil = ComputationGraph(g.field, g.kernels, g.compiled_kernels, tuple(points), g.templates,
                             g.inputs, ((g.outputs[0][0], (("reshape", (8,)),)),), g.constants,
                             g.commitments)
-    with pytest.raises(ValueError, match="does not write every slot of buffer"):
+    # (refused by the instance count now, which runs first; _tiles below)
+    with pytest.raises(ValueError, match="does not write every slot of buffer|writes 4 "
+                                         r"instances of \[\] into buffer \d+ of 8 elements"):
         ComputationGraph.from_bytes(evil.to_bytes())
 
 
@@ -435,6 +478,22 @@ def test_3x5_with_5x3_is_refused():
     (y,) = ctx.call_kernel(row_sum_5, 3, x)
     g = ctx.generate_computation_graph([x], [y])
     assert len(g.templates) == 2 and g.buffer_points[0] == (1, 3, 15)
+
+
+def test_call_clashing_with_itself_is_refused_and_not_recorded():
+    # 6 instances split as 2 x 3 by one operand and 3 x 2 by the other: no
+    # layout can serve the call, so it is refused when made, not when a graph
+    # is built (which would leave every later graph of this Context blocked).
+    ctx = Context()
+    x = ctx.copy_to_device(np.arange(6).reshape(2, 3))
+    with pytest.raises(ValueError, match=r"illegal shape operation.*\[2, 3\].*\[3, 2\].*"
+                                         r"not recorded"):
+        ctx.call_kernel(add_xy, 6, x.reshape(6), x.T.reshape(6))
+    (same,) = ctx.call_kernel(add_xy, 6, x.T.reshape(6), x.T.reshape(6))
+    g = ctx.generate_computation_graph([x], [same])
+    assert len(g.templates) == 1
+    (out,), _ = run_computation_graph(g, [np.arange(6).reshape(2, 3)])
+    np.testing.assert_array_equal(out, 2 * np.arange(6).reshape(2, 3).T.reshape(6))
 
 
 def test_padding_repeats_last_element_and_row():
@@ -777,6 +836,9 @@ def test_call_errors_name_both_accepted_shapes():
         ctx.call_kernel(add_2, 16)
     with pytest.raises(ValueError, match="num_parallel"):
         ctx.call_kernel(add_2, 0, x.reshape(16, 2))
+    for bad in (16.0, "16", True, None):
+        with pytest.raises(TypeError, match="num_parallel"):
+            ctx.call_kernel(add_2, bad, x.reshape(16, 2))
     with pytest.raises(ValueError, match="keep the element count"):
         x.reshape(5, 6)
     with pytest.raises(ValueError, match="another Context"):

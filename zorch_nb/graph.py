@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import os
 import operator
 import threading
 import weakref
@@ -49,6 +50,7 @@ from .graph_layout import (ViewForm, apply_history, axis_dims, dims_of, history_
                            prefix_points, reshape_view, transpose_view, unapply_history, unpad)
 from .graph_trace import (In, InOut, Kernel, KernelDefinitionError, KernelIR, Out, assert_eq,
                           kernel)
+from .graph_format import _MAX_NDIM
 from .kernels import graph_codegen
 
 __all__ = ["Context", "Handle", "ComputationGraph", "Template", "CompiledKernel",
@@ -148,6 +150,9 @@ class Handle:
     def reshape(self, *shape) -> "Handle":
         """View with the same elements in row-major order and shape ``shape``."""
         shape = _shape_arg(shape, self.size)
+        if len(shape) > _MAX_NDIM:  # copy_to_host and replay make NumPy arrays of it
+            raise ValueError(f"Argument `shape` may have at most {_MAX_NDIM} dimensions "
+                             f"(NumPy's limit), not {len(shape)}")
         if int(np.prod(shape, dtype=object)) != self.size:
             raise ValueError(f"Argument `shape` must keep the element count {self.size} of "
                              f"the view {list(self.shape)}, not {list(shape)}")
@@ -613,7 +618,10 @@ class Context:
             raise TypeError(f"Argument `kernel` must be a @kernel-decorated function, "
                             f"not {type(kernel).__name__}")
         if isinstance(num_parallel, (bool, np.bool_)) or \
-                not isinstance(num_parallel, (int, np.integer)) or num_parallel < 1:
+                not isinstance(num_parallel, (int, np.integer)):
+            raise TypeError(f"Argument `num_parallel` must be a positive integer, not "
+                            f"{type(num_parallel).__name__} {num_parallel!r}")
+        if num_parallel < 1:
             raise ValueError(f"Argument `num_parallel` must be a positive integer, "
                              f"not {num_parallel!r}")
         num_parallel = int(num_parallel)
@@ -649,6 +657,7 @@ class Context:
             op = _Operand(h.buffer_id, h._view, broadcast, h.shape, h._history)
             self._merge(pending, h.buffer_id, prefix_points(op.view.base), _describe(op))
             operands.append(op)
+        self._check_instance_splits(kernel, num_parallel, operands, pending)
         values = self._evaluate(kernel, num_parallel, operands)
         # The call succeeded.  Build everything it records first ...
         layouts = {}  # input buffer -> (new points, new uses); the old lists stay intact
@@ -683,6 +692,29 @@ class Context:
             del self._buffers[first:], self._calls[call_index:]
             raise
         return tuple(outs)
+
+    def _check_instance_splits(self, kernel, num_parallel, operands, pending) -> None:
+        """Refuse a call whose own parallel operands can never agree on a layout.
+
+        The graph's fixed point (:meth:`_propagate`) only refines split points,
+        so a clash found from this call's operands alone is certain to stop
+        every later :meth:`generate_computation_graph` of this Context; refusing
+        it now keeps the Context usable (``a.reshape(6)`` beside
+        ``a.T.reshape(6)`` splits 6 instances as 2 x 3 and as 3 x 2).
+        """
+        ir = kernel.ir
+        first = len(self._buffers)
+        points = {op.buffer_id: list(pending[op.buffer_id]) for op in operands}
+        for j, (_, _, pshape) in enumerate(ir.out_params):
+            points[first + j] = list(prefix_points(initial_view((num_parallel,) + pshape).base))
+        call = _Call(kernel, num_parallel, tuple(operands),
+                     tuple(range(first, first + len(ir.out_params))))
+        try:
+            while self._propagate_call(points, len(self._calls), call) is not None:
+                pass
+        except ValueError as exc:
+            raise ValueError(str(exc).split("; every recorded call")[0] + "; the call was "
+                             "not recorded") from None
 
     def _evaluate(self, kernel: Kernel, n: int, operands) -> list:
         """Interpret the IR over all instances at once (logical, unpadded).
@@ -975,6 +1007,26 @@ def _first_difference(g: ComputationGraph, h: ComputationGraph):
     return None
 
 
+def _physical_memory():
+    """Bytes of RAM on this machine, or None where the OS does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _check_host_memory(need: int, buffers: int) -> None:
+    """``MemoryError`` up front when a replay cannot fit: every padded buffer
+    stays alive (and comes to the host for its commitment), and a graph file
+    may declare buffers of up to 2**40 words, which an overcommitting OS would
+    grant and then kill the process filling."""
+    have = _physical_memory()
+    if have is not None and need > have:
+        raise MemoryError(f"replaying this graph needs {need / 2**30:.1f} GiB for its "
+                          f"{buffers} padded buffers; this machine has "
+                          f"{have / 2**30:.1f} GiB of memory")
+
+
 def run_computation_graph(graph: ComputationGraph, inputs, backend=None, *,
                           padded: bool = False) -> tuple:
     """Evaluate a saved graph on new inputs, without the program that made it.
@@ -1013,6 +1065,7 @@ def run_computation_graph(graph: ComputationGraph, inputs, backend=None, *,
                          f"graph input), not {len(inputs)}")
     points = graph.buffer_points
     lengths = graph.padded_lengths
+    _check_host_memory(4 * sum(lengths), len(lengths))
     bufs: list = [None] * len(points)
 
     def place(bid, history, values, name):

@@ -35,6 +35,8 @@ import struct
 
 import numpy as np
 
+from .graph_layout import logical_instance
+
 __all__ = ["MAGIC", "FORMAT_VERSION", "graph_to_bytes", "graph_from_bytes",
            "kernel_bytes", "kernel_fingerprint", "compiled_key"]
 
@@ -44,6 +46,8 @@ _HEADER = struct.Struct("<8sIQ")
 _KINDS = ("in", "out", "inout")
 _HIST = ("reshape", "transpose")
 _MAX_LOG2 = 40  # no padded dimension or buffer beyond 2**40 elements
+#: NumPy's limit on array dimensions (32 before 2.0), so on a view's shape.
+_MAX_NDIM = 64 if int(np.__version__.split(".")[0]) >= 2 else 32
 
 
 class _Writer:
@@ -346,10 +350,11 @@ def _bad(msg):
 
 
 def _validate_kernel(k, ir):
-    sizes = [int(np.prod(s, dtype=np.int64)) for _, _, s in ir.params]
     for n, kind, shape in ir.params:
-        if any(d < 1 or d >= 1 << _MAX_LOG2 for d in shape):
+        # Python ints: a product of crafted dimensions must not wrap
+        if any(d < 1 for d in shape) or int(np.prod(shape, dtype=object)) >= 1 << _MAX_LOG2:
             _bad(f"kernel {k} parameter `{n}` has shape {shape}")
+    sizes = [int(np.prod(s, dtype=object)) for _, _, s in ir.params]
     in_sizes = [s for (_, kind, _), s in zip(ir.params, sizes) if kind != "out"]
     out_sizes = [s for (_, kind, _), s in zip(ir.params, sizes) if kind != "in"]
     from .kernels.graph_codegen import OP_CONST, OP_LOAD, OP_NEG
@@ -469,6 +474,20 @@ def validate(g) -> None:
             _bad(f"template {ti} has the wrong number of operands")
         if not 1 <= t.num_parallel <= t.padded_parallel < 1 << _MAX_LOG2:
             _bad(f"template {ti} runs {t.padded_parallel} instances for {t.num_parallel}")
+        # Each output is a fresh [num_parallel] + shape buffer whose split
+        # points cut the instances off (replay's assert_eq message relies on it).
+        for b, (_, _, shape) in zip(t.outputs, g.kernels[t.kernel].out_params):
+            if b < len(defined) and g.buffer_points[b][-1] != \
+                    t.num_parallel * int(np.prod(shape, dtype=object)):
+                _bad(f"template {ti} writes {t.num_parallel} instances of {list(shape)} "
+                     f"into buffer {b} of {g.buffer_points[b][-1]} elements")
+        if t.outputs and t.outputs[0] < len(defined):
+            try:
+                logical_instance(g.buffer_points[t.outputs[0]], t.num_parallel,
+                                 g.kernels[t.kernel].out_params[0][2], 0)
+            except KeyError:
+                _bad(f"template {ti}'s first output buffer does not split its "
+                     f"{t.num_parallel} instances apart")
         for b, (par, offsets), bc in zip(t.inputs, ck.in_layouts, t.broadcast):
             if b >= len(defined) or not defined[b]:
                 _bad(f"template {ti} reads buffer {b} before it is written")
@@ -497,6 +516,8 @@ def _check_history(n, history, what):
         _bad(f"{what} has a history that does not start with its shape")
     shape = None
     for op, arg in history:
+        if len(arg) > _MAX_NDIM:
+            _bad(f"{what} has a view of {len(arg)} dimensions (NumPy allows {_MAX_NDIM})")
         if op == "reshape":
             if int(np.prod(arg, dtype=object)) != n:
                 _bad(f"{what} reshapes {n} elements to {list(arg)}")
