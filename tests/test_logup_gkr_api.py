@@ -84,6 +84,7 @@ def test_dense_floor_errors():
     ([[1, 2]], ValueError, "must be 1-D"),
     ([], ValueError, "power-of-two length"),
     ([True, 2], TypeError, "must hold integers, not bool"),
+    ((c for c in [4, 4]), TypeError, r"`row_counts` must be a sequence.*not an iterator"),
     ([2**63, 1], ValueError, r"row_counts\[0\] = 9223372036854775808"),  # was float64
     ([2**64, 1], ValueError, r"row_counts\[0\] = 18446744073709551616"),  # was OverflowError
 ])

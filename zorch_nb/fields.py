@@ -88,6 +88,9 @@ def _int_array(values, name: str):
                         f"integers")
     if isinstance(values, np.ndarray):
         arr = values
+    elif hasattr(values, "__next__"):  # NumPy would wrap it as one object
+        raise TypeError(f"Argument `{name}` must be a sequence or array of integers, not "
+                        f"an iterator ({type(values).__name__}); pass list(...) of it")
     else:
         try:
             arr = np.asarray(values, dtype=object)
