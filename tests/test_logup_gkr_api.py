@@ -13,9 +13,9 @@ import pytest
 
 from zorch_nb import BabyBear, KoalaBear
 from zorch_nb.kernels.field_params import KOALABEAR
-from zorch_nb.logup_gkr import (GkrLayer, JaggedGkrLayer, build_jagged_pyramid, build_pyramid,
-                                extract_jagged_outputs, extract_outputs, halving_schedule,
-                                jagged_layer_transition, layer_transition)
+from zorch_nb.logup_gkr import (GkrLayer, JaggedGkrLayer, JaggedStep, build_jagged_pyramid,
+                                build_pyramid, extract_jagged_outputs, extract_outputs,
+                                halving_schedule, jagged_layer_transition, layer_transition)
 
 F = KoalaBear
 
@@ -117,8 +117,19 @@ def test_jagged_schedule_errors():
             call(GkrLayer(*four(8), 0) if call is build_pyramid else layer, fused="no")
     out = jagged_layer_transition(layer, [3, 2], out_width=7)
     assert out.width == 7 and out.row_counts.tolist() == [3, 2]
-    with pytest.raises(ValueError, match="width == number of batch elements"):
+    with pytest.raises(ValueError, match="width == number of batch elements.*fold further"):
         extract_jagged_outputs(out)
+    spare = JaggedGkrLayer(*four(8), [1, 1])  # a floor with slack: halving_schedule is []
+    assert halving_schedule(spare) == []
+    with pytest.raises(ValueError, match=r"already 1: one step to out_row_counts \[1\] \* 2, "
+                                         r"out_width 2 compacts it"):
+        extract_jagged_outputs(spare)
+    num, den = extract_jagged_outputs(jagged_layer_transition(spare, [1, 1], 2))  # unpacks
+    assert num.shape == (4,) and den.shape == (4,)
+    for one_step in (JaggedStep([3, 2], 5), ([3, 2], 5), [3, 2]):
+        with pytest.raises(TypeError, match="a list of steps, not one step"):
+            build_jagged_pyramid(layer, one_step)
+    assert len(build_jagged_pyramid(layer, [([3, 2], 5)])) == 2  # the list of it works
     two = JaggedGkrLayer(*four(2), [2, 0])
     with pytest.raises(ValueError, match=r"every row count to be 1, but row_counts\[0\] = 2"):
         extract_jagged_outputs(two)
@@ -174,8 +185,10 @@ def test_from_leaves_and_from_segments_lay_out_the_leaves():
         JaggedGkrLayer.from_segments([segs[0], num])
     with pytest.raises(ValueError, match=r"`segments\[1\]` denominators must be in the field"):
         JaggedGkrLayer.from_segments([segs[0], (segs[1][0], F.random(2, seed=1))])
-    with pytest.raises(ValueError, match="power-of-two length"):
-        JaggedGkrLayer.from_segments(segs[:3])
+    for k in (0, 3):
+        with pytest.raises(ValueError, match=rf"`segments` must hold a power-of-two number "
+                                             rf"of segments.*not {k}"):
+            JaggedGkrLayer.from_segments(segs[:k])
 
 
 def test_mle_reshaped_in_place_after_construction_is_refused():
@@ -211,6 +224,23 @@ def test_copies_and_pickles_of_layers_are_checked_again():
                         jagged_layer_transition(jagged, [3, 2]).mles):
             assert np.array_equal(a, b)
         for a, b in zip(layer_transition(d).mles, layer_transition(dense).mles):
+            assert np.array_equal(a, b)
+
+
+def test_row_counts_cannot_be_made_writeable_or_reshaped_under_the_kernels():
+    """``setflags(write=True)`` on the counts, then counts past the width,
+    read past the MLEs (a segfault at 2**30); a ``.shape =`` in place reached
+    the schedule checks."""
+    arrays = four(8, (False, True))
+    layers = [JaggedGkrLayer(*arrays, [4, 4])]
+    layers.append(jagged_layer_transition(layers[0], [2, 2], 8))  # built by _trusted
+    for layer in layers:
+        with pytest.raises(ValueError, match="WRITEABLE"):
+            layer.row_counts.setflags(write=True)
+        want = [x.copy() for x in jagged_layer_transition(layer, [2, 2]).mles]
+        layer.row_counts.shape = (2, 1)
+        assert layer.num_batches == 2
+        for a, b in zip(jagged_layer_transition(layer, [2, 2]).mles, want):
             assert np.array_equal(a, b)
 
 

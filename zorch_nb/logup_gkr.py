@@ -340,8 +340,9 @@ class JaggedGkrLayer(_Layer):
         except TypeError:
             raise TypeError(f"Argument `segments` must be a sequence of (numerators, "
                             f"denominators) pairs, not {type(segments).__name__}") from None
-        if not segments:
-            raise ValueError("Argument `segments` must hold at least one segment")
+        if not _is_pow2(len(segments)):
+            raise ValueError(f"Argument `segments` must hold a power-of-two number of "
+                             f"segments (one per batch element), not {len(segments)}")
         for b, seg in enumerate(segments):
             if not (isinstance(seg, (tuple, list)) and len(seg) == 2):
                 raise TypeError(f"Argument `segments[{b}]` must be a (numerators, "
@@ -386,12 +387,20 @@ class JaggedGkrLayer(_Layer):
         if isinstance(counts, np.ndarray) and int(counts.sum(dtype=np.int64)) > width:
             raise ValueError(f"the row counts sum to {int(counts.sum(dtype=np.int64))}, more "
                              f"than the width {width} of the MLEs")
-        object.__setattr__(self, "row_counts", counts)
+        _keep_counts(self, counts)
+
+    @property
+    def _counts(self):
+        # The checked counts the kernels trust.  ``row_counts`` is a view of
+        # them, so a user's ``setflags(write=True)`` on it is refused (NumPy
+        # lets an array's owner, never a view, make it writeable again) and an
+        # in-place ``.shape =`` on it changes nothing here.
+        return self.__dict__["_checked_counts"]
 
     @property
     def num_batches(self) -> int:
         """``nb``: number of batch elements (segments)."""
-        return int(self.row_counts.shape[0])
+        return int(self._counts.shape[0])
 
     @property
     def num_batch_variables(self) -> int:
@@ -406,7 +415,14 @@ class JaggedGkrLayer(_Layer):
     @property
     def counts_on_host(self) -> bool:
         """Whether ``row_counts`` is a host array (so it can be checked)."""
-        return isinstance(self.row_counts, np.ndarray)
+        return isinstance(self._counts, np.ndarray)
+
+
+def _keep_counts(layer, counts) -> None:
+    """Store checked counts: the trusted array, and a read-only view as ``row_counts``."""
+    layer.__dict__["_checked_counts"] = counts
+    object.__setattr__(layer, "row_counts",
+                       counts.view() if isinstance(counts, np.ndarray) else counts)
 
 
 def _rebuild_layer(cls, values):
@@ -422,6 +438,8 @@ def _trusted(cls, *values):
     """
     obj = object.__new__(cls)
     obj.__dict__.update(zip(_FIELDS[cls], values))  # frozen: no __setattr__
+    if cls is JaggedGkrLayer:
+        _keep_counts(obj, obj.row_counts)
     obj._remember_shapes()
     return obj
 
@@ -437,10 +455,15 @@ class LogUpGkrOutput:
     extension array has shape ``(2 nb, 4)``), ``denominator`` likewise.  For
     batch element ``b`` the fraction sum of all its leaves equals
     ``numerator[2b]/denominator[2b] + numerator[2b+1]/denominator[2b+1]``.
+    It unpacks as a pair: ``num, den = extract_outputs(floor)``.
     """
 
     numerator: Any
     denominator: Any
+
+    def __iter__(self):
+        # ``num, den = extract_outputs(floor)``, as with a pair
+        return iter((self.numerator, self.denominator))
 
 
 class JaggedStep(NamedTuple):
@@ -708,7 +731,7 @@ def jagged_layer_transition(layer: JaggedGkrLayer, out_row_counts, out_width=Non
         Counts of the wrong type, or device counts with NumPy data.
     """
     _require(layer, JaggedGkrLayer, "layer")
-    orc, out_width = _check_step(layer.row_counts, _data_kind(layer), out_row_counts,
+    orc, out_width = _check_step(layer._counts, _data_kind(layer), out_row_counts,
                                  out_width)
     return _jagged_run(layer, orc, out_width, backend)
 
@@ -724,14 +747,14 @@ def _jagged_run(layer, orc, out_width, backend):
     outs = _run(layer, backend,
                 lambda k, ins, outs, pre: k.jagged_transition(ins[4], ins[5], pre, *ins[:4],
                                                               *outs, field.params),
-                [layer.row_counts, orc], out_width, _out_ext(layer), (2, layer.num_batches))
+                [layer._counts, orc], out_width, _out_ext(layer), (2, layer.num_batches))
     return _trusted(JaggedGkrLayer, *outs, orc, field)
 
 
 def _check_steps(layer, steps) -> list:
     """Every ``(out_row_counts, out_width)`` of ``steps`` from ``layer`` on, checked
     (each against the one before), before any runs; errors name ``schedules[i]``."""
-    kind, rc, checked = _data_kind(layer), layer.row_counts, []
+    kind, rc, checked = _data_kind(layer), layer._counts, []
     for i, (counts, width) in enumerate(steps):
         try:
             rc, width = _check_step(rc, kind, counts, width)
@@ -788,11 +811,20 @@ def build_jagged_pyramid(first: JaggedGkrLayer, schedules, *,
         on ``"cupy"``, or ``"numba"``).
     """
     _require(first, JaggedGkrLayer, "first")
+    one_step = TypeError(f"Argument `schedules` must be a list of steps, not one step "
+                         f"({type(schedules).__name__}); pass [step]")
+    if isinstance(schedules, JaggedStep):
+        raise one_step
     try:
         entries = list(schedules)
     except TypeError:
         raise TypeError(f"Argument `schedules` must be an iterable of steps (see "
                         f"halving_schedule), not {type(schedules).__name__}") from None
+    # A bare integer entry is a step's count or width: one step was passed
+    # unwrapped, ([2, 3], 5) or [2, 3] (a step's counts are one per segment).
+    if any(isinstance(e, (int, np.integer)) and not isinstance(e, (bool, np.bool_))
+           for e in entries):
+        raise one_step
     steps = [_step(entry, i) for i, entry in enumerate(entries)]
     _check_fused(fused)
     if fused is None or fused:
@@ -828,7 +860,7 @@ def _fused_jagged_steps(layer: JaggedGkrLayer, steps, xp, kernels) -> list:
     from .kernels.launch_config import GKR_JAGGED_CHUNK, gkr_jagged_plan
     checked = _check_steps(layer, steps)  # all checks before the first launch
     # Host counts (the input's and any host step's) travel in one H2D copy.
-    host = [c for c in [layer.row_counts] + [o for o, _ in checked] if isinstance(c, np.ndarray)]
+    host = [c for c in [layer._counts] + [o for o, _ in checked] if isinstance(c, np.ndarray)]
     packed = xp.asarray(np.concatenate(host)) if host else None
     nb, at = layer.num_batches, 0
 
@@ -839,7 +871,7 @@ def _fused_jagged_steps(layer: JaggedGkrLayer, steps, xp, kernels) -> list:
         at += nb
         return packed[at - nb:at]
 
-    rc_dev = device(layer.row_counts)
+    rc_dev = device(layer._counts)
     n_ext, d_ext = _out_ext(layer)
     exts = (n_ext, n_ext, d_ext, d_ext)
     out_layers, kernel_steps = [], []
@@ -872,16 +904,26 @@ def _fused_jagged_steps(layer: JaggedGkrLayer, steps, xp, kernels) -> list:
 
 
 def extract_jagged_outputs(floor: JaggedGkrLayer) -> LogUpGkrOutput:
-    """Interleave the two children of a jagged floor (``width == nb``, all counts 1)."""
+    """Interleave the two children of a jagged floor (``width == nb``, all counts 1).
+
+    Host row counts are checked to be all 1; device counts are not read (that
+    would synchronize), so for them this is the caller's obligation, as for
+    the transitions.
+    """
     _require(floor, JaggedGkrLayer, "floor")
     if floor.width != floor.num_batches:
+        nb = floor.num_batches
+        hint = ("fold further (see halving_schedule)" if not floor.counts_on_host or
+                bool((floor._counts > 1).any()) else
+                f"every count is already 1: one step to out_row_counts [1] * {nb}, "
+                f"out_width {nb} compacts it (folding each row's two children: same "
+                f"per-batch sums)")
         raise ValueError(f"extract_jagged_outputs needs a floor with width == number of batch "
-                         f"elements ({floor.num_batches}), not width {floor.width}; "
-                         f"fold further (see halving_schedule)")
-    if floor.counts_on_host and bool((floor.row_counts != 1).any()):
-        s = int(np.argmax(floor.row_counts != 1))
+                         f"elements ({nb}), not width {floor.width}; {hint}")
+    if floor.counts_on_host and bool((floor._counts != 1).any()):
+        s = int(np.argmax(floor._counts != 1))
         raise ValueError(f"extract_jagged_outputs needs every row count to be 1, but "
-                         f"row_counts[{s}] = {floor.row_counts[s]}")
+                         f"row_counts[{s}] = {floor._counts[s]}")
     return LogUpGkrOutput(_interleave(floor.numerator_0, floor.numerator_1),
                           _interleave(floor.denominator_0, floor.denominator_1))
 
@@ -925,7 +967,7 @@ def halving_schedule(layer: JaggedGkrLayer, max_row_count: int | None = None) ->
         bound = _check_int(max_row_count, "max_row_count", 0, _INT32_MAX)
     if not layer.counts_on_host and max_row_count is not None:
         cp = _backend.get_xp("cupy")
-        counts, width, steps = layer.row_counts, layer.width, []
+        counts, width, steps = layer._counts, layer.width, []
         # at least one step: with M <= 1 a count may still be 0 (no way to tell
         # without reading the counts), and the step gives it its neutral row
         while bound > 1 or not steps:
@@ -934,8 +976,8 @@ def halving_schedule(layer: JaggedGkrLayer, max_row_count: int | None = None) ->
             width = min(nb * max(bound, 1), width // 2 + nb)
             steps.append(JaggedStep(counts, width))
         return steps
-    counts = (layer.row_counts if layer.counts_on_host
-              else layer.row_counts.get()).astype(np.int64)
+    counts = (layer._counts if layer.counts_on_host
+              else layer._counts.get()).astype(np.int64)
     steps = []
     while counts.size and (counts.max() > 1 or counts.min() == 0):
         counts = np.maximum((counts + 1) // 2, 1)
