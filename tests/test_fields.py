@@ -237,6 +237,35 @@ def test_bad_input_errors():
         F.encode([2**63, 1])  # NumPy would read this list as float64
     big = [2**64 - 1, 2**63, -2**70, 1]  # exact Python ints beyond int64, reduced
     assert F.decode(F.encode(big, reduce=True)).tolist() == [v % F.p for v in big]
+    # small NumPy scalars beside them (np.int8(1) % p overflowed in the object path)
+    mixed = [np.int8(-3), 2**64, np.uint16(7)]
+    assert F.decode(F.encode(mixed, reduce=True)).tolist() == [int(v) % F.p for v in mixed]
+    # ints past Python's 4300-digit str limit still get their message
+    with pytest.raises(ValueError, match=r"ints\[1\] = \(an integer of 14285 bits\)"):
+        F.encode([1, 10**4300])
+    assert F.decode(F.pow(F.encode([5]), -10**4300)).tolist() == \
+        [pow(pow(5, -1, F.p), 10**4300, F.p)]
+    with pytest.raises(ValueError, match=r"e = -\(an integer of 14285 bits\) < 0: element at "
+                                         r"index \(1,\) is zero"):
+        F.pow(F.encode([5, 0]), -10**4300)
+    with pytest.raises(TypeError, match=r"`a` must have dtype uint32 in native byte order, not "
+                                        r">u4 \(byte-swapped\); convert it"):
+        F.mul(a.astype(">u4"), a)
+    with pytest.raises(TypeError, match=r"`out` must have dtype uint32 in native byte order.*"
+                                        r"pass a native uint32 array"):
+        F.mul(a, a, out=np.empty(4, ">u4"))
+    with pytest.raises(TypeError, match=r"`out` must have dtype uint32 \(Montgomery words\), "
+                                        r"not int64$"):  # no `encode` advice for out
+        F.mul(a, a, out=np.empty(4, np.int64))
+    with pytest.raises(TypeError, match=r"`out` must be an array.*not a NumPy scalar"):
+        F.mul(a[0], a[1], out=np.uint32(0))
+    with pytest.raises(ValueError, match=r"axes of \(2, 3\), not 2$"):
+        F.sum(F.zeros((2, 3)), axis=2)
+    with pytest.raises(ValueError, match=r"\(extension coefficients are not an axis here\)"):
+        F.ext.sum(F.ext.zeros((2, 3)), axis=2)
+    # from_base reduces non-canonical words, as every result is canonical
+    assert F.ext.from_base(np.array([F.p + 5, 2**32 - 1], np.uint32))[:, 0].tolist() == \
+        [5, (2**32 - 1) % F.p]
     assert F.encode([]).shape == (0,) and F.ext.encode(np.zeros((0, 4), int)).shape == (0, 4)
     with pytest.raises(ValueError, match="decode needs canonical"):
         F.decode(np.array([F.p + 1], dtype=np.uint32))

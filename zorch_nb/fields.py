@@ -17,8 +17,9 @@ NumPy arrays run Numba CPU kernels, CuPy (or any ``__cuda_array_interface__``)
 arrays run CuPy RawKernels, and ``backend="numba"`` selects the Numba-CUDA
 kernels.  Every backend returns byte-identical results.  Operands of one call
 live in one module; as in CuPy, the one exception is a NumPy operand holding a
-single element (``F.one``, ``E.one``, a NumPy scalar), which is copied to the
-device of the others.
+single element -- a NumPy scalar or 0-d array (``F.one``), or one ``(4,)``
+element on the extension (``E.one``) -- which is copied to the device of the
+others.
 
 Examples
 --------
@@ -65,13 +66,36 @@ def _check_words(x, name: str):
         x = np.asarray(x)
     _refuse_masked(x, name)
     kind = _backend.array_kind(x)
+    # `out` receives words: converting integers with `encode` is no advice there
+    hint = "" if name == "out" else "; use `encode` to convert integers"
     if kind == "other":
         raise TypeError(f"Argument `{name}` must be a uint32 array of Montgomery words "
-                        f"(NumPy or CuPy), not {type(x).__name__}; use `encode` to "
-                        f"convert integers")
-    if np.dtype(x.dtype) != np.uint32:
+                        f"(NumPy or CuPy), not {type(x).__name__}{hint}")
+    dtype = np.dtype(x.dtype)
+    if dtype != np.uint32:
+        if dtype.kind == "u" and dtype.itemsize == 4:  # words, in the other byte order
+            fix = ("pass a native uint32 array" if name == "out" else
+                   "convert it with `.astype(np.uint32)`")
+            raise TypeError(f"Argument `{name}` must have dtype uint32 in native byte "
+                            f"order, not {dtype.str} (byte-swapped); {fix}")
         raise TypeError(f"Argument `{name}` must have dtype uint32 (Montgomery words), "
-                        f"not {x.dtype}; use `encode` to convert integers")
+                        f"not {x.dtype}{hint}")
+
+
+def _int_text(v) -> str:
+    """``v`` for a message; Python refuses ``str`` of ints over 4300 digits."""
+    v = int(v)
+    if abs(v) < 10**60:
+        return str(v)
+    return f"{'-' if v < 0 else ''}(an integer of {abs(v).bit_length()} bits)"
+
+
+def _out_of_range(arr, flat_index: int, p: int):
+    """Raise naming the C-order element ``flat_index`` of ``encode``'s ``arr``."""
+    idx = _unravel(flat_index, arr.shape)
+    where = f"ints[{', '.join(map(str, idx))}]" if idx else "ints"
+    raise ValueError(f"Argument `ints` must lie in [0, p={p}), but {where} = "
+                     f"{_int_text(arr[idx])}; pass reduce=True to reduce modulo p")
 
 
 def _int_array(values, name: str):
@@ -113,8 +137,9 @@ def _int_array(values, name: str):
                                 f"{t.__name__} ({v!r})")
         try:
             return arr.astype(np.int64)
-        except OverflowError:  # ints beyond int64: keep them exact
-            return arr
+        except OverflowError:  # ints beyond int64: keep them exact, as Python ints
+            # (an np.int8 beside them would overflow in the object `% p`)
+            return np.asarray(np.frompyfunc(int, 1, 1)(arr), dtype=object)
     if arr.dtype.kind not in "iu":
         raise TypeError(f"Argument `{name}` must hold integers, not {arr.dtype}")
     # native byte order, so the dtype tests below (uint64: no detour through
@@ -388,20 +413,12 @@ class _FieldBase:
                 first = _backend.kernels_for("cpu", "field").encode(flat, tmp, reduce,
                                                                      self.params)
                 if first >= 0:
-                    idx = _unravel(start + first, arr.shape)
-                    where = f"ints[{', '.join(map(str, idx))}]" if idx else "ints"
-                    raise ValueError(f"Argument `ints` must lie in [0, p={p}), but "
-                                     f"{where} = {arr[idx]}; pass reduce=True to reduce "
-                                     f"modulo p")
+                    _out_of_range(arr, start + first, p)
                 continue
             if blk.size and not reduce:
                 bad = np.asarray((blk < 0) | (blk >= p))
                 if bool(np.any(bad)):
-                    idx = _unravel(start + int(bad.argmax()), arr.shape)
-                    where = f"ints[{', '.join(map(str, idx))}]" if idx else "ints"
-                    raise ValueError(f"Argument `ints` must lie in [0, p={p}), but "
-                                     f"{where} = {arr[idx]}; pass reduce=True to reduce "
-                                     f"modulo p")
+                    _out_of_range(arr, start + int(bad.argmax()), p)
             if arr.dtype == object or arr.dtype == np.uint64:
                 canon = np.asarray(blk % p).astype(np.uint64)
             else:
@@ -608,6 +625,10 @@ class _FieldBase:
         xp = _backend.get_xp(kind)
         if out is None:
             return xp.empty(full, dtype=np.uint32), None
+        if isinstance(out, np.generic):
+            raise TypeError(f"Argument `out` must be an array the result is written into, "
+                            f"not a NumPy scalar ({type(out).__name__}); for a 0-d result "
+                            f"pass np.empty((), np.uint32)")
         _check_words(out, "out")
         if _backend.array_kind(out) != ("numpy" if kind == "numpy" else "cupy"):
             raise TypeError(f"Argument `out` must be a {kind} array like the operands")
@@ -856,9 +877,10 @@ class _FieldBase:
                                 f"not {axis!r}")
             axes = tuple(int(v) + nd if -nd <= v < 0 else int(v) for v in raw)
             if any(not 0 <= v < nd for v in axes) or len(set(axes)) != len(axes):
+                note = " (extension coefficients are not an axis here)" if self.degree == 4 \
+                    else ""
                 raise ValueError(f"Argument `axis` must name distinct element axes of "
-                                 f"{elem} (extension coefficients are not an axis here), "
-                                 f"not {axis!r}")
+                                 f"{elem}{note}, not {axis!r}")
         kind, a = _in_module(a)
         xp = _backend.get_xp(kind)
         p = np.uint64(self.p)
@@ -1051,7 +1073,7 @@ class _FieldBase:
             _element_shape(a, 4, "a")
         invert = e < 0  # a ** e = inv(a) ** -e
         if invert:
-            self._raise_if_zero(a, f"pow with e = {e} < 0")
+            self._raise_if_zero(a, f"pow with e = {_int_text(e)} < 0")
             e = -e
         order = self.p ** self.degree - 1
         e_red = 0 if e == 0 else (e - 1) % order + 1
@@ -1170,13 +1192,16 @@ class ExtensionField(_FieldBase):
         self.params = base.params
 
     def from_base(self, a):
-        """Embed base-field words ``a`` (any shape ``S``) as ``(a, 0, 0, 0)``, shape ``S + (4,)``."""
+        """Embed base-field words ``a`` (any shape ``S``) as ``(a, 0, 0, 0)``, shape ``S + (4,)``.
+
+        Words ``>= p`` are reduced, as every result is canonical.
+        """
         _check_words(a, "a")
         a = np.asarray(a) if isinstance(a, np.generic) else a
         kind = "numpy" if _backend.array_kind(a) == "numpy" else "cupy"
         xp = _backend.get_xp(kind)
         out = xp.zeros(tuple(a.shape) + (4,), dtype=np.uint32)
-        out[..., 0] = _backend.to_module(a, kind)
+        out[..., 0] = _backend.to_module(a, kind) % np.uint32(self.p)
         return out
 
     @property
