@@ -263,6 +263,13 @@ def test_bad_input_errors():
         F.sum(F.zeros((2, 3)), axis=2)
     with pytest.raises(ValueError, match=r"\(extension coefficients are not an axis here\)"):
         F.ext.sum(F.ext.zeros((2, 3)), axis=2)
+    # NumPy-style: array shapes and a 0-d integer exponent
+    assert F.zeros(np.array([2, 3])).shape == (2, 3) and F.ones(np.array(2)).shape == (2,)
+    assert np.array_equal(F.pow(a, np.array(3)), F.pow(a, 3))
+    with pytest.raises(TypeError, match="`e` must be an integer"):
+        F.pow(a, np.array([3]))
+    with pytest.raises(TypeError, match="`shape` must be an int or a tuple"):
+        F.zeros(np.array([2.0]))
     # from_base reduces non-canonical words, as every result is canonical
     assert F.ext.from_base(np.array([F.p + 5, 2**32 - 1], np.uint32))[:, 0].tolist() == \
         [5, (2**32 - 1) % F.p]

@@ -1065,7 +1065,9 @@ class _FieldBase:
         ``a = 0``).  Exponents are reduced modulo the multiplicative group
         order, keeping ``0 ** e = 0`` for ``e > 0``.
         """
-        if isinstance(e, bool) or not isinstance(e, (int, np.integer)):
+        if isinstance(e, np.ndarray) and e.ndim == 0 and e.dtype.kind in "iu":
+            e = e.item()  # a 0-d integer array, as NumPy's power takes one
+        if isinstance(e, (bool, np.bool_)) or not isinstance(e, (int, np.integer)):
             raise TypeError(f"Argument `e` must be an integer, not {type(e).__name__}")
         e = int(e)
         _check_words(a, "a")
@@ -1121,6 +1123,10 @@ def _shape_tuple(shape):
         if s < 0:
             raise ValueError(f"Argument `shape` must not have negative entries, not {shape!r}")
         return int(s)
+    if isinstance(shape, np.ndarray) and shape.ndim == 1:  # as np.zeros takes one
+        shape = shape.tolist()
+    elif isinstance(shape, np.ndarray) and shape.ndim == 0:
+        shape = shape.item()
     if isinstance(shape, (tuple, list)):
         return tuple(dim(s) for s in shape)
     return (dim(shape),)
