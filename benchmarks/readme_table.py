@@ -30,7 +30,8 @@ def table(report: dict) -> str:
         frac = r["fraction_of_copy"]  # None: not a bandwidth row (dispatch), or old NaN
         frac = "" if frac is None or frac != frac else f"{frac:.2f}"
         lines.append(f"| {r['kernel']} | {r['backend']} | 2^{r['size'].bit_length() - 1} | "
-                     f"{r['time_s'] * 1e3:.3f} ms | {r['gbps']:.1f} | "
+                     f"{r['time_s'] * 1e3:.3f} ms | "
+                     f"{'' if r['gbps'] is None else format(r['gbps'], '.1f')} | "
                      f"{frac} | {'' if paired is None else f'{paired:.2f}'} | "
                      f"{base} |")
     return "\n".join(lines)

@@ -90,7 +90,11 @@ def targets(report: dict) -> str:
         for prefix, goals in GPU_FRACTIONS:
             for r in _rows(report, prefix, backend):
                 f = r["fraction_of_copy"]
-                if f is None:
+                if f is None:  # a size below MIN_FRACTION_LOG2: times only
+                    size = f"2^{r['size'].bit_length() - 1}"
+                    lines.append(f"| {r['kernel']} (of copy) | {backend} | {size} | no "
+                                 f"fraction at this size (launch-bound) | "
+                                 f">= {goals[backend]:.2f} | no figure |")
                     continue
                 l2 = r["extra"].get("in_l2_gbps")  # the arithmetic's rate, DRAM out of the way
                 measured = f"{f:.2f}" + (f" (in L2: {l2:.0f} GB/s)" if l2 else "")

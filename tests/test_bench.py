@@ -13,7 +13,7 @@ import pytest
 def test_bench_cpu_writes_json(tmp_path):
     out = tmp_path / "bench.json"
     res = subprocess.run([sys.executable, "-m", "zorch_nb", "bench", "--device", "cpu",
-                          "--sizes", "10", "--repeat", "1", "--json", str(out)],
+                          "--sizes", "10", "16", "--repeat", "1", "--json", str(out)],
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr
 
@@ -21,11 +21,22 @@ def test_bench_cpu_writes_json(tmp_path):
         raise AssertionError(f"{name} in the report")
     report = json.loads(out.read_text(), parse_constant=no_nan)
     assert {"date", "device", "command", "copy", "results", "second_process"} <= set(report)
-    assert report["command"].endswith(f"bench --device cpu --sizes 10 --repeat 1 --json {out}")
+    assert report["command"].endswith(f"bench --device cpu --sizes 10 16 --repeat 1 "
+                                      f"--json {out}")
+    assert report["command"].startswith("python -m zorch_nb bench")
+    assert [c["size"] for c in report["copy"]] == [4 * 2**10, 4 * 2**16]
     assert report["copy"][0]["gbps"] > 0
+    small = [r for r in report["results"]
+             if r["size"] == 2**10 and not r["kernel"].startswith("dispatch")]
+    assert small
+    report["results"] = [r for r in report["results"] if r not in small]
+    for r in small:  # launch-bound: times only (a fraction there was noise, up to 295x)
+        assert r["fraction_of_copy"] is None and "paired_fraction" not in r["extra"]
+    assert "launch-bound: times only" in res.stdout
     for r in report["results"]:  # compile time apart from the steady state, for every row
         assert r["first_call_s"] is not None and r["first_call_s"] > 0, r["kernel"]
         assert (r["fraction_of_copy"] is None) == r["kernel"].startswith("dispatch")
+        assert (r["gbps"] is None) == r["kernel"].startswith("dispatch")
     kernels = {r["kernel"] for r in report["results"]}
     for name in ("dense fold base/base", "dense fold base/ext", "dense fold ext/ext",
                  "jagged transition base/base (1024 seg.)", "dense pyramid base/base (to floor)",
@@ -34,7 +45,8 @@ def test_bench_cpu_writes_json(tmp_path):
         assert name in kernels
     for r in report["results"]:
         assert r["time_s"] > 0 and r["bytes"] > 0
-        assert r["size"] == (8 if r["kernel"] == "dispatch: base mul of 8 elements" else 2**10)
+        assert r["size"] == {"dispatch: base mul of 8 elements": 8,
+                             "dispatch: one transition base/base": 2**10}.get(r["kernel"], 2**16)
     fold = next(r for r in report["results"] if r["kernel"] == "dense fold base/base")
     assert "numpy uint64" in fold["baselines"]
     for r in report["results"]:  # every CPU fold: the paired and the cache-resident rate
@@ -87,6 +99,8 @@ def test_bench_rejects_sizes_and_repeats_it_cannot_measure(argv, message, capsys
     (["bench", "--backends", "numba"], "--backends picks GPU backends; it needs --device gpu"),
     (["demo", "--gpu", "--backend", "numba"], "--gpu means --backend cupy"),
     (["bench", "--sizes", "abc"], "invalid log2 size value: 'abc'"),
+    (["bench", "--json", ""], "argument --json: an empty file name"),  # was ignored
+    (["bench", "--plot", " "], "argument --plot: an empty file name"),
 ])
 def test_cli_contradictions_are_usage_errors(argv, message, capsys):
     from zorch_nb.__main__ import main
@@ -105,6 +119,8 @@ def test_outputs_are_checked_before_measuring(tmp_path, monkeypatch, capsys):
              (["--json", str(tmp_path / "no" / "r.json")], "does not exist")]
     if _has_matplotlib():
         cases.append((["--plot", str(tmp_path / "p.xyz")], "must end in one of"))
+        # pgf needs LaTeX, which only the save after the whole run found missing
+        cases.append((["--plot", str(tmp_path / "p.pgf")], "must end in one of"))
     for extra, message in cases:
         assert main(["bench", "--sizes", "8", *extra]) == 2
         assert message in capsys.readouterr().err
@@ -138,6 +154,30 @@ def test_a_failed_second_process_fails_the_run(tmp_path, monkeypatch):
     args = argparse.Namespace(device="cpu", sizes=[8], repeat=1, json=str(out), plot=None)
     assert bench.main(args) == 1
     assert json.loads(out.read_text())["errors"] == ["cpu second process: ImportError: x"]
+
+
+def test_a_json_file_that_cannot_be_written_is_reported_and_measuring_goes_on(
+        tmp_path, monkeypatch, capsys):
+    """/dev/full passes every up-front check and fails at the write: the table is
+    still printed for every size, the run says why and exits 1 (was a traceback
+    after the first size)."""
+    import argparse
+
+    from zorch_nb import bench
+    monkeypatch.setattr(bench, "_gkr_rows", lambda *args: [])
+    monkeypatch.setattr(bench, "second_process", lambda backend, xp: {"backend": backend})
+    real_open = open
+
+    def full_disk(path, *a, **k):
+        if path == "r.json":
+            raise OSError(28, "No space left on device")
+        return real_open(path, *a, **k)
+    monkeypatch.setattr("builtins.open", full_disk)
+    args = argparse.Namespace(device="cpu", sizes=[8, 9], repeat=1, json="r.json", plot=None)
+    assert bench.main(args) == 1
+    out, err = capsys.readouterr()
+    assert out.count("dispatch: base mul of 8 elements") == 2  # both sizes measured
+    assert err.count("--json 'r.json' could not be written: [Errno 28] No space left") == 2
 
 
 def test_a_size_that_does_not_fit_stops_the_sizes_with_a_clear_error(tmp_path, monkeypatch):

@@ -102,8 +102,25 @@ _log2_size.__name__ = "log2 size"
 _positive_int.__name__ = "positive int"
 
 
+def _prog() -> str:
+    """How the user started this: the ``zorch_nb`` console script or ``python -m``."""
+    import os
+    return "zorch_nb" if os.path.basename(sys.argv[0]) == "zorch_nb" else "python -m zorch_nb"
+
+
+def _file_name(text: str) -> str:
+    """argparse type of ``--json`` / ``--plot``: a non-empty file name."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty file name")
+    return text
+
+
+_file_name.__name__ = "file name"
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m zorch_nb", description=__doc__.splitlines()[0])
+    prog = _prog()
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     d = sub.add_parser("demo", help="run a checked tour of every kernel family")
     d.add_argument("--backend", choices=("cpu", "cupy", "numba"), default="cpu",
@@ -114,14 +131,21 @@ def main(argv=None) -> int:
     b.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     b.add_argument("--sizes", type=_log2_size, nargs="+", default=None,
                    help="log2 of the element counts to measure (default: 20 on cpu, 26 on gpu)")
-    b.add_argument("--json", metavar="FILE", help="write the results as JSON")
-    b.add_argument("--plot", metavar="FILE.png", help="bar chart of each kernel's fraction of the copy bandwidth (matplotlib)")
-    b.add_argument("--repeat", type=_positive_int, default=5, help="timed repetitions (best is reported)")
+    b.add_argument("--json", metavar="FILE", type=_file_name,
+                   help="write the results as JSON (after every size, and at the end)")
+    b.add_argument("--plot", metavar="FILE.png", type=_file_name,
+                   help="bar chart of each kernel's fraction of the copy bandwidth (matplotlib)")
+    b.add_argument("--repeat", type=_positive_int, default=5,
+                   help="timed repetitions, the best reported (pyramids: half as many, "
+                        "at least 1; the CPU fold's alternation with the copy: 3x, at "
+                        "least 15)")
     b.add_argument("--backends", nargs="+", choices=("cupy", "numba"), default=None,
-                   help="GPU backends to measure (default: both)")
+                   help="GPU backends to measure (default: both; both need CuPy for "
+                        "the device arrays and the copy yardstick)")
     b.set_defaults(func=bench)
     args = parser.parse_args(argv)
     args.argv = sys.argv[1:] if argv is None else list(argv)  # for the report's command
+    args.prog = prog
     if args.command == "demo" and args.gpu and args.backend not in ("cpu", "cupy"):
         d.error(f"--gpu means --backend cupy; it contradicts --backend {args.backend}")
     if args.command == "bench" and args.backends and args.device != "gpu":

@@ -15,7 +15,12 @@ subprocess twice, each importing zorch_nb and folding one small layer.
 
 The copy ceiling is measured before and after the kernels and the faster run
 is kept, so a quiet moment of a shared machine is not held against the
-kernels measured in a noisy one.
+kernels measured in a noisy one.  Sizes below ``2**MIN_FRACTION_LOG2``
+elements report times only: there a call costs microseconds of launch, not
+bandwidth (and on the CPU a small call runs its serial twin while the copy
+launches threads), so a fraction of the copy would be noise.  The three
+modes of the dense fold share one compiled kernel per backend: its compile
+time lands on the first mode's "1st call".
 """
 from __future__ import annotations
 
@@ -37,6 +42,14 @@ import numpy as np
 from .fields import KoalaBear
 
 
+#: Smallest log2 size whose rows get a fraction of the copy (see the module doc).
+MIN_FRACTION_LOG2 = 16
+
+#: A fraction above this is flagged in the table: the data stayed in a cache
+#: the copy's did not fit, or the copy was timed in a busy moment.
+SUSPECT_FRACTION = 1.5
+
+
 @dataclass
 class Row:
     """One measured kernel."""
@@ -55,8 +68,8 @@ class Row:
     #: of a 2**10 layer): no fraction of the copy of the run's size
     vs_copy: bool = True
 
-    def finish(self, copy_gbps: float) -> "Row":
-        self.gbps = self.bytes / self.time_s / 1e9
+    def finish(self, copy_gbps: float | None) -> "Row":
+        self.gbps = self.bytes / self.time_s / 1e9 if self.vs_copy else None
         self.fraction_of_copy = (self.gbps / copy_gbps if copy_gbps and self.vs_copy
                                  else None)
         return self
@@ -275,13 +288,24 @@ def _table(rows, copy_row) -> str:
     head = (f"{'kernel':<46} {'backend':<7} {'size':>10} {'time':>11} {'GB/s':>8} "
             f"{'of copy':>8} {'1st call':>9}  baselines")
     lines = [head, "-" * len(head)]
+    suspect = False
     for r in [copy_row] + rows:
         base = ", ".join([f"{k} {v * 1e3:.2f} ms (speedup {v / r.time_s:.1f}x)"
                           for k, v in r.baselines.items()]
                          + [f"{k}={v}" for k, v in r.extra.items()])
         first = _fmt(r.first_call_s, ".3f", 8) + ("s" if r.first_call_s is not None else " ")
+        flag = " "
+        if r.fraction_of_copy is not None and r.fraction_of_copy > SUSPECT_FRACTION:
+            flag, suspect = "!", True
         lines.append(f"{r.kernel:<46} {r.backend:<7} {r.size:>10} {r.time_s * 1e3:>8.3f} ms "
-                     f"{r.gbps:>8.1f} {_fmt(r.fraction_of_copy, '.2f', 8)} {first}  {base}")
+                     f"{_fmt(r.gbps, '.1f', 8)} {_fmt(r.fraction_of_copy, '.2f', 7)}{flag} "
+                     f"{first}  {base}")
+    if copy_row.size < 4 << MIN_FRACTION_LOG2:  # the copy moves 4 n words
+        lines.append(f"(below 2^{MIN_FRACTION_LOG2} elements a call is launch-bound: times "
+                     f"only, no fraction of the copy)")
+    if suspect:
+        lines.append(f"! above {SUSPECT_FRACTION}x the copy: the data stayed in a cache the "
+                     f"copy's did not fit, or the copy was timed in a busy moment")
     return "\n".join(lines)
 
 
@@ -380,6 +404,7 @@ def _plot_problem(path: str):
     except ImportError:
         return "--plot needs matplotlib: pip install 'zorch_nb[bench]'"
     formats = FigureCanvasAgg(Figure()).get_supported_filetypes()
+    formats.pop("pgf", None)  # needs a LaTeX install, found missing only when saving
     ext = os.path.splitext(path)[1].lstrip(".").lower()
     if ext not in formats:
         return (f"--plot {path!r}: the file name must end in one of "
@@ -423,7 +448,7 @@ def main(args) -> int:
         return {
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "device": _device_name(device),
-            "command": "python -m zorch_nb " + shlex.join(argv),
+            "command": getattr(args, "prog", "python -m zorch_nb") + " " + shlex.join(argv),
             "python": sys.version.split()[0],
             "copy": [asdict(c) for c in copies],
             "results": [asdict(r) for r in all_rows],
@@ -431,10 +456,18 @@ def main(args) -> int:
             "errors": guard.errors,
         }
 
+    json_failed = []
+
     def write_json() -> None:  # after every size too: a run cut short keeps what it has
-        if args.json:
-            with open(args.json, "w") as fh:
-                json.dump(_strict(report()), fh, indent=1, allow_nan=False)
+        if args.json and not json_failed:
+            try:
+                with open(args.json, "w") as fh:
+                    json.dump(_strict(report()), fh, indent=1, allow_nan=False)
+            except OSError as exc:  # a full disk, /dev/full: measuring goes on
+                json_failed.append(True)
+                msg = f"--json {args.json!r} could not be written: {exc}"
+                guard.errors.append(msg)
+                print(f"FAILED {msg}", file=sys.stderr)
 
     for lg in sizes:
         n = 1 << lg
@@ -459,7 +492,7 @@ def main(args) -> int:
         copy_row.finish(copy_row.bytes / copy_row.time_s / 1e9)
         copies.append(copy_row)
         for r in rows:
-            r.finish(copy_row.gbps)
+            r.finish(copy_row.gbps if lg >= MIN_FRACTION_LOG2 else None)
         print(_table(rows, copy_row))
         print()
         all_rows += rows
@@ -470,7 +503,10 @@ def main(args) -> int:
         if "error" in s_:
             guard.errors.append(f"{s_['backend']} second process: {' '.join(s_['error'])}")
     write_json()
-    if args.plot and all_rows:
+    if args.plot and not any(r.fraction_of_copy is not None for r in all_rows):
+        guard.errors.append(f"--plot {args.plot!r} not drawn: no row has a fraction of the "
+                            f"copy (sizes below 2^{MIN_FRACTION_LOG2} report times only)")
+    elif args.plot:
         plot(all_rows, copies[-1], args.plot, f"zorch_nb bench — {_device_name(device)}")
     for msg in guard.errors:
         print(f"FAILED {msg}", file=sys.stderr)
