@@ -47,12 +47,37 @@ def test_bench_cpu_writes_json(tmp_path):
         assert r["time_s"] > 0 and r["bytes"] > 0
         assert r["size"] == {"dispatch: base mul of 8 elements": 8,
                              "dispatch: one transition base/base": 2**10}.get(r["kernel"], 2**16)
-    fold = next(r for r in report["results"] if r["kernel"] == "dense fold base/base")
-    assert "numpy uint64" in fold["baselines"]
+    for r in report["results"]:  # every CPU fold against plain NumPy, the base one galois too
+        if r["kernel"].startswith("dense fold"):
+            assert "numpy uint64" in r["baselines"], r["kernel"]
     for r in report["results"]:  # every CPU fold: the paired and the cache-resident rate
         if r["kernel"].startswith("dense fold"):
             assert r["extra"]["paired_fraction"] > 0 and r["extra"]["in_cache_gbps"] > 0
     assert "warm_cache_run" in report["second_process"][0]
+
+
+def test_cpu_baselines_compute_the_fold_they_time():
+    """A baseline is only a yardstick if it computes the same fold: NumPy (every
+    mode) and galois (base/base) against the kernels, in canonical values."""
+    import numpy as np
+
+    from zorch_nb import KoalaBear as F
+    from zorch_nb._bench_gkr import _galois_field, galois_fold, numpy_ext_fold, numpy_fold
+    from zorch_nb.logup_gkr import GkrLayer, layer_transition
+    p, w = np.uint64(F.p), np.uint64(F.params.w)
+    for ne, de in ((False, False), (False, True), (True, True)):
+        fields = [F.ext if e else F for e in (ne, ne, de, de)]
+        mles = [E.random(16, seed=k) for k, E in enumerate(fields)]
+        want = [(F.ext if x.ndim == 2 else F).decode(x)
+                for x in layer_transition(GkrLayer(*mles, 0)).mles]
+        canon = [E.decode(x).astype(np.uint64) for E, x in zip(fields, mles)]
+        got = numpy_ext_fold(*canon, p, w) if de else numpy_fold(*canon, p)
+        for g, x in zip(got, want):
+            assert np.array_equal(g, x)
+        GF = _galois_field()
+        if not de and GF is not None:
+            for g, x in zip(galois_fold(*[GF(c.astype(np.int64)) for c in canon]), want):
+                assert np.array_equal(np.asarray(g, dtype=np.int64), x)
 
 
 def test_bench_plot_needs_matplotlib_or_draws(tmp_path):

@@ -100,6 +100,28 @@ def numpy_fold(n0, n1, d0, d1, p):
     return num[0::2], num[1::2], den[0::2], den[1::2]
 
 
+def _numpy_ext_mul(a, b, p, w):
+    """Product in ``F_p[x] / (x^4 - w)`` of canonical uint64 ``(n, 4)`` arrays
+    (schoolbook; every 62-bit product reduced before it is added)."""
+    prods = [[(a[:, i] * b[:, j]) % p for j in range(4)] for i in range(4)]
+    out = np.empty_like(a)
+    for k in range(4):
+        low = sum(prods[i][k - i] for i in range(k + 1))
+        high = sum(prods[i][k + 4 - i] for i in range(k + 1, 4))  # x^(k+4) = w x^k
+        out[:, k] = (low + w * (high % p)) % p
+    return out
+
+
+def numpy_ext_fold(n0, n1, d0, d1, p, w):
+    """The fold with extension denominators ``(n, 4)`` in plain NumPy (canonical
+    uint64); numerators base ``(n,)`` or extension ``(n, 4)``."""
+    def times(x, d):  # numerator x times denominator d
+        return (x[:, None] * d) % p if x.ndim == 1 else _numpy_ext_mul(x, d, p, w)
+    num = (times(n0, d1) + times(n1, d0)) % p
+    den = _numpy_ext_mul(d0, d1, p, w)
+    return num[0::2], num[1::2], den[0::2], den[1::2]
+
+
 def galois_fold(n0, n1, d0, d1):
     """The same fold on galois ``GF(p)`` arrays."""
     num = n0 * d1 + n1 * d0
@@ -157,8 +179,7 @@ def _dense_fold_row(kern, name, ne, de, n, backend, repeat, xp, timer, sync):
     t = timer(lambda: kern.fold_dense(*ins, *outs, F.params), repeat)
     row = Row(f"dense fold {name}", backend, n, t, _nbytes(ins + outs), first)
     if xp is np:
-        if name == "base/base":
-            _cpu_baselines(row, ins, repeat)
+        _cpu_baselines(row, ins, repeat)
         if n >= 1 << MIN_FRACTION_LOG2:  # smaller: launch-bound (see bench)
             # the CPU target's figure: fold and copy timed alternately
             tp, copy_gbps = paired_cpu(lambda: kern.fold_dense(*ins, *outs, F.params), n,
@@ -310,7 +331,11 @@ def _dispatch_row(backend, xp, sync):
 
 def _cpu_baselines(row, ins, repeat):
     p = np.uint64(F.p)
-    canon = [F.decode(x).astype(np.uint64) for x in ins]
+    canon = [(F if x.ndim == 1 else F.ext).decode(x).astype(np.uint64) for x in ins]
+    if canon[2].ndim == 2:  # extension denominators: the NumPy yardstick only
+        w = np.uint64(F.params.w)
+        row.baselines["numpy uint64"] = _best(lambda: numpy_ext_fold(*canon, p, w), repeat)
+        return
     row.baselines["numpy uint64"] = _best(lambda: numpy_fold(*canon, p), repeat)
     GF = _galois_field()
     if GF is None:
