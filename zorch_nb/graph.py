@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import hashlib
 import heapq
-import os
 import operator
+import os
 import threading
 import weakref
 from typing import NamedTuple
@@ -44,13 +44,13 @@ import numpy as np
 
 from . import _backend
 from .fields import BabyBear, KoalaBear, PrimeField
+from .graph_format import _MAX_NDIM
 from .graph_layout import (ViewForm, apply_history, axis_dims, dims_of, history_shapes,
                            initial_view, input_layout, logical_instance, merge_points,
                            merkle_root, output_layout, pad, padded_dims, parallel_sizes,
                            prefix_points, reshape_view, transpose_view, unapply_history, unpad)
 from .graph_trace import (In, InOut, Kernel, KernelDefinitionError, KernelIR, Out, assert_eq,
                           kernel)
-from .graph_format import _MAX_NDIM
 from .kernels import graph_codegen
 
 __all__ = ["Context", "Handle", "ComputationGraph", "Template", "CompiledKernel",
