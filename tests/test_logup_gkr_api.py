@@ -411,6 +411,27 @@ def test_gpu_device_schedule_never_synchronizes(backend):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["cupy", "numba"])
+def test_gpu_strided_device_counts_are_read_as_counts(backend):
+    """A strided CuPy view of counts (a column of a matrix): the kernels read the
+    counts as a plain int array, so the layer keeps a contiguous copy."""
+    import cupy
+    dense, jag, counts = _gpu_cases(KoalaBear, False, True)
+    host_first = JaggedGkrLayer(*jag, counts)
+    steps = halving_schedule(host_first)
+    want = build_jagged_pyramid(host_first, steps)
+    column = cupy.asarray(np.stack([counts, np.full_like(counts, 2**30)], axis=1))[:, 0]
+    assert not column.flags.c_contiguous
+    d_first = JaggedGkrLayer(*(cupy.asarray(x) for x in jag), column)
+    layers = build_jagged_pyramid(d_first, [(cupy.asarray(c), w) for c, w in steps],
+                                  backend=backend)
+    for a, b in zip(want, layers):
+        live = int(np.sum(a.row_counts))
+        for x, y in zip(a.mles, b.mles):
+            np.testing.assert_array_equal(x[:live], y.get()[:live])
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("counts, bound", [([0, 0], 0), ([1, 0, 1, 1], 1), ([1, 1], 1)])
 def test_gpu_device_schedule_with_bound_at_most_one_still_reaches_a_floor(counts, bound):
     """Device counts bounded by M <= 1 may hold a 0 the schedule cannot see: it takes

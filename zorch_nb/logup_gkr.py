@@ -131,7 +131,9 @@ def _row_counts(counts, name: str, data_kind: str):
         if counts.dtype != np.int32 or counts.ndim != 1:
             raise TypeError(f"Argument `{name}` must be a 1-D int32 array, not "
                             f"{_describe(counts)}")
-        return counts
+        # The kernels index the counts as a plain int array (``counts.data.ptr``):
+        # a strided view (``m[:, 0]``) would be read as the wrong counts.
+        return cp.ascontiguousarray(counts)
     arr = _int_array(counts, name)
     if arr.ndim != 1:
         raise ValueError(f"Argument `{name}` must be 1-D (one count per batch element), "
