@@ -146,13 +146,32 @@ def as_device(x):
     return x
 
 
+def stream_for(*arrays):
+    """The stream a launch on ``arrays`` belongs on.
+
+    With CuPy arrays among them: CuPy's current stream, so the launch is
+    ordered after the CuPy work that produced them (``as_device`` does not
+    synchronize) and before the CuPy work that reads its output -- also
+    under ``with cupy.cuda.Stream(non_blocking=True)``, which does not
+    synchronize with Numba's default stream.  Otherwise (or on CuPy's
+    legacy null stream, handle 0) Numba's default stream, ``0``.
+    """
+    if any(type(x).__module__.split(".")[0] == "cupy" for x in arrays):
+        import cupy
+        ptr = cupy.cuda.get_current_stream().ptr
+        if ptr:
+            return cuda.external_stream(ptr)
+    return 0
+
+
 def launch(kernel, n, args, out):
     """Launch a grid-stride ``kernel(*args, out)`` over ``n`` items.
 
     A host ``out`` receives the result by one copy back from the device.
     """
     d_out = as_device(out)
-    kernel[grid_for(n), THREADS_PER_BLOCK](*[as_device(x) for x in args], d_out)
+    kernel[grid_for(n), THREADS_PER_BLOCK, stream_for(out, *args)](
+        *[as_device(x) for x in args], d_out)
     if isinstance(out, np.ndarray):
         d_out.copy_to_host(out)
 

@@ -36,7 +36,7 @@ import functools
 import numpy as np
 from numba import cuda
 
-from .field_cuda_numba import as_device, cached_kernel
+from .field_cuda_numba import as_device, cached_kernel, stream_for
 from .field_params import kernel_words
 from .monty import canonical
 from .gkr_scalar import (MODE_BB, MODE_BE, MODE_EB, frac_bb, frac_be, frac_eb, frac_ee,
@@ -138,9 +138,10 @@ def fold_dense(n0, n1, d0, d1, on0, on1, od0, od1, f):
     """Dense transition on the GPU (see :mod:`.gkr_cpu` for the contract)."""
     p, mu, wm, _ = kernel_words(f)
     kernel = _kernels(mode_of(n0.ndim == 2, d0.ndim == 2))[0]
+    stream = stream_for(n0, n1, d0, d1, on0)
     ins = [as_device(_flat(x)) for x in (n0, n1, d0, d1)]
     outs, copy_back = _outputs((on0, on1, od0, od1))
-    kernel[grid_for(on0.shape[0]), THREADS_PER_BLOCK](*ins, *outs, p, mu, wm)
+    kernel[grid_for(on0.shape[0]), THREADS_PER_BLOCK, stream](*ins, *outs, p, mu, wm)
     copy_back()
 
 
@@ -148,16 +149,17 @@ def jagged_transition(rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f):
     """Jagged transition on the GPU (see :mod:`.gkr_cpu` for the contract)."""
     p, mu, wm, one = kernel_words(f)
     kernel = _kernels(mode_of(n0.ndim == 2, d0.ndim == 2))[1]
+    stream = stream_for(rc, orc, prefix, n0, n1, d0, d1, on0)
     if isinstance(rc, np.ndarray) and isinstance(orc, np.ndarray):
         np.cumsum(rc, dtype=np.int64, out=prefix[0])
         np.cumsum(orc, dtype=np.int64, out=prefix[1])
         d_rc, d_orc, d_prefix = as_device(rc), as_device(orc), as_device(prefix)
     else:
         d_rc, d_orc, d_prefix = as_device(rc), as_device(orc), as_device(prefix)
-        _prefix_kernel[1, GKR_NUMBA_SCAN_THREADS](d_rc, d_orc, d_prefix)
+        _prefix_kernel[1, GKR_NUMBA_SCAN_THREADS, stream](d_rc, d_orc, d_prefix)
     ins = [as_device(_flat(x)) for x in (n0, n1, d0, d1)]
     outs, copy_back = _outputs((on0, on1, od0, od1))
-    kernel[grid_for(on0.shape[0]), THREADS_PER_BLOCK](
+    kernel[grid_for(on0.shape[0]), THREADS_PER_BLOCK, stream](
         d_rc, d_orc, d_prefix, *ins, *outs, p, mu, wm, one)
     copy_back()
 
@@ -300,13 +302,14 @@ def pyramid_dense(first, buffers, f):
     p, mu, wm, _ = kernel_words(f)
     mode = mode_of(first[0].ndim == 2, first[2].ndim == 2)
     out_mode = output_mode(mode)
+    stream = stream_for(*first, *buffers)
     src = [as_device(_flat(x)) for x in first]
     dev, copy_back = _outputs(buffers)
     half, start = first[0].shape[0] // 2, 0
     for t, k in gkr_pyramid_plan(half, len(buffers), mode == MODE_BB):
         # unused entries repeat a written buffer: never touched (l < k)
         outs = tuple(dev[start:start + k]) + (dev[start],) * (GKR_MAX_FUSED - k)
-        _pyramid_kernel(mode)[half // t, GKR_PYRAMID_THREADS](
+        _pyramid_kernel(mode)[half // t, GKR_PYRAMID_THREADS, stream](
             *src, outs, np.uint32(t), np.uint32(k), p, mu, wm)
         half >>= k
         start += k
@@ -483,6 +486,7 @@ def jagged_chunk(rc, prefix, first, steps, f):
     p, mu, wm, one = kernel_words(f)
     nb = rc.shape[0]
     counts = [rc] + [orc for orc, _ in steps]
+    stream = stream_for(prefix, *counts, *first, *(o for _, layer in steps for o in layer))
     rows = prefix.reshape(-1)[:(GKR_JAGGED_CHUNK + 1) * nb].reshape(GKR_JAGGED_CHUNK + 1, nb)
     if all(isinstance(c, np.ndarray) for c in counts):
         for r, c in enumerate(counts):
@@ -492,12 +496,12 @@ def jagged_chunk(rc, prefix, first, steps, f):
     else:
         d_counts = tuple(as_device(c) for c in counts)
         d_rows = as_device(rows)
-        _chunk_scan_kernel[1, 32](d_counts, d_rows)
+        _chunk_scan_kernel[1, 32, stream](d_counts, d_rows)
     mode = mode_of(first[0].ndim == 2, first[2].ndim == 2)
     outs = [o for _, layer in steps for o in layer]
     d_outs, copy_back = _outputs(outs)
     items = max(layer[0].shape[0] for _, layer in steps)
-    _chunk_kernel(mode)[grid_for(items), THREADS_PER_BLOCK](
+    _chunk_kernel(mode)[grid_for(items), THREADS_PER_BLOCK, stream](
         d_counts, d_rows, *(as_device(_flat(x)) for x in first), tuple(d_outs),
         np.int64(items), p, mu, wm, one)
     copy_back()

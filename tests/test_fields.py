@@ -490,6 +490,36 @@ def test_gpu_numba_on_cupy_arrays_and_foreign_cuda_arrays(F):
 
 
 @pytest.mark.gpu
+def test_gpu_numba_launches_follow_cupys_current_stream():
+    """Under a non-blocking CuPy stream, a Numba launch on Numba's default stream
+    was not ordered after the CuPy kernel producing its input (nor before the
+    one reading its output): the launch goes on CuPy's current stream."""
+    import cupy
+
+    from zorch_nb.kernels.field_cuda_numba import stream_for
+    from zorch_nb.logup_gkr import GkrLayer, layer_transition
+    F = KoalaBear
+    a, b = F.random(1 << 24, seed=1), F.random(1 << 24, seed=2)
+    want = F.add(F.mul(F.add(a, a), b), b)
+    layer = GkrLayer(*(F.random(1 << 20, seed=k) for k in range(4)), 0)
+    want_layer = layer_transition(layer)
+    assert stream_for(a, b) == 0 and stream_for(cupy.asarray(a)) == 0  # the null stream
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        da, db = cupy.asarray(a), cupy.asarray(b)
+        assert stream_for(da) != 0
+        twice = F.add(da, da)                        # CuPy kernel on `stream`
+        prod = F.mul(twice, db, backend="numba")     # must wait for it
+        got = F.add(prod, db)                        # CuPy kernel reading the Numba output
+        d_layer = layer_transition(GkrLayer(*(cupy.asarray(x) for x in layer.mles), 0),
+                                   backend="numba")
+    stream.synchronize()
+    assert (got.get() == want).all()
+    for x, y in zip(want_layer.mles, d_layer.mles):
+        np.testing.assert_array_equal(x, y.get())
+
+
+@pytest.mark.gpu
 def test_gpu_large_arrays_all_backends_agree():
     import cupy
     for F in (KoalaBear, BabyBear):
