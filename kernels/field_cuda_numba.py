@@ -158,7 +158,8 @@ def stream_for(*arrays):
     """
     if any(type(x).__module__.split(".")[0] == "cupy" for x in arrays):
         import cupy
-        ptr = cupy.cuda.get_current_stream().ptr
+        # (the host emulation's stand-in stream has no handle: the default one)
+        ptr = getattr(cupy.cuda.get_current_stream(), "ptr", 0)
         if ptr:
             return cuda.external_stream(ptr)
     return 0
