@@ -410,6 +410,29 @@ def test_gpu_device_schedule_never_synchronizes(backend):
     np.testing.assert_array_equal(wout.denominator, out.denominator.get())
 
 
+@pytest.mark.parametrize("ne,de", [(False, False), (False, True), (True, False)])
+def test_jagged_outputs_start_on_16_byte_boundaries(ne, de):
+    """The four outputs share one buffer; with a width of 4 k + 1 a packed split put
+    the base views at odd word offsets, and the GPU kernels then ran without
+    16-byte accesses for every array of the next launch."""
+    layer = JaggedGkrLayer(*four(18, (ne, de)), [9, 9])
+    for counts, width in (([5, 5], 13), ([3, 3], 7), ([2, 2], 5)):
+        layer = jagged_layer_transition(layer, counts, width)
+        base = layer.numerator_0.ctypes.data
+        assert [(x.ctypes.data - base) % 16 for x in layer.mles] == [0, 0, 0, 0]
+        assert [x.shape[0] for x in layer.mles] == [width] * 4
+
+
+@pytest.mark.gpu
+def test_gpu_jagged_outputs_are_16_byte_aligned():
+    import cupy
+    layer = JaggedGkrLayer(*(cupy.asarray(x) for x in four(18, (False, True))), [9, 9])
+    steps = [([5, 5], 13), ([3, 3], 7), ([2, 2], 5)]
+    for fused in (False, None):
+        for out in build_jagged_pyramid(layer, steps, fused=fused)[1:]:
+            assert [x.data.ptr % 16 for x in out.mles] == [0, 0, 0, 0]
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("backend", ["cupy", "numba"])
 def test_gpu_strided_device_counts_are_read_as_counts(backend):

@@ -496,23 +496,36 @@ def _run(layer, backend, call, extra_inputs, out_len, out_ext, scratch_shape=Non
     inputs += [xp.asarray(x) if run_kind == "cupy" else x for x in extra_inputs]
     n_ext, d_ext = out_ext
     sizes = [out_len * (4 if e else 1) for e in (n_ext, n_ext, d_ext, d_ext)]
-    buf = xp.empty(sum(sizes), dtype=np.uint32)
-    outs = _split(buf, sizes, (n_ext, n_ext, d_ext, d_ext))
+    buf = xp.empty(_aligned_total(sizes), dtype=np.uint32)
+    outs = _split(buf, sizes, (n_ext, n_ext, d_ext, d_ext), aligned=True)
     scratch = None if scratch_shape is None else xp.empty(scratch_shape, dtype=np.int64)
     if out_len:
         call(_backend.kernels_for(backend, "gkr"), inputs, outs, scratch)
     if run_kind != kind:  # backend="cupy" on NumPy data: bring the layer back
-        outs = _split(buf.get(), sizes, (n_ext, n_ext, d_ext, d_ext))
+        outs = _split(buf.get(), sizes, (n_ext, n_ext, d_ext, d_ext), aligned=True)
     return outs
 
 
-def _split(buf, sizes, exts):
+def _split(buf, sizes, exts, aligned=False):
+    """Views of ``buf`` of ``sizes`` words (extension ones ``(-1, 4)``), back to back.
+
+    ``aligned``: each view starts on a multiple of 4 words, so a 16-byte
+    aligned ``buf`` gives 16-byte aligned views -- a jagged layer's width is
+    any number, and one base view at an odd offset would turn the GPU
+    kernels' 16-byte accesses off for the whole launch.  ``buf`` then holds
+    :func:`_aligned_total` words.
+    """
     outs, start = [], 0
     for size, ext in zip(sizes, exts):
         view = buf[start:start + size]
         outs.append(view.reshape(-1, 4) if ext else view)
-        start += size
+        start += -(-size // 4) * 4 if aligned else size
     return outs
+
+
+def _aligned_total(sizes) -> int:
+    """Words of a buffer that :func:`_split` ``aligned=True`` splits into ``sizes``."""
+    return sum(-(-size // 4) * 4 for size in sizes)
 
 
 def _check_fused(fused):
@@ -879,7 +892,8 @@ def _fused_jagged_steps(layer: JaggedGkrLayer, steps, xp, kernels) -> list:
     out_layers, kernel_steps = [], []
     for orc, width in checked:
         sizes = [width * (4 if e else 1) for e in exts]
-        outs = _split(xp.empty(sum(sizes), dtype=np.uint32), sizes, exts)
+        outs = _split(xp.empty(_aligned_total(sizes), dtype=np.uint32), sizes, exts,
+                      aligned=True)
         kernel_steps.append((device(orc), outs))
         out_layers.append(_trusted(JaggedGkrLayer, *outs, orc, layer.field))
         n_ext = n_ext or d_ext  # later layers: numerators extension if any input was
