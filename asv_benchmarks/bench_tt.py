@@ -1,31 +1,38 @@
 """Uniform Tucker tensor trains against a straightforward ragged NumPy loop.
 
-A batch of 64 trains with d = 8, mode size N = 32, Tucker ranks up to n = 8
-and TT ranks up to r = 16 (the real ranks differ per train, boundary ranks 1).
-``uniform`` is zorch_nb's :class:`~zorch_nb.tt.UniformTuckerTensorTrain`
-(padded to n = 8, r = 16, batched over the stack; Numba kernels for
-``to_dense``/``inner``); ``ragged`` is what one writes without it: a Python
-loop over the 64 trains, each a list of exactly sized cores, with
-``numpy.einsum``/``numpy.linalg.svd`` -- written in this file.  Both run in
-the same process, so their ratio is meaningful on any machine.
+A batch of ``trains`` trains (the size parameter: 8 or 64) with d = 8, mode
+size N = 32, Tucker ranks up to n = 8 and TT ranks up to r = 16 (the real
+ranks differ per train, boundary ranks 1).  ``uniform`` is zorch_nb's
+:class:`~zorch_nb.tt.UniformTuckerTensorTrain` (padded to n = 8, r = 16,
+batched over the stack; Numba kernels for ``to_dense``/``inner``);
+``ragged`` is what one writes without it: a Python loop over the trains,
+each a list of exactly sized cores, with ``numpy.einsum``/``numpy.linalg.svd``
+-- written in this file.  Both run in the same process, so their ratio is
+meaningful on any machine.  ``peakmem_*`` is asv's peak of the whole process
+(imports and the compile in ``setup`` included): its growth with ``trains``
+is the operation's.
 
 ``to_dense`` uses d = 3 (same N, n, r, batch): the d = 8 dense batch would
-hold 64 * 32^8 entries.  The SVD truncates to Tucker rank 4 and TT rank 8.
-Kernels are compiled in ``setup`` (run with ``asv run --python=same``).
+hold trains * 32^8 entries.  The SVD truncates to Tucker rank 4 and TT rank
+8.  One class per operation, so that ``setup`` compiles only the kernel its
+benchmarks run, outside the timing (run with ``asv run --python=same``).
 """
 import numpy as np
 
 from zorch_nb.tt import TuckerTensorTrain, UniformTuckerTensorTrain
 
-D, N, N_TUCKER, R_TT, STACK = 8, 32, 8, 16, 64
+D, N, N_TUCKER, R_TT = 8, 32, 8, 16
 MAX_TUCKER, MAX_TT = 4, 8
+# small enough for ``asv run --quick`` on 2 cores (a few seconds per class,
+# compiles included); 64 is where the batching pays
+TRAINS = [8, 64]
 
 
-def random_ragged(d, seed):
-    """64 ragged trains (lists of cores) with ranks varying per train."""
+def random_ragged(d, seed, count):
+    """``count`` ragged trains (lists of cores) with ranks varying per train."""
     rng = np.random.default_rng(seed)
     trains = []
-    for _ in range(STACK):
+    for _ in range(count):
         tk_ranks = rng.integers(N_TUCKER // 2 + 1, N_TUCKER + 1, size=d)
         tt_ranks = np.concatenate([[1], rng.integers(R_TT // 2 + 2, R_TT + 1, size=d - 1), [1]])
         tk = [rng.standard_normal((tk_ranks[i], N)) for i in range(d)]
@@ -99,37 +106,68 @@ def ragged_svd(trains, max_tucker, max_tt):
     return results
 
 
-class UniformVsRagged:
-    params = ["uniform", "ragged"]
-    param_names = ["impl"]
+def to_uniform(trains):
+    """The uniform train of a batch of ragged ones, padded to n, r and N."""
+    return UniformTuckerTensorTrain.from_t3(
+        tuple(TuckerTensorTrain(tk, tt) for tk, tt in trains), n=N_TUCKER, r=R_TT, N=N)
+
+
+class _UniformVsRagged:
+    """The parameters of every class below: batch size and implementation."""
+
+    params = (TRAINS, ["uniform", "ragged"])
+    param_names = ["trains", "impl"]
     timeout = 300
 
-    def setup(self, impl):
-        self.x = random_ragged(D, 1)
-        self.y = random_ragged(D, 2)
-        self.small = random_ragged(3, 3)
-        to_uniform = lambda trains: UniformTuckerTensorTrain.from_t3(
-            tuple(TuckerTensorTrain(tk, tt) for tk, tt in trains), n=N_TUCKER, r=R_TT, N=N)
-        self.ux, self.uy, self.usmall = to_uniform(self.x), to_uniform(self.y), to_uniform(self.small)
-        if impl == "uniform":  # compile the structure-specialized kernels outside the timing
-            self.usmall.to_dense()
+
+class ToDense(_UniformVsRagged):
+    def setup(self, trains, impl):
+        self.x = random_ragged(3, 3, trains)
+        self.ux = to_uniform(self.x)
+        if impl == "uniform":  # compile the structure-specialized kernel outside the timing
+            self.ux.to_dense()
+
+    def _run(self, impl):
+        return self.ux.to_dense() if impl == "uniform" else ragged_to_dense(self.x)
+
+    def time_to_dense(self, trains, impl):
+        self._run(impl)
+
+    def peakmem_to_dense(self, trains, impl):
+        self._run(impl)
+
+
+class Inner(_UniformVsRagged):
+    def setup(self, trains, impl):
+        self.x, self.y = random_ragged(D, 1, trains), random_ragged(D, 2, trains)
+        self.ux, self.uy = to_uniform(self.x), to_uniform(self.y)
+        if impl == "uniform":
             self.ux.inner(self.uy)
+
+    def _run(self, impl):
+        return self.ux.inner(self.uy) if impl == "uniform" else ragged_inner(self.x, self.y)
+
+    def time_inner(self, trains, impl):
+        self._run(impl)
+
+    def peakmem_inner(self, trains, impl):
+        self._run(impl)
+
+
+class Svd(_UniformVsRagged):
+    def setup(self, trains, impl):
+        self.x = random_ragged(D, 1, trains)
+        self.ux = to_uniform(self.x)
+        if impl == "uniform":  # the frame repair kernel
             self.ux.svd(MAX_TUCKER, MAX_TT)
 
-    def time_to_dense(self, impl):
+    def _run(self, impl):
         if impl == "uniform":
-            self.usmall.to_dense()
-        else:
-            ragged_to_dense(self.small)
+            return self.ux.svd(MAX_TUCKER, MAX_TT)
+        return ragged_svd(self.x, MAX_TUCKER, MAX_TT)
 
-    def time_inner(self, impl):
-        if impl == "uniform":
-            self.ux.inner(self.uy)
-        else:
-            ragged_inner(self.x, self.y)
+    def time_svd(self, trains, impl):
+        self._run(impl)
 
-    def time_svd(self, impl):
-        if impl == "uniform":
-            self.ux.svd(MAX_TUCKER, MAX_TT)
-        else:
-            ragged_svd(self.x, MAX_TUCKER, MAX_TT)
+    def peakmem_svd(self, trains, impl):
+        self._run(impl)

@@ -271,8 +271,38 @@ def test_masks_keep_read_only_copies():
     for m in a:  # nor can the flag be turned back on (stale hash, stale kernels)
         with pytest.raises(ValueError, match="WRITEABLE"):
             m.setflags(write=True)
+        # ... on any array of the .base chain either: a read-only copy that
+        # owned its data let `m.base.setflags(write=True)` through
+        base = m.base
+        while isinstance(base, np.ndarray):
+            with pytest.raises(ValueError, match="WRITEABLE"):
+                base.setflags(write=True)
+            base = base.base
+        assert isinstance(base, bytes)
     with pytest.raises(AttributeError):
         a.foo = 1
+
+
+def test_masks_store_true_as_byte_one(rng):
+    """Bool bytes other than 0 / 1 are True to NumPy but hashed differently:
+    equal structures compared unequal and missed the kernel cache."""
+    x = UniformTuckerTensorTrain.from_t3(rand_t3(rng, SHAPE, (2, 3, 2), (1, 2, 2, 1)), n=3, r=3)
+    odd = [(np.ascontiguousarray(m).view(np.uint8) * 2).view(bool) for m in x.masks]
+    y = UniformTuckerTensorTrain(x.tucker_supercore, x.tt_supercore, x.shape, odd)
+    assert y.masks == x.masks and hash(y.masks) == hash(x.masks)
+    assert y.masks[0].view(np.uint8).max() == 1
+    x.to_dense()
+    before = kernel_cache_info()
+    np.testing.assert_array_equal(y.to_dense(), x.to_dense())
+    assert kernel_cache_info().misses == before.misses
+
+
+def test_masks_differ_from_a_plain_pair():
+    """tuple's == compared the masks elementwise: 'truth value ... ambiguous'."""
+    a = UT3Masks(np.ones((2, 3), bool), np.ones((3, 2), bool))
+    pair = (np.ones((2, 3), bool), np.ones((3, 2), bool))
+    assert (a == pair) is False and (pair == a) is False and a != pair
+    assert a != [pair[0], pair[1]] and a != "masks"
 
 
 class _FakeDeviceArray:
@@ -678,6 +708,57 @@ def test_svd_truncation_matches_ragged_and_bounds_error(xy, path, max_tk, max_tt
     assert max(cut) > 1e-3  # the truncation really cut something
 
 
+def assert_minimal_ranks(tr):
+    """Lossless bounds: n_i <= r_i r_{i+1}, r_{i+1} <= r_i n_i, r_i <= n_i r_{i+1}."""
+    nk, nt = tr.tucker_ranks, tr.tt_ranks
+    assert (nk <= nt[:-1] * nt[1:]).all(), (nk, nt)
+    assert (nt[1:] <= nt[:-1] * nk).all() and (nt[:-1] <= nk * nt[1:]).all(), (nk, nt)
+
+
+@pytest.mark.parametrize("max_tk,max_tt,want_tk,want_tt", [  # ranks (d,) / (d + 1,) + stack
+    (None, 1, [[1, 1]] * 3, [[1, 1]] * 4),  # Tucker ranks cut after their right bond
+    ((3, 2, 1), (1, 2), [[1, 1]] * 3, [[1, 1]] * 4),  # and a bond cut by the ranks to its right
+    ((3, 3, 1), None, [[3, 1], [3, 1], [1, 1]], [[1, 1], [3, 1], [1, 1], [1, 1]]),  # a bond only
+])
+def test_svd_ranks_are_minimal_where_a_truncation_binds(rng, path, max_tk, max_tt, want_tk,
+                                                        want_tt):
+    """Core i's Tucker rank was truncated before bond i + 1, and a bond before
+    the ranks to its right: svd(max_tt_ranks=1) of Tucker ranks 3, TT ranks
+    1-3-3-1 gave Tucker ranks [3, 3, 1] with every TT rank 1 (a second svd
+    gave [1, 1, 1]); svd((3, 2, 1), (1, 2)) kept bond 2 at 2 beside n_2 = 1.
+    The values, singular values and error are those of the sweep (ref_svd)."""
+    d = 3
+    mtk = [max_tk] * d if isinstance(max_tk, int) else max_tk and list(max_tk)
+    mtt = [max_tt] * (d - 1) if isinstance(max_tt, int) else max_tt and list(max_tt)
+    # element 0: the reviewer's train; element 1: ranks 1, where nothing binds
+    t3s = (rand_t3(rng, (5, 5, 5), (3, 3, 3), (1, 3, 3, 1)), rand_t3(rng, (5, 5, 5), (1,) * 3, (1,) * 4))
+    plain = UniformTuckerTensorTrain.from_t3(t3s, n=4, r=4)
+    for x in (plain, plain + plain.hadamard(plain)):  # gappy and rank deficient
+        tr, (tsv, ttsv) = x.svd(max_tk, max_tt)
+        check_orthogonality(tr, "left")
+        assert_minimal_ranks(tr)
+        again = tr.svd()[0]  # nothing left to compress losslessly
+        np.testing.assert_array_equal(again.tucker_ranks, tr.tucker_ranks)
+        np.testing.assert_array_equal(again.tt_ranks, tr.tt_ranks)
+        if x is plain:
+            np.testing.assert_array_equal(tr.tucker_ranks, want_tk)
+            np.testing.assert_array_equal(tr.tt_ranks, want_tt)
+        dense, full = tr.to_dense(), x.to_dense()
+        for s, src in enumerate(x.to_t3()):
+            (rtk, rtt), rtsv, rttsv = ref_svd(*src.data, mtk, mtt)
+            assert rel_err(dense[s], naive_dense(rtk, rtt)) < 1e-9
+            for i in range(d):
+                np.testing.assert_allclose(tsv[i, s, : len(rtsv[i])], rtsv[i], rtol=1e-9, atol=1e-9)
+            # the error is the sum of the sigma^2 past the limits, whatever ranks
+            # the lossless steps leave below them
+            discarded = sum(np.sum(tsv[i, s, mtk[i]:] ** 2) for i in range(d)) if mtk else 0
+            discarded += sum(np.sum(ttsv[b, s, mtt[b]:] ** 2) for b in range(d - 1)) if mtt else 0
+            err2 = np.sum((dense[s] - full[s]) ** 2)
+            np.testing.assert_allclose(err2, discarded, rtol=1e-8, atol=1e-12 * np.sum(full[s] ** 2))
+        if x is plain:  # the element where no bound binds keeps the sweep's cores
+            assert_cores_close(tr.to_t3()[1], ref_svd(*t3s[1].data, mtk, mtt)[0])
+
+
 def test_unstacked_trains_match_ragged(rng, path):
     """The same comparisons without a stack axis (and a gappy structure)."""
     x3 = rand_t3(rng, (3, 2, 4, 2), (2, 2, 3, 1), (2, 3, 2, 2, 1))
@@ -729,6 +810,40 @@ def test_non_finite_live_entries_are_refused_before_lapack(rng):
         for call in calls:  # "tt_up" returned a NaN train instead
             with pytest.raises(ValueError, match="inf or NaN in a live entry"):
                 call()
+    # on CuPy the check reads a bool back per SVD step: the docs claimed no
+    # device-to-host synchronization at all
+    from zorch_nb import tt
+    assert "no device-to-host synchronization" not in tt.__doc__
+    assert "synchronize with the device: every SVD step" in " ".join(tt.__doc__.split())
+    for func in (tt_ops.ut3_svd, tt_ops.ut3_orthogonalize):
+        assert "On CuPy" in func.__doc__ and "synchronizes" in func.__doc__
+
+
+def test_bad_arguments_are_named(rng):
+    """Each of these failed with a message from C, NumPy or Python that named
+    no argument, or (object cores) was accepted."""
+    x = UniformTuckerTensorTrain.from_t3(rand_t3(rng, (3, 4), (2, 3), (1, 2, 1)))
+    # a limit past int64 limits nothing (NumPy raised OverflowError from C)
+    big, _ = x.svd(10**30, 10**30)
+    np.testing.assert_array_equal(big.to_dense(), x.svd()[0].to_dense())
+    with pytest.raises(TypeError, match="`indices` must be an integer array, not a dict"):
+        x.entries({0: 1})  # a dict has .get, which was taken for CuPy's
+    with pytest.raises(ValueError, match="`indices` must be a rectangular .* ragged"):
+        x.entries([[0], [0, 1]])
+    with pytest.raises(TypeError, match="`vectors` must be a sequence of 2 arrays, not float"):
+        x.apply(1.0)
+    with pytest.raises(TypeError, match=r"`vectors` must be .* not generator; pass list\(...\)"):
+        x.apply(v for v in (np.ones(3), np.ones(4)))
+    for bad in (np.array([["a", "b"]]), np.ones((1, 2), object)):
+        with pytest.raises(TypeError, match=r"`tucker_cores\[0\]` must hold real numbers"):
+            TuckerTensorTrain([bad], [np.ones((1, 1, 1))])
+    with pytest.raises(TypeError, match=r"`tt_cores\[0\]` must hold real numbers"):
+        TuckerTensorTrain([np.ones((1, 2))], [np.ones((1, 1, 1), object)])
+    assert TuckerTensorTrain([np.ones((1, 2), int)], [np.ones((1, 1, 1), bool)]).to_dense().tolist() == [1, 1]
+    with pytest.raises(TypeError, match="`tucker_supercore` must have dtype float32 or float64 "
+                                        "in native byte order, not >f8"):
+        UniformTuckerTensorTrain(x.tucker_supercore.astype(">f8"), x.tt_supercore.astype(">f8"),
+                                 x.shape, x.masks)
 
 
 def test_scalars_and_sizes_must_be_numbers(rng):
@@ -825,6 +940,26 @@ def test_rank_zero_and_oversized_trains_fail_clearly():
         assert x.apply([np.ones(2)] * d) == 2.0 ** d  # the train itself is fine
     with pytest.raises(TypeError, match=r"`vectors\[0\]` must hold real numbers"):
         x.apply([np.array(["a", "b"])] + [np.ones(2)] * (d - 1))
+
+
+def test_ragged_to_dense_shares_the_size_guard(rng, path, monkeypatch):
+    """TuckerTensorTrain.to_dense had no size guard: 40 cores of 2x2 (8 TiB)
+    grew its partial products until the OOM killer ended the process.  The
+    ragged and the uniform to_dense now refuse, before any allocation, a dense
+    tensor larger than this machine's memory (pretended small here, so that
+    nothing large is allocated should the guard be missing)."""
+    monkeypatch.setattr(tt_ops, "_host_memory_bytes", lambda: 2**20)
+    d = 20  # 2**20 float64 entries: 8 MiB against a pretended 1 MiB
+    t3 = TuckerTensorTrain([rng.standard_normal((2, 2)) for _ in range(d)],
+                           [rng.standard_normal((1 if i == 0 else 2, 2, 1 if i == d - 1 else 2))
+                            for i in range(d)])
+    for x in (t3, UniformTuckerTensorTrain.from_t3(t3)):
+        with pytest.raises(ValueError, match=r"shape \(2, 2, .*\) has 1048576 entries "
+                                             r"\(0\.0078.*too many to allocate; use `entries`"):
+            x.to_dense()
+    small = rand_t3(rng, SHAPE, (2, 3, 2), (1, 2, 2, 1))  # 24 entries fit
+    assert rel_err(small.to_dense(), naive_dense(*small.data)) < RTOL
+    assert rel_err(UniformTuckerTensorTrain.from_t3(small).to_dense(), naive_dense(*small.data)) < RTOL
 
 
 def test_frame_repair_kernel_matches_array_module_twin(rng):
@@ -929,6 +1064,46 @@ def test_save_load_round_trip(xy, tmp_path):
         assert UniformTuckerTensorTrain.load(fh).shape == x.shape
     with pytest.raises(FileNotFoundError):
         UniformTuckerTensorTrain.load(tmp_path / "missing")
+
+
+def test_load_refuses_what_is_not_a_ut3_file(tmp_path):
+    """Other files failed with whatever NumPy or zipfile raised (a context
+    manager TypeError, BadZipFile, 'pickled data', 'only 0-dimensional
+    arrays'), and a float shape or version was truncated by int()."""
+    x = UniformTuckerTensorTrain.from_t3(rand_t3(np.random.default_rng(2), SHAPE, (2, 2, 2),
+                                                 (1, 2, 2, 1)))
+    good = tmp_path / "good.npz"
+    x.save(good)
+    fields = dict(np.load(good))
+    raw = good.read_bytes()
+    (tmp_path / "text.npz").write_text("hello")
+    (tmp_path / "empty.npz").write_bytes(b"")
+    (tmp_path / "truncated.npz").write_bytes(raw[: len(raw) // 2])
+    np.save(tmp_path / "array.npy", np.ones(3))
+    cases = {"text.npz": "neither a .npz archive nor a .npy file",
+             "empty.npz": "an empty, truncated or corrupted",
+             "truncated.npz": "an empty, truncated or corrupted",
+             "array.npy": "a single .npy array"}
+    for key, value, what in (("shape", np.array([[3], [4]]), "`shape` must be a 1-d integer"),
+                             ("shape", np.array([3.5, 4.0, 2.0]), "`shape` must be a 1-d integer"),
+                             ("format_version", np.array([1, 1]), "`format_version` must be one"),
+                             ("format_version", np.array(1.7), "`format_version` must be one"),
+                             ("format_version", np.array(2), "format version 2"),
+                             ("tt_supercore", np.array([None], dtype=object), "an entry .* holds Python objects"),
+                             ("tucker_edge_mask", fields["tucker_edge_mask"].astype(np.uint8),
+                              "it holds no valid train.*dtype bool")):
+        name = f"bad_{len(cases)}.npz"
+        np.savez(tmp_path / name, **{**fields, key: value})
+        cases[name] = what
+    for name, what in cases.items():
+        with pytest.raises(ValueError, match=f"`path` \\('.*{name}'\\) is not a zorch_nb UT3 file: {what}"):
+            UniformTuckerTensorTrain.load(tmp_path / name)
+    # a file from a machine of the other byte order is a valid train
+    np.savez(tmp_path / "swapped.npz", **{**fields, **{k: fields[k].astype(">f8") for k in
+                                                       ("tucker_supercore", "tt_supercore")}})
+    y = UniformTuckerTensorTrain.load(tmp_path / "swapped.npz")
+    assert y.dtype == np.float64 and y.masks == x.masks
+    np.testing.assert_array_equal(y.tt_supercore, x.tt_supercore)
 
 
 def test_functional_layer_on_data(xy):

@@ -20,7 +20,7 @@ many trains.
 The rule: **structure is host data resolved at compile time; only supercores
 flow at run time.**  Masks, ranks and ``shape`` never leave the host (masks
 stay NumPy even with CuPy supercores), every output structure is computed on
-the host from input structures (no device-to-host synchronization), and the
+the host from input structures, never from supercore values, and the
 Numba kernels are compiled per structure -- the masks become index tables
 frozen into the machine code -- and memoized in a cache keyed by
 ``(operation, shape, padded sizes, UT3Masks)``.  :class:`UT3Masks` compares
@@ -38,7 +38,12 @@ Backends:
   NumPy (``einsum``, ``matmul``, ``linalg.svd``).
 * CuPy supercores -- the same operations as batched CuPy calls (``einsum``,
   ``matmul``, ``linalg.svd``) on masked supercores; results agree with the
-  NumPy path within rounding.
+  NumPy path within rounding.  Most operations only queue device work; these
+  synchronize with the device: every SVD step of ``svd`` and
+  ``orthogonalize`` (it reads back one bool, whether its matrix is finite:
+  LAPACK's SVD never returns on inf, and a NaN would spread silently),
+  ``entries`` with CuPy ``indices`` (bounds-checked on the host), ``save``,
+  and ``TuckerTensorTrain.from_dense`` (its ranks depend on singular values).
 
 Every operation exists as a method and as a functional ``ut3_*`` function of
 ``.data``; see :mod:`zorch_nb.tt_ops`.
@@ -72,9 +77,9 @@ class TuckerTensorTrain:
     Parameters
     ----------
     tucker_cores : sequence of arrays
-        ``U_i`` of shape ``stack + (n_i, N_i)``.
+        ``U_i`` of shape ``stack + (n_i, N_i)``, real (bool, int or float).
     tt_cores : sequence of arrays
-        ``G_i`` of shape ``stack + (r_i, n_i, r_{i+1})``.
+        ``G_i`` of shape ``stack + (r_i, n_i, r_{i+1})``, real.
 
     Examples
     --------
@@ -101,6 +106,12 @@ class TuckerTensorTrain:
         for i, (u, g) in enumerate(zip(tk, tt)):
             if array_module(u, f"tucker_cores[{i}]") is not xp or array_module(g, f"tt_cores[{i}]") is not xp:
                 raise TypeError("Arguments `tucker_cores` and `tt_cores` must live on one array module.")
+            for a, nm in ((u, f"tucker_cores[{i}]"), (g, f"tt_cores[{i}]")):
+                # str cores failed later inside matmul, object cores computed
+                # with Python objects; a uniform train needs real numbers
+                if a.dtype.kind not in "biuf":
+                    raise TypeError(f"Argument `{nm}` must hold real numbers (bool, int or "
+                                    f"float), not dtype {a.dtype}.")
             if stack is None or u.ndim != len(stack) + 2 or tuple(u.shape[:-2]) != stack:
                 raise ValueError(f"Argument `tucker_cores[{i}]` must have shape stack + (n, N), not {u.shape}.")
             if g.ndim != len(stack) + 3 or tuple(g.shape[:-3]) != stack or g.shape[-2] != u.shape[-2]:
@@ -146,7 +157,8 @@ class TuckerTensorTrain:
         return tuple(int(g.shape[-3]) for g in self.tt_cores) + (int(self.tt_cores[-1].shape[-1]),)
 
     def to_dense(self):
-        """Dense tensor, ``stack_shape + shape``."""
+        """Dense tensor, ``stack_shape + shape``; ``ValueError`` if it is too
+        large to allocate (see :func:`~zorch_nb.tt_ops.ut3_to_dense`)."""
         return t3_to_dense(self.tucker_cores, self.tt_cores)
 
     @classmethod

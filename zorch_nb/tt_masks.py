@@ -30,7 +30,7 @@ def array_module(a, name="array"):
 
 
 def _host_bool_mask(mask, name):
-    """Validate one mask and return a read-only host copy."""
+    """Validate one mask and return an immutable host copy with bytes 0 / 1."""
     if not isinstance(mask, np.ndarray):
         if hasattr(mask, "__cuda_array_interface__") or type(mask).__module__.split(".")[0] == "cupy":
             raise TypeError(
@@ -48,11 +48,15 @@ def _host_bool_mask(mask, name):
             f"Argument `{name}` must have dtype bool, not {mask.dtype}; "
             f"pass `{name} != 0` (True marks a real slot)."
         )
-    out = np.array(mask, dtype=bool, order="C", copy=True)
-    out.setflags(write=False)
-    # a view of a read-only base: NumPy refuses setflags(write=True) on it, so
-    # the cached hash and the kernels compiled for these bytes stay valid
-    return out.view()
+    # Bytes other than 0 and 1 are True to NumPy's logic but hash differently:
+    # an equal structure would compare unequal and miss the kernel cache.
+    clean = mask.view(np.uint8) != 0
+    # Backed by an immutable bytes object: NumPy refuses setflags(write=True)
+    # on this array and on every array in its .base chain (none owns its
+    # data), so the cached hash and the kernels compiled for these bytes stay
+    # valid.  (A read-only copy that owned its data could be made writeable
+    # again through .base.)
+    return np.frombuffer(clean.tobytes(), dtype=bool).reshape(clean.shape)
 
 
 class UT3Masks(tuple):
@@ -60,7 +64,9 @@ class UT3Masks(tuple):
 
     A 2-tuple ``(tucker_edge_mask, tt_edge_mask)`` that hashes and compares by
     content (shape, dtype and bytes of both masks), with an identity fast
-    path and a cached hash.  It keeps read-only copies of the masks.
+    path and a cached hash.  It keeps immutable copies of the masks (backed
+    by ``bytes``; no route makes them writeable), every True stored as byte 1.
+    A plain tuple of arrays compares unequal.
 
     Parameters
     ----------
@@ -128,7 +134,9 @@ class UT3Masks(tuple):
         if self is other:
             return True
         if not isinstance(other, UT3Masks):
-            return NotImplemented
+            # tuple's own == would compare the masks elementwise ("truth value
+            # of an array is ambiguous"); a plain pair is not a structure
+            return False if isinstance(other, tuple) else NotImplemented
         if hash(self) != hash(other):
             return False
         return all(

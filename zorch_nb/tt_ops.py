@@ -11,6 +11,8 @@ See :mod:`zorch_nb.tt` for the data model and the compile-cache rule.
 import math
 import numbers
 import os
+import zipfile
+import zlib
 
 import numpy as np
 
@@ -101,6 +103,11 @@ def ut3_check(data, name="x"):
     if array_module(G, "tt_supercore") is not xp:
         raise TypeError("Arguments `tucker_supercore` and `tt_supercore` must live on the same array module.")
     for arr, nm in ((U, "tucker_supercore"), (G, "tt_supercore")):
+        if arr.dtype.kind == "f" and arr.dtype.itemsize in (4, 8) and not arr.dtype.isnative:
+            # NumPy prints '>f8' for a byte-swapped float64: say what differs
+            raise TypeError(f"Argument `{nm}` must have dtype float32 or float64 in native byte "
+                            f"order, not {arr.dtype.str} (byte-swapped); pass "
+                            f"`{nm}.astype({arr.dtype.str[1:]!r})`.")
         if arr.dtype not in (np.float32, np.float64):
             raise TypeError(f"Argument `{nm}` must have dtype float32 or float64, not {arr.dtype}.")
     if U.dtype != G.dtype:
@@ -360,11 +367,49 @@ def _dense_chain(xp, tucker_cores, tt_cores, left):
     return dense.reshape(batch + tuple(U.shape[-1] for U in tucker_cores))
 
 
+def _host_memory_bytes():
+    """Physical memory of this machine in bytes (infinite where unknown)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # no sysconf (Windows) or no such name
+        return math.inf
+
+
+def _check_dense_size(xp, stack, shape, rank, itemsize):
+    """Refuse, before any work, a dense tensor that cannot be allocated.
+
+    Shared by the ragged and the uniform ``to_dense``.  Two limits: the
+    address space for the output times the widest bond ``rank`` (the partial
+    products hold up to that many values, and the Numba kernel's int64
+    indices would wrap); and, for NumPy, the machine's physical memory for
+    the output alone -- past it Linux's overcommit lets the chain allocate
+    and fill ever larger partial products until the OOM killer ends the
+    process, with no MemoryError to catch (CuPy raises OutOfMemoryError).
+
+    Raises
+    ------
+    ValueError
+        Naming the shape, the number of entries and what to use instead.
+    """
+    # Python ints: np.prod wraps silently (to 0 for 2**64)
+    entries = math.prod(stack) * math.prod(shape)
+    nbytes = entries * itemsize
+    if nbytes * max(rank, 1) > np.iinfo(np.intp).max or (xp is np and nbytes > _host_memory_bytes()):
+        raise ValueError(f"the dense tensor of shape {tuple(stack) + tuple(shape)} has {entries} "
+                         f"entries ({nbytes / 2**30:.3g} GiB), too many to allocate; use "
+                         f"`entries` or `apply`")
+
+
 def t3_to_dense(tucker_cores, tt_cores):
-    """Dense tensor of a ragged train: ``stack + shape``."""
+    """Dense tensor of a ragged train: ``stack + shape``.
+
+    Raises ``ValueError`` if the tensor is too large to allocate (see
+    :func:`ut3_to_dense`)."""
     xp = array_module(tucker_cores[0], "tucker_cores[0]")
     stack = tuple(tucker_cores[0].shape[:-2])
     dtype = np.result_type(*(c.dtype for c in tuple(tucker_cores) + tuple(tt_cores)))
+    _check_dense_size(xp, stack, tuple(int(u.shape[-1]) for u in tucker_cores),
+                      max(max(int(g.shape[-3]), int(g.shape[-1])) for g in tt_cores), dtype.itemsize)
     left = xp.ones(stack + (1, tt_cores[0].shape[-3]), dtype=dtype)
     return _dense_chain(xp, tucker_cores, tt_cores, left)
 
@@ -445,14 +490,16 @@ def ut3_to_dense(data):
 
     On NumPy supercores a structure-specialized Numba kernel does the work;
     on CuPy a chain of batched ``einsum``/``matmul`` calls.
+
+    Raises
+    ------
+    ValueError
+        Before any allocation, if the dense tensors (times the padded TT
+        rank, the partial products' bound) exceed the address space, or, on
+        NumPy, the dense tensors alone exceed this machine's physical memory.
     """
     p = _parts(data)
-    # Python ints: np.prod wraps (to 0 for 2**64) silently, and the kernel's
-    # int64 indices (partial products of at most size * r entries) would wrap
-    entries = p.S * math.prod(p.shape)
-    if entries * max(p.r, 1) * p.U.dtype.itemsize > np.iinfo(np.intp).max:
-        raise ValueError(f"the dense tensor of shape {p.stack + p.shape} has {entries} "
-                         f"entries, too many to allocate; use `entries` or `apply`")
+    _check_dense_size(p.xp, p.stack, p.shape, p.r, p.U.dtype.itemsize)
     if _use_numba(p.xp):
         return _to_dense_numba(p).reshape(p.stack + p.shape)
     return _to_dense_xp(p).reshape(p.stack + p.shape)
@@ -747,9 +794,18 @@ def ut3_entries(data, indices):
     array, shape ``stack + batch``
     """
     p = _parts(data)
-    idx = indices.get() if hasattr(indices, "get") and not isinstance(indices, np.ndarray) else np.asarray(indices)
+    if type(indices).__module__.split(".")[0] == "cupy":
+        idx = indices.get()  # the bounds check below runs on the host (a synchronization)
+    else:
+        try:
+            idx = np.asarray(indices)
+        except ValueError:  # a ragged nesting
+            raise ValueError("Argument `indices` must be a rectangular integer array of shape "
+                             f"batch + ({p.d},), not a ragged nesting.") from None
     if idx.dtype.kind not in "iu":
-        raise TypeError(f"Argument `indices` must be an integer array, not dtype {idx.dtype}.")
+        got = (f"dtype {idx.dtype}" if hasattr(indices, "dtype")
+               else f"a {type(indices).__name__} (read as dtype {idx.dtype})")
+        raise TypeError(f"Argument `indices` must be an integer array, not {got}.")
     if idx.ndim < 1 or idx.shape[-1] != p.d:
         raise ValueError(f"Argument `indices` must have shape batch + ({p.d},), not {idx.shape}.")
     batch = idx.shape[:-1]
@@ -778,6 +834,11 @@ def ut3_apply(data, vectors):
     """
     p = _parts(data)
     xp = p.xp
+    if not isinstance(vectors, (tuple, list)) and len(getattr(vectors, "shape", ())) == 0:
+        # len() of a scalar or a generator fails with Python's own message
+        raise TypeError(f"Argument `vectors` must be a sequence of {p.d} arrays, not "
+                        f"{type(vectors).__name__}" + ("; pass list(...)." if hasattr(
+                            vectors, "__next__") else "."))
     if len(vectors) != p.d:
         raise ValueError(f"Argument `vectors` must hold {p.d} arrays, not {len(vectors)}.")
     vs = [xp.asarray(v) for v in vectors]
@@ -842,6 +903,9 @@ def _frame(A, row_mask, kcount, svcount, K):
     Q : ``(..., M, K)`` orthonormal on the real rows, zero elsewhere and
         beyond ``kcount``, each column's entries summing to >= 0.
     sv : ``(..., K)`` singular values, zero beyond ``svcount``.
+
+    On CuPy the finiteness check is a synchronization (one bool read back
+    per call): the price of failing clearly instead of hanging.
     """
     xp = array_module(A)
     if not bool(xp.isfinite(A).all()):  # LAPACK's SVD never returns on rows of inf
@@ -951,6 +1015,13 @@ def ut3_orthogonalize(data, kind="left"):
         of every rank changed by an SVD are prefixes.  Frames are exactly
         zero on padding and orthonormal on the real slots even where the
         train is rank deficient.
+
+    Notes
+    -----
+    On CuPy this synchronizes with the device: once on entry and once per
+    SVD step it reads back one bool, whether the matrix is finite.  The check
+    cannot be queued: LAPACK's SVD never returns on inf, NaN makes it fail or
+    return garbage, and "tt_up" would pass a NaN of a live Tucker entry on.
     """
     if kind not in ORTHOGONALIZE_KINDS:
         raise ValueError(f"Argument `kind` must be one of {ORTHOGONALIZE_KINDS}, not {kind!r}.")
@@ -994,7 +1065,63 @@ def _max_ranks(value, count, name):
     value = list(value)
     if len(value) != count or any(not _is_int(v) or v < 1 for v in value):
         raise ValueError(f"Argument `{name}` must be {what}, not {given!r}.")
-    return [int(v) for v in value]
+    # A limit past int64 limits nothing (ranks are array sizes), and NumPy
+    # would raise OverflowError when comparing it with the rank counts.
+    return [min(int(v), np.iinfo(np.int64).max) for v in value]
+
+
+def _tucker_step(xp, U, G, mk, mt, i, max_rank=None):
+    """Truncate the Tucker rank of core ``i`` (SVD of its mode unfolding) to at
+    most ``r_i r_{i+1}`` and ``max_rank``; the Tucker core takes the frame, the
+    TT core the rest.  Returns the singular values ``(S, n)``.  Updates ``U``,
+    ``G`` and ``mk`` in place."""
+    _, S, r, n, _ = G.shape
+    A = G[i].transpose(0, 1, 3, 2).reshape(S, r * r, n)
+    rows = _pair_mask(mt[i], mt[i + 1])
+    svcount = np.minimum(rows.sum(-1), mk[i].sum(-1))
+    kcount = svcount if max_rank is None else np.minimum(svcount, max_rank)
+    P, sv = _frame(xp.swapaxes(A, -1, -2), mk[i], kcount, svcount, n)
+    G[i] = xp.matmul(A, P).reshape(S, r, r, n).transpose(0, 1, 3, 2)
+    U[i] = xp.matmul(xp.swapaxes(P, -1, -2), U[i])
+    mk[i] = _prefix(kcount, n)
+    return sv
+
+
+def _tucker_bound(xp, U, G, mk, mt, i):
+    """Lossless: cut the Tucker rank of core ``i`` to ``r_i r_{i+1}`` where it
+    is larger (the mode unfolding has ``r_i r_{i+1}`` rows, so no higher
+    rank), on those stack elements only -- the others keep their cores bit for
+    bit.  The new frame spans the unfolding's row space, so the Tucker core
+    keeps orthonormal rows and a left-orthonormal TT core stays one."""
+    bind = mk[i].sum(-1) > mt[i].sum(-1) * mt[i + 1].sum(-1)
+    if not bind.any():
+        return
+    old_u, old_g, old_k = U[i].copy(), G[i].copy(), mk[i].copy()
+    _tucker_step(xp, U, G, mk, mt, i)
+    sel = xp.asarray(bind)
+    U[i] = xp.where(sel[:, None, None], U[i], old_u)
+    G[i] = xp.where(sel[:, None, None, None], G[i], old_g)
+    mk[i] = np.where(bind[:, None], mk[i], old_k)
+
+
+def _bond_bound(xp, G, mk, mt, i):
+    """Lossless: cut bond ``i`` (``1 <= i <= d - 1``) to ``n_i r_{i+1}`` slots
+    where it is larger (core ``i``'s right unfolding has no higher rank), on
+    those stack elements only.  A right step frames that unfolding's row
+    space (exact), a left step without truncation makes core ``i - 1`` a left
+    frame again, so left-orthonormal cores stay so (two thin SVDs, not one of
+    the two-core product).  Returns whether any element changed."""
+    bind = mt[i].sum(-1) > mk[i].sum(-1) * mt[i + 1].sum(-1)
+    if not bind.any():
+        return False
+    old_a, old_b, old_t = G[i - 1].copy(), G[i].copy(), mt[i].copy()
+    _right_step(xp, G, mk, mt, i)
+    _left_step(xp, G, mk, mt, i - 1)
+    sel = xp.asarray(bind)[:, None, None, None]
+    G[i - 1] = xp.where(sel, G[i - 1], old_a)
+    G[i] = xp.where(sel, G[i], old_b)
+    mt[i] = np.where(bind[:, None], mt[i], old_t)
+    return True
 
 
 def ut3_svd(data, max_tucker_ranks=None, max_tt_ranks=None):
@@ -1005,6 +1132,13 @@ def ut3_svd(data, max_tucker_ranks=None, max_tt_ranks=None):
     the core's mode unfolding) and then bond ``i + 1`` (SVD of its left
     unfolding).  Without truncation the singular values are those of the
     dense tensor's unfoldings.
+
+    A truncated bond can leave ranks that the cores cannot fill (core ``i``'s
+    Tucker rank was cut before bond ``i + 1``; a bond before the ranks to its
+    right): lossless steps then cut every Tucker rank to at most
+    ``r_i r_{i+1}`` (right after bond ``i + 1``) and, in a right-to-left
+    pass, every bond to at most ``n_i r_{i+1}``.  So the result needs no
+    lossless compression: a second ``svd()`` keeps its ranks.
 
     Parameters
     ----------
@@ -1019,8 +1153,17 @@ def ut3_svd(data, max_tucker_ranks=None, max_tt_ranks=None):
         left-orthonormal.
     singular_values : tuple
         ``(tucker_svs, tt_svs)`` of shapes ``(d,) + stack + (n,)`` and
-        ``(d - 1,) + stack + (r,)``: all singular values met at each step
-        (kept and discarded), descending, zero-padded.
+        ``(d - 1,) + stack + (r,)``: all singular values met at each
+        truncating step (kept and discarded), descending, zero-padded.  The
+        error is exact: ``||x - result||^2`` is the sum of the squares of
+        ``tucker_svs[i, ..., max_tucker_ranks[i]:]`` and
+        ``tt_svs[b, ..., max_tt_ranks[b]:]`` (the lossless steps discard
+        nothing; they may leave ranks below these limits).
+
+    Notes
+    -----
+    On CuPy every SVD step synchronizes once with the device: it reads back
+    one bool, whether the matrix is finite (see :func:`ut3_orthogonalize`).
     """
     p = _parts(data)
     xp = p.xp
@@ -1035,17 +1178,16 @@ def ut3_svd(data, max_tucker_ranks=None, max_tt_ranks=None):
     S, r, n = p.S, p.r, p.n
     tucker_svs, tt_svs = [], []
     for i in range(p.d):
-        A = G[i].transpose(0, 1, 3, 2).reshape(S, r * r, n)
-        rows = _pair_mask(mt[i], mt[i + 1])
-        svcount = np.minimum(rows.sum(-1), mk[i].sum(-1))
-        kcount = svcount if max_tk[i] is None else np.minimum(svcount, max_tk[i])
-        P, sv = _frame(xp.swapaxes(A, -1, -2), mk[i], kcount, svcount, n)
-        G[i] = xp.matmul(A, P).reshape(S, r, r, n).transpose(0, 1, 3, 2)
-        U[i] = xp.matmul(xp.swapaxes(P, -1, -2), U[i])
-        mk[i] = _prefix(kcount, n)
-        tucker_svs.append(sv)
+        tucker_svs.append(_tucker_step(xp, U, G, mk, mt, i, max_tk[i]))
         if i < p.d - 1:
             tt_svs.append(_left_step(xp, G, mk, mt, i, max_tt[i]))
+            _tucker_bound(xp, U, G, mk, mt, i)  # bond i + 1 may have shrunk
+    # Ranks are host data (counts and limits, never singular values), so this
+    # pass costs SVDs only where a bound binds.  Cutting bond i can leave core
+    # i - 1 with too high a Tucker rank, and then bond i - 1 too wide.
+    for i in range(p.d - 1, 0, -1):
+        if _bond_bound(xp, G, mk, mt, i):
+            _tucker_bound(xp, U, G, mk, mt, i - 1)
     tucker_svs = xp.stack(tucker_svs).reshape((p.d,) + p.stack + (n,))
     tt_svs = (xp.stack(tt_svs) if tt_svs else xp.zeros((0, S, r), dtype=G.dtype)).reshape((p.d - 1,) + p.stack + (r,))
     return _pack(xp, U, G, p.shape, mk, mt, p.stack), (tucker_svs, tt_svs)
@@ -1073,19 +1215,61 @@ def ut3_load(path):
     """Load a train saved by :func:`ut3_save`; NumPy supercores, host bool masks.
 
     A file name given to :func:`ut3_save` without ``.npz`` names the file it
-    wrote (``name.npz``), as long as no file ``name`` exists."""
+    wrote (``name.npz``), as long as no file ``name`` exists.  Supercores
+    written in the other byte order are converted to the native one.
+
+    Raises
+    ------
+    ValueError
+        If ``path`` is not a zorch_nb UT3 ``.npz`` file (another format, a
+        truncated or corrupted archive, missing or malformed entries); the
+        message names the file and what is wrong.
+    OSError
+        If the file cannot be opened (``FileNotFoundError`` and the like).
+    """
     name = os.fspath(path) if isinstance(path, (str, os.PathLike)) else None
     if (isinstance(name, str) and not name.endswith(".npz") and not os.path.exists(name)
             and os.path.exists(name + ".npz")):
-        path = name + ".npz"  # what np.savez wrote for this name
+        path = name = name + ".npz"  # what np.savez wrote for this name
+    where = repr(name if name is not None else getattr(path, "name", path))
+
+    def bad(what):
+        return ValueError(f"Argument `path` ({where}) is not a zorch_nb UT3 file: {what}.")
+
     keys = ("format_version", "tucker_supercore", "tt_supercore", "shape", "tucker_edge_mask", "tt_edge_mask")
-    with np.load(path, allow_pickle=False) as z:
+    try:
+        z = np.load(path, allow_pickle=False)
+    except OSError:  # missing file, a directory, no permission: the OS says it best
+        raise
+    except ValueError:
+        # NumPy takes a file that is neither .npy nor .npz for pickled data and
+        # says so ("allow_pickle=False"): misleading for a text file
+        raise bad("neither a .npz archive nor a .npy file") from None
+    except (EOFError, zipfile.BadZipFile) as exc:
+        raise bad(f"an empty, truncated or corrupted .npz archive ({exc})") from None
+    if not isinstance(z, np.lib.npyio.NpzFile):
+        raise bad(f"a single .npy array of shape {getattr(z, 'shape', '?')}, not a .npz archive")
+    with z:
         missing = [k for k in keys if k not in z.files]
         if missing:
-            raise ValueError(f"Argument `path` must name a file written by ut3_save; it lacks {missing}.")
-        version = int(z["format_version"])
-        if version != _FORMAT_VERSION:
-            raise ValueError(f"Argument `path` holds format version {version}, not {_FORMAT_VERSION}.")
-        data = (z["tucker_supercore"], z["tt_supercore"], tuple(int(s) for s in z["shape"]),
-                (z["tucker_edge_mask"], z["tt_edge_mask"]))
-    return ut3_check(data)
+            raise bad(f"it lacks {missing}")
+        try:
+            arrays = {k: z[k] for k in keys}
+        except (ValueError, EOFError, OSError, zipfile.BadZipFile, zlib.error) as exc:
+            raise bad(f"an entry is corrupted or holds Python objects ({exc})") from None
+    version, shape = arrays["format_version"], arrays["shape"]
+    # int() of a float or of a 1-element array would truncate or raise TypeError
+    if version.shape != () or version.dtype.kind not in "iu":
+        raise bad(f"`format_version` must be one integer, not {version!r}")
+    if int(version) != _FORMAT_VERSION:
+        raise bad(f"format version {int(version)}, this zorch_nb reads {_FORMAT_VERSION}")
+    if shape.ndim != 1 or shape.dtype.kind not in "iu":
+        raise bad(f"`shape` must be a 1-d integer array, not {shape!r}")
+    U, G = arrays["tucker_supercore"], arrays["tt_supercore"]
+    U, G = (a.astype(a.dtype.newbyteorder("="))
+            if a.dtype.kind == "f" and not a.dtype.isnative else a for a in (U, G))
+    try:
+        return ut3_check((U, G, tuple(int(s) for s in shape),
+                          (arrays["tucker_edge_mask"], arrays["tt_edge_mask"])))
+    except (TypeError, ValueError) as exc:
+        raise bad(f"it holds no valid train ({exc})") from None
