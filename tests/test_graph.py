@@ -496,6 +496,38 @@ def test_call_clashing_with_itself_is_refused_and_not_recorded():
     np.testing.assert_array_equal(out, 2 * np.arange(6).reshape(2, 3).T.reshape(6))
 
 
+def test_call_making_an_earlier_call_impossible_is_refused():
+    """add(a, b) over 6 instances, then a used as 2 x 3 and b as 3 x 2: the third
+    call splits add's instances both ways.  It used to be recorded and every later
+    graph of the Context failed, blaming call 0; now it is refused when made,
+    named, and the Context still builds its graph."""
+    @kernel
+    def s3(x: In[3], out: Out[()]):
+        out[()] = x[0] + x[1] + x[2]
+
+    @kernel
+    def s2(x: In[2], out: Out[()]):
+        out[()] = x[0] * x[1]
+
+    ctx = Context()
+    a, b = ctx.copy_to_device(np.arange(6)), ctx.copy_to_device(np.arange(6) + 10)
+    (c,) = ctx.call_kernel(add_xy, 6, a, b)
+    (d,) = ctx.call_kernel(s3, 2, a.reshape(2, 3))
+    with pytest.raises(ValueError, match=r"illegal shape operation: buffer 1 used as \[3, 2\] "
+                                         r"clashes with the layout the recorded calls fixed "
+                                         r"for it \(split points \[1, 2, 6\], through calls "
+                                         r"\[0\]\); the call was not recorded"):
+        ctx.call_kernel(s2, 3, b.reshape(3, 2))
+    (e,) = ctx.call_kernel(s3, 2, b.reshape(2, 3))  # the compatible split is fine
+    g = ctx.generate_computation_graph([a, b], [c, d, e])
+    assert len(g.templates) == 3
+    outs, _ = run_computation_graph(g, [np.arange(6), np.arange(6) + 10])
+    np.testing.assert_array_equal(outs[0], 2 * np.arange(6) + 10)
+    np.testing.assert_array_equal(outs[2], (np.arange(6) + 10).reshape(2, 3).sum(axis=1))
+    # the points kept call by call are the fixed point the graph is built from
+    assert [list(buf.fixed) for buf in ctx._buffers] == [list(p) for p in ctx._propagate()]
+
+
 def test_padding_repeats_last_element_and_row():
     ctx = Context()
     vals = np.arange(15).reshape(3, 5) + 100
@@ -580,7 +612,7 @@ def test_views_reshape_and_transpose_honoured():
     assert ctx.copy_to_host(ctx.copy_to_device([P + 2, -1], reduce=True)).tolist() == [2, P - 1]
     for shape, exc in (((-1, -1), ValueError), ((4, -1), ValueError), ((0, 15), ValueError),
                        ((2.5, 6), TypeError), ((True, 15), TypeError)):
-        with pytest.raises(exc, match="`shape` must be"):
+        with pytest.raises(exc, match="`shape` must be|is not a multiple of 4"):
             x.reshape(*shape)
     # A reshape of a transposed view that needs a copy is fine on the host but
     # refused in a call.
@@ -672,11 +704,13 @@ def test_layout_propagation_is_linear_in_the_calls(monkeypatch):
     a = h = ctx.copy_to_device(np.arange(15))
     for _ in range(n):
         (h,) = ctx.call_kernel(inc, 15, h)
-    ctx.call_kernel(row_sum_5, 3, h.reshape(3, 5))
     looked = []
     original = Context._propagate_call
     monkeypatch.setattr(Context, "_propagate_call",
                         lambda self, *args: looked.append(1) or original(self, *args))
+    ctx.call_kernel(row_sum_5, 3, h.reshape(3, 5))  # recording propagates too: linearly
+    assert len(looked) <= 4 * (n + 1), len(looked)
+    looked.clear()
     g = ctx.generate_computation_graph([a], [h])
     assert len(looked) <= 4 * (n + 1), len(looked)
     assert all(pts == (1, 3, 15) for pts in g.buffer_points[:n + 1])  # reached call 0
@@ -880,6 +914,86 @@ def test_definition_errors_name_the_variable():
         @kernel
         def huge(x: In[()], out: Out[()]):
             out[()] = x[()] * 2**70
+
+
+def test_a_refusal_the_body_catches_still_refuses_the_kernel():
+    """A helper's ``except ValueError`` swallowed KernelDefinitionError (a
+    ValueError) and tracing went on: the kernel always took one branch."""
+    def safe_is_zero(v):
+        try:
+            return v == 0
+        except ValueError:
+            return False
+
+    with pytest.raises(KernelDefinitionError, match=r"`==` is not supported.*the kernel body "
+                                                    r"caught this error"):
+        @kernel
+        def g(x: In[2], o: Out[()]):
+            o[()] = x[1] if safe_is_zero(x[0]) else x[0]
+
+    with pytest.raises(KernelDefinitionError, match=r"`%` is not supported"):
+        @kernel
+        def h(x: In[2], o: Out[()]):
+            try:
+                o[()] = (x[0] * x[1]) % P
+            except (TypeError, ValueError):
+                o[()] = x[0] * x[1]
+
+
+def test_numpy_constants_on_the_left_and_other_tracer_corners():
+    mds = np.array([[2, 3], [1, 1]])
+
+    @kernel
+    def mix(x: In[2], o: Out[2]):
+        for i in range(2):  # NumPy integers left of a traced value: reflected ops
+            o[i] = mds[i, 0] * x[0] + mds[i, 1] * x[1] - np.int64(5)
+
+    ctx = Context()
+    (y,) = ctx.call_kernel(mix, 1, ctx.copy_to_device([[4, 7]]))
+    assert ctx.copy_to_host(y).tolist() == [[2 * 4 + 3 * 7 - 5, 4 + 7 - 5]]
+    with pytest.raises(KernelDefinitionError, match=r"generator or `async def`"):
+        @kernel
+        def gen(x: In[()], o: Out[()]):
+            o[()] = x[()]
+            yield
+    with pytest.raises(KernelDefinitionError, match=r"already modulo p; use `x\[\(\)\] \*\* 3`"):
+        @kernel
+        def three(x: In[()], o: Out[()]):
+            o[()] = pow(x[()], 3, 7)
+    for ann in ("Out[2**32, 2**32]", "In[2**64]"):  # sizes past int64 wrapped to 0
+        with pytest.raises(TypeError, match=r"holds at most 16777216"):
+            eval(ann)
+
+
+def test_handles_are_read_only_and_replays_take_values():
+    ctx = Context()
+    a = ctx.copy_to_device(np.arange(6).reshape(2, 3))
+    for attr, value in (("shape", (6,)), ("buffer_id", 0)):
+        with pytest.raises(AttributeError):
+            setattr(a.T, attr, value)
+    with pytest.raises(ValueError, match=r"\[-1, 4\] cannot keep the element count 6: 6 is "
+                                         r"not a multiple of 4"):
+        a.reshape(-1, 4)
+    (b,) = ctx.call_kernel(add_2, 1, ctx.copy_to_device([1, 2]))
+    g = ctx.generate_computation_graph([], [b])
+    assert run_computation_graph(g, [])[0][0].tolist() == [3]
+    (c,) = ctx.call_kernel(add_xy, 6, a.reshape(6), a.reshape(6))
+    g = ctx.generate_computation_graph([a], [c])
+    for bad, match in ((a, "not Handle; a replay takes values: pass ctx.copy_to_host"),
+                       (None, "not NoneType$")):
+        with pytest.raises(TypeError, match=match):
+            run_computation_graph(g, [bad])
+    with pytest.raises(ValueError, match=r"`num_parallel` must be below 2\*\*40"):
+        ctx.call_kernel(add_2, 2**62, ctx.copy_to_device([1, 2]))
+    from zorch_nb import graph as graph_mod
+    old = graph_mod._physical_memory
+    try:
+        graph_mod._physical_memory = lambda: 2**20
+        with pytest.raises(MemoryError, match=r"`num_parallel` = 1000000: the call's outputs "
+                                              r"need 0\.0 GiB"):
+            ctx.call_kernel(add_2, 10**6, ctx.copy_to_device([1, 2]))
+    finally:
+        graph_mod._physical_memory = old
 
 
 def test_a_constant_reduced_mod_p_as_the_error_suggests():

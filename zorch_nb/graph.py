@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import math
 import operator
 import os
 import threading
@@ -44,7 +45,7 @@ import numpy as np
 
 from . import _backend
 from .fields import BabyBear, KoalaBear, PrimeField
-from .graph_format import _MAX_NDIM
+from .graph_format import _MAX_LOG2, _MAX_NDIM
 from .graph_layout import (ViewForm, apply_history, axis_dims, dims_of, history_shapes,
                            initial_view, input_layout, logical_instance, merge_points,
                            merkle_root, output_layout, pad, padded_dims, parallel_sizes,
@@ -107,6 +108,9 @@ def _shape_arg(shape, size: int, name="shape") -> tuple:
     known = int(np.prod([d for d in shape if d != -1], dtype=object))
     if shape.count(-1) == 1 and known >= 1 and size % known == 0:
         shape = tuple(size // known if d == -1 else d for d in shape)
+    elif shape.count(-1) == 1 and known >= 1 and all(d > 0 or d == -1 for d in shape):
+        raise ValueError(f"Argument `{name}` {list(shape)!r} cannot keep the element count "
+                         f"{size}: {size} is not a multiple of {known}")
     if any(d < 1 for d in shape):
         raise ValueError(f"Argument `{name}` must be positive integers (at most one -1), "
                          f"not {list(shape)!r}")
@@ -128,19 +132,31 @@ class Handle:
         The buffer, numbered in creation order within its context.
     """
 
-    __slots__ = ("_ctx", "buffer_id", "shape", "_view", "_history")
+    # Read-only: a view's shape and buffer are facts the recorder relies on
+    # (a reassigned shape reached the layout code as an IndexError later).
+    __slots__ = ("_ctx", "_buffer_id", "_shape", "_view", "_history")
 
     def __init__(self, ctx, buffer_id, shape, view, history):
         self._ctx = ctx
-        self.buffer_id = buffer_id
-        self.shape = tuple(shape)
+        self._buffer_id = buffer_id
+        self._shape = tuple(shape)
         self._view = view
         self._history = tuple(history)
 
     @property
+    def shape(self) -> tuple:
+        """The view's shape."""
+        return self._shape
+
+    @property
+    def buffer_id(self) -> int:
+        """The buffer, numbered in creation order within its context."""
+        return self._buffer_id
+
+    @property
     def size(self) -> int:
         """Number of elements of the view."""
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self._shape)
 
     @property
     def history(self) -> tuple:
@@ -194,6 +210,12 @@ class _Buffer:
         # commit can then put the old lists back if it is interrupted.
         self.points = points
         self.uses = [(f"{list(shape)}", tuple(points))]
+        # The split points after the recorded calls' instance boundaries are
+        # propagated (Context._fixed_point), and the calls that propagate
+        # into this buffer (parallel operand or output): kept up to date call
+        # by call, so a call that would make the graph impossible is refused.
+        self.fixed = points
+        self.calls = ()
 
 
 class _Operand(NamedTuple):
@@ -626,6 +648,17 @@ class Context:
                              f"not {num_parallel!r}")
         num_parallel = int(num_parallel)
         ir = kernel.ir
+        if num_parallel >= 1 << _MAX_LOG2:
+            raise ValueError(f"Argument `num_parallel` must be below 2**{_MAX_LOG2} (a graph "
+                             f"file's limit on instances), not {num_parallel}")
+        # the eager outputs alone, before NumPy's own "array is too big" or a
+        # MemoryError that names nothing
+        need = 4 * num_parallel * sum(math.prod(s) for _, _, s in ir.out_params)
+        have = _physical_memory()
+        if have is not None and need > have:
+            raise MemoryError(f"Argument `num_parallel` = {num_parallel}: the call's outputs "
+                              f"need {need / 2**30:.1f} GiB; this machine has "
+                              f"{have / 2**30:.1f} GiB of memory")
         in_params = ir.in_params
         if len(inputs) != len(in_params):
             raise TypeError(f"kernel `{ir.name}` takes {len(in_params)} input handle(s) "
@@ -657,7 +690,7 @@ class Context:
             op = _Operand(h.buffer_id, h._view, broadcast, h.shape, h._history)
             self._merge(pending, h.buffer_id, prefix_points(op.view.base), _describe(op))
             operands.append(op)
-        self._check_instance_splits(kernel, num_parallel, operands, pending)
+        fixed = self._fixed_point(kernel, num_parallel, operands, pending)
         values = self._evaluate(kernel, num_parallel, operands)
         # The call succeeded.  Build everything it records first ...
         layouts = {}  # input buffer -> (new points, new uses); the old lists stay intact
@@ -679,42 +712,96 @@ class Context:
         # ... then change the Context in three steps, undone if an interruption
         # (Ctrl-C) lands between them: a buffer whose call was never recorded, or
         # split points no recorded call asked for, would break every later graph.
-        saved = [(self._buffers[bid], self._buffers[bid].points, self._buffers[bid].uses)
-                 for bid in layouts]
+        for j, buf in enumerate(new_buffers):
+            buf.fixed = fixed.get(first + j, buf.points)
+            buf.calls = (call_index,)
+        touched = {op.buffer_id for op in operands if not op.broadcast} | set(fixed)
+        touched = sorted(b for b in touched if b < first)
+        saved = [(self._buffers[bid], self._buffers[bid].points, self._buffers[bid].uses,
+                  self._buffers[bid].fixed, self._buffers[bid].calls)
+                 for bid in sorted(set(layouts) | set(touched))]
         try:
             for bid, (points, uses) in layouts.items():
                 self._buffers[bid].points, self._buffers[bid].uses = points, uses
+            for bid in touched:
+                buf = self._buffers[bid]
+                buf.fixed = fixed.get(bid, buf.fixed)
+                if any(op.buffer_id == bid and not op.broadcast for op in operands) \
+                        and call_index not in buf.calls:
+                    buf.calls = buf.calls + (call_index,)
             self._buffers.extend(new_buffers)
             self._calls.append(call)
         except BaseException:
-            for buf, points, uses in saved:
-                buf.points, buf.uses = points, uses
+            for buf, points, uses, fixed_points, calls in saved:
+                buf.points, buf.uses, buf.fixed, buf.calls = points, uses, fixed_points, calls
             del self._buffers[first:], self._calls[call_index:]
             raise
         return tuple(outs)
 
-    def _check_instance_splits(self, kernel, num_parallel, operands, pending) -> None:
-        """Refuse a call whose own parallel operands can never agree on a layout.
+    def _fixed_point(self, kernel, num_parallel, operands, pending) -> dict:
+        """The recorded calls' fixed point (:meth:`_propagate`) with this call added.
 
-        The graph's fixed point (:meth:`_propagate`) only refines split points,
-        so a clash found from this call's operands alone is certain to stop
-        every later :meth:`generate_computation_graph` of this Context; refusing
-        it now keeps the Context usable (``a.reshape(6)`` beside
-        ``a.T.reshape(6)`` splits 6 instances as 2 x 3 and as 3 x 2).
+        Starts from every buffer's ``fixed`` points (the fixed point of the
+        calls so far), merges this call's views in and propagates from this
+        call -- only calls touching a changed buffer are looked at again.
+        Returns ``{buffer: new fixed points}`` (the call's outputs included)
+        to commit; a clash raises ``ValueError`` and the call is refused,
+        because split points only ever get refined: a clash now would stop
+        every later :meth:`generate_computation_graph` of this Context
+        (``a.reshape(6)`` beside ``a.T.reshape(6)`` splits 6 instances as
+        2 x 3 and as 3 x 2; calls ``s3(a.reshape(2, 3))`` and
+        ``s2(b.reshape(3, 2))`` after ``add(a, b)`` split its instances both
+        ways).
         """
         ir = kernel.ir
-        first = len(self._buffers)
-        points = {op.buffer_id: list(pending[op.buffer_id]) for op in operands}
-        for j, (_, _, pshape) in enumerate(ir.out_params):
-            points[first + j] = list(prefix_points(initial_view((num_parallel,) + pshape).base))
-        call = _Call(kernel, num_parallel, tuple(operands),
-                     tuple(range(first, first + len(ir.out_params))))
-        try:
-            while self._propagate_call(points, len(self._calls), call) is not None:
-                pass
-        except ValueError as exc:
-            raise ValueError(str(exc).split("; every recorded call")[0] + "; the call was "
-                             "not recorded") from None
+        first, ci = len(self._buffers), len(self._calls)
+        outs = tuple(range(first, first + len(ir.out_params)))
+        call = _Call(kernel, num_parallel, tuple(operands), outs)
+        initial = {b: prefix_points(initial_view((num_parallel,) + pshape).base)
+                   for b, (_, _, pshape) in zip(outs, ir.out_params)}
+
+        class Overlay(dict):  # this call's refinements over the recorded fixed points
+            def __missing__(over, bid):
+                return initial[bid] if bid >= first else self._buffers[bid].fixed
+
+        over = Overlay()
+        mine = {op.buffer_id for op in operands if not op.broadcast} | set(outs)
+
+        def users(bid):
+            old = self._buffers[bid].calls if bid < first else ()
+            return old + (ci,) if bid in mine and ci not in old else old
+
+        pushed = {ci}
+        for op in operands:
+            bid = op.buffer_id
+            merged = merge_points(over[bid], pending[bid])
+            if merged is None:
+                by = list(self._buffers[bid].calls)
+                raise ValueError(f"illegal shape operation: buffer {bid} used as "
+                                 f"{_describe(op)} clashes with the layout the recorded calls "
+                                 f"fixed for it (split points {list(over[bid])}"
+                                 + (f", through calls {by}" if by else "")
+                                 + "); the call was not recorded")
+            if list(merged) != list(over[bid]):
+                over[bid] = merged
+                pushed.update(users(bid))
+        heap = sorted(pushed)
+        while heap:
+            cj = heapq.heappop(heap)
+            pushed.discard(cj)
+            try:
+                bid = self._propagate_call(over, cj, call if cj == ci else self._calls[cj])
+            except ValueError as exc:
+                text = str(exc).split("; every recorded call")[0]
+                raise ValueError(text + ("; the call was not recorded" if cj == ci else
+                                         f"; recording call {ci} (kernel `{ir.name}`) made "
+                                         f"this clash, so it was not recorded")) from None
+            if bid is not None:
+                for ck in users(bid):  # includes cj: it may split further
+                    if ck not in pushed:
+                        pushed.add(ck)
+                        heapq.heappush(heap, ck)
+        return dict(over)
 
     def _evaluate(self, kernel: Kernel, n: int, operands) -> list:
         """Interpret the IR over all instances at once (logical, unpadded).
@@ -1071,6 +1158,10 @@ def run_computation_graph(graph: ComputationGraph, inputs, backend=None, *,
     def place(bid, history, values, name):
         n = points[bid][-1]
         shape = history_shapes(n, history)[-1]
+        if isinstance(values, Handle) or values is None:
+            raise TypeError(f"Argument `{name}` must be an array of canonical integers, not "
+                            f"{type(values).__name__}" + ("; a replay takes values: pass "
+                            "ctx.copy_to_host(handle)" if values is not None else ""))
         try:
             values = np.asarray(_to_host(values) if hasattr(values, "get") else values)
         except ValueError:  # NumPy's "inhomogeneous shape"

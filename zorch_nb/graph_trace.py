@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import inspect
 import linecache
+import math
 import sys
 import threading
 from typing import NamedTuple
@@ -46,18 +47,27 @@ class ParamSpec(NamedTuple):
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)
+
+
+#: Most elements one parameter may have: a kernel body is unrolled per
+#: element (and graph files cap buffers at 2**40 words anyway).
+MAX_PARAM_ELEMENTS = 1 << 24
 
 
 def _shape_key(kind: str, item) -> ParamSpec:
     items = item if isinstance(item, tuple) else (item,)
+    label = {"in": "In", "out": "Out", "inout": "InOut"}[kind]
     shape = []
     for d in items:
         if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)) or d < 1:
-            label = {"in": "In", "out": "Out", "inout": "InOut"}[kind]
             raise TypeError(f"{label}[...] takes positive integer dimensions "
                             f"(e.g. {label}[16], {label}[4, 8], {label}[()]), not {item!r}")
         shape.append(int(d))
+    if math.prod(shape) > MAX_PARAM_ELEMENTS:  # Python ints: no int64 wrap
+        raise TypeError(f"{label}{list(shape)} has {math.prod(shape)} elements; a kernel "
+                        f"parameter holds at most {MAX_PARAM_ELEMENTS} (the body is traced "
+                        f"element by element)")
     return ParamSpec(kind, tuple(shape))
 
 
@@ -173,6 +183,7 @@ class _Tracer:
         self.consts: list = []
         self.const_index: dict = {}
         self.asserts: list = []
+        self.refusal = None  # the first refusal raised into the body
 
     def where(self) -> str:
         """``line N (`source`)`` of the kernel body line being traced."""
@@ -185,7 +196,12 @@ class _Tracer:
         return f"line {frame.f_lineno} (`{text}`)" if text else f"line {frame.f_lineno}"
 
     def fail(self, message: str, cls=KernelDefinitionError):
-        raise cls(f"kernel `{self.name}`, {self.where()}: {message}")
+        exc = cls(f"kernel `{self.name}`, {self.where()}: {message}")
+        # Kept: a body that catches it (a helper's ``except ValueError``) must
+        # not trace on into a kernel that silently computes something else.
+        if self.refusal is None:
+            self.refusal = exc
+        raise exc
 
     def node(self, op, a, b=0) -> int:
         key = (op, a, b)
@@ -289,9 +305,16 @@ class _Value:
         _require_own(self, f"field value `{self._label}`")
         return _Value(self._tr, self._tr.node(OP_NEG, self._id), f"(-{self._label})")
 
-    def __pow__(self, e):
+    # NumPy scalars and arrays on the left (``MDS[i, j] * x``) defer to the
+    # reflected operators instead of converting this value to an array.
+    __array_ufunc__ = None
+
+    def __pow__(self, e, modulus=None):
         """``x ** e`` for a Python integer ``e >= 0``: unrolled into multiplications
         (square and multiply, so ``x ** 7`` is four of them)."""
+        if modulus is not None:
+            self._tr.fail(f"`pow({self._label}, {e!r}, {modulus!r})`: field arithmetic is "
+                          f"already modulo p; use `{self._label} ** {e!r}`")
         if isinstance(e, (bool, np.bool_)) or not isinstance(e, (int, np.integer)) or e < 0:
             self._tr.fail(f"`{self._label} ** {e!r}`: the exponent must be a Python integer "
                           f">= 0 (it is unrolled into multiplications)")
@@ -476,16 +499,25 @@ def _trace(fn) -> KernelIR:
         n_in += spec.kind != "out"
     if getattr(_state, "tracer", None) is not None:
         raise KernelDefinitionError(f"kernel `{name}` is defined inside another kernel body")
+    if inspect.isgeneratorfunction(fn) or inspect.iscoroutinefunction(fn) or \
+            inspect.isasyncgenfunction(fn):
+        raise KernelDefinitionError(f"kernel `{name}` must be a plain function, not a "
+                                    f"generator or `async def` function")
     _state.tracer = tr
     try:
         result = fn(*arrays)
     except KernelDefinitionError:
         raise
     except Exception as exc:
+        if tr.refusal is not None:  # the body turned a refusal into another error
+            raise tr.refusal from None
         raise KernelDefinitionError(
             f"kernel `{name}` cannot be traced: {type(exc).__name__}: {exc}") from exc
     finally:
         _state.tracer = None
+    if tr.refusal is not None:  # raised into the body and caught there
+        raise KernelDefinitionError(f"{tr.refusal} (the kernel body caught this error and "
+                                    f"went on; a traced kernel cannot take that branch)")
     if result is not None:
         raise KernelDefinitionError(f"kernel `{name}` returns a value; kernels assign "
                                     f"their Out[...] parameters by item instead")
@@ -493,7 +525,7 @@ def _trace(fn) -> KernelIR:
     for arr in arrays:
         if arr._kind == "in":
             continue
-        size = int(np.prod(arr._shape, dtype=np.int64))
+        size = math.prod(arr._shape)
         ids = []
         for flat in range(size):
             if flat in arr._assigned:
