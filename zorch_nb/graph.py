@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import itertools
 import math
 import operator
 import os
@@ -215,7 +216,27 @@ class _Buffer:
         # into this buffer (parallel operand or output): kept up to date call
         # by call, so a call that would make the graph impossible is refused.
         self.fixed = points
-        self.calls = ()
+        self.calls = []  # ascending; appended to (a rollback truncates it)
+
+
+class _Overlay(dict):
+    """A call's refinements of split points over the recorded fixed points.
+
+    Reads fall through to the buffers' ``fixed`` points (or, for the call's
+    new outputs, the points of a fresh ``[num_parallel] + shape`` buffer);
+    writes stay here until the call is committed.
+    """
+
+    def __init__(self, buffers, num_parallel, out_shapes, first):
+        super().__init__()
+        self._buffers, self._first = buffers, first
+        self._num_parallel, self._out_shapes = num_parallel, out_shapes
+
+    def __missing__(self, bid):
+        if bid < self._first:
+            return self._buffers[bid].fixed
+        shape = (self._num_parallel,) + self._out_shapes[bid - self._first]
+        return prefix_points(initial_view(shape).base)
 
 
 class _Operand(NamedTuple):
@@ -556,6 +577,7 @@ class Context:
         self._xp = _xp(self.backend)
         self._buffers: list = []
         self._calls: list = []
+        self._quiet_calls: set = set()  # see _fixed_point
         # Reentrant, so a method holding it may call another public one.
         self._lock = threading.RLock()
 
@@ -635,6 +657,20 @@ class Context:
         tuple of Handle
             Fresh buffers, one per Out/InOut parameter in declaration order,
             of shape ``[num_parallel] + shape``.
+
+        Raises
+        ------
+        ValueError
+            Wrong handle shapes, ``assert_eq`` failing on these values, or
+            "illegal shape operation": the call's views cannot agree on a
+            layout with each other or with the recorded calls (split points
+            only get refined, so no later graph could be built).  A refused
+            call is not recorded; the Context stays usable.
+        TypeError
+            Not a kernel, a non-integer ``num_parallel``, the wrong number
+            of handles.
+        MemoryError
+            The call's outputs cannot fit in this machine's memory (CPU).
         """
         if not isinstance(kernel, Kernel):
             raise TypeError(f"Argument `kernel` must be a @kernel-decorated function, "
@@ -654,7 +690,7 @@ class Context:
         # the eager outputs alone, before NumPy's own "array is too big" or a
         # MemoryError that names nothing
         need = 4 * num_parallel * sum(math.prod(s) for _, _, s in ir.out_params)
-        have = _physical_memory()
+        have = _physical_memory() if self.backend == "cpu" else None  # (CuPy: its own OOM)
         if have is not None and need > have:
             raise MemoryError(f"Argument `num_parallel` = {num_parallel}: the call's outputs "
                               f"need {need / 2**30:.1f} GiB; this machine has "
@@ -714,11 +750,11 @@ class Context:
         # split points no recorded call asked for, would break every later graph.
         for j, buf in enumerate(new_buffers):
             buf.fixed = fixed.get(first + j, buf.points)
-            buf.calls = (call_index,)
-        touched = {op.buffer_id for op in operands if not op.broadcast} | set(fixed)
-        touched = sorted(b for b in touched if b < first)
+            buf.calls = [call_index]
+        parallel = {op.buffer_id for op in operands if not op.broadcast}
+        touched = sorted(b for b in parallel | set(fixed) if b < first)
         saved = [(self._buffers[bid], self._buffers[bid].points, self._buffers[bid].uses,
-                  self._buffers[bid].fixed, self._buffers[bid].calls)
+                  self._buffers[bid].fixed, len(self._buffers[bid].calls))
                  for bid in sorted(set(layouts) | set(touched))]
         try:
             for bid, (points, uses) in layouts.items():
@@ -726,14 +762,14 @@ class Context:
             for bid in touched:
                 buf = self._buffers[bid]
                 buf.fixed = fixed.get(bid, buf.fixed)
-                if any(op.buffer_id == bid and not op.broadcast for op in operands) \
-                        and call_index not in buf.calls:
-                    buf.calls = buf.calls + (call_index,)
+                if bid in parallel and (not buf.calls or buf.calls[-1] != call_index):
+                    buf.calls.append(call_index)  # O(1): calls come in ascending order
             self._buffers.extend(new_buffers)
             self._calls.append(call)
         except BaseException:
-            for buf, points, uses, fixed_points, calls in saved:
-                buf.points, buf.uses, buf.fixed, buf.calls = points, uses, fixed_points, calls
+            for buf, points, uses, fixed_points, ncalls in saved:
+                buf.points, buf.uses, buf.fixed = points, uses, fixed_points
+                del buf.calls[ncalls:]
             del self._buffers[first:], self._calls[call_index:]
             raise
         return tuple(outs)
@@ -757,19 +793,13 @@ class Context:
         first, ci = len(self._buffers), len(self._calls)
         outs = tuple(range(first, first + len(ir.out_params)))
         call = _Call(kernel, num_parallel, tuple(operands), outs)
-        initial = {b: prefix_points(initial_view((num_parallel,) + pshape).base)
-                   for b, (_, _, pshape) in zip(outs, ir.out_params)}
-
-        class Overlay(dict):  # this call's refinements over the recorded fixed points
-            def __missing__(over, bid):
-                return initial[bid] if bid >= first else self._buffers[bid].fixed
-
-        over = Overlay()
+        out_shapes = tuple(s for _, _, s in ir.out_params)
+        over = _Overlay(self._buffers, num_parallel, out_shapes, first)
         mine = {op.buffer_id for op in operands if not op.broadcast} | set(outs)
 
-        def users(bid):
+        def users(bid):  # an iterator: copying a long list per call was quadratic
             old = self._buffers[bid].calls if bid < first else ()
-            return old + (ci,) if bid in mine and ci not in old else old
+            return itertools.chain(old, (ci,) if bid in mine else ())
 
         pushed = {ci}
         for op in operands:
@@ -785,7 +815,17 @@ class Context:
             if list(merged) != list(over[bid]):
                 over[bid] = merged
                 pushed.update(users(bid))
+        # A call whose views, over buffers with the same points, were already
+        # found to change nothing changes nothing again (what the call
+        # propagates depends on its views and their buffers' points, not on
+        # which buffers): the common case of a program calling one kernel on
+        # many buffers of one layout costs no propagation.
+        quiet = (num_parallel, tuple((op.view, op.broadcast, tuple(over[op.buffer_id]))
+                                     for op in operands), out_shapes)
+        if pushed == {ci} and quiet in self._quiet_calls:
+            return dict(over)
         heap = sorted(pushed)
+        changed = False
         while heap:
             cj = heapq.heappop(heap)
             pushed.discard(cj)
@@ -797,10 +837,13 @@ class Context:
                                          f"; recording call {ci} (kernel `{ir.name}`) made "
                                          f"this clash, so it was not recorded")) from None
             if bid is not None:
+                changed = True
                 for ck in users(bid):  # includes cj: it may split further
                     if ck not in pushed:
                         pushed.add(ck)
                         heapq.heappush(heap, ck)
+        if not changed and len(over) == 0:
+            self._quiet_calls.add(quiet)
         return dict(over)
 
     def _evaluate(self, kernel: Kernel, n: int, operands) -> list:
@@ -978,8 +1021,9 @@ class Context:
         Raises
         ------
         ValueError
-            "illegal shape operation" when the parallel operands of a call
-            cannot agree on a layout.
+            Handles of another Context, an input not from
+            :meth:`copy_to_device` or named twice.  (Layout clashes are
+            refused by :meth:`call_kernel` when the call is made.)
         """
         with self._lock:
             return self._build(self._specs(inputs, "inputs", True),
@@ -987,7 +1031,8 @@ class Context:
 
     def _build(self, in_specs, out_specs) -> ComputationGraph:
         from .graph_format import kernel_fingerprint
-        points = self._propagate()
+        # the fixed point kept call by call (_fixed_point; equal to _propagate())
+        points = [list(b.fixed) for b in self._buffers]
         kernels, kernel_ids = [], {}
         compiled, compiled_ids = [], {}
         templates = []
