@@ -32,6 +32,7 @@ def test_bench_cpu_writes_json(tmp_path):
     report["results"] = [r for r in report["results"] if r not in small]
     for r in small:  # launch-bound: times only (a fraction there was noise, up to 295x)
         assert r["fraction_of_copy"] is None and "paired_fraction" not in r["extra"]
+        assert r["gbps"] is None
     assert "launch-bound: times only" in res.stdout
     for r in report["results"]:  # compile time apart from the steady state, for every row
         assert r["first_call_s"] is not None and r["first_call_s"] > 0, r["kernel"]
@@ -146,6 +147,8 @@ def test_outputs_are_checked_before_measuring(tmp_path, monkeypatch, capsys):
         cases.append((["--plot", str(tmp_path / "p.xyz")], "must end in one of"))
         # pgf needs LaTeX, which only the save after the whole run found missing
         cases.append((["--plot", str(tmp_path / "p.pgf")], "must end in one of"))
+        # sizes that all report times only have nothing to draw
+        cases.append((["--plot", str(tmp_path / "p.png")], "add a size of at least 16"))
     for extra, message in cases:
         assert main(["bench", "--sizes", "8", *extra]) == 2
         assert message in capsys.readouterr().err

@@ -503,11 +503,14 @@ def test_gpu_numba_launches_follow_cupys_current_stream():
     want = F.add(F.mul(F.add(a, a), b), b)
     layer = GkrLayer(*(F.random(1 << 20, seed=k) for k in range(4)), 0)
     want_layer = layer_transition(layer)
-    assert stream_for(a, b) == 0 and stream_for(cupy.asarray(a)) == 0  # the null stream
+    assert stream_for(a, b) == 0  # host data: Numba's default stream
+    with cupy.cuda.Stream.null:
+        assert stream_for(cupy.asarray(a)) == 0  # the legacy null stream: the same
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:
         da, db = cupy.asarray(a), cupy.asarray(b)
-        assert stream_for(da) != 0
+        handle = stream_for(da).handle  # the launch goes exactly on CuPy's stream
+        assert (handle.value if hasattr(handle, "value") else int(handle)) == stream.ptr
         twice = F.add(da, da)                        # CuPy kernel on `stream`
         prod = F.mul(twice, db, backend="numba")     # must wait for it
         got = F.add(prod, db)                        # CuPy kernel reading the Numba output

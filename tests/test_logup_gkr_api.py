@@ -119,6 +119,8 @@ def test_jagged_schedule_errors():
     assert out.width == 7 and out.row_counts.tolist() == [3, 2]
     with pytest.raises(ValueError, match="width == number of batch elements.*fold further"):
         extract_jagged_outputs(out)
+    with pytest.raises(ValueError, match="fold further"):  # a 0 count: not "already 1"
+        extract_jagged_outputs(JaggedGkrLayer(*four(8), [1, 0]))
     spare = JaggedGkrLayer(*four(8), [1, 1])  # a floor with slack: halving_schedule is []
     assert halving_schedule(spare) == []
     with pytest.raises(ValueError, match=r"already 1: one step to out_row_counts \[1\] \* 2, "

@@ -834,6 +834,9 @@ def test_bad_arguments_are_named(rng):
         x.apply(1.0)
     with pytest.raises(TypeError, match=r"`vectors` must be .* not generator; pass list\(...\)"):
         x.apply(v for v in (np.ones(3), np.ones(4)))
+    import collections  # any sequence with a length will do, as before
+    assert np.allclose(x.apply(collections.deque([np.ones(3), np.ones(4)])),
+                       x.apply([np.ones(3), np.ones(4)]))
     for bad in (np.array([["a", "b"]]), np.ones((1, 2), object)):
         with pytest.raises(TypeError, match=r"`tucker_cores\[0\]` must hold real numbers"):
             TuckerTensorTrain([bad], [np.ones((1, 1, 1))])

@@ -69,7 +69,9 @@ class Row:
     vs_copy: bool = True
 
     def finish(self, copy_gbps: float | None) -> "Row":
-        self.gbps = self.bytes / self.time_s / 1e9 if self.vs_copy else None
+        """Bandwidth and fraction of ``copy_gbps``; ``None`` (below
+        ``MIN_FRACTION_LOG2``, launch-bound): the row reports its time only."""
+        self.gbps = self.bytes / self.time_s / 1e9 if self.vs_copy and copy_gbps else None
         self.fraction_of_copy = (self.gbps / copy_gbps if copy_gbps and self.vs_copy
                                  else None)
         return self
@@ -419,6 +421,10 @@ def main(args) -> int:
     problems = [p for p in (args.json and _output_problem(args.json, "--json"),
                             args.plot and (_output_problem(args.plot, "--plot")
                                            or _plot_problem(args.plot))) if p]
+    if args.plot and max(sizes) < MIN_FRACTION_LOG2:
+        problems.append(f"--plot draws fractions of the copy, which sizes below "
+                        f"2^{MIN_FRACTION_LOG2} do not have (launch-bound: times only); add a "
+                        f"size of at least {MIN_FRACTION_LOG2}")
     if problems:  # before minutes of measuring, not after
         for p in problems:
             print(p, file=sys.stderr)

@@ -1207,7 +1207,7 @@ class ExtensionField(_FieldBase):
         kind = "numpy" if _backend.array_kind(a) == "numpy" else "cupy"
         xp = _backend.get_xp(kind)
         out = xp.zeros(tuple(a.shape) + (4,), dtype=np.uint32)
-        out[..., 0] = _backend.to_module(a, kind) % np.uint32(self.p)
+        xp.remainder(_backend.to_module(a, kind), np.uint32(self.p), out=out[..., 0])
         return out
 
     @property

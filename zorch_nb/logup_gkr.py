@@ -930,7 +930,7 @@ def extract_jagged_outputs(floor: JaggedGkrLayer) -> LogUpGkrOutput:
     if floor.width != floor.num_batches:
         nb = floor.num_batches
         hint = ("fold further (see halving_schedule)" if not floor.counts_on_host or
-                bool((floor._counts > 1).any()) else
+                bool((floor._counts != 1).any()) else
                 f"every count is already 1: one step to out_row_counts [1] * {nb}, "
                 f"out_width {nb} compacts it (folding each row's two children: same "
                 f"per-batch sums)")

@@ -834,7 +834,8 @@ def ut3_apply(data, vectors):
     """
     p = _parts(data)
     xp = p.xp
-    if not isinstance(vectors, (tuple, list)) and len(getattr(vectors, "shape", ())) == 0:
+    if hasattr(vectors, "__next__") or not hasattr(vectors, "__len__") or \
+            getattr(vectors, "ndim", 1) == 0:
         # len() of a scalar or a generator fails with Python's own message
         raise TypeError(f"Argument `vectors` must be a sequence of {p.d} arrays, not "
                         f"{type(vectors).__name__}" + ("; pass list(...)." if hasattr(
