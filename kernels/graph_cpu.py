@@ -31,7 +31,7 @@ from numba import njit
 from . import sources_digest
 from .cpu_threads import serialized
 
-__all__ = ["compile_evaluator", "run_evaluator", "evaluator_cache_dir"]
+__all__ = ["compile_evaluator", "run_evaluator", "evaluator_cache_dir", "use_serial"]
 
 #: What the generated text expects in its namespace (graph_codegen.python_source).
 _HEADER = ("import numpy as np\n"
@@ -126,10 +126,23 @@ def _signature(fn):
                                                             types.uint32)
 
 
+def use_serial(n_inst: int, nodes: int) -> bool:
+    """Whether a call of ``n_inst`` padded instances of an ``nodes``-node IR runs
+    the serial evaluator (see :data:`~.launch_config.GRAPH_CPU_SERIAL_WORK`)."""
+    from . import launch_config
+    return n_inst * max(nodes, 1) <= launch_config.GRAPH_CPU_SERIAL_WORK
+
+
 @functools.lru_cache(maxsize=None)
-def compile_evaluator(source: str, name: str):
+def compile_evaluator(source: str, name: str, serial: bool = False):
     """``njit(parallel=True)`` dispatcher of the function ``name`` in ``source``
-    (cached on disk where the cache folder allows; see the module docstring)."""
+    (cached on disk where the cache folder allows; see the module docstring);
+    ``serial``: compiled without ``parallel`` (``prange`` runs as ``range``),
+    under the name ``name + "__serial"`` in a file of its own -- Numba keys
+    its cache on the name and the bytecode, not on ``parallel``."""
+    if serial:
+        source = source.replace(f"def {name}(", f"def {name}__serial(", 1)
+        name += "__serial"
     folder = evaluator_cache_dir()
     if folder is not None:
         try:
@@ -142,7 +155,7 @@ def compile_evaluator(source: str, name: str):
             sys.modules[modname] = module
             spec.loader.exec_module(module)
             fn = getattr(module, name)
-            dispatcher = njit(parallel=True, cache=True)(fn)
+            dispatcher = njit(parallel=not serial, cache=True)(fn)
             if hasattr(dispatcher, "compile"):  # (plain Python under NUMBA_DISABLE_JIT)
                 # compiled (or loaded) now: a cache Numba cannot write (full disk,
                 # a path it cannot encode) fails here, where it can fall back
@@ -154,15 +167,24 @@ def compile_evaluator(source: str, name: str):
             pass
     namespace = {}  # the file's text, run from memory: one list of its imports
     exec(compile(_HEADER + source, f"<zorch_graph {name}>", "exec"), namespace)
-    return njit(parallel=True)(namespace[name])
+    return njit(parallel=not serial)(namespace[name])
 
 
-@serialized
-def run_evaluator(fn, inputs, outputs, consts, fail, n_inst, p, mu_neg) -> None:
+def _run(fn, inputs, outputs, consts, fail, n_inst, p, mu_neg) -> None:
+    fn(*inputs, *outputs, consts, fail, np.int64(n_inst), np.uint32(p), np.uint32(mu_neg))
+
+
+_run_parallel = serialized(_run)
+
+
+def run_evaluator(fn, inputs, outputs, consts, fail, n_inst, p, mu_neg,
+                  serial: bool = False) -> None:
     """Run ``fn`` over ``n_inst`` padded instances.
 
     ``inputs``/``outputs`` are C-contiguous uint32 padded buffers, ``consts``
     the Montgomery words of the IR constants, ``fail`` a zeroed uint32 array of
-    length ``n_inst``; ``p``/``mu_neg`` the field constants.
+    length ``n_inst``; ``p``/``mu_neg`` the field constants.  ``serial``: ``fn``
+    is a serial evaluator, run on the calling thread without the thread guard
+    (no threading layer is involved).
     """
-    fn(*inputs, *outputs, consts, fail, np.int64(n_inst), np.uint32(p), np.uint32(mu_neg))
+    (_run if serial else _run_parallel)(fn, inputs, outputs, consts, fail, n_inst, p, mu_neg)

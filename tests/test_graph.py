@@ -11,7 +11,7 @@ import pytest
 from zorch_nb import BabyBear, KoalaBear
 from zorch_nb._demo_graph import add_2, add_16
 from zorch_nb.graph import (ComputationGraph, Context, In, InOut, KernelDefinitionError, Out,
-                            assert_eq, kernel, run_computation_graph)
+                            _sources, assert_eq, kernel, run_computation_graph)
 
 P = KoalaBear.p
 
@@ -123,8 +123,13 @@ new = np.concatenate([np.arange(1, 33).reshape(16, 2) * 2 + k for k in range(3)]
 (out,), commitments = run_computation_graph(g, [new])
 from zorch_nb.graph import _sources
 from zorch_nb.kernels import graph_cpu
-stats = [getattr(graph_cpu.compile_evaluator(*_sources(g.kernels[ck.kernel], ck)[::2]),
-                 "stats", None) for ck in g.compiled_kernels]  # this replay's evaluators
+evaluators = {}  # this replay's evaluators, in the form (serial or not) each ran
+for t in g.templates:
+    ck = g.compiled_kernels[t.compiled]
+    src, _, name = _sources(g.kernels[ck.kernel], ck)
+    serial = graph_cpu.use_serial(t.padded_parallel, len(g.kernels[ck.kernel].nodes))
+    evaluators[t.compiled] = graph_cpu.compile_evaluator(src, name, serial)
+stats = [getattr(fn, "stats", None) for fn in evaluators.values()]
 stats = [s for s in stats if s is not None]  # (none under NUMBA_DISABLE_JIT=1)
 print(json.dumps({"out": out.tolist(), "commitments": [c.hex() for c in commitments],
                   "hits": sum(sum(s.cache_hits.values()) for s in stats),
@@ -166,6 +171,32 @@ def test_replay_in_a_new_process_loads_the_compiled_evaluators(tmp_path):
     assert runs[0]["misses"] == 2 and runs[0]["hits"] == 0  # two evaluators compiled
     assert runs[1]["misses"] == 0 and runs[1]["hits"] == 2  # and loaded from disk
     assert len(list((tmp_path / "zc").glob("graph-evaluators-*/zorch_graph_*.py"))) == 2
+
+
+@pytest.mark.parametrize("work", [0, 1 << 30], ids=["parallel", "serial"])
+def test_replays_run_serial_and_parallel_evaluators_alike(work, monkeypatch):
+    """Small calls replay with evaluators compiled without ``parallel`` (a thread
+    launch per call cost milliseconds on a busy machine); both forms give the
+    same outputs and commitments, and each compiles under its own name."""
+    from zorch_nb.kernels import graph_cpu, launch_config
+    ctx = Context()
+    a, c = reference_program(ctx, lanes=3)
+    g = ctx.generate_computation_graph([a], [c])
+    new = np.concatenate([np.arange(1, 33).reshape(16, 2) * 2 + k for k in range(3)])
+    want = run_computation_graph(g, [new])
+    monkeypatch.setattr(launch_config, "GRAPH_CPU_SERIAL_WORK", work)
+    used = []
+    original = graph_cpu.run_evaluator
+    monkeypatch.setattr(graph_cpu, "run_evaluator",
+                        lambda *args: used.append(args[-1]) or original(*args))
+    got = run_computation_graph(g, [new])
+    assert used == [work > 0] * len(g.templates)
+    assert [o.tolist() for o in got[0]] == [o.tolist() for o in want[0]]
+    assert got[1] == want[1]
+    if work and not numba.config.DISABLE_JIT:
+        ck = g.compiled_kernels[0]
+        fn = graph_cpu.compile_evaluator(*_sources(g.kernels[ck.kernel], ck)[::2], True)
+        assert fn.py_func.__name__.endswith("__serial") and not fn.targetoptions.get("parallel")
 
 
 def test_replay_without_a_writable_cache_folder_compiles_in_memory(tmp_path, monkeypatch):

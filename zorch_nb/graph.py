@@ -432,8 +432,10 @@ def _run_compiled(F, backend, ir, ck, template, index, ins, outs, out_points):
     fail = xp.zeros(n, dtype=np.uint32)
     if backend == "cpu":
         from .kernels import graph_cpu
-        fn = graph_cpu.compile_evaluator(py_src, name)
-        graph_cpu.run_evaluator(fn, ins, outs, consts, fail, n, F.params.p, F.params.mu_neg)
+        serial = graph_cpu.use_serial(n, len(ir.nodes))
+        fn = graph_cpu.compile_evaluator(py_src, name, serial)
+        graph_cpu.run_evaluator(fn, ins, outs, consts, fail, n, F.params.p, F.params.mu_neg,
+                                serial)
     else:
         kernels = _backend.kernels_for("cupy", "graph")
         kernels.run_evaluator(F.params.name, cu_src, graph_codegen.cuda_symbol(name), ins,
