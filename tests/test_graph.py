@@ -722,6 +722,29 @@ def test_replay_assert_names_the_users_instance_not_the_padded_one():
             ctx.call_kernel(is_one, 15, ctx.copy_to_device(bad))
 
 
+def test_eager_and_replay_name_the_same_failing_assertion_and_instance():
+    """Instance 1 fails the second assertion, instance 3 the first: both runs name
+    the first assertion in the kernel's order at its first failing instance
+    (the replay named the first failing instance with its own first assertion)."""
+    @kernel
+    def two_checks(x: In[2], out: Out[()]):
+        assert_eq(x[0], 1)
+        assert_eq(x[1], 2)
+        out[()] = x[0] + x[1]
+
+    ctx = Context()
+    x = ctx.copy_to_device(np.tile([1, 2], (5, 1)))
+    (y,) = ctx.call_kernel(two_checks, 5, x)
+    g = ctx.generate_computation_graph([x], [y])
+    bad = np.tile([1, 2], (5, 1))
+    bad[1, 1], bad[3, 0], bad[4, 0] = 7, 7, 7
+    message = r"\(`assert_eq\(x\[0\], 1\)`\)\) at instance 3 of 5"
+    with pytest.raises(ValueError, match=message):
+        ctx.call_kernel(two_checks, 5, ctx.copy_to_device(bad))
+    with pytest.raises(ValueError, match=message):
+        run_computation_graph(g, [bad])
+
+
 def test_layout_propagation_is_linear_in_the_calls(monkeypatch):
     """A chain of N calls whose far end splits the instances: each call is looked at a
     bounded number of times (restarting from call 0 after every change was quadratic:

@@ -442,9 +442,13 @@ def _run_compiled(F, backend, ir, ck, template, index, ins, outs, out_points):
                               outs, consts, fail, n)
     fail = _to_host(fail)
     if fail.any():
-        t = int(np.flatnonzero(fail)[0])
-        k = int(fail[t]) - 1
-        # padded instances repeat logical ones: name the user's instance
+        # As the eager run reports: the first failing assertion in the kernel's
+        # order (``fail`` holds each instance's first), at its first instance.
+        # Padded instances repeat logical ones, in the same order (the padded
+        # index's bit fields, clamped, are the logical digits): the first
+        # padded instance names the user's first.
+        k = int(fail[fail > 0].min()) - 1
+        t = int(np.flatnonzero(fail == k + 1)[0])
         j = logical_instance(out_points, template.num_parallel, ir.out_params[0][2], t)
         raise ValueError(f"assert_eq failed in kernel `{ir.name}` ({ir.asserts[k][2]}) at "
                          f"instance {j} of {template.num_parallel} (call {index}; padded "
