@@ -32,6 +32,7 @@ Examples
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import heapq
 import itertools
@@ -380,7 +381,18 @@ class ComputationGraph:
             return cls.from_bytes(fh.read())
 
     def __eq__(self, other):
-        return isinstance(other, ComputationGraph) and self.to_bytes() == other.to_bytes()
+        """Equal serialized forms, apart from the source text of ``assert_eq``
+        locations (it only feeds error messages; :meth:`Context.load_computation_graph`
+        and kernel deduplication ignore it too)."""
+        if not isinstance(other, ComputationGraph):
+            return False
+        from .graph_format import _identity
+        keys = []
+        for g in (self, other):
+            bare = copy.copy(g)
+            bare.kernels = tuple(_identity(ir) for ir in g.kernels)
+            keys.append(bare.to_bytes())
+        return keys[0] == keys[1]
 
     __hash__ = None
 
