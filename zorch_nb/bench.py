@@ -302,7 +302,7 @@ def _table(rows, copy_row) -> str:
         lines.append(f"{r.kernel:<46} {r.backend:<7} {r.size:>10} {r.time_s * 1e3:>8.3f} ms "
                      f"{_fmt(r.gbps, '.1f', 8)} {_fmt(r.fraction_of_copy, '.2f', 7)}{flag} "
                      f"{first}  {base}")
-    if copy_row.size < 4 << MIN_FRACTION_LOG2:  # the copy moves 4 n words
+    if any(r.vs_copy and r.fraction_of_copy is None for r in rows):  # a small size
         lines.append(f"(below 2^{MIN_FRACTION_LOG2} elements a call is launch-bound: times "
                      f"only, no fraction of the copy)")
     if suspect:
