@@ -8,9 +8,11 @@ batched over the stack; Numba kernels for ``to_dense``/``inner``);
 ``ragged`` is what one writes without it: a Python loop over the trains,
 each a list of exactly sized cores, with ``numpy.einsum``/``numpy.linalg.svd``
 -- written in this file.  Both run in the same process, so their ratio is
-meaningful on any machine.  ``peakmem_*`` is asv's peak of the whole process
-(imports and the compile in ``setup`` included): its growth with ``trains``
-is the operation's.
+meaningful on any machine.  ``peakmem_to_dense`` is asv's peak of the whole
+process (imports and the compile in ``setup`` included): its growth with
+``trains`` is the dense tensors'.  (``inner`` and ``svd`` allocate little
+beyond their inputs: no peakmem, which kept CI's ``asv run --quick``
+shorter.)
 
 ``to_dense`` uses d = 3 (same N, n, r, batch): the d = 8 dense batch would
 hold trains * 32^8 entries.  The SVD truncates to Tucker rank 4 and TT rank
@@ -150,9 +152,6 @@ class Inner(_UniformVsRagged):
     def time_inner(self, trains, impl):
         self._run(impl)
 
-    def peakmem_inner(self, trains, impl):
-        self._run(impl)
-
 
 class Svd(_UniformVsRagged):
     def setup(self, trains, impl):
@@ -167,7 +166,4 @@ class Svd(_UniformVsRagged):
         return ragged_svd(self.x, MAX_TUCKER, MAX_TT)
 
     def time_svd(self, trains, impl):
-        self._run(impl)
-
-    def peakmem_svd(self, trains, impl):
         self._run(impl)
