@@ -428,7 +428,7 @@ def test_crafted_counts_shapes_and_sizes_are_refused(monkeypatch):
         a.reshape((1,) * 64 + (32,))
     # a replay that cannot fit in memory says so before allocating anything
     from zorch_nb import graph as graph_mod
-    monkeypatch.setattr(graph_mod, "_physical_memory", lambda: 100)
+    monkeypatch.setattr(graph_mod._backend, "physical_memory", lambda: 100)
     with pytest.raises(MemoryError, match=r"needs 0\.0 GiB for its 2 padded buffers"):
         run_computation_graph(g, [np.arange(32).reshape(16, 2)])
 
@@ -1053,15 +1053,15 @@ def test_handles_are_read_only_and_replays_take_values():
             run_computation_graph(g, [bad])
     with pytest.raises(ValueError, match=r"`num_parallel` must be below 2\*\*40"):
         ctx.call_kernel(add_2, 2**62, ctx.copy_to_device([1, 2]))
-    from zorch_nb import graph as graph_mod
-    old = graph_mod._physical_memory
+    from zorch_nb import _backend
+    old = _backend.physical_memory
     try:
-        graph_mod._physical_memory = lambda: 2**20
+        _backend.physical_memory = lambda: 2**20
         with pytest.raises(MemoryError, match=r"`num_parallel` = 1000000: the call's outputs "
                                               r"need 0\.0 GiB"):
             ctx.call_kernel(add_2, 10**6, ctx.copy_to_device([1, 2]))
     finally:
-        graph_mod._physical_memory = old
+        _backend.physical_memory = old
 
 
 def test_a_constant_reduced_mod_p_as_the_error_suggests():

@@ -951,7 +951,7 @@ def test_ragged_to_dense_shares_the_size_guard(rng, path, monkeypatch):
     ragged and the uniform to_dense now refuse, before any allocation, a dense
     tensor larger than this machine's memory (pretended small here, so that
     nothing large is allocated should the guard be missing)."""
-    monkeypatch.setattr(tt_ops, "_host_memory_bytes", lambda: 2**20)
+    monkeypatch.setattr(tt_ops._backend, "physical_memory", lambda: 2**20)
     d = 20  # 2**20 float64 entries: 8 MiB against a pretended 1 MiB
     t3 = TuckerTensorTrain([rng.standard_normal((2, 2)) for _ in range(d)],
                            [rng.standard_normal((1 if i == 0 else 2, 2, 1 if i == d - 1 else 2))

@@ -19,6 +19,7 @@ needs CuPy or numba-cuda.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import numpy as np
@@ -178,3 +179,16 @@ def _require_cuda_driver():
         raise ValueError("Argument `backend`='numba' needs a CUDA GPU with a working "
                          "driver, and numba.cuda.is_available() is False here; use "
                          "backend='cpu' (or NUMBA_ENABLE_CUDASIM=1 for the simulator)")
+
+
+def physical_memory():
+    """Bytes of RAM on this machine, or None where the OS does not say.
+
+    The guards that refuse host allocations no machine could hold (graph
+    replays and calls, dense tensor trains) read it here: an overcommitting
+    OS grants such an allocation and then kills the process filling it.
+    """
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # no sysconf (Windows) or no such name
+        return None

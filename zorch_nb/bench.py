@@ -72,8 +72,7 @@ class Row:
         """Bandwidth and fraction of ``copy_gbps``; ``None`` (below
         ``MIN_FRACTION_LOG2``, launch-bound): the row reports its time only."""
         self.gbps = self.bytes / self.time_s / 1e9 if self.vs_copy and copy_gbps else None
-        self.fraction_of_copy = (self.gbps / copy_gbps if copy_gbps and self.vs_copy
-                                 else None)
+        self.fraction_of_copy = None if self.gbps is None else self.gbps / copy_gbps
         return self
 
 

@@ -38,7 +38,6 @@ import heapq
 import itertools
 import math
 import operator
-import os
 import threading
 import weakref
 from typing import NamedTuple
@@ -708,7 +707,7 @@ class Context:
         # the eager outputs alone, before NumPy's own "array is too big" or a
         # MemoryError that names nothing
         need = 4 * num_parallel * sum(math.prod(s) for _, _, s in ir.out_params)
-        have = _physical_memory() if self.backend == "cpu" else None  # (CuPy: its own OOM)
+        have = _backend.physical_memory() if self.backend == "cpu" else None  # (CuPy: its own OOM)
         if have is not None and need > have:
             raise MemoryError(f"Argument `num_parallel` = {num_parallel}: the call's outputs "
                               f"need {need / 2**30:.1f} GiB; this machine has "
@@ -1157,20 +1156,12 @@ def _first_difference(g: ComputationGraph, h: ComputationGraph):
     return None
 
 
-def _physical_memory():
-    """Bytes of RAM on this machine, or None where the OS does not say."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):
-        return None
-
-
 def _check_host_memory(need: int, buffers: int) -> None:
     """``MemoryError`` up front when a replay cannot fit: every padded buffer
     stays alive (and comes to the host for its commitment), and a graph file
     may declare buffers of up to 2**40 words, which an overcommitting OS would
     grant and then kill the process filling."""
-    have = _physical_memory()
+    have = _backend.physical_memory()
     if have is not None and need > have:
         raise MemoryError(f"replaying this graph needs {need / 2**30:.1f} GiB for its "
                           f"{buffers} padded buffers; this machine has "

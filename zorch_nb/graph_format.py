@@ -31,6 +31,7 @@ generated evaluators only ever contain integers taken from validated data.
 from __future__ import annotations
 
 import hashlib
+import math
 import struct
 
 import numpy as np
@@ -350,11 +351,10 @@ def _bad(msg):
 
 
 def _validate_kernel(k, ir):
-    for n, kind, shape in ir.params:
-        # Python ints: a product of crafted dimensions must not wrap
-        if any(d < 1 for d in shape) or int(np.prod(shape, dtype=object)) >= 1 << _MAX_LOG2:
+    sizes = [math.prod(s) for _, _, s in ir.params]  # Python ints: crafted shapes never wrap
+    for (n, kind, shape), size in zip(ir.params, sizes):
+        if any(d < 1 for d in shape) or size >= 1 << _MAX_LOG2:
             _bad(f"kernel {k} parameter `{n}` has shape {shape}")
-    sizes = [int(np.prod(s, dtype=object)) for _, _, s in ir.params]
     in_sizes = [s for (_, kind, _), s in zip(ir.params, sizes) if kind != "out"]
     out_sizes = [s for (_, kind, _), s in zip(ir.params, sizes) if kind != "in"]
     from .kernels.graph_codegen import OP_CONST, OP_LOAD, OP_NEG

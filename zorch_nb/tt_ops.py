@@ -18,6 +18,7 @@ import numpy as np
 
 from zorch_nb.kernels import tt_kernels as _k
 
+from . import _backend
 from .tt_masks import KERNELS, UT3Masks, array_module
 
 __all__ = [
@@ -367,14 +368,6 @@ def _dense_chain(xp, tucker_cores, tt_cores, left):
     return dense.reshape(batch + tuple(U.shape[-1] for U in tucker_cores))
 
 
-def _host_memory_bytes():
-    """Physical memory of this machine in bytes (infinite where unknown)."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):  # no sysconf (Windows) or no such name
-        return math.inf
-
-
 def _check_dense_size(xp, stack, shape, rank, itemsize):
     """Refuse, before any work, a dense tensor that cannot be allocated.
 
@@ -394,7 +387,7 @@ def _check_dense_size(xp, stack, shape, rank, itemsize):
     # Python ints: np.prod wraps silently (to 0 for 2**64)
     entries = math.prod(stack) * math.prod(shape)
     nbytes = entries * itemsize
-    if nbytes * max(rank, 1) > np.iinfo(np.intp).max or (xp is np and nbytes > _host_memory_bytes()):
+    if nbytes * max(rank, 1) > np.iinfo(np.intp).max or (xp is np and nbytes > (_backend.physical_memory() or math.inf)):
         raise ValueError(f"the dense tensor of shape {tuple(stack) + tuple(shape)} has {entries} "
                          f"entries ({nbytes / 2**30:.3g} GiB), too many to allocate; use "
                          f"`entries` or `apply`")
