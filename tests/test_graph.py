@@ -426,6 +426,14 @@ def test_crafted_counts_shapes_and_sizes_are_refused(monkeypatch):
     refused(r"parameter `x` has shape", kernels=(wrapped,))
     with pytest.raises(ValueError, match="at most 64 dimensions"):
         a.reshape((1,) * 64 + (32,))
+    # a kernel with no Out/InOut parameter (which @kernel refuses): replay
+    # had nothing to write and failed on an IndexError
+    c = g.compiled_kernels[0]
+    refused("kernel 0 has no Out or InOut parameter",
+            kernels=(ir._replace(params=ir.params[:1], outputs=()),),
+            compiled_kernels=(c._replace(out_layouts=()),) + tuple(g.compiled_kernels[1:]),
+            buffer_points=g.buffer_points[:1], templates=(t._replace(outputs=()),),
+            commitments=g.commitments[:1])
     # a replay that cannot fit in memory says so before allocating anything
     from zorch_nb import graph as graph_mod
     monkeypatch.setattr(graph_mod._backend, "physical_memory", lambda: 100)

@@ -137,6 +137,28 @@ def test_jagged_schedule_errors():
         extract_jagged_outputs(two)
 
 
+def test_jagged_outputs_beyond_memory_name_the_argument(monkeypatch):
+    """A width up to 2**31 - 1 is legal; on the host its layer (16 bytes a slot
+    with base outputs, 64 with extension ones) was NumPy's bare MemoryError,
+    or a 32 GiB allocation an overcommitting OS grants and then kills."""
+    from zorch_nb import _backend
+    monkeypatch.setattr(_backend, "physical_memory", lambda: 2**20)
+    layer = JaggedGkrLayer(*four(8), [5, 3])
+    # 4 base MLEs of 2**16 words = 1 MiB: fits; one more slot (aligned) does not
+    assert jagged_layer_transition(layer, [3, 2], out_width=2**16).width == 2**16
+    with pytest.raises(MemoryError, match=r"Argument `out_width`: the output layers need "
+                                          r"0\.0 GiB; this machine has 0\.0 GiB"):
+        jagged_layer_transition(layer, [3, 2], out_width=2**16 + 1)
+    ext = JaggedGkrLayer(*four(8, (False, True)), [5, 3])  # 16 words a slot
+    with pytest.raises(MemoryError, match="Argument `out_width`"):
+        jagged_layer_transition(ext, [3, 2], out_width=2**14 + 1)
+    # a pyramid keeps every layer: the sum counts, checked before anything runs
+    steps = [([3, 2], 2**15), ([2, 1], 2**15 + 4)]
+    with pytest.raises(MemoryError, match="Argument `schedules`"):
+        build_jagged_pyramid(layer, steps)
+    assert len(build_jagged_pyramid(layer, steps[:1] + [([2, 1], 2**15)])) == 3
+
+
 def test_from_leaves_and_from_segments_lay_out_the_leaves():
     """Leaf 2i + c is child c of row i; an odd segment's last row gets 0/1 as its
     second child; empty segments get no row; the per-batch sums are the leaves'."""

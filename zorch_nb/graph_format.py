@@ -357,6 +357,8 @@ def _validate_kernel(k, ir):
             _bad(f"kernel {k} parameter `{n}` has shape {shape}")
     in_sizes = [s for (_, kind, _), s in zip(ir.params, sizes) if kind != "out"]
     out_sizes = [s for (_, kind, _), s in zip(ir.params, sizes) if kind != "in"]
+    if not out_sizes:  # @kernel refuses these; a call must write something to replay
+        _bad(f"kernel {k} has no Out or InOut parameter")
     from .kernels.graph_codegen import OP_CONST, OP_LOAD, OP_NEG
     for i, (op, a, b) in enumerate(ir.nodes):
         if op == OP_LOAD:

@@ -744,11 +744,33 @@ def jagged_layer_transition(layer: JaggedGkrLayer, out_row_counts, out_width=Non
         ``out_width``, device counts without ``out_width``.
     TypeError
         Counts of the wrong type, or device counts with NumPy data.
+    MemoryError
+        Host data whose output layer would not fit in this machine's memory.
     """
     _require(layer, JaggedGkrLayer, "layer")
     orc, out_width = _check_step(layer._counts, _data_kind(layer), out_row_counts,
                                  out_width)
+    _check_host_memory(layer, _out_ext(layer), [out_width], "Argument `out_width`")
     return _jagged_run(layer, orc, out_width, backend)
+
+
+def _check_host_memory(layer, out_ext, widths, what):
+    """``MemoryError`` naming ``what`` where host layers of ``widths`` slots
+    (the first with extension flags ``out_ext``) cannot fit in this machine's
+    memory: a width is any int32, and NumPy's own error names no argument
+    (an overcommitting OS may even grant the allocation and kill the process
+    filling it).  Device layers meet CuPy's out-of-memory error instead."""
+    if _data_kind(layer) != "numpy":
+        return
+    n_ext, d_ext = out_ext
+    need = 0
+    for width in widths:
+        need += 4 * _aligned_total([width * (4 if e else 1) for e in (n_ext, n_ext, d_ext, d_ext)])
+        n_ext = n_ext or d_ext
+    have = _backend.physical_memory()
+    if have is not None and need > have:
+        raise MemoryError(f"{what}: the output layers need {need / 2**30:.1f} GiB; this "
+                          f"machine has {have / 2**30:.1f} GiB of memory")
 
 
 def _data_kind(layer) -> str:
@@ -776,6 +798,8 @@ def _check_steps(layer, steps) -> list:
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"schedules[{i}]: {exc}") from None
         checked.append((rc, width))
+    # every layer is kept: their sum must fit
+    _check_host_memory(layer, _out_ext(layer), [w for _, w in checked], "Argument `schedules`")
     return checked
 
 
@@ -824,6 +848,9 @@ def build_jagged_pyramid(first: JaggedGkrLayer, schedules, *,
         As :func:`jagged_layer_transition` (every step is checked before any
         step runs), or ``fused=True`` on the CPU backend (it needs CuPy arrays
         on ``"cupy"``, or ``"numba"``).
+    MemoryError
+        Host data whose output layers, all kept, would not fit in this
+        machine's memory (checked before any step runs).
     """
     _require(first, JaggedGkrLayer, "first")
     one_step = TypeError(f"Argument `schedules` must be a list of steps, not one step "
