@@ -1,37 +1,68 @@
 #!/usr/bin/env bash
-# One prepared GPU-machine run: GPU tests + GPU benchmark, everything into $OUT.
-# From the project root here:   ../shared/gpu/fetch-wheels.sh
-# Then with the device tool:    carry [".whl"], command
-#     . .whl/env.sh && bash benchmarks/gpu_run.sh
-# Results come back under $OUT: gpu_bench.json, gpu_bench.log, gpu_tests.log, gpu_tests.xml,
-# gpu_bench.png, ptxas.txt, sass_stats.txt, env.txt, sanitizer_memcheck.txt,
-# sanitizer_racecheck.txt.
-# Copy them to benchmarks/results/ as gpu-<date>.json / .png, then
-# `python benchmarks/readme_table.py FILE` (README table) and
-# `python benchmarks/targets.py FILE` (issue 6's targets, met or missed).  ZORCH_GPU_STEPS
-# picks the steps (default "bench tests ptxas sanitize", in that order, most
-# important first: a device-tool timeout cuts the tail, and what is under $OUT
-# comes back).  About 6 minutes without the sanitizer, which adds up to 3:
-# the tests include the fused-pyramid checks on both backends
-# (tests/test_gkr_pyramid.py, test_gkr_jagged_pyramid.py,
-# test_gkr_jagged_chunk.py: fused vs per-layer vs CPU, aligned and offset
-# data, host and device schedules, no synchronization); the bench measures
-# every row of issue 6 at 2^26 on the cupy and numba backends (dense folds,
-# jagged transitions, fused pyramids with their launch counts, dispatch at
-# 2^10, peak pool memory, second-process start-up).
+# One prepared GPU-machine run: GPU benchmark + GPU tests + compute-sanitizer,
+# everything into $OUT.
+#
+# Here, from the project root:  ../shared/gpu/fetch-wheels.sh   (a numpy 2.4 wheel into .whl)
+# Then with the device tool:    carry [".whl"], timeout_s 570, command
+#     bash benchmarks/gpu_run.sh
+# (it installs the carried numpy itself; sourcing .whl/env.sh first is not
+# needed, and harmless).
+#
+# What comes back (the device tool returns at most 8 files; this writes 6):
+#   env.txt          versions, the GPU, a smoke test of both toolchains
+#   gpu_bench.json   the bench report, rewritten after every section
+#   gpu_bench.log    the bench's output (each section's rows as it ends)
+#   gpu_tests.log    the whole pytest output; gpu_tests.xml its junit report
+#   sanitizer.txt    compute-sanitizer memcheck and racecheck on a small case
+# Then, here: copy the JSON to benchmarks/results/gpu-<date>.json and run
+# `python benchmarks/plot_report.py` (the chart: the device's matplotlib is
+# built for the numpy this run replaces), `python benchmarks/readme_table.py`
+# (the README table) and `python benchmarks/targets.py` (issue 6's targets).
+# The SASS / register figures come from here too (nvcc 13.0 is the device's;
+# see benchmarks/results/README.md), so the run leaves them out.
+#
+# ZORCH_GPU_STEPS picks the steps (default "bench tests sanitize", most
+# important first: a device-tool timeout cuts the tail, and what is under
+# $OUT comes back).  Each step has a time cap sent as SIGINT, so the bench
+# keeps its JSON and pytest writes its summary and XML; the caps sum to
+# about 520 s (expect ~300 s): a 570 s call leaves the session's 15 device
+# minutes room for a short second call (ZORCH_GPU_STEPS=tests, say).
 set -u -o pipefail
+cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/zorch_out}
-STEPS=" ${ZORCH_GPU_STEPS:-bench tests ptxas sanitize} "
+STEPS=" ${ZORCH_GPU_STEPS:-bench tests sanitize} "
 step() { [[ "$STEPS" == *" $1 "* ]]; }
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
+cap() { timeout -s INT -k 15 "$@"; }  # SIGINT: Python and pytest wind down and write
+
+# 0) numba-cuda 0.30.4 fails to import under the image's numpy 2.5 (np.row_stack
+#    is gone): the carried numpy 2.4 goes into /tmp/site.  Everything imports
+#    this checkout (zorch_nb/__init__.py finds kernels/ beside it), so the
+#    bench, the tests and the sanitizer share one Numba cache.
+if ! python3 -c "import numpy; assert numpy.__version__.startswith('2.4')" 2>/dev/null; then
+  wheel=$(ls .whl/numpy-2.4*cp312*.whl 2>/dev/null | head -1)
+  if [ -n "$wheel" ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /tmp/site "$wheel" || echo "numpy wheel install FAILED"
+  else
+    echo "no .whl/numpy-2.4*cp312*.whl: run ../shared/gpu/fetch-wheels.sh and carry .whl"
+  fi
+fi
+export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 {
   date -u +%FT%TZ
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-  python3 -c "import numpy, numba, cupy; print('numpy', numpy.__version__, 'numba', numba.__version__, 'cupy', cupy.__version__)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem \
+    --format=csv,noheader
+  # one import per line: a failing one must not hide the others
+  python3 -c "import numpy; print('numpy', numpy.__version__, numpy.__file__)"
+  python3 -c "import numba; print('numba', numba.__version__)"
+  python3 -c "import numba_cuda; print('numba-cuda', numba_cuda.__version__)"
+  python3 -c "import cupy; print('cupy', cupy.__version__)"
+  python3 -c "import zorch_nb; print('zorch_nb', zorch_nb.__version__, zorch_nb.__file__)"
   # 10-second smoke test of both toolchains on the device, so a broken one
   # (e.g. NVVM emitting a PTX version the driver cannot load) shows up first
-  python3 - <<'PY'
+  cap 60 python3 - <<'PY'
 import numpy as np
 try:
     from numba import cuda
@@ -55,38 +86,46 @@ try:
 except Exception as exc:
     print("cupy smoke FAILED:", type(exc).__name__, exc)
 PY
+  command -v compute-sanitizer >/dev/null || echo "no compute-sanitizer on PATH: step sanitize skipped"
 } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
-# 1) GPU benchmark at 2^26 elements per MLE: copy roofline + every kernel.
-#    First, so its "1st call" column shows cold compiles (the tests would warm
-#    CuPy's kernel cache).  Every section is guarded and the JSON is written
-#    as it goes, so a failing kernel or the time cap keeps what was measured.
-step bench && timeout 240 python3 -m zorch_nb bench --device gpu --sizes 26 --repeat 5 \
-  --json "$OUT/gpu_bench.json" --plot "$OUT/gpu_bench.png" 2>&1 | tee "$OUT/gpu_bench.log"
-# 2) GPU tests (CuPy and Numba-CUDA on the real device), with a time cap and,
-#    where pytest-timeout is installed (it is on the H200 image), a per-test cap.
-per_test=()
-python3 -c "import pytest_timeout" 2>/dev/null && per_test=(--timeout=120)
-step tests && timeout 210 python3 -m pytest -m "gpu or cudasim" -q -p no:cacheprovider \
-  ${per_test[@]+"${per_test[@]}"} --junitxml="$OUT/gpu_tests.xml" tests 2>&1 | tail -40 \
-  | tee "$OUT/gpu_tests.log"
-# 3) Registers / shared memory / spills of the GKR kernels (for the note).
-if step ptxas && command -v nvcc >/dev/null; then
-  python3 -c "from zorch_nb.kernels.cuda_source import assemble; \
-from zorch_nb.kernels.field_params import KOALABEAR; \
-open('/tmp/zorch_gkr.cu', 'w').write(assemble(KOALABEAR, 'gkr.cu'))" &&
-  nvcc -cubin -arch=sm_90 -std=c++17 -Xptxas -v /tmp/zorch_gkr.cu -o /tmp/zorch_gkr.cubin \
-    > "$OUT/ptxas.txt" 2>&1 &&
-  python3 benchmarks/sass_stats.py /tmp/zorch_gkr.cubin > "$OUT/sass_stats.txt" 2>&1
+
+# 1) GPU benchmark at 2^26 elements per MLE: copy roofline + every kernel, on
+#    the cupy and numba backends.  First, so its "1st call" column shows cold
+#    compiles (the tests would warm the caches).  Every section is guarded and
+#    the JSON rewritten after each, so a failing kernel or the cap keeps what
+#    was measured.
+if step bench; then
+  echo "== bench"
+  cap 220 python3 -m zorch_nb bench --device gpu --sizes 26 --repeat 5 \
+    --json "$OUT/gpu_bench.json" 2>&1 | tee "$OUT/gpu_bench.log"
+  echo "bench: exit ${PIPESTATUS[0]}" | tee -a "$OUT/gpu_bench.log"
 fi
-# 4) compute-sanitizer on a small workload of every kernel family (CuPy pool
+
+# 2) GPU tests (CuPy and Numba-CUDA on the real device), with a cap and, where
+#    pytest-timeout is installed (it is on the H200 image), a per-test cap.
+#    The whole output goes to the log; the reply shows its tail.
+if step tests; then
+  echo "== tests"
+  per_test=()
+  python3 -c "import pytest_timeout" 2>/dev/null && per_test=(--timeout=120)
+  cap 200 python3 -m pytest -m "gpu or cudasim" -q -rfE --durations=25 -p no:cacheprovider \
+    ${per_test[@]+"${per_test[@]}"} --junitxml="$OUT/gpu_tests.xml" tests 2>&1 \
+    | tee "$OUT/gpu_tests.log" | tail -60
+  echo "tests: exit ${PIPESTATUS[0]}" | tee -a "$OUT/gpu_tests.log"
+fi
+
+# 3) compute-sanitizer on a small workload of every kernel family (CuPy pool
 #    off, results checked against the CPU): out-of-bounds accesses (memcheck)
 #    and shared-memory races (racecheck) on real hardware, which the host
-#    emulation cannot show.
+#    emulation cannot show.  Both tools into one file.
 if step sanitize && command -v compute-sanitizer >/dev/null; then
+  echo "== sanitize"
   for tool in memcheck racecheck; do
-    timeout 90 compute-sanitizer --tool "$tool" --error-exitcode 9 \
-      python3 benchmarks/sanitize_case.py > "$OUT/sanitizer_$tool.txt" 2>&1
-    echo "compute-sanitizer $tool: exit $?" | tee -a "$OUT/sanitizer_$tool.txt"
+    echo "---- compute-sanitizer --tool $tool" >> "$OUT/sanitizer.txt"
+    cap 50 compute-sanitizer --tool "$tool" --error-exitcode 9 \
+      python3 benchmarks/sanitize_case.py >> "$OUT/sanitizer.txt" 2>&1
+    echo "compute-sanitizer $tool: exit $?" | tee -a "$OUT/sanitizer.txt"
   done
 fi
+ls -la "$OUT"

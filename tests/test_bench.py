@@ -204,8 +204,33 @@ def test_a_json_file_that_cannot_be_written_is_reported_and_measuring_goes_on(
     args = argparse.Namespace(device="cpu", sizes=[8, 9], repeat=1, json="r.json", plot=None)
     assert bench.main(args) == 1
     out, err = capsys.readouterr()
-    assert out.count("dispatch: base mul of 8 elements") == 2  # both sizes measured
+    # both sizes measured: each row printed as its section ends, then in the table
+    assert out.count("dispatch: base mul of 8 elements") == 4
     assert err.count("--json 'r.json' could not be written: [Errno 28] No space left") == 2
+
+
+def test_an_interrupted_run_keeps_every_finished_section(tmp_path, monkeypatch, capsys):
+    """gpu_run.sh stops the bench with SIGINT at its time cap: the JSON must
+    hold the sections that ended before (it was written once per size, and
+    the GPU run has one size), against the size's first copy."""
+    import argparse
+
+    from zorch_nb import bench
+
+    def stop(*args):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(bench, "_gkr_rows", stop)
+    out = tmp_path / "r.json"
+    args = argparse.Namespace(device="cpu", sizes=[16], repeat=1, json=str(out), plot=None)
+    assert bench.main(args) == 130
+    report = json.loads(out.read_text())
+    assert report["errors"] and "interrupted" in report["errors"][0]
+    (copy,) = report["copy"]
+    rows = {r["kernel"]: r for r in report["results"]}
+    base = rows["base mul (KoalaBear)"]
+    assert base["fraction_of_copy"] == pytest.approx(base["gbps"] / copy["gbps"])
+    assert "dispatch: base mul of 8 elements" in rows
+    assert "base mul (KoalaBear)" in capsys.readouterr().out  # printed as it ended
 
 
 def test_a_size_that_does_not_fit_stops_the_sizes_with_a_clear_error(tmp_path, monkeypatch):

@@ -6,6 +6,7 @@ the CUDA C kernels (``cuda_emu.py``): every CuPy row, the report and its
 JSON.  Timings mean nothing here (host clock, emulated kernels)."""
 import argparse
 import json
+import pathlib
 import sys
 
 import cuda_emu
@@ -56,12 +57,24 @@ def test_gpu_bench_runs_on_emulated_cupy(tmp_path, monkeypatch):
     for what in ("dense fold base/ext (of copy)", "jagged pyramid base/ext (1024 seg.) (of copy)",
                  "dispatch: one transition base/base", "peak memory / first layer"):
         assert what in table, what
+    # gpu_run.sh leaves --plot out: the chart is drawn here from the JSON
+    import importlib.util
+    import subprocess
+    png = tmp_path / "gpu.png"
+    res = subprocess.run([sys.executable, str(_BENCHMARKS / "plot_report.py"), str(out), str(png)],
+                         capture_output=True, text=True)
+    if importlib.util.find_spec("matplotlib") is None:
+        assert res.returncode == 1 and "--plot needs matplotlib" in res.stderr
+    else:
+        assert res.returncode == 0 and png.stat().st_size > 0, res.stderr
+
+
+_BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 def _targets_module():
     import importlib.util
-    import pathlib
-    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "targets.py"
+    path = _BENCHMARKS / "targets.py"
     spec = importlib.util.spec_from_file_location("bench_targets", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

@@ -237,9 +237,13 @@ def _in_l2_gbps(kern, ne, de, repeat, xp, timer):
     stream = xp.cuda.Stream(non_blocking=True)
     with stream:
         stream.begin_capture()
-        for _ in range(IN_L2_CALLS):
-            kern.fold_dense(*ins, *outs, F.params)
-        graph = stream.end_capture()
+        try:
+            for _ in range(IN_L2_CALLS):
+                kern.fold_dense(*ins, *outs, F.params)
+        finally:
+            # a capture left open (a launch that fails while captured) would
+            # make CUDA refuse allocations for the rest of the bench
+            graph = stream.end_capture()
         t = timer(lambda: graph.launch(stream), repeat)
     return IN_L2_CALLS * _nbytes(ins + outs) / t / 1e9
 

@@ -35,7 +35,7 @@ import subprocess
 import sys
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
@@ -213,9 +213,19 @@ def field_rows(n: int, backend: str, repeat: int, xp, timer, sync):
     the broadcast forms of the extension multiply."""
     rows = []
     F = KoalaBear
+
+    def random(E, shape, seed):
+        if xp is np:
+            return E.random(shape, seed=seed)
+        # drawn on the device: E.random of 2**26 extension elements takes
+        # ~6 s on the host, per backend, of the GPU machine's few minutes
+        from ._bench_gkr import _words
+        return _words(xp, (() if shape == () else (shape,)) + ((4,) if E.degree == 4 else ()),
+                      seed)
+
     for E, name in ((F, "base mul"), (F.ext, "ext4 mul")):
-        a = xp.asarray(E.random(n, seed=1))
-        b = xp.asarray(E.random(n, seed=2))
+        a = xp.asarray(random(E, n, seed=1))
+        b = xp.asarray(random(E, n, seed=2))
         # the first call compiles (or loads) the kernel the row times: on the
         # CPU that takes the full input (a tiny one runs a serial twin, see
         # kernels/cpu_threads.sized); on the GPU a tiny input compiles it
@@ -232,9 +242,9 @@ def field_rows(n: int, backend: str, repeat: int, xp, timer, sync):
         rows.append(row)
     # The broadcast kernels: one extension element times n (read n, write n
     # elements), and base times extension elements (read 1 + 4, write 4 words)
-    x = xp.asarray(F.ext.random(n, seed=3))
-    r = xp.asarray(F.ext.random((), seed=4))
-    s = xp.asarray(F.random(n, seed=5))
+    x = xp.asarray(random(F.ext, n, seed=3))
+    r = xp.asarray(random(F.ext, (), seed=4))
+    s = xp.asarray(random(F, n, seed=5))
     for name, u, v, nbytes in (("ext4 mul by one element", x, r, 2 * x.nbytes),
                                ("base x ext4 mul", s, x, s.nbytes + 2 * x.nbytes)):
         k = n if xp is np else 2  # (as above)
@@ -269,18 +279,25 @@ class _Guard:
     its own rows, not the report of every other kernel.
     """
 
-    def __init__(self):
+    def __init__(self, progress=None):
         self.errors = []
+        #: called with each section's rows (none if it failed) as it ends: the
+        #: bench prints them and rewrites its JSON, so a run cut short (a
+        #: time cap, a hung kernel) keeps every section it finished
+        self.progress = progress
 
     def __call__(self, what, fn):
         try:
-            return fn()
+            rows = fn()
         except Exception as exc:  # noqa: BLE001 - reported in the table and the JSON
             msg = f"{what}: {type(exc).__name__}: {exc}"
             self.errors.append(msg)
             print(f"FAILED {msg}", file=sys.stderr)
             traceback.print_exc()
-            return []
+            rows = []
+        if self.progress is not None:
+            self.progress(rows)
+        return rows
 
 
 # ---------------------------------------------------------------- report
@@ -319,6 +336,10 @@ SECOND_PROCESS = (
     "t2 = time.perf_counter(); print('ZORCH_STARTUP', t1 - t0, t2 - t1)")
 
 
+#: Seconds one start-up child may take (a cold one compiles: ~10-40 s).
+SECOND_PROCESS_TIMEOUT_S = 120
+
+
 def second_process(backend: str, xp_name: str) -> dict:
     """Start-up of a fresh process (import, first fold), run twice: cold-ish, then warm.
 
@@ -332,7 +353,12 @@ def second_process(backend: str, xp_name: str) -> dict:
     runs = []
     for _ in range(2):
         t0 = time.perf_counter()
-        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        try:  # a hung child must not eat the GPU machine's time cap
+            res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                 timeout=SECOND_PROCESS_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return {"backend": backend,
+                    "error": [f"no result within {SECOND_PROCESS_TIMEOUT_S} s"]}
         wall = time.perf_counter() - t0
         if res.returncode != 0:
             return {"backend": backend, "error": res.stderr.strip().splitlines()[-1:]}
@@ -444,10 +470,24 @@ def main(args) -> int:
         backends = list(getattr(args, "backends", None) or ["cupy", "numba"])
     else:
         xp, timer, sync, backends = np, _time_cpu, None, ["cpu"]
-    guard = _Guard()
     all_rows = []
     copies = []
     startup = []
+    # rows of the size being measured, finished against its first copy until
+    # the size ends (then against the better of its two copies)
+    pending, current = [], {}
+
+    def progress(rows) -> None:
+        copy_row = current.get("copy")
+        if copy_row is None or not rows:
+            return
+        for r in rows:
+            r.finish(copy_row.gbps if current["fractions"] else None)
+        pending.extend(rows)
+        print("\n".join(_table(rows, copy_row).splitlines()[3:]), flush=True)  # rows, notes
+        write_json()
+
+    guard = _Guard(progress)
 
     def report() -> dict:
         return {
@@ -455,8 +495,8 @@ def main(args) -> int:
             "device": _device_name(device),
             "command": getattr(args, "prog", "python -m zorch_nb") + " " + shlex.join(argv),
             "python": sys.version.split()[0],
-            "copy": [asdict(c) for c in copies],
-            "results": [asdict(r) for r in all_rows],
+            "copy": [asdict(c) for c in copies + ([current["copy"]] if "copy" in current else [])],
+            "results": [asdict(r) for r in all_rows + pending],
             "second_process": startup,
             "errors": guard.errors,
         }
@@ -474,39 +514,57 @@ def main(args) -> int:
                 guard.errors.append(msg)
                 print(f"FAILED {msg}", file=sys.stderr)
 
-    for lg in sizes:
-        n = 1 << lg
-        measure_copy = gpu_copy_gbps if device == "gpu" else cpu_copy_gbps
-        try:
-            copy_row = measure_copy(n, args.repeat)
-        except MemoryError as exc:  # nothing at this size or above can run
-            msg = (f"2^{lg} elements do not fit in memory: the copy yardstick failed "
-                   f"({exc}); this size and larger ones skipped")
-            guard.errors.append(msg)
-            print(f"FAILED {msg}", file=sys.stderr)
-            break
-        rows = []
-        for backend in backends:
-            rows += guard(f"{backend} field ops",
-                          lambda: field_rows(n, backend, args.repeat, xp, timer, sync))
-            rows += _gkr_rows(n, backend, args.repeat, xp, timer, sync, guard)
-        again = measure_copy(n, args.repeat)
-        if again.time_s < copy_row.time_s:
-            again.first_call_s = copy_row.first_call_s
-            copy_row = again
-        copy_row.finish(copy_row.bytes / copy_row.time_s / 1e9)
-        copies.append(copy_row)
-        for r in rows:
-            r.finish(copy_row.gbps if lg >= MIN_FRACTION_LOG2 else None)
-        print(_table(rows, copy_row))
-        print()
-        all_rows += rows
+    def measure() -> None:
+        for lg in sizes:
+            n = 1 << lg
+            measure_copy = gpu_copy_gbps if device == "gpu" else cpu_copy_gbps
+            try:
+                copy_row = measure_copy(n, args.repeat)
+            except MemoryError as exc:  # nothing at this size or above can run
+                msg = (f"2^{lg} elements do not fit in memory: the copy yardstick failed "
+                       f"({exc}); this size and larger ones skipped")
+                guard.errors.append(msg)
+                print(f"FAILED {msg}", file=sys.stderr)
+                break
+            first_gbps = copy_row.bytes / copy_row.time_s / 1e9
+            current.update(copy=replace(copy_row).finish(first_gbps),
+                           fractions=lg >= MIN_FRACTION_LOG2)
+            print(f"2^{lg}: copy {current['copy'].gbps:.1f} GB/s; each section as it ends "
+                  f"(the table after the size is final):", flush=True)
+            rows = []
+            for backend in backends:
+                rows += guard(f"{backend} field ops",
+                              lambda: field_rows(n, backend, args.repeat, xp, timer, sync))
+                rows += _gkr_rows(n, backend, args.repeat, xp, timer, sync, guard)
+            again = measure_copy(n, args.repeat)
+            if again.time_s < copy_row.time_s:
+                again.first_call_s = copy_row.first_call_s
+                copy_row = again
+            copy_row.finish(copy_row.bytes / copy_row.time_s / 1e9)
+            copies.append(copy_row)
+            for r in rows:
+                r.finish(copy_row.gbps if lg >= MIN_FRACTION_LOG2 else None)
+            pending.clear()
+            current.clear()
+            print(_table(rows, copy_row))
+            print()
+            all_rows.extend(rows)
+            write_json()
+        startup.extend(second_process(b, "cupy" if device == "gpu" else "np") for b in backends)
+        for s_ in startup:
+            print(f"second process ({s_.get('backend')}): {s_}")
+            if "error" in s_:
+                guard.errors.append(f"{s_['backend']} second process: {' '.join(s_['error'])}")
+
+    try:
+        measure()
+    except KeyboardInterrupt:  # `timeout -s INT` (gpu_run.sh): keep what was measured
+        guard.errors.append("interrupted: the JSON holds every section finished before "
+                            "(the size in progress against its first copy)")
         write_json()
-    startup += [second_process(b, "cupy" if device == "gpu" else "np") for b in backends]
-    for s_ in startup:
-        print(f"second process ({s_.get('backend')}): {s_}")
-        if "error" in s_:
-            guard.errors.append(f"{s_['backend']} second process: {' '.join(s_['error'])}")
+        for msg in guard.errors:
+            print(f"FAILED {msg}", file=sys.stderr)
+        return 130
     write_json()
     if args.plot and not any(r.fraction_of_copy is not None for r in all_rows):
         guard.errors.append(f"--plot {args.plot!r} not drawn: no row has a fraction of the "
