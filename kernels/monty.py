@@ -27,6 +27,12 @@ Conventions
 import numpy as np
 from numba import njit
 
+#: The scalar functions for use in your own ``@njit`` / ``@cuda.jit`` code
+#: (see README, "The kernels in your own Numba code"), and the opcodes.
+__all__ = ["monty_reduce", "canonical", "mont_mul", "mod_add", "mod_sub", "mod_neg",
+           "to_monty", "from_monty", "mont_pow_u32", "mont_inv", "ext4_mul", "ext4_inv",
+           "OP_ADD", "OP_SUB", "OP_MUL", "OP_NEG", "OP_SQUARE", "OP_INV"]
+
 # Opcodes shared by the map kernels of every backend (the CUDA C preamble
 # receives the same numbers).
 OP_ADD = 0
@@ -129,6 +135,24 @@ def monty_reduce_sum4(x, p, mu_neg):
 def mont_mul(a, b, p, mu_neg):
     """Montgomery product ``a * b * 2**-32 mod p``; ``a * b < p**2 < p * 2**32``."""
     return monty_reduce(np.uint64(a) * np.uint64(b), p, mu_neg)
+
+
+@njit(cache=True)
+def to_monty(v, p, mu_neg, r2):
+    """The Montgomery word of the integer ``v`` (any uint32): ``(v mod p) 2**32 mod p``.
+
+    ``r2`` is ``2**64 mod p`` (``FieldParams.r2_mod_p``): the Montgomery
+    product of ``v`` and ``r2`` is ``v 2**64 2**-32``.  ``v < 2**32 < p
+    2**32`` keeps the product in range, so ``v`` need not be reduced first.
+    """
+    return monty_reduce(np.uint64(v) * np.uint64(r2), p, mu_neg)
+
+
+@njit(cache=True)
+def from_monty(a, p, mu_neg):
+    """The canonical integer in ``[0, p)`` of the Montgomery word ``a`` (any
+    uint32, read mod p): ``a 2**-32 mod p``."""
+    return monty_reduce(np.uint64(a), p, mu_neg)
 
 
 @njit(cache=True)

@@ -49,6 +49,22 @@ def test_monty_reduce_whole_range(field, impl):
 
 
 @pytest.mark.parametrize("field", FIELD_NAMES)
+@pytest.mark.parametrize("to, back", [
+    pytest.param(t.values[0], b.values[0], id=t.id)
+    for t, b in zip(_numba_variants("to_monty"), _numba_variants("from_monty"))])
+def test_to_and_from_monty_cover_the_uint32_range(field, to, back):
+    """The public scalar encode/decode pair (README: the kernels in your own
+    code), every uint32 value read mod p, against big ints."""
+    f = FIELDS[field]
+    p, mu, r2 = np.uint32(f.p), np.uint32(f.mu_neg), np.uint32(f.r2_mod_p)
+    for v in _inputs(f.p, R):
+        w = int(to(np.uint32(v), p, mu, r2))
+        assert w == v * R % f.p, v
+        assert int(back(np.uint32(v), p, mu)) == v * pow(R, -1, f.p) % f.p, v
+        assert int(back(np.uint32(w), p, mu)) == v % f.p, v
+
+
+@pytest.mark.parametrize("field", FIELD_NAMES)
 @pytest.mark.parametrize("impl", _numba_variants("monty_reduce_sum4"))
 def test_monty_reduce_sum4_whole_range(field, impl):
     f = FIELDS[field]
