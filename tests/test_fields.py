@@ -74,6 +74,9 @@ def test_base_ops_match_big_ints(F, backend):
         assert [naive.dec(int(w), p) for w in got] == [pow(int(u), e, p) for u in x], e
     got = to_host(F.pow(c, -3, backend=backend))
     assert [naive.dec(int(w), p) for w in got] == [pow(int(u), -3, p) for u in nz]
+    got = to_host(F.div(a, c, backend=backend))
+    assert [naive.dec(int(w), p) for w in got] == \
+        [int(u) * pow(int(v), -1, p) % p for u, v in zip(x, nz)]
     # Inputs untouched.
     assert (to_host(a) == a0).all() and (to_host(b) == b0).all()
 
@@ -195,6 +198,39 @@ def test_inverse_of_zero_raises_with_index(F):
         F.ext.inv(e)
     with pytest.raises(ValueError, match="zero"):
         F.pow(a, -1)
+    with pytest.raises(ValueError, match=r"div: `b`: element at index \(2,\) is zero"):
+        F.div(F.ones(4), a)
+    with pytest.raises(ValueError, match=r"div: `b`: element at index \(1,\) is zero"):
+        F.ext.div(F.ext.ones(3), a[1:])  # a base divisor (a trailing 4 is an element)
+    with pytest.raises(TypeError, match="Argument `b` must be a uint32 array"):
+        F.div(a, [1, 2, 3, 4])
+
+
+@pytest.mark.parametrize("F", FIELDS)
+def test_div_is_mul_by_the_inverse_with_broadcasting(F):
+    """Quotients of every operand form, against big ints: extension by
+    extension, by a base divisor and base by extension, with broadcasting."""
+    p, E = F.p, F.ext
+    x = sample(F, 24, 3, ext=True).reshape(6, 4, 4)  # (6, 4) elements, the edge values
+    y = sample(F, 24, 4, ext=True)[6:10]  # edge values as whole elements
+    y[(y == 0).all(axis=1)] = [1, 2, 3, 4]
+    s = sample(F, 8, 5)[:6]  # (6,) base: as (6, 1) a column (a trailing 4 is an element)
+    s[s == 0] = 7
+    a, b, c = words(F, x.reshape(24, 4)).reshape(6, 4, 4), words(F, y), words(F, s)
+    inv_y = [naive.ext_inv([int(v) for v in row], p, F.W) for row in y]
+    got = E.decode(E.div(a, b))                        # (6, 4) by (4,): broadcast rows
+    for i in range(6):
+        for j in range(4):
+            want = naive.ext_mul([int(v) for v in x[i, j]], inv_y[j], p, F.W)
+            assert got[i, j].tolist() == want
+    got = E.decode(E.div(a, c[:, None]))               # by a column of base elements
+    assert got.tolist() == [[[int(v) * pow(int(s[i]), -1, p) % p for v in x[i, j]]
+                             for j in range(4)] for i in range(6)]
+    got = E.decode(E.div(c[:, None], b))               # base numerators, outer
+    assert got.tolist() == [[naive.ext_mul([int(s[i]), 0, 0, 0], inv_y[j], p, F.W)
+                             for j in range(4)] for i in range(6)]
+    out = a.copy()
+    assert E.div(out, b, out=out) is out and (E.decode(out) == E.decode(E.div(a, b))).all()
 
 
 def test_bad_input_errors():

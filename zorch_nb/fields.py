@@ -807,6 +807,21 @@ class _FieldBase:
         """Elementwise inverse ``a**-1``; raises ``ValueError`` naming a zero entry."""
         return self._inv(a, out, backend, "inv")
 
+    def div(self, a, b, out=None, *, backend=None):
+        """Elementwise quotient ``a / b = a * b**-1`` (NumPy broadcasting, as
+        :meth:`mul`; in the extension either operand may be a base one).
+
+        Raises ``ValueError`` naming the index of the first zero entry of
+        ``b`` before anything is written.  ``b``'s inverses are one
+        temporary array of ``b``'s shape.
+        """
+        _check_words(b, "b")
+        shape = tuple(np.shape(b))
+        # a base divisor of an extension op is inverted in the base field,
+        # then promoted by the product, as mul promotes it
+        field = self if self.degree == 1 or (shape and shape[-1] == 4) else self.base
+        return self.mul(a, field._inv(b, None, backend, "div: `b`"), out, backend=backend)
+
     def _inv(self, a, out, backend, what):
         _check_words(a, "a")
         if self.degree == 4:
