@@ -2,11 +2,15 @@
 small calls run their serial twins, see :func:`.cpu_threads.sized`).
 
 Arrays are C-contiguous uint32: base ``(n,)``, extension ``(n, 4)`` or its
-flat ``(4 n,)`` words (each launcher says which), any words (read mod p);
-results are canonical Montgomery words.  ``out`` is written and overlaps no
-input; nothing is validated, and nothing input-sized is allocated (the
-powers use one run-sized scratch per run).  Field constants are runtime
-arguments, so each kernel compiles once for every field and length.
+flat ``(4 n,)`` words (every extension argument takes either), any words
+(read mod p); results are canonical Montgomery words.  ``out`` is written;
+it overlaps no input, except that it may be an input itself where each
+launcher says so.  Each launcher says which ops it takes and checks its
+arguments in O(1) (:mod:`.launch_checks`, shared with the GPU launchers:
+``ValueError``/``TypeError`` naming the argument); the kernels validate
+nothing, and nothing input-sized is allocated (the powers use one
+run-sized scratch per run).  Field constants are runtime arguments, so each
+kernel compiles once for every field and length.
 
 Where the plain loop over elements does not vectorize, the work is split
 into runs of elements (``CPU_LANE_RUN``) of serial 64-bit-lane loops
@@ -23,10 +27,14 @@ from .cpu_threads import sized, tasks as _tasks
 from .field_params import kernel_words
 from .monty import base_map1 as _base1
 from .monty import base_map2 as _base2
+from .monty import ext4_base_map2 as _ext_base2
+from .monty import ext4_map2 as _ext2
 from .monty import exponent_bit, mont_inv, mont_mul
 from .monty import OP_ADD, OP_INV, OP_MUL, OP_NEG, OP_SQUARE, OP_SUB, canonical, ext4_mul
 from .gkr_scalar import inlined_arithmetic
 from .launch_config import BATCH_INV_CHUNK, CPU_LANE_RUN
+from .launch_checks import (BINARY, IN_PLACE_UNARY, UNARY, check_bcast, check_decode,
+                            check_encode, check_map, check_pow)
 from .vector_width import njit_lanes64
 
 # The same source as monty.ext4_mul, compiled with LLVM's alwaysinline: left
@@ -83,6 +91,38 @@ def _base_map2_bcast_kernel(op, a, a_step, b, b_step, out, p, mu):
     else:
         for i in prange(n):
             out[i] = _base2(op, a[i], b[i], p, mu)
+
+
+@njit(parallel=True, cache=True)
+def _fixed_rows_kernel(op, rows, run, a, a_deg, a_row, b, b_deg, b_row, out, ow, p, mu, wm):
+    # Both operands step 0: row r of out (run elements of ow words, 1 or 4)
+    # is one value, a[r a_row] op b[r b_row], computed once and repeated.
+    # Degrees as in ext4_map2_bcast (1: base, embedded as (s, 0, 0, 0)); ow 1
+    # is the base field.  Rows run in parallel (one value each, a fill).
+    for r in prange(rows):
+        ja, jb = r * a_row * a_deg, r * b_row * b_deg
+        c1 = c2 = c3 = np.uint32(0)
+        if ow == 1:
+            c0 = _base2(op, a[ja], b[jb], p, mu)
+        elif a_deg == 4 and b_deg == 4:
+            c0, c1, c2, c3 = _ext2(op, a[ja], a[ja + 1], a[ja + 2], a[ja + 3],
+                                   b[jb], b[jb + 1], b[jb + 2], b[jb + 3], p, mu, wm)
+        elif a_deg == 4:
+            c0, c1, c2, c3 = _ext_base2(op, a[ja], a[ja + 1], a[ja + 2], a[ja + 3], b[jb],
+                                        False, p, mu)
+        else:  # a base, b extension (never two base operands)
+            c0, c1, c2, c3 = _ext_base2(op, b[jb], b[jb + 1], b[jb + 2], b[jb + 3], a[ja],
+                                        True, p, mu)
+        lo = r * run * ow
+        if ow == 1:
+            for i in range(lo, lo + run):
+                out[i] = c0
+        else:
+            for i in range(lo, lo + run * 4, 4):
+                out[i] = c0
+                out[i + 1] = c1
+                out[i + 2] = c2
+                out[i + 3] = c3
 
 
 # Coefficient-wise ops of the broadcast kernels: x op y, and y - x (RSUB)
@@ -447,58 +487,77 @@ def _decode_kernel(w, out, p, mu):
 
 
 def encode(v, out, reduce, f):
-    """``out = v * 2**32 mod p`` (Montgomery words) for flat int64 ``v``;
-    values outside ``[0, p)`` are reduced mod p with ``reduce``, else the
-    index of the first is returned (-1: none).  Serial: it starts no
-    threading layer (see _encode_kernel)."""
+    """``out = v * 2**32 mod p`` (Montgomery words) for int64 ``v``; both flat
+    ``(n,)``.  Values outside ``[0, p)`` are reduced mod p (as Python's ``%``)
+    with ``reduce``, else the index of the first is returned (-1: none).
+    Other dtypes are refused (``TypeError``): uint64 values past 2**63 would
+    read as negative.  Serial: it starts no threading layer (see
+    _encode_kernel)."""
+    check_encode("field_cpu.encode", f, v, out)
     p, mu, _, _ = kernel_words(f)
     return int(_encode_kernel(v, out, reduce, p, mu, np.uint32(f.r2_mod_p)))
 
 
 def decode(w, out, f):
-    """``out = w * 2**-32 mod p`` for flat uint32 words; returns whether every
-    word was canonical (``< p``; a word ``>= p`` gives that of ``w mod p``).
-    Serial, as :func:`encode`."""
+    """``out = w * 2**-32 mod p`` (canonical values) for flat ``(n,)`` uint32
+    words; ``out`` may be ``w``.  Returns whether every word was canonical
+    (``< p``; a word ``>= p`` gives that of ``w mod p``).  Serial, as
+    :func:`encode`."""
+    check_decode("field_cpu.decode", f, w, out)
     p, mu, _, _ = kernel_words(f)
     return _decode_kernel(w, out, p, mu) == 0
 
 
-# Every launcher picks its kernel with cpu_threads.sized: the serial twin
-# where one thread is enough (no threading layer, no launch cost), else the
+# Every launcher checks its arguments first (launch_checks: O(1), metadata
+# only), then picks its kernel with cpu_threads.sized: the serial twin where
+# one thread is enough (no threading layer, no launch cost), else the
 # parallel kernel under the thread/fork guard.  Elementwise loops pass their
-# output words; the heavier chunked kernels (products, inverses, powers)
-# go serial only as one task.
+# output words; the heavier chunked kernels (products, inverses, powers) go
+# serial only as one task.
 
 
 def base_map1(op, a, out, f):
+    """Base field ``out[i] = op(a[i])`` for ``op`` NEG, SQUARE or INV (the
+    inverse of 0 is 0); ``a``, ``out`` ``(n,)``.  ``out`` may be ``a`` itself
+    for NEG and SQUARE, never for INV."""
+    check_map("field_cpu.base_map1", f, op, UNARY, IN_PLACE_UNARY, 1, out, a)
     p, mu, _, one = kernel_words(f)
     n = out.shape[0]
     if op == OP_INV:  # the batch trick: same words, ~25x faster than Fermat each
-        base_batch_inv(a, out, f)
+        _base_batch_inv(a, out, p, mu, one)
     else:
         sized(_base_map1_kernel, n, n)(op, a, out, p, mu, one)
 
 
 def base_map2(op, a, b, out, f):
+    """Base field ``out[i] = a[i] op b[i]`` for ``op`` ADD, SUB or MUL; all
+    ``(n,)``; ``out`` may be ``a`` or ``b`` itself."""
+    check_map("field_cpu.base_map2", f, op, BINARY, BINARY, 1, out, a, b)
     p, mu, _, _ = kernel_words(f)
     n = out.shape[0]
     sized(_base_map2_kernel, n, n)(op, a, b, out, p, mu)
 
 
 def ext4_map1(op, a, out, f):
+    """Extension ``out[i] = op(a[i])`` for ``op`` NEG, SQUARE or INV (the inverse
+    of 0 is 0); ``a``, ``out`` ``(n, 4)`` or flat ``(4 n,)``.  ``out`` may be
+    ``a`` itself for NEG and SQUARE, never for INV."""
+    n = check_map("field_cpu.ext4_map1", f, op, UNARY, IN_PLACE_UNARY, 4, out, a)
     p, mu, wm, one = kernel_words(f)
-    a, out = a.reshape(-1), out.reshape(-1)
-    words = out.shape[0]
+    a, out = a.reshape(-1), out.reshape(-1)  # flat words: views (checked C-contiguous)
     if op == OP_NEG:  # coefficient-wise: the base kernel over the words vectorizes
-        sized(_base_map1_kernel, words, words)(op, a, out, p, mu, one)
+        sized(_base_map1_kernel, 4 * n, 4 * n)(op, a, out, p, mu, one)
     elif op == OP_SQUARE:  # the vectorized product (the per-element loop is not)
-        sized(_ext4_mul_kernel, _tasks(words // 4, CPU_LANE_RUN))(a, a, out, p, mu, wm)
+        sized(_ext4_mul_kernel, _tasks(n, CPU_LANE_RUN))(a, a, out, p, mu, wm)
     else:  # OP_INV: the batch trick on the norms
-        sized(_ext4_batch_inv_kernel, _tasks(words // 4, BATCH_INV_CHUNK))(
+        sized(_ext4_batch_inv_kernel, _tasks(n, BATCH_INV_CHUNK))(
             a, out, BATCH_INV_CHUNK, p, mu, wm, one)
 
 
 def ext4_map2(op, a, b, out, f):
+    """Extension ``out[i] = a[i] op b[i]`` for ``op`` ADD, SUB or MUL; each array
+    ``(n, 4)`` or flat ``(4 n,)``; ``out`` may be ``a`` or ``b`` itself."""
+    check_map("field_cpu.ext4_map2", f, op, BINARY, BINARY, 4, out, a, b)
     p, mu, wm, _ = kernel_words(f)
     _ext4_map2_words(op, a.reshape(-1), b.reshape(-1), out.reshape(-1), p, mu, wm)
 
@@ -513,29 +572,34 @@ def _ext4_map2_words(op, a, b, out, p, mu, wm):
         sized(_base_map2_kernel, words, words)(op, a, b, out, p, mu)
 
 
-def _rows(n, run):
-    """``(rows, run)`` of the broadcast contract: ``run = 0`` (or ``>= n``) is one row."""
-    return (1, n) if run == 0 or run >= n else (n // run, run)
-
-
 def base_map2_bcast(op, a, a_step, b, b_step, out, f, run=0, a_row=0, b_row=0):
-    """``out[i] = a[ja(i)] op b[jb(i)]`` with ``jx(i) = (i // run) x_row + (i % run)
-    x_step``; all arrays flat ``(.,)`` words.
+    """``out[i] = a[ja(i)] op b[jb(i)]`` (``op`` ADD, SUB or MUL) with
+    ``jx(i) = (i // run) x_row + (i % run) x_step``; all arrays flat ``(.,)`` words.
 
     Steps are 0 (the operand is the same along a run of ``run`` elements) or
-    1; ``run = 0`` means one run of all ``n`` elements, so ``jx(i) = i x_step``
-    and the rows are unused.  ``n`` is a multiple of ``run``.  A row
-    ``x_row`` is where the operand's next run starts: 0 (the same for every
-    run), 1 (a column: one element per run) or ``run`` (elementwise).  The
+    1, in any combination; ``run = 0`` (or ``>= n``) means one run of all
+    ``n`` elements, so ``jx(i) = i x_step`` and the rows are unused.  Else
+    ``n`` is a multiple of ``run``, and a row ``x_row`` -- where the
+    operand's next run starts -- is 0 (the same for every run), 1 (a column:
+    one element per run) or ``run`` (elementwise).  Each operand holds at
+    least the elements those indices reach.  ``out`` may be an operand
+    itself only where that operand is read elementwise (``jx(i) = i``).  The
     same contract in every backend (``field_cupy``, ``field_cuda_numba``).
     """
-    p, mu, _, _ = kernel_words(f)
-    n = out.shape[0]
-    rows, run = _rows(n, run)
+    n, rows, run, a_step, b_step, a_row, b_row = check_bcast(
+        "field_cpu.base_map2_bcast", f, op, a, a_step, 1, b, b_step, 1, out, 1, run, a_row,
+        b_row)
+    if not n:
+        return
+    p, mu, wm, _ = kernel_words(f)
     if rows == 1:
         sized(_base_map2_bcast_kernel, n, n)(op, a, a_step, b, b_step, out, p, mu)
         return
-    swap = a_step == 0  # x: the operand that steps along a run (one must)
+    if not a_step and not b_step:  # one value per row
+        sized(_fixed_rows_kernel, rows, n)(op, rows, run, a, 1, a_row, b, 1, b_row, out, 1,
+                                           p, mu, wm)
+        return
+    swap = a_step == 0  # x: the operand that steps along a run (one does, see above)
     (x, x_row), (y, y_row, y_step) = ((b, b_row), (a, a_row, a_step)) if swap else \
         ((a, a_row), (b, b_row, b_step))
     kind = {OP_ADD: _ADD, OP_SUB: _RSUB if swap else _SUB, OP_MUL: _MUL}[op]
@@ -545,20 +609,32 @@ def base_map2_bcast(op, a, a_step, b, b_step, out, f, run=0, a_row=0, b_row=0):
 
 
 def ext4_map2_bcast(op, a, a_step, a_deg, b, b_step, b_deg, out, f, run=0, a_row=0, b_row=0):
-    """Extension ``out[i] = a[ja(i)] op b[jb(i)]`` on flat word arrays
-    (element indices ``jx`` as in :func:`base_map2_bcast`).
+    """Extension ``out[i] = a[ja(i)] op b[jb(i)]`` (``op`` ADD, SUB or MUL),
+    element indices ``jx`` as in :func:`base_map2_bcast` (steps 0 or 1 in any
+    combination, rows 0, 1 or ``run``).
 
-    ``*_deg`` is 4 for an extension operand (4 words per element) or 1 for a
-    base operand, taken as its embedding ``(s, 0, 0, 0)``; at least one
-    operand is an extension one.  Steps are 0 or 1, not both 0.  ``out`` is
-    ``(4 n,)`` words.  The same contract in every backend (``field_cupy``,
-    ``field_cuda_numba``).
+    ``*_deg`` is 4 for an extension operand -- ``(m, 4)`` or flat ``(4 m,)``
+    words -- or 1 for a base operand, ``(m,)`` words taken as its embedding
+    ``(s, 0, 0, 0)``; at least one operand is an extension one.  ``out`` is
+    ``(n, 4)`` or ``(4 n,)``, and may be an extension operand itself only
+    where that operand is read elementwise.  The same contract in every
+    backend (``field_cupy``, ``field_cuda_numba``).
     """
+    n, rows, run, a_step, b_step, a_row, b_row = check_bcast(
+        "field_cpu.ext4_map2_bcast", f, op, a, a_step, a_deg, b, b_step, b_deg, out, 4, run,
+        a_row, b_row)
+    if not n:
+        return
     p, mu, wm, _ = kernel_words(f)
-    n = out.shape[0] // 4
-    rows, run = _rows(n, run)
+    # flat words (views; the object layer passes them flat already)
+    a, b = (a if a.ndim == 1 else a.reshape(-1)), (b if b.ndim == 1 else b.reshape(-1))
+    out = out if out.ndim == 1 else out.reshape(-1)
     if rows == 1 and a_step and b_step and a_deg == 4 and b_deg == 4:
         _ext4_map2_words(op, a, b, out, p, mu, wm)  # no broadcast: the plain kernels
+        return
+    if not a_step and not b_step:  # one value per row
+        sized(_fixed_rows_kernel, rows, 4 * n)(op, rows, run, a, a_deg, a_row, b, b_deg,
+                                               b_row, out, 4, p, mu, wm)
         return
     # x: the operand that steps along a run (the extension one if both do), y
     # the other; swap: x is the right operand
@@ -585,18 +661,33 @@ def ext4_map2_bcast(op, a, a_step, a_deg, b, b_step, b_deg, out, f, run=0, a_row
 
 
 def base_pow(a, e_hi, e_lo, nbits, out, f):
+    """Base field ``out[i] = a[i] ** e`` for ``e = e_hi 2**64 + e_lo < 2**nbits``
+    (limbs below 2**64, ``nbits <= 128``; ``a ** 0`` is one, also for 0);
+    ``a``, ``out`` ``(n,)``, ``out`` never ``a`` itself."""
+    check_pow("field_cpu.base_pow", f, 1, a, e_hi, e_lo, nbits, out)
     p, mu, wm, one = kernel_words(f)
     sized(_pow_kernel, _tasks(out.shape[0], CPU_LANE_RUN))(
         1, a, e_hi, e_lo, nbits, out, p, mu, wm, one)
 
 
 def ext4_pow(a, e_hi, e_lo, nbits, out, f):
+    """Extension ``out[i] = a[i] ** e``, ``e`` as in :func:`base_pow`; ``a``,
+    ``out`` ``(n, 4)`` or flat ``(4 n,)``, ``out`` never ``a`` itself."""
+    n = check_pow("field_cpu.ext4_pow", f, 4, a, e_hi, e_lo, nbits, out)
     p, mu, wm, one = kernel_words(f)
-    sized(_pow_kernel, _tasks(out.shape[0] // 4, CPU_LANE_RUN))(
+    sized(_pow_kernel, _tasks(n, CPU_LANE_RUN))(
         4, a.reshape(-1), e_hi, e_lo, nbits, out.reshape(-1), p, mu, wm, one)
 
 
 def base_batch_inv(a, out, f):
+    """Base field ``out[i] = a[i] ** -1`` (0 for 0) by Montgomery's batch trick,
+    the same words as ``base_map1(OP_INV, ...)``; ``a``, ``out`` ``(n,)``,
+    ``out`` never ``a`` itself."""
+    check_map("field_cpu.base_batch_inv", f, OP_INV, None, (), 1, out, a)
     p, mu, _, one = kernel_words(f)
+    _base_batch_inv(a, out, p, mu, one)
+
+
+def _base_batch_inv(a, out, p, mu, one):
     sized(_base_batch_inv_kernel, _tasks(out.shape[0], BATCH_INV_CHUNK))(
         a, out, BATCH_INV_CHUNK, p, mu, one)

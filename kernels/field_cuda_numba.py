@@ -2,9 +2,11 @@
 
 The element arithmetic is the ``@njit`` scalar code of :mod:`.monty`, shared
 with the CPU kernels.  Each kernel is a grid-stride loop; arrays are
-contiguous device arrays (or host NumPy arrays, which Numba copies in and out),
-base ``(n,)`` and extension ``(n, 4)``.  Importing this module requires
-numba-cuda (or ``NUMBA_ENABLE_CUDASIM=1``).
+C-contiguous device arrays (or host NumPy arrays, which Numba copies in and
+out), in the forms and under the checks of :mod:`.field_cpu`'s launchers
+(:mod:`.launch_checks`): base ``(n,)``, extension ``(n, 4)`` or flat
+``(4 n,)``.  Importing this module requires numba-cuda (or
+``NUMBA_ENABLE_CUDASIM=1``).
 
 Every kernel is compiled with :data:`cached_kernel` (``cuda.jit(cache=True)``):
 a later process loads the PTX and cubin from the on-disk cache instead of
@@ -18,6 +20,8 @@ import numpy as np
 from numba import cuda
 
 from .field_params import kernel_words
+from .launch_checks import (BINARY, IN_PLACE_UNARY, UNARY, check_bcast, check_map,
+                            check_pow)
 from .launch_config import THREADS_PER_BLOCK, grid_for
 from .monty import base_map1 as _base1
 from .monty import base_map2 as _base2
@@ -177,54 +181,104 @@ def launch(kernel, n, args, out):
         d_out.copy_to_host(out)
 
 
+# The launchers check their arguments as field_cpu's do (launch_checks, the
+# same code), then bring extension arrays to the form the kernel indexes:
+# (n, 4) for the elementwise kernels, flat words for the broadcast one (views:
+# the arrays are C-contiguous; a host `out` view is written through by the
+# copy back).  An empty call launches nothing.
+
+
+def _pairs(x, n):
+    return x if x.ndim == 2 else x.reshape(n, 4)
+
+
+def _flat(x):
+    return x if x.ndim == 1 else x.reshape(-1)
 
 
 def base_map1(op, a, out, f):
-    p, mu, _, one = kernel_words(f)
-    launch(_base_map1_kernel, out.shape[0], (np.int64(op), a, p, mu, one), out)
+    """Same contract as :func:`.field_cpu.base_map1` (NEG, SQUARE, INV)."""
+    n = check_map("field_cuda_numba.base_map1", f, op, UNARY, IN_PLACE_UNARY, 1, out, a)
+    if n:
+        p, mu, _, one = kernel_words(f)
+        launch(_base_map1_kernel, n, (np.int64(op), a, p, mu, one), out)
 
 
 def base_map2(op, a, b, out, f):
-    p, mu, _, _ = kernel_words(f)
-    launch(_base_map2_kernel, out.shape[0], (np.int64(op), a, b, p, mu), out)
+    """Same contract as :func:`.field_cpu.base_map2` (ADD, SUB, MUL)."""
+    n = check_map("field_cuda_numba.base_map2", f, op, BINARY, BINARY, 1, out, a, b)
+    if n:
+        p, mu, _, _ = kernel_words(f)
+        launch(_base_map2_kernel, n, (np.int64(op), a, b, p, mu), out)
 
 
 def ext4_map1(op, a, out, f):
-    p, mu, wm, one = kernel_words(f)
-    launch(_ext4_map1_kernel, out.shape[0], (np.int64(op), a, p, mu, wm, one), out)
+    """Same contract as :func:`.field_cpu.ext4_map1` (NEG, SQUARE, INV)."""
+    n = check_map("field_cuda_numba.ext4_map1", f, op, UNARY, IN_PLACE_UNARY, 4, out, a)
+    if n:
+        p, mu, wm, one = kernel_words(f)
+        launch(_ext4_map1_kernel, n, (np.int64(op), _pairs(a, n), p, mu, wm, one),
+               _pairs(out, n))
 
 
 def ext4_map2(op, a, b, out, f):
-    p, mu, wm, _ = kernel_words(f)
-    launch(_ext4_map2_kernel, out.shape[0], (np.int64(op), a, b, p, mu, wm), out)
+    """Same contract as :func:`.field_cpu.ext4_map2` (ADD, SUB, MUL)."""
+    n = check_map("field_cuda_numba.ext4_map2", f, op, BINARY, BINARY, 4, out, a, b)
+    if n:
+        p, mu, wm, _ = kernel_words(f)
+        launch(_ext4_map2_kernel, n,
+               (np.int64(op), _pairs(a, n), _pairs(b, n), p, mu, wm), _pairs(out, n))
 
 
 def base_map2_bcast(op, a, a_step, b, b_step, out, f, run=0, a_row=0, b_row=0):
-    # see kernels/field_cpu.base_map2_bcast
-    p, mu, _, _ = kernel_words(f)
-    launch(_base_map2_bcast_kernel, out.shape[0],
-           (np.int64(op), a, np.int64(a_step), b, np.int64(b_step), np.int64(run),
-            np.int64(a_row), np.int64(b_row), p, mu), out)
+    """Same contract as :func:`.field_cpu.base_map2_bcast` (ADD, SUB, MUL)."""
+    n, _, run, a_step, b_step, a_row, b_row = check_bcast(
+        "field_cuda_numba.base_map2_bcast", f, op, a, a_step, 1, b, b_step, 1, out, 1, run,
+        a_row, b_row)
+    if n:
+        p, mu, _, _ = kernel_words(f)
+        launch(_base_map2_bcast_kernel, n,
+               (np.int64(op), a, np.int64(a_step), b, np.int64(b_step), np.int64(run),
+                np.int64(a_row), np.int64(b_row), p, mu), out)
 
 
 def ext4_map2_bcast(op, a, a_step, a_deg, b, b_step, b_deg, out, f, run=0, a_row=0, b_row=0):
-    p, mu, wm, _ = kernel_words(f)
-    launch(_ext4_map2_bcast_kernel, out.shape[0] // 4,
-           (np.int64(op), a, np.int64(a_step), np.int64(a_deg), b, np.int64(b_step),
-            np.int64(b_deg), np.int64(run), np.int64(a_row), np.int64(b_row), p, mu, wm), out)
+    """Same contract as :func:`.field_cpu.ext4_map2_bcast` (ADD, SUB, MUL)."""
+    n, _, run, a_step, b_step, a_row, b_row = check_bcast(
+        "field_cuda_numba.ext4_map2_bcast", f, op, a, a_step, a_deg, b, b_step, b_deg, out, 4,
+        run, a_row, b_row)
+    if n:
+        p, mu, wm, _ = kernel_words(f)
+        launch(_ext4_map2_bcast_kernel, n,
+               (np.int64(op), _flat(a), np.int64(a_step), np.int64(a_deg), _flat(b),
+                np.int64(b_step), np.int64(b_deg), np.int64(run), np.int64(a_row),
+                np.int64(b_row), p, mu, wm), _flat(out))
 
 
 def base_pow(a, e_hi, e_lo, nbits, out, f):
-    p, mu, _, one = kernel_words(f)
-    launch(_base_pow_kernel, out.shape[0], (a, e_hi, e_lo, nbits, p, mu, one), out)
+    """Same contract as :func:`.field_cpu.base_pow`."""
+    n = check_pow("field_cuda_numba.base_pow", f, 1, a, e_hi, e_lo, nbits, out)
+    if n:
+        p, mu, _, one = kernel_words(f)
+        launch(_base_pow_kernel, n, (a, e_hi, e_lo, nbits, p, mu, one), out)
 
 
 def ext4_pow(a, e_hi, e_lo, nbits, out, f):
-    p, mu, wm, one = kernel_words(f)
-    launch(_ext4_pow_kernel, out.shape[0], (a, e_hi, e_lo, nbits, p, mu, wm, one), out)
+    """Same contract as :func:`.field_cpu.ext4_pow`."""
+    n = check_pow("field_cuda_numba.ext4_pow", f, 4, a, e_hi, e_lo, nbits, out)
+    if n:
+        p, mu, wm, one = kernel_words(f)
+        launch(_ext4_pow_kernel, n, (_pairs(a, n), e_hi, e_lo, nbits, p, mu, wm, one),
+               _pairs(out, n))
 
 
 def base_batch_inv(a, out, f):
-    # Element-parallel Fermat inversion: on a GPU that beats the serial
-    # prefix-product trick, and the bytes are the same.
-    base_map1(OP_INV, a, out, f)
+    """Same contract as :func:`.field_cpu.base_batch_inv`.
+
+    Element-parallel Fermat inversion: on a GPU that beats the serial
+    prefix-product trick, and the bytes are the same (``out`` is refused
+    over ``a`` all the same, as on the CPU)."""
+    n = check_map("field_cuda_numba.base_batch_inv", f, OP_INV, None, (), 1, out, a)
+    if n:
+        p, mu, _, one = kernel_words(f)
+        launch(_base_map1_kernel, n, (np.int64(OP_INV), a, p, mu, one), out)

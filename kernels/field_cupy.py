@@ -2,18 +2,20 @@
 
 One ``RawModule`` per (field, device), compiled on first use and memoized; the
 launchers pass ``np.uint64(n)``/``np.int32(op)`` explicitly because RawKernel
-does not check argument types.  Arrays are contiguous CuPy arrays, base
-``(n,)`` and extension ``(n, 4)``.  The extension kernels test their
-pointers on the device: where every array is 16-byte aligned (CuPy
-allocations are 256-byte aligned) an element moves as one 16-byte access,
-else as four 4-byte ones (an offset view).  Importing this module requires
-CuPy.
+does not check argument types.  Arrays are C-contiguous CuPy arrays in the
+forms and under the checks of :mod:`.field_cpu`'s launchers
+(:mod:`.launch_checks`): base ``(n,)``, extension ``(n, 4)`` or flat
+``(4 n,)``.  The extension kernels test their pointers on the device: where
+every array is 16-byte aligned (CuPy allocations are 256-byte aligned) an
+element moves as one 16-byte access, else as four 4-byte ones (an offset
+view).  Importing this module requires CuPy.
 """
 import cupy
 import numpy as np
 
 from .cuda_source import assemble
 from .field_params import FIELDS, FieldParams
+from .launch_checks import BINARY, IN_PLACE_UNARY, UNARY, check_bcast, check_map, check_pow
 from .launch_config import THREADS_PER_BLOCK, grid_for
 from .monty import OP_INV
 
@@ -38,45 +40,72 @@ def _launch(f, name, n, *args):
     _kernel(f, name)((grid_for(n),), (THREADS_PER_BLOCK,), args + (np.uint64(n),))
 
 
+# Each launcher checks its arguments as field_cpu's do (launch_checks, the
+# same code): the kernels take bare pointers, so a strided view, a short
+# operand or an unknown opcode would otherwise be read as if valid.  Element
+# counts come from the checks, so (n, 4) and flat (4 n,) extension arrays
+# launch alike.
+
+
 def base_map1(op, a, out, f):
-    _launch(f, "zorch_base_map1", out.shape[0], np.int32(op), a, out)
+    """Same contract as :func:`.field_cpu.base_map1` (NEG, SQUARE, INV)."""
+    n = check_map("field_cupy.base_map1", f, op, UNARY, IN_PLACE_UNARY, 1, out, a)
+    _launch(f, "zorch_base_map1", n, np.int32(op), a, out)
 
 
 def base_map2(op, a, b, out, f):
-    _launch(f, "zorch_base_map2", out.shape[0], np.int32(op), a, b, out)
+    """Same contract as :func:`.field_cpu.base_map2` (ADD, SUB, MUL)."""
+    n = check_map("field_cupy.base_map2", f, op, BINARY, BINARY, 1, out, a, b)
+    _launch(f, "zorch_base_map2", n, np.int32(op), a, b, out)
 
 
 def ext4_map1(op, a, out, f):
-    _launch(f, "zorch_ext4_map1", out.shape[0], np.int32(op), a, out)
+    """Same contract as :func:`.field_cpu.ext4_map1` (NEG, SQUARE, INV)."""
+    n = check_map("field_cupy.ext4_map1", f, op, UNARY, IN_PLACE_UNARY, 4, out, a)
+    _launch(f, "zorch_ext4_map1", n, np.int32(op), a, out)
 
 
 def ext4_map2(op, a, b, out, f):
-    _launch(f, "zorch_ext4_map2", out.shape[0], np.int32(op), a, b, out)
+    """Same contract as :func:`.field_cpu.ext4_map2` (ADD, SUB, MUL)."""
+    n = check_map("field_cupy.ext4_map2", f, op, BINARY, BINARY, 4, out, a, b)
+    _launch(f, "zorch_ext4_map2", n, np.int32(op), a, b, out)
 
 
 def base_map2_bcast(op, a, a_step, b, b_step, out, f, run=0, a_row=0, b_row=0):
-    # see kernels/field_cpu.base_map2_bcast
-    _launch(f, "zorch_base_map2_bcast", out.shape[0], np.int32(op), a, np.uint64(a_step),
+    """Same contract as :func:`.field_cpu.base_map2_bcast` (ADD, SUB, MUL)."""
+    n, _, run, a_step, b_step, a_row, b_row = check_bcast(
+        "field_cupy.base_map2_bcast", f, op, a, a_step, 1, b, b_step, 1, out, 1, run, a_row,
+        b_row)
+    _launch(f, "zorch_base_map2_bcast", n, np.int32(op), a, np.uint64(a_step),
             b, np.uint64(b_step), out, np.uint64(run), np.uint64(a_row), np.uint64(b_row))
 
 
 def ext4_map2_bcast(op, a, a_step, a_deg, b, b_step, b_deg, out, f, run=0, a_row=0, b_row=0):
-    # out: (4 n,) words; see kernels/field_cpu.ext4_map2_bcast
-    _launch(f, "zorch_ext4_map2_bcast", out.shape[0] // 4, np.int32(op), a,
+    """Same contract as :func:`.field_cpu.ext4_map2_bcast` (ADD, SUB, MUL)."""
+    n, _, run, a_step, b_step, a_row, b_row = check_bcast(
+        "field_cupy.ext4_map2_bcast", f, op, a, a_step, a_deg, b, b_step, b_deg, out, 4, run,
+        a_row, b_row)
+    _launch(f, "zorch_ext4_map2_bcast", n, np.int32(op), a,
             np.uint64(a_step), np.int32(a_deg), b, np.uint64(b_step), np.int32(b_deg), out,
             np.uint64(run), np.uint64(a_row), np.uint64(b_row))
 
 
 def base_pow(a, e_hi, e_lo, nbits, out, f):
-    _launch(f, "zorch_base_pow", out.shape[0], a, np.uint64(e_hi), np.uint64(e_lo),
-            np.int32(nbits), out)
+    """Same contract as :func:`.field_cpu.base_pow`."""
+    n = check_pow("field_cupy.base_pow", f, 1, a, e_hi, e_lo, nbits, out)
+    _launch(f, "zorch_base_pow", n, a, np.uint64(e_hi), np.uint64(e_lo), np.int32(nbits), out)
 
 
 def ext4_pow(a, e_hi, e_lo, nbits, out, f):
-    _launch(f, "zorch_ext4_pow", out.shape[0], a, np.uint64(e_hi), np.uint64(e_lo),
-            np.int32(nbits), out)
+    """Same contract as :func:`.field_cpu.ext4_pow`."""
+    n = check_pow("field_cupy.ext4_pow", f, 4, a, e_hi, e_lo, nbits, out)
+    _launch(f, "zorch_ext4_pow", n, a, np.uint64(e_hi), np.uint64(e_lo), np.int32(nbits), out)
 
 
 def base_batch_inv(a, out, f):
-    # Element-parallel Fermat inversion (same bytes as Montgomery's trick).
-    base_map1(OP_INV, a, out, f)
+    """Same contract as :func:`.field_cpu.base_batch_inv`.
+
+    Element-parallel Fermat inversion (same bytes as Montgomery's trick;
+    ``out`` is refused over ``a`` all the same, as on the CPU)."""
+    n = check_map("field_cupy.base_batch_inv", f, OP_INV, None, (), 1, out, a)
+    _launch(f, "zorch_base_map1", n, np.int32(OP_INV), a, out)
