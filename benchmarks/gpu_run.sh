@@ -109,6 +109,11 @@ if step tests; then
   echo "== tests"
   per_test=()
   python3 -c "import pytest_timeout" 2>/dev/null && per_test=(--timeout=120)
+  # four workers where pytest-xdist is installed (it is on the H200 image):
+  # the Numba-CUDA tests spend most of their time compiling, on the host's
+  # 16 cores (checked here: the emulated gpu tests and the simulator tests
+  # pass under -n 2)
+  python3 -c "import xdist" 2>/dev/null && per_test+=(-n 4)
   cap 200 python3 -m pytest -m "gpu or cudasim" -q -rfE --durations=25 -p no:cacheprovider \
     ${per_test[@]+"${per_test[@]}"} --junitxml="$OUT/gpu_tests.xml" tests 2>&1 \
     | tee "$OUT/gpu_tests.log" | tail -60
