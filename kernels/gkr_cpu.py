@@ -22,8 +22,15 @@ Arrays are C-contiguous uint32 Montgomery words in ``[0, p)``: base MLEs
 ``(n,)``, extension MLEs ``(n, 4)``.  The numerator pair and the denominator
 pair may each be base or extension; outputs must be extension exactly where
 the mode requires (numerators if any input is, denominators if the
-denominators are).  Nothing is validated or allocated here (besides the tiny
-prefix sums, computed into ``prefix``).
+denominators are).  A pyramid's first layer has a power-of-two length ``L``
+and at most ``log2(L)`` layers follow it.  No array a launcher writes
+(outputs, ``prefix``) may share memory with another argument.  Every
+launcher checks all of this from metadata alone (:mod:`.launch_checks`,
+``TypeError``/``ValueError`` naming the launcher and the argument); the
+counts' *values* are the caller's obligation (``sum(rc)`` at most the input
+length, ``ceil(rc[s] / 2) <= orc[s]``, ``sum(orc)`` at most the outputs'
+width), as reading device counts would synchronize.  Nothing is allocated
+(besides the tiny prefix sums, computed into ``prefix``).
 
 Every MLE reaches the kernels as a flat uint32 view (an extension MLE
 ``(n, 4)`` as ``(4 n,)``; the mode says which arrays are extension), so each
@@ -67,7 +74,13 @@ from .gkr_scalar import (MODE_BB, MODE_BE, MODE_EB, MODE_EE, make_node_functions
 from .cpu_threads import sized, tasks
 from .field_params import kernel_words
 from .launch_config import CPU_LANE_RUN, GKR_CPU_JAGGED_CHUNK, gkr_cpu_pyramid_plan
+from .launch_checks import (check_gkr_disjoint, check_gkr_fold, check_gkr_jagged,
+                            check_gkr_pyramid)
 from .vector_width import njit_lanes64
+
+# The launchers, and the mode numbering their kernels take (callers of the
+# raw kernels, such as the tests, build modes with it).
+__all__ = ["fold_dense", "pyramid_dense", "jagged_transition", "mode_of"]
 
 # Slot and node bodies with the field arithmetic force-inlined (see
 # gkr_scalar.inlined_arithmetic): a call left in a loop body stops LLVM's
@@ -77,6 +90,61 @@ _inline = functools.partial(njit, forceinline=True)
 _dense_slot, _jagged_slot, _find_segment = make_slot_functions(_inline, inline_arithmetic=True)
 _fold_node, _put_constant = make_node_functions(_inline, inline_arithmetic=True)
 _U1 = np.uint64(1)
+
+
+@_inline
+def _span(x):
+    # (first byte address, one past the last) of a C-contiguous array; an
+    # empty array spans nothing.  Addresses are below 2**63 in user space.
+    size = np.int64(x.nbytes)
+    if size == 0:
+        return np.int64(0), np.int64(0)
+    lo = np.int64(x.ctypes.data)
+    return lo, lo + size
+
+
+@_inline
+def _clash(written, read):
+    # 1 + the index of the first written span that overlaps another span
+    # (written or read), else 0.  A launcher's overlap test, compiled into
+    # its kernel's prologue: in Python the address reads and the 22-55
+    # comparisons cost more than the rest of its checks together.
+    for i in range(len(written)):
+        lo, hi = written[i]
+        if lo == hi:
+            continue
+        for j in range(len(written)):
+            a, b = written[j]
+            if j != i and a < hi and lo < b:
+                return i + 1
+        for j in range(len(read)):
+            a, b = read[j]
+            if a < hi and lo < b:
+                return i + 1
+    return 0
+
+
+@njit(cache=True)
+def _spans4(spans, row, a, b, c, d):
+    # Rows row .. row + 3 of ``spans``: the spans of a, b, c, d (one layer:
+    # a call per layer costs ~0.35 us, four addresses read in Python ~3 us).
+    spans[row, 0], spans[row, 1] = _span(a)
+    spans[row + 1, 0], spans[row + 1, 1] = _span(b)
+    spans[row + 2, 0], spans[row + 2, 1] = _span(c)
+    spans[row + 3, 0], spans[row + 3, 1] = _span(d)
+
+
+@njit(cache=True)
+def _clash_rows(spans, nread):
+    # Whether a written span (rows nread ..) overlaps any other row.
+    for i in range(nread, spans.shape[0]):
+        lo, hi = spans[i, 0], spans[i, 1]
+        if lo == hi:
+            continue
+        for j in range(spans.shape[0]):
+            if j != i and spans[j, 0] < hi and lo < spans[j, 1]:
+                return True
+    return False
 
 
 def _make_runs(mode):
@@ -122,12 +190,18 @@ def _dense_run(mode, k0, k1, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm):
 @njit(parallel=True, cache=True)
 def _fold_dense_kernel(mode, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm):
     # Chunks of CPU_LANE_RUN slots in parallel, each one call of the mode's
-    # serial 64-bit-lane loop (see the module docstring).
+    # serial 64-bit-lane loop (see the module docstring).  Returns nonzero,
+    # writing nothing, where an output overlaps another argument (the
+    # launcher then names them).
+    if _clash((_span(on0), _span(on1), _span(od0), _span(od1)),
+              (_span(n0), _span(n1), _span(d0), _span(d1))):
+        return 1
     half = od0.shape[0] // (4 if mode & 1 else 1)
     run = CPU_LANE_RUN
     for c in prange((half + run - 1) // run):
         _dense_run(mode, c * run, min(half, c * run + run), n0, n1, d0, d1, on0, on1, od0, od1,
                    p, mu, wm)
+    return 0
 
 
 @njit(parallel=True, cache=True)
@@ -219,6 +293,11 @@ def _jagged_chunk(mode, lo, hi, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, 
 @njit(parallel=True, cache=True)
 def _jagged_kernel(mode, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1,
                    p, mu, wm, one, chunk):
+    # Nonzero, writing nothing, where prefix or an output overlaps another
+    # argument (as _fold_dense_kernel).
+    if _clash((_span(prefix), _span(on0), _span(on1), _span(od0), _span(od1)),
+              (_span(rc), _span(orc), _span(n0), _span(n1), _span(d0), _span(d1))):
+        return 1
     acc_in = np.int64(0)
     acc_out = np.int64(0)
     for s in range(rc.shape[0]):  # nb is small next to the layer: a serial scan is fine
@@ -246,6 +325,7 @@ def _jagged_kernel(mode, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1,
         for c in prange(nchunks):
             _jagged_chunk(MODE_EE, c * chunk, min(width, c * chunk + chunk), rc, orc, prefix,
                           n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm, one)
+    return 0
 
 
 def _read_only(a):
@@ -259,33 +339,74 @@ def _flat(x):
     return x.reshape(-1) if x.ndim == 2 else x
 
 
+def _flat8(mode, *arrays):
+    """A transition's eight MLEs as flat views: base/base ones are flat
+    already (the common small case skips eight calls of _flat)."""
+    return arrays if mode == MODE_BB else [_flat(x) for x in arrays]
+
+
 # Each launcher picks its kernel with cpu_threads.sized: the serial twin
 # where the prange has one task (a small layer: no threading layer, no
 # ~2.5 us launch), else the parallel kernel under the thread/fork guard.
+#
+# Every launcher checks its arguments first (launch_checks: O(1) metadata per
+# array, errors naming the launcher and the argument); the overlap test of
+# the transitions runs compiled in their kernels' prologue, and the pyramid's
+# through _spans4 / _clash_rows, so only a refusal pays for naming the pair.
+
+_FOLD, _PYRAMID, _JAGGED = "gkr_cpu.fold_dense", "gkr_cpu.pyramid_dense", \
+    "gkr_cpu.jagged_transition"
+
+
+def _refuse_overlap(where, written, read):
+    """Raise the named overlap error the compiled test found."""
+    check_gkr_disjoint(where, written, read)
+    raise ValueError(f"{where}: an output overlaps another argument; write into separate "
+                     f"arrays")  # (not reached: the two tests agree)
 
 
 def fold_dense(n0, n1, d0, d1, on0, on1, od0, od1, f):
-    """Dense transition on the CPU (see the module docstring)."""
+    """Dense transition on the CPU (see the module docstring).
+
+    Inputs ``n0, n1`` (numerators) and ``d0, d1`` (denominators): one even
+    length ``L``, base ``(L,)`` or extension ``(L, 4)`` per pair; outputs
+    ``(L/2,)`` or ``(L/2, 4)``: numerators extension unless both pairs are
+    base, denominators extension when the input's are.  C-contiguous uint32,
+    outputs writeable and sharing no memory with any other argument.
+    ``ValueError``/``TypeError`` naming the argument otherwise.
+    """
+    mode = check_gkr_fold(_FOLD, f, n0, n1, d0, d1, on0, on1, od0, od1, disjoint=False)
     p, mu, wm, _ = kernel_words(f)
-    mode = mode_of(n0.ndim == 2, d0.ndim == 2)
     # (not viewed read-only as in pyramid_dense: four views cost 1.7 us of a
     # ~9 us call; read-only input compiles a second signature once instead)
-    sized(_fold_dense_kernel, tasks(on0.shape[0], CPU_LANE_RUN))(
-        mode, *(_flat(x) for x in (n0, n1, d0, d1, on0, on1, od0, od1)), p, mu, wm)
+    if sized(_fold_dense_kernel, tasks(on0.shape[0], CPU_LANE_RUN))(
+            mode, *_flat8(mode, n0, n1, d0, d1, on0, on1, od0, od1), p, mu, wm):
+        _refuse_overlap(_FOLD, zip(("on0", "on1", "od0", "od1"), (on0, on1, od0, od1)),
+                        zip(("n0", "n1", "d0", "d1"), (n0, n1, d0, d1)))
 
 
 def pyramid_dense(first, layers, f):
     """Dense pyramid on the CPU: ``layers[l]`` = ``(on0, on1, od0, od1)`` of layer ``l + 1``.
 
-    ``first`` holds the four input MLEs; every output buffer is preallocated
-    by the caller.  One parallel call per ``GKR_CPU_PYRAMID_LEVELS`` layers
+    ``first`` holds the four input MLEs (as :func:`fold_dense`'s inputs) of a
+    power-of-two length ``L``; at most ``log2(L)`` layers, ``layers[l]``
+    holding ``L >> (l + 1)`` elements in the output mode; every output buffer
+    is preallocated by the caller and shares no memory with another argument.
+    One parallel call per ``GKR_CPU_PYRAMID_LEVELS`` layers
     (:func:`.launch_config.gkr_cpu_pyramid_plan`), each thread folding its
     tile through them in its cache: memory traffic is the first layer read
     once, every later layer written once, and the last layer of each call
     read again by the next (1/16 of the slots of that call's input).
     """
+    mode, first, layers = check_gkr_pyramid(_PYRAMID, f, first, layers, disjoint=False)
+    spans = np.empty((4 + 4 * len(layers), 2), np.int64)
+    for i, group in enumerate([first] + layers):
+        _spans4(spans, 4 * i, *group)
+    if _clash_rows(spans, 4):
+        _refuse_overlap(_PYRAMID, [(f"layers[{l}][{i}]", x) for l, outs in enumerate(layers)
+                                   for i, x in enumerate(outs)],
+                        [(f"first[{i}]", x) for i, x in enumerate(first)])
     p, mu, wm, _ = kernel_words(f)
-    mode = mode_of(first[0].ndim == 2, first[2].ndim == 2)
     out_mode = output_mode(mode)
     half, start = first[0].shape[0] // 2, 0
     src = first
@@ -301,14 +422,27 @@ def pyramid_dense(first, layers, f):
 
 
 def jagged_transition(rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f):
-    """Jagged transition on the CPU (see the module docstring)."""
+    """Jagged transition on the CPU (see the module docstring).
+
+    ``rc``/``orc``: int32 ``(nb,)``, ``nb >= 1``; ``prefix``: writeable int64
+    ``(2, nb)``; inputs of one length and outputs of one width, in the forms
+    of :func:`fold_dense`; no written array (outputs, ``prefix``) sharing
+    memory with another argument.  The counts' values are the caller's
+    obligation (``sum(rc)`` at most the input length, ``orc[s] >= ceil(rc[s]
+    / 2)``, ``sum(orc)`` at most the width): they are not read here.
+    """
+    mode = check_gkr_jagged(_JAGGED, f, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1,
+                            disjoint=False)
     p, mu, wm, one = kernel_words(f)
-    mode = mode_of(n0.ndim == 2, d0.ndim == 2)
     # Numba types read-only arrays apart from writable ones; the object layer
     # hands over read-only counts, so view every caller's counts that way and
     # keep one compiled signature.
-    rc, orc = _read_only(rc), _read_only(orc)
+    rc_ro, orc_ro = _read_only(rc), _read_only(orc)
     chunk = GKR_CPU_JAGGED_CHUNK
-    sized(_jagged_kernel, tasks(on0.shape[0], chunk))(
-        mode, rc, orc, prefix, *(_flat(x) for x in (n0, n1, d0, d1, on0, on1, od0, od1)),
-        p, mu, wm, one, chunk)
+    if sized(_jagged_kernel, tasks(on0.shape[0], chunk))(
+            mode, rc_ro, orc_ro, prefix, *_flat8(mode, n0, n1, d0, d1, on0, on1, od0, od1),
+            p, mu, wm, one, chunk):
+        _refuse_overlap(_JAGGED, [("prefix", prefix)] + list(zip(("on0", "on1", "od0", "od1"),
+                                                                 (on0, on1, od0, od1))),
+                        [("rc", rc), ("orc", orc)] + list(zip(("n0", "n1", "d0", "d1"),
+                                                              (n0, n1, d0, d1))))

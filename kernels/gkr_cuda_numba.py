@@ -40,8 +40,10 @@ from .field_cuda_numba import as_device, cached_kernel, stream_for
 from .field_params import kernel_words
 from .monty import canonical
 from .gkr_scalar import (MODE_BB, MODE_BE, MODE_EB, frac_bb, frac_be, frac_eb, frac_ee,
-                         make_node_functions, make_slot_functions, mle_words, mode_of,
+                         make_node_functions, make_slot_functions, mle_words,
                          output_mode)
+from .launch_checks import (check_gkr_fold, check_gkr_jagged, check_gkr_pyramid_flat,
+                            check_gkr_steps)
 from .launch_config import (GKR_JAGGED_CHUNK, GKR_MAX_FUSED, GKR_NUMBA_SCAN_THREADS,
                             GKR_PYRAMID_THREADS, GKR_TILE_SLOTS_BASE, GKR_TILE_SLOTS_EXT,
                             THREADS_PER_BLOCK, gkr_pyramid_plan, grid_for)
@@ -135,9 +137,10 @@ def _outputs(outs):
 
 
 def fold_dense(n0, n1, d0, d1, on0, on1, od0, od1, f):
-    """Dense transition on the GPU (see :mod:`.gkr_cpu` for the contract)."""
+    """Dense transition on the GPU (see :func:`.gkr_cpu.fold_dense` for the contract)."""
+    mode = check_gkr_fold("gkr_cuda_numba.fold_dense", f, n0, n1, d0, d1, on0, on1, od0, od1)
     p, mu, wm, _ = kernel_words(f)
-    kernel = _kernels(mode_of(n0.ndim == 2, d0.ndim == 2))[0]
+    kernel = _kernels(mode)[0]
     stream = stream_for(n0, n1, d0, d1, on0)
     ins = [as_device(_flat(x)) for x in (n0, n1, d0, d1)]
     outs, copy_back = _outputs((on0, on1, od0, od1))
@@ -146,9 +149,12 @@ def fold_dense(n0, n1, d0, d1, on0, on1, od0, od1, f):
 
 
 def jagged_transition(rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f):
-    """Jagged transition on the GPU (see :mod:`.gkr_cpu` for the contract)."""
+    """Jagged transition on the GPU (see :func:`.gkr_cpu.jagged_transition` for
+    the contract)."""
+    mode = check_gkr_jagged("gkr_cuda_numba.jagged_transition", f, rc, orc, prefix, n0, n1,
+                            d0, d1, on0, on1, od0, od1)
     p, mu, wm, one = kernel_words(f)
-    kernel = _kernels(mode_of(n0.ndim == 2, d0.ndim == 2))[1]
+    kernel = _kernels(mode)[1]
     stream = stream_for(rc, orc, prefix, n0, n1, d0, d1, on0)
     if isinstance(rc, np.ndarray) and isinstance(orc, np.ndarray):
         np.cumsum(rc, dtype=np.int64, out=prefix[0])
@@ -295,12 +301,14 @@ def pyramid_dense(first, buffers, f):
     ``first`` holds the four input MLEs; ``buffers[l]`` is a flat uint32
     array of ``on0 | on1 | od0 | od1`` of layer ``l + 1`` (numerators
     extension unless base/base, denominators extension when the input's are),
-    preallocated by the caller.  Launches follow
-    :func:`~.launch_config.gkr_pyramid_plan`; host buffers are copied back
-    once at the end.
+    preallocated by the caller: ``(L >> (l + 1)) * (2 nw + 2 dw)`` words
+    (``nw``/``dw`` 4 for extension numerators/denominators, else 1) for a
+    first layer of power-of-two length ``L``, at most ``log2(L)`` layers.
+    Launches follow :func:`~.launch_config.gkr_pyramid_plan`; host buffers
+    are copied back once at the end.
     """
+    mode = check_gkr_pyramid_flat("gkr_cuda_numba.pyramid_dense", f, first, buffers)
     p, mu, wm, _ = kernel_words(f)
-    mode = mode_of(first[0].ndim == 2, first[2].ndim == 2)
     out_mode = output_mode(mode)
     stream = stream_for(*first, *buffers)
     src = [as_device(_flat(x)) for x in first]
@@ -482,7 +490,9 @@ def jagged_chunk(rc, prefix, first, steps, f):
     scratch of at least ``(GKR_JAGGED_CHUNK + 1) * nb``.  Host counts are
     scanned on the host; device counts by a one-block kernel (no sync).
     """
-    assert len(steps) == GKR_JAGGED_CHUNK == 3  # the kernel's depth is written out for 3
+    assert GKR_JAGGED_CHUNK == 3  # the kernel's depth is written out for 3
+    mode = check_gkr_steps("gkr_cuda_numba.jagged_chunk", f, rc, prefix, first, steps,
+                           GKR_JAGGED_CHUNK, GKR_JAGGED_CHUNK + 1)
     p, mu, wm, one = kernel_words(f)
     nb = rc.shape[0]
     counts = [rc] + [orc for orc, _ in steps]
@@ -497,7 +507,6 @@ def jagged_chunk(rc, prefix, first, steps, f):
         d_counts = tuple(as_device(c) for c in counts)
         d_rows = as_device(rows)
         _chunk_scan_kernel[1, 32, stream](d_counts, d_rows)
-    mode = mode_of(first[0].ndim == 2, first[2].ndim == 2)
     outs = [o for _, layer in steps for o in layer]
     d_outs, copy_back = _outputs(outs)
     items = max(layer[0].shape[0] for _, layer in steps)

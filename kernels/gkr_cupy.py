@@ -2,6 +2,8 @@
 
 Same launcher contract as :mod:`.gkr_cpu` (see its docstring); arrays are
 contiguous CuPy arrays (row counts int32, ``prefix`` int64 ``(2, nb)``).
+Every launcher checks its arguments first (:mod:`.launch_checks`: metadata
+only, never the counts' values, which would need a device->host copy).
 
 * One ``RawModule`` per (field, device), compiled on first use and memoized;
   the mode (base/extension numerators and denominators) and the vector-load
@@ -43,7 +45,9 @@ import numpy as np
 from .cuda_source import assemble
 from .field_cupy import NVRTC_OPTIONS
 from .field_params import FIELDS
-from .gkr_scalar import CUDA_NAME_EXPRESSIONS, cuda_kernel_name, mode_of, output_mode
+from .gkr_scalar import CUDA_NAME_EXPRESSIONS, cuda_kernel_name, output_mode
+from .launch_checks import (check_gkr_fold, check_gkr_jagged, check_gkr_pyramid,
+                            check_gkr_steps)
 from .launch_config import (GKR_JAGGED_CHUNK, GKR_MAX_FUSED, GKR_MAX_TAIL,
                             GKR_PYRAMID_THREADS, GKR_SCAN_THREADS, GKR_TAIL_THREADS,
                             THREADS_PER_BLOCK, gkr_pyramid_plan, grid_for)
@@ -83,21 +87,22 @@ def _vec(arrays) -> bool:
 
 def fold_dense(n0, n1, d0, d1, on0, on1, od0, od1, f):
     """Dense transition: one launch over ``L / 2`` slots."""
+    mode = check_gkr_fold("gkr_cupy.fold_dense", f, n0, n1, d0, d1, on0, on1, od0, od1)
     arrays = (n0, n1, d0, d1, on0, on1, od0, od1)
     half = on0.shape[0]
-    mode = mode_of(n0.ndim == 2, d0.ndim == 2)
     fn = _function(f.name, "zorch_gkr_fold_dense", mode, _vec(arrays))
     fn((grid_for(half),), (THREADS_PER_BLOCK,), arrays + (np.uint64(half),))
 
 
 def jagged_transition(rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f):
     """Jagged transition: device prefix sums, then one launch over the output slots."""
+    mode = check_gkr_jagged("gkr_cupy.jagged_transition", f, rc, orc, prefix, n0, n1, d0, d1,
+                            on0, on1, od0, od1)
     nb = np.uint32(rc.shape[0])
     scan = _function(f.name, "zorch_gkr_jagged_scan")
     scan((1,), (GKR_SCAN_THREADS,), (rc, orc, prefix, nb))
     arrays = (n0, n1, d0, d1, on0, on1, od0, od1)
     width = on0.shape[0]
-    mode = mode_of(n0.ndim == 2, d0.ndim == 2)
     fn = _function(f.name, "zorch_gkr_jagged", mode, _vec(arrays))
     fn((grid_for(width),), (THREADS_PER_BLOCK,), (rc, orc, prefix, nb) + arrays + (np.uint64(width),))
 
@@ -108,9 +113,11 @@ def pyramid_dense(first, layers, f):
     ``first`` holds the four input MLEs; every output buffer is preallocated
     by the caller (one per layer).  Bytes moved: the input layer of each
     launch once (the first layer, then layer ``11`` or ``9`` and so on, each
-    2**11 / 2**9 times smaller), and every output layer once.
+    2**11 / 2**9 times smaller), and every output layer once.  ``first`` has a
+    power-of-two length ``L``, at most ``log2(L)`` layers, ``layers[l]``
+    ``L >> (l + 1)`` elements each (see :func:`.gkr_cpu.pyramid_dense`).
     """
-    mode = mode_of(first[0].ndim == 2, first[2].ndim == 2)
+    mode, first, layers = check_gkr_pyramid("gkr_cupy.pyramid_dense", f, first, layers)
     out_mode = output_mode(mode)
     src, half, start = tuple(first), first[0].shape[0] // 2, 0
     for t, k in gkr_pyramid_plan(half, len(layers), mode == 0):
@@ -129,10 +136,11 @@ def jagged_tail(rc, prefix, first, steps, f):
     ``rc`` and ``first`` are the counts and MLEs of the input layer, every
     ``orc`` a device int32 array of ``nb`` counts, every output buffer
     preallocated (its width is its length).  ``prefix``: int64 scratch of
-    ``2 nb``.  One launch per ``GKR_MAX_TAIL`` layers.
+    ``2 nb``.  One launch per ``GKR_MAX_TAIL`` layers.  Checked as
+    :func:`jagged_chunk` (any number of steps).
     """
+    mode = check_gkr_steps("gkr_cupy.jagged_tail", f, rc, prefix, first, steps, None, 2)
     nb = np.uint32(rc.shape[0])
-    mode = mode_of(first[0].ndim == 2, first[2].ndim == 2)
     out_mode = output_mode(mode)
     src = tuple(first)
     for start in range(0, len(steps), GKR_MAX_TAIL):
@@ -153,9 +161,14 @@ def jagged_chunk(rc, prefix, first, steps, f):
     ``rc`` and ``first`` are the counts and MLEs of the input layer, every
     count array device int32 of ``nb``, every output buffer preallocated (its
     width is its length).  ``prefix``: int64 scratch of
-    ``(GKR_JAGGED_CHUNK + 1) * nb``.
+    ``(GKR_JAGGED_CHUNK + 1) * nb``.  Inputs and outputs in the forms of
+    :func:`.gkr_cpu.fold_dense` (outputs of each step of one width); no
+    written array (outputs, ``prefix``) sharing memory with another argument.
+    The counts' values are the caller's obligation (see
+    :func:`.gkr_cpu.jagged_transition`): they are never read back.
     """
-    assert len(steps) == GKR_JAGGED_CHUNK
+    mode = check_gkr_steps("gkr_cupy.jagged_chunk", f, rc, prefix, first, steps,
+                           GKR_JAGGED_CHUNK, GKR_JAGGED_CHUNK + 1)
     nb = np.uint32(rc.shape[0])
     desc = np.zeros(1, _CHUNK)
     desc["cnt"][0] = [rc.data.ptr] + [orc.data.ptr for orc, _ in steps]
@@ -164,7 +177,6 @@ def jagged_chunk(rc, prefix, first, steps, f):
     desc["width"][0] = widths
     scan = _function(f.name, "zorch_gkr_jagged_chunk_scan")
     scan((1,), (GKR_SCAN_THREADS,), (desc, prefix, nb))
-    mode = mode_of(first[0].ndim == 2, first[2].ndim == 2)
     vec = _vec(tuple(first) + tuple(a for _, outs in steps for a in outs))
     items = max(widths)
     fn = _function(f.name, "zorch_gkr_jagged_chunk", mode, vec)

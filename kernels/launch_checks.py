@@ -1,5 +1,7 @@
 """O(1) argument checks of the field launchers, one implementation for every
-backend (:mod:`.field_cpu`, :mod:`.field_cuda_numba`, :mod:`.field_cupy`).
+backend (:mod:`.field_cpu`, :mod:`.field_cuda_numba`, :mod:`.field_cupy`),
+and of the GKR launchers (:mod:`.gkr_cpu`, :mod:`.gkr_cuda_numba`,
+:mod:`.gkr_cupy`; their section at the end states their array forms).
 
 The kernels themselves validate nothing, and a launcher misused from research
 code must not give a wrong answer, hang or crash the process: these checks
@@ -39,7 +41,9 @@ from .field_params import FieldParams
 from .monty import OP_ADD, OP_INV, OP_MUL, OP_NEG, OP_SQUARE, OP_SUB
 
 __all__ = ["UNARY", "BINARY", "IN_PLACE_UNARY", "check_map", "check_bcast", "check_pow",
-           "check_encode", "check_decode"]
+           "check_encode", "check_decode", "check_gkr_fold", "check_gkr_jagged",
+           "check_gkr_pyramid", "check_gkr_pyramid_flat", "check_gkr_steps",
+           "check_gkr_disjoint"]
 
 _U32 = np.dtype(np.uint32)
 _I64 = np.dtype(np.int64)
@@ -372,3 +376,360 @@ def check_encode(where, f, v, out):
 def check_decode(where, f, w, out):
     """``decode``: flat uint32 words and ``out`` (which may be ``w`` itself)."""
     return check_map(where, f, 0, None, (0,), 1, out, w, name="w")
+
+
+# ---- GKR launchers (gkr_cpu, gkr_cuda_numba, gkr_cupy) ----------------------
+#
+# MLE forms differ from the field launchers': the GKR kernels take the mode
+# (base or extension numerators and denominators) from ``ndim``, so a base
+# MLE is 1-d ``(n,)`` and an extension MLE exactly ``(n, 4)`` -- a flat
+# ``(4 n,)`` extension would be read as 4 n base words.  Row counts are
+# C-contiguous int32 ``(nb,)``, ``nb >= 1`` (the kernels read the last prefix
+# sum); prefix scratch is C-contiguous writeable int64.  The counts' *values*
+# (``sum(rc)`` within the input, ``orc[s] >= ceil(rc[s] / 2)``, ``sum(orc)``
+# within the output) are the caller's obligation: reading device counts would
+# synchronize, and host ones cost O(nb); the object layer checks them.
+#
+# No written array (an output, the prefix scratch) may share memory with any
+# other argument: every slot reads its inputs in an order no launch fixes,
+# and two outputs over the same words would each lose the other's writes.
+# (A fold's output is half its input, so it can never *be* the input.)
+
+_I32 = np.dtype(np.int32)
+
+
+def _mle(where, name, x, writes):
+    """Shape of a GKR MLE: C-contiguous uint32 ``(n,)`` or ``(n, 4)``."""
+    s = _shape(where, name, x, _U32, writes)
+    if len(s) == 1 or len(s) == 2 and s[1] == 4:
+        return s
+    raise ValueError(f"{where}: argument `{name}` must be a base MLE (n,) or an extension "
+                     f"MLE (n, 4) (a flat (4 n,) extension would be read as base words), "
+                     f"not shape {s}")
+
+
+def _counts(where, name, x, nb=None):
+    s = _shape(where, name, x, _I32, False)
+    if len(s) != 1:
+        raise ValueError(f"{where}: argument `{name}` must be 1-d row counts (nb,), not "
+                         f"shape {s}")
+    if nb is None:
+        if not s[0]:
+            raise ValueError(f"{where}: argument `{name}` must hold at least one row count "
+                             f"(nb >= 1), not 0")
+    elif s[0] != nb:
+        raise ValueError(f"{where}: argument `{name}` must hold one count per batch element, "
+                         f"as `rc` ({nb}), not {s[0]}")
+    return s[0]
+
+
+def _four(where, name, x):
+    """``x`` as a list of four MLEs (an input layer or one layer's outputs)."""
+    try:
+        x = list(x)
+    except TypeError:
+        raise TypeError(f"{where}: argument `{name}` must be a sequence of four MLEs "
+                        f"(n0, n1, d0, d1), not {type(x).__name__}") from None
+    if len(x) != 4:
+        raise ValueError(f"{where}: argument `{name}` must hold four MLEs (n0, n1, d0, d1), "
+                         f"not {len(x)}")
+    return x
+
+
+def _layer_in(where, names, xs):
+    """``(mode, length)`` of four input MLEs ``(n0, n1, d0, d1)``."""
+    s = [_mle(where, name, x, False) for name, x in zip(names, xs)]
+    n = s[0][0]
+    for i, ref in ((1, 0), (3, 2)):  # a pair's second MLE reads as its first
+        if s[i] != s[ref]:
+            raise ValueError(f"{where}: argument `{names[i]}` must have the shape of "
+                             f"`{names[ref]}`, {s[ref]}, not {s[i]}")
+    if s[2][0] != n:
+        raise ValueError(f"{where}: argument `{names[2]}` must hold as many elements as "
+                         f"`{names[0]}` ({n}), not {s[2][0]}")
+    return 2 * (len(s[0]) == 2) + (len(s[2]) == 2), n
+
+
+def _layer_out(where, names, xs, mode, n, what):
+    """Four outputs of an input ``mode`` (numerators extension unless base/base,
+    denominators extension when the input's are), ``n`` elements each.  The
+    output mode of an output mode is itself, so every later layer of a
+    pyramid or chunk checks against its first input's mode too."""
+    ext = (mode != 0, mode != 0, mode & 1, mode & 1)
+    for name, x, e in zip(names, xs, ext):
+        s = _mle(where, name, x, True)
+        want = (n, 4) if e else (n,)
+        if s != want:
+            kind = "extension" if e else "base"
+            raise ValueError(f"{where}: argument `{name}` must have shape {want} ({what}; "
+                             f"{kind} in this mode), not {s}")
+
+
+def _span(where, name, x):
+    size = x.nbytes
+    if not size:
+        return None
+    lo = _address(x)
+    if lo is None:
+        raise TypeError(f"{where}: cannot tell where argument `{name}` lies in memory "
+                        f"({type(x).__name__})")
+    return lo, lo + size
+
+
+def check_gkr_disjoint(where, written, read):
+    """Refuse any array of ``written`` sharing memory with another argument
+    (``written`` and ``read``: sequences of ``(name, array)``; arrays in
+    ``read`` may share memory with each other).  O(n log n) in the number
+    of arrays; address ranges compared as they are (see :func:`_overlap`)."""
+    spans = []
+    for items, w in ((written, True), (read, False)):
+        for name, x in items:
+            sp = _span(where, name, x)
+            if sp is not None:
+                spans.append((sp[0], sp[1], w, name))
+    spans.sort(key=lambda t: t[0])
+    end_any = end_w = None  # (end, name) of the furthest-reaching span so far
+    for lo, hi, w, name in spans:
+        hit = end_any if w else end_w
+        if hit is not None and lo < hit[0]:
+            a, b = (name, hit[1]) if w else (hit[1], name)
+            raise ValueError(f"{where}: argument `{a}` overlaps argument `{b}` (an array "
+                             f"the kernels write must share no memory with another argument: "
+                             f"slots are written and read in no fixed order); write into "
+                             f"separate arrays")
+        if end_any is None or hi > end_any[0]:
+            end_any = (hi, name)
+        if w and (end_w is None or hi > end_w[0]):
+            end_w = (hi, name)
+
+
+_IN = ("n0", "n1", "d0", "d1")
+_OUT = ("on0", "on1", "od0", "od1")
+
+
+def _fast_ins(n0, n1, d0, d1):
+    """``(mode, length)`` of an input layer of C-contiguous uint32 NumPy or
+    CuPy arrays of the documented forms, else None: the hot path's test, in
+    as few attribute reads as it takes (anything else, a Numba device array
+    included, goes to the general checks).  Raises AttributeError or
+    IndexError for some non-arrays (the callers catch them)."""
+    sn, sd = n0.shape, d0.shape
+    if n1.shape != sn or d1.shape != sd or n0.dtype is not _U32 or n1.dtype is not _U32 or \
+            d0.dtype is not _U32 or d1.dtype is not _U32 or not (
+            n0.flags.c_contiguous and n1.flags.c_contiguous and d0.flags.c_contiguous and
+            d1.flags.c_contiguous):
+        return None
+    ne, de = len(sn) == 2, len(sd) == 2
+    if sd[0] != sn[0] or not (ne and sn[1] == 4 or len(sn) == 1) or \
+            not (de and sd[1] == 4 or len(sd) == 1):
+        return None
+    return 2 * ne + de, sn[0]
+
+
+def _fast_outs(on0, on1, od0, od1, mode, n):
+    """Whether four outputs are writeable C-contiguous uint32 NumPy or CuPy
+    arrays of ``n`` elements in the output mode of input ``mode``."""
+    sn = (n, 4) if mode else (n,)
+    sd = (n, 4) if mode & 1 else (n,)
+    if on0.shape != sn or on1.shape != sn or od0.shape != sd or od1.shape != sd or \
+            on0.dtype is not _U32 or on1.dtype is not _U32 or od0.dtype is not _U32 or \
+            od1.dtype is not _U32:
+        return False
+    for x in (on0, on1, od0, od1):
+        # NumPy: carray = C-contiguous, aligned and writeable in one read;
+        # CuPy arrays are always writeable
+        if not (x.flags.carray if type(x) is _ndarray else x.flags.c_contiguous):
+            return False
+    return True
+
+
+_NOT_FAST = (AttributeError, IndexError, TypeError, ValueError)
+
+
+def check_gkr_fold(where, f, n0, n1, d0, d1, on0, on1, od0, od1, disjoint=True):
+    """``fold_dense``: an input layer of even length ``L``, outputs of
+    ``L / 2`` in the output mode; returns the input mode.  ``disjoint``
+    False: the caller checks overlaps itself (the CPU kernels, compiled)."""
+    try:  # the hot path: NumPy or CuPy arrays of the documented forms
+        got = _fast_ins(n0, n1, d0, d1) if type(f) is FieldParams else None
+        if got is not None and not got[1] & 1 and \
+                _fast_outs(on0, on1, od0, od1, got[0], got[1] >> 1):
+            if disjoint:
+                check_gkr_disjoint(where, zip(_OUT, (on0, on1, od0, od1)),
+                                   zip(_IN, (n0, n1, d0, d1)))
+            return got[0]
+    except _NOT_FAST:  # not arrays, or Numba device arrays: the general checks
+        pass
+    _field(where, f)
+    mode, n = _layer_in(where, _IN, (n0, n1, d0, d1))
+    if n & 1:
+        raise ValueError(f"{where}: argument `n0` must have an even length (a fold pairs "
+                         f"nodes 2k and 2k + 1), not {n}")
+    _layer_out(where, _OUT, (on0, on1, od0, od1), mode, n >> 1,
+               f"half the {n} elements of `n0`")
+    if disjoint:
+        check_gkr_disjoint(where, zip(_OUT, (on0, on1, od0, od1)), zip(_IN, (n0, n1, d0, d1)))
+    return mode
+
+
+def check_gkr_jagged(where, f, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1,
+                     disjoint=True):
+    """``jagged_transition``: counts ``rc``/``orc`` int32 ``(nb,)``, ``prefix``
+    int64 ``(2, nb)``, input MLEs of one length, outputs of one length in the
+    output mode; returns the input mode."""
+    try:  # the hot path
+        got = _fast_ins(n0, n1, d0, d1) if type(f) is FieldParams else None
+        sc = rc.shape
+        if got is not None and len(sc) == 1 and sc[0] and orc.shape == sc and \
+                prefix.shape == (2, sc[0]) and rc.dtype is _I32 and orc.dtype is _I32 and \
+                prefix.dtype is _I64 and rc.flags.c_contiguous and orc.flags.c_contiguous and \
+                (prefix.flags.carray if type(prefix) is _ndarray
+                 else prefix.flags.c_contiguous) and \
+                _fast_outs(on0, on1, od0, od1, got[0], on0.shape[0]):
+            if disjoint:
+                _jagged_disjoint(where, rc, orc, prefix, (n0, n1, d0, d1),
+                                 (on0, on1, od0, od1))
+            return got[0]
+    except _NOT_FAST:
+        pass
+    _field(where, f)
+    nb = _counts(where, "rc", rc)
+    _counts(where, "orc", orc, nb)
+    s = _shape(where, "prefix", prefix, _I64, True)
+    if s != (2, nb):
+        raise ValueError(f"{where}: argument `prefix` must be int64 scratch of shape (2, nb) "
+                         f"= {(2, nb)}, not {s}")
+    mode, _ = _layer_in(where, _IN, (n0, n1, d0, d1))
+    w = _mle(where, "on0", on0, True)[0]
+    _layer_out(where, _OUT, (on0, on1, od0, od1), mode, w, "one width for all four outputs")
+    if disjoint:
+        _jagged_disjoint(where, rc, orc, prefix, (n0, n1, d0, d1), (on0, on1, od0, od1))
+    return mode
+
+
+def _jagged_disjoint(where, rc, orc, prefix, ins, outs):
+    check_gkr_disjoint(where, [("prefix", prefix)] + list(zip(_OUT, outs)),
+                       [("rc", rc), ("orc", orc)] + list(zip(_IN, ins)))
+
+
+def _pyramid_first(where, f, first, nl):
+    """``(mode, length)`` of a pyramid's first layer for ``nl`` transitions:
+    a power-of-two length ``L`` and ``nl <= log2(L)`` (the launch plans tile
+    power-of-two layers; another length left slots unwritten)."""
+    _field(where, f)
+    first = _four(where, "first", first)
+    mode, n = _layer_in(where, [f"first[{i}]" for i in range(4)], first)
+    if n < 1 or n & (n - 1):
+        raise ValueError(f"{where}: argument `first` must have a power-of-two length (the "
+                         f"fused tiles halve it exactly), not {n}")
+    if nl > n.bit_length() - 1:
+        raise ValueError(f"{where}: a first layer of {n} elements has at most "
+                         f"{n.bit_length() - 1} transitions, not {nl} output layers")
+    return mode, n, first
+
+
+def _sequence(where, name, x):
+    try:
+        return list(x)
+    except TypeError:
+        raise TypeError(f"{where}: argument `{name}` must be a sequence, not "
+                        f"{type(x).__name__}") from None
+
+
+def check_gkr_pyramid(where, f, first, layers, disjoint=True):
+    """``pyramid_dense`` (CPU, CuPy): ``layers[l]`` = the four outputs of
+    layer ``l + 1``, ``L >> (l + 1)`` elements each in the output mode.
+    Returns ``(mode, first, layers)`` as lists.  O(number of layers)."""
+    try:  # the hot path: lists of NumPy or CuPy arrays of the documented forms
+        got = _fast_ins(*first) if type(f) is FieldParams else None
+        if got is not None:
+            mode, n = got
+            nl = len(layers)
+            if n and not n & (n - 1) and nl < n.bit_length():
+                for layer in layers:
+                    n >>= 1
+                    if not _fast_outs(*layer, mode, n):
+                        break
+                else:
+                    first, layers = list(first), [list(x) for x in layers]
+                    if disjoint:
+                        _pyramid_disjoint(where, first, layers)
+                    return mode, first, layers
+    except _NOT_FAST:
+        pass
+    layers = _sequence(where, "layers", layers)
+    mode, n, first = _pyramid_first(where, f, first, len(layers))
+    layers = [_four(where, f"layers[{l}]", x) for l, x in enumerate(layers)]
+    for l, outs in enumerate(layers):
+        _layer_out(where, [f"layers[{l}][{i}]" for i in range(4)], outs, mode, n >> (l + 1), f"layer {l + 1} of a first layer of {n}")
+    if disjoint:
+        _pyramid_disjoint(where, first, layers)
+    return mode, first, layers
+
+
+def _pyramid_disjoint(where, first, layers):
+    check_gkr_disjoint(where, [(f"layers[{l}][{i}]", x) for l, outs in enumerate(layers)
+                               for i, x in enumerate(outs)],
+                       [(f"first[{i}]", x) for i, x in enumerate(first)])
+
+
+def check_gkr_pyramid_flat(where, f, first, buffers):
+    """``gkr_cuda_numba.pyramid_dense``: ``buffers[l]`` one flat uint32 array of
+    ``on0 | on1 | od0 | od1`` of layer ``l + 1``: ``(L >> (l + 1)) * (2 nw + 2 dw)``
+    words (``nw``/``dw``: 4 for extension numerators / denominators, else 1).
+    Returns the input mode."""
+    buffers = _sequence(where, "buffers", buffers)
+    mode, n, first = _pyramid_first(where, f, first, len(buffers))
+    nw = 4 if mode else 1
+    dw = 4 if mode & 1 else 1
+    for l, buf in enumerate(buffers):
+        name = f"buffers[{l}]"
+        s = _shape(where, name, buf, _U32, True)
+        want = (n >> (l + 1)) * (2 * nw + 2 * dw)
+        if s != (want,):
+            raise ValueError(f"{where}: argument `{name}` must be flat, ({want},): layer "
+                             f"{l + 1} of a first layer of {n} as on0 | on1 | od0 | od1 with "
+                             f"{nw} and {dw} words per numerator and denominator, not {s}")
+    check_gkr_disjoint(where, [(f"buffers[{l}]", x) for l, x in enumerate(buffers)],
+                       [(f"first[{i}]", x) for i, x in enumerate(first)])
+    return mode
+
+
+def check_gkr_steps(where, f, rc, prefix, first, steps, depth, rows):
+    """``jagged_chunk`` / ``jagged_tail``: ``steps[l]`` = ``(orc, (on0, on1,
+    od0, od1))`` of layer ``l + 1`` -- ``orc`` int32 ``(nb,)``, four outputs of
+    one width in the output mode -- exactly ``depth`` steps (None: any
+    number), ``prefix`` int64 of at least ``rows * nb`` elements.  Returns the
+    input mode."""
+    _field(where, f)
+    steps = _sequence(where, "steps", steps)
+    if depth is not None and len(steps) != depth:
+        raise ValueError(f"{where}: argument `steps` must hold exactly {depth} steps (the "
+                         f"fused kernel's depth), not {len(steps)}")
+    nb = _counts(where, "rc", rc)
+    s = _shape(where, "prefix", prefix, _I64, True)
+    size = int(np.prod(s))
+    if size < rows * nb:
+        raise ValueError(f"{where}: argument `prefix` must hold at least {rows} * nb = "
+                         f"{rows * nb} int64 words, not {size}")
+    first = _four(where, "first", first)
+    mode, _ = _layer_in(where, [f"first[{i}]" for i in range(4)], first)
+    written, read = [("prefix", prefix)], [("rc", rc)]
+    read += [(f"first[{i}]", x) for i, x in enumerate(first)]
+    for l, step in enumerate(steps):
+        try:
+            orc, outs = step
+        except (TypeError, ValueError):
+            raise TypeError(f"{where}: argument `steps[{l}]` must be a pair (orc, (on0, on1, "
+                            f"od0, od1)), not {type(step).__name__}") from None
+        _counts(where, f"steps[{l}][0]", orc, nb)
+        outs = _four(where, f"steps[{l}][1]", outs)
+        names = [f"steps[{l}][1][{i}]" for i in range(4)]
+        w = _mle(where, names[0], outs[0], True)[0]
+        _layer_out(where, names, outs, mode, w,
+                   "one width for a step's four outputs")
+        read.append((f"steps[{l}][0]", orc))
+        written += list(zip(names, outs))
+    check_gkr_disjoint(where, written, read)
+    return mode
+

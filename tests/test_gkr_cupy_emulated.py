@@ -86,8 +86,9 @@ def test_dense_fold_and_jagged_transition(emu, ne, de, offset):
     prefix = np.empty((2, rc.size), np.int64)
     gkr_cpu.jagged_transition(rc, orc, prefix, *host, *want, F.params)
     got = _outs(ne, de, width)
-    gkr_cupy.jagged_transition(_device(rc), _device(orc), cuda_emu.EmuXp.empty(2 * rc.size,
-                                                                             np.int64),
+    # int32 counts and a (2, nb) prefix, as the launchers check (_device packs uint32)
+    gkr_cupy.jagged_transition(cuda_emu.EmuArray(rc.copy()), cuda_emu.EmuArray(orc.copy()),
+                               cuda_emu.EmuXp.empty((2, rc.size), np.int64),
                                *dev, *got, F.params)
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a.get(), b)

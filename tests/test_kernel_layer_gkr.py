@@ -1,0 +1,519 @@
+"""The GKR launchers called directly (``zorch_nb.kernels.gkr_cpu``,
+``gkr_cuda_numba``, ``gkr_cupy``), as research code calls them.
+
+Valid calls against the big-int reference of ``naive_gkr.py`` -- every mode,
+a pyramid shorter than its first layer allows, jagged layers with empty,
+odd and padded segments and dead slots, the fused GPU chunk and tail -- and
+every misuse refused with a ``TypeError``/``ValueError`` naming the launcher
+and the argument, on every backend (the checks are one module,
+``kernels/launch_checks.py``).  Before the checks, a non-power-of-two pyramid
+left output slots unwritten, a strided output was never written, and short
+or mismatched arrays were read and written out of bounds.
+
+The Numba-CUDA launchers run under the simulator with tiny inputs; the CuPy
+ones on a GPU or, with ``ZORCH_EMULATE_CUPY=1``, under the host emulation.
+"""
+import numpy as np
+import pytest
+
+import naive_gkr
+from conftest import BACKENDS, to_backend, to_host
+from zorch_nb import BabyBear, KoalaBear
+from zorch_nb._backend import kernels_for
+from zorch_nb.kernels.launch_config import GKR_JAGGED_CHUNK
+
+MODES = [pytest.param(ne, de, id=f"{'e' if ne else 'b'}{'e' if de else 'b'}")
+         for ne in (False, True) for de in (False, True)]
+F = KoalaBear
+
+
+@pytest.fixture(params=BACKENDS)
+def k(request):
+    """The GKR kernel module of the backend under test, and its name."""
+    return kernels_for(request.param, "gkr"), request.param
+
+
+def words(Fi, n, ext, seed):
+    return (Fi.ext if ext else Fi).random(n, seed=seed)
+
+
+def layer(Fi, n, ne, de, seed=0):
+    """Four host MLEs: numerators extension if ``ne``, denominators if ``de``."""
+    return [words(Fi, n, e, seed + i) for i, e in enumerate((ne, ne, de, de))]
+
+
+def out_shapes(n, ne, de):
+    """Shapes of the four outputs of an input layer in mode ``(ne, de)``."""
+    on = (n, 4) if ne or de else (n,)
+    od = (n, 4) if de else (n,)
+    return on, on, od, od
+
+
+def zeros(shape, backend, dtype=np.uint32):
+    return to_backend(np.zeros(shape, dtype), backend)
+
+
+def outs(n, ne, de, backend):
+    return [zeros(s, backend) for s in out_shapes(n, ne, de)]
+
+
+def dev(xs, backend):
+    return [to_backend(np.array(x, copy=True), backend) for x in xs]
+
+
+def reference_words(Fi, ref):
+    return naive_gkr.layer_words(Fi.name, ref)
+
+
+def assert_words(got, want, what=""):
+    for g, w in zip(got, want):
+        g = to_host(g)
+        assert g.shape == w.shape, what
+        np.testing.assert_array_equal(g, w, err_msg=what)
+
+
+# ---- valid calls ---------------------------------------------------------------
+
+@pytest.mark.parametrize("Fi", [KoalaBear, BabyBear], ids=["koalabear", "babybear"])
+@pytest.mark.parametrize("ne,de", MODES)
+def test_fold_dense_matches_big_ints(k, Fi, ne, de):
+    k, backend = k
+    ins = layer(Fi, 8, ne, de)
+    got = outs(4, ne, de, backend)
+    k.fold_dense(*dev(ins, backend), *got, Fi.params)
+    ref = naive_gkr.dense_transition(Fi.name, naive_gkr.layer_from_words(Fi.name, *ins))
+    assert_words(got, reference_words(Fi, ref))
+
+
+@pytest.mark.parametrize("ne,de", MODES)
+def test_jagged_transition_matches_big_ints(k, ne, de):
+    k, backend = k
+    rc = np.array([3, 0, 4, 1], np.int32)
+    orc = np.array([2, 1, 3, 1], np.int32)  # padding in segments 1 and 2
+    width = int(orc.sum()) + 2  # two dead slots
+    ins = layer(F, int(rc.sum()) + 1, ne, de, seed=5)  # one unused input row
+    got = outs(width, ne, de, backend)
+    prefix = zeros((2, 4), backend, np.int64)
+    k.jagged_transition(to_backend(rc, backend), to_backend(orc, backend), prefix,
+                        *dev(ins, backend), *got, F.params)
+    ref = naive_gkr.jagged_transition(F.name, naive_gkr.layer_from_words(F.name, *ins),
+                                      list(rc), list(orc), width)
+    assert_words(got, reference_words(F, ref))
+    assert to_host(prefix).tolist() == [np.cumsum(rc).tolist(), np.cumsum(orc).tolist()]
+
+
+def _flat_buffers(layers, backend):
+    """Numba-CUDA's pyramid form: one flat buffer per layer, on0 | on1 | od0 | od1."""
+    return [to_backend(np.concatenate([to_host(x).reshape(-1) for x in o]), backend)
+            for o in layers]
+
+
+@pytest.mark.parametrize("ne,de", MODES)
+def test_pyramid_dense_matches_big_ints(k, ne, de):
+    k, backend = k
+    n, depth = 16, 3  # fewer layers than log2(16): a pyramid may stop early
+    ins = layer(F, n, ne, de, seed=2)
+    want, ref = [], naive_gkr.layer_from_words(F.name, *ins)
+    for _ in range(depth):
+        ref = naive_gkr.dense_transition(F.name, ref)
+        want.append(reference_words(F, ref))
+    layers = [outs(n >> (l + 1), ne, de, backend) for l in range(depth)]
+    if backend == "numba":
+        bufs = _flat_buffers(layers, backend)
+        k.pyramid_dense(dev(ins, backend), bufs, F.params)
+        got = [to_host(b) for b in bufs]
+        want = [np.concatenate([w.reshape(-1) for w in ws]) for ws in want]
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
+    else:
+        k.pyramid_dense(dev(ins, backend), layers, F.params)
+        for l, (g, w) in enumerate(zip(layers, want)):
+            assert_words(g, w, f"layer {l + 1}")
+
+
+def _jagged_steps(backend, ne, de, nb_counts=((5, 2, 0, 7), (3, 1, 0, 4), (2, 1, 0, 2),
+                                              (1, 1, 0, 1))):
+    """A jagged layer and GKR_JAGGED_CHUNK halving steps, with references."""
+    rc = np.array(nb_counts[0], np.int32)
+    ins = layer(F, int(rc.sum()), ne, de, seed=11)
+    ref = naive_gkr.layer_from_words(F.name, *ins)
+    steps, want, prev = [], [], list(rc)
+    for counts in nb_counts[1:]:
+        width = sum(counts) + 1  # one dead slot per layer
+        ref = naive_gkr.jagged_transition(F.name, ref, prev, list(counts), width)
+        want.append(reference_words(F, ref))
+        steps.append((to_backend(np.array(counts, np.int32), backend),
+                      outs(width, ne, de, backend)))
+        prev = list(counts)
+    return to_backend(rc, backend), dev(ins, backend), steps, want
+
+
+@pytest.mark.parametrize("ne,de", MODES)
+def test_fused_jagged_chunk_and_tail_match_big_ints(k, ne, de):
+    k, backend = k
+    if backend == "cpu":
+        pytest.skip("the fused jagged launchers are GPU launchers")
+    rc, ins, steps, want = _jagged_steps(backend, ne, de)
+    prefix = zeros(4 * 4, backend, np.int64)
+    k.jagged_chunk(rc, prefix, ins, steps, F.params)
+    for l, ((_, got), w) in enumerate(zip(steps, want)):
+        assert_words(got, w, f"chunk layer {l + 1}")
+    if hasattr(k, "jagged_tail"):
+        rc, ins, steps, want = _jagged_steps(backend, ne, de)
+        k.jagged_tail(rc, zeros(2 * 4, backend, np.int64), ins, steps, F.params)
+        for l, ((_, got), w) in enumerate(zip(steps, want)):
+            assert_words(got, w, f"tail layer {l + 1}")
+
+
+def test_direct_calls_match_the_object_layer():
+    """The object layer's transitions are these launchers (CPU)."""
+    from zorch_nb.logup_gkr import GkrLayer, JaggedGkrLayer, jagged_layer_transition, \
+        layer_transition
+    k = kernels_for("cpu", "gkr")
+    ins = layer(F, 32, True, False, seed=3)
+    got = outs(16, True, False, "cpu")
+    k.fold_dense(*ins, *got, F.params)
+    assert_words(got, layer_transition(GkrLayer(*ins, 0, F)).mles)
+    rc, orc = np.array([7, 0, 9, 0], np.int32), np.array([4, 1, 5, 0], np.int32)
+    ins = layer(F, 16, False, True, seed=4)
+    got = outs(10, False, True, "cpu")
+    k.jagged_transition(rc, orc, np.empty((2, 4), np.int64), *ins, *got, F.params)
+    assert_words(got, jagged_layer_transition(JaggedGkrLayer(*ins, rc, F), orc).mles)
+
+
+def test_fold_dense_of_an_empty_layer_writes_nothing(k):
+    k, backend = k
+    k.fold_dense(*(zeros(0, backend) for _ in range(8)), F.params)
+
+
+# ---- misuse: refused, naming the launcher and the argument ---------------------
+
+def _strided(backend, n, ext=False):
+    # every other row of a larger array: C-discontiguous
+    return to_backend(np.zeros((2 * n, 4) if ext else (2 * n,), np.uint32), backend)[::2]
+
+
+def _fold(k, d, ins=None, outs_=None, f=F.params, n=8, ne=False, de=False):
+    ins = dev(layer(F, n, ne, de), d) if ins is None else ins
+    outs_ = outs(n // 2, ne, de, d) if outs_ is None else outs_
+    return k.fold_dense(*ins, *outs_, f)
+
+
+def _jagged(k, d, rc=None, orc=None, prefix=None, ins=None, outs_=None, ne=False, de=True):
+    rc = to_backend(np.array([3, 2], np.int32), d) if rc is None else rc
+    orc = to_backend(np.array([2, 1], np.int32), d) if orc is None else orc
+    prefix = zeros((2, 2), d, np.int64) if prefix is None else prefix
+    ins = dev(layer(F, 5, ne, de), d) if ins is None else ins
+    outs_ = outs(3, ne, de, d) if outs_ is None else outs_
+    return k.jagged_transition(rc, orc, prefix, *ins, *outs_, F.params)
+
+
+def _over(d, n):
+    """One zeroed buffer of ``2 n`` words on the backend (views of it overlap)."""
+    return zeros(2 * n, d)
+
+
+def misuse_cases():
+    """(id, call(k, backend), exception, words its message must contain); the
+    launcher's name is checked too."""
+    I, O = dev, outs  # noqa: E741 (short names keep the table readable)
+
+    def base(d, n=8, seed=0):
+        return I(layer(F, n, False, False, seed), d)
+
+    cases = [
+        # fold_dense: forms, lengths, dtypes, layouts
+        ("fold odd length", lambda k, d: _fold(k, d, ins=base(d, 7), outs_=O(3, 0, 0, d)),
+         ValueError, ["fold_dense", "`n0`", "even"]),
+        ("fold outputs not half", lambda k, d: _fold(k, d, outs_=O(3, 0, 0, d)),
+         ValueError, ["fold_dense", "`on0`", "(4,)"]),
+        ("fold n1 shorter", lambda k, d: _fold(k, d, ins=[base(d)[0], base(d, 6)[1]]
+                                                + base(d)[2:]),
+         ValueError, ["fold_dense", "`n1`"]),
+        ("fold d0 longer", lambda k, d: _fold(k, d, ins=base(d)[:2] + base(d, 10)[2:]),
+         ValueError, ["fold_dense", "`d0`", "8"]),
+        ("fold n1 ext, n0 base", lambda k, d: _fold(
+            k, d, ins=[base(d)[0], I([words(F, 8, True, 1)], d)[0]] + base(d)[2:]),
+         ValueError, ["fold_dense", "`n1`", "shape"]),
+        ("fold flat ext output", lambda k, d: _fold(
+            k, d, ne=True, outs_=[zeros(16, d)] + O(4, True, False, d)[1:]),
+         ValueError, ["fold_dense", "`on0`", "(4, 4)"]),
+        ("fold base od0 in ext-denominator mode", lambda k, d: _fold(
+            k, d, de=True, outs_=O(4, True, True, d)[:2] + [zeros(4, d), zeros((4, 4), d)]),
+         ValueError, ["fold_dense", "`od0`", "(4, 4)"]),
+        ("fold (n, 3) input", lambda k, d: _fold(
+            k, d, ins=[zeros((8, 3), d)] * 2 + base(d)[2:]),
+         ValueError, ["fold_dense", "`n0`", "(n, 4)"]),
+        ("fold int32 input", lambda k, d: _fold(
+            k, d, ins=base(d)[:3] + [zeros(8, d, np.int32)]),
+         TypeError, ["fold_dense", "`d1`", "uint32"]),
+        ("fold uint64 output", lambda k, d: _fold(
+            k, d, outs_=O(4, 0, 0, d)[:3] + [zeros(4, d, np.uint64)]),
+         TypeError, ["fold_dense", "`od1`", "uint32"]),
+        ("fold list input", lambda k, d: _fold(k, d, ins=[[0] * 8] + base(d)[1:]),
+         TypeError, ["fold_dense", "`n0`"]),
+        ("fold field object", lambda k, d: _fold(k, d, f=KoalaBear),
+         TypeError, ["fold_dense", "`f`", "FieldParams"]),
+        ("fold strided ext output (never written)", lambda k, d: _fold(
+            k, d, ne=True, outs_=[to_backend(np.zeros((4, 8), np.uint32), d)[:, :4]]
+            + O(4, True, False, d)[1:]),
+         ValueError, ["fold_dense", "`on0`", "C-contiguous"]),
+        ("fold strided input", lambda k, d: _fold(k, d, ins=[base(d)[0], _strided(d, 8)]
+                                                  + base(d)[2:]),
+         ValueError, ["fold_dense", "`n1`", "C-contiguous"]),
+        ("fold strided ext input", lambda k, d: _fold(
+            k, d, de=True, ins=base(d)[:2] + [_strided(d, 8, True)] * 2,
+            outs_=O(4, True, True, d)),
+         ValueError, ["fold_dense", "`d0`", "C-contiguous"]),
+        # overlaps: an output over an input, two outputs over each other
+        ("fold output over an input", lambda k, d: (lambda b: _fold(
+            k, d, ins=[b[:8]] + base(d)[1:], outs_=[b[2:6]] + O(4, 0, 0, d)[1:]))(_over(d, 8)),
+         ValueError, ["fold_dense", "`on0`", "`n0`", "overlaps"]),
+        ("fold output is an input's tail", lambda k, d: (lambda b: _fold(
+            k, d, ins=base(d)[:3] + [b[:8]], outs_=O(4, 0, 0, d)[:3] + [b[4:8]]))(
+            _over(d, 8)),
+         ValueError, ["fold_dense", "`od1`", "`d1`", "overlaps"]),
+        ("fold two outputs one array", lambda k, d: (lambda o: _fold(
+            k, d, outs_=[o, o] + O(4, 0, 0, d)[2:]))(zeros(4, d)),
+         ValueError, ["fold_dense", "`on", "overlaps"]),
+        ("fold outputs half over", lambda k, d: (lambda b: _fold(
+            k, d, outs_=O(4, 0, 0, d)[:2] + [b[:4], b[2:6]]))(_over(d, 4)),
+         ValueError, ["fold_dense", "`od", "overlaps"]),
+        # jagged_transition: counts, prefix, widths
+        ("jagged orc longer", lambda k, d: _jagged(
+            k, d, orc=to_backend(np.array([2, 1, 0], np.int32), d)),
+         ValueError, ["jagged_transition", "`orc`", "2"]),
+        ("jagged no segments", lambda k, d: _jagged(
+            k, d, rc=zeros(0, d, np.int32), orc=zeros(0, d, np.int32),
+            prefix=zeros((2, 0), d, np.int64)),
+         ValueError, ["jagged_transition", "`rc`", "nb >= 1"]),
+        ("jagged rc int64", lambda k, d: _jagged(k, d, rc=zeros(2, d, np.int64)),
+         TypeError, ["jagged_transition", "`rc`", "int32"]),
+        ("jagged rc 2-d", lambda k, d: _jagged(k, d, rc=zeros((2, 1), d, np.int32)),
+         ValueError, ["jagged_transition", "`rc`", "1-d"]),
+        ("jagged strided orc", lambda k, d: _jagged(
+            k, d, orc=to_backend(np.zeros(4, np.int32), d)[::2]),
+         ValueError, ["jagged_transition", "`orc`", "C-contiguous"]),
+        ("jagged prefix flat", lambda k, d: _jagged(k, d, prefix=zeros(4, d, np.int64)),
+         ValueError, ["jagged_transition", "`prefix`", "(2, 2)"]),
+        ("jagged prefix short", lambda k, d: _jagged(k, d, prefix=zeros((2, 1), d, np.int64)),
+         ValueError, ["jagged_transition", "`prefix`"]),
+        ("jagged prefix int32", lambda k, d: _jagged(k, d, prefix=zeros((2, 2), d, np.int32)),
+         TypeError, ["jagged_transition", "`prefix`", "int64"]),
+        ("jagged outputs of two widths", lambda k, d: _jagged(
+            k, d, outs_=O(3, 0, 1, d)[:3] + [zeros((4, 4), d)]),
+         ValueError, ["jagged_transition", "`od1`", "(3, 4)"]),
+        ("jagged inputs of two lengths", lambda k, d: _jagged(
+            k, d, ins=I(layer(F, 5, 0, 1), d)[:3] + [I([words(F, 4, True, 9)], d)[0]]),
+         ValueError, ["jagged_transition", "`d1`"]),
+        ("jagged prefix over an output", _jagged_prefix_over,
+         ValueError, ["jagged_transition", "`prefix`", "overlaps"]),
+        ("jagged output over rc", _jagged_output_over_counts,
+         ValueError, ["jagged_transition", "`on0`", "`rc`", "overlaps"]),
+    ]
+    return cases
+
+
+def _jagged_prefix_over(k, d):
+    # the prefix scratch and an output in one allocation, overlapping
+    buf = to_backend(np.zeros(16, np.int64), d)
+    words_ = buf.view(np.uint32)
+    return _jagged(k, d, prefix=buf[:4].reshape(2, 2),
+                   outs_=[words_[6:18].reshape(3, 4)] + outs(3, False, True, d)[1:])
+
+
+def _jagged_output_over_counts(k, d):
+    buf = to_backend(np.zeros(16, np.int32), d)
+    return _jagged(k, d, rc=buf[:2], outs_=[buf.view(np.uint32)[1:13].reshape(3, 4)]
+                   + outs(3, False, True, d)[1:])
+
+
+MISUSE = misuse_cases()
+
+
+def _check_refusal(k, backend, call, exc, words_):
+    with pytest.raises(exc) as info:
+        call(k, backend)
+    msg = str(info.value)
+    assert k.__name__.rsplit(".", 1)[1] in msg, msg  # the launcher's module
+    for w in words_:
+        assert w in msg, msg
+
+
+@pytest.mark.parametrize("case", MISUSE, ids=[c[0] for c in MISUSE])
+def test_misuse_is_refused_naming_the_argument(k, case):
+    k, backend = k
+    _, call, exc, words_ = case
+    _check_refusal(k, backend, call, exc, words_)
+
+
+def test_refused_calls_write_nothing(k):
+    # the checks run before any launch: an overlap found by the CPU kernels'
+    # compiled test also leaves every output untouched
+    k, backend = k
+    ins = dev(layer(F, 8, False, False), backend)
+    buf = to_backend(np.full(8, 7, np.uint32), backend)
+    with pytest.raises(ValueError, match="overlaps"):
+        k.fold_dense(*ins, buf[:4], buf[2:6], zeros(4, backend), zeros(4, backend), F.params)
+    assert (to_host(buf) == 7).all()
+
+
+def test_read_only_outputs_refused():
+    # (CuPy arrays have no read-only flag; host arrays on the CPU and Numba paths do)
+    k = kernels_for("cpu", "gkr")
+    ro = np.zeros(4, np.uint32)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="gkr_cpu.fold_dense: argument `od0`.*writeable"):
+        k.fold_dense(*layer(F, 8, False, False), *outs(4, 0, 0, "cpu")[:2], ro,
+                     np.zeros(4, np.uint32), F.params)
+    pre = np.zeros((2, 2), np.int64)
+    pre.flags.writeable = False
+    with pytest.raises(ValueError, match="`prefix`.*writeable"):
+        _jagged(k, "cpu", prefix=pre)
+    # read-only inputs and counts are fine
+    ins = layer(F, 8, False, False)
+    for x in ins:
+        x.flags.writeable = False
+    k.fold_dense(*ins, *outs(4, 0, 0, "cpu"), F.params)
+
+
+# ---- pyramids -------------------------------------------------------------------
+
+def _pyramid(k, d, n, sizes, ne=False, de=False, first=None):
+    """``pyramid_dense`` with output layers of ``sizes`` elements (flat buffers
+    on Numba-CUDA, of the words those sizes take)."""
+    first = dev(layer(F, n, ne, de), d) if first is None else first
+    layers = [outs(s, ne, de, d) for s in sizes]
+    if d == "numba":
+        layers = _flat_buffers(layers, d)
+    return k.pyramid_dense(first, layers, F.params)
+
+
+PYRAMID_MISUSE = [
+    # the review's case, scaled down: 12 leaves left slots of its 6 unwritten
+    ("length 12", lambda k, d: _pyramid(k, d, 12, [6]), ["`first`", "power-of-two", "12"]),
+    ("length 0", lambda k, d: _pyramid(k, d, 0, [0]), ["`first`", "power-of-two"]),
+    ("too many layers", lambda k, d: _pyramid(k, d, 4, [2, 1, 0]),
+     ["at most 2 transitions", "not 3"]),
+    ("first of mixed lengths", lambda k, d: _pyramid(
+        k, d, 8, [4], first=dev(layer(F, 8, 0, 0)[:3] + layer(F, 16, 0, 0)[3:], d)),
+     ["`first[3]`"]),
+    ("first not four", lambda k, d: _pyramid(k, d, 8, [4], first=dev(layer(F, 8, 0, 0)[:3], d)),
+     ["`first`", "four"]),
+]
+# the layers' own forms: four arrays each (CPU, CuPy) or one flat buffer (Numba-CUDA)
+PYRAMID_LAYERS_MISUSE = [
+    ("second layer too long", lambda k, d: k.pyramid_dense(
+        dev(layer(F, 8, 0, 0), d), [outs(4, 0, 0, d), outs(4, 0, 0, d)], F.params),
+     ["`layers[1][0]`", "(2,)"]),
+    ("base numerators in an extension mode", lambda k, d: k.pyramid_dense(
+        dev(layer(F, 8, 0, 1), d), [[zeros(4, d)] + outs(4, 0, 1, d)[1:]], F.params),
+     ["`layers[0][0]`", "(4, 4)"]),
+    ("layer of three", lambda k, d: k.pyramid_dense(
+        dev(layer(F, 8, 0, 0), d), [outs(4, 0, 0, d)[:3]], F.params),
+     ["`layers[0]`", "four"]),
+    ("strided layer", lambda k, d: k.pyramid_dense(
+        dev(layer(F, 8, 0, 0), d), [outs(4, 0, 0, d)[:3] + [_strided(d, 4)]], F.params),
+     ["`layers[0][3]`", "C-contiguous"]),
+    ("later layer over the first", lambda k, d: (lambda ins: k.pyramid_dense(
+        ins, [outs(4, 0, 0, d), outs(2, 0, 0, d)[:3] + [ins[2][6:8]]], F.params))(
+        dev(layer(F, 8, 0, 0), d)),
+     ["`layers[1][3]`", "`first[2]`", "overlaps"]),
+    ("two layers share words", lambda k, d: (lambda b: k.pyramid_dense(
+        dev(layer(F, 8, 0, 0), d), [outs(4, 0, 0, d)[:3] + [b[:4]],
+                                    [b[3:5]] + outs(2, 0, 0, d)[1:]], F.params))(zeros(8, d)),
+     ["`layers[", "overlaps"]),
+]
+NUMBA_BUFFERS_MISUSE = [
+    ("buffer of the wrong size", lambda k, d: k.pyramid_dense(
+        dev(layer(F, 8, 0, 1), d), [zeros(4 * 16 - 1, d)], F.params),
+     ["`buffers[0]`", "(64,)"]),
+    ("buffer 2-d", lambda k, d: k.pyramid_dense(
+        dev(layer(F, 8, 0, 0), d), [zeros((4, 4), d)], F.params),
+     ["`buffers[0]`", "flat"]),
+    ("buffer over the first", lambda k, d: (lambda b: k.pyramid_dense(
+        [b[:32]] + dev(layer(F, 32, 0, 0)[1:], d), [b[16:80]], F.params))(zeros(96, d)),
+     ["`buffers[0]`", "`first[0]`", "overlaps"]),
+]
+
+
+@pytest.mark.parametrize("case", PYRAMID_MISUSE + PYRAMID_LAYERS_MISUSE + NUMBA_BUFFERS_MISUSE,
+                         ids=[c[0] for c in PYRAMID_MISUSE + PYRAMID_LAYERS_MISUSE
+                              + NUMBA_BUFFERS_MISUSE])
+def test_pyramid_misuse_is_refused(k, case):
+    k, backend = k
+    name, call, words_ = case
+    numba_only = any(name == c[0] for c in NUMBA_BUFFERS_MISUSE)
+    if numba_only != (backend == "numba") and not any(name == c[0] for c in PYRAMID_MISUSE):
+        pytest.skip("another backend's layer form")
+    _check_refusal(k, backend, call, ValueError, ["pyramid_dense"] + words_)
+
+
+def test_the_reviewed_pyramid_is_refused_not_half_written():
+    # gkr_cpu.pyramid_dense of 12000 leaves left 1904 slots of 6000 at 0
+    k = kernels_for("cpu", "gkr")
+    first = [F.random(12000, seed=s) for s in range(4)]
+    o = [np.zeros(6000, np.uint32) for _ in range(4)]
+    with pytest.raises(ValueError, match="power-of-two"):
+        k.pyramid_dense(first, [o], F.params)
+
+
+# ---- the fused GPU jagged launchers -------------------------------------------------
+
+def _chunk(k, d, drop=0, prefix_words=16, orc_len=4, overlap=False):
+    rc, ins, steps, _ = _jagged_steps(d, False, True)
+    steps = steps[:len(steps) - drop]
+    if orc_len != 4:
+        steps[1] = (zeros(orc_len, d, np.int32), steps[1][1])
+    if overlap:  # layer 2's od0 over layer 1's od1
+        steps[1][1][2] = steps[0][1][3][:steps[1][1][2].shape[0]]
+    return k.jagged_chunk(rc, zeros(prefix_words, d, np.int64), ins, steps, F.params)
+
+
+CHUNK_MISUSE = [
+    ("two steps", lambda k, d: _chunk(k, d, drop=1), ["`steps`", f"exactly {GKR_JAGGED_CHUNK}"]),
+    ("prefix short", lambda k, d: _chunk(k, d, prefix_words=15), ["`prefix`", "16"]),
+    ("step counts short", lambda k, d: _chunk(k, d, orc_len=3), ["`steps[1][0]`", "4"]),
+    ("steps share an output", lambda k, d: _chunk(k, d, overlap=True), ["overlaps"]),
+]
+
+
+@pytest.mark.parametrize("case", CHUNK_MISUSE, ids=[c[0] for c in CHUNK_MISUSE])
+def test_fused_jagged_misuse_is_refused(k, case):
+    k, backend = k
+    if backend == "cpu":
+        pytest.skip("the fused jagged launchers are GPU launchers")
+    _, call, words_ = case
+    _check_refusal(k, backend, call, ValueError, ["jagged_chunk"] + words_)
+
+
+@pytest.mark.gpu
+def test_cupy_jagged_tail_misuse_is_refused():
+    k = kernels_for("cupy", "gkr")
+    rc, ins, steps, _ = _jagged_steps("cupy", True, False)
+    with pytest.raises(ValueError, match="gkr_cupy.jagged_tail: argument `prefix`"):
+        k.jagged_tail(rc, zeros(7, "cupy", np.int64), ins, steps, F.params)
+    steps[2] = (steps[2][0], steps[2][1][:2] + [zeros((3, 4), "cupy")] + steps[2][1][3:])
+    with pytest.raises(ValueError, match=r"gkr_cupy.jagged_tail: argument `steps\[2\]\[1\]\[2\]`"):
+        k.jagged_tail(rc, zeros(8, "cupy", np.int64), ins, steps, F.params)
+
+
+@pytest.mark.cudasim
+def test_numba_launchers_check_device_arrays():
+    # Numba device arrays take the general checks (their flags are a dict)
+    from numba import cuda
+    k = kernels_for("numba", "gkr")
+    ins = [cuda.to_device(x) for x in layer(F, 8, True, False)]
+    good = [cuda.to_device(np.zeros((4, 4), np.uint32)) for _ in range(2)] + \
+        [cuda.to_device(np.zeros(4, np.uint32)) for _ in range(2)]
+    k.fold_dense(*ins, *good, F.params)
+    ref = naive_gkr.dense_transition(F.name, naive_gkr.layer_from_words(
+        F.name, *(x.copy_to_host() for x in ins)))
+    assert_words([g.copy_to_host() for g in good], reference_words(F, ref))
+    with pytest.raises(ValueError, match="`on1`.*C-contiguous"):
+        k.fold_dense(*ins, good[0], cuda.device_array((4, 8), np.uint32)[:, :4], *good[2:],
+                     F.params)
+    with pytest.raises(ValueError, match="`od[01]` overlaps argument `od[01]`"):
+        k.fold_dense(*ins, *good[:2], good[3], good[3], F.params)
+    with pytest.raises(ValueError, match="`on0`.*shape"):
+        k.fold_dense(*ins, good[2], *good[1:], F.params)
