@@ -196,8 +196,10 @@ def test_a_json_file_that_cannot_be_written_is_reported_and_measuring_goes_on(
     monkeypatch.setattr(bench, "second_process", lambda backend, xp: {"backend": backend})
     real_open = open
 
+    monkeypatch.chdir(tmp_path)
+
     def full_disk(path, *a, **k):
-        if path == "r.json":
+        if str(path).startswith("r.json"):  # the report or its temporary
             raise OSError(28, "No space left on device")
         return real_open(path, *a, **k)
     monkeypatch.setattr("builtins.open", full_disk)
@@ -231,6 +233,32 @@ def test_an_interrupted_run_keeps_every_finished_section(tmp_path, monkeypatch, 
     assert base["fraction_of_copy"] == pytest.approx(base["gbps"] / copy["gbps"])
     assert "dispatch: base mul of 8 elements" in rows
     assert "base mul (KoalaBear)" in capsys.readouterr().out  # printed as it ended
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # no temporary left
+
+
+def test_an_interrupt_at_the_end_of_a_size_keeps_its_rows(tmp_path, monkeypatch):
+    """The size's rows move from 'pending' to the final list before its table
+    is printed (a print into a full pipe blocks: SIGINT lands there): the
+    JSON kept nothing when the interrupt came between the two."""
+    import argparse
+
+    from zorch_nb import bench
+    monkeypatch.setattr(bench, "_gkr_rows", lambda *args: [])
+    real, calls = bench._table, []
+
+    def table(rows, copy_row):
+        calls.append(len(rows))
+        if len(calls) == 2:  # 1: the field section as it ends; 2: the size's table
+            raise KeyboardInterrupt
+        return real(rows, copy_row)
+    monkeypatch.setattr(bench, "_table", table)
+    out = tmp_path / "r.json"
+    args = argparse.Namespace(device="cpu", sizes=[16], repeat=1, json=str(out), plot=None)
+    assert bench.main(args) == 130 and len(calls) == 2
+    report = json.loads(out.read_text())
+    kernels = [r["kernel"] for r in report["results"]]
+    assert "base mul (KoalaBear)" in kernels and len(kernels) == len(set(kernels))
+    assert len(report["copy"]) == 1
 
 
 def test_a_size_that_does_not_fit_stops_the_sizes_with_a_clear_error(tmp_path, monkeypatch):

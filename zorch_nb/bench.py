@@ -479,13 +479,13 @@ def main(args) -> int:
 
     def progress(rows) -> None:
         copy_row = current.get("copy")
-        if copy_row is None or not rows:
-            return
-        for r in rows:
-            r.finish(copy_row.gbps if current["fractions"] else None)
-        pending.extend(rows)
-        print("\n".join(_table(rows, copy_row).splitlines()[3:]), flush=True)  # rows, notes
-        write_json()
+        if copy_row is not None and rows:
+            for r in rows:
+                r.finish(copy_row.gbps if current["fractions"] else None)
+            pending.extend(rows)
+        write_json()  # a failed section too: its error is in the report at once
+        if copy_row is not None and rows:
+            print("\n".join(_table(rows, copy_row).splitlines()[3:]), flush=True)  # rows, notes
 
     guard = _Guard(progress)
 
@@ -503,11 +503,17 @@ def main(args) -> int:
 
     json_failed = []
 
-    def write_json() -> None:  # after every size too: a run cut short keeps what it has
+    def write_json() -> None:  # after every section: a run cut short keeps what it has
         if args.json and not json_failed:
+            path = args.json
+            # a regular file is replaced whole (a kill mid-dump leaves the last
+            # report, not a truncated one); a device (/dev/stdout) is written
+            tmp = path + ".tmp" if os.path.isfile(path) or not os.path.exists(path) else None
             try:
-                with open(args.json, "w") as fh:
+                with open(tmp or path, "w") as fh:
                     json.dump(_strict(report()), fh, indent=1, allow_nan=False)
+                if tmp:
+                    os.replace(tmp, path)
             except OSError as exc:  # a full disk, /dev/full: measuring goes on
                 json_failed.append(True)
                 msg = f"--json {args.json!r} could not be written: {exc}"
@@ -541,15 +547,18 @@ def main(args) -> int:
                 again.first_call_s = copy_row.first_call_s
                 copy_row = again
             copy_row.finish(copy_row.bytes / copy_row.time_s / 1e9)
-            copies.append(copy_row)
             for r in rows:
                 r.finish(copy_row.gbps if lg >= MIN_FRACTION_LOG2 else None)
+            # the size's rows join the report before its pending copies go (an
+            # interrupt in between duplicates rows, never loses them) and
+            # before the table, whose print can block on a pipe (tee)
+            all_rows.extend(rows)
+            copies.append(copy_row)
             pending.clear()
             current.clear()
+            write_json()
             print(_table(rows, copy_row))
             print()
-            all_rows.extend(rows)
-            write_json()
         startup.extend(second_process(b, "cupy" if device == "gpu" else "np") for b in backends)
         for s_ in startup:
             print(f"second process ({s_.get('backend')}): {s_}")
