@@ -3,7 +3,7 @@
 # everything into $OUT.
 #
 # Here, from the project root:  ../shared/gpu/fetch-wheels.sh   (a numpy 2.4 wheel into .whl)
-# Then with the device tool:    carry [".whl"], timeout_s 570, command
+# Then with the device tool:    carry [".whl"], timeout_s 560, command
 #     bash benchmarks/gpu_run.sh
 # (it installs the carried numpy itself; sourcing .whl/env.sh first is not
 # needed, and harmless).
@@ -15,18 +15,21 @@
 #   gpu_tests.log    the whole pytest output; gpu_tests.xml its junit report
 #   sanitizer.txt    compute-sanitizer memcheck and racecheck on a small case
 # Then, here: copy the JSON to benchmarks/results/gpu-<date>.json and run
-# `python benchmarks/plot_report.py` (the chart: the device's matplotlib is
-# built for the numpy this run replaces), `python benchmarks/readme_table.py`
-# (the README table) and `python benchmarks/targets.py` (issue 6's targets).
+# `python benchmarks/plot_report.py JSON PNG` (the chart: the device's
+# matplotlib is built for the numpy this run replaces),
+# `python benchmarks/readme_table.py JSON` (the README table) and
+# `python benchmarks/targets.py JSON` (issue 6's targets).
 # The SASS / register figures come from here too (nvcc 13.0 is the device's;
 # see benchmarks/results/README.md), so the run leaves them out.
 #
 # ZORCH_GPU_STEPS picks the steps (default "bench tests sanitize", most
 # important first: a device-tool timeout cuts the tail, and what is under
 # $OUT comes back).  Each step has a time cap sent as SIGINT, so the bench
-# keeps its JSON and pytest writes its summary and XML; the caps sum to
-# about 520 s (expect ~300 s): a 570 s call leaves the session's 15 device
-# minutes room for a short second call (ZORCH_GPU_STEPS=tests, say).
+# keeps its JSON and pytest writes its summary and XML (each cap adds up to
+# 15 s before a kill where SIGINT is not enough); the caps sum to 520 s
+# (smoke 60, bench 200, tests 180, sanitizer 2 x 40; expect ~300 s), so a
+# 560 s call leaves the session's 15 device minutes room for a short
+# second call (ZORCH_GPU_STEPS=tests, say).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/zorch_out}
@@ -40,7 +43,8 @@ cap() { timeout -s INT -k 15 "$@"; }  # SIGINT: Python and pytest wind down and 
 #    is gone): the carried numpy 2.4 goes into /tmp/site.  Everything imports
 #    this checkout (zorch_nb/__init__.py finds kernels/ beside it), so the
 #    bench, the tests and the sanitizer share one Numba cache.
-if ! python3 -c "import numpy; assert numpy.__version__.startswith('2.4')" 2>/dev/null; then
+if ! PYTHONPATH=/tmp/site python3 -c "import numpy; assert numpy.__version__.startswith('2.4')" \
+    2>/dev/null; then  # (a warm machine has it from the last call)
   wheel=$(ls .whl/numpy-2.4*cp312*.whl 2>/dev/null | head -1)
   if [ -n "$wheel" ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -97,7 +101,7 @@ cat "$OUT/env.txt"
 #    was measured.
 if step bench; then
   echo "== bench"
-  cap 220 python3 -m zorch_nb bench --device gpu --sizes 26 --repeat 5 \
+  cap 200 python3 -m zorch_nb bench --device gpu --sizes 26 --repeat 5 \
     --json "$OUT/gpu_bench.json" 2>&1 | tee "$OUT/gpu_bench.log"
   echo "bench: exit ${PIPESTATUS[0]}" | tee -a "$OUT/gpu_bench.log"
 fi
@@ -111,10 +115,10 @@ if step tests; then
   python3 -c "import pytest_timeout" 2>/dev/null && per_test=(--timeout=120)
   # four workers where pytest-xdist is installed (it is on the H200 image):
   # the Numba-CUDA tests spend most of their time compiling, on the host's
-  # 16 cores (checked here: the emulated gpu tests and the simulator tests
-  # pass under -n 2)
+  # 16 cores (checked on the 2-core development machine: the emulated gpu
+  # tests and the simulator tests pass under xdist)
   python3 -c "import xdist" 2>/dev/null && per_test+=(-n 4)
-  cap 200 python3 -m pytest -m "gpu or cudasim" -q -rfE --durations=25 -p no:cacheprovider \
+  cap 180 python3 -m pytest -m "gpu or cudasim" -q -rfE --durations=25 -p no:cacheprovider \
     ${per_test[@]+"${per_test[@]}"} --junitxml="$OUT/gpu_tests.xml" tests 2>&1 \
     | tee "$OUT/gpu_tests.log" | tail -60
   echo "tests: exit ${PIPESTATUS[0]}" | tee -a "$OUT/gpu_tests.log"
@@ -128,7 +132,7 @@ if step sanitize && command -v compute-sanitizer >/dev/null; then
   echo "== sanitize"
   for tool in memcheck racecheck; do
     echo "---- compute-sanitizer --tool $tool" >> "$OUT/sanitizer.txt"
-    cap 50 compute-sanitizer --tool "$tool" --error-exitcode 9 \
+    cap 40 compute-sanitizer --tool "$tool" --error-exitcode 9 \
       python3 benchmarks/sanitize_case.py >> "$OUT/sanitizer.txt" 2>&1
     echo "compute-sanitizer $tool: exit $?" | tee -a "$OUT/sanitizer.txt"
   done

@@ -79,17 +79,20 @@ def _field(where, f):
 
 
 def _op(where, op, ops):
-    try:
-        if op in ops and not isinstance(op, bool):
-            return
-    except TypeError:  # unhashable
-        pass
-    raise ValueError(f"{where}: argument `op` must be one of {_names(ops)}, not {op!r}")
+    # an integer, not a bool (np.True_ == 1 would run OP_SUB) nor a float
+    # (2.0 == OP_MUL would compile another specialisation)
+    if isinstance(op, (bool, np.bool_)) or not isinstance(op, (int, np.integer)):
+        raise TypeError(f"{where}: argument `op` must be an integer opcode ({_names(ops)}), "
+                        f"not {type(op).__name__}")
+    if op not in ops:
+        raise ValueError(f"{where}: argument `op` must be one of {_names(ops)}, not {op!r}")
 
 
 def _int(where, name, v, lo=0, hi=None):
-    """``v`` as a Python int in ``[lo, hi]`` (Python or NumPy integers only)."""
+    """``v`` as a Python int in ``[lo, hi]`` (Python or NumPy integers, not bools)."""
     try:
+        if isinstance(v, (bool, np.bool_)):
+            raise TypeError
         v = operator.index(v)
     except TypeError:
         raise TypeError(f"{where}: argument `{name}` must be an integer, not "
@@ -287,7 +290,8 @@ def check_bcast(where, f, op, a, a_step, a_deg, b, b_step, b_deg, out, out_deg, 
     # the object layer passes); anything else takes the general checks below.
     if (type(f) is FieldParams and type(op) is int and op in BINARY and type(a_step) is int
             and type(b_step) is int and type(run) is int and a_step in _STEPS
-            and b_step in _STEPS and (out_deg == 1 or (a_deg, b_deg) in _EXT_DEGS)):
+            and b_step in _STEPS and (out_deg == 1 or (type(a_deg) is int and type(b_deg) is int
+                                                        and (a_deg, b_deg) in _EXT_DEGS))):
         n = _fast_elements(out, out_deg, True)
         if n > 0:
             if run == 0 or run >= n:

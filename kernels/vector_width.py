@@ -15,8 +15,13 @@ that sets LLVM's ``-force-vector-width`` for its compilation only and clears
 it afterwards (Numba holds its global compiler lock throughout, so no other
 compilation sees it; the width changes which vector code LLVM emits, never
 the results), and with its array arguments marked ``noalias`` as a parfor
-body's are (the launchers never pass overlapping arrays), so the loop needs
-no runtime alias checks.  Keep such a function to the one vectorizable loop:
+body's are, so the loop needs no runtime alias checks.  The launchers pass
+no overlapping arrays (``launch_checks``) except ``out`` *being* an input of
+an elementwise op (``E.mul(a, b, out=a)``): iteration ``i`` stores only
+the words of element ``i``, computed from the loads of element ``i`` (a data
+dependence no reordering breaks), and no other iteration reads them, so
+the result is the same (checked in place at 20000 elements by
+tests/test_kernel_layer.py).  Keep such a function to the one vectorizable loop:
 with the width forced LLVM prints a remark for every loop it cannot
 vectorize.  The cached machine code keeps the width, so a cache hit needs
 nothing.

@@ -417,7 +417,19 @@ def misuse_cases():
          lambda k, d, f: k.ext4_map2_bcast(99, A(d, 4 * n), 1, 4, A(d, 1), 0, 1, A(d, 4 * n), f),
          ValueError, ["ext4_map2_bcast", "`op`"]),
         ("op float", lambda k, d, f: k.base_map2(2.5, A(d, n), A(d, n), A(d, n), f),
-         ValueError, ["`op`"]),
+         TypeError, ["`op`", "integer opcode"]),
+        # 2.0 == OP_MUL and np.True_ == OP_SUB compare equal to opcodes
+        ("op float equal to MUL",
+         lambda k, d, f: k.base_map2(2.0, A(d, n), A(d, n), A(d, n), f),
+         TypeError, ["`op`", "not float"]),
+        ("op numpy bool", lambda k, d, f: k.base_map2(np.True_, A(d, n), A(d, n), A(d, n), f),
+         TypeError, ["`op`", "not bool"]),
+        ("run bool", lambda k, d, f: k.base_map2_bcast(OP_ADD, A(d, n), 1, A(d, 1), 0,
+                                                      A(d, n), f, run=True),
+         TypeError, ["`run`", "integer"]),
+        ("a_deg unhashable", lambda k, d, f: k.ext4_map2_bcast(
+            OP_MUL, A(d, 4 * n), 1, [4], A(d, 1), 0, 1, A(d, 4 * n), f),
+         TypeError, ["ext4_map2_bcast", "`a_deg`", "integer"]),
         # dtypes, kinds, the field
         ("a int32", lambda k, d, f: k.base_map2(OP_ADD, A(d, n, np.int32), A(d, n), A(d, n), f),
          TypeError, ["`a`", "uint32"]),

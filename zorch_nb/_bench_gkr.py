@@ -240,10 +240,16 @@ def _in_l2_gbps(kern, ne, de, repeat, xp, timer):
         try:
             for _ in range(IN_L2_CALLS):
                 kern.fold_dense(*ins, *outs, F.params)
-        finally:
-            # a capture left open (a launch that fails while captured) would
-            # make CUDA refuse allocations for the rest of the bench
-            graph = stream.end_capture()
+        except BaseException:
+            # a capture left open would make CUDA refuse allocations for the
+            # rest of the bench; ending it may fail too (an invalidated
+            # capture), which must not hide the launch's own error
+            try:
+                stream.end_capture()
+            except Exception:  # noqa: BLE001
+                pass
+            raise
+        graph = stream.end_capture()
         t = timer(lambda: graph.launch(stream), repeat)
     return IN_L2_CALLS * _nbytes(ins + outs) / t / 1e9
 
