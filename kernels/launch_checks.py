@@ -43,7 +43,7 @@ from .monty import OP_ADD, OP_INV, OP_MUL, OP_NEG, OP_SQUARE, OP_SUB
 __all__ = ["UNARY", "BINARY", "IN_PLACE_UNARY", "check_map", "check_bcast", "check_pow",
            "check_encode", "check_decode", "check_gkr_fold", "check_gkr_jagged",
            "check_gkr_pyramid", "check_gkr_pyramid_flat", "check_gkr_steps",
-           "check_gkr_disjoint"]
+           "check_gkr_disjoint", "as_int"]
 
 _U32 = np.dtype(np.uint32)
 _I64 = np.dtype(np.int64)
@@ -88,19 +88,26 @@ def _op(where, op, ops):
         raise ValueError(f"{where}: argument `op` must be one of {_names(ops)}, not {op!r}")
 
 
-def _int(where, name, v, lo=0, hi=None):
-    """``v`` as a Python int in ``[lo, hi]`` (Python or NumPy integers, not bools)."""
+def as_int(label, v, lo=0, hi=None):
+    """``v`` as a Python int in ``[lo, hi]``: anything ``operator.index``
+    takes (Python and NumPy integers, 0-d integer arrays), not a bool.
+    ``label`` starts the error (``"Argument `n`"``); also the object layer's
+    integer check (``logup_gkr``), so both say it the same way."""
     try:
-        if isinstance(v, (bool, np.bool_)):
+        if isinstance(v, (bool, np.bool_)) or (isinstance(v, np.ndarray) and v.dtype == bool):
             raise TypeError
         v = operator.index(v)
     except TypeError:
-        raise TypeError(f"{where}: argument `{name}` must be an integer, not "
-                        f"{type(v).__name__}") from None
+        raise TypeError(f"{label} must be an integer, not {type(v).__name__}") from None
     if v < lo or (hi is not None and v > hi):
         bound = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
-        raise ValueError(f"{where}: argument `{name}` must be {bound}, not {v}")
+        raise ValueError(f"{label} must be {bound}, not {v}")
     return v
+
+
+def _int(where, name, v, lo=0, hi=None):
+    """``v`` as a Python int in ``[lo, hi]`` (see :func:`as_int`)."""
+    return as_int(f"{where}: argument `{name}`", v, lo, hi)
 
 
 # ---- one array ---------------------------------------------------------------

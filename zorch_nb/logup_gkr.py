@@ -38,13 +38,13 @@ array([ 900, 3136], dtype=uint32)
 from __future__ import annotations
 
 import dataclasses
-import operator
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from . import _backend
 from .fields import KoalaBear, PrimeField, _check_words, _int_array
+from .kernels.launch_checks import as_int
 
 __all__ = ["GkrLayer", "JaggedGkrLayer", "LogUpGkrOutput", "JaggedStep", "layer_transition",
            "build_pyramid", "extract_outputs", "jagged_layer_transition",
@@ -102,18 +102,7 @@ def _check_mles(obj) -> tuple:
 
 def _check_int(value, name: str, lo: int, hi: int | None = None) -> int:
     # anything usable as an index (ints, NumPy integers, 0-d integer arrays), not bools
-    try:
-        if isinstance(value, (bool, np.bool_)) or (isinstance(value, np.ndarray)
-                                                    and value.dtype == bool):
-            raise TypeError
-        value = operator.index(value)
-    except TypeError:
-        raise TypeError(f"Argument `{name}` must be an integer, not "
-                        f"{type(value).__name__}") from None
-    if value < lo or (hi is not None and value > hi):
-        rng = f"in [{lo}, {hi}]" if hi is not None else f">= {lo}"
-        raise ValueError(f"Argument `{name}` must be {rng}, not {value}")
-    return value
+    return as_int(f"Argument `{name}`", value, lo, hi)
 
 
 def _is_device(x) -> bool:
