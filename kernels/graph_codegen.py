@@ -54,7 +54,7 @@ from .cuda_source import read_source
 from .field_params import FieldParams, cuda_defines
 
 __all__ = ["OP_LOAD", "OP_CONST", "OP_ADD", "OP_SUB", "OP_MUL", "OP_NEG", "OP_NAMES",
-           "python_source", "cuda_source", "cuda_symbol", "translation_unit"]
+           "python_source", "cuda_source", "cuda_symbol", "translation_unit", "instance_base"]
 
 OP_LOAD = 0
 OP_CONST = 1
@@ -73,6 +73,12 @@ def _shifts(par):
         out.append(acc)
         acc += int(log2p)
     return out[::-1]
+
+
+def instance_base(par, t: int) -> int:
+    """``base(t)`` of one padded instance, as the generated code computes it."""
+    return sum(((int(t) >> shift) & ((1 << int(log2p)) - 1)) * int(stride)
+               for (log2p, stride), shift in zip(par, _shifts(par)))
 
 
 def _base_terms(par, t: str, suffix: str = ""):

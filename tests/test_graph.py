@@ -705,7 +705,9 @@ def test_assert_eq_fails_at_call_time_and_at_replay():
         ctx.call_kernel(checked_square, 3, bad)
     g = ctx.generate_computation_graph([x], [y])
     assert len(g.templates) == 1  # the failed call was not recorded
-    with pytest.raises(ValueError, match="assert_eq failed in kernel `checked_square`"):
+    # the replay names both sides too (recomputed on the host for that instance)
+    with pytest.raises(ValueError, match=r"assert_eq failed in kernel `checked_square`.* at "
+                                         r"instance 2 of 3 .*: 25 != 24$"):
         run_computation_graph(g, [np.array([[2, 4], [3, 9], [5, 24]])])
 
 
@@ -724,7 +726,7 @@ def test_replay_assert_names_the_users_instance_not_the_padded_one():
         bad = np.ones(15, dtype=np.int64)
         bad[t] = 2
         with pytest.raises(ValueError, match=rf"at instance {t} of 15 \(call 0; padded "
-                                             rf"instance {8 * (t // 5) + t % 5} of 32\)"):
+                                             rf"instance {8 * (t // 5) + t % 5} of 32\): 1 != 2$"):
             run_computation_graph(g, [bad])
         with pytest.raises(ValueError, match=rf"at instance {t} of 15"):  # as eagerly
             ctx.call_kernel(is_one, 15, ctx.copy_to_device(bad))
@@ -746,9 +748,33 @@ def test_eager_and_replay_name_the_same_failing_assertion_and_instance():
     g = ctx.generate_computation_graph([x], [y])
     bad = np.tile([1, 2], (5, 1))
     bad[1, 1], bad[3, 0], bad[4, 0] = 7, 7, 7
-    message = r"\(`assert_eq\(x\[0\], 1\)`\)\) at instance 3 of 5"
+    message = r"\(`assert_eq\(x\[0\], 1\)`\)\) at instance 3 of 5.*: 7 != 1$"
     with pytest.raises(ValueError, match=message):
         ctx.call_kernel(two_checks, 5, ctx.copy_to_device(bad))
+    with pytest.raises(ValueError, match=message):
+        run_computation_graph(g, [bad])
+
+
+def test_replay_assert_values_match_the_eager_ones_through_every_operation():
+    """The replay's failure path recomputes the failing instance on the host: every
+    opcode (load, const, add, sub, mul, neg) gives the values the eager run names."""
+    @kernel
+    def mixed(x: In[3], out: Out[()]):
+        assert_eq(-(x[0] * x[1]) + 5 - x[2], x[2] * 3)
+        out[()] = x[0]
+
+    ctx = Context(KoalaBear)
+    ok = np.array([[1, 1, 1], [2, 3, 0]])
+    ok[:, 2] = [(-(a * b) + 5) * pow(4, -1, KoalaBear.p) % KoalaBear.p for a, b in ok[:, :2]]
+    x = ctx.copy_to_device(ok)
+    (y,) = ctx.call_kernel(mixed, 2, x)
+    g = ctx.generate_computation_graph([x], [y])
+    bad = ok.copy()
+    bad[1, 2] = 7
+    lhs, rhs = (-(2 * 3) + 5 - 7) % KoalaBear.p, 21
+    message = rf"at instance 1 of 2.*: {lhs} != {rhs}$"
+    with pytest.raises(ValueError, match=message):
+        ctx.call_kernel(mixed, 2, ctx.copy_to_device(bad))
     with pytest.raises(ValueError, match=message):
         run_computation_graph(g, [bad])
 

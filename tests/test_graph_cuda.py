@@ -209,6 +209,15 @@ def check_cupy_context_records_and_replays_the_reference_program():
         with pytest.raises(ValueError, match=r"assert_eq failed in kernel `doubles` .* at "
                                              r"instance 1 of 2: 6 != 5$"):
             c.call_kernel(doubles, 2, c.copy_to_device(np.array([[1, 2], [3, 5]])))
+    # and so does the replay, on both backends (the words gathered from the device)
+    x = ctx.copy_to_device(np.array([[1, 2], [3, 6], [4, 8]]))
+    (y,) = ctx.call_kernel(doubles, 3, x)
+    g = ctx.generate_computation_graph([x], [y])
+    for backend in ("cupy", "cpu"):
+        with pytest.raises(ValueError, match=r"assert_eq failed in kernel `doubles` .* at "
+                                             r"instance 2 of 3 \(call \d+; padded instance 2 "
+                                             r"of 4\): 8 != 9$"):
+            run_computation_graph(g, [np.array([[1, 2], [3, 6], [4, 9]])], backend=backend)
 
 
 @pytest.mark.gpu

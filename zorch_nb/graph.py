@@ -461,9 +461,51 @@ def _run_compiled(F, backend, ir, ck, template, index, ins, outs, out_points):
         k = int(fail[fail > 0].min()) - 1
         t = int(np.flatnonzero(fail == k + 1)[0])
         j = logical_instance(out_points, template.num_parallel, ir.out_params[0][2], t)
+        x, y = _assert_sides(F, xp, ir, ck, ins, consts, k, t)
         raise ValueError(f"assert_eq failed in kernel `{ir.name}` ({ir.asserts[k][2]}) at "
                          f"instance {j} of {template.num_parallel} (call {index}; padded "
-                         f"instance {t} of {n})")
+                         f"instance {t} of {n}): {x} != {y}")
+
+
+def _assert_sides(F, xp, ir, ck, ins, consts, k: int, t: int):
+    """Both sides of assertion ``k`` at padded instance ``t``, decoded.
+
+    The evaluators report only which assertion failed where (a side buffer as
+    wide as the grid would cost every replay memory), so the failure path
+    recomputes that one instance on the host with Python ints, from the same
+    input words the evaluator read (a gather of a few elements, not a copy of
+    the buffers).
+    """
+    x, y = ir.asserts[k][0], ir.asserts[k][1]
+    top = max(x, y)
+    where: dict = {}
+    for node, (op, a, b) in enumerate(ir.nodes[:top + 1]):
+        if op == graph_codegen.OP_LOAD:
+            par, offsets = ck.in_layouts[a]
+            where.setdefault(a, []).append((node, graph_codegen.instance_base(par, t)
+                                            + int(offsets[b])))
+    loaded = {}
+    for a, pairs in where.items():
+        idx = np.array([i for _, i in pairs], dtype=np.int64)
+        got = _to_host(ins[a][xp.asarray(idx)])
+        loaded.update((node, int(w)) for (node, _), w in zip(pairs, got))
+    p, r_inv = F.p, F.params.r_inv
+    words = [int(c) for c in _to_host(consts)]
+    v = [0] * (top + 1)
+    for node, (op, a, b) in enumerate(ir.nodes[:top + 1]):
+        if op == graph_codegen.OP_LOAD:
+            v[node] = loaded[node]
+        elif op == graph_codegen.OP_CONST:
+            v[node] = words[a]
+        elif op == graph_codegen.OP_ADD:
+            v[node] = (v[a] + v[b]) % p
+        elif op == graph_codegen.OP_SUB:
+            v[node] = (v[a] - v[b]) % p
+        elif op == graph_codegen.OP_MUL:
+            v[node] = v[a] * v[b] * r_inv % p
+        else:
+            v[node] = -v[a] % p
+    return v[x] * r_inv % p, v[y] * r_inv % p
 
 
 # ------------------------------------------------------- eager evaluation ----
@@ -1190,6 +1232,15 @@ def run_computation_graph(graph: ComputationGraph, inputs, backend=None, *,
         ``outputs``: NumPy uint32 arrays of canonical values, one per graph
         output in its view shape; ``commitments``: the Merkle root (bytes) of
         every padded buffer of this run.
+
+    Raises
+    ------
+    ValueError
+        Inputs of the wrong shape or out of range, or an ``assert_eq`` that
+        does not hold: the message names the kernel, the assertion, the user's
+        instance and both sides' values (as a failing eager call does).
+    TypeError
+        ``graph`` or an input of the wrong type.
     """
     if not isinstance(graph, ComputationGraph):
         raise TypeError(f"Argument `graph` must be a ComputationGraph, not "
