@@ -159,4 +159,9 @@ def test_field_api_on_emulated_cupy_arrays(emulated_cupy, F):
             got = G.sum(dev(u), axis=axis)
             assert isinstance(got, cuda_emu.EmuArray)
             np.testing.assert_array_equal(got.get(), G.sum(u, axis=axis))
+        out = dev(np.zeros(G.sum(u, axis=0).shape, dtype=np.uint32))
+        assert G.sum(dev(u), axis=0, out=out) is out
+        np.testing.assert_array_equal(out.get(), G.sum(u, axis=0))
+        with pytest.raises(TypeError, match="`out` must be a cupy array"):
+            G.sum(dev(u), axis=0, out=out.get())
     assert emulated_cupy and all(n.startswith("zorch_") for n in emulated_cupy)

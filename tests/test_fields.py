@@ -392,6 +392,35 @@ def test_sum_matches_big_ints(F, monkeypatch):
 
 
 @pytest.mark.parametrize("F", FIELDS)
+def test_sum_writes_out_like_numpy(F):
+    """``out=``: the result's shape (keepdims included), any strides, returned; it may
+    be a view of the input (the sum is complete before it is written); a wrong one
+    is refused before any work, the input untouched."""
+    rng = np.random.default_rng(9)
+    words = rng.integers(0, 2**32, size=(4, 6), dtype=np.uint64).astype(np.uint32)
+    ext = rng.integers(0, 2**32, size=(3, 5, 4), dtype=np.uint64).astype(np.uint32)
+    for G, a, axis, keep in ((F, words, 0, False), (F, words, 1, True), (F, words, None, False),
+                             (F.ext, ext, 1, False), (F.ext, ext, None, True)):
+        want = G.sum(a, axis=axis, keepdims=keep)
+        out = np.full(want.shape, 7, dtype=np.uint32)
+        assert G.sum(a, axis, keep, out=out) is out and out.tobytes() == want.tobytes()
+        strided = np.zeros(want.shape + (2,), dtype=np.uint32)[..., 1]
+        G.sum(a, axis=axis, keepdims=keep, out=strided)
+        assert (strided == want).all()
+        with pytest.raises(ValueError, match="`out` must have shape"):
+            G.sum(a, axis=axis, keepdims=not keep, out=out)
+    inplace = words.copy()
+    F.sum(inplace, axis=0, out=inplace[1])
+    assert (inplace[1] == F.sum(words, axis=0)).all() and (inplace[0] == words[0]).all()
+    before = words.copy()
+    for bad, exc in ((np.empty(6, np.int64), TypeError), (np.empty(6, np.uint32)[::-1][:5], ValueError),
+                     (np.broadcast_to(np.uint32(0), (6,)), ValueError), ([0] * 6, TypeError)):
+        with pytest.raises(exc, match="`out`"):
+            F.sum(words, axis=0, out=bad)
+    assert (words == before).all()
+
+
+@pytest.mark.parametrize("F", FIELDS)
 def test_mle_eval_matches_the_sum_over_the_hypercube(F):
     """f~(r) = sum_b f(b) prod_j (r_j if b_j else 1 - r_j), point[0] binding the lowest
     index bit, against big ints; base values and a base point on the extension too."""

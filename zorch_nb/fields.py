@@ -852,7 +852,7 @@ class _FieldBase:
         return self._finish(self._run(backend, kind, lambda k, x, o: k.base_batch_inv(x, o, f),
                                       [flat], result), user_out)
 
-    def sum(self, a, axis=None, keepdims: bool = False):
+    def sum(self, a, axis=None, keepdims: bool = False, *, out=None):
         """Field sum ``sum_i a_i mod p`` over ``axis`` (element axes, as ``numpy.sum``).
 
         Montgomery form is linear (``sum_i w_i = (sum_i v_i) 2**32 mod p``), so
@@ -869,6 +869,10 @@ class _FieldBase:
             Element axes to add over; ``None`` adds every element.
         keepdims : bool, optional
             Keep the reduced axes with length 1.
+        out : uint32 array, optional
+            Written with the result (same module as ``a``, the result's shape;
+            any strides) and returned.  It may be a view of ``a``: the sum is
+            complete before ``out`` is written.
 
         Returns
         -------
@@ -898,6 +902,12 @@ class _FieldBase:
                                  f"{elem}{note}, not {axis!r}")
         kind, a = _in_module(a)
         xp = _backend.get_xp(kind)
+        if out is not None:  # checked before the work, written after it
+            shape = tuple(1 if i in axes else d for i, d in enumerate(elem) if keepdims
+                          or i not in axes)
+            into, user_out = self._out(out, kind, shape, [a])
+            into[...] = self.sum(a, axes, keepdims)
+            return self._finish(into, user_out)
         p = np.uint64(self.p)
         # Blocks (C order over the element axes, see _blocks) bound the
         # temporaries to a chunk; each adds its words into the uint64 slots of
