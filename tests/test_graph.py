@@ -397,6 +397,45 @@ def test_crafted_graph_with_valid_checksum_is_refused():
     assert fmt.FORMAT_VERSION == 1
 
 
+def test_hand_built_graph_is_validated_before_its_first_replay():
+    """The constructor is public and the evaluators index unchecked: a graph built
+    by hand is checked as a decoded file is (an offset past its buffer segfaulted,
+    reversed templates failed in Numba's typing), and a graph cannot be changed
+    after it was checked."""
+    ctx = Context()
+    a, c = reference_program(ctx)
+    g = ctx.generate_computation_graph([a], [c])
+    x = np.arange(1, 33).reshape(16, 2)
+    ck = g.compiled_kernels[0]
+    par, _ = ck.in_layouts[0]
+    parts = [g.field, g.kernels, g.compiled_kernels, g.buffer_points, g.templates, g.inputs,
+             g.outputs, g.constants, g.commitments]
+
+    def built(k, value):
+        return ComputationGraph(*(parts[:k] + [value] + parts[k + 1:]))
+
+    for evil, match in ((built(2, [ck._replace(in_layouts=((par, (0, 10**9)),))]
+                                + list(g.compiled_kernels[1:])), "reads past padded buffer"),
+                        (built(4, g.templates[::-1]), "before it is written"),
+                        (built(3, [(1, 3)] * len(g.buffer_points)), "invalid computation graph")):
+        with pytest.raises(ValueError, match=match):
+            run_computation_graph(evil, [x])
+    same = ComputationGraph(*parts)
+    assert run_computation_graph(same, [x])[1] == g.commitments
+    for attr in ("templates", "field", "_validated"):
+        with pytest.raises(AttributeError, match="immutable"):
+            setattr(same, attr, getattr(g, attr))
+    with pytest.raises(AttributeError, match="immutable"):
+        del same.kernels
+    ints = np.array([5, 6], dtype=np.int64)
+    held = ComputationGraph(*parts[:7], [(0, ints)], parts[8]).constants[0][1]
+    assert held.dtype == np.uint32 and not held.flags.writeable and held.base is None
+    ints[0] = 9
+    assert held.tolist() == [5, 6]
+    with pytest.raises(ValueError, match="`constants` must hold canonical values"):
+        ComputationGraph(*parts[:7], [(0, np.array([2**32 + 1]))], parts[8])
+
+
 def test_crafted_counts_shapes_and_sizes_are_refused(monkeypatch):
     """Checksum-valid files whose numbers disagree: refused by validation, not
     an IndexError/KeyError (or a 2 TiB allocation) at replay."""

@@ -32,7 +32,6 @@ Examples
 """
 from __future__ import annotations
 
-import copy
 import hashlib
 import heapq
 import itertools
@@ -293,6 +292,19 @@ class CompiledKernel(NamedTuple):
     out_layouts: tuple
 
 
+def _frozen_words(values) -> np.ndarray:
+    """A read-only uint32 copy (a graph's constants are not the caller's arrays)."""
+    arr = np.asarray(values)
+    if arr.dtype.kind not in "ui":
+        raise TypeError(f"Argument `constants` must hold integer arrays, not {arr.dtype}")
+    if arr.size and (int(arr.min()) < 0 or int(arr.max()) >= 1 << 32):
+        raise ValueError("Argument `constants` must hold canonical values (a cast to uint32 "
+                         "would wrap these)")
+    words = arr.astype(np.uint32)
+    words.setflags(write=False)
+    return words
+
+
 def _describe(op: _Operand) -> str:
     if op.view.perm == tuple(range(len(op.view.perm))):
         return f"{list(op.shape)}"
@@ -319,20 +331,43 @@ class ComputationGraph:
     constants : tuple of (buffer id, uint32 array)
         Canonical values of buffers copied to the device but not graph inputs.
     commitments : tuple of bytes
-        Merkle root of every padded buffer of the recorded run.
+        Merkle root of every padded buffer of the recorded run, over its
+        Montgomery words (``v * 2**32 mod p``, little-endian uint32; see
+        :func:`~zorch_nb.graph_layout.merkle_root`), not the canonical values.
+
+    A graph is immutable: the generated evaluators index buffers with its
+    offsets unchecked, so a graph built by hand (the constructor is public)
+    is validated as a decoded file is, once, before its first replay.
     """
 
     def __init__(self, field, kernels, compiled_kernels, buffer_points, templates, inputs,
                  outputs, constants, commitments):
-        self.field = field
-        self.kernels = tuple(kernels)
-        self.compiled_kernels = tuple(compiled_kernels)
-        self.buffer_points = tuple(tuple(p) for p in buffer_points)
-        self.templates = tuple(templates)
-        self.inputs = tuple(inputs)
-        self.outputs = tuple(outputs)
-        self.constants = tuple((b, np.asarray(v, dtype=np.uint32)) for b, v in constants)
-        self.commitments = tuple(commitments)
+        set_ = object.__setattr__
+        set_(self, "field", field)
+        set_(self, "kernels", tuple(kernels))
+        set_(self, "compiled_kernels", tuple(compiled_kernels))
+        set_(self, "buffer_points", tuple(tuple(p) for p in buffer_points))
+        set_(self, "templates", tuple(templates))
+        set_(self, "inputs", tuple(inputs))
+        set_(self, "outputs", tuple(outputs))
+        set_(self, "constants", tuple((b, _frozen_words(v)) for b, v in constants))
+        set_(self, "commitments", tuple(commitments))
+        set_(self, "_validated", False)  # (set by the recorder and by from_bytes)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"a ComputationGraph is immutable (setting `{name}`); build a "
+                             f"new one with ComputationGraph(...)")
+
+    def __delattr__(self, name):
+        raise AttributeError(f"a ComputationGraph is immutable (deleting `{name}`)")
+
+    def _checked(self) -> "ComputationGraph":
+        """``self`` after :func:`~zorch_nb.graph_format.validate` (run once)."""
+        if not self._validated:
+            from .graph_format import validate
+            validate(self)
+            object.__setattr__(self, "_validated", True)
+        return self
 
     # ---- derived ---------------------------------------------------------
     @property
@@ -388,8 +423,9 @@ class ComputationGraph:
         from .graph_format import _identity
         keys = []
         for g in (self, other):
-            bare = copy.copy(g)
-            bare.kernels = tuple(_identity(ir) for ir in g.kernels)
+            bare = ComputationGraph(g.field, tuple(_identity(ir) for ir in g.kernels),
+                                    g.compiled_kernels, g.buffer_points, g.templates, g.inputs,
+                                    g.outputs, g.constants, g.commitments)
             keys.append(bare.to_bytes())
         return keys[0] == keys[1]
 
@@ -1120,8 +1156,10 @@ class Context:
                      if buf.source == "input" and b not in input_ids]
         commitments = [merkle_root(_to_host(pad(self._xp, buf.values, pts)))
                        for buf, pts in zip(self._buffers, points)]
-        return ComputationGraph(self.field.params.name, kernels, compiled, points, templates,
-                                in_specs, out_specs, constants, commitments)
+        graph = ComputationGraph(self.field.params.name, kernels, compiled, points, templates,
+                                 in_specs, out_specs, constants, commitments)
+        object.__setattr__(graph, "_validated", True)  # the recorder's own layouts
+        return graph
 
     def load_computation_graph(self, graph: ComputationGraph) -> tuple:
         """Check that the program recorded here is the one ``graph`` was made from.
@@ -1245,6 +1283,7 @@ def run_computation_graph(graph: ComputationGraph, inputs, backend=None, *,
     if not isinstance(graph, ComputationGraph):
         raise TypeError(f"Argument `graph` must be a ComputationGraph, not "
                         f"{type(graph).__name__}")
+    graph._checked()
     backend = _check_backend(backend)
     xp = _xp(backend)
     F = FIELDS_BY_NAME[graph.field]

@@ -340,10 +340,8 @@ def graph_from_bytes(data) -> "object":
     commitments = [r._take(32, "commitment") for _ in range(r.count("commitments"))]
     if r.pos != len(r.data):
         raise ValueError(f"corrupted graph: {len(r.data) - r.pos} bytes left after the payload")
-    g = ComputationGraph(field, kernels, compiled, points, templates, specs[0], specs[1],
-                         constants, commitments)
-    validate(g)
-    return g
+    return ComputationGraph(field, kernels, compiled, points, templates, specs[0], specs[1],
+                            constants, commitments)._checked()
 
 
 def _bad(msg):
