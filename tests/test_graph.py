@@ -72,10 +72,18 @@ def test_reference_lanes_give_528_plus_32k():
     for bad, exc, match in ((None, TypeError, "`inputs` must be a sequence"),
                             ({"a": new}, TypeError, "`inputs` must be a sequence"),
                             ([new * 1.0], TypeError, "`inputs\\[0\\]` must hold integers"),
-                            ([-new], ValueError, r"inputs\[0\]\[0, 0\] = -1$"),
+                            ([-new], ValueError, r"inputs\[0\]\[0, 0\] = -1; pass "
+                                                 r"reduce=True to reduce modulo p$"),
                             ([[[1, 2], [3]]], ValueError, r"`inputs\[0\]` must be a rectangular")):
         with pytest.raises(exc, match=match):
             run_computation_graph(g, bad)
+    # reduce=True reads any integer modulo p, as copy_to_device(..., reduce=True)
+    wrapped = [new - 3 * P, np.array(new + P, dtype=object) + 2**70 * P]
+    for raw in wrapped:
+        (got,), _ = run_computation_graph(g, [raw], reduce=True)
+        assert got.tobytes() == out.tobytes()
+    with pytest.raises(TypeError, match="`reduce` must be True or False"):
+        run_computation_graph(g, [new], reduce=1)
     for axes in ((1.9, 0.2), ("x", None), (True, False)):
         with pytest.raises(TypeError, match="`axes` must be integers"):
             a.transpose(*axes)
@@ -986,6 +994,25 @@ def test_load_computation_graph_checks_the_rerecorded_program():
         short.load_computation_graph(g)
 
 
+def test_load_names_a_differing_constant_and_its_values():
+    @kernel
+    def scale(x: In[()], k: In[2], out: Out[()]):
+        out[()] = x[()] * k[1] + k[0]
+
+    def record(k):
+        ctx = Context()
+        a = ctx.copy_to_device(np.arange(6))
+        (b,) = ctx.call_kernel(scale, 6, a, ctx.copy_to_device(k))
+        return ctx, a, b
+
+    ctx, a, b = record([1, 3])
+    g = ctx.generate_computation_graph([a], [b])
+    assert record([1, 3])[0].load_computation_graph(g) == g.commitments
+    with pytest.raises(ValueError, match=r"constant buffer 1 holds different values: element 1 "
+                                         r"is 3 in the graph but 4 here$"):
+        record([1, 4])[0].load_computation_graph(g)
+
+
 def test_load_names_a_layout_difference():
     ctx = Context()
     a, c = reference_program(ctx, lanes=2)
@@ -1025,6 +1052,47 @@ def test_call_errors_name_both_accepted_shapes():
         ctx.generate_computation_graph([y], [y])
     with pytest.raises(ValueError, match="backend"):
         Context(backend="tpu")
+
+
+FACTORY = """
+from __future__ import annotations
+from zorch_nb.graph import In, Out, kernel
+
+def row_sum(n):
+    @kernel
+    def total(x: In[n], out: Out[()]):
+        acc = x[0]
+        for i in range(1, n):
+            acc = acc + x[i]
+        out[()] = acc
+    return total
+
+def shaped(m):
+    k = m + 1  # used by the annotation only: no closure cell under PEP 563
+
+    @kernel
+    def widen(x: In[()], out: Out[k]):
+        for i in range(k):
+            out[i] = x[()] * (i + 1)
+    return widen
+"""
+
+
+def test_kernel_factories_work_under_postponed_annotations():
+    """``from __future__ import annotations`` makes ``In[n]`` a string evaluated when
+    the kernel is traced: names of the factory's scope (arguments, locals used
+    only in the annotation) resolve, as without the import."""
+    import __future__
+    ns: dict = {}
+    exec(compile(FACTORY, "<factory>", "exec", dont_inherit=True,
+                 flags=__future__.annotations.compiler_flag), ns)
+    ctx = Context()
+    x = ctx.copy_to_device(np.arange(12).reshape(4, 3))
+    (y,) = ctx.call_kernel(ns["row_sum"](3), 4, x)
+    np.testing.assert_array_equal(ctx.copy_to_host(y), [3, 12, 21, 30])
+    (z,) = ctx.call_kernel(ns["shaped"](1), 2, ctx.copy_to_device([5, 7]))
+    np.testing.assert_array_equal(ctx.copy_to_host(z), [[5, 10], [7, 14]])
+    assert ns["row_sum"](5).params[0] == ("x", "in", (5,))
 
 
 def test_definition_errors_name_the_variable():
@@ -1115,6 +1183,14 @@ def test_handles_are_read_only_and_replays_take_values():
     with pytest.raises(ValueError, match=r"\[-1, 4\] cannot keep the element count 6: 6 is "
                                          r"not a multiple of 4"):
         a.reshape(-1, 4)
+    assert (a.ndim, len(a), a.T.ndim, len(a.T)) == (2, 2, 2, 3)
+    scalar = ctx.copy_to_device(5)
+    assert scalar.ndim == 0
+    with pytest.raises(TypeError, match="len"):
+        len(scalar)
+    for to_array in (np.asarray, np.array, lambda h: h + np.zeros(3)):  # no 0-d object arrays
+        with pytest.raises(TypeError, match=r"read them with Context\.copy_to_host"):
+            to_array(a)
     (b,) = ctx.call_kernel(add_2, 1, ctx.copy_to_device([1, 2]))
     g = ctx.generate_computation_graph([], [b])
     assert run_computation_graph(g, [])[0][0].tolist() == [3]

@@ -144,6 +144,23 @@ def test_merkle_root_is_unchanged_and_copies_nothing(n):
         assert pk < 0.25 * words.nbytes  # a byte copy and every leaf digest: 2.7x
 
 
+def test_commitments_hash_the_montgomery_words_of_the_padded_buffers():
+    """As documented: a user checks a replay's commitments against its ``padded``
+    buffers by encoding them first (the canonical values hash to other roots)."""
+    from zorch_nb import KoalaBear
+    from zorch_nb._demo_graph import add_2
+    ctx = Context()
+    a = ctx.copy_to_device(np.arange(24).reshape(12, 2))
+    (b,) = ctx.call_kernel(add_2, 12, a)
+    g = ctx.generate_computation_graph([a], [b])
+    _, commitments, padded = run_computation_graph(g, [np.arange(24).reshape(12, 2)],
+                                                   padded=True)
+    assert commitments == g.commitments
+    assert [naive_merkle_root(KoalaBear.encode(v).reshape(-1)) for v in padded] \
+        == list(commitments)
+    assert naive_merkle_root(padded[0].reshape(-1)) != commitments[0]
+
+
 @pytest.mark.parametrize("n", [48, 16 * 6 + 1])
 def test_merkle_root_refuses_a_leaf_count_that_is_not_a_power_of_two(n):
     with pytest.raises(ValueError, match="power-of-two number of 16-word leaves"):

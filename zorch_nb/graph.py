@@ -197,6 +197,21 @@ class Handle:
         """The view with its axes reversed (``transpose()``)."""
         return self.transpose()
 
+    @property
+    def ndim(self) -> int:
+        """Number of dimensions of the view."""
+        return len(self._shape)
+
+    def __len__(self) -> int:
+        if not self._shape:
+            raise TypeError("len() of a 0-d handle")
+        return self._shape[0]
+
+    def __array__(self, dtype=None, copy=None):
+        # np.asarray(handle) made a 0-d object array that failed far away.
+        raise TypeError("a graph handle holds no values on the host; read them with "
+                        "Context.copy_to_host(handle)")
+
     def __repr__(self):
         return f"<zorch_nb graph handle: buffer {self.buffer_id}, shape {list(self.shape)}>"
 
@@ -1225,14 +1240,28 @@ def _first_difference(g: ComputationGraph, h: ComputationGraph):
                         f"the graph but {getattr(t, field)} here")
         if g.compiled_kernels[s.compiled][1:] != h.compiled_kernels[t.compiled][1:]:
             return f"call {k} (kernel `{ks.name}`) has different operand layouts"
+    def view(graph, spec):  # (the layouts are equal by now)
+        bid, history = spec
+        shape = history_shapes(graph.buffer_points[bid][-1], history)[-1]
+        return f"buffer {bid} viewed as {list(shape)}"
+
     for name in ("inputs", "outputs"):
-        if getattr(g, name) != getattr(h, name):
-            return f"the graph's {name} differ: {getattr(g, name)} vs {getattr(h, name)}"
-    for (b, v), (c, w) in zip(g.constants, h.constants):
-        if b != c or not np.array_equal(v, w):
-            return f"constant buffer {b} holds different values"
-    if len(g.constants) != len(h.constants):
-        return "the constant buffers differ"
+        ours, theirs = getattr(g, name), getattr(h, name)
+        if len(ours) != len(theirs):
+            return f"the graph has {len(ours)} {name}, this recording {len(theirs)}"
+        for k, (s, t) in enumerate(zip(ours, theirs)):
+            if s != t:
+                return (f"{name[:-1]} {k} is {view(g, s)} in the graph but {view(h, t)} here"
+                        + ("" if view(g, s) != view(h, t) else " (through other reshapes)"))
+    if [b for b, _ in g.constants] != [c for c, _ in h.constants]:
+        return (f"the constant buffers are {[b for b, _ in g.constants]} in the graph but "
+                f"{[c for c, _ in h.constants]} here")
+    for (b, v), (_, w) in zip(g.constants, h.constants):
+        if not np.array_equal(v, w):
+            i = int(np.flatnonzero(v != w)[0]) if v.shape == w.shape else None
+            return f"constant buffer {b} holds different values" + (
+                "" if i is None else f": element {i} is {int(v[i])} in the graph but "
+                                     f"{int(w[i])} here")
     return None
 
 
@@ -1249,7 +1278,7 @@ def _check_host_memory(need: int, buffers: int) -> None:
 
 
 def run_computation_graph(graph: ComputationGraph, inputs, backend=None, *,
-                          padded: bool = False) -> tuple:
+                          padded: bool = False, reduce: bool = False) -> tuple:
     """Evaluate a saved graph on new inputs, without the program that made it.
 
     Parameters
@@ -1263,13 +1292,18 @@ def run_computation_graph(graph: ComputationGraph, inputs, backend=None, *,
     padded : bool, optional
         Also return every padded buffer (canonical values, NumPy, shaped by
         its padded dimensions) as a third element.
+    reduce : bool, optional
+        Reduce any integer input (negative or ``>= p``) modulo ``p``, as
+        :meth:`Context.copy_to_device` does; by default such a value is a
+        ValueError naming its input and index.
 
     Returns
     -------
     (outputs, commitments) : tuple
         ``outputs``: NumPy uint32 arrays of canonical values, one per graph
         output in its view shape; ``commitments``: the Merkle root (bytes) of
-        every padded buffer of this run.
+        every padded buffer of this run, over its Montgomery words (encode
+        the ``padded`` values to check one).
 
     Raises
     ------
@@ -1284,6 +1318,8 @@ def run_computation_graph(graph: ComputationGraph, inputs, backend=None, *,
         raise TypeError(f"Argument `graph` must be a ComputationGraph, not "
                         f"{type(graph).__name__}")
     graph._checked()
+    if not isinstance(reduce, (bool, np.bool_)):
+        raise TypeError(f"Argument `reduce` must be True or False, not {reduce!r}")
     backend = _check_backend(backend)
     xp = _xp(backend)
     F = FIELDS_BY_NAME[graph.field]
@@ -1299,7 +1335,7 @@ def run_computation_graph(graph: ComputationGraph, inputs, backend=None, *,
     _check_host_memory(4 * sum(lengths), len(lengths))
     bufs: list = [None] * len(points)
 
-    def place(bid, history, values, name):
+    def place(bid, history, values, name, reduce=False):
         n = points[bid][-1]
         shape = history_shapes(n, history)[-1]
         if isinstance(values, Handle) or values is None:
@@ -1315,16 +1351,18 @@ def run_computation_graph(graph: ComputationGraph, inputs, backend=None, *,
             raise ValueError(f"Argument `{name}` must have shape {list(shape)}, "
                              f"not {list(values.shape)}")
         try:
-            words = F.encode(values)
+            words = F.encode(values, reduce=reduce)
         except (TypeError, ValueError) as exc:  # encode names its argument `ints`
             msg = str(exc).replace("`ints`", f"`{name}`").replace("ints[", f"{name}[")
-            raise type(exc)(msg.split("; pass reduce=True")[0]) from None
+            if name.startswith("constant"):  # (the graph's own values: no reduce= to suggest)
+                msg = msg.split("; pass reduce=True")[0]
+            raise type(exc)(msg) from None
         # Undo the view's history on the words themselves: an int64 index array
         # per buffer (arange, scattered through) cost twice the buffer.
         bufs[bid] = pad(xp, xp.asarray(unapply_history(words, history, n)), points[bid])
 
     for k, ((bid, history), values) in enumerate(zip(graph.inputs, inputs)):
-        place(bid, history, values, f"inputs[{k}]")
+        place(bid, history, values, f"inputs[{k}]", bool(reduce))
     for bid, values in graph.constants:
         place(bid, (("reshape", (points[bid][-1],)),), values, f"constant {bid}")
     for ti, t in enumerate(graph.templates):

@@ -322,7 +322,8 @@ def _merkle_reduce(level: list) -> bytes:
 
 
 def merkle_root(words) -> bytes:
-    """Merkle root (SHA-256) of a padded buffer's little-endian uint32 words.
+    """Merkle root (SHA-256) of a padded buffer's little-endian uint32 words (the graph
+    hashes Montgomery words, ``v * 2**32 mod p``, not canonical values).
 
     Leaves are ``sha256(0x00 || 64-byte chunk)`` (the whole buffer when it is
     shorter), inner nodes ``sha256(0x01 || left || right)``; the commitment is

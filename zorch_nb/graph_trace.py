@@ -47,6 +47,7 @@ class ParamSpec(NamedTuple):
 
     @property
     def size(self) -> int:
+        """Element count of ``shape`` (1 for a scalar ``()``)."""
         return math.prod(self.shape)
 
 
@@ -127,10 +128,12 @@ class KernelIR(NamedTuple):
 
     @property
     def in_params(self) -> tuple:
+        """``(name, kind, shape)`` of the parameters read: In and InOut, in order."""
         return tuple(p for p in self.params if p[1] in ("in", "inout"))
 
     @property
     def out_params(self) -> tuple:
+        """``(name, kind, shape)`` of the parameters written: Out and InOut, in order."""
         return tuple(p for p in self.params if p[1] in ("out", "inout"))
 
 
@@ -156,6 +159,7 @@ class Kernel:
 
     @property
     def params(self) -> tuple:
+        """``(name, kind, shape)`` of every parameter, in the signature's order."""
         return self.ir.params
 
     def __repr__(self):
@@ -467,13 +471,15 @@ def assert_eq(a, b) -> None:
     tr.asserts.append((ids[0], ids[1], tr.where()))
 
 
-def _trace(fn) -> KernelIR:
+def _trace(fn, scope=None) -> KernelIR:
+    """Trace ``fn``; ``scope``: the names its string annotations may use besides its
+    globals (under ``from __future__ import annotations``)."""
     name = getattr(fn, "__name__", "kernel")
     if not inspect.isfunction(fn):
         raise TypeError(f"Argument `fn` of @kernel must be a Python function, not "
                         f"{type(fn).__name__}")
     try:
-        hints = inspect.get_annotations(fn, eval_str=True)
+        hints = inspect.get_annotations(fn, eval_str=True, locals=scope)
     except Exception as exc:
         raise KernelDefinitionError(f"kernel `{name}`: cannot evaluate the parameter "
                                     f"annotations ({exc})") from None
@@ -579,4 +585,17 @@ def kernel(fn) -> Kernel:
     >>> add_2.params
     (('x', 'in', (2,)), ('out', 'out', ()))
     """
-    return Kernel(_trace(fn), fn)
+    scope = None
+    annotations = getattr(fn, "__annotations__", None)
+    if isinstance(annotations, dict) and any(isinstance(a, str) for a in annotations.values()):
+        # PEP 563 strings are evaluated here, not where the ``def`` ran: a
+        # kernel made in a factory (``In[n]``, ``n`` an argument of the
+        # factory) needs the names of the scope that applied the decorator.
+        caller = sys._getframe(1)
+        try:
+            scope = dict(caller.f_locals)
+        finally:
+            del caller
+        if inspect.isfunction(fn):
+            scope.update(inspect.getclosurevars(fn).nonlocals)
+    return Kernel(_trace(fn, scope), fn)
