@@ -126,8 +126,24 @@ def test_jagged_schedule_errors():
     with pytest.raises(ValueError, match=r"already 1: one step to out_row_counts \[1\] \* 2, "
                                          r"out_width 2 compacts it"):
         extract_jagged_outputs(spare)
-    num, den = extract_jagged_outputs(jagged_layer_transition(spare, [1, 1], 2))  # unpacks
+    floor = extract_jagged_outputs(jagged_layer_transition(spare, [1, 1], 2))
+    num, den = floor  # unpacks, indexes and has a length, as the pair it stands for
     assert num.shape == (4,) and den.shape == (4,)
+    assert floor[0] is num and floor[-1] is den and len(floor) == 2 and floor[:] == (num, den)
+    with pytest.raises(IndexError):
+        floor[2]
+    # the default width is the counts' sum: an overflowing sum names the counts
+    with pytest.raises(ValueError, match=r"`out_row_counts` must sum to at most 2147483647 "
+                                         r"\(int32 offsets\), not 2147483648"):
+        jagged_layer_transition(layer, [2**31 - 1, 1])
+    with pytest.raises(ValueError, match=r"schedules\[0\]: Argument `out_row_counts` must sum"):
+        build_jagged_pyramid(layer, [[2**31 - 1, 1]])
+    # a step as a list [counts, width] is the pair it looks like
+    as_list = build_jagged_pyramid(layer, [[[3, 2], 7], [np.array([2, 1]), 3]])
+    as_tuple = build_jagged_pyramid(layer, [([3, 2], 7), (np.array([2, 1]), 3)])
+    assert [g.width for g in as_list] == [layer.width, 7, 3]
+    assert all(a.numerator_0.tobytes() == b.numerator_0.tobytes()
+               for a, b in zip(as_list, as_tuple))
     for one_step in (JaggedStep([3, 2], 5), ([3, 2], 5), [3, 2]):
         with pytest.raises(TypeError, match="a list of steps, not one step"):
             build_jagged_pyramid(layer, one_step)

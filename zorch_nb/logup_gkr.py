@@ -446,7 +446,8 @@ class LogUpGkrOutput:
     extension array has shape ``(2 nb, 4)``), ``denominator`` likewise.  For
     batch element ``b`` the fraction sum of all its leaves equals
     ``numerator[2b]/denominator[2b] + numerator[2b+1]/denominator[2b+1]``.
-    It unpacks as a pair: ``num, den = extract_outputs(floor)``.
+    It behaves as the pair ``(numerator, denominator)``: ``num, den =
+    extract_outputs(floor)``, ``out[0]``, ``len(out) == 2``.
     """
 
     numerator: Any
@@ -455,6 +456,12 @@ class LogUpGkrOutput:
     def __iter__(self):
         # ``num, den = extract_outputs(floor)``, as with a pair
         return iter((self.numerator, self.denominator))
+
+    def __len__(self) -> int:
+        return 2
+
+    def __getitem__(self, index):
+        return (self.numerator, self.denominator)[index]
 
 
 class JaggedStep(NamedTuple):
@@ -673,7 +680,10 @@ def _check_step(rc, kind: str, out_row_counts, out_width):
                          f"({nb}), not {orc.shape[0]}")
     if isinstance(orc, np.ndarray):
         total = int(orc.sum(dtype=np.int64))
-        if out_width is None:
+        if out_width is None:  # the default: the caller passed no width to blame
+            if total > _INT32_MAX:
+                raise ValueError(f"Argument `out_row_counts` must sum to at most "
+                                 f"{_INT32_MAX} (int32 offsets), not {total}")
             out_width = total
         out_width = _check_int(out_width, "out_width", 0, _INT32_MAX)
         if total > out_width:
@@ -798,6 +808,12 @@ def _step(entry, i):
     if (isinstance(entry, tuple) and len(entry) == 2
             and not isinstance(entry[0], (int, np.integer))):
         return entry
+    # A list [counts, width] too (counts are 1-d, so a list whose first item is
+    # not an integer and whose second is one cannot be counts itself).
+    if (isinstance(entry, list) and len(entry) == 2
+            and not isinstance(entry[0], (int, np.integer))
+            and isinstance(entry[1], (int, np.integer)) and not isinstance(entry[1], bool)):
+        return entry[0], entry[1]
     return entry, None
 
 
@@ -810,7 +826,8 @@ def build_jagged_pyramid(first: JaggedGkrLayer, schedules, *,
     first : JaggedGkrLayer
     schedules : iterable
         Each entry is a :class:`JaggedStep`, a ``(out_row_counts, out_width)``
-        pair, or just ``out_row_counts`` (then the width is its sum).  See
+        pair (a tuple, or a list ``[counts, width]``), or just
+        ``out_row_counts`` (then the width is its sum).  See
         :func:`halving_schedule`.
     backend : {None, "cpu", "cupy", "numba"}, optional
     fused : bool, optional
