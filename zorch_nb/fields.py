@@ -1187,6 +1187,12 @@ class PrimeField(_FieldBase):
     ``backend``
         ``None`` (follow the arrays: NumPy -> Numba CPU, CuPy -> CuPy
         RawKernels), ``"cpu"``, ``"cupy"`` or ``"numba"`` (Numba-CUDA).
+
+    Results are arrays, never scalars: operands that are NumPy scalars or
+    0-d arrays give a 0-d array (``F.mul(np.uint32(5), np.uint32(6)).shape
+    == ()``).  A base array may have any shape, so extension-shaped data
+    ``(..., 4)`` passed to a base operation is multiplied coefficient by
+    coefficient, without an error: extension elements go through ``F.ext``.
     """
 
     degree = 1
