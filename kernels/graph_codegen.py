@@ -36,6 +36,11 @@ outer first (``shift_k`` = sum of the ``log2 P`` of the dimensions after
   instance receives element ``e``, so the padding of an output repeats its
   last element/row exactly like the padding of an input.
 
+The outermost term needs no mask (``t < prod(P)``, so ``t >> shift_0 <
+P_0``): the text does not depend on ``P_0``, and the same program recorded
+with another outer instance count (the usual size sweep) reuses its compiled
+evaluator; :func:`skeleton` is the cache key that says so.
+
 Generated code
 --------------
 :func:`python_source` gives a function ``name(i0, ..., o0, ..., consts,
@@ -54,7 +59,8 @@ from .cuda_source import read_source
 from .field_params import FieldParams, cuda_defines
 
 __all__ = ["OP_LOAD", "OP_CONST", "OP_ADD", "OP_SUB", "OP_MUL", "OP_NEG", "OP_NAMES",
-           "python_source", "cuda_source", "cuda_symbol", "translation_unit", "instance_base"]
+           "python_source", "cuda_source", "cuda_symbol", "translation_unit", "instance_base",
+           "skeleton"]
 
 OP_LOAD = 0
 OP_CONST = 1
@@ -81,14 +87,35 @@ def instance_base(par, t: int) -> int:
                for (log2p, stride), shift in zip(par, _shifts(par)))
 
 
+#: The outermost term's mask: an identity on every valid instance (graph files
+#: cap padded buffers below 2**40 words), there so the compiler knows the index
+#: is non-negative and bounded.  Without it Numba kept its negative-index
+#: wraparound and the evaluator loop ran several times slower; with the exact
+#: ``P_0 - 1`` the text, and the compile, depended on the instance count.
+_OUTER_MASK = (1 << 40) - 1
+
+
+def skeleton(layouts) -> tuple:
+    """``layouts`` with the outermost ``log2 P_0`` of each parallel part replaced
+    by -1: exactly what the generated text depends on (a cache key)."""
+    return tuple((tuple((-1 if k == 0 else int(lg), int(st)) for k, (lg, st) in enumerate(par)),
+                  rest) for par, rest in layouts)
+
+
 def _base_terms(par, t: str, suffix: str = ""):
-    """Terms of ``base(t)`` as source text (empty for a broadcast operand)."""
+    """Terms of ``base(t)`` as source text (empty for a broadcast operand); the
+    outermost without its mask, so that its size is not in the text."""
     terms = []
-    for (log2p, stride), shift in zip(par, _shifts(par)):
+    for k, ((log2p, stride), shift) in enumerate(zip(par, _shifts(par))):
         mask = (1 << int(log2p)) - 1
-        if mask == 0 or int(stride) == 0:
+        if int(stride) == 0 or (k > 0 and mask == 0):
             continue
-        terms.append(f"(({t} >> {shift}{suffix}) & {mask}{suffix}) * {int(stride)}{suffix}")
+        if k == 0:
+            terms.append(f"(({t} >> {shift}{suffix}) & {_OUTER_MASK}{suffix}) * "
+                         f"{int(stride)}{suffix}")
+        else:
+            terms.append(f"(({t} >> {shift}{suffix}) & {mask}{suffix}) * "
+                         f"{int(stride)}{suffix}")
     return terms
 
 

@@ -468,17 +468,21 @@ def _sources(ir: KernelIR, ck: CompiledKernel):
     """``(python source, CUDA source, name)`` of a kernel at its operand layouts.
 
     Named by a hash of exactly what the generated code depends on -- the nodes,
-    the assertion pairs, the outputs and the layouts -- so kernels that differ
-    only in their name, assertion text or constant values (runtime arguments)
-    share one evaluator and one compile.
+    the assertion pairs, the outputs and the layouts' skeletons (all but the
+    outermost parallel size, see :func:`~zorch_nb.kernels.graph_codegen.skeleton`)
+    -- so kernels that differ only in their name, assertion text, constant
+    values (runtime arguments) or outer instance count share one evaluator and
+    one compile.
     """
-    args = _plain((ir.nodes, tuple((a, b) for a, b, _ in ir.asserts), ir.outputs,
-                   ck.in_layouts, ck.out_layouts))
-    if args not in _SOURCE_CACHE:
-        name = "k" + hashlib.sha256(repr(args).encode()).hexdigest()[:16]
-        _SOURCE_CACHE[args] = (graph_codegen.python_source(name, *args),
-                               graph_codegen.cuda_source(name, *args), name)
-    return _SOURCE_CACHE[args]
+    key = _plain((ir.nodes, tuple((a, b) for a, b, _ in ir.asserts), ir.outputs,
+                  graph_codegen.skeleton(ck.in_layouts), graph_codegen.skeleton(ck.out_layouts)))
+    if key not in _SOURCE_CACHE:
+        name = "k" + hashlib.sha256(repr(key).encode()).hexdigest()[:16]
+        args = _plain((ir.nodes, tuple((a, b) for a, b, _ in ir.asserts), ir.outputs,
+                       ck.in_layouts, ck.out_layouts))
+        _SOURCE_CACHE[key] = (graph_codegen.python_source(name, *args),
+                              graph_codegen.cuda_source(name, *args), name)
+    return _SOURCE_CACHE[key]
 
 
 def _const_words(F: PrimeField, ir: KernelIR, xp):
