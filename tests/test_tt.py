@@ -11,9 +11,11 @@ References, all independent of the code under test:
 The ``path`` fixture runs a test twice on NumPy supercores: through the Numba
 kernels, and through the array-module path that CuPy supercores take.
 """
+import functools
 import math
 import string
 
+import numba
 import numpy as np
 import pytest
 
@@ -21,6 +23,7 @@ from peak_memory import peak_bytes
 
 from zorch_nb import tt_ops
 from zorch_nb.kernels import tt_kernels
+from zorch_nb.tt_masks import KERNELS
 from zorch_nb.tt import (
     ORTHOGONALIZE_KINDS, TuckerTensorTrain, UniformTuckerTensorTrain, UT3Masks, kernel_cache_info,
     ut3_inner, ut3_to_dense,
@@ -303,6 +306,16 @@ def test_masks_differ_from_a_plain_pair():
     pair = (np.ones((2, 3), bool), np.ones((3, 2), bool))
     assert (a == pair) is False and (pair == a) is False and a != pair
     assert a != [pair[0], pair[1]] and a != "masks"
+    # tuple's <, in, index() compared arrays elementwise ("truth value of an
+    # array is ambiguous"); there is no order and no search, said plainly
+    b = UT3Masks(*pair)
+    for compare in (lambda: a < b, lambda: a >= b, lambda: a <= pair, lambda: pair > a):
+        with pytest.raises(TypeError, match="equality only .* no order"):
+            compare()
+    for search in (lambda: pair[0] in a, lambda: a.index(pair[0]), lambda: a.count(pair[0])):
+        with pytest.raises(TypeError, match=r"`in`, index\(\) and count\(\)"):
+            search()
+    assert a == b and hash(a) == hash(b) and len({a, b}) == 1  # equality and hash unchanged
 
 
 class _FakeDeviceArray:
@@ -312,7 +325,10 @@ class _FakeDeviceArray:
 def test_masks_errors_say_what_to_pass():
     with pytest.raises(TypeError, match="dtype bool.*!= 0"):
         UT3Masks(np.ones((2, 3), np.int64), np.ones((3, 2), bool))
-    with pytest.raises(TypeError, match=r"host numpy.*\.get\(\)"):
+    # not every device array is CuPy's: a numba.cuda array has no .get()
+    with pytest.raises(TypeError, match=r"host numpy.*copy it to the host first, e\.g\. "
+                                        r"`tucker_edge_mask\.get\(\)` for CuPy or "
+                                        r"`tucker_edge_mask\.copy_to_host\(\)` for numba\.cuda"):
         UT3Masks(_FakeDeviceArray(), np.ones((3, 2), bool))
     with pytest.raises(ValueError, match=r"tt_edge_mask.*\(3, 'r'\)"):
         UT3Masks(np.ones((2, 3), bool), np.ones((2, 2), bool))
@@ -515,6 +531,17 @@ def test_frontend_checks_structure(rng):
         x * x
     with pytest.raises(TypeError):
         x + 1.0
+
+
+def test_ndarray_times_train_is_the_train_scaled(rng):
+    """NumPy's ndarray.__mul__ took `array * train` first and returned an
+    object array of whole scaled trains; it now defers to the train."""
+    x, x3 = stacked_pair(rng, X_RANKS)
+    want = np.stack([naive_dense(*t.data) for t in x3])
+    a = np.array([2.5, -0.5])
+    for got, factor in ((a * x, a), (x * a, a), (np.float64(3.0) * x, 3.0), (np.float32(2.0) * x, 2.0)):
+        assert isinstance(got, UniformTuckerTensorTrain)
+        assert rel_err(got.to_dense(), np.reshape(factor, (-1, 1, 1, 1)) * want) < RTOL
 
 
 # ---------------------------------------------------------------------------
@@ -819,6 +846,21 @@ def test_non_finite_live_entries_are_refused_before_lapack(rng):
         assert "On CuPy" in func.__doc__ and "synchronizes" in func.__doc__
 
 
+def test_overflow_during_svd_is_not_blamed_on_the_input(rng):
+    """Finite entries whose products overflow (1e200 in float64, 1e30 in
+    float32) were reported as 'the train holds inf or NaN in a live entry'."""
+    x = UniformTuckerTensorTrain.from_t3(rand_t3(rng, SHAPE, (2, 2, 2), (1, 2, 2, 1)))
+    for dtype, big in ((np.float64, 1e200), (np.float32, 1e30)):
+        U, G = (big * x.tucker_supercore).astype(dtype), (big * x.tt_supercore).astype(dtype)
+        assert np.isfinite(U).all() and np.isfinite(G).all()
+        y = UniformTuckerTensorTrain(U, G, x.shape, x.masks)
+        for call in (y.svd, lambda: y.orthogonalize("left")):
+            with np.errstate(over="ignore", invalid="ignore"):
+                with pytest.raises(ValueError, match=f"entries are finite, but a product of them "
+                                                     f"overflowed {np.dtype(dtype).name} .* rescale"):
+                    call()
+
+
 def test_bad_arguments_are_named(rng):
     """Each of these failed with a message from C, NumPy or Python that named
     no argument, or (object cores) was accepted."""
@@ -834,6 +876,9 @@ def test_bad_arguments_are_named(rng):
         x.apply(1.0)
     with pytest.raises(TypeError, match=r"`vectors` must be .* not generator; pass list\(...\)"):
         x.apply(v for v in (np.ones(3), np.ones(4)))
+    # a dict passed len() and gave its keys as vectors: "`vectors[0]` must have shape (3,), not ()"
+    with pytest.raises(TypeError, match="`vectors` must be a sequence of 2 arrays, not dict"):
+        x.apply({0: np.ones(3), 1: np.ones(4)})
     import collections  # any sequence with a length will do, as before
     assert np.allclose(x.apply(collections.deque([np.ones(3), np.ones(4)])),
                        x.apply([np.ones(3), np.ones(4)]))
@@ -864,7 +909,8 @@ def test_scalars_and_sizes_must_be_numbers(rng):
             UniformTuckerTensorTrain.from_t3(t3, **{name: bad})
     with pytest.raises(TypeError, match="`shape` must be a tuple of ints"):
         UniformTuckerTensorTrain(y.tucker_supercore, y.tt_supercore, (1.9,), y.masks)
-    for bad in (np.array([1.0]), np.array([True]), np.array([[2]])):
+    for bad in (np.array([1.0]), np.array([True]), np.array([[2]]), np.array(2)):
+        # a 0-d array failed with NumPy's "iteration over a 0-d array"
         with pytest.raises(TypeError, match="`shape` must be a tuple of ints"):
             UniformTuckerTensorTrain(y.tucker_supercore, y.tt_supercore, bad, y.masks)
     # a 1-d integer array is a shape, as NumPy takes it; NumPy bools scale as Python's
@@ -965,6 +1011,67 @@ def test_ragged_to_dense_shares_the_size_guard(rng, path, monkeypatch):
     assert rel_err(UniformTuckerTensorTrain.from_t3(small).to_dense(), naive_dense(*small.data)) < RTOL
 
 
+@pytest.mark.parametrize("dtype,value", [(np.bool_, True), (np.int8, 100), (np.int64, 2**40)])
+def test_ragged_to_dense_computes_in_float_as_the_uniform_path(path, dtype, value):
+    """t3_to_dense multiplied in the cores' own dtype: bool cores as logical
+    OR, int8 wrapping (100 * 100 * 2 gave 32), int64 2**40 squared giving 0,
+    while the uniform path promotes.  Every entry here is 8 * value**4,
+    exact in the promoted float dtype."""
+    tk = [np.full((2, 3), value, dtype), np.full((2, 2), value, dtype)]
+    tt = [np.full((1, 2, 2), value, dtype), np.full((2, 2, 1), value, dtype)]
+    want_dtype = np.result_type(dtype, np.float32)  # ut3_from_t3's promotion
+    reference = naive_dense([u.astype(np.float64) for u in tk], [g.astype(np.float64) for g in tt])
+    assert (reference == 8.0 * float(value) ** 4).all()
+    uniform = UniformTuckerTensorTrain.from_t3(TuckerTensorTrain(tk, tt)).to_dense()
+    assert uniform.dtype == want_dtype
+    for got in (tt_ops.t3_to_dense(tk, tt), TuckerTensorTrain(tk, tt).to_dense()):
+        assert got.dtype == want_dtype
+        np.testing.assert_array_equal(got, reference)
+        np.testing.assert_array_equal(got, uniform)
+    assert tk[0].dtype == dtype and tt[1].dtype == dtype  # the caller's cores stay as they were
+
+
+def test_t3_to_dense_checks_its_cores_as_the_class_does():
+    """The public t3_to_dense skipped the class's checks: zip dropped an extra
+    TT core (and returned [1, 1, 1]), other mistakes gave raw NumPy errors."""
+    one = np.ones((1, 3))
+    cases = [
+        (([one], [np.ones((1, 1, 1)), 5 * np.ones((1, 1, 1))]), ValueError, "equally long, not 1 and 2"),
+        (([], []), ValueError, "must be non-empty"),
+        (([one], [np.ones((2, 1, 1, 1))]), ValueError, r"`tt_cores\[0\]` must have shape"),
+        (([np.array([["a", "b"]])], [np.ones((1, 2, 1))]), TypeError, r"`tucker_cores\[0\]` must hold real"),
+        (([one, one], [np.ones((1, 1, 2)), np.ones((3, 1, 1))]), ValueError,
+         r"`tt_cores\[1\]` must start with rank 2, not 3"),
+        ((5, [np.ones((1, 1, 1))]), TypeError, "`tucker_cores` must be a sequence of arrays, not int"),
+        (([one], [[[[1.0]]]]), TypeError, r"`tt_cores\[0\]` must be a numpy.ndarray"),
+    ]
+    for args, exc, match in cases:
+        for build in (tt_ops.t3_to_dense, TuckerTensorTrain):
+            with pytest.raises(exc, match=match):
+                build(*args)
+
+
+def test_add_and_hadamard_refuse_a_result_too_large_to_allocate(rng, monkeypatch):
+    """ut3_hadamard built (d, S, r^2, n^2, r^2) blocks with no size check
+    (r = 64, n = 16: NumPy's raw MemoryError for 64 GiB, or the OOM killer
+    between free memory and swap); add had none either.  Both now refuse as
+    to_dense does (a pretended 1 MiB of memory, so nothing large is
+    allocated should the guard be missing)."""
+    monkeypatch.setattr(tt_ops._backend, "physical_memory", lambda: 2**20)
+    x = UniformTuckerTensorTrain.from_t3(rand_t3(rng, SHAPE, (2, 2, 2), (1, 2, 2, 1)), n=4, r=8)
+    # hadamard: 3 * 64 * 16 * 64 + 3 * 16 * 4 float64 entries, 1.5 MiB
+    with pytest.raises(ValueError, match=r"result of `ut3_hadamard` has supercores of shapes "
+                                         r"\(3, 16, 4\) and \(3, 64, 16, 64\) \(0\.00147 GiB\), too large"):
+        x.hadamard(x)
+    wide = UniformTuckerTensorTrain.from_t3(rand_t3(rng, SHAPE, (2, 2, 2), (1, 2, 2, 1)), n=8, r=32)
+    with pytest.raises(ValueError, match=r"result of `ut3_add` has supercores of shapes "
+                                         r"\(3, 16, 4\) and \(3, 64, 16, 64\)"):
+        wide + wide
+    small = UniformTuckerTensorTrain.from_t3(rand_t3(rng, SHAPE, (2, 2, 2), (1, 2, 2, 1)))
+    assert rel_err(small.hadamard(small).to_dense(), small.to_dense() ** 2) < RTOL
+    assert rel_err((small + small).to_dense(), 2 * small.to_dense()) < RTOL
+
+
 def test_frame_repair_kernel_matches_array_module_twin(rng):
     """The Numba repair and its array-module twin (the CuPy path) agree, and
     produce orthonormal frames on the real rows from degenerate candidates."""
@@ -1023,6 +1130,65 @@ def test_rebuilt_identical_structure_compiles_once(rng):
     ut3_inner(x.data, UniformTuckerTensorTrain(U, G, base.shape, (mk.copy(), mt.copy())).data)
     final = kernel_cache_info()
     assert final.misses == after.misses + 2 and final.hits >= after.hits + 2
+
+
+def test_kernel_cache_info_has_lru_cache_fields():
+    """kernel_cache_info claimed to be like lru_cache's cache_info() but had
+    no maxsize."""
+    info = kernel_cache_info()
+    assert info._fields == functools.lru_cache()(len).cache_info()._fields
+    assert info.maxsize == KERNELS._maxsize and info.currsize == len(KERNELS._store)
+    for method in (KERNELS.info, KERNELS.clear):
+        assert method.__doc__
+    # eviction is documented for what it frees and what it cannot
+    assert "never unloads" in " ".join(type(KERNELS).__doc__.split())
+
+
+def _has_read_only_arg(dispatcher):
+    return any(isinstance(t, numba.types.Array) and not t.mutable
+               for sig in dispatcher.signatures for t in sig)
+
+
+def test_read_only_supercores_reuse_the_compiled_kernel(rng):
+    """np.ascontiguousarray passes a read-only array through, and Numba typed
+    it as another array type: a second compile of each kernel while
+    kernel_cache_info reported a hit.  Read-only inputs are copied for the
+    kernels (never written) and reuse the compiled signature."""
+    x, _ = stacked_pair(rng, X_RANKS, n=4, r=4, N=5)
+    idx = np.array([[0, 1, 1], [2, 3, 0]])
+    vs = [np.linspace(-1, 1, n) for n in SHAPE]
+
+    def run(t):
+        return t.to_dense(), t.inner(t), t.entries(idx), t.apply(vs)
+
+    want = run(x)
+    p = tt_ops._parts(x.data)
+    sizes = (p.n, p.r, p.N)
+    keys = [("to_dense", x.shape, sizes, x.masks), ("inner", x.shape, sizes + sizes, x.masks, x.masks),
+            ("chain", x.shape, sizes, x.masks)]
+    kernels = [KERNELS._store[k] for k in keys]
+    counts = [len(getattr(k, "signatures", ())) for k in kernels]
+    frozen = []
+    for a in (x.tucker_supercore, x.tt_supercore):
+        ro = a.copy()
+        ro.setflags(write=False)
+        frozen.append((ro, np.frombuffer(a.tobytes(), dtype=a.dtype).reshape(a.shape),
+                       np.broadcast_to(a, a.shape)))
+    misses = kernel_cache_info().misses
+    for U, G in zip(*frozen):
+        assert not U.flags.writeable and not G.flags.writeable
+        before = (U.copy(), G.copy())
+        for got, ref in zip(run(UniformTuckerTensorTrain(U, G, x.shape, x.masks)), want):
+            np.testing.assert_array_equal(got, ref)
+        np.testing.assert_array_equal(U, before[0])
+        np.testing.assert_array_equal(G, before[1])
+    assert kernel_cache_info().misses == misses
+    if numba.config.DISABLE_JIT:  # the kernels are plain Python functions: no signatures
+        return
+    assert [len(k.signatures) for k in kernels] == counts
+    x.svd()  # the SVD frames' repair kernel got read-only masks from np.broadcast_to
+    for k in kernels + [tt_kernels.orthonormal_frame_repair]:
+        assert not _has_read_only_arg(k), k.signatures
 
 
 # ---------------------------------------------------------------------------

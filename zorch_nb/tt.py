@@ -25,9 +25,17 @@ Numba kernels are compiled per structure -- the masks become index tables
 frozen into the machine code -- and memoized in a cache keyed by
 ``(operation, shape, padded sizes, UT3Masks)``.  :class:`UT3Masks` compares
 and hashes by content, so a loop that rebuilds an identical structure every
-iteration (as a manifold optimizer does) compiles once;
-:func:`kernel_cache_info` reports ``(hits, misses, currsize)``.  Numba's
-on-disk ``cache=True`` cannot serve these closures, hence the in-process memo.
+iteration (as a manifold optimizer does) compiles once -- once per
+supercore dtype, that is: a float32 and a float64 train of one structure
+share a cache entry and compile one machine-code version each (read-only
+supercores, e.g. from ``np.frombuffer`` or ``np.load(mmap_mode='r')``, are
+copied for the kernels, so they compile nothing new).
+:func:`kernel_cache_info` reports ``(hits, misses, maxsize, currsize)``.
+Numba's on-disk ``cache=True`` cannot serve these closures, hence the
+in-process memo; and Numba never unloads compiled code, so each compiled
+kernel (per operation, structure and dtype) holds about 2 MiB of memory for
+the life of the process, even after its cache entry is evicted (see
+:class:`~zorch_nb.tt_masks.KernelCache`).
 
 Backends:
 
@@ -40,8 +48,9 @@ Backends:
   ``matmul``, ``linalg.svd``) on masked supercores; results agree with the
   NumPy path within rounding.  Most operations only queue device work; these
   synchronize with the device: every SVD step of ``svd`` and
-  ``orthogonalize`` (it reads back one bool, whether its matrix is finite:
-  LAPACK's SVD never returns on inf, and a NaN would spread silently),
+  ``orthogonalize``, and their entry (each reads back one bool, whether
+  its matrix is finite: LAPACK's SVD never returns on inf, and a NaN would
+  spread silently),
   ``entries`` with CuPy ``indices`` (bounds-checked on the host), ``save``,
   and ``TuckerTensorTrain.from_dense`` (its ranks depend on singular values).
 
@@ -52,10 +61,10 @@ import dataclasses
 
 import numpy as np
 
-from .tt_masks import UT3Masks, array_module, kernel_cache_clear, kernel_cache_info
+from .tt_masks import UT3Masks, kernel_cache_clear, kernel_cache_info
 from .tt_ops import (
-    ORTHOGONALIZE_KINDS, t3_from_dense, t3_to_dense, ut3_add, ut3_apply, ut3_apply_masks, ut3_check,
-    ut3_entries, ut3_from_t3, ut3_hadamard, ut3_inner, ut3_load, ut3_neg, ut3_norm, ut3_orthogonalize, ut3_reverse,
+    ORTHOGONALIZE_KINDS, _t3_check, t3_from_dense, t3_to_dense, ut3_add, ut3_apply, ut3_apply_masks,
+    ut3_check, ut3_entries, ut3_from_t3, ut3_hadamard, ut3_inner, ut3_load, ut3_neg, ut3_norm, ut3_orthogonalize, ut3_reverse,
     ut3_save, ut3_scale, ut3_squash_tails, ut3_stack, ut3_sub, ut3_svd, ut3_to_dense, ut3_to_t3,
     ut3_unstack,
 )
@@ -81,6 +90,14 @@ class TuckerTensorTrain:
     tt_cores : sequence of arrays
         ``G_i`` of shape ``stack + (r_i, n_i, r_{i+1})``, real.
 
+    Notes
+    -----
+    Values are computed in floating point: :meth:`to_dense` and
+    :meth:`UniformTuckerTensorTrain.from_t3` use
+    ``np.result_type(*core dtypes, np.float32)`` (bool and small ints give
+    float32, int64 gives float64), never the cores' own integer or bool
+    arithmetic.
+
     Examples
     --------
     >>> import numpy as np
@@ -93,38 +110,9 @@ class TuckerTensorTrain:
     tt_cores: tuple
 
     def __post_init__(self):
-        tk, tt = tuple(self.tucker_cores), tuple(self.tt_cores)
+        tk, tt = _t3_check(self.tucker_cores, self.tt_cores)
         object.__setattr__(self, "tucker_cores", tk)
         object.__setattr__(self, "tt_cores", tt)
-        if len(tk) == 0 or len(tk) != len(tt):
-            raise ValueError(
-                "Arguments `tucker_cores` and `tt_cores` must be non-empty and equally long, "
-                f"not {len(tk)} and {len(tt)}."
-            )
-        xp = array_module(tk[0], "tucker_cores[0]")
-        stack = tuple(tk[0].shape[:-2]) if tk[0].ndim >= 2 else None
-        for i, (u, g) in enumerate(zip(tk, tt)):
-            if array_module(u, f"tucker_cores[{i}]") is not xp or array_module(g, f"tt_cores[{i}]") is not xp:
-                raise TypeError("Arguments `tucker_cores` and `tt_cores` must live on one array module.")
-            for a, nm in ((u, f"tucker_cores[{i}]"), (g, f"tt_cores[{i}]")):
-                # str cores failed later inside matmul, object cores computed
-                # with Python objects; a uniform train needs real numbers
-                if a.dtype.kind not in "biuf":
-                    raise TypeError(f"Argument `{nm}` must hold real numbers (bool, int or "
-                                    f"float), not dtype {a.dtype}.")
-            if stack is None or u.ndim != len(stack) + 2 or tuple(u.shape[:-2]) != stack:
-                raise ValueError(f"Argument `tucker_cores[{i}]` must have shape stack + (n, N), not {u.shape}.")
-            if g.ndim != len(stack) + 3 or tuple(g.shape[:-3]) != stack or g.shape[-2] != u.shape[-2]:
-                raise ValueError(
-                    f"Argument `tt_cores[{i}]` must have shape {stack + ('r', u.shape[-2], 'r')}, not {g.shape}."
-                )
-            if i and g.shape[-3] != tt[i - 1].shape[-1]:
-                raise ValueError(
-                    f"Argument `tt_cores[{i}]` must start with rank {tt[i - 1].shape[-1]}, not {g.shape[-3]}."
-                )
-            if 0 in u.shape or 0 in g.shape:  # rank 0 or an empty stack: no train to hold
-                raise ValueError(f"Arguments `tucker_cores[{i}]` {u.shape} and `tt_cores[{i}]` "
-                                 f"{g.shape} must have no zero-length axis.")
 
     @property
     def data(self):
@@ -198,8 +186,13 @@ class UniformTuckerTensorTrain:
     -----
     Frozen; ``.data`` is the tuple the functional ``ut3_*`` functions take.
     ``+``, ``-`` and :meth:`hadamard` need equal ``shape``, ``stack_shape``
-    and padded ``N``.  ``*`` multiplies by a scalar only.
+    and padded ``N``.  ``*`` multiplies by a scalar, or by an array that
+    broadcasts to ``stack_shape`` (one factor per train), in either order.
     """
+
+    # NumPy defers binary operators to this class: `ndarray * train` calls
+    # __rmul__ instead of making an object array of scaled trains.
+    __array_ufunc__ = None
 
     tucker_supercore: object
     tt_supercore: object
@@ -340,11 +333,25 @@ class UniformTuckerTensorTrain:
         return type(self)(*ut3_hadamard(self.data, self._other(other, "hadamard")))
 
     def inner(self, other):
-        """``sum(self * other)`` per stack element."""
+        """``sum(self * other)`` per stack element.
+
+        Returns
+        -------
+        array, shape ``stack_shape``
+            A 0-d array (not a scalar) for an unstacked train; ``float()``
+            or ``.item()`` gives the number.
+        """
         return ut3_inner(self.data, self._other(other, "inner"))
 
     def norm(self):
-        """Frobenius norm per stack element."""
+        """Frobenius norm per stack element.
+
+        Returns
+        -------
+        array, shape ``stack_shape``
+            A 0-d array (not a scalar) for an unstacked train; ``float()``
+            or ``.item()`` gives the number.
+        """
         return ut3_norm(self.data)
 
     # -- orthogonalization and SVD ------------------------------------------
@@ -360,7 +367,14 @@ class UniformTuckerTensorTrain:
 
     # -- evaluation ----------------------------------------------------------
     def entries(self, indices):
-        """Entries at ``indices`` (``batch + (d,)`` ints): ``stack + batch``."""
+        """Entries at ``indices`` (``batch + (d,)`` ints).
+
+        Returns
+        -------
+        array, shape ``stack_shape + batch``
+            A 0-d array (not a scalar) for an unstacked train and one index
+            tuple of shape ``(d,)``.
+        """
         return ut3_entries(self.data, indices)
 
     def apply(self, vectors):

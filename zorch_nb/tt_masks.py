@@ -36,7 +36,9 @@ def _host_bool_mask(mask, name):
             raise TypeError(
                 f"Argument `{name}` must be a host numpy.ndarray of bool, not a device array "
                 f"({type(mask).__module__}.{type(mask).__name__}); masks are structure and stay on "
-                f"the host even when the supercores are on the GPU: pass `{name}.get()`."
+                f"the host even when the supercores are on the GPU: copy it to the host "
+                f"first, e.g. `{name}.get()` for CuPy or `{name}.copy_to_host()` for "
+                f"numba.cuda."
             )
         try:
             mask = np.asarray(mask)
@@ -66,7 +68,11 @@ class UT3Masks(tuple):
     content (shape, dtype and bytes of both masks), with an identity fast
     path and a cached hash.  It keeps immutable copies of the masks (backed
     by ``bytes``; no route makes them writeable), every True stored as byte 1.
-    A plain tuple of arrays compares unequal.
+    A plain tuple of arrays compares unequal.  There is no order: ``<``,
+    ``<=``, ``>``, ``>=`` raise ``TypeError``, and so do ``in``,
+    ``.index()`` and ``.count()`` (tuple's own compared the masks
+    elementwise and failed with "truth value of an array is ambiguous");
+    compare masks with ``numpy.array_equal``.
 
     Parameters
     ----------
@@ -148,6 +154,21 @@ class UT3Masks(tuple):
         eq = self.__eq__(other)
         return eq if eq is NotImplemented else not eq
 
+    def _unordered(self, other):
+        # tuple's comparisons would compare the masks elementwise and fail
+        # with "truth value of an array is ambiguous"; say what is meant.
+        # Raised, not NotImplemented: a tuple on the other side would then
+        # try its own comparison with this one and fail that way again.
+        raise TypeError("UT3Masks compare for equality only (by content); they have no order.")
+
+    __lt__ = __le__ = __gt__ = __ge__ = _unordered
+
+    def _no_search(self, *args):
+        raise TypeError("UT3Masks holds two arrays: `in`, index() and count() would compare "
+                        "arrays elementwise; use numpy.array_equal on the masks.")
+
+    __contains__ = index = count = _no_search
+
     def __repr__(self):
         return (
             f"UT3Masks(d={self.d}, stack_shape={self.stack_shape}, n={self.n}, r={self.r}, "
@@ -195,15 +216,29 @@ class UT3Masks(tuple):
         return self[1].sum(axis=-1)
 
 
-KernelCacheInfo = collections.namedtuple("KernelCacheInfo", ["hits", "misses", "currsize"])
+KernelCacheInfo = collections.namedtuple("KernelCacheInfo", ["hits", "misses", "maxsize", "currsize"])
+KernelCacheInfo.__doc__ = """Statistics of the kernel cache, with the fields of
+``functools.lru_cache``'s ``cache_info()``: ``(hits, misses, maxsize, currsize)``."""
 
 
 class KernelCache:
     """Memo of compiled kernels keyed by structure.
 
     Keys are ``(operation, shape, padded sizes, UT3Masks, ...)``; a miss calls
-    the factory (which compiles), a hit returns the stored kernel.  Least
-    recently used entries are dropped beyond ``maxsize``.
+    the factory, a hit returns the stored kernel.  The factory builds a Numba
+    dispatcher; Numba compiles it on its first call, once per dtype of the
+    supercores (a float32 and a float64 train of one structure share the
+    entry and compile twice).
+
+    Least recently used entries are dropped beyond ``maxsize``.  Dropping one
+    frees its Python objects (the dispatcher and its index tables) but not
+    its machine code: Numba never unloads code it has compiled, so every
+    compiled kernel (per operation, structure and dtype) costs memory (about
+    2 MiB, measured for ``to_dense``) for the life of the process, whether
+    or not its entry is evicted, besides its compile time (about 0.4 s).  A loop whose structures keep changing (ranks chosen per
+    iteration) grows the process by that much per new structure; reuse
+    structures, e.g. pad to fixed ranks, to keep it bounded.  An evicted
+    structure met again compiles (and costs) anew.
     """
 
     def __init__(self, maxsize=256):
@@ -230,9 +265,16 @@ class KernelCache:
         return kernel
 
     def info(self):
-        return KernelCacheInfo(self.hits, self.misses, len(self._store))
+        """``KernelCacheInfo(hits, misses, maxsize, currsize)``: lookups that
+        found a kernel, lookups that built one, the eviction bound and the
+        number of kernels held now."""
+        with self._lock:
+            return KernelCacheInfo(self.hits, self.misses, self._maxsize, len(self._store))
 
     def clear(self):
+        """Drop every stored kernel and reset the counters.  Frees what
+        eviction frees, not the compiled machine code (see the class notes);
+        later calls compile anew."""
         with self._lock:
             self._store.clear()
             self.hits = 0
@@ -248,12 +290,23 @@ def kernel_cache_info():
     Returns
     -------
     KernelCacheInfo
-        ``(hits, misses, currsize)``, like ``functools.lru_cache``'s
-        ``cache_info()``.
+        ``(hits, misses, maxsize, currsize)``, the fields of
+        ``functools.lru_cache``'s ``cache_info()``.  A hit means no new
+        compiled kernel for the structure; the first call with a new
+        supercore dtype still compiles once (see :class:`KernelCache`).
+
+    Notes
+    -----
+    Entries beyond ``maxsize`` are evicted, but the machine code Numba
+    compiled for them stays in memory for the life of the process (about
+    2 MiB per compiled kernel); see :class:`KernelCache`.
     """
     return KERNELS.info()
 
 
 def kernel_cache_clear():
-    """Drop every cached kernel and reset the counters."""
+    """Drop every cached kernel and reset the counters.
+
+    The compiled machine code is not freed (Numba never unloads it); this
+    only makes the next call per structure compile again."""
     KERNELS.clear()

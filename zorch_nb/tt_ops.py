@@ -8,6 +8,7 @@ Every function takes (and returns) the ``.data`` tuple of a
 and masks its input on entry, so the padding may hold anything finite or not.
 See :mod:`zorch_nb.tt` for the data model and the compile-cache rule.
 """
+import collections.abc
 import math
 import numbers
 import os
@@ -126,7 +127,8 @@ def ut3_check(data, name="x"):
             f"Argument `tt_supercore` must have shape {(d,) + stack + ('r', n, 'r')} to match "
             f"`tucker_supercore` of shape {U.shape}, not {G.shape}."
         )
-    if not isinstance(shape, (tuple, list, np.ndarray)) or not all(_is_int(s) for s in shape):
+    if not isinstance(shape, (tuple, list, np.ndarray)) or getattr(shape, "ndim", 1) != 1 \
+            or not all(_is_int(s) for s in shape):
         # (a 1-d integer NumPy array is a sequence of ints as well)
         raise TypeError(f"Argument `shape` must be a tuple of ints, not {shape!r}.")
     shape = tuple(int(s) for s in shape)
@@ -210,6 +212,22 @@ def _check_same(p, q, what, need_n=True):
         raise TypeError(f"Arguments of `{what}` must live on the same array module.")
 
 
+def _kernel_array(a, dtype=None):
+    """``a`` as a C-contiguous, aligned, writeable NumPy array for a Numba kernel.
+
+    Numba types a read-only (``np.frombuffer``, ``mmap_mode='r'``,
+    ``broadcast_to``) or unaligned array as another type than a writeable
+    one and compiles the cached kernel a second time for it, while the
+    structure cache counts a hit.  Such an input is copied (once per call)
+    instead; the kernels never write into these arrays, so the caller's
+    array is never touched either way.
+    """
+    a = np.ascontiguousarray(a, dtype=dtype)
+    if not (a.flags.writeable and a.flags.aligned):
+        a = a.copy()
+    return a
+
+
 def _tables(p):
     tk_idx, tk_cnt = _k.mask_index_table(p.mk)
     tt_idx, tt_cnt = _k.mask_index_table(p.mt)
@@ -219,6 +237,66 @@ def _tables(p):
 # ---------------------------------------------------------------------------
 # conversions
 # ---------------------------------------------------------------------------
+
+def _t3_dtype(cores):
+    """Float dtype of a ragged train's values: bool and integer cores promote
+    as in ``np.result_type(..., np.float32)`` (int64 to float64)."""
+    return np.result_type(*(c.dtype for c in cores), np.float32)
+
+
+def _t3_check(tucker_cores, tt_cores):
+    """Validate the cores of a ragged train; return them as two tuples.
+
+    The one home of these checks: :class:`~zorch_nb.tt.TuckerTensorTrain`
+    and :func:`t3_to_dense` both call it.  Equally many (>= 1) Tucker cores
+    ``stack + (n_i, N_i)`` and TT cores ``stack + (r_i, n_i, r_{i+1})`` of
+    real dtype on one array module, consecutive ranks agreeing, no
+    zero-length axis.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Naming the offending argument.
+    """
+    cores = []
+    for name, given in (("tucker_cores", tucker_cores), ("tt_cores", tt_cores)):
+        try:
+            cores.append(tuple(given))
+        except TypeError:  # Python's "'int' object is not iterable" names no argument
+            raise TypeError(f"Argument `{name}` must be a sequence of arrays, "
+                            f"not {type(given).__name__}.") from None
+    tk, tt = cores
+    if len(tk) == 0 or len(tk) != len(tt):
+        raise ValueError(
+            "Arguments `tucker_cores` and `tt_cores` must be non-empty and equally long, "
+            f"not {len(tk)} and {len(tt)}."
+        )
+    xp = array_module(tk[0], "tucker_cores[0]")
+    stack = tuple(tk[0].shape[:-2]) if tk[0].ndim >= 2 else None
+    for i, (u, g) in enumerate(zip(tk, tt)):
+        if array_module(u, f"tucker_cores[{i}]") is not xp or array_module(g, f"tt_cores[{i}]") is not xp:
+            raise TypeError("Arguments `tucker_cores` and `tt_cores` must live on one array module.")
+        for a, nm in ((u, f"tucker_cores[{i}]"), (g, f"tt_cores[{i}]")):
+            # str cores failed later inside matmul, object cores computed
+            # with Python objects; a uniform train needs real numbers
+            if a.dtype.kind not in "biuf":
+                raise TypeError(f"Argument `{nm}` must hold real numbers (bool, int or "
+                                f"float), not dtype {a.dtype}.")
+        if stack is None or u.ndim != len(stack) + 2 or tuple(u.shape[:-2]) != stack:
+            raise ValueError(f"Argument `tucker_cores[{i}]` must have shape stack + (n, N), not {u.shape}.")
+        if g.ndim != len(stack) + 3 or tuple(g.shape[:-3]) != stack or g.shape[-2] != u.shape[-2]:
+            raise ValueError(
+                f"Argument `tt_cores[{i}]` must have shape {stack + ('r', u.shape[-2], 'r')}, not {g.shape}."
+            )
+        if i and g.shape[-3] != tt[i - 1].shape[-1]:
+            raise ValueError(
+                f"Argument `tt_cores[{i}]` must start with rank {tt[i - 1].shape[-1]}, not {g.shape[-3]}."
+            )
+        if 0 in u.shape or 0 in g.shape:  # rank 0 or an empty stack: no train to hold
+            raise ValueError(f"Arguments `tucker_cores[{i}]` {u.shape} and `tt_cores[{i}]` "
+                             f"{g.shape} must have no zero-length axis.")
+    return tk, tt
+
 
 def _t3_cores(obj):
     """``(tucker_cores, tt_cores)`` of a ragged train object or pair, else None."""
@@ -298,7 +376,7 @@ def ut3_from_t3(t3, n=None, r=None, N=None):
             f"Arguments `n`, `r`, `N` must be at least the largest Tucker rank {n_max}, TT rank {r_max} "
             f"and mode size {max(shape)}, not {n}, {r}, {N}."
         )
-    dtype = np.result_type(*(a.dtype for tk, tt in leaves for a in tk + tt), np.float32)
+    dtype = _t3_dtype([a for tk, tt in leaves for a in tk + tt])
     stack = nest + leaf_stack
     L, Sl = len(leaves), int(np.prod(leaf_stack, dtype=np.int64))
     U = xp.zeros((d, L, Sl, n, N), dtype=dtype)
@@ -368,16 +446,43 @@ def _dense_chain(xp, tucker_cores, tt_cores, left):
     return dense.reshape(batch + tuple(U.shape[-1] for U in tucker_cores))
 
 
+def _too_large(xp, nbytes, span=None):
+    """Whether an output of ``nbytes`` (a Python int) cannot be allocated.
+
+    Two limits: the address space for ``span`` bytes (default ``nbytes``;
+    the dense chain's partial products reach the output times the widest
+    bond, and the Numba kernel's int64 indices would wrap past it); and,
+    for NumPy, the machine's physical memory for the output alone -- past
+    it Linux's overcommit grants the allocation and the OOM killer ends the
+    process filling it, with no MemoryError to catch (CuPy raises
+    OutOfMemoryError).
+    """
+    span = nbytes if span is None else span
+    return span > np.iinfo(np.intp).max or (xp is np and nbytes > (_backend.physical_memory() or math.inf))
+
+
+def _check_result_size(xp, what, shapes, itemsize):
+    """Refuse, before any work, supercores of ``shapes`` (the result of
+    operation ``what``) that cannot be allocated (see :func:`_too_large`).
+
+    Raises
+    ------
+    ValueError
+        Naming the operation, the shapes and their size.
+    """
+    nbytes = sum(math.prod(sh) for sh in shapes) * itemsize  # Python ints: no wrap
+    if _too_large(xp, nbytes):
+        raise ValueError(f"the result of `{what}` has supercores of shapes "
+                         f"{' and '.join(map(str, shapes))} ({nbytes / 2**30:.3g} GiB), too "
+                         f"large to allocate; truncate the trains first (`svd` with max ranks)")
+
+
 def _check_dense_size(xp, stack, shape, rank, itemsize):
     """Refuse, before any work, a dense tensor that cannot be allocated.
 
-    Shared by the ragged and the uniform ``to_dense``.  Two limits: the
-    address space for the output times the widest bond ``rank`` (the partial
-    products hold up to that many values, and the Numba kernel's int64
-    indices would wrap); and, for NumPy, the machine's physical memory for
-    the output alone -- past it Linux's overcommit lets the chain allocate
-    and fill ever larger partial products until the OOM killer ends the
-    process, with no MemoryError to catch (CuPy raises OutOfMemoryError).
+    Shared by the ragged and the uniform ``to_dense``; the limits are
+    :func:`_too_large`'s, the address-space one for the output times the
+    widest bond ``rank``.
 
     Raises
     ------
@@ -387,7 +492,7 @@ def _check_dense_size(xp, stack, shape, rank, itemsize):
     # Python ints: np.prod wraps silently (to 0 for 2**64)
     entries = math.prod(stack) * math.prod(shape)
     nbytes = entries * itemsize
-    if nbytes * max(rank, 1) > np.iinfo(np.intp).max or (xp is np and nbytes > (_backend.physical_memory() or math.inf)):
+    if _too_large(xp, nbytes, nbytes * max(rank, 1)):
         raise ValueError(f"the dense tensor of shape {tuple(stack) + tuple(shape)} has {entries} "
                          f"entries ({nbytes / 2**30:.3g} GiB), too many to allocate; use "
                          f"`entries` or `apply`")
@@ -396,13 +501,33 @@ def _check_dense_size(xp, stack, shape, rank, itemsize):
 def t3_to_dense(tucker_cores, tt_cores):
     """Dense tensor of a ragged train: ``stack + shape``.
 
-    Raises ``ValueError`` if the tensor is too large to allocate (see
-    :func:`ut3_to_dense`)."""
-    xp = array_module(tucker_cores[0], "tucker_cores[0]")
+    ``dense[..., o_0, ..., o_{d-1}] = sum over a_0..a_d of
+    prod_i G'_i[..., a_i, o_i, a_{i+1}]`` with
+    ``G'_i[a, o, b] = sum_j G_i[a, j, b] U_i[j, o]`` (both boundary bonds
+    summed against ones).  The cores are checked as
+    :class:`~zorch_nb.tt.TuckerTensorTrain` checks them, and the result has
+    the float dtype ``np.result_type(*core dtypes, np.float32)`` -- the dtype
+    :func:`ut3_from_t3` pads them to, so that bool or integer cores neither
+    multiply as logical OR nor wrap around.
+
+    Raises
+    ------
+    TypeError, ValueError
+        For cores that do not form a train (naming the argument), and
+        ``ValueError`` if the tensor is too large to allocate (see
+        :func:`ut3_to_dense`).
+    """
+    tucker_cores, tt_cores = _t3_check(tucker_cores, tt_cores)
+    xp = array_module(tucker_cores[0])
     stack = tuple(tucker_cores[0].shape[:-2])
-    dtype = np.result_type(*(c.dtype for c in tuple(tucker_cores) + tuple(tt_cores)))
+    dtype = _t3_dtype(tucker_cores + tt_cores)
     _check_dense_size(xp, stack, tuple(int(u.shape[-1]) for u in tucker_cores),
                       max(max(int(g.shape[-3]), int(g.shape[-1])) for g in tt_cores), dtype.itemsize)
+    # every core in the result dtype: a product of two int8 or bool cores
+    # would otherwise be formed (and wrap, or saturate to True) before it
+    # meets the float boundary vector
+    tucker_cores = [xp.asarray(u, dtype=dtype) for u in tucker_cores]
+    tt_cores = [xp.asarray(g, dtype=dtype) for g in tt_cores]
     left = xp.ones(stack + (1, tt_cores[0].shape[-3]), dtype=dtype)
     return _dense_chain(xp, tucker_cores, tt_cores, left)
 
@@ -519,7 +644,7 @@ def _to_dense_numba(p):
     H = np.empty(p.r * max(p.shape) * p.r, dtype=dt)
     Uc = np.empty(p.n * max(p.shape), dtype=dt)
     Gc = np.empty(p.r * p.n * p.r, dtype=dt)
-    kernel(np.ascontiguousarray(p.U), np.ascontiguousarray(p.G), out, P, Q, H, Uc, Gc)
+    kernel(_kernel_array(p.U), _kernel_array(p.G), out, P, Q, H, Uc, Gc)
     return out
 
 
@@ -618,10 +743,15 @@ def ut3_add(x, y):
 
     Both trains must have the same ``shape``, ``stack_shape`` and padded
     ``N``; the result has padded ranks ``nx + ny`` and ``rx + ry``.
+    ``ValueError`` before any allocation if its supercores exceed the
+    address space or, on NumPy, this machine's physical memory.
     """
     p, q = _parts(x, "x"), _parts(y, "y")
     _check_same(p, q, "ut3_add")
     xp = p.xp
+    n, r = p.n + q.n, p.r + q.r
+    _check_result_size(xp, "ut3_add", [(p.d,) + p.stack + (n, p.N), (p.d,) + p.stack + (r, n, r)],
+                       np.result_type(p.U.dtype, q.U.dtype).itemsize)
     Ux, Gx = _masked(p)
     Uy, Gy = _masked(q)
     dtype = np.result_type(Ux.dtype, Uy.dtype)
@@ -678,11 +808,16 @@ def ut3_hadamard(x, y):
 
     ``U[(j, k), o] = Ux[j, o] Uy[k, o]`` and
     ``G[(a, c), (j, k), (b, e)] = Gx[a, j, b] Gy[c, k, e]``; the masks combine
-    the same way.  Same requirements as :func:`ut3_add`.
+    the same way.  Same requirements as :func:`ut3_add`; the padded ranks
+    multiply (``nx ny``, ``rx ry``), and the same ``ValueError`` refuses,
+    before any allocation, a result too large to allocate.
     """
     p, q = _parts(x, "x"), _parts(y, "y")
     _check_same(p, q, "ut3_hadamard")
     xp = p.xp
+    n, r = p.n * q.n, p.r * q.r
+    _check_result_size(xp, "ut3_hadamard", [(p.d,) + p.stack + (n, p.N), (p.d,) + p.stack + (r, n, r)],
+                       np.result_type(p.U.dtype, q.U.dtype).itemsize)
     Ux, Gx = _masked(p)
     Uy, Gy = _masked(q)
     d, S = p.d, p.S
@@ -692,7 +827,8 @@ def ut3_hadamard(x, y):
 
 
 def ut3_inner(x, y):
-    """Inner products ``sum(x * y)`` per stack element (shape ``stack``).
+    """Inner products ``sum(x * y)`` per stack element (shape ``stack``; a
+    0-d array, not a scalar, for unstacked trains).
 
     The trains need the same ``shape`` and ``stack_shape``; padded sizes may
     differ.  NumPy: a Numba kernel specialized on both structures (it reads
@@ -723,7 +859,7 @@ def _inner_numba(p, q):
     key = ("inner", p.shape, (p.n, p.r, p.N, q.n, q.r, q.N), p.masks, q.masks)
     kernel = KERNELS.get(key, lambda: _k.build_ut3_inner(p.shape, _tables(p), _tables(q)))
     dt = np.result_type(p.U.dtype, q.U.dtype)
-    args = [np.ascontiguousarray(a, dtype=dt) for a in (p.U, p.G, q.U, q.G)]
+    args = [_kernel_array(a, dt) for a in (p.U, p.G, q.U, q.G)]
     out = np.empty(p.S, dtype=dt)
     W = np.empty(p.r * q.r, dtype=dt)
     W2 = np.empty(p.r * q.r, dtype=dt)
@@ -739,7 +875,8 @@ def _inner_numba(p, q):
 
 
 def ut3_norm(data):
-    """Frobenius norms per stack element, ``sqrt(max(inner(x, x), 0))``."""
+    """Frobenius norms per stack element, ``sqrt(max(inner(x, x), 0))``:
+    shape ``stack`` (a 0-d array, not a scalar, for an unstacked train)."""
     ip = ut3_inner(data, data)
     xp = array_module(ip)
     return xp.sqrt(xp.maximum(ip, 0))
@@ -763,7 +900,7 @@ def _chain(p, V):
         Gc = np.empty(G.size // p.S, dtype=dt)
         u = np.empty(p.r * p.n, dtype=dt)
         v, v2 = np.empty(p.r, dtype=dt), np.empty(p.r, dtype=dt)
-        kernel(np.ascontiguousarray(V, dtype=dt), np.ascontiguousarray(G, dtype=dt), out, Gc, u, v, v2)
+        kernel(_kernel_array(V, dt), _kernel_array(G, dt), out, Gc, u, v, v2)
         return out
     xp = p.xp
     _, G = _masked(p)
@@ -785,6 +922,8 @@ def ut3_entries(data, indices):
     Returns
     -------
     array, shape ``stack + batch``
+        A 0-d array (not a scalar) for an unstacked train and ``indices``
+        of shape ``(d,)``.
     """
     p = _parts(data)
     if type(indices).__module__.split(".")[0] == "cupy":
@@ -828,8 +967,10 @@ def ut3_apply(data, vectors):
     p = _parts(data)
     xp = p.xp
     if hasattr(vectors, "__next__") or not hasattr(vectors, "__len__") or \
-            getattr(vectors, "ndim", 1) == 0:
-        # len() of a scalar or a generator fails with Python's own message
+            getattr(vectors, "ndim", 1) == 0 or isinstance(vectors, (collections.abc.Mapping,
+                                                                       collections.abc.Set)):
+        # len() of a scalar or a generator fails with Python's own message; a
+        # dict would pass len() and then yield its keys as the vectors
         raise TypeError(f"Argument `vectors` must be a sequence of {p.d} arrays, not "
                         f"{type(vectors).__name__}" + ("; pass list(...)." if hasattr(
                             vectors, "__next__") else "."))
@@ -903,8 +1044,11 @@ def _frame(A, row_mask, kcount, svcount, K):
     """
     xp = array_module(A)
     if not bool(xp.isfinite(A).all()):  # LAPACK's SVD never returns on rows of inf
-        raise ValueError("the train holds inf or NaN in a live entry (padding is ignored); "
-                         "its SVD / orthogonalization is undefined")
+        # the callers checked their input (_check_finite_input): this is overflow
+        raise ValueError(
+            f"the train's live entries are finite, but a product of them overflowed {A.dtype} "
+            f"to inf or NaN during its SVD / orthogonalization; rescale the train (e.g. "
+            f"`x * 2.0**-k`, exact in binary floating point) and scale the result back")
     batch, M = A.shape[:-2], A.shape[-2]
     if xp is np and A.shape[-1] > 2 * M:
         # Wide: A = R^T Q^T with R from a QR of A^T, so A's left frame and
@@ -920,8 +1064,8 @@ def _frame(A, row_mask, kcount, svcount, K):
         u = xp.concatenate([u, xp.zeros(batch + (M, K - L), dtype=u.dtype)], axis=-1)
         s = xp.concatenate([s, xp.zeros(batch + (K - L,), dtype=s.dtype)], axis=-1)
     B = int(np.prod(batch, dtype=np.int64))
-    rm = np.ascontiguousarray(np.broadcast_to(row_mask, batch + (M,)).reshape(B, M))
-    kc = np.ascontiguousarray(np.broadcast_to(kcount, batch).reshape(B).astype(np.int64))
+    rm = _kernel_array(np.broadcast_to(row_mask, batch + (M,)).reshape(B, M))
+    kc = _kernel_array(np.broadcast_to(kcount, batch).reshape(B), np.int64)
     if _use_numba(xp):
         F = np.ascontiguousarray(np.swapaxes(u.reshape(B, M, K), 1, 2))
         _k.orthonormal_frame_repair(F, rm, kc)
@@ -930,6 +1074,18 @@ def _frame(A, row_mask, kcount, svcount, K):
         Q = _repair_xp(xp, u.reshape(B, M, K), rm, kc)
     sv = xp.where(xp.asarray(_prefix(svcount, K)), s, 0)
     return Q.reshape(batch + (M, K)), sv
+
+
+def _check_finite_input(xp, U, G, what):
+    """Refuse a train (masked ``U``, ``G``) with inf or NaN in a live entry.
+
+    On entry of the SVD and the orthogonalizations, so that :func:`_frame`
+    can tell a non-finite intermediate (overflow of finite entries) from a
+    non-finite input.  On CuPy one synchronization (one bool read back).
+    """
+    if not (bool(xp.isfinite(U).all()) and bool(xp.isfinite(G).all())):
+        raise ValueError(f"the train holds inf or NaN in a live entry (padding is ignored); "
+                         f"its {what} is undefined")
 
 
 def _tucker_down(xp, U, G, shape, mk):
@@ -1010,6 +1166,13 @@ def ut3_orthogonalize(data, kind="left"):
         zero on padding and orthonormal on the real slots even where the
         train is rank deficient.
 
+    Raises
+    ------
+    ValueError
+        If ``kind`` is unknown, if a live entry is inf or NaN, or if finite
+        entries overflow the dtype during the computation (the message says
+        which; rescale the train).
+
     Notes
     -----
     On CuPy this synchronizes with the device: once on entry and once per
@@ -1024,9 +1187,7 @@ def ut3_orthogonalize(data, kind="left"):
     U, G = _masked(p)
     # Checked here for every kind: "tt_up" takes SVDs of the TT cores only,
     # and a NaN in a live Tucker entry would pass through to the result.
-    if not (bool(xp.isfinite(U).all()) and bool(xp.isfinite(G).all())):
-        raise ValueError("the train holds inf or NaN in a live entry (padding is ignored); "
-                         "its orthogonalization is undefined")
+    _check_finite_input(xp, U, G, "orthogonalization")
     mk, mt = p.mk.copy(), p.mt.copy()
     if kind == "tt_up":
         U, G, mk = _tt_up(xp, U, G, mk, mt)
@@ -1154,16 +1315,24 @@ def ut3_svd(data, max_tucker_ranks=None, max_tt_ranks=None):
         ``tt_svs[b, ..., max_tt_ranks[b]:]`` (the lossless steps discard
         nothing; they may leave ranks below these limits).
 
+    Raises
+    ------
+    ValueError
+        If a live entry is inf or NaN, or if finite entries overflow the
+        dtype during the computation (the message says which; rescale).
+
     Notes
     -----
-    On CuPy every SVD step synchronizes once with the device: it reads back
-    one bool, whether the matrix is finite (see :func:`ut3_orthogonalize`).
+    On CuPy this synchronizes with the device once on entry and once per SVD
+    step: each reads back one bool, whether the train / the step's matrix is
+    finite (see :func:`ut3_orthogonalize`).
     """
     p = _parts(data)
     xp = p.xp
     max_tk = _max_ranks(max_tucker_ranks, p.d, "max_tucker_ranks")
     max_tt = _max_ranks(max_tt_ranks, p.d - 1, "max_tt_ranks")
     U, G = _masked(p)
+    _check_finite_input(xp, U, G, "SVD")
     mk, mt = p.mk.copy(), p.mt.copy()
     _squash(G, mt)
     U, G, mk = _tucker_down(xp, U, G, p.shape, mk)
