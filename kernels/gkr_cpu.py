@@ -301,10 +301,20 @@ def _jagged_kernel(mode, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1,
     acc_in = np.int64(0)
     acc_out = np.int64(0)
     for s in range(rc.shape[0]):  # nb is small next to the layer: a serial scan is fine
+        # The counts decide every index read below (nothing is bounds
+        # checked): counts that would read outside the inputs are refused
+        # here, in the scan the kernel makes anyway (returning 2, writing no
+        # output).  Truncating ones and sum(orc) past the width keep every
+        # index in bounds (reads stop at ceil(rc / 2) pairs, writes at the
+        # width) and keep the per-slot meaning the GPU kernels give them.
+        if rc[s] < 0 or orc[s] < 0:
+            return 2
         acc_in += np.int64(rc[s])
         acc_out += np.int64(orc[s])
         prefix[0, s] = acc_in
         prefix[1, s] = acc_out
+    if acc_in > d0.shape[0] // (4 if mode & 1 else 1):
+        return 2
     width = od0.shape[0] // (4 if mode & 1 else 1)
     nchunks = (width + chunk - 1) // chunk
     # One loop per mode, the mode a literal inside: _jagged_chunk is inlined
@@ -421,15 +431,29 @@ def pyramid_dense(first, layers, f):
         src, half, start, mode = outs[k - 1], half >> k, start + k, out_mode
 
 
+def _refuse_counts(where, rc, orc, length):
+    """The ValueError of counts the jagged kernel refused (the first violation)."""
+    for name, counts in (("rc", rc), ("orc", orc)):
+        if (counts < 0).any():
+            s = int(np.argmax(counts < 0))
+            raise ValueError(f"{where}: argument `{name}` must hold counts >= 0, but "
+                             f"{name}[{s}] = {int(counts[s])}")
+    raise ValueError(f"{where}: argument `rc` sums to {int(rc.sum(dtype=np.int64))}, more "
+                     f"than the input length {length}")
+
+
 def jagged_transition(rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f):
     """Jagged transition on the CPU (see the module docstring).
 
     ``rc``/``orc``: int32 ``(nb,)``, ``nb >= 1``; ``prefix``: writeable int64
     ``(2, nb)``; inputs of one length and outputs of one width, in the forms
     of :func:`fold_dense`; no written array (outputs, ``prefix``) sharing
-    memory with another argument.  The counts' values are the caller's
-    obligation (``sum(rc)`` at most the input length, ``orc[s] >= ceil(rc[s]
-    / 2)``, ``sum(orc)`` at most the width): they are not read here.
+    memory with another argument.  Counts that would read outside the inputs
+    (``rc[s] < 0``, ``orc[s] < 0``, ``sum(rc)`` past the input length) are
+    refused by the kernel's own scan (a ValueError, no output written).
+    Schedules that truncate (``orc[s] < ceil(rc[s] / 2)``) or overrun the
+    width (``sum(orc)`` past it) stay in bounds and run with the per-slot
+    meaning the GPU kernels give them; the object layer refuses them.
     """
     mode = check_gkr_jagged(_JAGGED, f, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1,
                             disjoint=False)
@@ -439,9 +463,12 @@ def jagged_transition(rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f):
     # keep one compiled signature.
     rc_ro, orc_ro = _read_only(rc), _read_only(orc)
     chunk = GKR_CPU_JAGGED_CHUNK
-    if sized(_jagged_kernel, tasks(on0.shape[0], chunk))(
-            mode, rc_ro, orc_ro, prefix, *_flat8(mode, n0, n1, d0, d1, on0, on1, od0, od1),
-            p, mu, wm, one, chunk):
+    status = sized(_jagged_kernel, tasks(on0.shape[0], chunk))(
+        mode, rc_ro, orc_ro, prefix, *_flat8(mode, n0, n1, d0, d1, on0, on1, od0, od1),
+        p, mu, wm, one, chunk)
+    if status == 2:
+        _refuse_counts(_JAGGED, rc, orc, d0.shape[0])
+    if status:
         _refuse_overlap(_JAGGED, [("prefix", prefix)] + list(zip(("on0", "on1", "od0", "od1"),
                                                                  (on0, on1, od0, od1))),
                         [("rc", rc), ("orc", orc)] + list(zip(("n0", "n1", "d0", "d1"),

@@ -358,6 +358,30 @@ def test_refused_calls_write_nothing(k):
     assert (to_host(buf) == 7).all()
 
 
+@pytest.mark.parametrize("rc, orc, message", [
+    ([3, -1], [2, 1], r"`rc` must hold counts >= 0, but rc\[1\] = -1"),
+    ([3, 2], [2, -1], r"`orc` must hold counts >= 0, but orc\[1\] = -1"),
+    ([4, 2], [2, 1], r"`rc` sums to 6, more than the input length 5"),
+    ([-4, 9], [0, 5], r"`rc` must hold counts >= 0, but rc\[0\] = -4"),  # (the sum fits)
+])
+def test_cpu_jagged_counts_that_would_read_out_of_bounds_are_refused(rc, orc, message):
+    """The CPU kernel indexes with the counts unchecked: its own scan refuses
+    values that would read outside the inputs (a direct caller's rc summing
+    past the input read past it), writing no output; truncating schedules
+    and sum(orc) past the width stay in bounds and keep their per-slot
+    meaning (tests/test_gkr_cpu_fast.py)."""
+    from zorch_nb.kernels import gkr_cpu
+    outs_ = outs(3, False, True, "cpu")
+    for o in outs_:
+        o.fill(7)
+    with pytest.raises(ValueError, match="gkr_cpu.jagged_transition: argument " + message):
+        _jagged(gkr_cpu, "cpu", rc=np.array(rc, np.int32), orc=np.array(orc, np.int32),
+                outs_=outs_)
+    assert all((o == 7).all() for o in outs_)
+    _jagged(gkr_cpu, "cpu", rc=np.array([3, 2], np.int32), orc=np.array([1, 3], np.int32),
+            outs_=outs_)  # truncating, sum(orc) past the width 3: runs
+
+
 def test_read_only_outputs_refused():
     # (CuPy arrays have no read-only flag; host arrays on the CPU and Numba paths do)
     k = kernels_for("cpu", "gkr")
