@@ -399,7 +399,9 @@ def check_decode(where, f, w, out):
 # sum); prefix scratch is C-contiguous writeable int64.  The counts' *values*
 # (``sum(rc)`` within the input, ``orc[s] >= ceil(rc[s] / 2)``, ``sum(orc)``
 # within the output) are the caller's obligation: reading device counts would
-# synchronize, and host ones cost O(nb); the object layer checks them.
+# synchronize, and host ones cost O(nb); the object layer checks them.  (The
+# CPU jagged kernel's own scan refuses counts that would read outside its
+# inputs: see gkr_cpu.jagged_transition.)
 #
 # No written array (an output, the prefix scratch) may share memory with any
 # other argument: every slot reads its inputs in an order no launch fixes,
