@@ -26,10 +26,13 @@ denominators are).  A pyramid's first layer has a power-of-two length ``L``
 and at most ``log2(L)`` layers follow it.  No array a launcher writes
 (outputs, ``prefix``) may share memory with another argument.  Every
 launcher checks all of this from metadata alone (:mod:`.launch_checks`,
-``TypeError``/``ValueError`` naming the launcher and the argument); the
-counts' *values* are the caller's obligation (``sum(rc)`` at most the input
-length, ``ceil(rc[s] / 2) <= orc[s]``, ``sum(orc)`` at most the outputs'
-width), as reading device counts would synchronize.  Nothing is allocated
+``TypeError``/``ValueError`` naming the launcher and the argument).  Of
+the counts' *values*, the jagged kernel's own scan refuses those that would
+read outside its inputs (negative counts, ``sum(rc)`` past the input
+length); the rest of the schedule's contract (``ceil(rc[s] / 2) <=
+orc[s]``, ``sum(orc)`` at most the outputs' width) is the caller's, as on
+the GPU backends, where reading device counts would synchronize -- such
+schedules stay in bounds with a per-slot meaning.  Nothing is allocated
 (besides the tiny prefix sums, computed into ``prefix``).
 
 Every MLE reaches the kernels as a flat uint32 view (an extension MLE
@@ -432,12 +435,13 @@ def pyramid_dense(first, layers, f):
 
 
 def _refuse_counts(where, rc, orc, length):
-    """The ValueError of counts the jagged kernel refused (the first violation)."""
-    for name, counts in (("rc", rc), ("orc", orc)):
-        if (counts < 0).any():
-            s = int(np.argmax(counts < 0))
-            raise ValueError(f"{where}: argument `{name}` must hold counts >= 0, but "
-                             f"{name}[{s}] = {int(counts[s])}")
+    """The ValueError of counts the jagged kernel refused: the first violation
+    of its scan (slot by slot, rc before orc; then the sum)."""
+    for s in range(rc.shape[0]):
+        for name, counts in (("rc", rc), ("orc", orc)):
+            if counts[s] < 0:
+                raise ValueError(f"{where}: argument `{name}` must hold counts >= 0, but "
+                                 f"{name}[{s}] = {int(counts[s])}")
     raise ValueError(f"{where}: argument `rc` sums to {int(rc.sum(dtype=np.int64))}, more "
                      f"than the input length {length}")
 

@@ -36,10 +36,11 @@ outer first (``shift_k`` = sum of the ``log2 P`` of the dimensions after
   instance receives element ``e``, so the padding of an output repeats its
   last element/row exactly like the padding of an input.
 
-The outermost term needs no mask (``t < prod(P)``, so ``t >> shift_0 <
-P_0``): the text does not depend on ``P_0``, and the same program recorded
-with another outer instance count (the usual size sweep) reuses its compiled
-evaluator; :func:`skeleton` is the cache key that says so.
+The outermost term needs no exact mask (``t < prod(P)``, so ``t >> shift_0
+< P_0``): it gets a fixed one, :data:`OUTER_MASK`, so the text does not
+depend on ``P_0`` and the same program recorded with another outer instance
+count (the usual size sweep) reuses its compiled evaluator; :func:`skeleton`
+is the cache key that says so.
 
 Generated code
 --------------
@@ -60,7 +61,7 @@ from .field_params import FieldParams, cuda_defines
 
 __all__ = ["OP_LOAD", "OP_CONST", "OP_ADD", "OP_SUB", "OP_MUL", "OP_NEG", "OP_NAMES",
            "python_source", "cuda_source", "cuda_symbol", "translation_unit", "instance_base",
-           "skeleton"]
+           "skeleton", "MAX_LOG2", "OUTER_MASK"]
 
 OP_LOAD = 0
 OP_CONST = 1
@@ -83,16 +84,31 @@ def _shifts(par):
 
 def instance_base(par, t: int) -> int:
     """``base(t)`` of one padded instance, as the generated code computes it."""
-    return sum(((int(t) >> shift) & ((1 << int(log2p)) - 1)) * int(stride)
-               for (log2p, stride), shift in zip(par, _shifts(par)))
+    return sum(((int(t) >> shift) & mask) * stride for shift, mask, stride in _terms(par))
 
 
-#: The outermost term's mask: an identity on every valid instance (graph files
-#: cap padded buffers below 2**40 words), there so the compiler knows the index
-#: is non-negative and bounded.  Without it Numba kept its negative-index
-#: wraparound and the evaluator loop ran several times slower; with the exact
-#: ``P_0 - 1`` the text, and the compile, depended on the instance count.
-_OUTER_MASK = (1 << 40) - 1
+#: No padded dimension or buffer of a graph reaches ``2**MAX_LOG2`` elements
+#: (graph files and recordings are checked against it).
+MAX_LOG2 = 40
+
+#: The outermost term's mask: an identity on every valid instance, there so
+#: the compiler knows the index is non-negative and bounded.  Without it Numba
+#: kept its negative-index wraparound and the evaluator loop ran several times
+#: slower; with the exact ``P_0 - 1`` the text, and the compile, depended on
+#: the instance count.
+OUTER_MASK = (1 << MAX_LOG2) - 1
+
+
+def _terms(par):
+    """``(shift, mask, stride)`` of every term of ``base(t)``, outer first, as
+    the generated code computes them (one home for :func:`instance_base` and
+    the generators); terms that are always 0 are left out."""
+    out = []
+    for k, ((log2p, stride), shift) in enumerate(zip(par, _shifts(par))):
+        mask = OUTER_MASK if k == 0 else (1 << int(log2p)) - 1
+        if int(stride) and mask:
+            out.append((int(shift), mask, int(stride)))
+    return out
 
 
 def skeleton(layouts) -> tuple:
@@ -103,20 +119,9 @@ def skeleton(layouts) -> tuple:
 
 
 def _base_terms(par, t: str, suffix: str = ""):
-    """Terms of ``base(t)`` as source text (empty for a broadcast operand); the
-    outermost without its mask, so that its size is not in the text."""
-    terms = []
-    for k, ((log2p, stride), shift) in enumerate(zip(par, _shifts(par))):
-        mask = (1 << int(log2p)) - 1
-        if int(stride) == 0 or (k > 0 and mask == 0):
-            continue
-        if k == 0:
-            terms.append(f"(({t} >> {shift}{suffix}) & {_OUTER_MASK}{suffix}) * "
-                         f"{int(stride)}{suffix}")
-        else:
-            terms.append(f"(({t} >> {shift}{suffix}) & {mask}{suffix}) * "
-                         f"{int(stride)}{suffix}")
-    return terms
+    """Terms of ``base(t)`` as source text (empty for a broadcast operand)."""
+    return [f"(({t} >> {shift}{suffix}) & {mask}{suffix}) * {stride}{suffix}"
+            for shift, mask, stride in _terms(par)]
 
 
 def python_source(name: str, nodes, asserts, outputs, in_layouts, out_layouts) -> str:

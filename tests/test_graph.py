@@ -437,9 +437,25 @@ def test_hand_built_graph_is_validated_before_its_first_replay():
         del same.kernels
     ints = np.array([5, 6], dtype=np.int64)
     held = ComputationGraph(*parts[:7], [(0, ints)], parts[8]).constants[0][1]
-    assert held.dtype == np.uint32 and not held.flags.writeable and held.base is None
+    assert held.dtype == np.uint32 and not held.flags.writeable
     ints[0] = 9
     assert held.tolist() == [5, 6]
+    with pytest.raises(ValueError):
+        held.setflags(write=True)  # (an array owning its memory could be made writeable)
+    # the caller's lists inside the parts are copied: changing them after a replay
+    # (once validated) reaches nothing (it segfaulted through the offsets)
+    offsets = list(ck.in_layouts[0][1])
+    built_from_lists = built(2, [ck._replace(in_layouts=[(par, offsets)])]
+                             + list(g.compiled_kernels[1:]))
+    assert run_computation_graph(built_from_lists, [x])[1] == g.commitments
+    offsets[1] = 10**8
+    assert run_computation_graph(built_from_lists, [x])[1] == g.commitments
+    # pickle and copies go through the constructor (frozen, validated anew)
+    import copy
+    import pickle
+    for twin in (pickle.loads(pickle.dumps(g)), copy.deepcopy(g), copy.copy(g)):
+        assert twin == g and not twin._validated
+        assert run_computation_graph(twin, [x])[1] == g.commitments
     with pytest.raises(ValueError, match="`constants` must hold canonical values"):
         ComputationGraph(*parts[:7], [(0, np.array([2**32 + 1]))], parts[8])
 
@@ -829,7 +845,7 @@ def test_one_evaluator_serves_every_padded_size():
     # the outermost term's size-free mask is an identity on every valid graph
     from zorch_nb import graph_format
     from zorch_nb.kernels import graph_codegen
-    assert graph_codegen._OUTER_MASK == (1 << graph_format._MAX_LOG2) - 1
+    assert graph_codegen.OUTER_MASK == (1 << graph_format._MAX_LOG2) - 1
 
 
 def test_replay_assert_values_match_the_eager_ones_through_every_operation():
@@ -1105,6 +1121,24 @@ def shaped(m):
         for i in range(k):
             out[i] = x[()] * (i + 1)
     return widen
+
+
+def my_kernel(fn):  # a user's wrapper of the decorator: its locals are not the scope
+    n = 2
+    return kernel(fn)
+
+
+def wrapped(n):
+    @my_kernel
+    def total(x: In[n], out: Out[()]):
+        out[()] = x[0]
+    return total
+
+
+def undecorated(n):
+    def total(x: In[n], out: Out[()]):
+        out[()] = x[0]
+    return total
 """
 
 
@@ -1123,6 +1157,11 @@ def test_kernel_factories_work_under_postponed_annotations():
     (z,) = ctx.call_kernel(ns["shaped"](1), 2, ctx.copy_to_device([5, 7]))
     np.testing.assert_array_equal(ctx.copy_to_host(z), [[5, 10], [7, 14]])
     assert ns["row_sum"](5).params[0] == ("x", "in", (5,))
+    # the names are the defining frame's, not those of a wrapper that decorates
+    assert ns["wrapped"](5).params[0] == ("x", "in", (5,))
+    # decorated after its factory returned: that frame is gone, refused clearly
+    with pytest.raises(KernelDefinitionError, match="name 'n' is not defined"):
+        kernel(ns["undecorated"](5))
 
 
 def test_definition_errors_name_the_variable():
@@ -1215,7 +1254,7 @@ def test_handles_are_read_only_and_replays_take_values():
         a.reshape(-1, 4)
     assert (a.ndim, len(a), a.T.ndim, len(a.T)) == (2, 2, 2, 3)
     scalar = ctx.copy_to_device(5)
-    assert scalar.ndim == 0
+    assert scalar.ndim == 0 and bool(scalar)
     with pytest.raises(TypeError, match="len"):
         len(scalar)
     for to_array in (np.asarray, np.array, lambda h: h + np.zeros(3)):  # no 0-d object arrays

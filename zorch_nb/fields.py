@@ -905,9 +905,9 @@ class _FieldBase:
         if out is not None:  # checked before the work, written after it
             shape = tuple(1 if i in axes else d for i, d in enumerate(elem) if keepdims
                           or i not in axes)
-            into, user_out = self._out(out, kind, shape, [a])
-            into[...] = self.sum(a, axes, keepdims)
-            return self._finish(into, user_out)
+            self._out(out, kind, shape)  # (its checks; the buffer it offers is unused)
+            out[...] = self.sum(a, axes, keepdims)  # complete before out is written
+            return out
         p = np.uint64(self.p)
         # Blocks (C order over the element axes, see _blocks) bound the
         # temporaries to a chunk; each adds its words into the uint64 slots of

@@ -207,6 +207,11 @@ class Handle:
             raise TypeError("len() of a 0-d handle")
         return self._shape[0]
 
+    def __bool__(self) -> bool:
+        # A handle is a reference, always true (as before it had __len__):
+        # `h or default` must not depend on its shape.
+        return True
+
     def __array__(self, dtype=None, copy=None):
         # np.asarray(handle) made a 0-d object array that failed far away.
         raise TypeError("a graph handle holds no values on the host; read them with "
@@ -308,16 +313,36 @@ class CompiledKernel(NamedTuple):
 
 
 def _frozen_words(values) -> np.ndarray:
-    """A read-only uint32 copy (a graph's constants are not the caller's arrays)."""
+    """A read-only uint32 copy (a graph's constants are not the caller's arrays).
+
+    Over an immutable ``bytes`` object: an array that owns its memory can be
+    made writeable again with ``setflags``, this one cannot.
+    """
+    if isinstance(values, np.ndarray) and values.dtype == np.uint32 and \
+            isinstance(values.base, bytes):  # frozen already (a graph's own constants)
+        return values
     arr = np.asarray(values)
     if arr.dtype.kind not in "ui":
         raise TypeError(f"Argument `constants` must hold integer arrays, not {arr.dtype}")
     if arr.size and (int(arr.min()) < 0 or int(arr.max()) >= 1 << 32):
         raise ValueError("Argument `constants` must hold canonical values (a cast to uint32 "
                          "would wrap these)")
-    words = arr.astype(np.uint32)
-    words.setflags(write=False)
-    return words
+    return np.frombuffer(arr.astype(np.uint32).tobytes(), dtype=np.uint32).reshape(arr.shape)
+
+
+def _frozen(obj):
+    """``obj`` with every list, tuple and named tuple rebuilt as tuples, NumPy
+    integers as Python ints: nothing a caller keeps can change a graph later
+    (its offsets index the evaluators' buffers unchecked)."""
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return type(obj)(*(_frozen(v) for v in obj))
+    if isinstance(obj, (tuple, list)):
+        return tuple(_frozen(v) for v in obj)
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    if isinstance(obj, np.integer):
+        return int(obj)
+    return obj
 
 
 def _describe(op: _Operand) -> str:
@@ -359,14 +384,14 @@ class ComputationGraph:
                  outputs, constants, commitments):
         set_ = object.__setattr__
         set_(self, "field", field)
-        set_(self, "kernels", tuple(kernels))
-        set_(self, "compiled_kernels", tuple(compiled_kernels))
-        set_(self, "buffer_points", tuple(tuple(p) for p in buffer_points))
-        set_(self, "templates", tuple(templates))
-        set_(self, "inputs", tuple(inputs))
-        set_(self, "outputs", tuple(outputs))
-        set_(self, "constants", tuple((b, _frozen_words(v)) for b, v in constants))
-        set_(self, "commitments", tuple(commitments))
+        set_(self, "kernels", _frozen(kernels))
+        set_(self, "compiled_kernels", _frozen(compiled_kernels))
+        set_(self, "buffer_points", _frozen(buffer_points))
+        set_(self, "templates", _frozen(templates))
+        set_(self, "inputs", _frozen(inputs))
+        set_(self, "outputs", _frozen(outputs))
+        set_(self, "constants", tuple((int(b), _frozen_words(v)) for b, v in constants))
+        set_(self, "commitments", tuple(bytes(c) for c in commitments))
         set_(self, "_validated", False)  # (set by the recorder and by from_bytes)
 
     def __setattr__(self, name, value):
@@ -376,9 +401,16 @@ class ComputationGraph:
     def __delattr__(self, name):
         raise AttributeError(f"a ComputationGraph is immutable (deleting `{name}`)")
 
+    def __reduce__(self):
+        # pickle and copy go through the constructor: the copy is frozen and
+        # validated before its first replay like any graph built by hand
+        return (ComputationGraph, (self.field, self.kernels, self.compiled_kernels,
+                                   self.buffer_points, self.templates, self.inputs,
+                                   self.outputs, self.constants, self.commitments))
+
     def _checked(self) -> "ComputationGraph":
         """``self`` after :func:`~zorch_nb.graph_format.validate` (run once)."""
-        if not self._validated:
+        if not getattr(self, "_validated", False):  # (absent in a pickle of 0.1.0's graphs)
             from .graph_format import validate
             validate(self)
             object.__setattr__(self, "_validated", True)
@@ -474,12 +506,11 @@ def _sources(ir: KernelIR, ck: CompiledKernel):
     values (runtime arguments) or outer instance count share one evaluator and
     one compile.
     """
-    key = _plain((ir.nodes, tuple((a, b) for a, b, _ in ir.asserts), ir.outputs,
-                  graph_codegen.skeleton(ck.in_layouts), graph_codegen.skeleton(ck.out_layouts)))
+    args = _plain((ir.nodes, tuple((a, b) for a, b, _ in ir.asserts), ir.outputs,
+                   ck.in_layouts, ck.out_layouts))
+    key = args[:3] + (graph_codegen.skeleton(args[3]), graph_codegen.skeleton(args[4]))
     if key not in _SOURCE_CACHE:
         name = "k" + hashlib.sha256(repr(key).encode()).hexdigest()[:16]
-        args = _plain((ir.nodes, tuple((a, b) for a, b, _ in ir.asserts), ir.outputs,
-                       ck.in_layouts, ck.out_layouts))
         _SOURCE_CACHE[key] = (graph_codegen.python_source(name, *args),
                               graph_codegen.cuda_source(name, *args), name)
     return _SOURCE_CACHE[key]
@@ -1215,11 +1246,13 @@ class Context:
                 if self._buffers[b].source != "input":
                     diff = f"graph input {k} is buffer {b}, which this recording computes"
                     break
+        built = None
         if diff is None:
-            diff = _first_difference(graph, self._build(graph.inputs, graph.outputs))
+            built = self._build(graph.inputs, graph.outputs)
+            diff = _first_difference(graph, built)
         if diff is not None:
             raise ValueError(f"the recorded program does not match the graph: {diff}")
-        return self._build(graph.inputs, graph.outputs).commitments
+        return built.commitments
 
 
 def _first_difference(g: ComputationGraph, h: ComputationGraph):
@@ -1244,6 +1277,7 @@ def _first_difference(g: ComputationGraph, h: ComputationGraph):
                         f"the graph but {getattr(t, field)} here")
         if g.compiled_kernels[s.compiled][1:] != h.compiled_kernels[t.compiled][1:]:
             return f"call {k} (kernel `{ks.name}`) has different operand layouts"
+
     def view(graph, spec):  # (the layouts are equal by now)
         bid, history = spec
         shape = history_shapes(graph.buffer_points[bid][-1], history)[-1]

@@ -37,6 +37,7 @@ import struct
 import numpy as np
 
 from .graph_layout import logical_instance
+from .kernels import graph_codegen
 
 __all__ = ["MAGIC", "FORMAT_VERSION", "graph_to_bytes", "graph_from_bytes",
            "kernel_bytes", "kernel_fingerprint", "compiled_key"]
@@ -46,7 +47,7 @@ FORMAT_VERSION = 1
 _HEADER = struct.Struct("<8sIQ")
 _KINDS = ("in", "out", "inout")
 _HIST = ("reshape", "transpose")
-_MAX_LOG2 = 40  # no padded dimension or buffer beyond 2**40 elements
+_MAX_LOG2 = graph_codegen.MAX_LOG2  # no padded dimension or buffer beyond 2**40 elements
 #: NumPy's limit on array dimensions (32 before 2.0), so on a view's shape.
 _MAX_NDIM = 64 if int(np.__version__.split(".")[0]) >= 2 else 32
 

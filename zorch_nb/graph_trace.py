@@ -585,17 +585,30 @@ def kernel(fn) -> Kernel:
     >>> add_2.params
     (('x', 'in', (2,)), ('out', 'out', ()))
     """
-    scope = None
+    return Kernel(_trace(fn, _defining_scope(fn)), fn)
+
+
+def _defining_scope(fn):
+    """Local names of the scope whose ``def`` made ``fn``, for its string
+    annotations (PEP 563), or None.
+
+    Such annotations are evaluated here, not where the ``def`` ran: a kernel
+    made in a factory (``In[n]``, ``n`` an argument of the factory) needs that
+    frame's names, and only that frame's -- the one whose code holds ``fn``'s
+    code (not a wrapper that applies the decorator, whose locals would give
+    another ``n``).  Not on the stack (the function returned by its factory
+    first): only its globals and closure, as ``inspect`` would.
+    """
     annotations = getattr(fn, "__annotations__", None)
-    if isinstance(annotations, dict) and any(isinstance(a, str) for a in annotations.values()):
-        # PEP 563 strings are evaluated here, not where the ``def`` ran: a
-        # kernel made in a factory (``In[n]``, ``n`` an argument of the
-        # factory) needs the names of the scope that applied the decorator.
-        caller = sys._getframe(1)
-        try:
-            scope = dict(caller.f_locals)
-        finally:
-            del caller
-        if inspect.isfunction(fn):
-            scope.update(inspect.getclosurevars(fn).nonlocals)
-    return Kernel(_trace(fn, scope), fn)
+    if not inspect.isfunction(fn) or not isinstance(annotations, dict) or \
+            not any(isinstance(a, str) for a in annotations.values()):
+        return None
+    frame = sys._getframe(1)
+    try:
+        while frame is not None and fn.__code__ not in frame.f_code.co_consts:
+            frame = frame.f_back
+        scope = dict(frame.f_locals) if frame is not None else {}
+    finally:
+        del frame
+    scope.update(inspect.getclosurevars(fn).nonlocals)
+    return scope

@@ -235,10 +235,11 @@ class KernelCache:
     its machine code: Numba never unloads code it has compiled, so every
     compiled kernel (per operation, structure and dtype) costs memory (about
     2 MiB, measured for ``to_dense``) for the life of the process, whether
-    or not its entry is evicted, besides its compile time (about 0.4 s).  A loop whose structures keep changing (ranks chosen per
-    iteration) grows the process by that much per new structure; reuse
-    structures, e.g. pad to fixed ranks, to keep it bounded.  An evicted
-    structure met again compiles (and costs) anew.
+    or not its entry is evicted, besides its compile time (about 0.4 s).
+    A loop whose structures keep changing (ranks chosen per iteration)
+    grows the process by that much per new structure; reuse structures,
+    e.g. pad to fixed ranks, to keep it bounded.  An evicted structure met
+    again compiles (and costs) anew.
     """
 
     def __init__(self, maxsize=256):
