@@ -363,6 +363,7 @@ def test_refused_calls_write_nothing(k):
     ([3, 2], [2, -1], r"`orc` must hold counts >= 0, but orc\[1\] = -1"),
     ([4, 2], [2, 1], r"`rc` sums to 6, more than the input length 5"),
     ([-4, 9], [0, 5], r"`rc` must hold counts >= 0, but rc\[0\] = -4"),  # (the sum fits)
+    ([0, -1], [-1, 0], r"`orc` must hold counts >= 0, but orc\[0\] = -1"),  # the scan's first
 ])
 def test_cpu_jagged_counts_that_would_read_out_of_bounds_are_refused(rc, orc, message):
     """The CPU kernel indexes with the counts unchecked: its own scan refuses
