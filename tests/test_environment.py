@@ -12,7 +12,9 @@ _NO_LOCATOR = textwrap.dedent("""
     # what a read-only install run without a writable home looks like to Numba:
     # neither __pycache__ beside the sources nor the user-wide folder can be
     # used, and NUMBA_CACHE_DIR is unset
-    caching.CacheImpl._locator_classes = [caching.UserProvidedCacheLocator]
+    # (named _UserProvidedCacheLocator before numba 0.62)
+    caching.CacheImpl._locator_classes = [getattr(caching, "UserProvidedCacheLocator", None)
+                                          or caching._UserProvidedCacheLocator]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         from zorch_nb import KoalaBear as F

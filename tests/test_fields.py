@@ -648,7 +648,9 @@ def test_scalars_zero_d_and_empty(F):
     assert int(F.decode(F.mul(s, s))) == 25
     assert int(F.decode(F.mul(s[()], s[()]))) == 25  # NumPy scalar operands
     assert int(F.decode(F.inv(s))) == pow(5, -1, p)
-    for one in (F.one, s[()] * 0 + F.one):  # NumPy scalars decode on the host, to 0-d arrays
+    # NumPy scalars decode on the host, to 0-d arrays (uint32 * np.uint32: NumPy 1.x
+    # made a Python 0 turn the product into int64)
+    for one in (F.one, s[()] * np.uint32(0) + F.one):
         got = F.decode(one)
         assert isinstance(got, np.ndarray) and got.shape == () and int(got) == 1
     e = np.zeros(0, dtype=np.uint32)

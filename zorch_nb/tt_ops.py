@@ -1406,7 +1406,10 @@ def ut3_load(path):
         raise
     except ValueError:
         # NumPy takes a file that is neither .npy nor .npz for pickled data and
-        # says so ("allow_pickle=False"): misleading for a text file
+        # says so ("allow_pickle=False"): misleading for a text file.  (NumPy
+        # < 1.25 says the same of an empty file, later ones raise EOFError.)
+        if isinstance(name, str) and os.path.isfile(name) and os.path.getsize(name) == 0:
+            raise bad("an empty, truncated or corrupted .npz archive (empty file)") from None
         raise bad("neither a .npz archive nor a .npy file") from None
     except (EOFError, zipfile.BadZipFile) as exc:
         raise bad(f"an empty, truncated or corrupted .npz archive ({exc})") from None
