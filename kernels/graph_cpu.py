@@ -56,7 +56,10 @@ def evaluator_cache_dir():
     marks its folder used (its modification time) and removes the sibling
     folders of other sources unused for :data:`STALE_FOLDER_DAYS` days, so
     the folders of past versions do not pile up; one in use by a process of
-    another version is at worst compiled again from memory.
+    another version is at worst compiled again from memory.  Within the
+    folder, an evaluator file is marked used when a process loads it, and
+    evaluators unused that long go too (with Numba's cache files of them):
+    size sweeps over months would otherwise keep every layout ever seen.
     """
     root = os.environ.get("ZORCH_NB_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
@@ -69,7 +72,44 @@ def evaluator_cache_dir():
     except OSError:
         pass
     _prune_stale_folders(root, keep=name)
-    return path if os.path.isdir(path) else None
+    if os.path.isdir(path):
+        _prune_stale_evaluators(path)
+        return path
+    return None
+
+
+def _prune_stale_evaluators(folder: str) -> None:
+    """Delete the evaluator files of ``folder`` unused (not loaded) for
+    :data:`STALE_FOLDER_DAYS` days, with their Numba cache files."""
+    cutoff = time.time() - STALE_FOLDER_DAYS * 86400
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    stale = []
+    for name in names:
+        if not (name.startswith("zorch_graph_") and name.endswith(".py")):
+            continue
+        path = os.path.join(folder, name)
+        try:
+            if os.stat(path).st_mtime < cutoff:
+                os.remove(path)
+                stale.append(name[:-3] + ".")
+        except OSError:  # a concurrent cleaner, or a read-only cache
+            pass
+    if not stale:
+        return
+    cache = os.path.join(folder, "__pycache__")
+    try:
+        cached = os.listdir(cache)
+    except OSError:
+        return
+    for name in cached:  # Numba's files: <module>.<function>-<line>.py<ver>[.<n>].nb[ic]
+        if name.startswith(tuple(stale)):
+            try:
+                os.remove(os.path.join(cache, name))
+            except OSError:
+                pass
 
 
 def _prune_stale_folders(root: str, keep: str) -> None:
@@ -97,8 +137,13 @@ def _evaluator_file(folder: str, source: str, name: str) -> str:
     data = (_HEADER + source).encode()
     try:
         with open(path, "rb") as fh:
-            if fh.read() == data:
-                return path
+            same = fh.read() == data
+        if same:
+            try:
+                os.utime(path)  # used: kept by _prune_stale_evaluators
+            except OSError:  # (a cache shipped read-only)
+                pass
+            return path
     except OSError:  # absent (or unreadable): write it
         pass
     fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")

@@ -261,6 +261,57 @@ def test_evaluator_folders_of_other_sources_are_pruned_when_unused(tmp_path, mon
         graph_cpu.evaluator_cache_dir.cache_clear()
 
 
+def test_evaluators_unused_for_long_are_pruned_with_their_numba_files(tmp_path, monkeypatch):
+    """Within the current folder, evaluator files not loaded for STALE_FOLDER_DAYS
+    go with their Numba cache files; a load marks a file used; other files stay."""
+    import time
+
+    from zorch_nb.kernels import graph_cpu
+    monkeypatch.setenv("ZORCH_NB_CACHE_DIR", str(tmp_path / "zc"))
+    graph_cpu.evaluator_cache_dir.cache_clear()
+    graph_cpu.compile_evaluator.cache_clear()
+    try:
+        folder = graph_cpu.evaluator_cache_dir()
+        cache = os.path.join(folder, "__pycache__")
+        os.makedirs(cache, exist_ok=True)
+        days, now = graph_cpu.STALE_FOLDER_DAYS, time.time()
+        files = {"old": "zorch_graph_kaaaa.py", "old_serial": "zorch_graph_kaaaa__serial.py",
+                 "recent": "zorch_graph_kbbbb.py", "other": "notes.txt"}
+        numba_files = ["zorch_graph_kaaaa.kaaaa-5.py311.nbi",
+                       "zorch_graph_kaaaa.kaaaa-5.py311.1.nbc", "zorch_graph_kbbbb.kbbbb-5.py311.nbi"]
+        for key, name in files.items():
+            path = os.path.join(folder, name)
+            with open(path, "w") as fh:
+                fh.write("x = 1\n")
+            age = days - 1 if key == "recent" else days + 1
+            os.utime(path, (now - age * 86400,) * 2)
+        for name in numba_files:
+            open(os.path.join(cache, name), "w").close()
+        # a real evaluator, loaded long ago: loading it again marks it used
+        ctx = Context()
+        a, c = reference_program(ctx)
+        g = ctx.generate_computation_graph([a], [c])
+        run_computation_graph(g, [np.arange(1, 33).reshape(16, 2)])
+        used = [n for n in os.listdir(folder) if n.startswith("zorch_graph_k") and
+                n not in files.values()]
+        assert used
+        for n in used:
+            os.utime(os.path.join(folder, n), (now - 2 * days * 86400,) * 2)
+        graph_cpu.compile_evaluator.cache_clear()
+        run_computation_graph(g, [np.arange(1, 33).reshape(16, 2)])
+        graph_cpu.evaluator_cache_dir.cache_clear()
+        assert graph_cpu.evaluator_cache_dir() == folder  # (prunes)
+        left = set(os.listdir(folder))
+        assert files["old"] not in left and files["old_serial"] not in left
+        assert {files["recent"], files["other"]} <= left and set(used) <= left
+        cached = os.listdir(cache)
+        assert numba_files[2] in cached and not any(n.startswith("zorch_graph_kaaaa")
+                                                    for n in cached)
+    finally:
+        graph_cpu.evaluator_cache_dir.cache_clear()
+        graph_cpu.compile_evaluator.cache_clear()
+
+
 @pytest.mark.skipif(numba.config.DISABLE_JIT, reason="nothing is compiled")
 def test_evaluator_cache_survives_damaged_files_and_a_full_disk(tmp_path, monkeypatch):
     """A cached evaluator file that is not byte for byte the generated source (not
