@@ -7,7 +7,10 @@ met -- the table a closing note needs, read off the committed report rather
 than copied by hand.  GPU targets are fractions of the same run's device copy
 bandwidth (pyramids against their compulsory bytes); the CPU target is the
 fold timed alternately with the copy (``paired_fraction``) and its speed-up
-over the galois fold.
+over the galois fold (at sizes of at least 2^16: smaller calls are
+launch-bound).  A row the bench marked ``implausible`` (figures no idle
+machine gives: another process was busy) is listed as unreliable, never as
+met.  Exit status 0 when every target listed is met, 1 otherwise.
 """
 import json
 import sys
@@ -70,7 +73,9 @@ def targets(report: dict) -> str:
 
     def add(what, r, measured, goal, ok):
         size = f"2^{r['size'].bit_length() - 1}"
-        lines.append(f"| {what} | {r['backend']} | {size} | {measured} | {goal} | {_mark(ok)} |")
+        why = r.get("extra", {}).get("implausible")
+        mark = f"**unreliable** ({why})" if why else _mark(ok)
+        lines.append(f"| {what} | {r['backend']} | {size} | {measured} | {goal} | {mark} |")
 
     backends = sorted({r["backend"] for r in report["results"]})
     if "cpu" in backends:
@@ -80,7 +85,7 @@ def targets(report: dict) -> str:
                 add(f"{r['kernel']}, of copy (paired)", r, f"{paired:.2f}", f">= {CPU_PAIRED}",
                     paired >= CPU_PAIRED)
             galois = r["baselines"].get("galois GF(p)")
-            if galois:
+            if galois and r["size"] >= 1 << 16:  # (smaller: launch-bound, see the bench)
                 speedup = galois / r["time_s"]
                 add(f"{r['kernel']}, vs galois", r, f"{speedup:.1f}x", f">= {CPU_GALOIS:.0f}x",
                     speedup >= CPU_GALOIS)
@@ -128,4 +133,6 @@ if __name__ == "__main__":
     print(out)
     if len(out.splitlines()) == 2:  # the header only: nothing in the report to judge
         print("no row of this report has a target", file=sys.stderr)
+        sys.exit(1)
+    if "**missed**" in out or "**unreliable**" in out:
         sys.exit(1)

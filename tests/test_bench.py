@@ -4,10 +4,16 @@ Tiny sizes only: this checks the plumbing (every row, the report, the second
 process figure), never speed -- speed is measured by the benchmark itself.
 """
 import json
+import os
+import pathlib
 import subprocess
 import sys
 
+import numpy as np
 import pytest
+
+
+BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 def test_bench_cpu_writes_json(tmp_path):
@@ -55,6 +61,42 @@ def test_bench_cpu_writes_json(tmp_path):
         if r["kernel"].startswith("dense fold"):
             assert r["extra"]["paired_fraction"] > 0 and r["extra"]["in_cache_gbps"] > 0
     assert "warm_cache_run" in report["second_process"][0]
+    # what produced the report: the code, its versions, the CPU by name
+    import numba
+
+    import zorch_nb
+    sw = report["software"]
+    assert sw["zorch_nb"] == zorch_nb.__version__ and sw["numba"] == numba.__version__
+    assert sw["numpy"] == np.__version__ and sw["numba_threads"] >= 1
+    assert "commit" in sw and report["device"].endswith(f"({os.cpu_count()} cores)")
+
+
+def test_implausible_figures_are_flagged_and_never_meet_a_target(tmp_path):
+    """A run beside a busy process stretches the copy and the fold alike: the ratios
+    look fine, the physically impossible figures give it away (the table marks
+    them, targets.py lists them as unreliable and exits 1)."""
+    from zorch_nb.bench import Row, implausible
+    ok = Row("dense fold base/base", "cpu", 2**22, 1e-3, 24 << 20).finish(10.0)
+    ok.extra.update(paired_fraction=0.8, in_cache_gbps=40.0)
+    assert implausible(ok, 10.0) is None
+    busy = Row("dense fold base/base", "cpu", 2**22, 1e-3, 24 << 20).finish(10.0)
+    busy.extra.update(paired_fraction=2.06, in_cache_gbps=0.3)
+    why = implausible(busy, 10.0)
+    assert "2.06x the copy" in why and "0.3 GB/s" in why
+    busy.extra["implausible"] = why
+    from zorch_nb.bench import _table
+    assert "? figures no idle machine gives" in _table([busy], ok)
+    report = {"date": "d", "device": "cpu", "command": "c", "copy": [],
+              "results": [{"kernel": r.kernel, "backend": "cpu", "size": r.size,
+                           "time_s": r.time_s, "extra": r.extra,
+                           "baselines": {"galois GF(p)": 1.0}} for r in (ok, busy)]}
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(report))
+    res = subprocess.run([sys.executable, str(BENCHMARKS / "targets.py"), str(path)],
+                         capture_output=True, text=True)
+    assert res.returncode == 1
+    rows = [ln for ln in res.stdout.splitlines() if "(paired)" in ln]
+    assert "| met |" in rows[0] and "**unreliable** (timed alternately" in rows[1]
 
 
 def test_cpu_baselines_compute_the_fold_they_time():

@@ -76,6 +76,26 @@ class Row:
         return self
 
 
+def implausible(row: Row, copy_gbps: float | None) -> str | None:
+    """Why ``row``'s figures cannot hold on an idle machine, or None.
+
+    A run beside another busy process times the thread scheduler: every
+    parallel call, the copy included, stretches alike, so the ratios can
+    still look healthy.  Physically impossible figures give it away: a
+    fold timed alternately with the copy above ``SUSPECT_FRACTION`` of it,
+    or the fold on cache-resident data slower than on data from DRAM.
+    """
+    why = []
+    paired = row.extra.get("paired_fraction")
+    if paired is not None and paired > SUSPECT_FRACTION:
+        why.append(f"timed alternately with the copy it ran at {paired:.2f}x the copy")
+    in_cache = row.extra.get("in_cache_gbps")
+    if in_cache is not None and row.gbps and in_cache * SUSPECT_FRACTION < row.gbps:
+        why.append(f"cache-resident at {in_cache:.1f} GB/s, below its {row.gbps:.1f} GB/s "
+                   f"from DRAM")
+    return "; ".join(why) or None
+
+
 def _fmt(value, spec: str, width: int) -> str:
     """``value`` formatted, or blank where it was not measured (None / NaN)."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
@@ -306,7 +326,7 @@ def _table(rows, copy_row) -> str:
     head = (f"{'kernel':<46} {'backend':<7} {'size':>10} {'time':>11} {'GB/s':>8} "
             f"{'of copy':>8} {'1st call':>9}  baselines")
     lines = [head, "-" * len(head)]
-    suspect = False
+    suspect = busy = False
     for r in [copy_row] + rows:
         base = ", ".join([f"{k} {v * 1e3:.2f} ms (speedup {v / r.time_s:.1f}x)"
                           for k, v in r.baselines.items()]
@@ -315,6 +335,8 @@ def _table(rows, copy_row) -> str:
         flag = " "
         if r.fraction_of_copy is not None and r.fraction_of_copy > SUSPECT_FRACTION:
             flag, suspect = "!", True
+        if "implausible" in r.extra:
+            flag, busy = "?", True
         lines.append(f"{r.kernel:<46} {r.backend:<7} {r.size:>10} {r.time_s * 1e3:>8.3f} ms "
                      f"{_fmt(r.gbps, '.1f', 8)} {_fmt(r.fraction_of_copy, '.2f', 7)}{flag} "
                      f"{first}  {base}")
@@ -324,6 +346,9 @@ def _table(rows, copy_row) -> str:
     if suspect:
         lines.append(f"! above {SUSPECT_FRACTION}x the copy: the data stayed in a cache the "
                      f"copy's did not fit, or the copy was timed in a busy moment")
+    if busy:
+        lines.append("? figures no idle machine gives (see `implausible`): another process "
+                     "was busy on these cores; measure again on an idle machine")
     return "\n".join(lines)
 
 
@@ -379,7 +404,57 @@ def _device_name(device: str) -> str:
         import cupy
         props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
         return props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-    return f"{platform.processor() or platform.machine()} ({os.cpu_count()} cores)"
+    return f"{_cpu_model()} ({os.cpu_count()} cores)"
+
+
+def _cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux; ``platform`` elsewhere,
+    which on Linux says only "x86_64")."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name") and ":" in line:
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _software(device: str) -> dict:
+    """What produced the report: versions, the code's commit, threads."""
+    import numba
+
+    from . import __version__
+    info = {"zorch_nb": __version__, "commit": _commit(), "numpy": np.__version__,
+            "numba": numba.__version__, "numba_threads": numba.get_num_threads()}
+    if device == "gpu":
+        import cupy
+        for key, get in (("cupy", lambda: cupy.__version__),
+                         ("cuda_runtime", lambda: cupy.cuda.runtime.runtimeGetVersion()),
+                         ("cuda_driver", lambda: cupy.cuda.runtime.driverGetVersion())):
+            try:
+                info[key] = get()
+            except Exception:  # (a stand-in CuPy; a record is not worth the run)
+                info[key] = None
+    return info
+
+
+def _commit() -> str | None:
+    """The git commit of the imported code (a checkout; None for an install),
+    with ``+dirty`` when tracked files differ from it."""
+    import subprocess
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        head = subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True,
+                              text=True, timeout=10)
+        if head.returncode:
+            return None
+        dirty = subprocess.run(["git", "-C", here, "status", "--porcelain",
+                                "--untracked-files=no"], capture_output=True, text=True,
+                               timeout=10)
+        return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
 
 
 def plot(rows, copy_row, path: str, title: str) -> None:
@@ -470,6 +545,7 @@ def main(args) -> int:
         backends = list(getattr(args, "backends", None) or ["cupy", "numba"])
     else:
         xp, timer, sync, backends = np, _time_cpu, None, ["cpu"]
+    software = _software(device)
     all_rows = []
     copies = []
     startup = []
@@ -495,6 +571,7 @@ def main(args) -> int:
             "device": _device_name(device),
             "command": getattr(args, "prog", "python -m zorch_nb") + " " + shlex.join(argv),
             "python": sys.version.split()[0],
+            "software": software,
             "copy": [asdict(c) for c in copies + ([current["copy"]] if "copy" in current else [])],
             "results": [asdict(r) for r in all_rows + pending],
             "second_process": startup,
@@ -543,12 +620,21 @@ def main(args) -> int:
                               lambda: field_rows(n, backend, args.repeat, xp, timer, sync))
                 rows += _gkr_rows(n, backend, args.repeat, xp, timer, sync, guard)
             again = measure_copy(n, args.repeat)
+            again_gbps = again.bytes / again.time_s / 1e9
             if again.time_s < copy_row.time_s:
                 again.first_call_s = copy_row.first_call_s
                 copy_row = again
             copy_row.finish(copy_row.bytes / copy_row.time_s / 1e9)
             for r in rows:
                 r.finish(copy_row.gbps if lg >= MIN_FRACTION_LOG2 else None)
+                why = implausible(r, copy_row.gbps)
+                if why:
+                    r.extra["implausible"] = why
+            spread = max(first_gbps, again_gbps) / min(first_gbps, again_gbps)
+            if spread > SUSPECT_FRACTION:  # the yardstick itself moved during the size
+                copy_row.extra["implausible"] = (
+                    f"the copy ran at {first_gbps:.1f} GB/s before the kernels and "
+                    f"{again_gbps:.1f} GB/s after them")
             # the size's rows join the report before its pending copies go (an
             # interrupt in between duplicates rows, never loses them) and
             # before the table, whose print can block on a pipe (tee)
