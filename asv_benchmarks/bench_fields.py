@@ -4,6 +4,12 @@ The NumPy reference is what a user would write without zorch_nb: canonical
 values in uint64 arrays, ``(a * b) % p`` per coefficient.  Both run in the
 same asv process, so their ratio is meaningful on any machine.  (Run with
 ``asv run --python=same``; compile time is paid in ``setup``.)
+
+``peakmem_*`` is asv's peak of the whole process: the imports, Numba's
+compiler and ``setup``'s inputs included (about 160-230 MB here), so a
+result of a few MB (a 2^20 product's output is 16 MB) hardly moves it;
+compare ``peakmem`` across sizes, not across ops, and read the peak of one
+call from ``tests/test_field_memory.py`` (tracemalloc) instead.
 """
 import numpy as np
 
@@ -89,9 +95,11 @@ class Ops:
 
 class ExtBroadcast:
     """Extension ops with a one-element operand (``E.mul(x, r)``) or a base
-    operand (``E.mul(s, x)``): read in place by the broadcast kernels, so
-    the peak is the output alone; ``plain`` is the same op on a full-size
-    operand built beforehand (the work the broadcast spares, without its copy)."""
+    operand (``E.mul(s, x)``): read in place by the broadcast kernels, so a
+    call allocates the output alone (tracemalloc-checked in the tests; asv's
+    whole-process peak cannot show it, see above); ``plain`` is the same op
+    on a full-size operand built beforehand (the work the broadcast spares,
+    without its copy)."""
 
     params = (["add", "mul"], ["one element", "base", "plain"], [2**20])
     param_names = ["op", "operand", "n"]
@@ -112,9 +120,10 @@ class ExtBroadcast:
 
 class OuterProduct:
     """``G.mul(a[:, None], b[None, :])`` for a column of ``rows`` and a row of
-    ``n / rows`` elements: the broadcast kernels read both in runs, so the
-    peak is the output alone (before, both operands were copied to the full
-    shape; ``copied`` times that path, forced)."""
+    ``n / rows`` elements: the broadcast kernels read both in runs, so a call
+    allocates the output alone (before, both operands were copied to the full
+    shape; ``copied`` times that path, forced; the whole-process peakmem
+    shows the difference only where it exceeds the process's noise)."""
 
     params = (["base", "ext"], [64, 4096], ["in place", "copied"], [2**20])
     param_names = ["field", "rows", "path", "n"]

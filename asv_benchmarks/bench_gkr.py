@@ -6,6 +6,9 @@ jagged index formulas vectorized with ``searchsorted``.  Both run in the same
 asv process.  Field modes: ``base`` (base/base), ``mixed`` (base numerators
 under extension denominators, the LogUp case), ``ext`` (extension/extension).
 Compile time is paid in ``setup``; run with ``asv run --python=same``.
+``peakmem_*`` is asv's peak of the whole process (imports, Numba's compiler
+and ``setup``'s inputs included): it grows with ``n`` by the new layers,
+while at small ``n`` it is the process's own baseline.
 """
 import numpy as np
 

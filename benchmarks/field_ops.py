@@ -15,6 +15,7 @@ one warm-up call first).
 import argparse
 import datetime
 import json
+import os
 import platform
 import time
 
@@ -33,9 +34,15 @@ def best_ms(fn, repeat):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--log2n", type=int, default=22)
-    ap.add_argument("--json", default=None)
+    ap.add_argument("--log2n", type=int, default=22, help="log2 of the element count (1-32)")
+    ap.add_argument("--json", default=None, help="write the rows as JSON to this file")
     args = ap.parse_args()
+    if not 1 <= args.log2n <= 32:
+        ap.error(f"--log2n must be in [1, 32], not {args.log2n}")
+    if args.json:  # checked before the timing, not after it
+        folder = os.path.dirname(os.path.abspath(args.json))
+        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+            ap.error(f"--json {args.json!r}: the folder {folder!r} is missing or not writable")
     import zorch_nb as z
     F = z.KoalaBear
     n = 1 << args.log2n

@@ -44,6 +44,9 @@ def stats(sass: str) -> list:
 
 
 def main(argv) -> int:
+    if len(argv) not in (2, 3):
+        print(f"usage: python {argv[0]} KERNELS.cubin [CUOBJDUMP]", file=sys.stderr)
+        return 2
     cubin = argv[1]
     tool = argv[2] if len(argv) > 2 else shutil.which("cuobjdump")
     if not tool:

@@ -71,6 +71,31 @@ def test_bench_cpu_writes_json(tmp_path):
     assert "commit" in sw and report["device"].endswith(f"({os.cpu_count()} cores)")
 
 
+def test_json_to_stdout_is_one_document():
+    """``--json -``: stdout holds the report alone (the tables go to stderr)."""
+    res = subprocess.run([sys.executable, "-m", "zorch_nb", "bench", "--sizes", "10",
+                          "--repeat", "1", "--json", "-"], capture_output=True, text=True,
+                         timeout=600)
+    assert res.returncode == 0, res.stderr
+    report = json.loads(res.stdout)
+    assert report["results"] and "kernel" in res.stderr
+
+
+def test_a_yardstick_that_does_not_fit_keeps_the_kernels_row(monkeypatch):
+    """The NumPy fold's uint64 copies are 2-4x the kernel's data: at a size where
+    only the kernel fits, its row stays, the missing yardstick noted in it."""
+    from zorch_nb import KoalaBear as F
+    from zorch_nb import _bench_gkr
+    from zorch_nb.bench import Row
+
+    def no_memory(*args):
+        raise MemoryError("Unable to allocate 1.00 GiB")
+    monkeypatch.setattr(_bench_gkr, "numpy_fold", no_memory)
+    row = Row("dense fold base/base", "cpu", 16, 1e-6, 96)
+    _bench_gkr._cpu_baselines(row, [F.random(16, seed=k) for k in range(4)], 1)
+    assert row.baselines == {} and row.extra["baseline_error"].startswith("MemoryError")
+
+
 def test_implausible_figures_are_flagged_and_never_meet_a_target(tmp_path):
     """A run beside a busy process stretches the copy and the fold alike: the ratios
     look fine, the physically impossible figures give it away (the table marks

@@ -121,22 +121,30 @@ _file_name.__name__ = "file name"
 def main(argv=None) -> int:
     prog = _prog()
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{demo,bench}")
     d = sub.add_parser("demo", help="run a checked tour of every kernel family")
     d.add_argument("--backend", choices=("cpu", "cupy", "numba"), default="cpu",
                    help="cpu (default), cupy (GPU) or numba (Numba-CUDA; simulator without a GPU)")
     d.add_argument("--gpu", action="store_true", help="shorthand for --backend cupy")
     d.set_defaults(func=demo)
-    b = sub.add_parser("bench", help="measure kernels against the copy / NumPy yardsticks")
-    b.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+    b = sub.add_parser(
+        "bench", help="measure kernels against the copy / NumPy yardsticks",
+        description="Measure the field ops, the LogUp-GKR transitions and pyramids and the "
+                    "dispatch of small calls, each against the copy bandwidth measured in the "
+                    "same process (and, on the CPU, plain NumPy and galois); compile time "
+                    "apart from steady-state time.  Prints a table per size; --json and "
+                    "--plot write the report and its bar chart.")
+    b.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
+                   help="cpu (default: the Numba CPU kernels) or gpu (CuPy and Numba-CUDA)")
     b.add_argument("--sizes", type=_log2_size, nargs="+", default=None,
-                   help="log2 of the element counts to measure (default: 20 on cpu, 26 on gpu)")
+                   help="log2 of the element counts to measure (default: 22 on cpu, 26 on gpu)")
     b.add_argument("--json", metavar="FILE", type=_file_name,
-                   help="write the results as JSON (after every size, and at the end)")
+                   help="write the results as JSON (after every section, and at the end; "
+                        "'-' writes one document to stdout at the end, the tables to stderr)")
     b.add_argument("--plot", metavar="FILE.png", type=_file_name,
                    help="bar chart of each kernel's fraction of the copy bandwidth (matplotlib)")
     b.add_argument("--repeat", type=_positive_int, default=5,
-                   help="timed repetitions, the best reported (pyramids: half as many, "
+                   help="timed repetitions, the best reported (default 5; pyramids: half as many, "
                         "at least 1; the CPU fold's alternation with the copy: 3x, at "
                         "least 15)")
     b.add_argument("--backends", nargs="+", choices=("cupy", "numba"), default=None,

@@ -24,6 +24,7 @@ time lands on the first mode's "1st call".
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import json
@@ -94,6 +95,12 @@ def implausible(row: Row, copy_gbps: float | None) -> str | None:
         why.append(f"cache-resident at {in_cache:.1f} GB/s, below its {row.gbps:.1f} GB/s "
                    f"from DRAM")
     return "; ".join(why) or None
+
+
+def _ratio(x: float) -> str:
+    """A speed-up for the table: 1 decimal, 2 significant digits below 0.1 (a
+    slowdown printed as "0.0x" said nothing)."""
+    return f"{x:.1f}x" if x >= 0.1 else f"{x:.2g}x"
 
 
 def _fmt(value, spec: str, width: int) -> str:
@@ -253,12 +260,16 @@ def field_rows(n: int, backend: str, repeat: int, xp, timer, sync):
         first = _first_call(lambda: E.mul(a[:k], b[:k], backend=backend), sync)
         t = timer(lambda: E.mul(a, b, backend=backend), repeat)
         row = Row(f"{name} (KoalaBear)", backend, n, t, 3 * a.nbytes, first)
-        if xp is np:
-            ca = E.decode(a).astype(np.uint64)
-            cb = E.decode(b).astype(np.uint64)
-            if E is F:
+        if xp is np and E is F:
+            try:  # the yardstick's uint64 copies may not fit where the kernel's data did
+                ca = E.decode(a).astype(np.uint64)
+                cb = E.decode(b).astype(np.uint64)
                 row.baselines["numpy uint64"] = _time_cpu(
                     lambda: _numpy_base_mul(ca, cb, np.uint64(F.p)), repeat)
+            except MemoryError as exc:
+                row.extra["baseline_error"] = f"MemoryError: {exc}"
+            finally:
+                ca = cb = None
         rows.append(row)
     # The broadcast kernels: one extension element times n (read n, write n
     # elements), and base times extension elements (read 1 + 4, write 4 words)
@@ -328,7 +339,7 @@ def _table(rows, copy_row) -> str:
     lines = [head, "-" * len(head)]
     suspect = busy = False
     for r in [copy_row] + rows:
-        base = ", ".join([f"{k} {v * 1e3:.2f} ms (speedup {v / r.time_s:.1f}x)"
+        base = ", ".join([f"{k} {v * 1e3:.2f} ms (speedup {_ratio(v / r.time_s)})"
                           for k, v in r.baselines.items()]
                          + [f"{k}={v}" for k, v in r.extra.items()])
         first = _fmt(r.first_call_s, ".3f", 8) + ("s" if r.first_call_s is not None else " ")
@@ -442,7 +453,6 @@ def _software(device: str) -> dict:
 def _commit() -> str | None:
     """The git commit of the imported code (a checkout; None for an install),
     with ``+dirty`` when tracked files differ from it."""
-    import subprocess
     here = os.path.dirname(os.path.abspath(__file__))
     try:
         head = subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True,
@@ -517,7 +527,9 @@ def _plot_problem(path: str):
 def main(args) -> int:
     device = args.device
     # ascending, so a size that does not fit ends the run after every smaller one
-    sizes = sorted(set(args.sizes or ([26] if device == "gpu" else [20])))
+    # (2^22 on the CPU: a 2^20 fold's 24 MiB fit in a large L3, which the copy's
+    # figure would then not describe)
+    sizes = sorted(set(args.sizes or ([26] if device == "gpu" else [22])))
     problems = [p for p in (args.json and _output_problem(args.json, "--json"),
                             args.plot and (_output_problem(args.plot, "--plot")
                                            or _plot_problem(args.plot))) if p]
@@ -560,8 +572,8 @@ def main(args) -> int:
                 r.finish(copy_row.gbps if current["fractions"] else None)
             pending.extend(rows)
         write_json()  # a failed section too: its error is in the report at once
-        if copy_row is not None and rows:
-            print("\n".join(_table(rows, copy_row).splitlines()[3:]), flush=True)  # rows, notes
+        if copy_row is not None and rows:  # the rows (their notes come with the size's table)
+            print("\n".join(_table(rows, copy_row).splitlines()[3:3 + len(rows)]), flush=True)
 
     guard = _Guard(progress)
 
@@ -579,8 +591,18 @@ def main(args) -> int:
         }
 
     json_failed = []
+    # --json to standard output ("-", /dev/stdout): one document, written at
+    # the end, and the tables go to stderr -- else the stream is not JSON
+    json_stdout = args.json in ("-", "/dev/stdout")
+    real_stdout = sys.stdout
 
-    def write_json() -> None:  # after every section: a run cut short keeps what it has
+    def write_json(final: bool = False) -> None:  # after every section: a cut run keeps it
+        if json_stdout:
+            if final:
+                json.dump(_strict(report()), real_stdout, indent=1, allow_nan=False)
+                real_stdout.write("\n")
+                real_stdout.flush()
+            return
         if args.json and not json_failed:
             path = args.json
             # a regular file is replaced whole (a kill mid-dump leaves the last
@@ -652,15 +674,16 @@ def main(args) -> int:
                 guard.errors.append(f"{s_['backend']} second process: {' '.join(s_['error'])}")
 
     try:
-        measure()
+        with contextlib.redirect_stdout(sys.stderr if json_stdout else sys.stdout):
+            measure()
     except KeyboardInterrupt:  # `timeout -s INT` (gpu_run.sh): keep what was measured
         guard.errors.append("interrupted: the JSON holds every section finished before "
                             "(the size in progress against its first copy)")
-        write_json()
+        write_json(final=True)
         for msg in guard.errors:
             print(f"FAILED {msg}", file=sys.stderr)
         return 130
-    write_json()
+    write_json(final=True)
     if args.plot and not any(r.fraction_of_copy is not None for r in all_rows):
         guard.errors.append(f"--plot {args.plot!r} not drawn: no row has a fraction of the "
                             f"copy (sizes below 2^{MIN_FRACTION_LOG2} report times only)")
