@@ -18,9 +18,19 @@ shorter.)
 hold trains * 32^8 entries.  The SVD truncates to Tucker rank 4 and TT rank
 8.  One class per operation, so that ``setup`` compiles only the kernel its
 benchmarks run, outside the timing (run with ``asv run --python=same``).
+
+The ``LargeStack*`` classes time the Numba kernels on large stacks (256 and
+1024 trains of a modest structure: d = 4, N = 8, n = 8, r = 4) run on the
+calling thread (``split="serial"``) against the stack split over the thread
+pool (``split="threads"``), each forced for the benchmark through
+``launch_config.TT_CPU_SERIAL_WORK`` (by default ``to_dense`` splits at both
+sizes, ``inner`` and ``entries`` at 1024 only); their ratio is the gain of
+the split on the machine at hand (at most the core count; a small loss on
+one core) and the data for retuning that threshold.
 """
 import numpy as np
 
+from zorch_nb.kernels import launch_config
 from zorch_nb.tt import TuckerTensorTrain, UniformTuckerTensorTrain
 
 D, N, N_TUCKER, R_TT = 8, 32, 8, 16
@@ -167,3 +177,68 @@ class Svd(_UniformVsRagged):
 
     def time_svd(self, trains, impl):
         self._run(impl)
+
+
+# -- large stacks: the stack split over threads -------------------------------
+
+LARGE_D, LARGE_N, LARGE_TUCKER, LARGE_TT = 4, 8, 8, 4
+LARGE_STACKS = [256, 1024]
+
+
+def random_large_stack(seed, count):
+    """A uniform stack of ``count`` trains of the modest large-stack structure
+    (ranks varying per train, boundary ranks 1)."""
+    rng = np.random.default_rng(seed)
+    t3s = []
+    for _ in range(count):
+        tk = rng.integers(LARGE_TUCKER // 2 + 1, LARGE_TUCKER + 1, size=LARGE_D)
+        tt = np.concatenate([[1], rng.integers(LARGE_TT // 2 + 1, LARGE_TT + 1, size=LARGE_D - 1), [1]])
+        t3s.append(TuckerTensorTrain(
+            [rng.standard_normal((tk[i], LARGE_N)) for i in range(LARGE_D)],
+            [rng.standard_normal((tt[i], tk[i], tt[i + 1])) for i in range(LARGE_D)]))
+    return UniformTuckerTensorTrain.from_t3(tuple(t3s), n=LARGE_TUCKER, r=LARGE_TT, N=LARGE_N)
+
+
+class _LargeStack:
+    """Parameters: stack size, and whether the kernel call is split over threads."""
+
+    params = (LARGE_STACKS, ["serial", "threads"])
+    param_names = ["trains", "split"]
+    timeout = 300
+
+    def setup(self, trains, split):
+        self._threshold = launch_config.TT_CPU_SERIAL_WORK
+        launch_config.TT_CPU_SERIAL_WORK = 1 << 62 if split == "serial" else 0
+        self.x = random_large_stack(1, trains)
+        self.y = random_large_stack(2, trains)
+        self.idx = np.random.default_rng(3).integers(0, LARGE_N, size=(16, LARGE_D))
+        self._run()  # compile the structure-specialized kernel outside the timing
+
+    def teardown(self, trains, split):
+        launch_config.TT_CPU_SERIAL_WORK = self._threshold
+
+
+class LargeStackToDense(_LargeStack):
+    def _run(self):
+        return self.x.to_dense()
+
+    def time_to_dense(self, trains, split):
+        self._run()
+
+
+class LargeStackInner(_LargeStack):
+    def _run(self):
+        return self.x.inner(self.y)
+
+    def time_inner(self, trains, split):
+        self._run()
+
+
+class LargeStackEntries(_LargeStack):
+    """16 entries per train (the chain kernel that ``apply`` runs too)."""
+
+    def _run(self):
+        return self.x.entries(self.idx)
+
+    def time_entries(self, trains, split):
+        self._run()

@@ -152,3 +152,19 @@ def gkr_jagged_launches(widths, tail: bool = True) -> int:
     chunked, start = gkr_jagged_plan(widths, tail)
     tail = len(widths) - start
     return 2 * (chunked // GKR_JAGGED_CHUNK) + 2 * (start - chunked) + -(-tail // GKR_MAX_TAIL)
+
+# ---- uniform Tucker tensor trains (zorch_nb/tt_ops.py) ---------------------
+#: Estimated multiply-adds of a tensor-train kernel call (to_dense, inner,
+#: chain: stack size x per-element count at the padded n, r, N) at or below
+#: which it runs on the calling thread; above, the stack is split into one
+#: range per thread of a lazily created pool (zorch_nb/tt_ops._run_stack).
+#: Measured on 2 cores (d = 4, N = 8, n = 8, r = 4; serial/2 threads, medians
+#: of alternating runs while the second core was idle): a hand-off costs
+#: ~0.05-0.1 ms; to_dense (79 Ki madds per train) breaks even at S = 32
+#: (2.5 M; 0.27/0.27 ms), S = 64 0.57/0.46 ms, S = 1024 12.5/7.8 ms; inner
+#: (10 Ki per train) and entries with 16 queries (10.5 Ki) break even at
+#: S = 96 (1 M; inner 0.28/0.27 ms), inner S = 384 1.10/0.75 ms, S = 1024
+#: 2.9/1.7 ms.  At 4 Mi every kernel starts >= 15-20% faster, and while
+#: another process holds the second core (no gain: all ranges share one
+#: core) a split call loses ~0.05-0.1 ms: under 10% from ~0.7 ms up.
+TT_CPU_SERIAL_WORK = 1 << 22

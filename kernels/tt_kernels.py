@@ -17,6 +17,13 @@ allocates and allocate nothing; they validate nothing but the length of
 scratch that the structure sizes (Numba does not bounds-check).  The
 boundary bonds are summed against vectors of ones (over the real slots).
 
+Each per-structure kernel computes the stack elements ``s_begin <= s <
+s_end`` (its last two arguments) and is compiled with ``nogil=True``: stack
+element ``s`` writes only ``out[s]`` and its computation does not depend on
+the range, so disjoint ranges may run on several Python threads at once --
+one scratch set per thread -- and give the bytes one call over the whole
+stack gives (the object layer's launchers do this for large stacks).
+
 Nothing here imports from the object layer (``zorch_nb``).
 """
 import numba
@@ -142,8 +149,10 @@ def build_ut3_to_dense(shape, tk_idx, tk_cnt, tt_idx, tt_cnt):
 
     Returns
     -------
-    kernel(U, G, out, P, Q, H, Uc, Gc)
-        ``out (S, prod(shape))`` receives the C-ordered dense tensors.
+    kernel(U, G, out, P, Q, H, Uc, Gc, s_begin, s_end)
+        ``out[s] (prod(shape),)`` receives the C-ordered dense tensor of
+        stack element ``s`` for ``s_begin <= s < s_end`` (``out (S,
+        prod(shape))``; other rows untouched).
         Scratch, all of the supercore dtype: ``P`` and ``Q`` of the lengths
         :func:`ut3_to_dense_scratch` gives (at least; a shorter one raises
         ``ValueError`` before anything is written), ``H`` of length
@@ -162,12 +171,12 @@ def build_ut3_to_dense(shape, tk_idx, tk_cnt, tt_idx, tt_cnt):
     n_stack = tk_cnt.shape[1]
     need_p, need_q = ut3_to_dense_scratch(shape, tt_cnt)
 
-    @numba.njit
-    def ut3_to_dense(U, G, out, P, Q, H, Uc, Gc):
+    @numba.njit(nogil=True)
+    def ut3_to_dense(U, G, out, P, Q, H, Uc, Gc, s_begin, s_end):
         # Numba does not bounds-check: short scratch would corrupt memory
         if P.shape[0] < need_p or Q.shape[0] < need_q:
             raise ValueError("ut3_to_dense: scratch P or Q shorter than ut3_to_dense_scratch")
-        for s in range(n_stack):
+        for s in range(max(s_begin, 0), min(s_end, n_stack)):
             # every stack element starts from P, so P and Q hold the partial
             # products ut3_to_dense_scratch sizes them for whatever d's parity
             A, B = P, Q
@@ -213,8 +222,9 @@ def build_ut3_inner(shape, x_tables, y_tables):
 
     Returns
     -------
-    kernel(Ux, Gx, Uy, Gy, out, W, W2, T, T2, M, Cx, Cy, Uxc, Uyc)
-        ``out (S,)`` receives ``sum(x * y)`` per stack element.  Scratch of
+    kernel(Ux, Gx, Uy, Gy, out, W, W2, T, T2, M, Cx, Cy, Uxc, Uyc, s_begin, s_end)
+        ``out[s]`` receives ``sum(x * y)`` of stack element ``s`` for
+        ``s_begin <= s < s_end`` (``out (S,)``).  Scratch of
         lengths ``rx*ry`` (``W``, ``W2``), ``ry*nx*rx`` (``T``), ``ry*ny*rx``
         (``T2``), ``nx*ny`` (``M``), ``rx*nx*rx`` (``Cx``), ``ry*ny*ry``
         (``Cy``), ``nx*N`` (``Uxc``), ``ny*N`` (``Uyc``).
@@ -232,9 +242,9 @@ def build_ut3_inner(shape, x_tables, y_tables):
     yk_idx, yk_cnt, yt_idx, yt_cnt = y_tables
     n_stack = xk_cnt.shape[1]
 
-    @numba.njit
-    def ut3_inner(Ux, Gx, Uy, Gy, out, W, W2, T, T2, M, Cx, Cy, Uxc, Uyc):
-        for s in range(n_stack):
+    @numba.njit(nogil=True)
+    def ut3_inner(Ux, Gx, Uy, Gy, out, W, W2, T, T2, M, Cx, Cy, Uxc, Uyc, s_begin, s_end):
+        for s in range(max(s_begin, 0), min(s_end, n_stack)):
             cax = xt_cnt[0, s]
             cay = yt_cnt[0, s]
             for q in range(cax * cay):
@@ -282,9 +292,9 @@ def build_ut3_chain(tk_idx, tk_cnt, tt_idx, tt_cnt):
 
     Returns
     -------
-    kernel(V, G, out, Gc, u, v, v2)
+    kernel(V, G, out, Gc, u, v, v2, s_begin, s_end)
         ``V (d, S, K, n)`` holds one vector per core, stack element and
-        query; ``out (S, K)`` receives
+        query; ``out[s] (K,)`` receives, for ``s_begin <= s < s_end``,
         ``sum_{a_0..a_d} prod_i sum_j G[i, a_i, j, a_{i+1}] V[i, k, j]``.
         Scratch: ``Gc`` of length ``d * r * n * r``, ``u`` of length
         ``r * n``, ``v``, ``v2`` of length ``r``.  With ``V[i] = U[i][:, idx_i]``
@@ -294,11 +304,11 @@ def build_ut3_chain(tk_idx, tk_cnt, tt_idx, tt_cnt):
     d = tk_cnt.shape[0]
     n_stack = tk_cnt.shape[1]
 
-    @numba.njit
-    def ut3_chain(V, G, out, Gc, u, v, v2):
+    @numba.njit(nogil=True)
+    def ut3_chain(V, G, out, Gc, u, v, v2, s_begin, s_end):
         n_query = out.shape[1]
         block = G.shape[2] * G.shape[3] * G.shape[4]
-        for s in range(n_stack):
+        for s in range(max(s_begin, 0), min(s_end, n_stack)):
             for i in range(d):
                 ca, cj, cb = tt_cnt[i, s], tk_cnt[i, s], tt_cnt[i + 1, s]
                 _gather_tt(G, i, s, tt_idx, tk_idx, ca, cj, cb, Gc[i * block:])

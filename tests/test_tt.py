@@ -13,7 +13,9 @@ kernels, and through the array-module path that CuPy supercores take.
 """
 import functools
 import math
+import os
 import string
+import threading
 
 import numba
 import numpy as np
@@ -404,11 +406,11 @@ def test_to_dense_scratch_is_exact_where_an_inner_bond_is_widest(rng):
         rest = [np.empty(14 * 9 * 14), np.empty(3 * 9), np.empty(14 * 3 * 14)]
         U, G = np.ascontiguousarray(x.tucker_supercore), np.ascontiguousarray(x.tt_supercore)
         with pytest.raises(ValueError, match="scratch P or Q shorter"):
-            kernel(U, G, out, Pbuf[:len_p - 1], Qbuf[:len_q], *rest)
+            kernel(U, G, out, Pbuf[:len_p - 1], Qbuf[:len_q], *rest, 0, 2)
         with pytest.raises(ValueError, match="scratch P or Q shorter"):
-            kernel(U, G, out, Pbuf[:len_p], Qbuf[:len_q - 1], *rest)
+            kernel(U, G, out, Pbuf[:len_p], Qbuf[:len_q - 1], *rest, 0, 2)
         assert np.isnan(out).all() and np.isnan(Pbuf).all()  # refused before writing
-        kernel(U, G, out, Pbuf[:len_p], Qbuf[:len_q], *rest)
+        kernel(U, G, out, Pbuf[:len_p], Qbuf[:len_q], *rest, 0, 2)
         assert np.isnan(Pbuf[len_p:]).all() and np.isnan(Qbuf[len_q:]).all()
         for s in range(2):
             assert rel_err(out[s].reshape(shape), naive_dense(*t3s[s].data)) < RTOL
@@ -1190,6 +1192,154 @@ def test_read_only_supercores_reuse_the_compiled_kernel(rng):
     for k in kernels + [tt_kernels.orthonormal_frame_repair]:
         assert not _has_read_only_arg(k), k.signatures
 
+
+# ---------------------------------------------------------------------------
+# the stack split over threads
+# ---------------------------------------------------------------------------
+
+def random_stack(rng, count, shape=SHAPE, n=4, r=4, N=5):
+    """A uniform stack of ``count`` trains whose ranks differ per element."""
+    t3s = []
+    for _ in range(count):
+        tk = rng.integers(1, n + 1, size=len(shape))
+        tt = rng.integers(1, r + 1, size=len(shape) + 1)
+        t3s.append(rand_t3(rng, shape, tk, tt))
+    return UniformTuckerTensorTrain.from_t3(tuple(t3s), n=n, r=r, N=N)
+
+
+class _RecordingPool:
+    """The module's pool, recording the stack ranges submitted to it."""
+
+    def __init__(self, pool):
+        self.pool, self.ranges = pool, []
+
+    def submit(self, fn, *args):
+        self.ranges.append(args[-2:])
+        return self.pool.submit(fn, *args)
+
+
+def _kernel_results(x, y, idx, vs):
+    return [x.to_dense(), x.inner(y), x.norm(), x.entries(idx), x.apply(vs)]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("count", [1, 7])
+def test_threaded_stack_gives_the_serial_bytes(rng, monkeypatch, dtype, count):
+    """to_dense, inner, norm, entries and apply over a stack split into
+    ranges on 2, 3 and 4 threads (7 = uneven for each; the pool has fewer
+    workers than 3 or 4 on a small machine, so ranges also queue) give the
+    bytes of one serial call; a stack of one stays on the calling thread."""
+    def cast(t):
+        return UniformTuckerTensorTrain(t.tucker_supercore.astype(dtype),
+                                        t.tt_supercore.astype(dtype), t.shape, t.masks)
+
+    x, y = cast(random_stack(rng, count)), cast(gappy(random_stack(rng, count, n=3, r=3), rng))
+    idx = rng.integers(0, 2, size=(5, len(SHAPE)))
+    vs = [rng.standard_normal((2, N)).astype(dtype) for N in SHAPE]
+    monkeypatch.setattr(tt_ops._config, "TT_CPU_SERIAL_WORK", 1 << 62)
+    serial = _kernel_results(x, y, idx, vs)
+    monkeypatch.setattr(tt_ops._config, "TT_CPU_SERIAL_WORK", 0)
+    recording = _RecordingPool(tt_ops._thread_pool())
+    monkeypatch.setattr(tt_ops, "_thread_pool", lambda: recording)
+    for threads in (2, 3, 4):
+        monkeypatch.setattr(tt_ops, "_cpu_threads", lambda: threads)
+        recording.ranges.clear()
+        for got, want in zip(_kernel_results(x, y, idx, vs), serial):
+            assert got.dtype == dtype and got.shape == want.shape
+            assert got.tobytes() == want.tobytes()
+        if count == 1:
+            assert recording.ranges == []
+        else:  # the calling thread computes [0, bounds[1]) of each of the 5 calls
+            bounds = [count * t // threads for t in range(threads + 1)]
+            assert recording.ranges == 5 * list(zip(bounds[1:-1], bounds[2:]))
+    want = np.stack([naive_dense(*t.data) for t in leaves(x.to_t3())])
+    assert rel_err(serial[0], want) < (1e-5 if dtype == np.float32 else RTOL)
+    if numba.config.DISABLE_JIT:  # plain Python kernels: no signatures
+        return
+    # the split and the serial calls ran one compiled kernel per structure and dtype
+    kernels = [k for key, k in KERNELS._store.items()
+               if any(isinstance(m, UT3Masks) and m == x.masks for m in key)]
+    assert len(kernels) == 4  # to_dense, inner (x, y), inner (x, x), chain
+    for kernel in kernels:
+        assert [str(sig[0].dtype) for sig in kernel.signatures].count(np.dtype(dtype).name) == 1
+
+
+def test_worker_exceptions_propagate_and_scratch_is_checked_per_thread(rng, monkeypatch):
+    """A short scratch set is refused by the kernel on the thread that got it:
+    the worker's ValueError reaches the caller, and the ranges with enough
+    scratch were computed (the caller returns only after every range)."""
+    x = random_stack(rng, 6)
+    p = tt_ops._parts(x.data)
+    tables = tt_ops._tables(p)
+    kernel = tt_kernels.build_ut3_to_dense(p.shape, *tables)
+    len_p, len_q = tt_kernels.ut3_to_dense_scratch(p.shape, tables[3])
+    want = x.to_dense().reshape(6, -1)
+    monkeypatch.setattr(tt_ops._config, "TT_CPU_SERIAL_WORK", 0)
+    monkeypatch.setattr(tt_ops, "_cpu_threads", lambda: 3)
+    for short in range(3):  # set 0 and 1 go to workers (ranges 2-3, 4-5), set 2 to the caller
+        made = []
+
+        def scratch():
+            made.append(len(made))
+            cut = 1 if made[-1] == short else 0
+            return (np.empty(len_p - cut), np.empty(len_q), np.empty(p.r * max(p.shape) * p.r),
+                    np.empty(p.n * max(p.shape)), np.empty(p.r * p.n * p.r))
+
+        out = np.full(want.shape, np.nan)
+        with pytest.raises(ValueError, match="scratch P or Q shorter"):
+            tt_ops._run_stack(kernel, 6, 1, (p.U, p.G, out), scratch)
+        bad = {0: slice(2, 4), 1: slice(4, 6), 2: slice(0, 2)}[short]
+        assert np.isnan(out[bad]).all()
+        rest = np.ones(6, bool)
+        rest[bad] = False
+        assert out[rest].tobytes() == want[rest].tobytes()
+
+
+def test_small_calls_start_no_pool(rng, monkeypatch):
+    """Below TT_CPU_SERIAL_WORK the kernels run on the calling thread: no pool
+    is created and no thread started; above it the pool is created once."""
+    monkeypatch.setattr(tt_ops, "_pool", None)
+    x, _ = stacked_pair(rng, X_RANKS, n=4, r=4, N=5)
+    idx = np.array([[0, 1, 1], [2, 3, 0]])
+    vs = [np.linspace(-1, 1, n) for n in SHAPE]
+    threads = threading.active_count()
+    for f in (x.to_dense, x.norm, lambda: x.inner(x), lambda: x.entries(idx), lambda: x.apply(vs)):
+        f()
+    assert tt_ops._pool is None and threading.active_count() == threads
+    # above the threshold: the pool is created on the first call, then reused
+    monkeypatch.setattr(tt_ops._config, "TT_CPU_SERIAL_WORK", 0)
+    monkeypatch.setattr(tt_ops, "_cpu_threads", lambda: 2)
+    created = []
+    real = tt_ops.concurrent.futures.ThreadPoolExecutor
+    monkeypatch.setattr(tt_ops.concurrent.futures, "ThreadPoolExecutor",
+                        lambda *a: created.append(a) or real(*a))
+    x.to_dense()
+    x.inner(x)
+    assert len(created) == 1 and tt_ops._pool is not None
+    tt_ops._pool.shutdown()  # (monkeypatch puts the module's own pool back)
+
+
+def test_threaded_stack_in_a_forked_child(rng, monkeypatch):
+    """A child forked after the parent's pool ran gets a pool of its own (the
+    parent's workers do not exist there) and computes the same bytes."""
+    if not hasattr(os, "fork"):
+        pytest.skip("needs os.fork")
+    monkeypatch.setattr(tt_ops._config, "TT_CPU_SERIAL_WORK", 0)
+    monkeypatch.setattr(tt_ops, "_cpu_threads", lambda: 2)
+    x = random_stack(rng, 5)
+    want = x.to_dense()
+    parent_pool = tt_ops._pool
+    assert parent_pool is not None
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child's coverage is not collected
+        ok = False
+        try:
+            ok = tt_ops._pool is None and x.to_dense().tobytes() == want.tobytes() and \
+                tt_ops._pool is not parent_pool
+        finally:
+            os._exit(0 if ok else 3)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 
 # ---------------------------------------------------------------------------
 # dtypes, files, functional layer

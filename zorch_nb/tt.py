@@ -41,9 +41,11 @@ Backends:
 
 * NumPy supercores -- ``to_dense``, ``inner``/``norm``, ``entries`` and
   ``apply`` run structure-specialized Numba kernels
-  (:mod:`zorch_nb.kernels.tt_kernels`) that read real slots only; the SVD
-  frames are repaired by a generic Numba kernel; everything else is batched
-  NumPy (``einsum``, ``matmul``, ``linalg.svd``).
+  (:mod:`zorch_nb.kernels.tt_kernels`) that read real slots only (large
+  stacks split over a thread pool, byte for byte the serial result: see
+  ``kernels/launch_config.TT_CPU_SERIAL_WORK``); the SVD frames are repaired
+  by a generic Numba kernel; everything else is batched NumPy (``einsum``,
+  ``matmul``, ``linalg.svd``).
 * CuPy supercores -- the same operations as batched CuPy calls (``einsum``,
   ``matmul``, ``linalg.svd``) on masked supercores; results agree with the
   NumPy path within rounding.  Most operations only queue device work; these

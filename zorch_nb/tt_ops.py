@@ -9,14 +9,17 @@ and masks its input on entry, so the padding may hold anything finite or not.
 See :mod:`zorch_nb.tt` for the data model and the compile-cache rule.
 """
 import collections.abc
+import concurrent.futures
 import math
 import numbers
 import os
+import threading
 import zipfile
 import zlib
 
 import numpy as np
 
+from zorch_nb.kernels import launch_config as _config
 from zorch_nb.kernels import tt_kernels as _k
 
 from . import _backend
@@ -232,6 +235,97 @@ def _tables(p):
     tk_idx, tk_cnt = _k.mask_index_table(p.mk)
     tt_idx, tt_cnt = _k.mask_index_table(p.mt)
     return tk_idx, tk_cnt, tt_idx, tt_cnt
+
+
+# ---------------------------------------------------------------------------
+# the stack split over threads (Numba kernels)
+# ---------------------------------------------------------------------------
+# The per-structure kernels release the GIL (nogil=True) and compute a range
+# of stack elements, each element by the same code whatever the range: a
+# call above TT_CPU_SERIAL_WORK (kernels/launch_config.py) splits the stack
+# into one contiguous range per thread (as many threads as Numba's parallel
+# kernels would use), each with its own scratch -- for to_dense up to one
+# train's widest partial product per thread -- and gives the bytes of one
+# serial call.  Smaller calls -- a manifold optimizer's few trains -- run on
+# the calling thread and create no pool and no thread (a hand-off costs
+# ~0.05-0.1 ms on 2 cores).  No Numba threading layer is started, so the
+# split works in a forked child and on the workqueue layer; the pool is
+# created on first use and anew in a forked child.
+
+_pool = None
+_pool_lock = threading.Lock()
+
+
+def _after_fork_in_child():
+    # the parent's workers do not exist in a forked child (an inherited
+    # executor would queue work that no thread runs); its lock may be held
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _cpu_threads():
+    """Threads Numba's parallel kernels would use on this thread.
+
+    ``numba.get_num_threads()`` (which honours ``numba.set_num_threads``)
+    once Numba's threading layer runs -- asking earlier would start it --
+    else ``NUMBA_NUM_THREADS``."""
+    import numba
+    from numba.np.ufunc import parallel
+    if getattr(parallel, "_is_initialized", False):
+        return numba.get_num_threads()
+    return numba.config.NUMBA_NUM_THREADS
+
+
+def _stack_threads(n_stack, work):
+    """Threads for a kernel call over ``n_stack`` elements of ``work``
+    multiply-adds in all: 1 up to ``TT_CPU_SERIAL_WORK``."""
+    if work <= _config.TT_CPU_SERIAL_WORK or n_stack < 2:
+        return 1
+    return max(1, min(_cpu_threads(), n_stack))
+
+
+def _thread_pool():
+    """The module's worker pool, created on first use (``NUMBA_NUM_THREADS - 1``
+    workers: the calling thread computes one range itself)."""
+    global _pool
+    pool = _pool
+    if pool is None:
+        with _pool_lock:
+            if _pool is None:
+                import numba
+                workers = max(1, numba.config.NUMBA_NUM_THREADS - 1)
+                _pool = concurrent.futures.ThreadPoolExecutor(workers, "zorch_nb_tt")
+            pool = _pool
+    return pool
+
+
+def _run_stack(kernel, n_stack, work, args, scratch):
+    """``kernel(*args, *scratch(), s_begin, s_end)`` over ``[0, n_stack)``.
+
+    ``scratch()`` allocates one scratch set.  Above ``TT_CPU_SERIAL_WORK``
+    (``work`` estimates the call's multiply-adds) the stack is split into
+    contiguous ranges (sizes differing by at most one), one per thread; the
+    calling thread computes the first.  Every range has run, or has raised,
+    before this returns; an exception of any range propagates.
+    """
+    threads = _stack_threads(n_stack, work)
+    if threads <= 1:
+        kernel(*args, *scratch(), 0, n_stack)
+        return
+    bounds = [n_stack * t // threads for t in range(threads + 1)]
+    pool = _thread_pool()
+    futures = [pool.submit(kernel, *args, *scratch(), bounds[t], bounds[t + 1])
+               for t in range(1, threads)]
+    try:
+        kernel(*args, *scratch(), bounds[0], bounds[1])
+    finally:  # no worker may still write into out (or raise unseen) after we return
+        concurrent.futures.wait(futures)
+    for f in futures:
+        f.result()
 
 
 # ---------------------------------------------------------------------------
@@ -639,12 +733,19 @@ def _to_dense_numba(p):
     # the partial products are sized by the live ranks, not the padded r
     # (which made this (1 + 2r)x the dense tensor); the kernel refuses less
     len_p, len_q = _k.ut3_to_dense_scratch(p.shape, p.mt.sum(axis=-1))
-    P = np.empty(len_p, dtype=dt)
-    Q = np.empty(len_q, dtype=dt)
-    H = np.empty(p.r * max(p.shape) * p.r, dtype=dt)
-    Uc = np.empty(p.n * max(p.shape), dtype=dt)
-    Gc = np.empty(p.r * p.n * p.r, dtype=dt)
-    kernel(_kernel_array(p.U), _kernel_array(p.G), out, P, Q, H, Uc, Gc)
+
+    def scratch():  # P, Q, H, Uc, Gc (one set per thread)
+        return (np.empty(len_p, dtype=dt), np.empty(len_q, dtype=dt),
+                np.empty(p.r * max(p.shape) * p.r, dtype=dt),
+                np.empty(p.n * max(p.shape), dtype=dt), np.empty(p.r * p.n * p.r, dtype=dt))
+
+    # multiply-adds per element at the padded sizes: H of every core, then
+    # the partial product growing by one mode per core
+    work, rows = 0, 1
+    for Ni in p.shape:
+        work += p.r * p.n * Ni * p.r + rows * p.r * Ni * p.r
+        rows *= Ni
+    _run_stack(kernel, p.S, p.S * work, (_kernel_array(p.U), _kernel_array(p.G), out), scratch)
     return out
 
 
@@ -861,16 +962,18 @@ def _inner_numba(p, q):
     dt = np.result_type(p.U.dtype, q.U.dtype)
     args = [_kernel_array(a, dt) for a in (p.U, p.G, q.U, q.G)]
     out = np.empty(p.S, dtype=dt)
-    W = np.empty(p.r * q.r, dtype=dt)
-    W2 = np.empty(p.r * q.r, dtype=dt)
-    T = np.empty(q.r * p.n * p.r, dtype=dt)
-    T2 = np.empty(q.r * q.n * p.r, dtype=dt)
-    M = np.empty(p.n * q.n, dtype=dt)
-    Cx = np.empty(p.r * p.n * p.r, dtype=dt)
-    Cy = np.empty(q.r * q.n * q.r, dtype=dt)
-    Uxc = np.empty(p.n * max(p.shape), dtype=dt)
-    Uyc = np.empty(q.n * max(p.shape), dtype=dt)
-    kernel(*args, out, W, W2, T, T2, M, Cx, Cy, Uxc, Uyc)
+
+    def scratch():  # W, W2, T, T2, M, Cx, Cy, Uxc, Uyc (one set per thread)
+        return (np.empty(p.r * q.r, dtype=dt), np.empty(p.r * q.r, dtype=dt),
+                np.empty(q.r * p.n * p.r, dtype=dt), np.empty(q.r * q.n * p.r, dtype=dt),
+                np.empty(p.n * q.n, dtype=dt), np.empty(p.r * p.n * p.r, dtype=dt),
+                np.empty(q.r * q.n * q.r, dtype=dt), np.empty(p.n * max(p.shape), dtype=dt),
+                np.empty(q.n * max(p.shape), dtype=dt))
+
+    # multiply-adds per element and core at the padded sizes: M, T, T2, W'
+    bonds = q.r * p.r * p.n * p.r + q.r * p.n * q.n * p.r + q.r * q.n * p.r * q.r
+    work = p.S * sum(p.n * q.n * Ni + bonds for Ni in p.shape)
+    _run_stack(kernel, p.S, work, (*args, out), scratch)
     return out
 
 
@@ -897,10 +1000,15 @@ def _chain(p, V):
         kernel = KERNELS.get(key, lambda: _k.build_ut3_chain(*_tables(p)))
         dt = np.result_type(V.dtype, G.dtype)
         out = np.empty((p.S, V.shape[2]), dtype=dt)
-        Gc = np.empty(G.size // p.S, dtype=dt)
-        u = np.empty(p.r * p.n, dtype=dt)
-        v, v2 = np.empty(p.r, dtype=dt), np.empty(p.r, dtype=dt)
-        kernel(_kernel_array(V, dt), _kernel_array(G, dt), out, Gc, u, v, v2)
+
+        def scratch():  # Gc, u, v, v2 (one set per thread)
+            return (np.empty(G.size // p.S, dtype=dt), np.empty(p.r * p.n, dtype=dt),
+                    np.empty(p.r, dtype=dt), np.empty(p.r, dtype=dt))
+
+        # multiply-adds at the padded sizes: the gather, then per query and
+        # core u and its product with the core
+        work = p.S * p.d * (p.r * p.n * p.r + V.shape[2] * (p.r * p.n + p.r * p.n * p.r))
+        _run_stack(kernel, p.S, work, (_kernel_array(V, dt), _kernel_array(G, dt), out), scratch)
         return out
     xp = p.xp
     _, G = _masked(p)
