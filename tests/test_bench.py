@@ -71,6 +71,28 @@ def test_bench_cpu_writes_json(tmp_path):
     assert "commit" in sw and report["device"].endswith(f"({os.cpu_count()} cores)")
 
 
+def test_the_commit_is_this_checkouts_only(tmp_path):
+    """An install inside a virtualenv kept in the user's own repository must not
+    report that repository's commit; a checkout reports its own."""
+    import shutil
+
+    from zorch_nb.bench import _commit
+    if shutil.which("git") is None:
+        pytest.skip("needs git")
+    repo = tmp_path / "users_repo"
+    pkg = repo / ".venv" / "lib" / "site-packages" / "zorch_nb"
+    pkg.mkdir(parents=True)
+    (repo / "notes.txt").write_text("x")
+    git = ["git", "-C", str(repo), "-c", "user.name=u", "-c", "user.email=u@x"]
+    subprocess.run(git + ["init", "-q"], check=True)
+    subprocess.run(git + ["add", "notes.txt"], check=True)
+    subprocess.run(git + ["commit", "-qm", "x"], check=True)
+    assert _commit(str(pkg)) is None
+    (repo / "zorch_nb").mkdir()
+    head = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    assert _commit(str(repo / "zorch_nb")) == head.strip()
+
+
 def test_json_to_stdout_is_one_document():
     """``--json -``: stdout holds the report alone (the tables go to stderr)."""
     res = subprocess.run([sys.executable, "-m", "zorch_nb", "bench", "--sizes", "10",

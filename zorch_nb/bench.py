@@ -450,11 +450,18 @@ def _software(device: str) -> dict:
     return info
 
 
-def _commit() -> str | None:
+def _commit(here: str | None = None) -> str | None:
     """The git commit of the imported code (a checkout; None for an install),
     with ``+dirty`` when tracked files differ from it."""
-    here = os.path.dirname(os.path.abspath(__file__))
+    here = here or os.path.dirname(os.path.abspath(__file__))
     try:
+        top = subprocess.run(["git", "-C", here, "rev-parse", "--show-toplevel"],
+                             capture_output=True, text=True, timeout=10)
+        # only this project's checkout: an install in a virtualenv kept inside
+        # the user's own repository would otherwise report that repository
+        if top.returncode or os.path.realpath(top.stdout.strip()) != \
+                os.path.realpath(os.path.dirname(here)):
+            return None
         head = subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True,
                               text=True, timeout=10)
         if head.returncode:
