@@ -41,6 +41,8 @@ def main():
         ap.error(f"--log2n must be in [1, 32], not {args.log2n}")
     if args.json:  # checked before the timing, not after it
         folder = os.path.dirname(os.path.abspath(args.json))
+        if os.path.isdir(args.json):
+            ap.error(f"--json {args.json!r} is a directory; give a file name")
         if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
             ap.error(f"--json {args.json!r}: the folder {folder!r} is missing or not writable")
     import zorch_nb as z

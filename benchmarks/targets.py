@@ -10,7 +10,10 @@ fold timed alternately with the copy (``paired_fraction``) and its speed-up
 over the galois fold (at sizes of at least 2^16: smaller calls are
 launch-bound).  A row the bench marked ``implausible`` (figures no idle
 machine gives: another process was busy) is listed as unreliable, never as
-met.  Exit status 0 when every target listed is met, 1 otherwise.
+met.  Exit status: 0 when every target listed is met and no section failed;
+1 when one is missed, unreliable or without a figure, a section failed, or
+nothing in the report has a target; 2 for a usage error or a file that is
+not a report.
 """
 import json
 import sys
@@ -131,8 +134,10 @@ def targets(report: dict) -> str:
 if __name__ == "__main__":
     out = targets(load_report(sys.argv, __doc__))
     print(out)
-    if len(out.splitlines()) == 2:  # the header only: nothing in the report to judge
+    if not any(ln.startswith("| ") and not ln.startswith("| target |")
+               for ln in out.splitlines()):  # the header only: nothing to judge
         print("no row of this report has a target", file=sys.stderr)
         sys.exit(1)
-    if "**missed**" in out or "**unreliable**" in out:
+    if "**missed**" in out or "**unreliable**" in out or "no figure" in out or \
+            "Sections that failed" in out:
         sys.exit(1)

@@ -160,9 +160,9 @@ def gkr_jagged_launches(widths, tail: bool = True) -> int:
 #: range per thread of a lazily created pool (zorch_nb/tt_ops._run_stack).
 #: Measured on 2 cores (d = 4, N = 8, n = 8, r = 4; serial/2 threads, medians
 #: of alternating runs while the second core was idle): a hand-off costs
-#: ~0.05-0.1 ms; to_dense (79 Ki madds per train) breaks even at S = 32
+#: ~0.05-0.1 ms; to_dense (~79 K madds per train) breaks even at S = 32
 #: (2.5 M; 0.27/0.27 ms), S = 64 0.57/0.46 ms, S = 1024 12.5/7.8 ms; inner
-#: (10 Ki per train) and entries with 16 queries (10.5 Ki) break even at
+#: (~10 K per train) and entries with 16 queries (~10.5 K) break even at
 #: S = 96 (1 M; inner 0.28/0.27 ms), inner S = 384 1.10/0.75 ms, S = 1024
 #: 2.9/1.7 ms.  At 4 Mi every kernel starts >= 15-20% faster, and while
 #: another process holds the second core (no gain: all ranges share one

@@ -293,7 +293,7 @@ def _thread_pool():
     workers: the calling thread computes one range itself)."""
     global _pool
     pool = _pool
-    if pool is None:
+    if pool is None:  # (RuntimeError at interpreter shutdown: the caller runs serially)
         with _pool_lock:
             if _pool is None:
                 import numba
@@ -317,13 +317,36 @@ def _run_stack(kernel, n_stack, work, args, scratch):
         kernel(*args, *scratch(), 0, n_stack)
         return
     bounds = [n_stack * t // threads for t in range(threads + 1)]
-    pool = _thread_pool()
-    futures = [pool.submit(kernel, *args, *scratch(), bounds[t], bounds[t + 1])
-               for t in range(1, threads)]
+    sets = [scratch() for _ in range(threads)]  # (a MemoryError here: nothing submitted)
+    futures, taken, finished = [], 1, False
     try:
-        kernel(*args, *scratch(), bounds[0], bounds[1])
-    finally:  # no worker may still write into out (or raise unseen) after we return
-        concurrent.futures.wait(futures)
+        try:
+            pool = _thread_pool()
+            for t in range(1, threads):
+                futures.append(pool.submit(kernel, *args, *sets[t], bounds[t], bounds[t + 1]))
+        except RuntimeError:  # interpreter shutdown: no new threads, no new futures
+            pass
+        taken = len(futures) + 1
+        kernel(*args, *sets[0], bounds[0], bounds[1])
+        for t in range(taken, threads):  # the ranges no worker took
+            kernel(*args, *sets[t], bounds[t], bounds[t + 1])
+        finished = True
+    finally:
+        # no worker may still write into out (or raise unseen) after we return:
+        # on an error (a Ctrl-C included) the ranges not started are dropped,
+        # the running ones waited for
+        if not finished:
+            for f in futures:
+                f.cancel()
+        interrupted = None
+        while True:
+            try:
+                concurrent.futures.wait(futures)
+                break
+            except KeyboardInterrupt as exc:  # workers finish in ms: wait, then raise it
+                interrupted = exc
+        if interrupted is not None:
+            raise interrupted
     for f in futures:
         f.result()
 
