@@ -548,8 +548,10 @@ def main(args) -> int:
     # (2^22 on the CPU: a 2^20 fold's 24 MiB fit in a large L3, which the copy's
     # figure would then not describe)
     sizes = sorted(set(args.sizes or ([26] if device == "gpu" else [22])))
-    to_stdout = args.json in ("-", "/dev/stdout")
-    problems = [p for p in (args.json and not to_stdout and _output_problem(args.json, "--json"),
+    # --json to standard output ("-", /dev/stdout): one document, written at
+    # the end, and the tables go to stderr -- else the stream is not JSON
+    json_stdout = args.json in ("-", "/dev/stdout")
+    problems = [p for p in (args.json and not json_stdout and _output_problem(args.json, "--json"),
                             args.plot and (_output_problem(args.plot, "--plot")
                                            or _plot_problem(args.plot))) if p]
     if args.plot and max(sizes) < MIN_FRACTION_LOG2:
@@ -610,9 +612,6 @@ def main(args) -> int:
         }
 
     json_failed = []
-    # --json to standard output ("-", /dev/stdout): one document, written at
-    # the end, and the tables go to stderr -- else the stream is not JSON
-    json_stdout = args.json in ("-", "/dev/stdout")
     real_stdout = sys.stdout
 
     def write_json(final: bool = False) -> None:  # after every section: a cut run keeps it
