@@ -461,11 +461,12 @@ def _commit(here: str | None = None) -> str | None:
     with ``+dirty`` when tracked files differ from it."""
     here = here or os.path.dirname(os.path.abspath(__file__))
     try:
-        top = subprocess.run(["git", "-C", here, "rev-parse", "--show-toplevel"],
+        rev = subprocess.run(["git", "-C", here, "rev-parse", "--show-toplevel", "HEAD"],
                              capture_output=True, text=True, timeout=10)
+        lines = rev.stdout.splitlines()  # (a path may hold spaces)
         # only this project's checkout: an install in a virtualenv kept inside
         # the user's own repository would otherwise report that repository
-        if top.returncode or os.path.realpath(top.stdout.strip()) != \
+        if rev.returncode or len(lines) != 2 or os.path.realpath(lines[0]) != \
                 os.path.realpath(os.path.dirname(here)):
             return None
         # (and this project's: a zorch_nb folder vendored at another repository's top)
@@ -473,14 +474,10 @@ def _commit(here: str | None = None) -> str | None:
                                "../kernels/launch_config.py"], capture_output=True, timeout=10)
         if ours.returncode:
             return None
-        head = subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True,
-                              text=True, timeout=10)
-        if head.returncode:
-            return None
         dirty = subprocess.run(["git", "-C", here, "status", "--porcelain",
                                 "--untracked-files=no"], capture_output=True, text=True,
                                timeout=10)
-        return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+        return lines[1] + ("+dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return None
 

@@ -902,12 +902,17 @@ class _FieldBase:
                                  f"{elem}{note}, not {axis!r}")
         kind, a = _in_module(a)
         xp = _backend.get_xp(kind)
-        if out is not None:  # checked before the work, written after it
-            shape = tuple(1 if i in axes else d for i, d in enumerate(elem) if keepdims
-                          or i not in axes)
-            self._out(out, kind, shape)  # (its checks; the buffer it offers is unused)
-            out[...] = self.sum(a, axes, keepdims)  # complete before out is written
-            return out
+        if out is None:
+            return self._sum_of(a, elem, axes, keepdims, kind, xp)
+        # checked before the work, written after it (a view of `a` included)
+        shape = tuple(1 if i in axes else d for i, d in enumerate(elem) if keepdims
+                      or i not in axes)
+        self._out(out, kind, shape)  # (its checks; the buffer it offers is unused)
+        out[...] = self._sum_of(a, elem, axes, keepdims, kind, xp)
+        return out
+
+    def _sum_of(self, a, elem, axes, keepdims, kind, xp):
+        """:meth:`sum` of checked arguments (``elem``: ``a``'s element shape)."""
         p = np.uint64(self.p)
         # Blocks (C order over the element axes, see _blocks) bound the
         # temporaries to a chunk; each adds its words into the uint64 slots of

@@ -318,7 +318,7 @@ def _run_stack(kernel, n_stack, work, args, scratch):
         return
     bounds = [n_stack * t // threads for t in range(threads + 1)]
     sets = [scratch() for _ in range(threads)]  # (a MemoryError here: nothing submitted)
-    futures, taken, finished = [], 1, False
+    futures, finished = [], False
     try:
         try:
             pool = _thread_pool()
@@ -326,9 +326,8 @@ def _run_stack(kernel, n_stack, work, args, scratch):
                 futures.append(pool.submit(kernel, *args, *sets[t], bounds[t], bounds[t + 1]))
         except RuntimeError:  # interpreter shutdown: no new threads, no new futures
             pass
-        taken = len(futures) + 1
         kernel(*args, *sets[0], bounds[0], bounds[1])
-        for t in range(taken, threads):  # the ranges no worker took
+        for t in range(len(futures) + 1, threads):  # the ranges no worker took
             kernel(*args, *sets[t], bounds[t], bounds[t + 1])
         finished = True
     finally:
