@@ -1,9 +1,10 @@
 """LogUp-GKR transitions and pyramids on the CPU: zorch_nb against plain NumPy uint64.
 
-The NumPy reference is the same fold written the way a user would without
-zorch_nb: canonical values in uint64 arrays, ``% p`` after every product, the
-jagged index formulas vectorized with ``searchsorted``.  Both run in the same
-asv process.  Field modes: ``base`` (base/base), ``mixed`` (base numerators
+The NumPy reference (``zorch_nb._numpy_gkr``, the yardstick ``python -m
+zorch_nb bench`` times too) is the same fold written the way a user would
+without zorch_nb: canonical values in uint64 arrays, ``% p`` after the
+products, the jagged index formulas vectorized with ``searchsorted``.  Both
+run in the same asv process.  Field modes: ``base`` (base/base), ``mixed`` (base numerators
 under extension denominators, the LogUp case), ``ext`` (extension/extension).
 Compile time is paid in ``setup``; run with ``asv run --python=same``.
 ``peakmem_*`` is asv's peak of the whole process (imports, Numba's compiler
@@ -13,6 +14,7 @@ while at small ``n`` it is the process's own baseline.
 import numpy as np
 
 from zorch_nb import KoalaBear
+from zorch_nb import _numpy_gkr as plain
 from zorch_nb.logup_gkr import (GkrLayer, JaggedGkrLayer, build_jagged_pyramid, build_pyramid,
                                 halving_schedule, jagged_layer_transition, layer_transition)
 
@@ -21,74 +23,6 @@ P = np.uint64(F.p)
 W = np.uint64(F.W)
 MODES = {"base": (False, False), "mixed": (False, True), "ext": (True, True)}
 NUM_BATCHES = 64
-
-
-# ---------------------------------------------------------------------------
-# plain NumPy reference (canonical uint64 values; extension values (n, 4))
-# ---------------------------------------------------------------------------
-
-def np_mul(a, b):
-    """Product of canonical values; ``(n,)`` base or ``(n, 4)`` extension on either side."""
-    if a.ndim == 1 and b.ndim == 1:
-        return a * b % P
-    if a.ndim == 1 or b.ndim == 1:
-        s, v = (a, b) if a.ndim == 1 else (b, a)
-        return s[:, None] * v % P
-    out = np.zeros_like(a)
-    for i in range(4):
-        for j in range(4):
-            term = a[:, i] * b[:, j] % P
-            if i + j >= 4:  # x^4 = W
-                term = term * W % P
-            out[:, (i + j) % 4] = (out[:, (i + j) % 4] + term) % P
-    return out
-
-
-def np_add(a, b):
-    if a.ndim != b.ndim:
-        a, b = (a if a.ndim == 2 else _np_embed(a)), (b if b.ndim == 2 else _np_embed(b))
-    return (a + b) % P
-
-
-def _np_embed(a):
-    out = np.zeros((a.shape[0], 4), np.uint64)
-    out[:, 0] = a
-    return out
-
-
-def np_node(n0, n1, d0, d1):
-    """Fraction sums ``(n0 d1 + n1 d0, d0 d1)`` of every node."""
-    return np_add(np_mul(n0, d1), np_mul(n1, d0)), np_mul(d0, d1)
-
-
-def np_dense_transition(layer):
-    n0, n1, d0, d1 = layer
-    a = np_node(n0[0::2], n1[0::2], d0[0::2], d1[0::2])
-    b = np_node(n0[1::2], n1[1::2], d0[1::2], d1[1::2])
-    return a[0], b[0], a[1], b[1]
-
-
-def np_jagged_transition(layer, rc, orc, out_width):
-    n0, n1, d0, d1 = layer
-    cum, base = np.cumsum(orc), np.cumsum(rc) - rc
-    q = np.arange(out_width)
-    s = np.minimum(np.searchsorted(cum, q, side="right"), len(orc) - 1)
-    j = q - (cum[s] - orc[s])
-    live = (q < cum[-1]) & (j < (rc[s] + 1) // 2)
-    e = np.where(live, base[s] + 2 * j, 0)
-    pair = live & (2 * j + 1 < rc[s])
-    o = np.where(pair, e + 1, 0)
-    a = np_node(n0[e], n1[e], d0[e], d1[e])
-    b = np_node(n0[o], n1[o], d0[o], d1[o])
-    alive = q < cum[-1]
-
-    def pick(vals, mask, neutral):  # live value, else 0/1 padding or 0/0 dead
-        fill = np.zeros_like(vals)
-        if neutral:
-            (fill if fill.ndim == 1 else fill[:, 0])[alive] = 1
-        return np.where(mask if vals.ndim == 1 else mask[:, None], vals, fill)
-    return pick(a[0], live, False), pick(b[0], pair, False), pick(a[1], live, True), \
-        pick(b[1], pair, True)
 
 
 def _canonical(words):
@@ -131,7 +65,7 @@ class DenseTransition:
         layer_transition(self.layer)
 
     def time_numpy_uint64(self, n, mode):
-        np_dense_transition(self.canon)
+        plain.dense_transition(self.canon, P, W)
 
     def peakmem_zorch_nb(self, n, mode):
         layer_transition(self.layer)
@@ -154,8 +88,7 @@ class JaggedTransition:
         jagged_layer_transition(self.layer, self.orc)
 
     def time_numpy_uint64(self, n, mode):
-        np_jagged_transition(self.canon, self.rc.astype(np.int64), self.orc.astype(np.int64),
-                             self.width)
+        plain.jagged_transition(self.canon, self.rc, self.orc, self.width, P, W)
 
     def peakmem_zorch_nb(self, n, mode):
         jagged_layer_transition(self.layer, self.orc)
@@ -181,9 +114,7 @@ class DensePyramid:
         build_pyramid(self.layer, fused=False)
 
     def time_numpy_uint64(self, n):
-        layer = self.canon
-        for _ in range(self.layer.num_row_variables):
-            layer = np_dense_transition(layer)
+        plain.dense_pyramid(self.canon, self.layer.num_row_variables, P, W)
 
     def peakmem_zorch_nb(self, n):
         build_pyramid(self.layer)
@@ -204,10 +135,7 @@ class JaggedPyramid:
         build_jagged_pyramid(self.layer, self.schedule)
 
     def time_numpy_uint64(self, n):
-        layer, rc = self.canon, self.layer.row_counts.astype(np.int64)
-        for step in self.schedule:
-            orc = step.row_counts.astype(np.int64)
-            layer, rc = np_jagged_transition(layer, rc, orc, step.width), orc
+        plain.jagged_pyramid(self.canon, self.layer.row_counts, self.schedule, P, W)
 
     def peakmem_zorch_nb(self, n):
         build_jagged_pyramid(self.layer, self.schedule)

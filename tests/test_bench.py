@@ -112,12 +112,13 @@ def test_a_yardstick_that_does_not_fit_keeps_the_kernels_row(monkeypatch):
     """The NumPy fold's uint64 copies are 2-4x the kernel's data: at a size where
     only the kernel fits, its row stays, the missing yardstick noted in it."""
     from zorch_nb import KoalaBear as F
-    from zorch_nb import _bench_gkr
+    from zorch_nb import _bench_gkr, _numpy_gkr
     from zorch_nb.bench import Row
 
     def no_memory(*args):
         raise MemoryError("Unable to allocate 1.00 GiB")
-    monkeypatch.setattr(_bench_gkr, "numpy_fold", no_memory)
+    monkeypatch.setattr(_numpy_gkr, "dense_transition", no_memory)
+    monkeypatch.setattr(_bench_gkr, "_galois_field", lambda: None)
     row = Row("dense fold base/base", "cpu", 16, 1e-6, 96)
     _bench_gkr._cpu_baselines(row, [F.random(16, seed=k) for k in range(4)], 1)
     assert row.baselines == {} and row.extra["baseline_error"].startswith("MemoryError")
@@ -160,28 +161,73 @@ def test_busy_machine_figures_are_flagged_and_never_meet_a_target(tmp_path):
     assert res.returncode == 1 and "Sections that failed" in res.stdout
 
 
+def _decoded(layer):
+    from zorch_nb import KoalaBear as F
+    return [(F.ext if x.ndim == 2 else F).decode(x) for x in layer.mles]
+
+
+def _equal_layers(got, layer):
+    import numpy as np
+    for g, x in zip(got, _decoded(layer)):
+        assert g.dtype == np.uint64 and np.array_equal(g, x)
+
+
 def test_cpu_baselines_compute_the_fold_they_time():
     """A baseline is only a yardstick if it computes the same fold: NumPy (every
     mode) and galois (base/base) against the kernels, in canonical values."""
     import numpy as np
 
     from zorch_nb import KoalaBear as F
-    from zorch_nb._bench_gkr import _galois_field, galois_fold, numpy_ext_fold, numpy_fold
+    from zorch_nb import _numpy_gkr
+    from zorch_nb._bench_gkr import _galois_field, galois_fold
     from zorch_nb.logup_gkr import GkrLayer, layer_transition
     p, w = np.uint64(F.p), np.uint64(F.params.w)
-    for ne, de in ((False, False), (False, True), (True, True)):
+    for ne, de in ((False, False), (False, True), (True, False), (True, True)):
         fields = [F.ext if e else F for e in (ne, ne, de, de)]
         mles = [E.random(16, seed=k) for k, E in enumerate(fields)]
-        want = [(F.ext if x.ndim == 2 else F).decode(x)
-                for x in layer_transition(GkrLayer(*mles, 0)).mles]
+        want = layer_transition(GkrLayer(*mles, 0))
         canon = [E.decode(x).astype(np.uint64) for E, x in zip(fields, mles)]
-        got = numpy_ext_fold(*canon, p, w) if de else numpy_fold(*canon, p)
-        for g, x in zip(got, want):
-            assert np.array_equal(g, x)
+        _equal_layers(_numpy_gkr.dense_transition(canon, p, w), want)
         GF = _galois_field()
-        if not de and GF is not None:
-            for g, x in zip(galois_fold(*[GF(c.astype(np.int64)) for c in canon]), want):
+        if not de and not ne and GF is not None:
+            for g, x in zip(galois_fold(*[GF(c.astype(np.int64)) for c in canon]),
+                            _decoded(want)):
                 assert np.array_equal(np.asarray(g, dtype=np.int64), x)
+
+
+@pytest.mark.parametrize("ne, de", [(False, False), (False, True), (True, True)])
+def test_numpy_yardsticks_compute_the_pyramids_they_time(ne, de):
+    """The jagged transition and both pyramids of the NumPy yardstick (bench and
+    asv time them) give the kernels' layers: empty, odd and even segments,
+    neutral padding and dead slots included."""
+    import numpy as np
+
+    from zorch_nb import KoalaBear as F
+    from zorch_nb import _numpy_gkr
+    from zorch_nb.logup_gkr import (GkrLayer, JaggedGkrLayer, build_jagged_pyramid,
+                                    build_pyramid, halving_schedule, jagged_layer_transition)
+    p, w = np.uint64(F.p), np.uint64(F.params.w)
+    fields = [F.ext if e else F for e in (ne, ne, de, de)]
+    mles = [E.random(64, seed=k) for k, E in enumerate(fields)]
+    canon = [E.decode(x).astype(np.uint64) for E, x in zip(fields, mles)]
+    dense = GkrLayer(*mles, 2)
+    got = _numpy_gkr.dense_pyramid(canon, dense.num_row_variables, p, w)
+    want = build_pyramid(dense)
+    assert len(got) == len(want)
+    for g, x in zip(got, want):
+        _equal_layers(g, x)
+    rc = np.array([5, 0, 1, 8, 3, 0, 20, 2], np.int32)  # 39 rows of 64: 25 dead slots
+    jagged = JaggedGkrLayer(*mles, rc)
+    for orc, width in (([3, 1, 1, 4, 2, 1, 10, 1], 30), ([3, 0, 1, 5, 2, 0, 10, 2], 23)):
+        orc = np.array(orc, np.int32)  # dead slots; then empty outputs, padding, no slack
+        _equal_layers(_numpy_gkr.jagged_transition(canon, rc, orc, width, p, w),
+                      jagged_layer_transition(jagged, orc, width))
+    schedule = halving_schedule(jagged)
+    got = _numpy_gkr.jagged_pyramid(canon, rc, schedule, p, w)
+    want = build_jagged_pyramid(jagged, schedule)
+    assert len(got) == len(want) == len(schedule) + 1
+    for g, x in zip(got, want):
+        _equal_layers(g, x)
 
 
 def test_bench_plot_needs_matplotlib_or_draws(tmp_path):

@@ -13,8 +13,10 @@ measured in the same process:
 * dispatch overhead: one object-layer transition at L = 2**10;
 * peak memory of ``build_pyramid`` (CuPy pool high-water mark on the GPU,
   tracemalloc on the CPU) against the first layer's bytes;
-* on the CPU, the base/base fold written with plain NumPy uint64 and with
-  galois ``GF(p)`` arrays, timed in the same run (``baselines``);
+* on the CPU, every fold, jagged transition and pyramid written in plain
+  NumPy uint64 (:mod:`._numpy_gkr`, the asv suite's yardstick too), and the
+  base/base fold with galois ``GF(p)`` arrays, timed in the same run
+  (``baselines``);
 * on the CPU, for every fold: the fraction of copy with the fold and the copy
   timed alternately (``paired_fraction``, robust on a busy machine), and the
   byte rate with the data cache-resident (``in_cache_gbps``): the rate the
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import _numpy_gkr
 from .fields import KoalaBear
 from .logup_gkr import (GkrLayer, JaggedGkrLayer, build_jagged_pyramid, build_pyramid,
                         halving_schedule, layer_transition)
@@ -89,37 +92,8 @@ def jagged_counts(total: int, segments: int = JAGGED_SEGMENTS, seed: int = 3) ->
 
 # ---------------------------------------------------------------- CPU baselines
 
-def numpy_fold(n0, n1, d0, d1, p):
-    """Base/base fold in plain NumPy on canonical uint64 values.
-
-    ``n0 d1 + n1 d0 < 2 p**2 < 2**63``: one ``% p`` per output.  The even and
-    odd nodes give the two output children (views, not copies).
-    """
-    num = (n0 * d1 + n1 * d0) % p
-    den = (d0 * d1) % p
-    return num[0::2], num[1::2], den[0::2], den[1::2]
-
-
-def _numpy_ext_mul(a, b, p, w):
-    """Product in ``F_p[x] / (x^4 - w)`` of canonical uint64 ``(n, 4)`` arrays
-    (schoolbook; every 62-bit product reduced before it is added)."""
-    prods = [[(a[:, i] * b[:, j]) % p for j in range(4)] for i in range(4)]
-    out = np.empty_like(a)
-    for k in range(4):
-        low = sum(prods[i][k - i] for i in range(k + 1))
-        high = sum(prods[i][k + 4 - i] for i in range(k + 1, 4))  # x^(k+4) = w x^k
-        out[:, k] = (low + w * (high % p)) % p
-    return out
-
-
-def numpy_ext_fold(n0, n1, d0, d1, p, w):
-    """The fold with extension denominators ``(n, 4)`` in plain NumPy (canonical
-    uint64); numerators base ``(n,)`` or extension ``(n, 4)``."""
-    def times(x, d):  # numerator x times denominator d
-        return (x[:, None] * d) % p if x.ndim == 1 else _numpy_ext_mul(x, d, p, w)
-    num = (times(n0, d1) + times(n1, d0)) % p
-    den = _numpy_ext_mul(d0, d1, p, w)
-    return num[0::2], num[1::2], den[0::2], den[1::2]
+P = np.uint64(F.p)
+W = np.uint64(F.params.w)
 
 
 def galois_fold(n0, n1, d0, d1):
@@ -272,8 +246,12 @@ def _jagged_rows(kern, n, backend, repeat, xp, timer, sync):
         first = _first_call(call, sync)  # compiles: kept out of the steady-state time
         t = timer(call, repeat)
         moved = _nbytes(ins + outs) + counts.nbytes + orc.nbytes + prefix.nbytes
-        out.append(Row(f"jagged transition {name} ({JAGGED_SEGMENTS} seg.)", backend, n, t,
-                       moved, first))
+        row = Row(f"jagged transition {name} ({JAGGED_SEGMENTS} seg.)", backend, n, t, moved,
+                  first)
+        if xp is np:
+            _numpy_baseline(row, ins, lambda canon: _numpy_gkr.jagged_transition(
+                canon, counts, orc, width, P, W), repeat)
+        out.append(row)
     return out
 
 
@@ -291,6 +269,9 @@ def _dense_pyramid_row(name, n, backend, repeat, xp, timer, sync):
     t = timer(lambda: build_pyramid(first, backend=backend), max(1, repeat // 2))
     row = Row(f"dense pyramid {name} (to floor)", backend, n, t, compulsory, first_s)
     row.extra["layers"] = first.num_row_variables
+    if xp is np:
+        _numpy_baseline(row, first.mles, lambda canon: _numpy_gkr.dense_pyramid(
+            canon, first.num_row_variables, P, W), max(1, repeat // 2))
     if backend in ("cupy", "numba"):  # both GPU backends run the fused pyramid
         from .kernels.launch_config import gkr_pyramid_plan
         row.extra["launches"] = len(gkr_pyramid_plan(n // 2, first.num_row_variables,
@@ -317,6 +298,9 @@ def _jagged_pyramid_row(n, backend, repeat, xp, timer, sync):
     row = Row(f"jagged pyramid base/ext ({JAGGED_SEGMENTS} seg.)", backend, n, t, compulsory,
               first_s)
     row.extra["layers"] = len(schedule)
+    if xp is np:
+        _numpy_baseline(row, jfirst.mles, lambda canon: _numpy_gkr.jagged_pyramid(
+            canon, jfirst.row_counts, schedule, P, W), max(1, repeat // 2))
     if backend in ("cupy", "numba"):  # chunks, single steps, the one-block tail (CuPy only)
         from .kernels.launch_config import gkr_jagged_launches, gkr_jagged_plan
         widths, tail = [s.width for s in schedule], backend == "cupy"
@@ -340,32 +324,48 @@ def _dispatch_row(backend, xp, sync):
 
 
 def _cpu_baselines(row, ins, repeat):
-    """The NumPy (and galois) folds of ``ins`` into ``row.baselines``; a
-    yardstick that does not fit in memory (its uint64 copies are 2-4x the
-    kernel's data) is noted in the row, which keeps its own figures."""
-    try:
-        _cpu_baselines_of(row, ins, repeat)
-    except MemoryError as exc:
-        row.extra["baseline_error"] = f"MemoryError: {exc}"
+    """The NumPy (and, base/base, galois) folds of ``ins`` into ``row.baselines``."""
+    _numpy_baseline(row, ins, lambda canon: _numpy_gkr.dense_transition(canon, P, W), repeat)
+    if ins[2].ndim == 1:  # galois has no extension field of this modulus
+        _yardstick(row, lambda: _galois_baseline(row, ins, repeat))
 
 
-def _cpu_baselines_of(row, ins, repeat):
-    p = np.uint64(F.p)
-    canon = [(F if x.ndim == 1 else F.ext).decode(x).astype(np.uint64) for x in ins]
-    if canon[2].ndim == 2:  # extension denominators: the NumPy yardstick only
-        # NumPy compiles nothing, and this fold takes ~150-250x the kernel's
-        # time (20 s at 2**24): one timed run, no warm-up
-        w = np.uint64(F.params.w)
-        row.baselines["numpy uint64"] = _best(lambda: numpy_ext_fold(*canon, p, w), 1,
-                                              warm=False)
-        return
-    row.baselines["numpy uint64"] = _best(lambda: numpy_fold(*canon, p), repeat)
+def _numpy_baseline(row, ins, compute, repeat):
+    """Time the plain NumPy ``compute(canonical values of ins)`` into ``row.baselines``.
+
+    NumPy compiles nothing, so a warm-up would only double the cost; with
+    extension values the yardstick takes 150-250x the kernel's time (20 s
+    for the fold at 2**24), so it runs once.
+    """
+    def fill():
+        canon = _canonical(ins)
+        runs = 1 if any(x.ndim == 2 for x in canon) else repeat
+        row.baselines["numpy uint64"] = _best(lambda: compute(canon), runs, warm=False)
+    _yardstick(row, fill)
+
+
+def _galois_baseline(row, ins, repeat):
     GF = _galois_field()
     if GF is None:
         row.extra["galois"] = "not importable: pip install 'zorch_nb[bench]'"
         return
-    gf = [GF(x.astype(np.int64)) for x in canon]
+    gf = [GF(x.astype(np.int64)) for x in _canonical(ins)]
     row.baselines["galois GF(p)"] = _best(lambda: galois_fold(*gf), max(1, repeat // 2))
+
+
+def _yardstick(row, fill):
+    """``fill()`` times yardsticks into ``row``; one that does not fit in memory
+    (its uint64 copies are 2-4x the kernel's data, its temporaries more) is
+    noted in the row, which keeps its own figures."""
+    try:
+        fill()
+    except MemoryError as exc:
+        row.extra["baseline_error"] = f"MemoryError: {exc}"
+
+
+def _canonical(arrays):
+    """The yardstick's inputs: canonical integers of Montgomery words, as uint64."""
+    return [(F if x.ndim == 1 else F.ext).decode(x).astype(np.uint64) for x in arrays]
 
 
 def _best(fn, repeat, warm=True):
