@@ -1,6 +1,12 @@
 """Numba CPU kernels of the field ops (``@njit(parallel=True, cache=True)``;
 small calls run their serial twins, see :func:`.cpu_threads.sized`).
 
+Every launcher takes ``f``, a field's :class:`.field_params.FieldParams`
+(``zorch_nb.KoalaBear.params`` or ``BabyBear.params``; only these shipped
+records are accepted), and the elementwise ones an opcode ``op`` from
+:mod:`.monty` (``OP_ADD``, ``OP_SUB``, ``OP_MUL``; ``OP_NEG``,
+``OP_SQUARE``, ``OP_INV``).
+
 Arrays are C-contiguous uint32: base ``(n,)``, extension ``(n, 4)`` or its
 flat ``(4 n,)`` words (every extension argument takes either), any words
 (read mod p); results are canonical Montgomery words.  ``out`` is written;
@@ -36,6 +42,9 @@ from .launch_config import BATCH_INV_CHUNK, CPU_LANE_RUN
 from .launch_checks import (BINARY, IN_PLACE_UNARY, UNARY, check_bcast, check_decode,
                             check_encode, check_map, check_pow)
 from .vector_width import njit_lanes64
+
+__all__ = ["encode", "decode", "base_map1", "base_map2", "ext4_map1", "ext4_map2",
+           "base_map2_bcast", "ext4_map2_bcast", "base_pow", "ext4_pow", "base_batch_inv"]
 
 # The same source as monty.ext4_mul, compiled with LLVM's alwaysinline: left
 # to itself LLVM keeps ext4_mul an out-of-line call, and a call blocks the
@@ -664,16 +673,15 @@ def base_pow(a, e_hi, e_lo, nbits, out, f):
     """Base field ``out[i] = a[i] ** e`` for ``e = e_hi 2**64 + e_lo < 2**nbits``
     (limbs below 2**64, ``nbits <= 128``; ``a ** 0`` is one, also for 0);
     ``a``, ``out`` ``(n,)``, ``out`` never ``a`` itself."""
-    check_pow("field_cpu.base_pow", f, 1, a, e_hi, e_lo, nbits, out)
+    n, (e_hi, e_lo, nbits) = check_pow("field_cpu.base_pow", f, 1, a, e_hi, e_lo, nbits, out)
     p, mu, wm, one = kernel_words(f)
-    sized(_pow_kernel, _tasks(out.shape[0], CPU_LANE_RUN))(
-        1, a, e_hi, e_lo, nbits, out, p, mu, wm, one)
+    sized(_pow_kernel, _tasks(n, CPU_LANE_RUN))(1, a, e_hi, e_lo, nbits, out, p, mu, wm, one)
 
 
 def ext4_pow(a, e_hi, e_lo, nbits, out, f):
     """Extension ``out[i] = a[i] ** e``, ``e`` as in :func:`base_pow`; ``a``,
     ``out`` ``(n, 4)`` or flat ``(4 n,)``, ``out`` never ``a`` itself."""
-    n = check_pow("field_cpu.ext4_pow", f, 4, a, e_hi, e_lo, nbits, out)
+    n, (e_hi, e_lo, nbits) = check_pow("field_cpu.ext4_pow", f, 4, a, e_hi, e_lo, nbits, out)
     p, mu, wm, one = kernel_words(f)
     sized(_pow_kernel, _tasks(n, CPU_LANE_RUN))(
         4, a.reshape(-1), e_hi, e_lo, nbits, out.reshape(-1), p, mu, wm, one)

@@ -30,6 +30,9 @@ from .monty import ext4_map1 as _ext1
 from .monty import ext4_map2 as _ext2
 from .monty import ext4_base_map2 as _ext_base2
 
+__all__ = ["base_map1", "base_map2", "ext4_map1", "ext4_map2", "base_map2_bcast",
+           "ext4_map2_bcast", "base_pow", "ext4_pow", "base_batch_inv"]
+
 #: ``@cuda.jit`` with Numba-CUDA's on-disk cache (see the module docstring).
 cached_kernel = cuda.jit(cache=True)
 
@@ -257,7 +260,8 @@ def ext4_map2_bcast(op, a, a_step, a_deg, b, b_step, b_deg, out, f, run=0, a_row
 
 def base_pow(a, e_hi, e_lo, nbits, out, f):
     """Same contract as :func:`.field_cpu.base_pow`."""
-    n = check_pow("field_cuda_numba.base_pow", f, 1, a, e_hi, e_lo, nbits, out)
+    n, (e_hi, e_lo, nbits) = check_pow("field_cuda_numba.base_pow", f, 1, a, e_hi, e_lo, nbits,
+                                       out)
     if n:
         p, mu, _, one = kernel_words(f)
         launch(_base_pow_kernel, n, (a, e_hi, e_lo, nbits, p, mu, one), out)
@@ -265,7 +269,8 @@ def base_pow(a, e_hi, e_lo, nbits, out, f):
 
 def ext4_pow(a, e_hi, e_lo, nbits, out, f):
     """Same contract as :func:`.field_cpu.ext4_pow`."""
-    n = check_pow("field_cuda_numba.ext4_pow", f, 4, a, e_hi, e_lo, nbits, out)
+    n, (e_hi, e_lo, nbits) = check_pow("field_cuda_numba.ext4_pow", f, 4, a, e_hi, e_lo, nbits,
+                                       out)
     if n:
         p, mu, wm, one = kernel_words(f)
         launch(_ext4_pow_kernel, n, (_pairs(a, n), e_hi, e_lo, nbits, p, mu, wm, one),

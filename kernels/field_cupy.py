@@ -19,6 +19,9 @@ from .launch_checks import BINARY, IN_PLACE_UNARY, UNARY, check_bcast, check_map
 from .launch_config import THREADS_PER_BLOCK, grid_for
 from .monty import OP_INV
 
+__all__ = ["base_map1", "base_map2", "ext4_map1", "ext4_map2", "base_map2_bcast",
+           "ext4_map2_bcast", "base_pow", "ext4_pow", "base_batch_inv"]
+
 #: nvcc/NVRTC options shared by every zorch_nb RawModule.
 NVRTC_OPTIONS = ("-std=c++17",)
 
@@ -92,14 +95,14 @@ def ext4_map2_bcast(op, a, a_step, a_deg, b, b_step, b_deg, out, f, run=0, a_row
 
 def base_pow(a, e_hi, e_lo, nbits, out, f):
     """Same contract as :func:`.field_cpu.base_pow`."""
-    n = check_pow("field_cupy.base_pow", f, 1, a, e_hi, e_lo, nbits, out)
-    _launch(f, "zorch_base_pow", n, a, np.uint64(e_hi), np.uint64(e_lo), np.int32(nbits), out)
+    n, (e_hi, e_lo, nbits) = check_pow("field_cupy.base_pow", f, 1, a, e_hi, e_lo, nbits, out)
+    _launch(f, "zorch_base_pow", n, a, e_hi, e_lo, np.int32(nbits), out)
 
 
 def ext4_pow(a, e_hi, e_lo, nbits, out, f):
     """Same contract as :func:`.field_cpu.ext4_pow`."""
-    n = check_pow("field_cupy.ext4_pow", f, 4, a, e_hi, e_lo, nbits, out)
-    _launch(f, "zorch_ext4_pow", n, a, np.uint64(e_hi), np.uint64(e_lo), np.int32(nbits), out)
+    n, (e_hi, e_lo, nbits) = check_pow("field_cupy.ext4_pow", f, 4, a, e_hi, e_lo, nbits, out)
+    _launch(f, "zorch_ext4_pow", n, a, e_hi, e_lo, np.int32(nbits), out)
 
 
 def base_batch_inv(a, out, f):

@@ -13,13 +13,24 @@ Launcher contract (shared by :mod:`.gkr_cuda_numba` and :mod:`.gkr_cupy`):
     preallocated ``layers[l]`` = ``(on0, on1, od0, od1)`` of layer ``l + 1``,
     fused: intermediate layers are not read back from memory.
 ``jagged_transition(rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f)``
-    Jagged transition (DESIGN.md section 2) for every output slot ``q`` of
-    the outputs' length.  ``rc``/``orc`` are int32 row counts of the input and
-    output layers (length ``nb``), ``prefix`` an int64 ``(2, nb)`` scratch the
-    launcher overwrites with the inclusive prefix sums of ``rc`` and ``orc``.
+    Jagged transition for every output slot ``q`` of the outputs' length.
+    ``rc``/``orc`` are int32 row counts of the input and output layers
+    (length ``nb``), ``prefix`` an int64 ``(2, nb)`` scratch the launcher
+    overwrites with the inclusive prefix sums of ``rc`` and ``orc``.  The
+    input rows of segment ``s`` follow those of segments ``< s``, and so do
+    its ``orc[s]`` output slots; slot ``j`` of segment ``s`` has the nodes of
+    its rows ``2j`` and ``2j + 1`` as children, a row past ``rc[s]`` being
+    the neutral fraction ``0/1`` (so a slot past ``ceil(rc[s] / 2)`` is
+    ``0/1, 0/1`` padding); slots past ``sum(orc)`` are dead, ``0/0``.
+    (:func:`zorch_nb.logup_gkr.jagged_layer_transition` is the same in the
+    object layer; :func:`.gkr_scalar.jagged_slot` the per-slot reference.)
 
-Arrays are C-contiguous uint32 Montgomery words in ``[0, p)``: base MLEs
-``(n,)``, extension MLEs ``(n, 4)``.  The numerator pair and the denominator
+``f`` is a field's :class:`.field_params.FieldParams`, e.g.
+``zorch_nb.KoalaBear.params`` (``BabyBear.params``; ``F.ext.params`` is the
+same record): only these shipped records are accepted.
+
+Arrays are C-contiguous uint32 Montgomery words, any words (read mod p;
+outputs are canonical): base MLEs ``(n,)``, extension MLEs ``(n, 4)``.  The numerator pair and the denominator
 pair may each be base or extension; outputs must be extension exactly where
 the mode requires (numerators if any input is, denominators if the
 denominators are).  A pyramid's first layer has a power-of-two length ``L``

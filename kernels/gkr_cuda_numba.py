@@ -48,6 +48,8 @@ from .launch_config import (GKR_JAGGED_CHUNK, GKR_MAX_FUSED, GKR_NUMBA_SCAN_THRE
                             GKR_PYRAMID_THREADS, GKR_TILE_SLOTS_BASE, GKR_TILE_SLOTS_EXT,
                             THREADS_PER_BLOCK, gkr_pyramid_plan, grid_for)
 
+__all__ = ["fold_dense", "pyramid_dense", "jagged_transition", "jagged_chunk"]
+
 _dense_slot, _jagged_slot, _find_segment = make_slot_functions(cuda.jit(device=True))
 _fold_node, _ = make_node_functions(cuda.jit(device=True))
 

@@ -52,6 +52,8 @@ from .launch_config import (GKR_JAGGED_CHUNK, GKR_MAX_FUSED, GKR_MAX_TAIL,
                             GKR_PYRAMID_THREADS, GKR_SCAN_THREADS, GKR_TAIL_THREADS,
                             THREADS_PER_BLOCK, gkr_pyramid_plan, grid_for)
 
+__all__ = ["fold_dense", "pyramid_dense", "jagged_transition", "jagged_tail", "jagged_chunk"]
+
 
 #: Host image of ``struct zorch_gkr_layers`` (GKR_MAX_FUSED x 4 pointers).
 _LAYERS = np.dtype([("p", np.uint64, (GKR_MAX_FUSED * 4,))])

@@ -309,7 +309,8 @@ def dense_slot(mode, k, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm):
 
 def jagged_slot(mode, q, s, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1,
                 p, mu, wm, one):
-    """Jagged output slot ``q`` (int64) of segment ``s`` (DESIGN.md section 2)."""
+    """Jagged output slot ``q`` (int64) of segment ``s`` (the slot meanings are
+    in :mod:`.gkr_cpu`'s contract of ``jagged_transition``)."""
     kind, e, partner = jagged_source(q, s, rc, orc, prefix)
     k = np.uint64(q)
     zero = np.uint32(0)

@@ -37,16 +37,20 @@ import operator
 
 import numpy as np
 
-from .field_params import FieldParams
+from .field_params import FIELDS, FieldParams
 from .monty import OP_ADD, OP_INV, OP_MUL, OP_NEG, OP_SQUARE, OP_SUB
 
 __all__ = ["UNARY", "BINARY", "IN_PLACE_UNARY", "check_map", "check_bcast", "check_pow",
            "check_encode", "check_decode", "check_gkr_fold", "check_gkr_jagged",
            "check_gkr_pyramid", "check_gkr_pyramid_flat", "check_gkr_steps",
-           "check_gkr_disjoint", "as_int"]
+           "check_gkr_disjoint", "check_field", "as_int"]
 
 _U32 = np.dtype(np.uint32)
 _I64 = np.dtype(np.int64)
+#: ``id`` of each shipped field record: the hot paths trust these objects
+#: (an identity test); an equal copy -- an unpickled one -- takes the general
+#: check, which compares values.
+_SHIPPED = frozenset(id(f) for f in FIELDS.values())
 # module-level names for the hot path (a global read, not a global and an attribute)
 _ndarray = np.ndarray
 _may_share = np.may_share_memory
@@ -72,10 +76,25 @@ def _names(ops):
     return ", ".join(f"{_OP_NAMES[o]} ({o})" for o in sorted(ops))
 
 
-def _field(where, f):
+def check_field(where, f, name="f"):
+    """Refuse ``f`` (argument ``name``) unless it is a shipped field's record.
+
+    Only those: the kernels rely on invariants checked for them at import
+    (:mod:`.field_params`), and the CUDA C backends compile per field
+    *name* -- a record with other constants would run silently wrong.
+    An equal copy (an unpickled one) is accepted.
+    """
     if type(f) is not FieldParams:
-        raise TypeError(f"{where}: argument `f` must be a FieldParams (e.g. "
+        raise TypeError(f"{where}: argument `{name}` must be a FieldParams (e.g. "
                         f"KoalaBear.params), not {type(f).__name__}")
+    known = FIELDS.get(f.name)
+    if known != f:
+        what = (f"it differs from the {f.name!r} record in "
+                f"{', '.join(k for k in f._fields if getattr(f, k) != getattr(known, k))}"
+                ) if known is not None else f"there is no field named {f.name!r}"
+        raise ValueError(f"{where}: argument `{name}` must be the parameters of a supported "
+                         f"field (KoalaBear.params or BabyBear.params, i.e. one of "
+                         f"field_params.FIELDS), but {what}")
 
 
 def _op(where, op, ops):
@@ -134,9 +153,13 @@ def _shape(where, name, x, dtype, writes):
         raise TypeError(f"{where}: argument `{name}` must be a NumPy, CuPy or Numba "
                         f"device array, not {type(x).__name__}")
     if dt != dtype:
-        hint = " (Montgomery words)" if dtype == _U32 else \
-            " (signed values: uint64 ones past 2**63 would read as negative; reduce " \
-            "them mod p, or cast, first)"
+        if dtype == _U32:
+            hint = " (Montgomery words)"
+        elif name == "v":  # encode's values
+            hint = (" (signed values: uint64 ones past 2**63 would read as negative; reduce "
+                    "them mod p, or cast, first)")
+        else:  # counts, prefix scratch: the kernels' index types
+            hint = f" (cast with .astype(numpy.{dtype}))"
         raise TypeError(f"{where}: argument `{name}` must have dtype {dtype}{hint}, not {dt}")
     if not _flag(x, "C_CONTIGUOUS", "c_contiguous", False):
         raise ValueError(f"{where}: argument `{name}` must be C-contiguous (the kernels "
@@ -257,12 +280,12 @@ def check_map(where, f, op, ops, in_place, deg, out, a, b=None, name="a"):
     the first operand's argument name."""
     # The hot path (every object-layer call): NumPy or CuPy arrays, a Python
     # int opcode, no shared memory.
-    if type(f) is FieldParams and type(op) is int and (ops is None or op in ops):
+    if id(f) in _SHIPPED and type(op) is int and (ops is None or op in ops):
         n = _fast_elements(out, deg, True)
         if n >= 0 and _fast_elements(a, deg) == n and _fast_disjoint(out, a) and (
                 b is None or _fast_elements(b, deg) == n and _fast_disjoint(out, b)):
             return n
-    _field(where, f)
+    check_field(where, f)
     if ops is not None:
         _op(where, op, ops)
     n = _elements(where, "out", out, deg, True)
@@ -295,7 +318,7 @@ def check_bcast(where, f, op, a, a_step, a_deg, b, b_step, b_deg, out, out_deg, 
     """
     # The hot path: Python ints, NumPy or CuPy arrays, no shared memory (as
     # the object layer passes); anything else takes the general checks below.
-    if (type(f) is FieldParams and type(op) is int and op in BINARY and type(a_step) is int
+    if (id(f) in _SHIPPED and type(op) is int and op in BINARY and type(a_step) is int
             and type(b_step) is int and type(run) is int and a_step in _STEPS
             and b_step in _STEPS and (out_deg == 1 or (type(a_deg) is int and type(b_deg) is int
                                                         and (a_deg, b_deg) in _EXT_DEGS))):
@@ -303,7 +326,7 @@ def check_bcast(where, f, op, a, a_step, a_deg, b, b_step, b_deg, out, out_deg, 
         if n > 0:
             if run == 0 or run >= n:
                 rows, run, a_row, b_row = 1, n, 0, 0
-            elif n % run or type(a_row) is not int or type(b_row) is not int or \
+            elif run < 0 or n % run or type(a_row) is not int or type(b_row) is not int or \
                     a_row not in (0, 1, run) or b_row not in (0, 1, run):
                 rows = 0  # the general checks say which
             else:
@@ -312,7 +335,7 @@ def check_bcast(where, f, op, a, a_step, a_deg, b, b_step, b_deg, out, out_deg, 
                     _fast_elements(b, b_deg) >= _reach(n, rows, run, b_step, b_row) and \
                     _fast_disjoint(out, a) and _fast_disjoint(out, b):
                 return n, rows, run, a_step, b_step, a_row, b_row
-    _field(where, f)
+    check_field(where, f)
     _op(where, op, BINARY)
     if out_deg == 4:
         a_deg = _int(where, "a_deg", a_deg, 1, 4)
@@ -354,9 +377,12 @@ def check_bcast(where, f, op, a, a_step, a_deg, b, b_step, b_deg, out, out_deg, 
 
 def check_pow(where, f, deg, a, e_hi, e_lo, nbits, out):
     """``out = a ** e`` for ``e = e_hi 2**64 + e_lo < 2**nbits``, ``nbits <= 128``;
-    returns the element count.  Never in place (the CPU kernel squares a run of
-    ``out`` and multiplies by the operand, which would be that run)."""
-    _field(where, f)
+    returns the element count and ``(e_hi, e_lo, nbits)`` as ``np.uint64``,
+    ``np.uint64``, ``np.int64`` (the object layer's types: one compiled
+    signature, and a Python int limb past 2**63 cannot meet an int64 one).
+    Never in place (the CPU kernel squares a run of ``out`` and multiplies by
+    the operand, which would be that run)."""
+    check_field(where, f)
     hi = _int(where, "e_hi", e_hi, 0, 2**64 - 1)
     lo = _int(where, "e_lo", e_lo, 0, 2**64 - 1)
     bits = _int(where, "nbits", nbits, 0, 128)
@@ -364,20 +390,21 @@ def check_pow(where, f, deg, a, e_hi, e_lo, nbits, out):
     if length > bits:
         raise ValueError(f"{where}: argument `nbits` must be at least the bit length of the "
                          f"exponent e_hi * 2**64 + e_lo ({length}), not {bits}")
+    exponent = np.uint64(hi), np.uint64(lo), np.int64(bits)
     n = _fast_elements(out, deg, True)
     if n >= 0 and _fast_elements(a, deg) == n and _fast_disjoint(out, a):
-        return n  # the hot path; else the general checks
+        return n, exponent  # the hot path; else the general checks
     n = _elements(where, "out", out, deg, True)
     _same(where, "a", _elements(where, "a", a, deg), n)
     _overlap(where, out, a, "a", False)
-    return n
+    return n, exponent
 
 
 def check_encode(where, f, v, out):
     """``encode``: flat int64 values (uint64 would be read as negative), flat
     uint32 ``out`` of the same length, no overlap (8-byte values under 4-byte
     words)."""
-    _field(where, f)
+    check_field(where, f)
     n = _elements(where, "out", out, 1, True)
     _same(where, "v", _elements(where, "v", v, 1, dtype=_I64), n)
     _overlap(where, out, v, "v", False)
@@ -564,7 +591,7 @@ def check_gkr_fold(where, f, n0, n1, d0, d1, on0, on1, od0, od1, disjoint=True):
     ``L / 2`` in the output mode; returns the input mode.  ``disjoint``
     False: the caller checks overlaps itself (the CPU kernels, compiled)."""
     try:  # the hot path: NumPy or CuPy arrays of the documented forms
-        got = _fast_ins(n0, n1, d0, d1) if type(f) is FieldParams else None
+        got = _fast_ins(n0, n1, d0, d1) if id(f) in _SHIPPED else None
         if got is not None and not got[1] & 1 and \
                 _fast_outs(on0, on1, od0, od1, got[0], got[1] >> 1):
             if disjoint:
@@ -573,7 +600,7 @@ def check_gkr_fold(where, f, n0, n1, d0, d1, on0, on1, od0, od1, disjoint=True):
             return got[0]
     except _NOT_FAST:  # not arrays, or Numba device arrays: the general checks
         pass
-    _field(where, f)
+    check_field(where, f)
     mode, n = _layer_in(where, _IN, (n0, n1, d0, d1))
     if n & 1:
         raise ValueError(f"{where}: argument `n0` must have an even length (a fold pairs "
@@ -591,7 +618,7 @@ def check_gkr_jagged(where, f, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, o
     int64 ``(2, nb)``, input MLEs of one length, outputs of one length in the
     output mode; returns the input mode."""
     try:  # the hot path
-        got = _fast_ins(n0, n1, d0, d1) if type(f) is FieldParams else None
+        got = _fast_ins(n0, n1, d0, d1) if id(f) in _SHIPPED else None
         sc = rc.shape
         if got is not None and len(sc) == 1 and sc[0] and orc.shape == sc and \
                 prefix.shape == (2, sc[0]) and rc.dtype is _I32 and orc.dtype is _I32 and \
@@ -605,7 +632,7 @@ def check_gkr_jagged(where, f, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, o
             return got[0]
     except _NOT_FAST:
         pass
-    _field(where, f)
+    check_field(where, f)
     nb = _counts(where, "rc", rc)
     _counts(where, "orc", orc, nb)
     s = _shape(where, "prefix", prefix, _I64, True)
@@ -629,7 +656,7 @@ def _pyramid_first(where, f, first, nl):
     """``(mode, length)`` of a pyramid's first layer for ``nl`` transitions:
     a power-of-two length ``L`` and ``nl <= log2(L)`` (the launch plans tile
     power-of-two layers; another length left slots unwritten)."""
-    _field(where, f)
+    check_field(where, f)
     first = _four(where, "first", first)
     mode, n = _layer_in(where, [f"first[{i}]" for i in range(4)], first)
     if n < 1 or n & (n - 1):
@@ -654,7 +681,7 @@ def check_gkr_pyramid(where, f, first, layers, disjoint=True):
     layer ``l + 1``, ``L >> (l + 1)`` elements each in the output mode.
     Returns ``(mode, first, layers)`` as lists.  O(number of layers)."""
     try:  # the hot path: lists of NumPy or CuPy arrays of the documented forms
-        got = _fast_ins(*first) if type(f) is FieldParams else None
+        got = _fast_ins(*first) if id(f) in _SHIPPED else None
         if got is not None:
             mode, n = got
             nl = len(layers)
@@ -714,7 +741,7 @@ def check_gkr_steps(where, f, rc, prefix, first, steps, depth, rows):
     one width in the output mode -- exactly ``depth`` steps (None: any
     number), ``prefix`` int64 of at least ``rows * nb`` elements.  Returns the
     input mode."""
-    _field(where, f)
+    check_field(where, f)
     steps = _sequence(where, "steps", steps)
     if depth is not None and len(steps) != depth:
         raise ValueError(f"{where}: argument `steps` must hold exactly {depth} steps (the "

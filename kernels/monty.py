@@ -8,7 +8,10 @@ arithmetic.
 
 Conventions
 -----------
-* Every value named ``a``, ``b``, ``c*`` is a Montgomery word in ``[0, p)``.
+* Every value named ``a``, ``b``, ``c*`` is a Montgomery word in ``[0, p)``
+  (canonical): the scalar functions trust it, and a word ``>= p`` given to
+  one of them (``mod_add``, ``mont_mul``, ``ext4_mul``, ...) can give a
+  wrong or non-canonical result; :func:`canonical` reduces any uint32 word.
   Words read from user arrays may be any uint32: the op entry points
   (``base_map*``, ``ext4_map*``, ``*_pow``) and the GKR loads pass them
   through :func:`canonical` first, so a word ``w >= p`` counts as the field
@@ -31,7 +34,7 @@ from numba import njit
 #: (see README, "The kernels in your own Numba code"), and the opcodes.
 __all__ = ["monty_reduce", "canonical", "mont_mul", "mod_add", "mod_sub", "mod_neg",
            "to_monty", "from_monty", "mont_pow_u32", "mont_inv", "ext4_mul", "ext4_inv",
-           "OP_ADD", "OP_SUB", "OP_MUL", "OP_NEG", "OP_SQUARE", "OP_INV"]
+           "base_pow", "ext4_pow", "OP_ADD", "OP_SUB", "OP_MUL", "OP_NEG", "OP_SQUARE", "OP_INV"]
 
 # Opcodes shared by the map kernels of every backend (the CUDA C preamble
 # receives the same numbers).

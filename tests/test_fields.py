@@ -485,6 +485,11 @@ def test_pickle_keeps_fields_and_their_constants():
     for name in ("Foo", "KoalaBear"):
         G = pickle.loads(pickle.dumps(PrimeField(name, BABYBEAR)))
         assert (G.name, G.p, G.ext.p) == (name, BabyBear.p, BabyBear.p)
+    # only the shipped constants: the kernels rely on their checked invariants
+    with pytest.raises(ValueError, match="`params`.* differs from the 'babybear' record in w, w_mont"):
+        PrimeField("Mine", BABYBEAR._replace(w=5, w_mont=7))
+    with pytest.raises(TypeError, match="FieldParams"):
+        PrimeField("Mine", (BABYBEAR.p,))
 
 
 def test_numba_backend_without_a_gpu_is_a_clear_error():

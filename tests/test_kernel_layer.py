@@ -157,7 +157,9 @@ def test_elementwise_launchers_match_big_ints(F, k):
     out = empty(n, backend)
     k.base_batch_inv(dev(a, backend), out, f)
     check_words(ref, out, ref.base(OP_INV, x), "base_batch_inv")
-    for e in (0, 1, 7, F.p - 1, 2**64 + 5):
+    # Python int limbs past 2**63 after smaller ones (which compile int64
+    # signatures): the launchers cast them (an OverflowError before)
+    for e in (0, 1, 7, F.p - 1, 2**64 + 5, 2**64 - 1, 2**127 + 2**63 + 3):
         out = empty(n, backend)
         k.base_pow(dev(a, backend), e >> 64, e & (2**64 - 1), e.bit_length(), out, f)
         check_words(ref, out, [pow(int(v), e, ref.p) for v in x], f"base_pow {e}")
@@ -182,7 +184,7 @@ def test_elementwise_launchers_match_big_ints(F, k):
         want = np.zeros((n, 4), dtype=object)
         want[:, 0] = 1
         assert (ref.ext_mul(ey, inv) == want).all(), f"ext4_map1 inv {form}"
-        for e in (0, 1, 5, 2**64 + 3):
+        for e in (0, 1, 5, 2**64 + 3, 2**128 - 1):
             out = empty(form, backend)
             k.ext4_pow(A, e >> 64, e & (2**64 - 1), e.bit_length(), out, f)
             check_words(ref, to_host(out).reshape(n, 4), ref.ext_pow(ex, e),
@@ -440,6 +442,17 @@ def misuse_cases():
         ("f a field object", lambda k, d, f: k.base_map2(OP_ADD, A(d, n), A(d, n), A(d, n),
                                                          KoalaBear),
          TypeError, ["`f`", "FieldParams"]),
+        # a record with other constants would compute silently wrong (and the
+        # CUDA C backends compile per field name)
+        ("f altered constant", lambda k, d, f: k.base_map2(OP_MUL, A(d, n), A(d, n), A(d, n),
+                                                           f._replace(mu_neg=12345)),
+         ValueError, ["`f`", "differs from the 'koalabear' record in mu_neg"]),
+        ("f unknown field", lambda k, d, f: k.ext4_map2_bcast(
+            OP_MUL, A(d, 4 * n), 1, 4, A(d, 1), 0, 1, A(d, 4 * n), f._replace(name="mine")),
+         ValueError, ["`f`", "no field named 'mine'"]),
+        ("f altered p, pow", lambda k, d, f: k.base_pow(A(d, n), 0, 3, 2, A(d, n),
+                                                        f._replace(p=2**32 - 5)),
+         ValueError, ["`f`", "record in p"]),
         # lengths and shapes (the segfault: a short operand under a long out)
         ("out longer", lambda k, d, f: k.base_map2(OP_MUL, A(d, n), A(d, n), A(d, 4096), f),
          ValueError, ["`a`", "4096"]),
@@ -479,6 +492,12 @@ def misuse_cases():
         ("bcast run float", lambda k, d, f: k.base_map2_bcast(OP_ADD, A(d, n), 1, A(d, 1), 0,
                                                               A(d, n), f, run=2.0),
          TypeError, ["`run`"]),
+        ("bcast run negative", lambda k, d, f: k.base_map2_bcast(  # n % -1 == 0: wrote nothing
+            OP_ADD, A(d, n), 1, A(d, 1), 0, A(d, n), f, run=-1),
+         ValueError, ["`run`", ">= 0"]),
+        ("ext bcast run negative", lambda k, d, f: k.ext4_map2_bcast(
+            OP_MUL, A(d, 4 * n), 1, 4, A(d, 4), 0, 4, A(d, 4 * n), f, run=-2),
+         ValueError, ["`run`", ">= 0"]),
         ("bcast run not dividing", lambda k, d, f: k.base_map2_bcast(
             OP_ADD, A(d, 6), 1, A(d, 1), 0, A(d, 6), f, run=4, a_row=4),
          ValueError, ["`run`"]),

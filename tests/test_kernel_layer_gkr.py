@@ -288,7 +288,9 @@ def misuse_cases():
             prefix=zeros((2, 0), d, np.int64)),
          ValueError, ["jagged_transition", "`rc`", "nb >= 1"]),
         ("jagged rc int64", lambda k, d: _jagged(k, d, rc=zeros(2, d, np.int64)),
-         TypeError, ["jagged_transition", "`rc`", "int32"]),
+         TypeError, ["jagged_transition", "`rc`", "int32", "astype(numpy.int32)"]),
+        ("jagged prefix int32", lambda k, d: _jagged(k, d, prefix=zeros((2, 2), d, np.int32)),
+         TypeError, ["jagged_transition", "`prefix`", "int64", "astype(numpy.int64)"]),
         ("jagged rc 2-d", lambda k, d: _jagged(k, d, rc=zeros((2, 1), d, np.int32)),
          ValueError, ["jagged_transition", "`rc`", "1-d"]),
         ("jagged strided orc", lambda k, d: _jagged(

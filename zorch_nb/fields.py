@@ -42,6 +42,7 @@ import numpy as np
 from . import _backend
 from .kernels import monty
 from .kernels.field_params import BABYBEAR, KOALABEAR, FieldParams
+from .kernels.launch_checks import check_field
 
 __all__ = ["PrimeField", "ExtensionField", "KoalaBear", "BabyBear"]
 
@@ -1203,6 +1204,7 @@ class PrimeField(_FieldBase):
     degree = 1
 
     def __init__(self, name: str, params: FieldParams):
+        check_field("PrimeField", params, "params")  # the kernels rely on its constants
         self.name = name
         self.params = params
         self.ext = ExtensionField(self)

@@ -266,7 +266,7 @@ ZORCH_HD unsigned int zorch_gkr_find_segment(const long long* cum, unsigned int 
     return lo;
 }
 
-// Jagged output slot q (DESIGN.md section 2).  rc_cum / orc_cum hold the
+// Jagged output slot q (slot meanings: gkr_cpu.py, jagged_transition).  rc_cum / orc_cum hold the
 // inclusive prefix sums of rc / orc (nb each).
 template <int NE, int DE, bool VEC>
 ZORCH_HD void zorch_gkr_jagged_slot_at(zorch_u64 q, const int* rc, const int* orc,
@@ -426,7 +426,7 @@ ZORCH_HD void zorch_gkr_tail_serial(const int* rc, long long* prefix, unsigned i
 // tree over positions: position j of layer m + 1 holds the fraction sums
 // F_m(2j), F_m(2j + 1) of positions 2j, 2j + 1 of layer m, where F_m(i) is the
 // fold of node i when i < count_m (the segment's row count in layer m) and the
-// neutral fraction 0/1 otherwise (DESIGN.md section 2: the neutral partner of
+// neutral fraction 0/1 otherwise (as in gkr_cpu.py's jagged_transition: the neutral partner of
 // an odd segment's last node, and live padding, are exactly that; folding a
 // stored neutral node gives 0/1 again, byte for byte).  So slot q of the LAST
 // layer, at position j of segment s, depends only on the 2^C leaves [2^C j,
