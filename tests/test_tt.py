@@ -27,7 +27,7 @@ from zorch_nb import tt_ops
 from zorch_nb.kernels import tt_kernels
 from zorch_nb.tt_masks import KERNELS
 from zorch_nb.tt import (
-    ORTHOGONALIZE_KINDS, TuckerTensorTrain, UniformTuckerTensorTrain, UT3Masks, kernel_cache_info,
+    NORM_METHODS, ORTHOGONALIZE_KINDS, TuckerTensorTrain, UniformTuckerTensorTrain, UT3Masks, kernel_cache_info,
     ut3_inner, ut3_to_dense,
 )
 
@@ -575,6 +575,39 @@ def test_inner_norm_entries_apply(xy, path, rng):
         x.apply([np.ones(3), np.ones(5), np.ones(2)])
 
 
+def test_norm_and_inner_keep_their_range_and_digits(xy, path):
+    """Both norm methods agree with the dense norm; entries far from 1 (squares
+    or partial products past the dtype's range: the chain gave NaN or 0) give
+    the norm and inner product that fit; "orthogonal" keeps the digits of a
+    difference of nearly equal trains, which "inner" loses (documented)."""
+    x, _, xd, _, _, _ = xy
+    want = np.array([np.linalg.norm(t) for t in xd])
+    U, G = np.array(x.tucker_supercore), np.array(x.tt_supercore)
+
+    def far(dtype, up, down):  # core 0 scaled up, core 1 down: the product fits
+        G2 = G.astype(dtype)
+        G2[0] *= dtype(2.0**up)
+        G2[1] *= dtype(2.0**-down)
+        return UniformTuckerTensorTrain(U.astype(dtype), G2, x.shape, x.masks)
+
+    for method in NORM_METHODS:
+        assert rel_err(x.norm(method), want) < RTOL
+        for k in (520, -560):  # exact scalings whose squares leave float64
+            assert rel_err((x * 2.0**k).norm(method) * 2.0**-k, want) < RTOL
+        assert rel_err(far(np.float64, 1000, 340).norm(method) * 2.0**-660, want) < RTOL
+        got = far(np.float32, 100, 40).norm(method)
+        assert got.dtype == np.float32 and rel_err(got * 2.0**-60, want) < 1e-5
+    assert rel_err(x.inner(x * 2.0**500) * 2.0**-500, want**2) < RTOL
+    assert rel_err((x * 2.0**-500).inner(x * 2.0**-500) * 2.0**1000, want**2) < RTOL
+    w = x * (1 + 2.0**-33)
+    exact = np.array([np.linalg.norm(a - b) for a, b in zip(xd, w.to_dense())])
+    assert rel_err((x - w).norm("orthogonal"), exact) < 1e-4
+    one = UniformTuckerTensorTrain.from_t3(x.to_t3()[0])  # unstacked: a 0-d array
+    assert type(one.norm()) is np.ndarray and one.norm().shape == ()
+    with pytest.raises(ValueError, match="`method`"):
+        x.norm("gram")
+
+
 def test_numba_and_array_module_paths_agree(xy, monkeypatch):
     x, y, _, _, _, _ = xy
     idx = np.array([[0, 1, 1], [2, 3, 0]])
@@ -863,6 +896,27 @@ def test_overflow_during_svd_is_not_blamed_on_the_input(rng):
                     call()
 
 
+def test_overflow_in_the_last_push_is_refused_too(rng):
+    """An overflow after every SVD (the remainder pushed into the cores) came
+    back as inf entries from "tucker_down", "tt_up" and "right" (only "left"
+    and svd raised); the norms scale the cores first and give the value."""
+    t3 = rand_t3(rng, SHAPE, (2, 2, 2), (1, 2, 2, 1))
+    U, G = [np.array(u) for u in t3.tucker_cores], [np.array(g) for g in t3.tt_cores]
+    U[0] *= 1e10
+    G[0] *= 1e300
+    G[1] *= 1e-100
+    y = UniformTuckerTensorTrain.from_t3(TuckerTensorTrain(U, G))
+    for kind in ORTHOGONALIZE_KINDS:
+        with np.errstate(over="ignore", invalid="ignore"):
+            with pytest.raises(ValueError, match="overflowed float64 .* rescale"):
+                y.orthogonalize(kind)
+    want = np.linalg.norm(naive_dense(*TuckerTensorTrain(
+        [u * 1e-10 if i == 0 else u for i, u in enumerate(U)],
+        [g * (1e-300 if i == 0 else 1e100 if i == 1 else 1) for i, g in enumerate(G)]).data))
+    for method in NORM_METHODS:
+        assert abs(y.norm(method) / 1e210 - want) <= RTOL * want
+
+
 def test_bad_arguments_are_named(rng):
     """Each of these failed with a message from C, NumPy or Python that named
     no argument, or (object cores) was accepted."""
@@ -890,6 +944,24 @@ def test_bad_arguments_are_named(rng):
     with pytest.raises(TypeError, match=r"`tt_cores\[0\]` must hold real numbers"):
         TuckerTensorTrain([np.ones((1, 2))], [np.ones((1, 1, 1), object)])
     assert TuckerTensorTrain([np.ones((1, 2), int)], [np.ones((1, 1, 1), bool)]).to_dense().tolist() == [1, 1]
+    # a raw (tucker_cores, tt_cores) pair is checked as the class checks one
+    # (complex and str cores came through; a 1-d core raised a bare IndexError)
+    for tk, tt, exc, what in (
+            ([np.ones((2, 3), complex)], [np.ones((1, 2, 1), complex)], TypeError, "real numbers"),
+            ([np.ones(3)], [np.ones((1, 2, 1))], ValueError, r"stack \+ \(n, N\)"),
+            ([np.zeros((2, 0))], [np.ones((1, 2, 1))], ValueError, "no zero-length axis"),
+            ([np.ones((2, 3), np.longdouble)], [np.ones((1, 2, 1), np.longdouble)], TypeError,
+             "`t3` has cores of dtype float128: a uniform train holds float32 or float64")):
+        if what.startswith("`t3`") and np.dtype(np.longdouble) == np.float64:
+            continue  # no extended precision on this platform
+        with pytest.raises(exc, match=what):
+            UniformTuckerTensorTrain.from_t3((tk, tt))
+    with pytest.raises(ValueError, match="Arguments of `ut3_sub` must have the same shape"):
+        x - UniformTuckerTensorTrain.from_t3(rand_t3(rng, (3, 5), (2, 3), (1, 2, 1)))
+    with pytest.raises(TypeError, match=r"`trains` must hold .* trains\[1\] is a int"):
+        UniformTuckerTensorTrain.stack([x, 3])
+    # a 0-d integer array is an int, as in NumPy ("iteration over a 0-d array")
+    np.testing.assert_array_equal(x.svd(np.array(2))[0].to_dense(), x.svd(2)[0].to_dense())
     with pytest.raises(TypeError, match="`tucker_supercore` must have dtype float32 or float64 "
                                         "in native byte order, not >f8"):
         UniformTuckerTensorTrain(x.tucker_supercore.astype(">f8"), x.tt_supercore.astype(">f8"),

@@ -65,7 +65,7 @@ import numpy as np
 
 from .tt_masks import UT3Masks, kernel_cache_clear, kernel_cache_info
 from .tt_ops import (
-    ORTHOGONALIZE_KINDS, _t3_check, t3_from_dense, t3_to_dense, ut3_add, ut3_apply,
+    NORM_METHODS, ORTHOGONALIZE_KINDS, _t3_check, t3_from_dense, t3_to_dense, ut3_add, ut3_apply,
     ut3_apply_masks, ut3_check, ut3_entries, ut3_from_t3, ut3_hadamard, ut3_inner, ut3_load,
     ut3_neg, ut3_norm, ut3_orthogonalize, ut3_reverse, ut3_save, ut3_scale, ut3_squash_tails,
     ut3_stack, ut3_sub, ut3_svd, ut3_to_dense, ut3_to_t3, ut3_unstack,
@@ -73,7 +73,7 @@ from .tt_ops import (
 
 __all__ = [
     "TuckerTensorTrain", "UniformTuckerTensorTrain", "UT3Masks", "kernel_cache_info",
-    "kernel_cache_clear", "ORTHOGONALIZE_KINDS", "t3_from_dense", "t3_to_dense", "ut3_add", "ut3_apply",
+    "kernel_cache_clear", "ORTHOGONALIZE_KINDS", "NORM_METHODS", "t3_from_dense", "t3_to_dense", "ut3_add", "ut3_apply",
     "ut3_apply_masks", "ut3_check", "ut3_entries", "ut3_from_t3", "ut3_hadamard", "ut3_inner",
     "ut3_load", "ut3_neg", "ut3_norm", "ut3_orthogonalize", "ut3_reverse", "ut3_save", "ut3_scale",
     "ut3_squash_tails", "ut3_stack", "ut3_sub", "ut3_svd", "ut3_to_dense", "ut3_to_t3",
@@ -298,6 +298,11 @@ class UniformTuckerTensorTrain:
     @staticmethod
     def stack(trains):
         """Stack trains along a new leading stack axis."""
+        trains = list(trains)
+        for k, t in enumerate(trains):
+            if not isinstance(t, UniformTuckerTensorTrain):
+                raise TypeError(f"Argument `trains` must hold UniformTuckerTensorTrains, but "
+                                f"trains[{k}] is a {type(t).__name__}.")
         return UniformTuckerTensorTrain(*ut3_stack([t.data for t in trains]))
 
     def unstack(self):
@@ -345,8 +350,14 @@ class UniformTuckerTensorTrain:
         """
         return ut3_inner(self.data, self._other(other, "inner"))
 
-    def norm(self):
+    def norm(self, method="inner"):
         """Frobenius norm per stack element.
+
+        ``method="inner"`` (default): ``sqrt(inner(x, x))``, fast, but for a
+        difference of nearly equal trains (``(x_next - x).norm()``) only
+        accurate to about ``sqrt(eps)`` of the terms' norms; ``"orthogonal"``:
+        through a left orthogonalization, accurate to about ``eps`` of them,
+        7-30x the cost (see :func:`ut3_norm`).
 
         Returns
         -------
@@ -354,7 +365,7 @@ class UniformTuckerTensorTrain:
             A 0-d array (not a scalar) for an unstacked train; ``float()``
             or ``.item()`` gives the number.
         """
-        return ut3_norm(self.data)
+        return ut3_norm(self.data, method)
 
     # -- orthogonalization and SVD ------------------------------------------
     def orthogonalize(self, kind="left"):
