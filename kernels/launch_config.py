@@ -38,6 +38,12 @@ GRAPH_CPU_SERIAL_WORK = 1 << 16
 #: Output slots per prange iteration of the CPU jagged transition (one binary
 #: search per chunk, then a forward walk over the segments).
 GKR_CPU_JAGGED_CHUNK = 2048
+#: A chunk whose segments average fewer live output slots than this
+#: (base/base; with any extension MLE) folds its nodes in one run and then
+#: moves them to their slots (gkr_cpu._jagged_chunk_short): a segment's own
+#: vectorized run of a few pairs never reaches the vector loop.  Measured
+#: crossovers (2**20 leaves, 2 cores): base/base 32 slots, ext/ext 64-128.
+GKR_CPU_SHORT_SEGMENT = (32, 64)
 #: Threads of the single-block prefix-sum kernel of a jagged transition
 #: (a multiple of 32; each thread sums a contiguous run of segments).
 GKR_SCAN_THREADS = 1024

@@ -5,8 +5,10 @@
 compare it byte for byte with a serial loop over the per-slot body
 (``jagged_slot``, the same text the GPU backends run) on random schedules,
 with chunk sizes small enough that chunk borders fall inside every kind of
-run, and with schedules only a device caller could pass (truncating counts,
-``out_width`` below ``sum(orc)``), whose per-slot meaning is still defined.
+run, with short segments (one folded node run per chunk, then moved) and
+long ones (runs per segment), and with schedules only a device caller could
+pass (truncating counts, ``out_width`` below ``sum(orc)``), whose per-slot
+meaning is still defined.
 """
 import numpy as np
 import pytest
@@ -84,6 +86,32 @@ def test_device_style_schedules_match_per_slot_body(ne, de):
         orc = rng.integers(0, 8, size=nb)
         width = int(rng.integers(0, int(orc.sum()) + 4))
         for chunk in (1, 3, 2048):
+            _run_both(KoalaBear, ne, de, rc, orc, width, chunk, rng)
+
+
+@pytest.mark.parametrize("ne,de", MODES)
+def test_long_short_and_mixed_segments_match_per_slot_body(ne, de):
+    """A chunk whose segments average fewer than GKR_CPU_SHORT_SEGMENT live
+    slots folds its whole node run first and then moves the results (the
+    small-count tests above take only that path); a chunk of long segments
+    runs per segment.  Mixed layers switch between the two at chunk borders;
+    truncating counts (a node run wider than the slots need) fall back to
+    the per-segment runs."""
+    from zorch_nb.kernels.launch_config import GKR_CPU_SHORT_SEGMENT
+    rng = np.random.default_rng(13)
+    for trial in range(8):
+        nb = 1 << int(rng.integers(3, 7))
+        long = rng.random(nb) < [0.05, 0.3, 0.7, 1.0][trial % 4]
+        rc = np.where(long, rng.integers(2 * max(GKR_CPU_SHORT_SEGMENT), 400, size=nb),
+                      rng.integers(0, 12, size=nb))
+        need = (rc + 1) // 2
+        if trial % 2:  # device style: truncating counts, widths past or below sum(orc)
+            orc = np.maximum(0, need - rng.integers(0, 3, size=nb) * (rng.random(nb) < 0.3))
+            width = int(rng.integers(int(orc.sum()) // 2, int(orc.sum()) + 8))
+        else:
+            orc = need + rng.integers(0, 4, size=nb) * (rng.random(nb) < 0.5)
+            width = int(orc.sum()) + int(rng.integers(0, 6))
+        for chunk in (7, 64, 100, 333, 2048):
             _run_both(KoalaBear, ne, de, rc, orc, width, chunk, rng)
 
 
