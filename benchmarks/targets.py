@@ -6,7 +6,7 @@ Prints a markdown table: each target, the measured figure and whether it is
 met -- the table a closing note needs, read off the committed report rather
 than copied by hand.  GPU targets are fractions of the same run's device copy
 bandwidth (pyramids against their compulsory bytes); the CPU target is the
-fold timed alternately with the copy (``paired_fraction``) and its speed-up
+fold timed alternately with a copy of the same bytes (``paired_fraction``) and its speed-up
 over the galois fold (at sizes of at least 2^16: smaller calls are
 launch-bound).  A row the bench marked ``implausible`` (figures no idle
 machine gives: another process was busy) is listed as unreliable, never as

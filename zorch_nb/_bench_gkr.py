@@ -17,8 +17,10 @@ measured in the same process:
   NumPy uint64 (:mod:`._numpy_gkr`, the asv suite's yardstick too), and the
   base/base fold with galois ``GF(p)`` arrays, timed in the same run
   (``baselines``);
-* on the CPU, for every fold: the fraction of copy with the fold and the copy
-  timed alternately (``paired_fraction``, robust on a busy machine), and the
+* on the CPU, for every fold: the fraction of copy with the fold and a copy
+  of the same bytes timed alternately (``paired_fraction``, robust on a busy
+  machine; the copy has the fold's footprint, so neither gains from a large
+  last-level cache the other does not fit), and the
   byte rate with the data cache-resident (``in_cache_gbps``): the rate the
   arithmetic allows, which says whether memory or arithmetic bounds the fold;
 * on the GPU (CuPy path), the same for data resident in L2 (``in_l2_gbps``,
@@ -156,7 +158,7 @@ def _dense_fold_row(kern, name, ne, de, n, backend, repeat, xp, timer, sync):
         _cpu_baselines(row, ins, repeat)
         if n >= 1 << MIN_FRACTION_LOG2:  # smaller: launch-bound (see bench)
             # the CPU target's figure: fold and copy timed alternately
-            tp, copy_gbps = paired_cpu(lambda: kern.fold_dense(*ins, *outs, F.params), n,
+            tp, copy_gbps = paired_cpu(lambda: kern.fold_dense(*ins, *outs, F.params), row.bytes,
                                        max(3 * repeat, 15))
             row.extra["paired_copy_gbps"] = round(copy_gbps, 1)
             row.extra["paired_fold_gbps"] = round(row.bytes / tp / 1e9, 1)
