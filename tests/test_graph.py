@@ -1245,6 +1245,16 @@ def test_definition_errors_name_the_variable():
         def huge(x: In[()], out: Out[()]):
             out[()] = x[()] * 2**70
 
+    # NumPy handed the parameter back (np.sum of an object wrapping it), and
+    # the refusal quoted `out[()] = x`, a line the body never wrote
+    for reduce in (np.sum, np.prod, np.asarray):
+        with pytest.raises(KernelDefinitionError,
+                           match=r"line \d+ \(`out\[\(\)\] = reduce\(x\)`\): `x` is an array "
+                                 r"parameter: NumPy functions"):
+            @kernel
+            def total(x: In[4], out: Out[()]):
+                out[()] = reduce(x)
+
 
 def test_a_refusal_the_body_catches_still_refuses_the_kernel():
     """A helper's ``except ValueError`` swallowed KernelDefinitionError (a

@@ -1037,9 +1037,22 @@ def test_from_dense_recovers_a_low_rank_tensor(rng):
     assert zero.to_dense().dtype == np.float32
     for bad, exc, match in ((np.zeros((0, 3)), ValueError, "no zero-length axis"),
                             (np.array([1.0, np.nan]), ValueError, "finite"),
-                            (np.arange(4), TypeError, "float32 or float64")):
+                            (np.ones(4, complex), TypeError, "real numbers"),
+                            (np.array(["a"]), TypeError, "real numbers")):
         with pytest.raises(exc, match=match):
             TuckerTensorTrain.from_dense(bad)
+    # integer data promote as a train's integer cores do (it was a TypeError)
+    ints = np.arange(24).reshape(2, 3, 4) % 5
+    t = TuckerTensorTrain.from_dense(ints)
+    assert t.tucker_cores[0].dtype == np.float64 and np.allclose(t.to_dense(), ints)
+    assert TuckerTensorTrain.from_dense(ints.astype(np.int8)).tucker_cores[0].dtype == np.float32
+    # x / alpha as x * (1 / alpha); a train is no divisor
+    x = UniformTuckerTensorTrain.from_t3(t)
+    assert np.allclose((x / 4).to_dense(), ints / 4)
+    with pytest.raises(TypeError, match="divides a train by a scalar"):
+        x / x
+    with pytest.raises(TypeError, match="unsupported operand"):
+        x / "2"
     with pytest.raises(ValueError, match="`rtol` must be"):
         TuckerTensorTrain.from_dense(dense, rtol=2.0)
     with pytest.raises(ValueError, match="`max_tt_ranks` must be"):

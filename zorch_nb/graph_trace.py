@@ -446,6 +446,15 @@ class _TracedArray:
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _refuse
     __neg__ = __iter__ = __len__ = __bool__ = __truediv__ = __matmul__ = _refuse
 
+    def __array__(self, *args, **kwargs):
+        # np.sum(x), np.prod(x), np.asarray(x): NumPy wrapped the parameter in
+        # a 0-d object array and handed it back, and the refusal then quoted
+        # an assignment of `x` the body never wrote
+        self._tr.fail(f"`{self._name}` is an array parameter: NumPy functions (np.sum, "
+                      f"np.prod, np.asarray, ...) cannot run on it while the kernel is "
+                      f"traced; index it with integers and combine the elements (e.g. "
+                      f"`s = {self._name}[0]` then `s = s + {self._name}[i]` in a loop)")
+
     @property
     def shape(self) -> tuple:
         """The parameter's shape (a tuple of ints)."""

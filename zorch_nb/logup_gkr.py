@@ -216,11 +216,14 @@ class GkrLayer(_Layer):
         uint32 Montgomery words, all of length ``L = 2**nv``; each pair base
         ``(L,)`` or extension ``(L, 4)`` (numerators and denominators may
         differ).  NumPy or CuPy, all in one module and on one device.
-    num_batch_variables : int
-        ``nbv`` in ``[0, nv]``: the high ``nbv`` index bits select the batch
-        element, the low ``nrv = nv - nbv`` bits the row.
+    num_batch_variables : int, optional
+        ``nbv`` in ``[0, nv]`` (default 0: one batch element): the high
+        ``nbv`` index bits select the batch element, the low ``nrv = nv -
+        nbv`` bits the row.
     field : PrimeField, optional
         :data:`~zorch_nb.KoalaBear` (default) or :data:`~zorch_nb.BabyBear`.
+        The words carry no field: BabyBear data needs ``field=BabyBear``
+        (under the default it is folded, silently, as KoalaBear words).
 
     Notes
     -----
@@ -240,7 +243,7 @@ class GkrLayer(_Layer):
         of range, arrays on different devices.
     """
 
-    num_batch_variables: int
+    num_batch_variables: int = 0
     field: PrimeField = KoalaBear
 
     @classmethod
@@ -305,7 +308,8 @@ class JaggedGkrLayer(_Layer):
         read-only int32 array; a device array (CuPy data only) is kept as is
         and is the caller's obligation (checking it would synchronize).
     field : PrimeField, optional
-        :data:`~zorch_nb.KoalaBear` (default) or :data:`~zorch_nb.BabyBear`.
+        :data:`~zorch_nb.KoalaBear` (default) or :data:`~zorch_nb.BabyBear`;
+        as for :class:`GkrLayer`, BabyBear data needs ``field=BabyBear``.
     """
 
     row_counts: Any

@@ -335,6 +335,16 @@ class UniformTuckerTensorTrain:
 
     __rmul__ = __mul__
 
+    def __truediv__(self, alpha):
+        """``x / alpha``: ``x * (1 / alpha)`` for a scalar or per-stack array ``alpha``."""
+        if isinstance(alpha, UniformTuckerTensorTrain):
+            raise TypeError("`/` divides a train by a scalar; trains do not divide elementwise.")
+        try:
+            inverse = 1 / alpha
+        except TypeError:  # not a number: Python's own "unsupported operand" error
+            return NotImplemented
+        return self * inverse
+
     def hadamard(self, other):
         """Elementwise product (Kronecker products of the cores)."""
         return type(self)(*ut3_hadamard(self.data, self._other(other, "hadamard")))

@@ -677,8 +677,11 @@ def t3_from_dense(dense, max_tucker_ranks=None, max_tt_ranks=None, rtol=None):
 
     Parameters
     ----------
-    dense : float32 or float64 array (NumPy or CuPy), shape ``(N_0, ..., N_{d-1})``
-        Every axis of length >= 1, every entry finite.
+    dense : real array (NumPy or CuPy), shape ``(N_0, ..., N_{d-1})``
+        Every axis of length >= 1, every entry finite.  Float32 and float64
+        are kept; bool, integer and float16 data promote as the cores of a
+        :class:`~zorch_nb.tt.TuckerTensorTrain` do (``np.result_type(dtype,
+        np.float32)``: int64 to float64).
     max_tucker_ranks : int or sequence of ``d`` ints, optional
     max_tt_ranks : int or sequence of ``d - 1`` ints (interior bonds), optional
     rtol : float, optional
@@ -692,8 +695,13 @@ def t3_from_dense(dense, max_tucker_ranks=None, max_tt_ranks=None, rtol=None):
         with ``r_0 = r_d = 1``; every rank >= 1.
     """
     xp = array_module(dense, "dense")
+    if dense.dtype.kind in "biuf" and dense.dtype not in (np.float32, np.float64):
+        promoted = np.result_type(dense.dtype, np.float32)  # as _t3_dtype
+        if promoted in (np.float32, np.float64):
+            dense = dense.astype(promoted)
     if dense.dtype not in (np.float32, np.float64):
-        raise TypeError(f"Argument `dense` must have dtype float32 or float64, not {dense.dtype}.")
+        raise TypeError(f"Argument `dense` must hold real numbers (bool, int or float32/64), "
+                        f"not dtype {dense.dtype}.")
     if dense.ndim < 1 or 0 in dense.shape:
         raise ValueError(f"Argument `dense` must have at least one axis and no zero-length axis, "
                          f"not shape {tuple(dense.shape)}.")
