@@ -283,7 +283,9 @@ def _jagged_chunk(mode, lo, hi, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, 
     if q < live_end:
         s = _find_segment(prefix, 1, q)
         short = GKR_CPU_SHORT_SEGMENT[0 if mode == MODE_BB else 1]
-        if live_end - q < short * (_find_segment(prefix, 1, live_end - 1) - s + 1):
+        last = _find_segment(prefix, 1, live_end - 1)
+        if live_end - q < short * (last - s + 1) and \
+                live_end - q < short * _occupied(orc, s, last):
             # short segments: per-segment runs would be mostly loop overhead
             q = _jagged_chunk_short(mode, q, live_end, s, rc, orc, prefix, n0, n1, d0, d1,
                                     on0, on1, od0, od1, p, mu, wm, one)
@@ -316,6 +318,16 @@ def _jagged_chunk(mode, lo, hi, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, 
             q = start + j1
     if q < hi:
         _constant_run(mode, np.uint64(q), hi - q, on0, on1, od0, od1, zero, zero)
+
+
+@njit(cache=True, forceinline=True)
+def _occupied(orc, s, last):
+    # Segments s..last with output slots (empty ones cost the runs nothing).
+    count = 0
+    for u in range(s, last + 1):
+        if orc[u] > 0:
+            count += 1
+    return count
 
 
 @njit(cache=True, forceinline=True)

@@ -87,7 +87,7 @@ def check_field(where, f, name="f"):
     if type(f) is not FieldParams:
         raise TypeError(f"{where}: argument `{name}` must be a FieldParams (e.g. "
                         f"KoalaBear.params), not {type(f).__name__}")
-    known = FIELDS.get(f.name)
+    known = FIELDS.get(f.name) if isinstance(f.name, str) else None
     if known != f:
         what = (f"it differs from the {f.name!r} record in "
                 f"{', '.join(k for k in f._fields if getattr(f, k) != getattr(known, k))}"

@@ -450,6 +450,9 @@ def misuse_cases():
         ("f unknown field", lambda k, d, f: k.ext4_map2_bcast(
             OP_MUL, A(d, 4 * n), 1, 4, A(d, 1), 0, 1, A(d, 4 * n), f._replace(name="mine")),
          ValueError, ["`f`", "no field named 'mine'"]),
+        ("f unhashable name", lambda k, d, f: k.base_map1(OP_NEG, A(d, n), A(d, n),
+                                                          f._replace(name=["koalabear"])),
+         ValueError, ["`f`", "no field named ['koalabear']"]),
         ("f altered p, pow", lambda k, d, f: k.base_pow(A(d, n), 0, 3, 2, A(d, n),
                                                         f._replace(p=2**32 - 5)),
          ValueError, ["`f`", "record in p"]),

@@ -590,11 +590,17 @@ def test_norm_and_inner_keep_their_range_and_digits(xy, path):
         G2[1] *= dtype(2.0**-down)
         return UniformTuckerTensorTrain(U.astype(dtype), G2, x.shape, x.masks)
 
+    mU, mG = full_masks(x)
     for method in NORM_METHODS:
         assert rel_err(x.norm(method), want) < RTOL
         for k in (520, -560):  # exact scalings whose squares leave float64
             assert rel_err((x * 2.0**k).norm(method) * 2.0**-k, want) < RTOL
         assert rel_err(far(np.float64, 1000, 340).norm(method) * 2.0**-660, want) < RTOL
+        for pad in (np.inf, np.nan, 1e300):  # padding must not pick the scale
+            y = far(np.float64, 600, 0)
+            y = UniformTuckerTensorTrain(np.where(mU, y.tucker_supercore, pad),
+                                         np.where(mG, y.tt_supercore, pad), x.shape, x.masks)
+            assert rel_err(y.norm(method) * 2.0**-600, want) < RTOL, (method, pad)
         got = far(np.float32, 100, 40).norm(method)
         assert got.dtype == np.float32 and rel_err(got * 2.0**-60, want) < 1e-5
     assert rel_err(x.inner(x * 2.0**500) * 2.0**-500, want**2) < RTOL
@@ -962,6 +968,8 @@ def test_bad_arguments_are_named(rng):
         UniformTuckerTensorTrain.stack([x, 3])
     # a 0-d integer array is an int, as in NumPy ("iteration over a 0-d array")
     np.testing.assert_array_equal(x.svd(np.array(2))[0].to_dense(), x.svd(2)[0].to_dense())
+    with pytest.raises(ValueError, match="`max_tt_ranks` must be a positive int or a sequence"):
+        x.svd(max_tt_ranks=[[1, 2]])  # ragged/nested: not NumPy's "inhomogeneous shape"
     with pytest.raises(TypeError, match="`tucker_supercore` must have dtype float32 or float64 "
                                         "in native byte order, not >f8"):
         UniformTuckerTensorTrain(x.tucker_supercore.astype(">f8"), x.tt_supercore.astype(">f8"),
