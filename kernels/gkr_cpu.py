@@ -73,7 +73,9 @@ contiguous run of nodes it reads in one vectorized pair run into chunk-local
 scratch and then moves each result to its slot.  2**18 leaves in 16384
 segments of ~16 rows (base numerators, extension denominators): 3.6 ->
 1.1 ms, the dense fold taking 0.7 ms; the jagged pyramid of the bench's
-1024 segments at 2**18 (its lower layers are short) 4.9 -> 3.1 ms.
+1024 segments at 2**18 (its lower layers are short) 4.9 -> 3.1 ms.  The
+price is compile time: the jagged kernel's first compile took 10 s and takes
+17 s on the 2-core machine (once; Numba's on-disk cache loads it in 0.2 s).
 ``_jagged_slot`` (the per-slot body of the GPU backends) is kept as the
 reference the tests compare against.
 
@@ -287,8 +289,11 @@ def _jagged_chunk(mode, lo, hi, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, 
         if live_end - q < short * (last - s + 1) and \
                 live_end - q < short * _occupied(orc, s, last):
             # short segments: per-segment runs would be mostly loop overhead
-            q = _jagged_chunk_short(mode, q, live_end, s, rc, orc, prefix, n0, n1, d0, d1,
-                                    on0, on1, od0, od1, p, mu, wm, one)
+            # mode as a plain int64, not the literal of this loop: one compile of
+            # the short path for the four modes (its vector loops are the
+            # per-mode pair runs, compiled on their own)
+            q = _jagged_chunk_short(np.int64(mode), q, live_end, s, rc, orc, prefix,
+                                    n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm, one)
         while q < live_end:
             # first s with cum[s] > q: empty segments are stepped over; it
             # exists (cum[nb - 1] = sum(orc) > q), so no clamp is needed.
@@ -309,7 +314,7 @@ def _jagged_chunk(mode, lo, hi, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, 
             a = max(j0, full)
             if a < min(j1, live):  # at most one slot
                 k = np.uint64(start + a)
-                _fold_node(mode, n0, n1, d0, d1, np.uint64(base + 2 * a), on0, od0, k,
+                _fold_one(mode, n0, n1, d0, d1, np.uint64(base + 2 * a), on0, od0, k,
                            p, mu, wm)
                 _put_constant(mode, on1, od1, k, zero, one)
             a = max(j0, live)
@@ -318,6 +323,13 @@ def _jagged_chunk(mode, lo, hi, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, 
             q = start + j1
     if q < hi:
         _constant_run(mode, np.uint64(q), hi - q, on0, on1, od0, od1, zero, zero)
+
+
+@njit(cache=True)
+def _fold_one(mode, n0, n1, d0, d1, e, on, od, k, p, mu, wm):
+    # One node outside the vectorized runs (an odd segment's or run's last):
+    # a call, not one more copy of the fold inlined into the chunk loops.
+    _fold_node(mode, n0, n1, d0, d1, e, on, od, k, p, mu, wm)
 
 
 @njit(cache=True, forceinline=True)
@@ -355,7 +367,7 @@ def _move_child(tn, td, r, on, od, k, wn, wd):
     _move(td[r & 1], h, od, k, wd)
 
 
-@njit(cache=True, forceinline=True)
+@njit(cache=True)
 def _jagged_chunk_short(mode, lo, end, s, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1,
                         p, mu, wm, one):
     # The live slots [lo, end) of a chunk of short segments, in two passes:
@@ -384,7 +396,7 @@ def _jagged_chunk_short(mode, lo, end, s, rc, orc, prefix, n0, n1, d0, d1, on0, 
     _pair_run(mode, np.uint64(0), np.uint64(e_lo), half, n0, n1, d0, d1,
               tn[0], tn[1], td[0], td[1], p, mu, wm)
     if m & 1:  # the run's last node
-        _fold_node(mode, n0, n1, d0, d1, np.uint64(e_hi - 1), tn[0], td[0], np.uint64(half),
+        _fold_one(mode, n0, n1, d0, d1, np.uint64(e_hi - 1), tn[0], td[0], np.uint64(half),
                    p, mu, wm)
     zero = np.uint32(0)
     q = lo
