@@ -97,10 +97,15 @@ def test_long_short_and_mixed_segments_match_per_slot_body(ne, de):
     runs per segment.  Mixed layers switch between the two at chunk borders;
     truncating counts (a node run wider than the slots need) fall back to
     the per-segment runs."""
+    from numba import config
+
     from zorch_nb.kernels.launch_config import GKR_CPU_SHORT_SEGMENT
     rng = np.random.default_rng(13)
-    for trial in range(8):
-        nb = 1 << int(rng.integers(3, 7))
+    # plain Python (NUMBA_DISABLE_JIT=1, a CI stage): one trial of each kind
+    trials, chunks, lg_nb = ((4, (7, 100, 2048), 5) if config.DISABLE_JIT
+                             else (8, (7, 64, 100, 333, 2048), 7))
+    for trial in range(trials):
+        nb = 1 << int(rng.integers(3, lg_nb))
         long = rng.random(nb) < [0.05, 0.3, 0.7, 1.0][trial % 4]
         rc = np.where(long, rng.integers(2 * max(GKR_CPU_SHORT_SEGMENT), 400, size=nb),
                       rng.integers(0, 12, size=nb))
@@ -111,7 +116,7 @@ def test_long_short_and_mixed_segments_match_per_slot_body(ne, de):
         else:
             orc = need + rng.integers(0, 4, size=nb) * (rng.random(nb) < 0.5)
             width = int(orc.sum()) + int(rng.integers(0, 6))
-        for chunk in (7, 64, 100, 333, 2048):
+        for chunk in chunks:
             _run_both(KoalaBear, ne, de, rc, orc, width, chunk, rng)
 
 
