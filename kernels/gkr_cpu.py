@@ -30,9 +30,9 @@ Launcher contract (shared by :mod:`.gkr_cuda_numba` and :mod:`.gkr_cupy`):
 same record): only these shipped records are accepted.
 
 Arrays are C-contiguous uint32 Montgomery words, any words (read mod p;
-outputs are canonical): base MLEs ``(n,)``, extension MLEs ``(n, 4)``.  The numerator pair and the denominator
-pair may each be base or extension; outputs must be extension exactly where
-the mode requires (numerators if any input is, denominators if the
+outputs are canonical): base MLEs ``(n,)``, extension MLEs ``(n, 4)``.  The
+numerator pair and the denominator pair may each be base or extension;
+outputs must be extension exactly where the mode requires (numerators if any input is, denominators if the
 denominators are).  A pyramid's first layer has a power-of-two length ``L``
 and at most ``log2(L)`` layers follow it.  No array a launcher writes
 (outputs, ``prefix``) may share memory with another argument.  Every
@@ -288,10 +288,10 @@ def _jagged_chunk(mode, lo, hi, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, 
         last = _find_segment(prefix, 1, live_end - 1)
         if live_end - q < short * (last - s + 1) and \
                 live_end - q < short * _occupied(orc, s, last):
-            # short segments: per-segment runs would be mostly loop overhead
-            # mode as a plain int64, not the literal of this loop: one compile of
-            # the short path for the four modes (its vector loops are the
-            # per-mode pair runs, compiled on their own)
+            # short segments: per-segment runs would be mostly loop overhead.
+            # The mode goes as a plain int64, not this loop's literal: one
+            # compile of the short path for the four modes (its vector loops
+            # are the per-mode pair runs, compiled on their own).
             q = _jagged_chunk_short(np.int64(mode), q, live_end, s, rc, orc, prefix,
                                     n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm, one)
         while q < live_end:
@@ -315,7 +315,7 @@ def _jagged_chunk(mode, lo, hi, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, 
             if a < min(j1, live):  # at most one slot
                 k = np.uint64(start + a)
                 _fold_one(mode, n0, n1, d0, d1, np.uint64(base + 2 * a), on0, od0, k,
-                           p, mu, wm)
+                          p, mu, wm)
                 _put_constant(mode, on1, od1, k, zero, one)
             a = max(j0, live)
             if a < j1:
@@ -397,7 +397,7 @@ def _jagged_chunk_short(mode, lo, end, s, rc, orc, prefix, n0, n1, d0, d1, on0, 
               tn[0], tn[1], td[0], td[1], p, mu, wm)
     if m & 1:  # the run's last node
         _fold_one(mode, n0, n1, d0, d1, np.uint64(e_hi - 1), tn[0], td[0], np.uint64(half),
-                   p, mu, wm)
+                  p, mu, wm)
     zero = np.uint32(0)
     q = lo
     while q < end:  # the slot kinds as in _jagged_chunk
