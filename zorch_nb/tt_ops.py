@@ -886,7 +886,9 @@ def ut3_add(x, y):
     return _add(_parts(x, "x"), _parts(y, "y"), "ut3_add")
 
 
-def _add(p, q, where):
+def _add(p, q, where, negate=False):
+    # x + y, or x - y with ``negate`` (y's first TT core carries the sign, as
+    # ut3_neg puts it)
     _check_same(p, q, where)
     xp = p.xp
     n, r = p.n + q.n, p.r + q.r
@@ -894,6 +896,8 @@ def _add(p, q, where):
                        np.result_type(p.U.dtype, q.U.dtype).itemsize)
     Ux, Gx = _masked(p)
     Uy, Gy = _masked(q)
+    if negate:
+        Gy[0] *= -1.0
     dtype = np.result_type(Ux.dtype, Uy.dtype)
     U = xp.concatenate([Ux.astype(dtype), Uy.astype(dtype)], axis=2)
     G = xp.zeros((p.d, p.S, p.r + q.r, p.n + q.n, p.r + q.r), dtype=dtype)
@@ -940,9 +944,7 @@ def ut3_neg(data):
 
 def ut3_sub(x, y):
     """Difference ``x - y`` (see :func:`ut3_add`)."""
-    p, q = _parts(x, "x"), _parts(y, "y")
-    _check_same(p, q, "ut3_sub")  # before negating y: refusals name this call
-    return _add(p, _parts(ut3_neg(y)), "ut3_sub")
+    return _add(_parts(x, "x"), _parts(y, "y"), "ut3_sub", negate=True)
 
 
 def ut3_hadamard(x, y):
@@ -1146,9 +1148,7 @@ def ut3_norm(data, method="inner"):
     # padding: frames are) holds the norm
     mk, mt = p.mk.copy(), p.mt.copy()
     _squash(G, mt)
-    U, G, mk = _tucker_down(xp, U, G, p.shape, mk)
-    for i in range(p.d - 1):
-        _left_step(xp, G, mk, mt, i)
+    U, G, mk = _sweep_left(xp, U, G, p.shape, mk, mt)
     last = G[-1].reshape(p.S, -1)
     norm = xp.sqrt((last * last).sum(axis=-1))
     return xp.ldexp(norm, e).reshape(p.stack)
@@ -1357,9 +1357,13 @@ def _overflowed(dtype):
         f"`x * 2.0**-k`, exact in binary floating point) and scale the result back")
 
 
+def _finite(xp, U, G):
+    return bool(xp.isfinite(U).all()) and bool(xp.isfinite(G).all())
+
+
 def _check_finite_result(xp, U, G):
     """After the last SVD: the remainder pushed into the cores may overflow."""
-    if not (bool(xp.isfinite(U).all()) and bool(xp.isfinite(G).all())):
+    if not _finite(xp, U, G):
         _overflowed(G.dtype)
 
 
@@ -1370,7 +1374,7 @@ def _check_finite_input(xp, U, G, what):
     can tell a non-finite intermediate (overflow of finite entries) from a
     non-finite input.  On CuPy one synchronization (one bool read back).
     """
-    if not (bool(xp.isfinite(U).all()) and bool(xp.isfinite(G).all())):
+    if not _finite(xp, U, G):
         raise ValueError(f"the train holds inf or NaN in a live entry (padding is ignored); "
                          f"its {what} is undefined")
 
@@ -1413,6 +1417,15 @@ def _left_step(xp, G, mk, mt, i, max_rank=None):
     G[i + 1] = xp.matmul(R, G[i + 1].reshape(S, r, n * r)).reshape(S, r, n, r)
     mt[i + 1] = _prefix(kcount, r)
     return sv
+
+
+def _sweep_left(xp, U, G, shape, mk, mt):
+    """``"tucker_down"``, then cores ``0..d-2`` left-orthonormal (the last
+    carries the weight); returns ``(U, G, mk)``, updates ``mt`` in place."""
+    U, G, mk = _tucker_down(xp, U, G, shape, mk)
+    for i in range(U.shape[0] - 1):
+        _left_step(xp, G, mk, mt, i)
+    return U, G, mk
 
 
 def _right_step(xp, G, mk, mt, i):
@@ -1479,13 +1492,13 @@ def ut3_orthogonalize(data, kind="left"):
     if kind == "tt_up":
         U, G, mk = _tt_up(xp, U, G, mk, mt)
     else:
-        U, G, mk = _tucker_down(xp, U, G, p.shape, mk)
         if kind == "left":
-            for i in range(p.d - 1):
-                _left_step(xp, G, mk, mt, i)
-        elif kind == "right":
-            for i in range(p.d - 1, 0, -1):
-                _right_step(xp, G, mk, mt, i)
+            U, G, mk = _sweep_left(xp, U, G, p.shape, mk, mt)
+        else:
+            U, G, mk = _tucker_down(xp, U, G, p.shape, mk)
+            if kind == "right":
+                for i in range(p.d - 1, 0, -1):
+                    _right_step(xp, G, mk, mt, i)
     _check_finite_result(xp, U, G)
     return _pack(xp, U, G, p.shape, mk, mt, p.stack)
 
