@@ -44,7 +44,7 @@ from .kernels import monty
 from .kernels.field_params import BABYBEAR, KOALABEAR, FieldParams
 from .kernels.launch_checks import check_field
 
-__all__ = ["PrimeField", "ExtensionField", "KoalaBear", "BabyBear"]
+__all__ = ["PrimeField", "ExtensionField", "BaseOperand", "KoalaBear", "BabyBear"]
 
 
 def _element_shape(x, degree: int, name: str):
@@ -70,6 +70,10 @@ def _check_words(x, name: str):
     # `out` receives words: converting integers with `encode` is no advice there
     hint = "" if name == "out" else "; use `encode` to convert integers"
     if kind == "other":
+        if type(x) is BaseOperand:
+            raise TypeError(f"Argument `{name}` is an `as_base(...)` marker, which only the "
+                            f"extension field's add, sub, mul and div take; pass the "
+                            f"words themselves here")
         raise TypeError(f"Argument `{name}` must be a uint32 array of Montgomery words "
                         f"(NumPy or CuPy), not {type(x).__name__}{hint}")
     dtype = np.dtype(x.dtype)
@@ -81,6 +85,20 @@ def _check_words(x, name: str):
                             f"order, not {dtype.str} (byte-swapped); {fix}")
         raise TypeError(f"Argument `{name}` must have dtype uint32 (Montgomery words), "
                         f"not {x.dtype}{hint}")
+
+
+class BaseOperand:
+    """Base-field words marked as such for an extension op (see
+    :meth:`ExtensionField.as_base`): ``words`` is the caller's array, held
+    without a copy."""
+
+    __slots__ = ("words",)
+
+    def __init__(self, words):
+        self.words = words
+
+    def __repr__(self):
+        return f"BaseOperand(shape={tuple(self.words.shape)})"
 
 
 def _int_text(v) -> str:
@@ -528,20 +546,31 @@ class _FieldBase:
     def _prepare(self, operands: dict, backend):
         """Validate operands, choose the backend, broadcast element shapes.
 
-        NumPy scalars in ``operands`` are replaced by 0-d arrays (in place).
+        NumPy scalars in ``operands`` are replaced by 0-d arrays and
+        :class:`BaseOperand` markers by their words (in place).
         """
+        marked = ()  # names of operands marked as base words (as_base)
         for name, x in operands.items():
+            if type(x) is BaseOperand:
+                if self.degree != 4 or len(operands) != 2:
+                    what = ("the base field's ops take base words as they are"
+                            if self.degree != 4 else "unary ops take extension elements")
+                    raise TypeError(f"Argument `{name}` is an `as_base(...)` marker, which "
+                                    f"only the extension field's add, sub, mul and div "
+                                    f"take; {what}")
+                x = operands[name] = x.words
+                marked += (name,)
             _check_words(x, name)
             if isinstance(x, np.generic):
                 operands[name] = np.asarray(x)
         if len(operands) > 1 and any(type(x) is not np.ndarray for x in operands.values()):
-            self._move_single_elements(operands)
+            self._move_single_elements(operands, marked)
         kind, backend = _backend.resolve(operands, backend)
         shapes = {}
         degrees = {}
         for name, x in operands.items():
             shape = tuple(x.shape)  # any CUDA array's shape as a tuple (some are not)
-            if self.degree == 4 and shape and shape[-1] == 4:
+            if self.degree == 4 and shape and shape[-1] == 4 and name not in marked:
                 degrees[name] = 4
                 shapes[name] = shape[:-1]
             elif self.degree == 4 and len(operands) == 1:
@@ -578,13 +607,15 @@ class _FieldBase:
                 f"of 4: for extension arithmetic use {self.name}.ext.{{add, sub, mul}}, "
                 f"which take base operands too)")
 
-    def _move_single_elements(self, operands: dict) -> None:
+    def _move_single_elements(self, operands: dict, marked=()) -> None:
         """Next to device operands, a NumPy operand holding one element (a scalar
-        word like ``F.one``, or one extension element ``(4,)``) is copied to the
-        device, as CuPy takes NumPy scalars; larger NumPy arrays still have to
-        be moved by the caller (no silent host->device copies of data)."""
+        word like ``F.one``, or one extension element ``(4,)`` unless
+        ``marked`` as base words) is copied to the device, as CuPy takes NumPy
+        scalars; larger NumPy arrays still have to be moved by the caller (no
+        silent host->device copies of data)."""
         single = [name for name, x in operands.items() if isinstance(x, np.ndarray)
-                  and (x.shape == () or (self.degree == 4 and x.shape == (4,)))]
+                  and (x.shape == () or (self.degree == 4 and x.shape == (4,)
+                                         and name not in marked))]
         if not single:  # the common case: nothing to look up
             return
         device = [x for x in operands.values() if _backend.array_kind(x) in ("cupy", "cuda")]
@@ -816,6 +847,10 @@ class _FieldBase:
         ``b`` before anything is written.  ``b``'s inverses are one
         temporary array of ``b``'s shape.
         """
+        if type(b) is BaseOperand and self.degree == 4:
+            # marked base words: inverted in the base field, still marked
+            return self.mul(a, BaseOperand(self.base._inv(b.words, None, backend, "div: `b`")),
+                            out, backend=backend)
         _check_words(b, "b")
         shape = tuple(np.shape(b))
         # a base divisor of an extension op is inverted in the base field,
@@ -1224,8 +1259,8 @@ class ExtensionField(_FieldBase):
 
     Operand rule: an operand whose last axis has length 4 is read as
     extension elements, any other as base elements.  A base array whose last
-    axis happens to be 4 is therefore ambiguous: embed it explicitly with
-    :meth:`from_base` first.
+    axis happens to be 4 is therefore ambiguous: mark it with :meth:`as_base`
+    (read in place) or embed it with :meth:`from_base` (a copy).
     """
 
     degree = 4
@@ -1247,6 +1282,27 @@ class ExtensionField(_FieldBase):
         out = xp.zeros(tuple(a.shape) + (4,), dtype=np.uint32)
         xp.remainder(_backend.to_module(a, kind), np.uint32(self.p), out=out[..., 0])
         return out
+
+    def as_base(self, a) -> BaseOperand:
+        """Mark base-field words ``a`` as base elements for one of :meth:`add`,
+        :meth:`sub`, :meth:`mul`, :meth:`div`, whatever ``a``'s last axis.
+
+        Without the mark an operand whose last axis has length 4 is read as
+        extension elements, so base words of shape ``(..., 4)`` -- four base
+        values, or an MLE halved down to four entries -- would silently be
+        multiplied as one extension element.  ``E.mul(E.as_base(a), x)`` is
+        byte for byte ``E.mul(E.from_base(a), x)``, without the embedding's
+        copy (four times ``a``'s words): the marked words are read in place.
+        The mark holds ``a`` itself (no copy) and is accepted by those four
+        operations only.
+
+        >>> E = KoalaBear.ext
+        >>> a = KoalaBear.encode([1, 2, 3, 4])           # four base elements
+        >>> E.mul(E.as_base(a), E.random(4, seed=0)).shape
+        (4, 4)
+        """
+        _check_words(a, "a")
+        return BaseOperand(a)
 
     @property
     def one(self):
