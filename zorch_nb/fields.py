@@ -1009,15 +1009,8 @@ class _FieldBase:
         -------
         One element: a 0-d base array, or shape ``(4,)`` on the extension.
         """
-        _check_words(values, "values")
+        n, nv, embed = self._mle_values(values)
         _check_words(point, "point")
-        n = values.shape[0] if values.ndim else 0
-        if values.ndim not in (1, 1 + (self.degree == 4 and values.shape[-1] == 4)) \
-                or n < 1 or n & (n - 1):
-            raise ValueError("Argument `values` must hold 2**nv elements, shape (2**nv,)"
-                             + (" or (2**nv, 4)" if self.degree == 4 else "")
-                             + f", not {tuple(values.shape)}")
-        nv = n.bit_length() - 1
         p_ext = self.degree == 4 and point.ndim == 2 and point.shape[-1] == 4
         if point.ndim != 1 + p_ext or point.shape[0] != nv:
             hint = ("; an extension point needs F.ext.mle_eval"
@@ -1026,7 +1019,6 @@ class _FieldBase:
                              f"{'base ' if self.degree == 1 else ''}elements (one per "
                              f"variable), not shape {tuple(point.shape)}{hint}")
         shape = (4,) if self.degree == 4 else ()
-        embed = self.degree == 4 and values.ndim == 1  # base values on the extension
         if embed and not p_ext:  # a base point too: the folds stay in the base field
             return self.from_base(self.base.mle_eval(values, point, backend=backend))
         if nv == 0:  # no fold runs: reduce the word (a**1), into a new array
@@ -1123,6 +1115,94 @@ class _FieldBase:
                 v = v[:half]
             m = half
         return v.reshape(shape)
+
+    def _mle_values(self, values):
+        """``(n, nv, embed)`` of MLE ``values``: ``n = 2**nv`` elements, base
+        ``(n,)`` or (extension field) ``(n, 4)``; ``embed``: base values on the
+        extension field."""
+        _check_words(values, "values")
+        n = values.shape[0] if values.ndim else 0
+        if values.ndim not in (1, 1 + (self.degree == 4 and values.shape[-1] == 4)) \
+                or n < 1 or n & (n - 1):
+            raise ValueError("Argument `values` must hold 2**nv elements, shape (2**nv,)"
+                             + (" or (2**nv, 4)" if self.degree == 4 else "")
+                             + f", not {tuple(values.shape)}")
+        return n, n.bit_length() - 1, self.degree == 4 and values.ndim == 1
+
+    def mle_fold(self, values, r, out=None, *, backend=None):
+        """``values`` with its lowest variable bound to ``r``: one sumcheck round's fold.
+
+        ``f'[k] = f[2k] + r (f[2k+1] - f[2k])`` for ``k < 2**(nv-1)``: the
+        multilinear extension of ``f'`` at ``(x_1, ..., x_{nv-1})`` is that of
+        ``f`` at ``(r, x_1, ..., x_{nv-1})``, the variable order of
+        :meth:`mle_eval` (``nv`` folds by ``point[0], point[1], ...`` give its
+        value, byte for byte) and of a LogUp-GKR layer transition.
+
+        Parameters
+        ----------
+        values : uint32 words, shape ``(2**nv,)`` (base) or ``(2**nv, 4)`` (extension), nv >= 1
+        r : one element: base words ``()``, or on the extension field ``(4,)``
+        out : array of the result's shape, optional
+        backend : {None, "cpu", "cupy", "numba"}, optional
+
+        Returns
+        -------
+        ``2**(nv-1)`` elements: ``(2**(nv-1),)`` on the base field,
+        ``(2**(nv-1), 4)`` on the extension (base values are embedded, as
+        by the extension's other operations).
+        """
+        n, nv, embed = self._mle_values(values)
+        if nv == 0:
+            raise ValueError("Argument `values` has no variable left to bind (one element)")
+        _check_words(r, "r")
+        if tuple(r.shape) not in ((), (4,) if self.degree == 4 else ()):
+            hint = "; an extension `r` needs F.ext.mle_fold" if r.shape == (4,) else ""
+            raise ValueError(f"Argument `r` must be one {self.name} element, shape ()"
+                             f"{' or (4,)' if self.degree == 4 else ''}, not "
+                             f"{tuple(r.shape)}{hint}")
+        lo, hi = values[0::2], values[1::2]
+        if embed:  # base differences, read as base by the product with r
+            d = self.as_base(self.base.sub(hi, lo, backend=backend))
+            return self.add(self.as_base(lo), self.mul(r, d, backend=backend), out,
+                            backend=backend)
+        return self.add(lo, self.mul(r, self.sub(hi, lo, backend=backend), backend=backend), out,
+                        backend=backend)
+
+    def eq_table(self, point, out=None, *, backend=None):
+        """The ``2**nv`` values ``eq(point, b) = prod_j (r_j if b_j else 1 - r_j)``.
+
+        ``b`` runs over ``{0,1}^nv`` as the index ``sum_j b_j 2**j``
+        (``point[0]`` binds the lowest bit, as in :meth:`mle_eval`), so the
+        field sum of ``f * eq_table(point)`` is ``mle_eval(f, point)``.  Built
+        by ``nv`` doublings, ``T[m + k] = T[k] r_j``, ``T[k] = T[k] - T[m + k]``
+        (``m = 2**j``): ``2**nv - 1`` products in all.
+
+        Parameters
+        ----------
+        point : uint32 words, ``nv`` elements, base ``(nv,)`` or (extension field) ``(nv, 4)``
+        out : array of shape ``(2**nv,)`` (base field) or ``(2**nv, 4)``, optional
+        backend : {None, "cpu", "cupy", "numba"}, optional
+        """
+        _check_words(point, "point")
+        p_ext = self.degree == 4 and point.ndim == 2 and point.shape[-1] == 4
+        if point.ndim != 1 + p_ext:
+            hint = ("; an extension point needs F.ext.eq_table"
+                    if self.degree == 1 and point.ndim == 2 else "")
+            raise ValueError(f"Argument `point` must hold one element per variable, "
+                             f"shape (nv,){' or (nv, 4)' if self.degree == 4 else ''}, "
+                             f"not {tuple(point.shape)}{hint}")
+        nv = point.shape[0]
+        kind, point = _in_module(point)
+        xp = _backend.get_xp(kind)
+        table, user_out = self._out(out, kind, (1 << nv,), [point])
+        table[0] = xp.asarray(self.one)
+        m = 1
+        for j in range(nv):
+            lo, hi = table[:m], table[m:2 * m]
+            self.mul(lo, point[j], hi, backend=backend)
+            self.sub(lo, hi, lo, backend=backend)
+            m *= 2
+        return self._finish(table, user_out)
 
     def pow(self, a, e, out=None, *, backend=None):
         """Elementwise ``a ** e`` for a Python integer exponent ``e``.
