@@ -239,6 +239,16 @@ def _in_module(x):
     return "cupy", _backend.to_module(x, "cupy")
 
 
+def _result_first(a, out):
+    """``out``, or where it is None and ``a`` is a NumPy array, a new result
+    array of ``a``'s shape: allocated before a zero check reads ``a``, so that
+    a result too large to allocate (from a cheap broadcast view) fails at
+    once rather than after a pass over every element."""
+    if out is None and isinstance(a, (np.ndarray, np.generic)):
+        return np.empty(np.shape(a), np.uint32)
+    return out
+
+
 def _sum_words(block, axes, degree):
     """``block.sum(axis=axes, dtype=uint64, keepdims=True)``, exactly; where
     ``axes`` are all element axes of a C-ordered extension block, summed as
@@ -583,8 +593,10 @@ class _FieldBase:
             return kind, backend, first, degrees      # general (and slower) broadcast
         try:
             shape = np.broadcast_shapes(*shapes.values())
-        except ValueError:
+        except (ValueError, RuntimeError) as exc:  # (RuntimeError: over 32 axes)
             desc = ", ".join(f"`{n}` {s}" for n, s in shapes.items())
+            if "mismatch" not in str(exc):  # too large a result, too many axes
+                raise ValueError(f"element shapes {desc} cannot be broadcast: {exc}") from None
             raise ValueError(f"element shapes do not broadcast: {desc}"
                              f"{self._ext_hint(shapes)}") from None
         return kind, backend, shape, degrees
@@ -847,6 +859,7 @@ class _FieldBase:
         ``b`` before anything is written.  ``b``'s inverses are one
         temporary array of ``b``'s shape.
         """
+        _check_words(a.words if type(a) is BaseOperand else a, "a")  # before b's inversion
         if type(b) is BaseOperand and self.degree == 4:
             # marked base words: inverted in the base field, still marked
             return self.mul(a, BaseOperand(self.base._inv(b.words, None, backend, "div: `b`")),
@@ -862,6 +875,7 @@ class _FieldBase:
         _check_words(a, "a")
         if self.degree == 4:
             _element_shape(a, 4, "a")
+        out = _result_first(a, out)
         self._raise_if_zero(a, what)
         return self._map(monty.OP_INV, out, backend, a=a)
 
@@ -878,6 +892,7 @@ class _FieldBase:
         _check_words(a, "a")
         if self.degree == 4:
             _element_shape(a, 4, "a")
+        out = _result_first(a, out)
         self._raise_if_zero(a, "batch_inv")
         if self.degree == 4:
             return self._map(monty.OP_INV, out, backend, a=a)
@@ -919,8 +934,12 @@ class _FieldBase:
         _check_words(a, "a")
         a = np.asarray(a) if isinstance(a, np.generic) else a
         elem = _element_shape(a, self.degree, "a")
-        if not isinstance(keepdims, (bool, np.bool_)):
+        if not (isinstance(keepdims, (bool, np.bool_))
+                or isinstance(keepdims, (int, np.integer)) and keepdims in (0, 1)):
             raise TypeError(f"Argument `keepdims` must be True or False, not {keepdims!r}")
+        keepdims = bool(keepdims)
+        if isinstance(axis, np.ndarray) and axis.ndim == 0 and axis.dtype.kind in "iu":
+            axis = int(axis)  # a 0-d integer array, as NumPy takes one
         nd = len(elem)
         if axis is None:
             axes = tuple(range(nd))
@@ -1122,8 +1141,8 @@ class _FieldBase:
         extension field."""
         _check_words(values, "values")
         n = values.shape[0] if values.ndim else 0
-        if values.ndim not in (1, 1 + (self.degree == 4 and values.shape[-1] == 4)) \
-                or n < 1 or n & (n - 1):
+        ext = self.degree == 4 and values.ndim == 2 and values.shape[-1] == 4
+        if values.ndim != 1 + ext or n < 1 or n & (n - 1):
             raise ValueError("Argument `values` must hold 2**nv elements, shape (2**nv,)"
                              + (" or (2**nv, 4)" if self.degree == 4 else "")
                              + f", not {tuple(values.shape)}")
@@ -1221,6 +1240,7 @@ class _FieldBase:
             _element_shape(a, 4, "a")
         invert = e < 0  # a ** e = inv(a) ** -e
         if invert:
+            out = _result_first(a, out)
             self._raise_if_zero(a, f"pow with e = {_int_text(e)} < 0")
             e = -e
         order = self.p ** self.degree - 1
