@@ -50,6 +50,13 @@ def test_mle_eval_of_a_0d_value_is_a_value_error():
 def test_div_names_a_before_it_inverts_b():
     with pytest.raises(TypeError, match="Argument `a` must be a uint32 array"):
         K.div([1, 2], np.zeros(2, np.uint32))  # b is all zero: a is the first fault
+    with pytest.raises(TypeError, match=r"`a` is an `as_base\(\.\.\.\)` marker"):
+        K.div(K.ext.as_base(K.random(4)), np.zeros(4, np.uint32))
+
+
+def test_eq_table_checks_backend_at_nv_0():
+    with pytest.raises(ValueError, match="backend"):
+        K.eq_table(K.random(0), backend="bogus")
 
 
 def test_sum_takes_axis_and_keepdims_as_numpy_does():

@@ -34,6 +34,7 @@ array([[3, 0, 0, 0]], dtype=uint32)
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 
@@ -239,13 +240,18 @@ def _in_module(x):
     return "cupy", _backend.to_module(x, "cupy")
 
 
+#: Elements from which :func:`_result_first` allocates the result up front.
+_RESULT_FIRST_SIZE = 1 << 20
+
+
 def _result_first(a, out):
-    """``out``, or where it is None and ``a`` is a NumPy array, a new result
-    array of ``a``'s shape: allocated before a zero check reads ``a``, so that
-    a result too large to allocate (from a cheap broadcast view) fails at
-    once rather than after a pass over every element."""
-    if out is None and isinstance(a, (np.ndarray, np.generic)):
-        return np.empty(np.shape(a), np.uint32)
+    """``out``, or where it is None and ``a`` is a large NumPy array, a new
+    result array of ``a``'s shape: allocated before a zero check reads ``a``,
+    so that a result too large to allocate (from a cheap broadcast view) fails
+    at once rather than after a pass over every element.  Small arrays are
+    left to the op (the ``out`` path's checks cost microseconds)."""
+    if out is None and isinstance(a, np.ndarray) and a.size >= _RESULT_FIRST_SIZE:
+        return np.empty(a.shape, np.uint32)
     return out
 
 
@@ -859,7 +865,8 @@ class _FieldBase:
         ``b`` before anything is written.  ``b``'s inverses are one
         temporary array of ``b``'s shape.
         """
-        _check_words(a.words if type(a) is BaseOperand else a, "a")  # before b's inversion
+        # a checked before b is inverted (a marker only where it belongs)
+        _check_words(a.words if type(a) is BaseOperand and self.degree == 4 else a, "a")
         if type(b) is BaseOperand and self.degree == 4:
             # marked base words: inverted in the base field, still marked
             return self.mul(a, BaseOperand(self.base._inv(b.words, None, backend, "div: `b`")),
@@ -1211,16 +1218,20 @@ class _FieldBase:
                              f"shape (nv,){' or (nv, 4)' if self.degree == 4 else ''}, "
                              f"not {tuple(point.shape)}{hint}")
         nv = point.shape[0]
+        kind, backend = _backend.resolve({"point": point}, backend)
         kind, point = _in_module(point)
         xp = _backend.get_xp(kind)
-        table, user_out = self._out(out, kind, (1 << nv,), [point])
-        table[0] = xp.asarray(self.one)
-        m = 1
-        for j in range(nv):
-            lo, hi = table[:m], table[m:2 * m]
-            self.mul(lo, point[j], hi, backend=backend)
-            self.sub(lo, hi, lo, backend=backend)
-            m *= 2
+        # the table where the point lives (not the current device)
+        with xp.cuda.Device(_backend.device_of(point)) if kind == "cupy" \
+                else contextlib.nullcontext():
+            table, user_out = self._out(out, kind, (1 << nv,), [point])
+            table[0] = xp.asarray(self.one)
+            m = 1
+            for j in range(nv):
+                lo, hi = table[:m], table[m:2 * m]
+                self.mul(lo, point[j], hi, backend=backend)
+                self.sub(lo, hi, lo, backend=backend)
+                m *= 2
         return self._finish(table, user_out)
 
     def pow(self, a, e, out=None, *, backend=None):
