@@ -28,7 +28,11 @@ one thread is enough.  A parallel launch costs about 2.5 us even for eight
 elements (2-core omp), and while another process holds a core, a launch
 waits for the descheduled worker: the mean of a tiny ``F.mul`` was 43 us
 against its 8.5 us median.  Twins take no lock and start no layer, so they
-are also fine under ``fork``.
+are also fine under ``fork``.  Where Numba is set to one thread
+(``NUMBA_NUM_THREADS=1``, or ``numba.set_num_threads(1)`` on the calling
+thread) every call runs its twin: a parallel kernel would use one thread
+anyway, and so a forked child, or a process beside busy ones, can set one
+thread and never meet the layer.
 """
 import functools
 import os
@@ -37,7 +41,8 @@ import types
 
 from .launch_config import CPU_SERIAL_WORDS
 
-__all__ = ["serialized", "sized", "tasks", "serial_twin", "layer_is_threadsafe"]
+__all__ = ["serialized", "sized", "tasks", "serial_twin", "layer_is_threadsafe",
+           "one_thread_set"]
 
 _STRAIGHT, _LOCKED, _FORKED_GNU_OMP = "straight", "locked", "forked after GNU OpenMP"
 _state = None  # decided on the first guarded call
@@ -151,6 +156,18 @@ def tasks(n, run):
     return (n + run - 1) // run
 
 
+def one_thread_set() -> bool:
+    """Whether Numba is set to run parallel code on one thread: its
+    ``NUMBA_NUM_THREADS`` is 1, or, once its threading layer has started,
+    ``numba.get_num_threads()`` (which ``numba.set_num_threads`` sets per
+    thread) is 1.  Asking before the layer started would start it."""
+    import numba
+    if numba.config.NUMBA_NUM_THREADS == 1:
+        return True
+    from numba.np.ufunc import parallel
+    return bool(parallel._is_initialized) and numba.get_num_threads() == 1
+
+
 def _one_thread_enough(tasks, words):
     # (a seam of its own: the tests force either answer)
     return tasks <= 1 or (words is not None and words <= CPU_SERIAL_WORDS)
@@ -163,10 +180,10 @@ def sized(kernel, tasks, words=None):
     Its serial twin where one thread is enough: one task, or ``words`` at
     most ``CPU_SERIAL_WORDS`` (give ``words`` only for cheap elementwise
     loops: below that a parallel launch costs more than it saves on 2
-    cores).  Else ``kernel`` itself, guarded as :func:`serialized` guards a
-    launcher.
+    cores), or Numba set to one thread (:func:`one_thread_set`).  Else
+    ``kernel`` itself, guarded as :func:`serialized` guards a launcher.
     """
-    if _one_thread_enough(tasks, words):
+    if _one_thread_enough(tasks, words) or one_thread_set():
         return serial_twin(kernel)
     state = _state or _decide()
     if state is _STRAIGHT:

@@ -173,9 +173,11 @@ def _signature(fn):
 
 def use_serial(n_inst: int, nodes: int) -> bool:
     """Whether a call of ``n_inst`` padded instances of an ``nodes``-node IR runs
-    the serial evaluator (see :data:`~.launch_config.GRAPH_CPU_SERIAL_WORK`)."""
+    the serial evaluator (see :data:`~.launch_config.GRAPH_CPU_SERIAL_WORK`),
+    as it does wherever Numba is set to one thread (``cpu_threads.one_thread_set``)."""
     from . import launch_config
-    return n_inst * max(nodes, 1) <= launch_config.GRAPH_CPU_SERIAL_WORK
+    from .cpu_threads import one_thread_set
+    return n_inst * max(nodes, 1) <= launch_config.GRAPH_CPU_SERIAL_WORK or one_thread_set()
 
 
 @functools.lru_cache(maxsize=None)
