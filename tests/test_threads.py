@@ -179,3 +179,141 @@ def test_kernels_in_a_forked_child(layer):
         assert status == "4", res.stdout + res.stderr
     else:
         assert status == "0", res.stdout + res.stderr
+
+
+_ONE_THREAD = textwrap.dedent("""
+    import os, sys
+    import numba
+    import numpy as np
+    from numba.np.ufunc import parallel
+    from zorch_nb import KoalaBear as F
+    from zorch_nb.kernels import cpu_threads, field_cpu
+    from zorch_nb.logup_gkr import GkrLayer, build_pyramid
+    E = F.ext
+    a, x = F.random(1 << 16, seed=0), E.random(1 << 16, seed=1)
+    from zorch_nb.graph import Context, In, Out, kernel, run_computation_graph
+
+    @kernel
+    def mul_add(u: In[2], out: Out[()]):
+        out[()] = u[0] * u[1] + u[0]
+
+    def work():  # every call above the serial sizes: parallel kernels on 2+ threads
+        floor = build_pyramid(GkrLayer(a, a, x, x, 0, F))[-1]
+        ctx = Context()
+        u = np.arange(1 << 17).reshape(-1, 2)
+        h = ctx.copy_to_device(u)
+        (r,) = ctx.call_kernel(mul_add, 1 << 16, h)
+        (replayed,), _ = run_computation_graph(ctx.generate_computation_graph([h], [r]), [u])
+        return [F.mul(a, a), E.mul(x, x), E.pow(x, 5), floor.numerator_0, ctx.copy_to_host(r),
+                replayed]
+    want = None
+    if sys.argv[1] == "runtime":  # the layer runs first, then this thread asks for one
+        want = work()
+        assert parallel._is_initialized and numba.get_num_threads() > 1
+        numba.set_num_threads(1)
+    big = cpu_threads.sized(field_cpu._base_map2_kernel, 1 << 20, 1 << 20)
+    assert big is cpu_threads.serial_twin(field_cpu._base_map2_kernel), big
+    got = work()
+    if sys.argv[1] == "env":  # NUMBA_NUM_THREADS=1: the layer never started
+        assert not parallel._is_initialized
+    else:
+        assert all((g == w).all() for g, w in zip(got, want))
+    pid = os.fork()
+    if pid == 0:  # one thread: twins, so a child forked after GNU OpenMP computes
+        os._exit(0 if all((g == w).all() for g, w in zip(work(), got)) else 3)
+    _, status = os.waitpid(pid, 0)
+    print(os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status))
+""")
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.parametrize("how", ["env", "runtime"])
+def test_one_thread_runs_the_serial_twins(how):
+    """Numba set to one thread (NUMBA_NUM_THREADS=1, or numba.set_num_threads(1)
+    on the calling thread): every kernel runs its serial twin, so no threading
+    layer starts (or is waited on), and a forked child computes; from a
+    review whose fork pool raised under NUMBA_NUM_THREADS=1."""
+    env = dict(os.environ)
+    if how == "env":
+        env["NUMBA_NUM_THREADS"] = "1"
+    else:
+        env.pop("NUMBA_NUM_THREADS", None)
+    res = subprocess.run([sys.executable, "-c", _ONE_THREAD, how], env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0 and res.stdout.strip() == "0", res.stdout + res.stderr
+
+
+
+_FORK_CONTEXT = textwrap.dedent("""
+    import os, threading, time
+    import numpy as np
+    from zorch_nb.graph import Context, In, Out, kernel
+
+    @kernel
+    def pair_sum(u: In[2], out: Out[()]):
+        out[()] = u[0] + u[1]
+
+    busy, idle = Context(), Context()
+    h = busy.copy_to_device(np.arange(8192).reshape(4096, 2))
+    g = idle.copy_to_device(np.arange(8).reshape(4, 2))
+    (r,) = idle.call_kernel(pair_sum, 4, g)
+    entered = threading.Event()
+    def record():  # inside busy's methods nearly all the time
+        while True:
+            entered.set()
+            busy.call_kernel(pair_sum, 4096, h)
+    threading.Thread(target=record, daemon=True).start()
+    entered.wait()
+    codes = []
+    for _ in range(20):  # forks land inside and between its calls
+        time.sleep(0.01)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                busy.copy_to_host(h)
+                code = 10  # idle at the fork: works on
+            except RuntimeError as exc:
+                code = 11 if "forked" in str(exc) and "new Context" in str(exc) else 12
+            try:
+                (r2,) = idle.call_kernel(pair_sum, 4, g)
+                ok = [idle.copy_to_host(x).tolist() for x in (r, r2)] == [[1, 5, 9, 13]] * 2
+                code += 0 if ok else 20
+            except Exception:
+                code += 30
+            os._exit(code)
+        deadline = time.time() + 20
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                codes.append(os.WEXITSTATUS(status) if os.WIFEXITED(status) else -1)
+                break
+            if time.time() > deadline:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                codes.append("hang")
+                break
+            time.sleep(0.005)
+        if "hang" in codes:
+            break
+    print(*sorted(set(codes), key=str))
+""")
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_context_in_a_child_forked_while_another_thread_records():
+    """From a review: a child forked while another thread was inside a
+    Context's method inherited its lock held and waited forever on its next
+    call.  Such a Context now raises in the child (code 11), one idle at the
+    fork works on (10), and another Context always works."""
+    res = subprocess.run([sys.executable, "-c", _FORK_CONTEXT], capture_output=True, text=True,
+                         timeout=900)
+    assert res.returncode == 0, res.stdout + res.stderr
+    codes = set(res.stdout.split())
+    assert codes <= {"10", "11"} and "11" in codes, res.stdout + res.stderr
+
+
+def test_context_is_not_pickled():
+    import pickle
+    from zorch_nb.graph import Context
+    with pytest.raises(TypeError, match="cannot be pickled.*generate_computation_graph"):
+        pickle.dumps(Context())

@@ -37,6 +37,7 @@ import heapq
 import itertools
 import math
 import operator
+import os
 import threading
 import weakref
 from typing import NamedTuple
@@ -685,6 +686,46 @@ def _plan_of(kernel: Kernel) -> tuple:
 
 # ---------------------------------------------------------------- context ----
 
+#: Every Context alive, for the fork hooks below.
+_LIVE_CONTEXTS = weakref.WeakSet()
+
+
+class _InUseAtFork:
+    """The lock of a Context, in a forked child, that another thread held at the
+    fork: the record may be half-written, so every locked method raises."""
+
+    def __enter__(self):
+        raise RuntimeError("This graph Context was in use by another thread when the "
+                           "process forked, so its record may be half-written; create a "
+                           "new Context in the child process")
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _before_fork():
+    # Take every idle Context's lock, so that none is mid-call in the child;
+    # one held by another thread is marked instead (waiting could deadlock).
+    for ctx in list(_LIVE_CONTEXTS):
+        ctx._fork_held = ctx._lock.acquire(blocking=False)
+
+
+def _after_fork(child: bool):
+    for ctx in list(_LIVE_CONTEXTS):
+        held = ctx.__dict__.pop("_fork_held", None)
+        if held is None:  # made by another thread during the fork
+            continue
+        if child:
+            ctx._lock = threading.RLock() if held else _InUseAtFork()
+        elif held:
+            ctx._lock.release()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_parent=lambda: _after_fork(False),
+                        after_in_child=lambda: _after_fork(True))
+
+
 class Context:
     """Records kernel calls on device buffers.
 
@@ -710,8 +751,13 @@ class Context:
     A Context may be shared by threads: its methods hold a per-Context lock,
     so calls on one Context run one at a time and the recording equals some
     serial order of them (record on separate Contexts to run calls in
-    parallel; :class:`Handle` views touch no shared state).  A call interrupted (``KeyboardInterrupt``) leaves the Context
-    as it was before the call or with the whole call recorded.
+    parallel; :class:`Handle` views touch no shared state).  A call
+    interrupted (``KeyboardInterrupt``) leaves the Context as it was before
+    the call or with the whole call recorded.  In a child process forked
+    while another thread was inside one of its methods, the Context raises
+    ``RuntimeError`` (its record may be half-written); one idle at the fork
+    works on in the child.  A Context holds live buffers and is not pickled:
+    send its graph (:meth:`generate_computation_graph`, ``to_bytes``).
     """
 
     def __init__(self, field=KoalaBear, backend=None):
@@ -725,6 +771,12 @@ class Context:
         self._quiet_calls: set = set()  # see _fixed_point
         # Reentrant, so a method holding it may call another public one.
         self._lock = threading.RLock()
+        _LIVE_CONTEXTS.add(self)
+
+    def __reduce__(self):
+        raise TypeError("A graph Context holds live buffers and cannot be pickled; pickle "
+                        "or send its graph instead (generate_computation_graph(...), whose "
+                        "to_bytes() is a portable file)")
 
     # ---- buffers -----------------------------------------------------------
     def _new_buffer(self, values, shape) -> Handle:
