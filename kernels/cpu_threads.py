@@ -53,7 +53,8 @@ _FORK_MESSAGE = (
     "ran Numba parallel code on GNU OpenMP (Numba's 'omp' threading layer is not "
     "fork-safe and would terminate this process); start worker processes with "
     "multiprocessing's 'spawn' or 'forkserver' method, or set "
-    "NUMBA_THREADING_LAYER='forksafe' (or 'tbb') before Numba is imported")
+    "NUMBA_THREADING_LAYER='forksafe' (or 'tbb') before Numba is imported, or "
+    "call numba.set_num_threads(1) in the child (the kernels then run serially)")
 
 
 def _decide() -> str:
@@ -165,7 +166,8 @@ def one_thread_set() -> bool:
     if numba.config.NUMBA_NUM_THREADS == 1:
         return True
     from numba.np.ufunc import parallel
-    return bool(parallel._is_initialized) and numba.get_num_threads() == 1
+    # (a Numba without the flag: as if the layer had not started)
+    return bool(getattr(parallel, "_is_initialized", False)) and numba.get_num_threads() == 1
 
 
 def _one_thread_enough(tasks, words):

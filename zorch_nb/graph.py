@@ -703,22 +703,32 @@ class _InUseAtFork:
         return False
 
 
+#: Per forking thread (two threads may fork at once): the Contexts whose
+#: locks its fork took, and those another thread held.
+_FORKING = threading.local()
+
+
 def _before_fork():
     # Take every idle Context's lock, so that none is mid-call in the child;
-    # one held by another thread is marked instead (waiting could deadlock).
-    for ctx in list(_LIVE_CONTEXTS):
-        ctx._fork_held = ctx._lock.acquire(blocking=False)
+    # one held by another thread is noted instead (waiting could deadlock).
+    # The snapshot is one C-level copy of the WeakSet's references: iterating
+    # the WeakSet itself fails when another thread adds a Context meanwhile.
+    taken, busy = [], []
+    for ref in list(_LIVE_CONTEXTS.data):
+        ctx = ref()
+        if ctx is not None:
+            (taken if ctx._lock.acquire(blocking=False) else busy).append(ctx)
+    _FORKING.taken, _FORKING.busy = taken, busy
 
 
 def _after_fork(child: bool):
-    for ctx in list(_LIVE_CONTEXTS):
-        held = ctx.__dict__.pop("_fork_held", None)
-        if held is None:  # made by another thread during the fork
-            continue
-        if child:
-            ctx._lock = threading.RLock() if held else _InUseAtFork()
-        elif held:
-            ctx._lock.release()
+    taken, busy = getattr(_FORKING, "taken", ()), getattr(_FORKING, "busy", ())
+    _FORKING.taken = _FORKING.busy = ()
+    for ctx in taken:  # (the forking thread is the owner in the child too)
+        ctx._lock.release()
+    if child:
+        for ctx in busy:
+            ctx._lock = _InUseAtFork()
 
 
 if hasattr(os, "register_at_fork"):
