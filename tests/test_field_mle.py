@@ -37,6 +37,8 @@ def _one_minus(F, r):
 @pytest.mark.parametrize("vdeg,rdeg", [(1, 1), (1, 4), (4, 1), (4, 4)])
 @pytest.mark.parametrize("nv", [1, 2, 3, 5])  # 3: base values halve to 4 entries
 def test_mle_fold_and_eq_table_against_big_ints(F, backend, vdeg, rdeg, nv):
+    if backend == "numba" and nv > 3:
+        pytest.skip("the CUDA simulator takes seconds here; nv <= 3 covers every path")
     rng = np.random.default_rng(1000 * nv + 10 * vdeg + rdeg)
     p, w = F.p, F.W
     ext = vdeg == 4 or rdeg == 4
