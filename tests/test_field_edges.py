@@ -4,6 +4,8 @@ found slow, unclear or in the wrong order)."""
 import numpy as np
 import pytest
 
+from conftest import BACKENDS, to_backend, to_host
+from test_field_broadcast_forms import FIELDS
 from zorch_nb import KoalaBear as K
 from zorch_nb import fields
 
@@ -67,3 +69,56 @@ def test_sum_takes_axis_and_keepdims_as_numpy_does():
     assert K.sum(a, axis=1, keepdims=0).shape == (3,)
     with pytest.raises(TypeError, match="`keepdims` must be True or False"):
         K.sum(a, keepdims=2)
+
+
+OPS2 = ("add", "sub", "mul")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("F", FIELDS)
+def test_out_over_an_operand_is_written_in_place(F, backend):
+    """``out`` that is an operand read elementwise (``E.add(acc, x, out=acc)``)
+    is written by the kernel directly, as the kernel contracts allow: the
+    same bytes as into a fresh array, in every backend; a partial overlap
+    still goes through a temporary."""
+    E = F.ext
+    for G in (F, E):
+        a, b = G.random(50, seed=1), G.random(50, seed=2)
+        for op in OPS2:
+            fn = getattr(G, op)
+            for which in ("a", "b", "both"):
+                x = to_backend(a.copy(), backend)
+                y = x if which == "both" else to_backend(b.copy(), backend)
+                target = y if which == "b" else x
+                want = fn(a, a if which == "both" else b)
+                got = fn(x, y, out=target, backend=backend)
+                assert got is target and (to_host(got) == want).all(), (G.name, op, which)
+        for op in ("neg", "square", "inv"):
+            x = to_backend(a.copy(), backend)
+            got = getattr(G, op)(x, out=x, backend=backend)
+            assert got is x and (to_host(got) == getattr(G, op)(a)).all(), (G.name, op)
+        # partial overlap: a shifted view of the operand as out
+        buf = to_backend(np.concatenate([a, a[:1]]), backend)
+        got = G.add(buf[:-1], to_backend(b, backend), out=buf[1:], backend=backend)
+        assert (to_host(got) == G.add(a, b)).all()
+    # broadcast forms: out over the operand read elementwise
+    x, r, s = E.random((6, 5), seed=3), E.random((), seed=4), F.random((6, 5), seed=5)
+    for op in OPS2:
+        fn = getattr(E, op)
+        for args, want in (((None, r), fn(x, r)), ((r, None), fn(r, x)),
+                           ((E.as_base(to_backend(s, backend)), None), fn(E.as_base(s), x))):
+            dx = to_backend(x.copy(), backend)
+            call = [dx if v is None else (to_backend(v, backend) if isinstance(v, np.ndarray)
+                                          else v) for v in args]
+            got = fn(*call, out=dx, backend=backend)
+            assert got is dx and (to_host(got) == want).all(), op
+
+
+def test_in_place_makes_no_temporary():
+    from peak_memory import peak_bytes
+    E = K.ext
+    acc, x = E.random(1 << 16, seed=1), E.random(1 << 16, seed=2)
+    E.add(acc, x, out=acc)  # warm
+    for op in (E.add, E.mul):
+        peak, got = peak_bytes(lambda: op(acc, x, out=acc))
+        assert got is acc and peak < acc.nbytes // 8, peak

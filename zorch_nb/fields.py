@@ -255,6 +255,17 @@ def _result_first(a, out):
     return out
 
 
+def _same_words(out, x, alias) -> bool:
+    """Whether input ``x`` is one of ``alias`` and holds exactly the words of
+    C-contiguous ``out`` (same first address and size, C-contiguous)."""
+    if not any(x is y for y in alias) or not x.flags.c_contiguous or x.nbytes != out.nbytes:
+        return False
+    if isinstance(out, np.ndarray):
+        return isinstance(x, np.ndarray) and \
+            out.__array_interface__["data"][0] == x.__array_interface__["data"][0]
+    return getattr(getattr(x, "data", None), "ptr", None) == out.data.ptr
+
+
 def _sum_words(block, axes, degree):
     """``block.sum(axis=axes, dtype=uint64, keepdims=True)``, exactly; where
     ``axes`` are all element axes of a C-ordered extension block, summed as
@@ -663,10 +674,13 @@ class _FieldBase:
             x = xp.broadcast_to(x, full)
         return xp.ascontiguousarray(x).reshape((n,) + self._trail())
 
-    def _out(self, out, kind, shape, inputs=()):
+    def _out(self, out, kind, shape, inputs=(), alias=()):
         """``(buffer the kernel writes, user's out or None)``.
 
-        A C-contiguous ``out`` that shares no memory with the inputs is written
+        A C-contiguous ``out`` that shares no memory with the inputs, or
+        whose words are exactly those of inputs in ``alias`` (operands the
+        kernel reads elementwise, which the kernel contracts allow as
+        ``out``: ``E.add(acc, x, out=acc)``) and no others, is written
         directly; otherwise the kernel writes a fresh buffer that is copied
         into ``out`` afterwards (an overlapping view could be read after it
         was written).
@@ -687,7 +701,9 @@ class _FieldBase:
         if not getattr(out.flags, "writeable", True):  # CuPy arrays have no such flag
             raise ValueError("Argument `out` must be writeable (it is read-only or a "
                              "broadcast view)")
-        if out.flags.c_contiguous and not any(xp.may_share_memory(out, x) for x in inputs):
+        if out.flags.c_contiguous and not any(
+                xp.may_share_memory(out, x) and not (alias and _same_words(out, x, alias))
+                for x in inputs):
             if type(out) is np.ndarray or kind != "numpy":
                 return out, None
             # An ndarray subclass (np.matrix, a memmap) is written through a
@@ -796,12 +812,17 @@ class _FieldBase:
         if lean is not None:
             run, plan = lean
             (a, *_), (b, *_) = plan
-            result, user_out = self._out(out, kind, shape, [a, b])
+            n = math.prod(shape)
+            # an operand read elementwise may be `out` itself (the kernel contract)
+            alias = [x for x, step, row, deg in plan
+                     if step == 1 and (run >= n or row == run) and deg == self.degree]
+            result, user_out = self._out(out, kind, shape, [a, b], alias)
             (_, sa, ra, da), (_, sb, rb, db) = plan
             fn = self._bcast_call(op, sa, da, sb, db, run, ra, rb)
             return self._finish(self._run(backend, kind, fn, [a, b], result), user_out)
         flat = [self._flat(x, kind, shape, degrees[n]) for n, x in operands.items()]
-        result, user_out = self._out(out, kind, shape, flat)
+        # elementwise kernels may write over an operand, the inverse excepted
+        result, user_out = self._out(out, kind, shape, flat, () if op == monty.OP_INV else flat)
         fn = self._map_call(op, len(flat))
         return self._finish(self._run(backend, kind, fn, flat, result), user_out)
 
