@@ -320,3 +320,17 @@ def test_context_is_not_pickled():
     from zorch_nb.graph import Context
     with pytest.raises(TypeError, match="cannot be pickled.*generate_computation_graph"):
         pickle.dumps(Context())
+
+
+def test_context_in_use_at_fork_survives_a_second_fork():
+    """The child's marker lock takes part in the fork hooks of a later fork
+    (a grandchild): still in use, and no hook fails."""
+    from zorch_nb import graph
+    ctx = graph.Context()
+    ctx._lock = graph._InUseAtFork()
+    graph._before_fork()
+    assert ctx in graph._FORKING.busy
+    graph._after_fork(True)
+    assert isinstance(ctx._lock, graph._InUseAtFork)
+    with pytest.raises(RuntimeError, match="new Context"):
+        ctx.copy_to_device([1, 2])

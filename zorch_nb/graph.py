@@ -702,6 +702,9 @@ class _InUseAtFork:
     def __exit__(self, *exc):
         return False
 
+    def acquire(self, blocking=True):  # (a later fork from the child: still in use)
+        return False
+
 
 #: Per forking thread (two threads may fork at once): the Contexts whose
 #: locks its fork took, and those another thread held.
