@@ -1057,14 +1057,7 @@ class _FieldBase:
         One element: a 0-d base array, or shape ``(4,)`` on the extension.
         """
         n, nv, embed = self._mle_values(values)
-        _check_words(point, "point")
-        p_ext = self.degree == 4 and point.ndim == 2 and point.shape[-1] == 4
-        if point.ndim != 1 + p_ext or point.shape[0] != nv:
-            hint = ("; an extension point needs F.ext.mle_eval"
-                    if self.degree == 1 and point.ndim == 2 else "")
-            raise ValueError(f"Argument `point` must hold nv = {nv} "
-                             f"{'base ' if self.degree == 1 else ''}elements (one per "
-                             f"variable), not shape {tuple(point.shape)}{hint}")
+        p_ext = self._mle_point(point, "mle_eval", nv)
         shape = (4,) if self.degree == 4 else ()
         if embed and not p_ext:  # a base point too: the folds stay in the base field
             return self.from_base(self.base.mle_eval(values, point, backend=backend))
@@ -1176,6 +1169,22 @@ class _FieldBase:
                              + f", not {tuple(values.shape)}")
         return n, n.bit_length() - 1, self.degree == 4 and values.ndim == 1
 
+    def _mle_point(self, point, method, nv=None):
+        """Whether ``point`` of :meth:`mle_eval` / :meth:`eq_table` (``method``)
+        holds extension words: one element per variable (``nv`` of them, where
+        given), base ``(nv,)`` or (extension field) ``(nv, 4)``."""
+        _check_words(point, "point")
+        p_ext = self.degree == 4 and point.ndim == 2 and point.shape[-1] == 4
+        if point.ndim != 1 + p_ext or nv is not None and point.shape[0] != nv:
+            hint = (f"; an extension point needs F.ext.{method}"
+                    if self.degree == 1 and point.ndim == 2 else "")
+            what = (f"one element per variable, shape (nv,)"
+                    f"{' or (nv, 4)' if self.degree == 4 else ''}" if nv is None else
+                    f"nv = {nv} {'base ' if self.degree == 1 else ''}elements (one per variable)")
+            raise ValueError(f"Argument `point` must hold {what}, not shape "
+                             f"{tuple(point.shape)}{hint}")
+        return p_ext
+
     def mle_fold(self, values, r, out=None, *, backend=None):
         """``values`` with its lowest variable bound to ``r``: one sumcheck round's fold.
 
@@ -1198,7 +1207,7 @@ class _FieldBase:
         ``(2**(nv-1), 4)`` on the extension (base values are embedded, as
         by the extension's other operations).
         """
-        n, nv, embed = self._mle_values(values)
+        _, nv, embed = self._mle_values(values)
         if nv == 0:
             raise ValueError("Argument `values` has no variable left to bind (one element)")
         _check_words(r, "r")
@@ -1230,14 +1239,7 @@ class _FieldBase:
         out : array of shape ``(2**nv,)`` (base field) or ``(2**nv, 4)``, optional
         backend : {None, "cpu", "cupy", "numba"}, optional
         """
-        _check_words(point, "point")
-        p_ext = self.degree == 4 and point.ndim == 2 and point.shape[-1] == 4
-        if point.ndim != 1 + p_ext:
-            hint = ("; an extension point needs F.ext.eq_table"
-                    if self.degree == 1 and point.ndim == 2 else "")
-            raise ValueError(f"Argument `point` must hold one element per variable, "
-                             f"shape (nv,){' or (nv, 4)' if self.degree == 4 else ''}, "
-                             f"not {tuple(point.shape)}{hint}")
+        self._mle_point(point, "eq_table")
         nv = point.shape[0]
         kind, backend = _backend.resolve({"point": point}, backend)
         kind, point = _in_module(point)
