@@ -40,11 +40,12 @@ from .monty import OP_ADD, OP_INV, OP_MUL, OP_NEG, OP_SQUARE, OP_SUB, canonical,
 from .gkr_scalar import inlined_arithmetic
 from .launch_config import BATCH_INV_CHUNK, CPU_LANE_RUN
 from .launch_checks import (BINARY, IN_PLACE_UNARY, UNARY, check_bcast, check_decode,
-                            check_encode, check_map, check_pow)
+                            check_encode, check_map, check_mle_fold, check_pow)
 from .vector_width import njit_lanes64
 
 __all__ = ["encode", "decode", "base_map1", "base_map2", "ext4_map1", "ext4_map2",
-           "base_map2_bcast", "ext4_map2_bcast", "base_pow", "ext4_pow", "base_batch_inv"]
+           "base_map2_bcast", "ext4_map2_bcast", "base_pow", "ext4_pow", "base_batch_inv",
+           "base_mle_fold", "ext4_mle_fold"]
 
 # The same source as monty.ext4_mul, compiled with LLVM's alwaysinline: left
 # to itself LLVM keeps ext4_mul an out-of-line call, and a call blocks the
@@ -65,6 +66,10 @@ _U1 = np.uint64(1)
 _U2 = np.uint64(2)
 _U3 = np.uint64(3)
 _U4 = np.uint64(4)
+_U5 = np.uint64(5)
+_U6 = np.uint64(6)
+_U7 = np.uint64(7)
+_U8 = np.uint64(8)
 
 
 @njit(parallel=True, cache=True)
@@ -304,6 +309,89 @@ def _base_mul_run(lo, hi, a, b, out, p, mu):
     # one array (a square), out is another
     for i in range(lo, hi):
         out[i] = _mont_mul(_canonical(a[i], p), _canonical(b[i], p), p, mu)
+
+
+# ---- the MLE fold: out[k] = v[2k] + r (v[2k+1] - v[2k]) --------------------
+# One pass over the pairs (the composed sub, mul, add read and wrote the data
+# about five times); the same canonical words as those ops.  r arrives
+# canonical, as 1 or 4 words (a base r on the extension: r1 = r2 = r3 = 0).
+
+@njit_lanes64
+def _base_fold_run(lo, hi, v, r, out, p, mu):
+    for k in range(lo, hi):
+        j = np.uint64(k) * _U2
+        a = _canonical(v[j], p)
+        out[k] = _mod_add(a, _mont_mul(r, _mod_sub(_canonical(v[j + _U1], p), a, p), p, mu), p)
+
+
+@njit_lanes64
+def _ext4_fold_base_run(lo, hi, v, r0, r1, r2, r3, out, p, mu):
+    # base values: the base difference scales r (4 products)
+    for k in range(lo, hi):
+        j = np.uint64(k) * _U2
+        a = _canonical(v[j], p)
+        d = _mod_sub(_canonical(v[j + _U1], p), a, p)
+        o = np.uint64(k) * _U4
+        out[o] = _mod_add(a, _mont_mul(r0, d, p, mu), p)
+        out[o + _U1] = _mont_mul(r1, d, p, mu)
+        out[o + _U2] = _mont_mul(r2, d, p, mu)
+        out[o + _U3] = _mont_mul(r3, d, p, mu)
+
+
+@njit_lanes64
+def _ext4_fold_scale_run(lo, hi, v, r, out, p, mu):
+    # extension values, base r: r scales the difference coefficient-wise
+    for k in range(lo, hi):
+        j = np.uint64(k) * _U8
+        o = np.uint64(k) * _U4
+        a0, a1 = _canonical(v[j], p), _canonical(v[j + _U1], p)
+        a2, a3 = _canonical(v[j + _U2], p), _canonical(v[j + _U3], p)
+        d0 = _mod_sub(_canonical(v[j + _U4], p), a0, p)
+        d1 = _mod_sub(_canonical(v[j + _U5], p), a1, p)
+        d2 = _mod_sub(_canonical(v[j + _U6], p), a2, p)
+        d3 = _mod_sub(_canonical(v[j + _U7], p), a3, p)
+        out[o] = _mod_add(a0, _mont_mul(r, d0, p, mu), p)
+        out[o + _U1] = _mod_add(a1, _mont_mul(r, d1, p, mu), p)
+        out[o + _U2] = _mod_add(a2, _mont_mul(r, d2, p, mu), p)
+        out[o + _U3] = _mod_add(a3, _mont_mul(r, d3, p, mu), p)
+
+
+@njit_lanes64
+def _ext4_fold_ext_run(lo, hi, v, r0, r1, r2, r3, rw1, rw2, rw3, out, p, mu):
+    # extension values and r: one ext4_dot per element, reduced once per coefficient
+    for k in range(lo, hi):
+        j = np.uint64(k) * _U8
+        a0, a1 = _canonical(v[j], p), _canonical(v[j + _U1], p)
+        a2, a3 = _canonical(v[j + _U2], p), _canonical(v[j + _U3], p)
+        c = _ext4_dot_inline(_mod_sub(_canonical(v[j + _U4], p), a0, p),
+                             _mod_sub(_canonical(v[j + _U5], p), a1, p),
+                             _mod_sub(_canonical(v[j + _U6], p), a2, p),
+                             _mod_sub(_canonical(v[j + _U7], p), a3, p),
+                             r0, r1, r2, r3, rw1, rw2, rw3)
+        o = np.uint64(k) * _U4
+        out[o] = _mod_add(a0, _reduce4(c[0], p, mu), p)
+        out[o + _U1] = _mod_add(a1, _reduce4(c[1], p, mu), p)
+        out[o + _U2] = _mod_add(a2, _reduce4(c[2], p, mu), p)
+        out[o + _U3] = _mod_add(a3, _reduce4(c[3], p, mu), p)
+
+
+@njit(parallel=True, cache=True)
+def _mle_fold_kernel(form, n, v, r0, r1, r2, r3, out, p, mu, wm):
+    # form 0: base field; 1: base values on the extension; 2: extension
+    # values, base r; 3: both extension.  Runs of CPU_LANE_RUN outputs.
+    rw1, rw2, rw3 = _ext4_wrap(r1, r2, r3, p, mu, wm)
+    lane = CPU_LANE_RUN
+    for t in prange((n + lane - 1) // lane):
+        lo = t * lane
+        hi = min(n, lo + lane)
+        if form == 0:
+            _base_fold_run(lo, hi, v, r0, out, p, mu)
+        elif form == 1:
+            _ext4_fold_base_run(lo, hi, v, r0, r1, r2, r3, out, p, mu)
+        elif form == 2:
+            _ext4_fold_scale_run(lo, hi, v, r0, out, p, mu)
+        else:
+            _ext4_fold_ext_run(lo, hi, v, r0, r1, r2, r3, rw1, rw2, rw3, out, p, mu)
 
 
 @njit(parallel=True, cache=True)
@@ -694,6 +782,42 @@ def base_batch_inv(a, out, f):
     check_map("field_cpu.base_batch_inv", f, OP_INV, None, (), 1, out, a)
     p, mu, _, one = kernel_words(f)
     _base_batch_inv(a, out, p, mu, one)
+
+
+def base_mle_fold(v, r, out, f):
+    """Base field MLE fold ``out[k] = v[2k] + r (v[2k+1] - v[2k])``: the lowest
+    variable of the values ``v`` ``(2 n,)`` bound to the one element ``r``
+    ``(1,)``; ``out`` ``(n,)`` shares memory with neither (words read mod p,
+    results canonical: those of ``add(lo, mul(r, sub(hi, lo)))``)."""
+    n, _, _ = check_mle_fold("field_cpu.base_mle_fold", f, v, 1, r, 1, out, 1)
+    _mle_fold(0, n, v, r, 1, out, f, n)
+
+
+def ext4_mle_fold(v, v_deg, r, r_deg, out, f):
+    """Extension MLE fold ``out[k] = v[2k] + r (v[2k+1] - v[2k])``.
+
+    ``v`` holds ``2 n`` elements of ``v_deg`` words (4: ``(2 n, 4)`` or flat
+    ``(8 n,)``; 1: base ``(2 n,)``, embedded), ``r`` one element of ``r_deg``
+    words (``(4,)``, ``(1, 4)``, or base ``(1,)``), ``out`` ``(n, 4)`` or
+    ``(4 n,)``, sharing memory with neither.  The same words as the
+    extension's ``add(lo, mul(r, sub(hi, lo)))`` on the embeddings; a base
+    side takes 4 products per element instead of an extension product's 16.
+    """
+    n, v_deg, r_deg = check_mle_fold("field_cpu.ext4_mle_fold", f, v, v_deg, r, r_deg, out,
+                                     4)
+    form = 1 if v_deg == 1 else 2 if r_deg == 1 else 3
+    _mle_fold(form, n, v.reshape(-1), r.reshape(-1), r_deg, out.reshape(-1), f, None)
+
+
+def _mle_fold(form, n, v, r, r_deg, out, f, words):
+    if not n:
+        return
+    p, mu, wm, _ = kernel_words(f)
+    # r canonical, on the host: the kernels take it as scalars
+    r0, r1, r2, r3 = (np.uint32(int(r[i]) % f.p) if i < r_deg else np.uint32(0)
+                      for i in range(4))
+    sized(_mle_fold_kernel, _tasks(n, CPU_LANE_RUN), words)(
+        form, n, v, r0, r1, r2, r3, out, p, mu, wm)
 
 
 def _base_batch_inv(a, out, p, mu, one):

@@ -21,7 +21,7 @@ from numba import cuda
 
 from .field_params import kernel_words
 from .launch_checks import (BINARY, IN_PLACE_UNARY, UNARY, check_bcast, check_map,
-                            check_pow)
+                            check_mle_fold, check_pow)
 from .launch_config import THREADS_PER_BLOCK, grid_for
 from .monty import base_map1 as _base1
 from .monty import base_map2 as _base2
@@ -29,9 +29,11 @@ from .monty import OP_INV, base_pow as _base_pow, ext4_pow as _ext4_pow
 from .monty import ext4_map1 as _ext1
 from .monty import ext4_map2 as _ext2
 from .monty import ext4_base_map2 as _ext_base2
+from .monty import base_fold as _base_fold, ext4_fold as _ext4_fold
 
 __all__ = ["base_map1", "base_map2", "ext4_map1", "ext4_map2", "base_map2_bcast",
-           "ext4_map2_bcast", "base_pow", "ext4_pow", "base_batch_inv"]
+           "ext4_map2_bcast", "base_pow", "ext4_pow", "base_batch_inv", "base_mle_fold",
+           "ext4_mle_fold"]
 
 #: ``@cuda.jit`` with Numba-CUDA's on-disk cache (see the module docstring).
 cached_kernel = cuda.jit(cache=True)
@@ -134,6 +136,37 @@ def _ext4_pow_kernel(a, e_hi, e_lo, nbits, p, mu, wm, one, out):
         out[i, 1] = c[1]
         out[i, 2] = c[2]
         out[i, 3] = c[3]
+
+
+@cached_kernel
+def _base_mle_fold_kernel(v, r, p, mu, out):
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    s = r[0]
+    for i in range(start, out.shape[0], stride):
+        out[i] = _base_fold(v[2 * i], v[2 * i + 1], s, p, mu)
+
+
+@cached_kernel
+def _ext4_mle_fold_kernel(v, v_deg, r, r_deg, p, mu, wm, out):
+    # flat words: v 2 n elements of v_deg words, r one of r_deg words, out (4 n,)
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    r0 = r[0]
+    r1 = r2 = r3 = r0  # (ignored for a base r)
+    if r_deg == 4:
+        r1, r2, r3 = r[1], r[2], r[3]
+    for i in range(start, out.shape[0] // 4, stride):
+        if v_deg == 4:
+            j = 8 * i
+            c = _ext4_fold(v[j], v[j + 1], v[j + 2], v[j + 3], v[j + 4], v[j + 5], v[j + 6],
+                           v[j + 7], r0, r1, r2, r3, v_deg, r_deg, p, mu, wm)
+        else:
+            lo, hi = v[2 * i], v[2 * i + 1]
+            c = _ext4_fold(lo, lo, lo, lo, hi, hi, hi, hi, r0, r1, r2, r3, v_deg, r_deg, p, mu,
+                           wm)
+        out[4 * i] = c[0]
+        out[4 * i + 1] = c[1]
+        out[4 * i + 2] = c[2]
+        out[4 * i + 3] = c[3]
 
 
 def as_device(x):
@@ -287,3 +320,21 @@ def base_batch_inv(a, out, f):
     if n:
         p, mu, _, one = kernel_words(f)
         launch(_base_map1_kernel, n, (np.int64(OP_INV), a, p, mu, one), out)
+
+
+def base_mle_fold(v, r, out, f):
+    """Same contract as :func:`.field_cpu.base_mle_fold`."""
+    n, _, _ = check_mle_fold("field_cuda_numba.base_mle_fold", f, v, 1, r, 1, out, 1)
+    if n:
+        p, mu, _, _ = kernel_words(f)
+        launch(_base_mle_fold_kernel, n, (v, r, p, mu), out)
+
+
+def ext4_mle_fold(v, v_deg, r, r_deg, out, f):
+    """Same contract as :func:`.field_cpu.ext4_mle_fold`."""
+    n, v_deg, r_deg = check_mle_fold("field_cuda_numba.ext4_mle_fold", f, v, v_deg, r, r_deg,
+                                     out, 4)
+    if n:
+        p, mu, wm, _ = kernel_words(f)
+        launch(_ext4_mle_fold_kernel, n,
+               (_flat(v), np.int64(v_deg), _flat(r), np.int64(r_deg), p, mu, wm), _flat(out))

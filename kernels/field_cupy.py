@@ -15,12 +15,14 @@ import numpy as np
 
 from .cuda_source import assemble
 from .field_params import FIELDS, FieldParams
-from .launch_checks import BINARY, IN_PLACE_UNARY, UNARY, check_bcast, check_map, check_pow
+from .launch_checks import (BINARY, IN_PLACE_UNARY, UNARY, check_bcast, check_map,
+                            check_mle_fold, check_pow)
 from .launch_config import THREADS_PER_BLOCK, grid_for
 from .monty import OP_INV
 
 __all__ = ["base_map1", "base_map2", "ext4_map1", "ext4_map2", "base_map2_bcast",
-           "ext4_map2_bcast", "base_pow", "ext4_pow", "base_batch_inv"]
+           "ext4_map2_bcast", "base_pow", "ext4_pow", "base_batch_inv", "base_mle_fold",
+           "ext4_mle_fold"]
 
 #: nvcc/NVRTC options shared by every zorch_nb RawModule.
 NVRTC_OPTIONS = ("-std=c++17",)
@@ -112,3 +114,15 @@ def base_batch_inv(a, out, f):
     ``out`` is refused over ``a`` all the same, as on the CPU)."""
     n = check_map("field_cupy.base_batch_inv", f, OP_INV, None, (), 1, out, a)
     _launch(f, "zorch_base_map1", n, np.int32(OP_INV), a, out)
+
+
+def base_mle_fold(v, r, out, f):
+    """Same contract as :func:`.field_cpu.base_mle_fold`."""
+    n, _, _ = check_mle_fold("field_cupy.base_mle_fold", f, v, 1, r, 1, out, 1)
+    _launch(f, "zorch_base_mle_fold", n, v, r, out)
+
+
+def ext4_mle_fold(v, v_deg, r, r_deg, out, f):
+    """Same contract as :func:`.field_cpu.ext4_mle_fold`."""
+    n, v_deg, r_deg = check_mle_fold("field_cupy.ext4_mle_fold", f, v, v_deg, r, r_deg, out, 4)
+    _launch(f, "zorch_ext4_mle_fold", n, v, np.int32(v_deg), r, np.int32(r_deg), out)

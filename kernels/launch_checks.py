@@ -400,6 +400,48 @@ def check_pow(where, f, deg, a, e_hi, e_lo, nbits, out):
     return n, exponent
 
 
+_DEGS = (1, 4)
+
+
+def check_mle_fold(where, f, v, v_deg, r, r_deg, out, out_deg):
+    """``out[k] = v[2k] + r (v[2k+1] - v[2k])``: ``out`` ``n`` elements of
+    ``out_deg`` words, ``v`` exactly ``2 n`` elements of ``v_deg`` words, ``r``
+    one element of ``r_deg`` words (base field: all three degrees 1;
+    extension: ``out_deg`` 4 and each of ``v_deg``, ``r_deg`` 1 or 4).  ``out``
+    shares memory with neither input (element k reads elements 2k and 2k + 1,
+    which another thread's output may lie over).  Returns ``(n, v_deg, r_deg)``
+    as Python ints."""
+    # The hot path: the object layer's calls (shipped field, contiguous
+    # NumPy/CuPy arrays, Python int degrees, no shared memory).
+    if id(f) in _SHIPPED and type(v_deg) is int and type(r_deg) is int and (
+            v_deg == r_deg == out_deg == 1 or out_deg == 4 and v_deg in _DEGS
+            and r_deg in _DEGS):
+        n = _fast_elements(out, out_deg, True)
+        if n >= 0 and _fast_elements(v, v_deg) == 2 * n and _fast_elements(r, r_deg) == 1 \
+                and _fast_disjoint(out, v) and _fast_disjoint(out, r):
+            return n, v_deg, r_deg
+    check_field(where, f)
+    if out_deg == 4:
+        v_deg = _int(where, "v_deg", v_deg, 1, 4)
+        r_deg = _int(where, "r_deg", r_deg, 1, 4)
+        for name, deg in (("v_deg", v_deg), ("r_deg", r_deg)):
+            if deg not in _DEGS:
+                raise ValueError(f"{where}: argument `{name}` must be 1 (base) or 4 "
+                                 f"(extension), not {deg}")
+    n = _elements(where, "out", out, out_deg, True)
+    m = _elements(where, "v", v, v_deg)
+    if m != 2 * n:
+        raise ValueError(f"{where}: argument `v` must hold twice the elements of `out` "
+                         f"({2 * n}: pairs v[2k], v[2k+1]), not {m}")
+    if _elements(where, "r", r, r_deg) != 1:
+        raise ValueError(f"{where}: argument `r` must hold one element"
+                         f"{' (4 words)' if r_deg == 4 else ''}, not shape "
+                         f"{tuple(r.shape)}")
+    _overlap(where, out, v, "v", False)
+    _overlap(where, out, r, "r", False)
+    return n, v_deg, r_deg
+
+
 def check_encode(where, f, v, out):
     """``encode``: flat int64 values (uint64 would be read as negative), flat
     uint32 ``out`` of the same length, no overlap (8-byte values under 4-byte

@@ -34,7 +34,8 @@ from numba import njit
 #: (see README, "The kernels in your own Numba code"), and the opcodes.
 __all__ = ["monty_reduce", "canonical", "mont_mul", "mod_add", "mod_sub", "mod_neg",
            "to_monty", "from_monty", "mont_pow_u32", "mont_inv", "ext4_mul", "ext4_inv",
-           "base_pow", "ext4_pow", "OP_ADD", "OP_SUB", "OP_MUL", "OP_NEG", "OP_SQUARE", "OP_INV"]
+           "base_pow", "ext4_pow", "base_fold", "ext4_fold", "OP_ADD", "OP_SUB", "OP_MUL",
+           "OP_NEG", "OP_SQUARE", "OP_INV"]
 
 # Opcodes shared by the map kernels of every backend (the CUDA C preamble
 # receives the same numbers).
@@ -363,6 +364,52 @@ def ext4_base_map2(op, a0, a1, a2, a3, s, base_first, p, mu):
         return mod_sub(a0, s, p), a1, a2, a3
     return (mont_mul(a0, s, p, mu), mont_mul(a1, s, p, mu), mont_mul(a2, s, p, mu),
             mont_mul(a3, s, p, mu))
+
+
+@njit(cache=True)
+def base_fold(lo, hi, r, p, mu_neg):
+    """One multilinear fold ``lo + r (hi - lo)`` of base words (read mod p).
+
+    The words of ``add(lo, mul(r, sub(hi, lo)))`` (all canonical), in one
+    pass: the fused kernels of ``mle_fold`` read each pair once.
+    """
+    lo = canonical(lo, p)
+    d = mod_sub(canonical(hi, p), lo, p)
+    return mod_add(lo, mont_mul(canonical(r, p), d, p, mu_neg), p)
+
+
+@njit(cache=True)
+def ext4_fold(l0, l1, l2, l3, h0, h1, h2, h3, r0, r1, r2, r3, v_deg, r_deg, p, mu_neg,
+              w_mont):
+    """One multilinear fold ``lo + r (hi - lo)`` on the extension (words read mod p).
+
+    ``v_deg`` 1: ``lo``, ``hi`` are base elements in ``l0``, ``h0`` (the
+    other coefficients are ignored), embedded as ``(s, 0, 0, 0)``; ``r_deg``
+    1 likewise for ``r``.  The difference stays base where the values are,
+    so the product takes 4 Montgomery products where one side is base and
+    the 7-reduction :func:`ext4_mul` only where both are extension elements;
+    the words are those of the extension ops on the embeddings (canonical).
+    """
+    l0, h0, r0 = canonical(l0, p), canonical(h0, p), canonical(r0, p)
+    zero = np.uint32(0)
+    if r_deg == 1:
+        r1 = r2 = r3 = zero
+    else:
+        r1, r2, r3 = canonical(r1, p), canonical(r2, p), canonical(r3, p)
+    d0 = mod_sub(h0, l0, p)
+    if v_deg == 1:  # a base difference scales r
+        return (mod_add(l0, mont_mul(r0, d0, p, mu_neg), p), mont_mul(r1, d0, p, mu_neg),
+                mont_mul(r2, d0, p, mu_neg), mont_mul(r3, d0, p, mu_neg))
+    l1, l2, l3 = canonical(l1, p), canonical(l2, p), canonical(l3, p)
+    d1 = mod_sub(canonical(h1, p), l1, p)
+    d2 = mod_sub(canonical(h2, p), l2, p)
+    d3 = mod_sub(canonical(h3, p), l3, p)
+    if r_deg == 1:  # a base r scales the difference
+        t0, t1 = mont_mul(r0, d0, p, mu_neg), mont_mul(r0, d1, p, mu_neg)
+        t2, t3 = mont_mul(r0, d2, p, mu_neg), mont_mul(r0, d3, p, mu_neg)
+    else:
+        t0, t1, t2, t3 = ext4_mul(d0, d1, d2, d3, r0, r1, r2, r3, p, mu_neg, w_mont)
+    return mod_add(l0, t0, p), mod_add(l1, t1, p), mod_add(l2, t2, p), mod_add(l3, t3, p)
 
 
 @njit(cache=True)

@@ -61,6 +61,8 @@ def _jobs(F):
     bb = GkrLayer(g[0], g[1], g[1][::-1].copy(), g[0][::-1].copy(), 0, F)
     counts = np.array([5, 0, 9001, 4096, 1, 12000, 77, 2048], np.int32)
     jag = JaggedGkrLayer(*g, counts, F)
+    # MLE folds: 2**14 pairs (4 tasks; base outputs past CPU_SERIAL_WORDS)
+    fa, fx = _words(F, rng, 1 << 15), _words(F, rng, (1 << 15, 4))
     return {
         "add": lambda: F.add(a, b), "sub": lambda: F.sub(a, b), "mul": lambda: F.mul(a, b),
         "neg": lambda: F.neg(a), "square": lambda: F.square(a), "inv": lambda: F.inv(nz),
@@ -74,6 +76,9 @@ def _jobs(F):
         "base x ext": lambda: E.mul(a[:m], x), "ext add base": lambda: E.add(x, a[:m]),
         "ext outer": lambda: E.mul(xcol, xrow), "ext sub rows": lambda: E.sub(xrow, xcol),
         "ext x base column": lambda: E.mul(xrow, col),
+        "mle fold": lambda: F.mle_fold(fa, b[0]), "ext mle fold": lambda: E.mle_fold(fx, y[1]),
+        "mle fold base values": lambda: E.mle_fold(fa, y[2]),
+        "mle fold base r": lambda: E.mle_fold(fx, b[4]),
         "transition": lambda: layer_transition(dense),
         "pyramid": lambda: build_pyramid(dense), "pyramid bb": lambda: build_pyramid(bb),
         "jagged pyramid": lambda: build_jagged_pyramid(jag, halving_schedule(jag)),

@@ -54,6 +54,18 @@ def test_every_field_op_matches_the_cpu(field_cupy, F):
             got = dev(np.zeros_like(a))
             getattr(field_cupy, f"{kind}_pow")(dev(a), e_hi, e_lo, nbits, got, F.params)
             np.testing.assert_array_equal(got.get(), want, err_msg=f"{kind} pow {e}")
+        # the fused MLE fold: r the edge word p - 1, and an extension r
+        for r in ([a[2:3]] if E is F else [a[2:3, 0], b[0]]):
+            r_deg = r.size
+            want = np.empty((n // 2,) + a.shape[1:], np.uint32)
+            got = dev(np.zeros_like(want))
+            if E is F:
+                field_cpu.base_mle_fold(a, r, want, F.params)
+                field_cupy.base_mle_fold(dev(a), dev(r), got, F.params)
+            else:
+                field_cpu.ext4_mle_fold(a, 4, r.reshape(-1), r_deg, want, F.params)
+                field_cupy.ext4_mle_fold(dev(a), 4, dev(r.reshape(-1)), r_deg, got, F.params)
+            np.testing.assert_array_equal(got.get(), want, err_msg=f"{kind} mle_fold {r_deg}")
 
 
 def _word_offset(x, k):
@@ -104,6 +116,11 @@ def test_extension_kernels_at_any_word_alignment(field_cupy, offsets):
         field_cpu.ext4_map1(op, b, want, f)
         check(lambda o: field_cupy.ext4_map1(op, dev(b, oa), o, f), want, b.shape,
               f"ext4_map1 op {op}")
+    for v_deg, v, r_deg, r in ((4, a, 4, b[0]), (4, a, 1, s[:1]), (1, s, 4, b[1])):
+        want = np.empty((n // 2, 4), np.uint32)
+        field_cpu.ext4_mle_fold(v, v_deg, r, r_deg, want, f)
+        check(lambda o: field_cupy.ext4_mle_fold(dev(v, oa), v_deg, dev(r, ob), r_deg, o, f),
+              want, want.shape, f"ext4_mle_fold {v_deg} {r_deg}")
     want = np.empty_like(a)
     field_cpu.ext4_pow(a, 0, 12345, 14, want, f)
     check(lambda o: field_cupy.ext4_pow(dev(a, oa), 0, 12345, 14, o, f), want, a.shape,

@@ -21,7 +21,8 @@ from zorch_nb.kernels.monty import OP_ADD, OP_INV, OP_MUL, OP_NEG, OP_SQUARE, OP
 
 FIELDS = [pytest.param(KoalaBear, id="koalabear"), pytest.param(BabyBear, id="babybear")]
 LAUNCHERS = ("base_map1", "base_map2", "ext4_map1", "ext4_map2", "base_map2_bcast",
-             "ext4_map2_bcast", "base_pow", "ext4_pow", "base_batch_inv")
+             "ext4_map2_bcast", "base_pow", "ext4_pow", "base_batch_inv", "base_mle_fold",
+             "ext4_mle_fold")
 BINARY = (OP_ADD, OP_SUB, OP_MUL)
 
 
@@ -576,6 +577,40 @@ def misuse_cases():
         ("ext bcast out over a base operand", inplace(lambda k, d, f, x, _: k.ext4_map2_bcast(
             OP_ADD, x[:m // 4], 1, 1, A(d, m), 1, 4, x, f)),
          ValueError, ["`out`", "`a`", "overlaps"]),
+    ]
+    cases += [  # the fused MLE folds
+        ("base v odd count", lambda k, d, f: k.base_mle_fold(A(d, 9), A(d, 1), A(d, 4), f),
+         ValueError, ["base_mle_fold", "`v`", "twice"]),
+        ("base r two words", lambda k, d, f: k.base_mle_fold(A(d, 8), A(d, 2), A(d, 4), f),
+         ValueError, ["base_mle_fold", "`r`", "one element"]),
+        ("base r 0-d", lambda k, d, f: k.base_mle_fold(A(d, 8), A(d, ()), A(d, 4), f),
+         ValueError, ["base_mle_fold", "`r`"]),
+        ("base out int64", lambda k, d, f: k.base_mle_fold(A(d, 8), A(d, 1),
+                                                            A(d, 4, np.int64), f),
+         TypeError, ["base_mle_fold", "`out`", "uint32"]),
+        ("base v strided", lambda k, d, f: k.base_mle_fold(A(d, 16)[::2], A(d, 1), A(d, 4), f),
+         ValueError, ["base_mle_fold", "`v`", "C-contiguous"]),
+        ("ext v_deg 2", lambda k, d, f: k.ext4_mle_fold(A(d, (8, 4)), 2, A(d, 4), 4,
+                                                         A(d, (4, 4)), f),
+         ValueError, ["ext4_mle_fold", "`v_deg`"]),
+        ("ext r_deg bool", lambda k, d, f: k.ext4_mle_fold(A(d, (8, 4)), 4, A(d, 4), True,
+                                                            A(d, (4, 4)), f),
+         TypeError, ["ext4_mle_fold", "`r_deg`"]),
+        ("ext v count", lambda k, d, f: k.ext4_mle_fold(A(d, (6, 4)), 4, A(d, 4), 4,
+                                                         A(d, (4, 4)), f),
+         ValueError, ["ext4_mle_fold", "`v`", "twice"]),
+        ("ext base v count", lambda k, d, f: k.ext4_mle_fold(A(d, 32), 1, A(d, 4), 4,
+                                                              A(d, (4, 4)), f),
+         ValueError, ["ext4_mle_fold", "`v`", "twice"]),
+        ("ext r two elements", lambda k, d, f: k.ext4_mle_fold(A(d, (8, 4)), 4, A(d, 8), 4,
+                                                                A(d, (4, 4)), f),
+         ValueError, ["ext4_mle_fold", "`r`", "one element"]),
+        ("ext r base given 4 words", lambda k, d, f: k.ext4_mle_fold(A(d, (8, 4)), 4, A(d, 4),
+                                                                      1, A(d, (4, 4)), f),
+         ValueError, ["ext4_mle_fold", "`r`", "one element"]),
+        ("ext out flat not 4n", lambda k, d, f: k.ext4_mle_fold(A(d, (8, 4)), 4, A(d, 4), 4,
+                                                                 A(d, 18), f),
+         ValueError, ["ext4_mle_fold", "`out`"]),
     ]
     return cases
 

@@ -54,6 +54,11 @@ SCRIPT = textwrap.dedent(r'''
             getattr(F, op)(base, base[0], backend="numba")
             getattr(F.ext, op)(ext, base, backend="numba")
             getattr(F.ext, op)(base, ext[0], backend="numba")
+        # the fused MLE folds: base and extension values and r
+        F.mle_fold(base, base[0], backend="numba")
+        for vals in (base, ext):
+            for r in (base[0], ext[0]):
+                F.ext.mle_fold(vals, r, backend="numba")
         for n_ext in (False, True):
             for d_ext in (False, True):
                 N, D = (F.ext if n_ext else F), (F.ext if d_ext else F)
@@ -95,6 +100,7 @@ def test_numba_cuda_kernels_compile_to_sm90_ptx():
                          env=env, timeout=900)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-6000:]
     assert "compiled" in res.stdout
-    for name in ("_base_map2_bcast_kernel", "_ext4_map2_bcast_kernel"):
+    for name in ("_base_map2_bcast_kernel", "_ext4_map2_bcast_kernel",
+                 "_base_mle_fold_kernel", "_ext4_mle_fold_kernel"):
         assert name in res.stdout, res.stdout
     print(res.stdout)

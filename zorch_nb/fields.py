@@ -1064,11 +1064,11 @@ class _FieldBase:
         if nv == 0:  # no fold runs: reduce the word (a**1), into a new array
             v = self.from_base(values) if embed else values
             return self.pow(v, 1, backend=backend).reshape(shape)
-        # Memory: the folds run in chunks (_chunk_words: a few percent of the
-        # data, so a constant number of kernel calls), the first `s` folds
-        # straight from `values` into `buf`, the others in place in `buf`;
-        # a chunk's halves, difference and product live in scratch buffers
-        # that every chunk reuses (the coordinate is read in place).  Base
+        # Memory: each fold is one fused kernel pass (out[k] from v[2k],
+        # v[2k+1]); the first `s` folds run in chunks (_chunk_words: a few
+        # percent of the data) straight from `values` into `buf`, the others
+        # in place in `buf`, through one chunk of scratch (the coordinate is
+        # read in place).  Base
         # values at an extension point fold three times at once, so that `buf`
         # (extension words) is half of `values`, as after one fold of
         # same-field values; one fold would leave twice their words.
@@ -1095,42 +1095,25 @@ class _FieldBase:
         # extension become extension words at their first fold)
         step = max(1 << s, _chunk_words(kind, values.size, True) // deg >> s << s)
         first = min(step, n)  # the longest chunk
-        buf_words = (n >> s) * deg
-        half_step = max(1, _chunk_words(kind, buf_words, True) // (2 * deg))
-        most = max(first // 2, half_step)  # the largest half a fold takes
+        half_step = max(1, _chunk_words(kind, (n >> s) * deg, True) // (2 * deg))
         scratch = {}
 
-        def space(key, size, degree=deg):  # a reusable scratch array per key
+        def space(key, size):  # a reusable scratch array per key
             if key not in scratch:
-                scratch[key] = xp.empty((size,) + ((4,) if degree == 4 else ()), np.uint32)
+                scratch[key] = xp.empty((size,) + trail, np.uint32)
             return scratch[key]
 
-        # point[j] as its 1 or 4 words, read by the broadcast kernels in place
-        pdeg = 4 if p_ext else 1
+        # point[j] as its 1 or 4 words, read by the fold kernels in place
         coords = [xp.ascontiguousarray(point[j]).reshape(-1) for j in range(nv)]
 
-        def run(field, call, a, b, out):  # one kernel on prepared contiguous operands
-            field._run(backend, kind, call, [a, b], out)
-            return out
+        def fold(v, r, out):
+            # out[k] = v[2k] + r (v[2k+1] - v[2k]): the fused kernel (the words
+            # of add(lo, mul(r, sub(hi, lo)))); out shares no memory with v
+            call = self._fold_call(v.ndim == 1, r.size)
+            return self._run(backend, kind, call, [xp.ascontiguousarray(v), r], out)
 
-        def fold(v, r, out, embedding=False):
-            # v'[k] = v[2k] + r (v[2k+1] - v[2k]): the kernels of add(lo, mul(r,
-            # sub(hi, lo))) on the same words, so the same (canonical) results.
-            # The halves are copied into scratch first, so `out` may lie over v.
-            # Base halves (embedding) stay base until the product with r.
-            h = v.shape[0] // 2
-            dd = 1 if embedding else deg
-            lo, hi, d = (space((i, dd), most, dd)[:h] for i in ("lo", "hi", "d"))
-            lo[...] = v[0::2]
-            hi[...] = v[1::2]
-            field = self.base if embedding else self
-            run(field, field._map_call(monty.OP_SUB, 2), hi, lo, d)
-            t = space(("t", deg), most)[:h] if embedding else hi
-            run(self, self._bcast_call(monty.OP_MUL, 0, pdeg, 1, dd), r, d, t)
-            add = self._bcast_call(monty.OP_ADD, 1, 1, 1, 4) if embedding \
-                else self._map_call(monty.OP_ADD, 2)
-            return run(self, add, lo, t, out)
-
+        # The first `s` folds, chunk by chunk, from `values` into `buf` (the
+        # ones between through scratch).
         buf = xp.empty((n >> s,) + trail, dtype=np.uint32)
         for lo in range(0, n, step):
             v = values[lo:lo + step]
@@ -1138,7 +1121,7 @@ class _FieldBase:
                 h = v.shape[0] // 2
                 out = buf[lo >> s:(lo + step) >> s] if t == s - 1 else \
                     space(("mid", t), first >> (t + 1))[:h]
-                v = fold(v, coords[t], out, embed and t == 0)
+                v = fold(v, coords[t], out)
         v, m = buf, n >> s
         del buf
         for j in range(s, nv):
@@ -1146,11 +1129,16 @@ class _FieldBase:
             if half <= half_step:  # small: into a new array (the last fold always is)
                 v = fold(v, coords[j], xp.empty((half,) + trail, dtype=np.uint32))
             else:
-                # In place, ascending: chunk [k0, k1) reads v[2 k0 : 2 k1] (copied
-                # into scratch before its result is written) and writes
-                # v[k0 : k1], below what later chunks read (from 2 k1 >= k1 on).
-                for k0 in range(0, half, half_step):
-                    k1 = min(half, k0 + half_step)
+                # In place, ascending.  Outputs [k0, k1) read v[2 k0 : 2 k1]:
+                # disjoint from them where k1 <= 2 k0, and above every output
+                # written before.  So the first chunk goes through scratch and
+                # the others double, straight into v (log2(half / half_step)
+                # kernel calls).
+                k1 = half_step
+                tmp = fold(v[:2 * k1], coords[j], space("head", half_step)[:k1])
+                v[:k1] = tmp
+                while k1 < half:
+                    k0, k1 = k1, min(half, 2 * k1)
                     fold(v[2 * k0:2 * k1], coords[j], v[k0:k1])
                 v = v[:half]
             m = half
@@ -1216,13 +1204,29 @@ class _FieldBase:
             raise ValueError(f"Argument `r` must be one {self.name} element, shape ()"
                              f"{' or (4,)' if self.degree == 4 else ''}, not "
                              f"{tuple(r.shape)}{hint}")
-        lo, hi = values[0::2], values[1::2]
-        if embed:  # base differences, read as base by the product with r
-            d = self.as_base(self.base.sub(hi, lo, backend=backend))
-            return self.add(self.as_base(lo), self.mul(r, d, backend=backend), out,
-                            backend=backend)
-        return self.add(lo, self.mul(r, self.sub(hi, lo, backend=backend), backend=backend), out,
-                        backend=backend)
+        operands = {"values": values, "r": np.asarray(r) if isinstance(r, np.generic) else r}
+        if type(values) is not np.ndarray or type(r) is not np.ndarray:
+            # a NumPy r beside device values moves to their device, as the
+            # ops' one-element operands do (values are never (), nor one element)
+            self._move_single_elements(operands, ("values",))
+        kind, backend = _backend.resolve(operands, backend)
+        xp = _backend.get_xp(kind)
+        kind, values = _in_module(values)
+        # contiguous words for the kernel (a strided view is copied once)
+        values = xp.ascontiguousarray(values)
+        r = xp.ascontiguousarray(_backend.to_module(operands["r"], kind)).reshape(-1)
+        result, user_out = self._out(out, kind, (values.shape[0] // 2,), [values, r])
+        return self._finish(self._run(backend, kind, self._fold_call(values.ndim == 1, r.size),
+                                      [values, r], result), user_out)
+
+    def _fold_call(self, base_values, r_words):
+        """``call(kernels, v, r, out)`` (for :meth:`_run`) of the fused MLE fold
+        kernels: base or extension values, ``r`` of 1 or 4 words."""
+        f = self.params
+        if self.degree == 1:
+            return lambda k, v, r, o: k.base_mle_fold(v, r, o, f)
+        v_deg = 1 if base_values else 4
+        return lambda k, v, r, o: k.ext4_mle_fold(v, v_deg, r, r_words, o, f)
 
     def eq_table(self, point, out=None, *, backend=None):
         """The ``2**nv`` values ``eq(point, b) = prod_j (r_j if b_j else 1 - r_j)``.

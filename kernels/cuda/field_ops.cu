@@ -85,6 +85,44 @@ ZORCH_HD zorch_ext4 zorch_ext4_pow_e(zorch_ext4 a, zorch_u64 e_hi, zorch_u64 e_l
     return r;
 }
 
+// One multilinear fold lo + r (hi - lo) (kernels/monty.py base_fold,
+// ext4_fold): the words of add(lo, mul(r, sub(hi, lo))), in one pass.
+ZORCH_HD zorch_u32 zorch_base_fold(zorch_u32 lo, zorch_u32 hi, zorch_u32 r) {
+    lo = zorch_canonical(lo);
+    return zorch_add(lo, zorch_mont_mul(zorch_canonical(r), zorch_sub(zorch_canonical(hi), lo)));
+}
+
+// v_deg / r_deg 1: lo, hi / r are base elements in .c0 (the rest ignored),
+// embedded; a base side makes the product 4 Montgomery products.
+ZORCH_HD zorch_ext4 zorch_ext4_fold(zorch_ext4 lo, zorch_ext4 hi, zorch_ext4 r, int v_deg,
+                                    int r_deg) {
+    const zorch_ext4 zero = {0u, 0u, 0u, 0u};
+    if (v_deg == 1) {
+        lo.c1 = lo.c2 = lo.c3 = hi.c1 = hi.c2 = hi.c3 = 0u;
+    }
+    if (r_deg == 1) {
+        r.c1 = r.c2 = r.c3 = 0u;
+    }
+    lo = zorch_ext4_canonical(lo);
+    r = zorch_ext4_canonical(r);
+    const zorch_ext4 d = zorch_ext4_sub(zorch_ext4_canonical(hi), lo);
+    zorch_ext4 t = zero;
+    if (v_deg == 1) {  // a base difference scales r
+        t.c0 = zorch_mont_mul(r.c0, d.c0);
+        t.c1 = zorch_mont_mul(r.c1, d.c0);
+        t.c2 = zorch_mont_mul(r.c2, d.c0);
+        t.c3 = zorch_mont_mul(r.c3, d.c0);
+    } else if (r_deg == 1) {  // a base r scales the difference
+        t.c0 = zorch_mont_mul(r.c0, d.c0);
+        t.c1 = zorch_mont_mul(r.c0, d.c1);
+        t.c2 = zorch_mont_mul(r.c0, d.c2);
+        t.c3 = zorch_mont_mul(r.c0, d.c3);
+    } else {
+        t = zorch_ext4_mul(d, r);
+    }
+    return zorch_ext4_add(lo, t);
+}
+
 #ifdef __CUDACC__
 #define ZORCH_GRID_STRIDE(i, n) \
     for (zorch_u64 i = (zorch_u64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
@@ -185,6 +223,36 @@ extern "C" __global__ void zorch_ext4_pow(const zorch_u32* a, zorch_u64 e_hi, zo
     ZORCH_GRID_STRIDE(i, n) {
         const zorch_ext4 x = zorch_ext4_load_vec(a, i, v);
         zorch_ext4_store_vec(out, i, zorch_ext4_pow_e(x, e_hi, e_lo, nbits), v);
+    }
+}
+// out[i] = v[2i] + r (v[2i+1] - v[2i]): the pairs of a contiguous array,
+// the one element r read once per thread.
+extern "C" __global__ void zorch_base_mle_fold(const zorch_u32* v, const zorch_u32* r,
+                                               zorch_u32* out, zorch_u64 n) {
+    const zorch_u32 s = r[0];
+    ZORCH_GRID_STRIDE(i, n) out[i] = zorch_base_fold(v[2 * i], v[2 * i + 1], s);
+}
+
+extern "C" __global__ void zorch_ext4_mle_fold(const zorch_u32* v, int v_deg,
+                                               const zorch_u32* r, int r_deg, zorch_u32* out,
+                                               zorch_u64 n) {
+    const bool vec = (v_deg == 1 || zorch_aligned16(v)) && zorch_aligned16(out);
+    zorch_ext4 s = {r[0], 0u, 0u, 0u};
+    if (r_deg == 4) {
+        s.c1 = r[1];
+        s.c2 = r[2];
+        s.c3 = r[3];
+    }
+    ZORCH_GRID_STRIDE(i, n) {
+        zorch_ext4 lo = {0u, 0u, 0u, 0u}, hi = lo;
+        if (v_deg == 4) {
+            lo = zorch_ext4_load_vec(v, 2 * i, vec);
+            hi = zorch_ext4_load_vec(v, 2 * i + 1, vec);
+        } else {
+            lo.c0 = v[2 * i];
+            hi.c0 = v[2 * i + 1];
+        }
+        zorch_ext4_store_vec(out, i, zorch_ext4_fold(lo, hi, s, v_deg, r_deg), vec);
     }
 }
 #endif  // __CUDACC__
