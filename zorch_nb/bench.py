@@ -246,8 +246,8 @@ def _numpy_base_mul(a, b, p):
 
 
 def field_rows(n: int, backend: str, repeat: int, xp, timer, sync):
-    """Base and extension multiply (3 words of traffic per element word), and
-    the broadcast forms of the extension multiply.
+    """Base and extension multiply (3 words of traffic per element word), the
+    broadcast forms of the extension multiply, and the fused MLE folds.
 
     Each row times the call with a preallocated ``out=`` (steady state, as
     the kernel rows); ``fresh_out_ms`` is the same call allocating its
@@ -307,6 +307,30 @@ def field_rows(n: int, backend: str, repeat: int, xp, timer, sync):
         t, fresh = timed(lambda **kw: F.ext.mul(u, v, backend=backend, **kw), xp.empty_like(x))
         row = Row(f"{name} (KoalaBear)", backend, n, t, nbytes, first)
         row.extra["fresh_out_ms"] = fresh
+        rows.append(row)
+    # The fused MLE folds (one sumcheck round): read the n values, write
+    # n / 2 results (extension words where either side is an extension)
+    rb = xp.asarray(random(F, (), seed=8))
+    for name, G, u, v, nbytes in (
+            ("mle fold", F, s, rb, s.nbytes * 3 // 2),
+            ("ext4 mle fold, base values", F.ext, s, r, s.nbytes * 3),
+            ("ext4 mle fold", F.ext, x, r, x.nbytes * 3 // 2)):
+        k = n if xp is np else 2  # (as above)
+        first = _first_call(lambda: G.mle_fold(u[:k], v, backend=backend), sync)
+        out = xp.empty((n // 2,) + ((4,) if G.degree == 4 else ()), np.uint32)
+        t, fresh = timed(lambda **kw: G.mle_fold(u, v, backend=backend, **kw), out)
+        row = Row(f"{name} (KoalaBear)", backend, n, t, nbytes, first)
+        row.extra["fresh_out_ms"] = fresh
+        if xp is np and G is F:
+            try:  # lo + r (hi - lo) on canonical values in uint64
+                cs, cr = F.decode(s).astype(np.uint64), np.uint64(F.decode(rb))
+                p = np.uint64(F.p)
+                row.baselines["numpy uint64"] = _time_cpu(
+                    lambda: (cs[0::2] + cr * ((cs[1::2] + p - cs[0::2]) % p)) % p, repeat)
+            except MemoryError as exc:
+                row.extra["baseline_error"] = f"MemoryError: {exc}"
+            finally:
+                cs = None
         rows.append(row)
     # dispatch: a product of 8 elements through the object layer -- what a
     # small call costs beside the arithmetic (on the CPU a serial twin runs)

@@ -1091,9 +1091,12 @@ class _FieldBase:
         elif kind == "cupy":
             point = _backend.to_module(point, "cupy")
         deg, trail = self.degree, self._trail()
-        # elements per chunk, counted in the field's words (base values on the
-        # extension become extension words at their first fold)
-        step = max(1 << s, _chunk_words(kind, values.size, True) // deg >> s << s)
+        # elements per chunk: a chunk of the values' words (at most
+        # _MAX_CHUNKS chunks, so at most 3 _MAX_CHUNKS kernel calls here).  Base
+        # values' chunks fold into extension scratch of half, then a quarter,
+        # of their elements: 1/8 + 1/16 of the values' words at 16 chunks.
+        step = max(1 << s, _chunk_words(kind, values.size, True) // (1 if embed else deg)
+                   >> s << s)
         first = min(step, n)  # the longest chunk
         half_step = max(1, _chunk_words(kind, (n >> s) * deg, True) // (2 * deg))
         scratch = {}
