@@ -230,13 +230,19 @@ extern "C" __global__ void zorch_ext4_pow(const zorch_u32* a, zorch_u64 e_hi, zo
 extern "C" __global__ void zorch_base_mle_fold(const zorch_u32* v, const zorch_u32* r,
                                                zorch_u32* out, zorch_u64 n) {
     const zorch_u32 s = r[0];
-    ZORCH_GRID_STRIDE(i, n) out[i] = zorch_base_fold(v[2 * i], v[2 * i + 1], s);
+    const bool vec = zorch_aligned8(v);
+    ZORCH_GRID_STRIDE(i, n) {
+        zorch_u32 lo, hi;
+        zorch_load_pair(v, i, vec, &lo, &hi);
+        out[i] = zorch_base_fold(lo, hi, s);
+    }
 }
 
 extern "C" __global__ void zorch_ext4_mle_fold(const zorch_u32* v, int v_deg,
                                                const zorch_u32* r, int r_deg, zorch_u32* out,
                                                zorch_u64 n) {
-    const bool vec = (v_deg == 1 || zorch_aligned16(v)) && zorch_aligned16(out);
+    const bool vec = (v_deg == 1 ? zorch_aligned8(v) : zorch_aligned16(v)) &&
+                     zorch_aligned16(out);
     zorch_ext4 s = {r[0], 0u, 0u, 0u};
     if (r_deg == 4) {
         s.c1 = r[1];
@@ -249,8 +255,7 @@ extern "C" __global__ void zorch_ext4_mle_fold(const zorch_u32* v, int v_deg,
             lo = zorch_ext4_load_vec(v, 2 * i, vec);
             hi = zorch_ext4_load_vec(v, 2 * i + 1, vec);
         } else {
-            lo.c0 = v[2 * i];
-            hi.c0 = v[2 * i + 1];
+            zorch_load_pair(v, i, vec, &lo.c0, &hi.c0);
         }
         zorch_ext4_store_vec(out, i, zorch_ext4_fold(lo, hi, s, v_deg, r_deg), vec);
     }
