@@ -60,6 +60,7 @@ _canonical, _ext4_dot_inline, _reduce4 = \
     _inl["canonical"], _inl["ext4_dot"], _inl["monty_reduce_sum4"]
 _mod_add, _mod_sub, _mont_mul = _inl["mod_add"], _inl["mod_sub"], _inl["mont_mul"]
 _ext4_wrap = _inl["ext4_wrap"]
+_base_fold, _ext4_fold = _inl["base_fold"], _inl["ext4_fold"]
 _inl_norm, _inl_finish = _inl["ext4_norm"], _inl["ext4_inv_finish"]
 _monty_reduce = _inl["monty_reduce"]
 _U1 = np.uint64(1)
@@ -313,73 +314,49 @@ def _base_mul_run(lo, hi, a, b, out, p, mu):
 
 # ---- the MLE fold: out[k] = v[2k] + r (v[2k+1] - v[2k]) --------------------
 # One pass over the pairs (the composed sub, mul, add read and wrote the data
-# about five times); the same canonical words as those ops.  r arrives
-# canonical, as 1 or 4 words (a base r on the extension: r1 = r2 = r3 = 0).
+# about five times): monty.base_fold / ext4_fold inlined, one loop per
+# (values, r) degree pair, so that LLVM drops the other pairs' branches and
+# hoists r's work (canonical words, its wrap-around multiples) out of the loop.
 
 @njit_lanes64
 def _base_fold_run(lo, hi, v, r, out, p, mu):
     for k in range(lo, hi):
         j = np.uint64(k) * _U2
-        a = _canonical(v[j], p)
-        out[k] = _mod_add(a, _mont_mul(r, _mod_sub(_canonical(v[j + _U1], p), a, p), p, mu), p)
+        out[k] = _base_fold(v[j], v[j + _U1], r, p, mu)
 
 
-@njit_lanes64
-def _ext4_fold_base_run(lo, hi, v, r0, r1, r2, r3, out, p, mu):
-    # base values: the base difference scales r (4 products)
-    for k in range(lo, hi):
-        j = np.uint64(k) * _U2
-        a = _canonical(v[j], p)
-        d = _mod_sub(_canonical(v[j + _U1], p), a, p)
-        o = np.uint64(k) * _U4
-        out[o] = _mod_add(a, _mont_mul(r0, d, p, mu), p)
-        out[o + _U1] = _mont_mul(r1, d, p, mu)
-        out[o + _U2] = _mont_mul(r2, d, p, mu)
-        out[o + _U3] = _mont_mul(r3, d, p, mu)
+def _make_ext4_fold_run(v_deg, r_deg):
+    def run(lo, hi, v, r0, r1, r2, r3, out, p, mu, wm):
+        for k in range(lo, hi):
+            o = np.uint64(k) * _U4
+            if v_deg == 1:
+                j = np.uint64(k) * _U2
+                c = _ext4_fold(v[j], v[j], v[j], v[j], v[j + _U1], v[j + _U1], v[j + _U1],
+                               v[j + _U1], r0, r1, r2, r3, 1, r_deg, p, mu, wm)
+            else:
+                j = np.uint64(k) * _U8
+                c = _ext4_fold(v[j], v[j + _U1], v[j + _U2], v[j + _U3], v[j + _U4],
+                               v[j + _U5], v[j + _U6], v[j + _U7], r0, r1, r2, r3, 4, r_deg,
+                               p, mu, wm)
+            out[o] = c[0]
+            out[o + _U1] = c[1]
+            out[o + _U2] = c[2]
+            out[o + _U3] = c[3]
+    return njit_lanes64(run)
 
 
-@njit_lanes64
-def _ext4_fold_scale_run(lo, hi, v, r, out, p, mu):
-    # extension values, base r: r scales the difference coefficient-wise
-    for k in range(lo, hi):
-        j = np.uint64(k) * _U8
-        o = np.uint64(k) * _U4
-        a0, a1 = _canonical(v[j], p), _canonical(v[j + _U1], p)
-        a2, a3 = _canonical(v[j + _U2], p), _canonical(v[j + _U3], p)
-        d0 = _mod_sub(_canonical(v[j + _U4], p), a0, p)
-        d1 = _mod_sub(_canonical(v[j + _U5], p), a1, p)
-        d2 = _mod_sub(_canonical(v[j + _U6], p), a2, p)
-        d3 = _mod_sub(_canonical(v[j + _U7], p), a3, p)
-        out[o] = _mod_add(a0, _mont_mul(r, d0, p, mu), p)
-        out[o + _U1] = _mod_add(a1, _mont_mul(r, d1, p, mu), p)
-        out[o + _U2] = _mod_add(a2, _mont_mul(r, d2, p, mu), p)
-        out[o + _U3] = _mod_add(a3, _mont_mul(r, d3, p, mu), p)
-
-
-@njit_lanes64
-def _ext4_fold_ext_run(lo, hi, v, r0, r1, r2, r3, rw1, rw2, rw3, out, p, mu):
-    # extension values and r: one ext4_dot per element, reduced once per coefficient
-    for k in range(lo, hi):
-        j = np.uint64(k) * _U8
-        a0, a1 = _canonical(v[j], p), _canonical(v[j + _U1], p)
-        a2, a3 = _canonical(v[j + _U2], p), _canonical(v[j + _U3], p)
-        c = _ext4_dot_inline(_mod_sub(_canonical(v[j + _U4], p), a0, p),
-                             _mod_sub(_canonical(v[j + _U5], p), a1, p),
-                             _mod_sub(_canonical(v[j + _U6], p), a2, p),
-                             _mod_sub(_canonical(v[j + _U7], p), a3, p),
-                             r0, r1, r2, r3, rw1, rw2, rw3)
-        o = np.uint64(k) * _U4
-        out[o] = _mod_add(a0, _reduce4(c[0], p, mu), p)
-        out[o + _U1] = _mod_add(a1, _reduce4(c[1], p, mu), p)
-        out[o + _U2] = _mod_add(a2, _reduce4(c[2], p, mu), p)
-        out[o + _U3] = _mod_add(a3, _reduce4(c[3], p, mu), p)
+# extension forms: base values (an extension or base r), extension values at
+# a base r, both extension
+_ext4_fold_base_run = _make_ext4_fold_run(1, 4)
+_ext4_fold_scale_run = _make_ext4_fold_run(4, 1)
+_ext4_fold_ext_run = _make_ext4_fold_run(4, 4)
 
 
 @njit(parallel=True, cache=True)
 def _mle_fold_kernel(form, n, v, r0, r1, r2, r3, out, p, mu, wm):
-    # form 0: base field; 1: base values on the extension; 2: extension
-    # values, base r; 3: both extension.  Runs of CPU_LANE_RUN outputs.
-    rw1, rw2, rw3 = _ext4_wrap(r1, r2, r3, p, mu, wm)
+    # form 0: base field; 1: base values on the extension (a base r has
+    # r1 = r2 = r3 = 0); 2: extension values, base r; 3: both extension.
+    # Runs of CPU_LANE_RUN outputs.
     lane = CPU_LANE_RUN
     for t in prange((n + lane - 1) // lane):
         lo = t * lane
@@ -387,11 +364,11 @@ def _mle_fold_kernel(form, n, v, r0, r1, r2, r3, out, p, mu, wm):
         if form == 0:
             _base_fold_run(lo, hi, v, r0, out, p, mu)
         elif form == 1:
-            _ext4_fold_base_run(lo, hi, v, r0, r1, r2, r3, out, p, mu)
+            _ext4_fold_base_run(lo, hi, v, r0, r1, r2, r3, out, p, mu, wm)
         elif form == 2:
-            _ext4_fold_scale_run(lo, hi, v, r0, out, p, mu)
+            _ext4_fold_scale_run(lo, hi, v, r0, r1, r2, r3, out, p, mu, wm)
         else:
-            _ext4_fold_ext_run(lo, hi, v, r0, r1, r2, r3, rw1, rw2, rw3, out, p, mu)
+            _ext4_fold_ext_run(lo, hi, v, r0, r1, r2, r3, out, p, mu, wm)
 
 
 @njit(parallel=True, cache=True)

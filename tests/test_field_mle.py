@@ -76,6 +76,11 @@ def test_mle_fold_and_eq_table_against_big_ints(F, backend, vdeg, rdeg, nv):
     inner = to_host(field.sum(field.mul(emb, field.eq_table(dp, backend=backend),
                                         backend=backend), axis=0))
     assert inner.tobytes() == ev.tobytes()
+    if not ext:  # the extension's ops on base values and a base point: embedded
+        got = to_host(F.ext.mle_fold(dv, dp[0], backend=backend))
+        assert (got == _words(F, want, True)).all()
+        got = to_host(F.ext.mle_eval(dv, dp, backend=backend))
+        assert got.tobytes() == F.ext.from_base(ev).tobytes()
     assert (to_host(dv) == v0).all() and (to_host(dp) == pt0).all()  # inputs untouched
 
 

@@ -90,12 +90,17 @@ def test_fold_parallel_cpu_runs(v_deg, r_deg):
     check_words(ref, out, want, f"ext4_mle_fold {v_deg} {r_deg}")
 
 
-def test_fold_reads_inputs_only():
-    F, k = KoalaBear, kernels_for("cpu", "field")
+def test_fold_reads_inputs_only(k):
+    k, backend = k
+    F = KoalaBear
     v, r = rand_words(F, (16, 4), 7), rand_words(F, (4,), 8)
-    v0, r0 = v.copy(), r.copy()
-    k.ext4_mle_fold(v, 4, r, 4, np.empty((8, 4), np.uint32), F.params)
-    assert (v == v0).all() and (r == r0).all()
+    s, b = rand_words(F, (16,), 9), rand_words(F, (1,), 10)
+    dv, dr, ds, db = (dev(x, backend) for x in (v, r, s, b))
+    k.ext4_mle_fold(dv, 4, dr, 4, empty((8, 4), backend), F.params)
+    k.ext4_mle_fold(ds, 1, dr, 4, empty((8, 4), backend), F.params)
+    k.base_mle_fold(ds, db, empty(8, backend), F.params)
+    for got, want in ((dv, v), (dr, r), (ds, s), (db, b)):
+        assert (to_host(got) == want).all()
 
 
 @pytest.mark.parametrize("ext", [False, True], ids=["base", "ext"])

@@ -135,6 +135,41 @@ def test_ext4_mul_extremes(field):
         assert [dec(int(c), p) for c in got] == ext_mul(a, b, p, w), (a, b)
 
 
+@pytest.mark.parametrize("field", FIELD_NAMES)
+@pytest.mark.parametrize("fold", _numba_variants("ext4_fold"))
+def test_mle_folds_read_any_words(field, fold):
+    """``base_fold`` / ``ext4_fold`` (the scalar arithmetic of the fused MLE
+    fold kernels, CPU and Numba-CUDA) give ``lo + r (hi - lo)`` for any uint32
+    words (read mod p), in every (values, r) degree pair, the coefficients a
+    base side ignores set to garbage."""
+    f = FIELDS[field]
+    p, w = P[_BIG[field]], W[_BIG[field]]
+    # base_fold in the same variant (compiled, or the plain Python the
+    # simulator runs)
+    base = monty.base_fold if hasattr(fold, "py_func") else \
+        getattr(monty.base_fold, "py_func", monty.base_fold)
+    pp, mu, wm = np.uint32(p), np.uint32(f.mu_neg), np.uint32(f.w_mont)
+    rng = np.random.default_rng(5)
+    edges = [0, 1, p - 1, p, R - 1, R % p]
+    for t in range(120):
+        words = [int(x) for x in rng.integers(0, R, 12, dtype=np.uint64)]
+        if t < len(edges) ** 2:  # every pair of edge words as lo[0], hi[0]
+            words[0], words[4] = edges[t % len(edges)], edges[t // len(edges) % len(edges)]
+        lo, hi, r = ([dec(x % p, p) for x in words[i:i + 4]] for i in (0, 4, 8))
+        for v_deg in (1, 4):
+            for r_deg in (1, 4):
+                L = lo if v_deg == 4 else [lo[0], 0, 0, 0]
+                H = hi if v_deg == 4 else [hi[0], 0, 0, 0]
+                S = r if r_deg == 4 else [r[0], 0, 0, 0]
+                prod = ext_mul([(x - y) % p for x, y in zip(H, L)], S, p, w)
+                want = [(x + y) % p for x, y in zip(L, prod)]
+                got = fold(*(np.uint32(x) for x in words), v_deg, r_deg, pp, mu, wm)
+                assert [dec(int(c), p) for c in got] == want, (words, v_deg, r_deg)
+                assert all(int(c) < p for c in got)
+        got = base(np.uint32(words[0]), np.uint32(words[4]), np.uint32(words[8]), pp, mu)
+        assert dec(int(got), p) == (lo[0] + r[0] * (hi[0] - lo[0])) % p, words
+
+
 _HARNESS = r"""
 extern "C" void reduce_sum4(const zorch_u64* x, zorch_u32* out, long n) {
     for (long i = 0; i < n; ++i) out[i] = zorch_monty_reduce_sum4(x[i]);

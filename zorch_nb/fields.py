@@ -1068,10 +1068,10 @@ class _FieldBase:
         # v[2k+1]); the first `s` folds run in chunks (_chunk_words: a few
         # percent of the data) straight from `values` into `buf`, the others
         # in place in `buf`, through one chunk of scratch (the coordinate is
-        # read in place).  Base
-        # values at an extension point fold three times at once, so that `buf`
-        # (extension words) is half of `values`, as after one fold of
-        # same-field values; one fold would leave twice their words.
+        # read in place).  Base values at an extension point fold three times
+        # at once, so that `buf` (extension words) is half of `values`, as
+        # after one fold of same-field values; one fold would leave twice
+        # their words.
         s = min(nv, 3 if embed else 1)
         if not (type(values) is np.ndarray and type(point) is np.ndarray
                 and backend in (None, "cpu")):
@@ -1135,8 +1135,8 @@ class _FieldBase:
                 # In place, ascending.  Outputs [k0, k1) read v[2 k0 : 2 k1]:
                 # disjoint from them where k1 <= 2 k0, and above every output
                 # written before.  So the first chunk goes through scratch and
-                # the others double, straight into v (log2(half / half_step)
-                # kernel calls).
+                # the others double, straight into v: 1 + ceil(log2(half /
+                # half_step)) kernel calls and one copy.
                 k1 = half_step
                 tmp = fold(v[:2 * k1], coords[j], space("head", half_step)[:k1])
                 v[:k1] = tmp
@@ -1213,8 +1213,8 @@ class _FieldBase:
             # ops' one-element operands do (values are never (), nor one element)
             self._move_single_elements(operands, ("values",))
         kind, backend = _backend.resolve(operands, backend)
-        xp = _backend.get_xp(kind)
         kind, values = _in_module(values)
+        xp = _backend.get_xp(kind)
         # contiguous words for the kernel (a strided view is copied once)
         values = xp.ascontiguousarray(values)
         r = xp.ascontiguousarray(_backend.to_module(operands["r"], kind)).reshape(-1)

@@ -241,8 +241,10 @@ extern "C" __global__ void zorch_base_mle_fold(const zorch_u32* v, const zorch_u
 extern "C" __global__ void zorch_ext4_mle_fold(const zorch_u32* v, int v_deg,
                                                const zorch_u32* r, int r_deg, zorch_u32* out,
                                                zorch_u64 n) {
-    const bool vec = (v_deg == 1 ? zorch_aligned8(v) : zorch_aligned16(v)) &&
-                     zorch_aligned16(out);
+    // (the loads' and the store's vector paths apart: an offset view of
+    // the values need not cost the stores theirs)
+    const bool vin = v_deg == 1 ? zorch_aligned8(v) : zorch_aligned16(v);
+    const bool vout = zorch_aligned16(out);
     zorch_ext4 s = {r[0], 0u, 0u, 0u};
     if (r_deg == 4) {
         s.c1 = r[1];
@@ -252,12 +254,12 @@ extern "C" __global__ void zorch_ext4_mle_fold(const zorch_u32* v, int v_deg,
     ZORCH_GRID_STRIDE(i, n) {
         zorch_ext4 lo = {0u, 0u, 0u, 0u}, hi = lo;
         if (v_deg == 4) {
-            lo = zorch_ext4_load_vec(v, 2 * i, vec);
-            hi = zorch_ext4_load_vec(v, 2 * i + 1, vec);
+            lo = zorch_ext4_load_vec(v, 2 * i, vin);
+            hi = zorch_ext4_load_vec(v, 2 * i + 1, vin);
         } else {
-            zorch_load_pair(v, i, vec, &lo.c0, &hi.c0);
+            zorch_load_pair(v, i, vin, &lo.c0, &hi.c0);
         }
-        zorch_ext4_store_vec(out, i, zorch_ext4_fold(lo, hi, s, v_deg, r_deg), vec);
+        zorch_ext4_store_vec(out, i, zorch_ext4_fold(lo, hi, s, v_deg, r_deg), vout);
     }
 }
 #endif  // __CUDACC__
