@@ -71,6 +71,8 @@ def test_reference_lanes_give_528_plus_32k():
     np.testing.assert_array_equal(out, 528 + 320 * np.arange(5))
     for bad, exc, match in ((None, TypeError, "`inputs` must be a sequence"),
                             ({"a": new}, TypeError, "`inputs` must be a sequence"),
+                            (new, TypeError, r"not one array of shape \(80, 2\); pass a "
+                                             r"list: \[x\]$"),
                             ([new * 1.0], TypeError, "`inputs\\[0\\]` must hold integers"),
                             ([-new], ValueError, r"inputs\[0\]\[0, 0\] = -1; pass "
                                                  r"reduce=True to reduce modulo p$"),
@@ -476,7 +478,10 @@ def test_hand_built_graph_is_validated_before_its_first_replay():
     for evil, match in ((built(2, [ck._replace(in_layouts=((par, (0, 10**9)),))]
                                 + list(g.compiled_kernels[1:])), "reads past padded buffer"),
                         (built(4, g.templates[::-1]), "before it is written"),
-                        (built(3, [(1, 3)] * len(g.buffer_points)), "invalid computation graph")):
+                        (built(3, [(1, 3)] * len(g.buffer_points)), "invalid computation graph"),
+                        # (the output's index, and its buffer's)
+                        (built(6, [(g.outputs[0][0], (("reshape", (3, 3)),))]),
+                         rf"graph output 0 \(buffer {g.outputs[0][0]}\) reshapes")):
         with pytest.raises(ValueError, match=match):
             run_computation_graph(evil, [x])
     same = ComputationGraph(*parts)

@@ -1394,7 +1394,9 @@ def run_computation_graph(graph: ComputationGraph, inputs, backend=None, *,
         ``None``/``"cpu"``: Numba CPU evaluators; ``"cupy"``: generated CUDA C.
     padded : bool, optional
         Also return every padded buffer (canonical values, NumPy, shaped by
-        its padded dimensions) as a third element.
+        its padded dimensions) as a third element.  Axes of length 1 are
+        not dimensions of a padded layout: a view of shape ``(1, 5)`` lives
+        in a buffer of shape ``(8,)``.
     reduce : bool, optional
         Reduce any integer input (negative or ``>= p``) modulo ``p``, as
         :meth:`Context.copy_to_device` does; by default such a value is a
@@ -1429,6 +1431,13 @@ def run_computation_graph(graph: ComputationGraph, inputs, backend=None, *,
     if isinstance(inputs, (dict, str, bytes)) or not hasattr(inputs, "__iter__"):
         raise TypeError(f"Argument `inputs` must be a sequence of arrays (one per graph "
                         f"input), not {type(inputs).__name__}")
+    if hasattr(inputs, "__array_interface__") or hasattr(inputs, "__cuda_array_interface__"):
+        # one array would be taken row by row as the inputs: almost always a
+        # forgotten list around a single input
+        raise TypeError(f"Argument `inputs` must be a sequence of arrays (one per graph "
+                        f"input), not one array of shape {tuple(inputs.shape)}; pass a list: "
+                        f"[x]" + (", or list(x) to take its rows as the inputs"
+                                  if len(graph.inputs) > 1 else ""))
     inputs = list(inputs)
     if len(inputs) != len(graph.inputs):
         raise ValueError(f"Argument `inputs` must hold {len(graph.inputs)} arrays (one per "

@@ -451,10 +451,10 @@ def validate(g) -> None:
                 _bad(f"compiled kernel {c} has a malformed output layout")
     defined = [False] * len(g.buffer_points)
     for kind, specs in (("input", g.inputs), ("output", g.outputs)):
-        for bid, history in specs:
+        for i, (bid, history) in enumerate(specs):
             if bid >= len(defined):
-                _bad(f"graph {kind} names buffer {bid}")
-            _check_history(g.buffer_points[bid][-1], history, f"graph {kind} {bid}")
+                _bad(f"graph {kind} {i} names buffer {bid}")
+            _check_history(g.buffer_points[bid][-1], history, f"graph {kind} {i} (buffer {bid})")
     for bid, _ in g.inputs:
         if defined[bid]:
             _bad(f"buffer {bid} is a graph input twice")
