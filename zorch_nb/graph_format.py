@@ -27,6 +27,11 @@ then every structural invariant the evaluators rely on (indices in range,
 layouts inside their padded buffers, each buffer written once before it is
 read), so a crafted file can neither crash the process nor run code: the
 generated evaluators only ever contain integers taken from validated data.
+The checksum catches corruption, not intent: whoever can edit a file can
+recompute it, and a well-formed edit (a changed constant, a rewired kernel
+call) loads and computes something else.  A graph you did not make can be
+checked against your own program (``Context.load_computation_graph``: the
+same kernels, layouts and constants as the program recorded there).
 """
 from __future__ import annotations
 
