@@ -40,12 +40,13 @@ from .monty import OP_ADD, OP_INV, OP_MUL, OP_NEG, OP_SQUARE, OP_SUB, canonical,
 from .gkr_scalar import inlined_arithmetic
 from .launch_config import BATCH_INV_CHUNK, CPU_LANE_RUN
 from .launch_checks import (BINARY, IN_PLACE_UNARY, UNARY, check_bcast, check_decode,
-                            check_encode, check_map, check_mle_fold, check_pow)
+                            check_encode, check_eq_split, check_map, check_mle_fold,
+                            check_pow)
 from .vector_width import njit_lanes64
 
 __all__ = ["encode", "decode", "base_map1", "base_map2", "ext4_map1", "ext4_map2",
            "base_map2_bcast", "ext4_map2_bcast", "base_pow", "ext4_pow", "base_batch_inv",
-           "base_mle_fold", "ext4_mle_fold"]
+           "base_mle_fold", "ext4_mle_fold", "base_eq_split", "ext4_eq_split"]
 
 # The same source as monty.ext4_mul, compiled with LLVM's alwaysinline: left
 # to itself LLVM keeps ext4_mul an out-of-line call, and a call blocks the
@@ -61,6 +62,7 @@ _canonical, _ext4_dot_inline, _reduce4 = \
 _mod_add, _mod_sub, _mont_mul = _inl["mod_add"], _inl["mod_sub"], _inl["mont_mul"]
 _ext4_wrap = _inl["ext4_wrap"]
 _base_fold, _ext4_fold = _inl["base_fold"], _inl["ext4_fold"]
+_base_eq_split, _ext4_eq_split = _inl["base_eq_split"], _inl["ext4_eq_split"]
 _inl_norm, _inl_finish = _inl["ext4_norm"], _inl["ext4_inv_finish"]
 _monty_reduce = _inl["monty_reduce"]
 _U1 = np.uint64(1)
@@ -369,6 +371,53 @@ def _mle_fold_kernel(form, n, v, r0, r1, r2, r3, out, p, mu, wm):
             _ext4_fold_scale_run(lo, hi, v, r0, r1, r2, r3, out, p, mu, wm)
         else:
             _ext4_fold_ext_run(lo, hi, v, r0, r1, r2, r3, out, p, mu, wm)
+
+
+# ---- the eq-table doubling: lo[k], hi[k] = a[k] - a[k] r, a[k] r -------------
+# monty.base_eq_split / ext4_eq_split inlined, one loop per form as above.
+
+@njit_lanes64
+def _base_eq_split_run(k0, k1, a, r, lo, hi, p, mu):
+    for k in range(k0, k1):
+        c = _base_eq_split(a[k], r, p, mu)
+        lo[k] = c[0]
+        hi[k] = c[1]
+
+
+def _make_ext4_eq_split_run(r_deg):
+    def run(k0, k1, a, r0, r1, r2, r3, lo, hi, p, mu, wm):
+        for k in range(k0, k1):
+            j = np.uint64(k) * _U4
+            c = _ext4_eq_split(a[j], a[j + _U1], a[j + _U2], a[j + _U3], r0, r1, r2, r3,
+                               r_deg, p, mu, wm)
+            lo[j] = c[0]
+            lo[j + _U1] = c[1]
+            lo[j + _U2] = c[2]
+            lo[j + _U3] = c[3]
+            hi[j] = c[4]
+            hi[j + _U1] = c[5]
+            hi[j + _U2] = c[6]
+            hi[j + _U3] = c[7]
+    return njit_lanes64(run)
+
+
+_ext4_eq_split_base_run = _make_ext4_eq_split_run(1)
+_ext4_eq_split_ext_run = _make_ext4_eq_split_run(4)
+
+
+@njit(parallel=True, cache=True)
+def _eq_split_kernel(form, n, a, r0, r1, r2, r3, lo, hi, p, mu, wm):
+    # form 0: base field; 1: extension entries, base r; 2: both extension
+    lane = CPU_LANE_RUN
+    for t in prange((n + lane - 1) // lane):
+        k0 = t * lane
+        k1 = min(n, k0 + lane)
+        if form == 0:
+            _base_eq_split_run(k0, k1, a, r0, lo, hi, p, mu)
+        elif form == 1:
+            _ext4_eq_split_base_run(k0, k1, a, r0, r1, r2, r3, lo, hi, p, mu, wm)
+        else:
+            _ext4_eq_split_ext_run(k0, k1, a, r0, r1, r2, r3, lo, hi, p, mu, wm)
 
 
 @njit(parallel=True, cache=True)
@@ -790,11 +839,45 @@ def _mle_fold(form, n, v, r, r_deg, out, f, words):
     if not n:
         return
     p, mu, wm, _ = kernel_words(f)
-    # r canonical, on the host: the kernels take it as scalars
-    r0, r1, r2, r3 = (np.uint32(int(r[i]) % f.p) if i < r_deg else np.uint32(0)
-                      for i in range(4))
+    r0, r1, r2, r3 = _scalar_words(r, r_deg, f)
     sized(_mle_fold_kernel, _tasks(n, CPU_LANE_RUN), words)(
         form, n, v, r0, r1, r2, r3, out, p, mu, wm)
+
+
+def base_eq_split(a, r, lo, hi, f):
+    """Base field eq-table doubling ``lo[k], hi[k] = a[k] - a[k] r, a[k] r``:
+    each entry ``a[k] = eq(point, b)`` split by the next variable's
+    coordinate ``r`` ``(1,)`` into its two children; ``a``, ``lo``, ``hi``
+    ``(n,)``.  ``lo`` may be ``a`` itself (the table doubles in place:
+    ``lo = T[:m]``, ``hi = T[m:2m]``); ``hi`` shares memory with nothing.
+    The words of ``mul`` then ``sub``."""
+    n, _ = check_eq_split("field_cpu.base_eq_split", f, a, r, 1, lo, hi, 1)
+    _eq_split(0, n, a, r, 1, lo, hi, f, n)
+
+
+def ext4_eq_split(a, r, r_deg, lo, hi, f):
+    """Extension eq-table doubling, as :func:`base_eq_split`: ``a``, ``lo``,
+    ``hi`` ``(n, 4)`` or flat ``(4 n,)``; ``r`` one element of ``r_deg``
+    words (``(4,)``, ``(1, 4)``, or base ``(1,)``: 4 products per entry
+    instead of an extension product's 16)."""
+    n, r_deg = check_eq_split("field_cpu.ext4_eq_split", f, a, r, r_deg, lo, hi, 4)
+    _eq_split(1 if r_deg == 1 else 2, n, a.reshape(-1), r.reshape(-1), r_deg,
+              lo.reshape(-1), hi.reshape(-1), f, None)
+
+
+def _eq_split(form, n, a, r, r_deg, lo, hi, f, words):
+    if not n:
+        return
+    p, mu, wm, _ = kernel_words(f)
+    r0, r1, r2, r3 = _scalar_words(r, r_deg, f)
+    sized(_eq_split_kernel, _tasks(n, CPU_LANE_RUN), words)(
+        form, n, a, r0, r1, r2, r3, lo, hi, p, mu, wm)
+
+
+def _scalar_words(r, r_deg, f):
+    # the canonical words of one element r, as four uint32 scalars (zeros
+    # past a base element's one): the kernels take it by value
+    return tuple(np.uint32(int(r[i]) % f.p) if i < r_deg else np.uint32(0) for i in range(4))
 
 
 def _base_batch_inv(a, out, p, mu, one):

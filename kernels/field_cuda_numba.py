@@ -21,7 +21,7 @@ from numba import cuda
 
 from .field_params import kernel_words
 from .launch_checks import (BINARY, IN_PLACE_UNARY, UNARY, check_bcast, check_map,
-                            check_mle_fold, check_pow)
+                            check_eq_split, check_mle_fold, check_pow)
 from .launch_config import THREADS_PER_BLOCK, grid_for
 from .monty import base_map1 as _base1
 from .monty import base_map2 as _base2
@@ -30,10 +30,11 @@ from .monty import ext4_map1 as _ext1
 from .monty import ext4_map2 as _ext2
 from .monty import ext4_base_map2 as _ext_base2
 from .monty import base_fold as _base_fold, ext4_fold as _ext4_fold
+from .monty import base_eq_split as _base_eq_split, ext4_eq_split as _ext4_eq_split
 
 __all__ = ["base_map1", "base_map2", "ext4_map1", "ext4_map2", "base_map2_bcast",
            "ext4_map2_bcast", "base_pow", "ext4_pow", "base_batch_inv", "base_mle_fold",
-           "ext4_mle_fold"]
+           "ext4_mle_fold", "base_eq_split", "ext4_eq_split"]
 
 #: ``@cuda.jit`` with Numba-CUDA's on-disk cache (see the module docstring).
 cached_kernel = cuda.jit(cache=True)
@@ -138,6 +139,15 @@ def _ext4_pow_kernel(a, e_hi, e_lo, nbits, p, mu, wm, one, out):
         out[i, 3] = c[3]
 
 
+@cuda.jit(device=True)
+def _element_words(r, r_deg):
+    # the one element r of r_deg words as four (a base element's last three
+    # are its own word again: the scalar functions ignore them)
+    if r_deg == 4:
+        return r[0], r[1], r[2], r[3]
+    return r[0], r[0], r[0], r[0]
+
+
 @cached_kernel
 def _base_mle_fold_kernel(v, r, p, mu, out):
     start, stride = cuda.grid(1), cuda.gridsize(1)
@@ -150,10 +160,7 @@ def _base_mle_fold_kernel(v, r, p, mu, out):
 def _ext4_mle_fold_kernel(v, v_deg, r, r_deg, p, mu, wm, out):
     # flat words: v 2 n elements of v_deg words, r one of r_deg words, out (4 n,)
     start, stride = cuda.grid(1), cuda.gridsize(1)
-    r0 = r[0]
-    r1 = r2 = r3 = r0  # (ignored for a base r)
-    if r_deg == 4:
-        r1, r2, r3 = r[1], r[2], r[3]
+    r0, r1, r2, r3 = _element_words(r, r_deg)
     for i in range(start, out.shape[0] // 4, stride):
         if v_deg == 4:
             j = 8 * i
@@ -167,6 +174,35 @@ def _ext4_mle_fold_kernel(v, v_deg, r, r_deg, p, mu, wm, out):
         out[4 * i + 1] = c[1]
         out[4 * i + 2] = c[2]
         out[4 * i + 3] = c[3]
+
+
+@cached_kernel
+def _base_eq_split_kernel(a, r, p, mu, lo, hi):
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    s = r[0]
+    for i in range(start, hi.shape[0], stride):
+        c = _base_eq_split(a[i], s, p, mu)
+        lo[i] = c[0]
+        hi[i] = c[1]
+
+
+@cached_kernel
+def _ext4_eq_split_kernel(a, r, r_deg, p, mu, wm, lo, hi):
+    # flat words: a, lo, hi (4 n,), r one element of r_deg words
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    r0, r1, r2, r3 = _element_words(r, r_deg)
+    for i in range(start, hi.shape[0] // 4, stride):
+        j = 4 * i
+        c = _ext4_eq_split(a[j], a[j + 1], a[j + 2], a[j + 3], r0, r1, r2, r3, r_deg, p, mu,
+                           wm)
+        lo[j] = c[0]
+        lo[j + 1] = c[1]
+        lo[j + 2] = c[2]
+        lo[j + 3] = c[3]
+        hi[j] = c[4]
+        hi[j + 1] = c[5]
+        hi[j + 2] = c[6]
+        hi[j + 3] = c[7]
 
 
 def as_device(x):
@@ -338,3 +374,30 @@ def ext4_mle_fold(v, v_deg, r, r_deg, out, f):
         p, mu, wm, _ = kernel_words(f)
         launch(_ext4_mle_fold_kernel, n,
                (_flat(v), np.int64(v_deg), _flat(r), np.int64(r_deg), p, mu, wm), _flat(out))
+
+
+def launch2(kernel, n, args, out1, out2):
+    """:func:`launch` for a kernel writing two arrays, ``kernel(*args, out1, out2)``."""
+    d1, d2 = as_device(out1), as_device(out2)
+    kernel[grid_for(n), THREADS_PER_BLOCK, stream_for(out1, out2, *args)](
+        *[as_device(x) for x in args], d1, d2)
+    for host, d in ((out1, d1), (out2, d2)):
+        if isinstance(host, np.ndarray):
+            d.copy_to_host(host)
+
+
+def base_eq_split(a, r, lo, hi, f):
+    """Same contract as :func:`.field_cpu.base_eq_split`."""
+    n, _ = check_eq_split("field_cuda_numba.base_eq_split", f, a, r, 1, lo, hi, 1)
+    if n:
+        p, mu, _, _ = kernel_words(f)
+        launch2(_base_eq_split_kernel, n, (a, r, p, mu), lo, hi)
+
+
+def ext4_eq_split(a, r, r_deg, lo, hi, f):
+    """Same contract as :func:`.field_cpu.ext4_eq_split`."""
+    n, r_deg = check_eq_split("field_cuda_numba.ext4_eq_split", f, a, r, r_deg, lo, hi, 4)
+    if n:
+        p, mu, wm, _ = kernel_words(f)
+        launch2(_ext4_eq_split_kernel, n, (_flat(a), _flat(r), np.int64(r_deg), p, mu, wm),
+                _flat(lo), _flat(hi))

@@ -16,13 +16,13 @@ import numpy as np
 from .cuda_source import assemble
 from .field_params import FIELDS, FieldParams
 from .launch_checks import (BINARY, IN_PLACE_UNARY, UNARY, check_bcast, check_map,
-                            check_mle_fold, check_pow)
+                            check_eq_split, check_mle_fold, check_pow)
 from .launch_config import THREADS_PER_BLOCK, grid_for
 from .monty import OP_INV
 
 __all__ = ["base_map1", "base_map2", "ext4_map1", "ext4_map2", "base_map2_bcast",
            "ext4_map2_bcast", "base_pow", "ext4_pow", "base_batch_inv", "base_mle_fold",
-           "ext4_mle_fold"]
+           "ext4_mle_fold", "base_eq_split", "ext4_eq_split"]
 
 #: nvcc/NVRTC options shared by every zorch_nb RawModule.
 NVRTC_OPTIONS = ("-std=c++17",)
@@ -126,3 +126,15 @@ def ext4_mle_fold(v, v_deg, r, r_deg, out, f):
     """Same contract as :func:`.field_cpu.ext4_mle_fold`."""
     n, v_deg, r_deg = check_mle_fold("field_cupy.ext4_mle_fold", f, v, v_deg, r, r_deg, out, 4)
     _launch(f, "zorch_ext4_mle_fold", n, v, np.int32(v_deg), r, np.int32(r_deg), out)
+
+
+def base_eq_split(a, r, lo, hi, f):
+    """Same contract as :func:`.field_cpu.base_eq_split`."""
+    n, _ = check_eq_split("field_cupy.base_eq_split", f, a, r, 1, lo, hi, 1)
+    _launch(f, "zorch_base_eq_split", n, a, r, lo, hi)
+
+
+def ext4_eq_split(a, r, r_deg, lo, hi, f):
+    """Same contract as :func:`.field_cpu.ext4_eq_split`."""
+    n, r_deg = check_eq_split("field_cupy.ext4_eq_split", f, a, r, r_deg, lo, hi, 4)
+    _launch(f, "zorch_ext4_eq_split", n, a, r, np.int32(r_deg), lo, hi)

@@ -187,9 +187,9 @@ def _elements(where, name, x, deg, writes=False, dtype=_U32):
     raise ValueError(f"{where}: argument `{name}` must be {want}, not shape {s}")
 
 
-def _same(where, name, m, n):
+def _same(where, name, m, n, out="out"):
     if m != n:
-        raise ValueError(f"{where}: argument `{name}` must hold as many elements as `out` "
+        raise ValueError(f"{where}: argument `{name}` must hold as many elements as `{out}` "
                          f"({n}), not {m}")
 
 
@@ -207,11 +207,11 @@ def _address(x):
     return ptr
 
 
-def _overlap(where, out, x, name, alias_ok):
-    """Refuse ``out`` sharing memory with input ``x``, unless it is ``x`` itself
-    (same first address and byte size) and ``alias_ok``.  Address ranges are
-    compared as they are: with CUDA's unified addressing, host and device
-    arrays never overlap."""
+def _overlap(where, out, x, name, alias_ok, out_name="out"):
+    """Refuse ``out`` (argument ``out_name``) sharing memory with input ``x``,
+    unless it is ``x`` itself (same first address and byte size) and
+    ``alias_ok``.  Address ranges are compared as they are: with CUDA's
+    unified addressing, host and device arrays never overlap."""
     if type(out) is np.ndarray and type(x) is np.ndarray:
         if not np.may_share_memory(out, x):  # bounds only, O(1)
             return
@@ -227,9 +227,9 @@ def _overlap(where, out, x, name, alias_ok):
     if alias_ok and lo_o == lo_x and size_o == size_x:
         return
     why = "the same array is allowed here only as an elementwise operand" if alias_ok else \
-        "this kernel reads its operands after writing out"
-    raise ValueError(f"{where}: argument `out` overlaps argument `{name}` ({why}); write "
-                     f"into a separate array")
+        f"this kernel reads its operands after writing {out_name}"
+    raise ValueError(f"{where}: argument `{out_name}` overlaps argument `{name}` ({why}); "
+                     f"write into a separate array")
 
 
 # ---- the launcher signatures ---------------------------------------------------
@@ -440,6 +440,42 @@ def check_mle_fold(where, f, v, v_deg, r, r_deg, out, out_deg):
     _overlap(where, out, v, "v", False)
     _overlap(where, out, r, "r", False)
     return n, v_deg, r_deg
+
+
+def check_eq_split(where, f, a, r, r_deg, lo, hi, deg):
+    """``lo[k], hi[k] = a[k] - a[k] r, a[k] r``: ``a``, ``lo``, ``hi`` ``n``
+    elements of ``deg`` words, ``r`` one element of ``r_deg`` words (base
+    field: both 1; extension: ``deg`` 4, ``r_deg`` 1 or 4).  ``lo`` may be
+    ``a`` itself (element k reads and writes only element k); otherwise no
+    written array shares memory with another argument.  Returns ``(n,
+    r_deg)`` as Python ints."""
+    if id(f) in _SHIPPED and type(r_deg) is int and (r_deg == deg == 1 or
+                                                     deg == 4 and r_deg in _DEGS):
+        n = _fast_elements(hi, deg, True)
+        if n >= 0 and _fast_elements(lo, deg, True) == n and _fast_elements(a, deg) == n \
+                and _fast_elements(r, r_deg) == 1 and _fast_disjoint(hi, a) \
+                and _fast_disjoint(hi, lo) and _fast_disjoint(hi, r) \
+                and _fast_disjoint(lo, r) and (lo is a or _fast_disjoint(lo, a)):
+            return n, r_deg
+    check_field(where, f)
+    if deg == 4:
+        r_deg = _int(where, "r_deg", r_deg, 1, 4)
+        if r_deg not in _DEGS:
+            raise ValueError(f"{where}: argument `r_deg` must be 1 (base) or 4 (extension), "
+                             f"not {r_deg}")
+    n = _elements(where, "hi", hi, deg, True)
+    _same(where, "lo", _elements(where, "lo", lo, deg, True), n, "hi")
+    _same(where, "a", _elements(where, "a", a, deg), n, "hi")
+    if _elements(where, "r", r, r_deg) != 1:
+        raise ValueError(f"{where}: argument `r` must hold one element"
+                         f"{' (4 words)' if r_deg == 4 else ''}, not shape "
+                         f"{tuple(r.shape)}")
+    _overlap(where, hi, a, "a", False, "hi")
+    _overlap(where, hi, lo, "lo", False, "hi")
+    _overlap(where, hi, r, "r", False, "hi")
+    _overlap(where, lo, r, "r", False, "lo")
+    _overlap(where, lo, a, "a", True, "lo")
+    return n, r_deg
 
 
 def check_encode(where, f, v, out):

@@ -34,8 +34,8 @@ from numba import njit
 #: (see README, "The kernels in your own Numba code"), and the opcodes.
 __all__ = ["monty_reduce", "canonical", "mont_mul", "mod_add", "mod_sub", "mod_neg",
            "to_monty", "from_monty", "mont_pow_u32", "mont_inv", "ext4_mul", "ext4_inv",
-           "base_pow", "ext4_pow", "base_fold", "ext4_fold", "OP_ADD", "OP_SUB", "OP_MUL",
-           "OP_NEG", "OP_SQUARE", "OP_INV"]
+           "base_pow", "ext4_pow", "base_fold", "ext4_fold", "base_eq_split", "ext4_eq_split",
+           "OP_ADD", "OP_SUB", "OP_MUL", "OP_NEG", "OP_SQUARE", "OP_INV"]
 
 # Opcodes shared by the map kernels of every backend (the CUDA C preamble
 # receives the same numbers).
@@ -410,6 +410,33 @@ def ext4_fold(l0, l1, l2, l3, h0, h1, h2, h3, r0, r1, r2, r3, v_deg, r_deg, p, m
     else:
         t0, t1, t2, t3 = ext4_mul(d0, d1, d2, d3, r0, r1, r2, r3, p, mu_neg, w_mont)
     return mod_add(l0, t0, p), mod_add(l1, t1, p), mod_add(l2, t2, p), mod_add(l3, t3, p)
+
+
+@njit(cache=True)
+def base_eq_split(a, r, p, mu_neg):
+    """``(a - a r, a r)`` for base words (read mod p): one eq-table doubling
+    step, an entry ``eq(point, b)`` split by the next variable ``r`` into its
+    ``b_j = 0`` and ``b_j = 1`` children (the words of ``mul`` then ``sub``)."""
+    a = canonical(a, p)
+    h = mont_mul(a, canonical(r, p), p, mu_neg)
+    return mod_sub(a, h, p), h
+
+
+@njit(cache=True)
+def ext4_eq_split(a0, a1, a2, a3, r0, r1, r2, r3, r_deg, p, mu_neg, w_mont):
+    """:func:`base_eq_split` on the extension, ``a`` extension words and ``r``
+    extension (``r_deg`` 4) or base (1: ``r0``, the rest ignored; 4
+    products).  Returns the 4 words of ``a - a r`` then the 4 of ``a r``."""
+    a0, a1, a2, a3 = canonical(a0, p), canonical(a1, p), canonical(a2, p), canonical(a3, p)
+    r0 = canonical(r0, p)
+    if r_deg == 1:
+        h0, h1 = mont_mul(a0, r0, p, mu_neg), mont_mul(a1, r0, p, mu_neg)
+        h2, h3 = mont_mul(a2, r0, p, mu_neg), mont_mul(a3, r0, p, mu_neg)
+    else:
+        h0, h1, h2, h3 = ext4_mul(a0, a1, a2, a3, r0, canonical(r1, p), canonical(r2, p),
+                                  canonical(r3, p), p, mu_neg, w_mont)
+    return (mod_sub(a0, h0, p), mod_sub(a1, h1, p), mod_sub(a2, h2, p), mod_sub(a3, h3, p),
+            h0, h1, h2, h3)
 
 
 @njit(cache=True)

@@ -79,6 +79,9 @@ def _jobs(F):
         "mle fold": lambda: F.mle_fold(fa, b[0]), "ext mle fold": lambda: E.mle_fold(fx, y[1]),
         "mle fold base values": lambda: E.mle_fold(fa, y[2]),
         "mle fold base r": lambda: E.mle_fold(fx, b[4]),
+        # eq tables: the last doublings past CPU_SERIAL_WORDS and several tasks
+        "eq table": lambda: F.eq_table(a[:15]), "ext eq table": lambda: E.eq_table(x[:14]),
+        "ext eq table, base point": lambda: E.eq_table(a[:14]),
         "transition": lambda: layer_transition(dense),
         "pyramid": lambda: build_pyramid(dense), "pyramid bb": lambda: build_pyramid(bb),
         "jagged pyramid": lambda: build_jagged_pyramid(jag, halving_schedule(jag)),

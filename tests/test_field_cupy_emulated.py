@@ -66,6 +66,16 @@ def test_every_field_op_matches_the_cpu(field_cupy, F):
                 field_cpu.ext4_mle_fold(a, 4, r.reshape(-1), r_deg, want, F.params)
                 field_cupy.ext4_mle_fold(dev(a), 4, dev(r.reshape(-1)), r_deg, got, F.params)
             np.testing.assert_array_equal(got.get(), want, err_msg=f"{kind} mle_fold {r_deg}")
+            want_lo, want_hi = np.empty_like(a), np.empty_like(a)
+            lo, hi = dev(a), dev(np.zeros_like(a))
+            if E is F:
+                field_cpu.base_eq_split(a, r, want_lo, want_hi, F.params)
+                field_cupy.base_eq_split(lo, dev(r), lo, hi, F.params)
+            else:
+                field_cpu.ext4_eq_split(a, r.reshape(-1), r_deg, want_lo, want_hi, F.params)
+                field_cupy.ext4_eq_split(lo, dev(r.reshape(-1)), r_deg, lo, hi, F.params)
+            np.testing.assert_array_equal(lo.get(), want_lo, err_msg=f"{kind} eq_split lo")
+            np.testing.assert_array_equal(hi.get(), want_hi, err_msg=f"{kind} eq_split hi")
 
 
 def _word_offset(x, k):
@@ -116,6 +126,13 @@ def test_extension_kernels_at_any_word_alignment(field_cupy, offsets):
         field_cpu.ext4_map1(op, b, want, f)
         check(lambda o: field_cupy.ext4_map1(op, dev(b, oa), o, f), want, b.shape,
               f"ext4_map1 op {op}")
+    for r_deg, r in ((4, b[0]), (1, s[:1])):  # the eq-table doubling, lo in place too
+        want_lo, want_hi = np.empty_like(a), np.empty_like(a)
+        field_cpu.ext4_eq_split(a, r, r_deg, want_lo, want_hi, f)
+        got_lo, hi = dev(a, oa), dev(np.zeros_like(a), oo)
+        field_cupy.ext4_eq_split(got_lo, dev(r, ob), r_deg, got_lo, hi, f)
+        np.testing.assert_array_equal(hi.get(), want_hi, err_msg=f"eq_split hi at {offsets}")
+        np.testing.assert_array_equal(got_lo.get(), want_lo, err_msg=f"eq_split lo at {offsets}")
     for v_deg, v, r_deg, r in ((4, a, 4, b[0]), (4, a, 1, s[:1]), (1, s, 4, b[1])):
         want = np.empty((n // 2, 4), np.uint32)
         field_cpu.ext4_mle_fold(v, v_deg, r, r_deg, want, f)

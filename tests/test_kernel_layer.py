@@ -22,7 +22,7 @@ from zorch_nb.kernels.monty import OP_ADD, OP_INV, OP_MUL, OP_NEG, OP_SQUARE, OP
 FIELDS = [pytest.param(KoalaBear, id="koalabear"), pytest.param(BabyBear, id="babybear")]
 LAUNCHERS = ("base_map1", "base_map2", "ext4_map1", "ext4_map2", "base_map2_bcast",
              "ext4_map2_bcast", "base_pow", "ext4_pow", "base_batch_inv", "base_mle_fold",
-             "ext4_mle_fold")
+             "ext4_mle_fold", "base_eq_split", "ext4_eq_split")
 BINARY = (OP_ADD, OP_SUB, OP_MUL)
 
 
@@ -611,6 +611,27 @@ def misuse_cases():
         ("ext out flat not 4n", lambda k, d, f: k.ext4_mle_fold(A(d, (8, 4)), 4, A(d, 4), 4,
                                                                  A(d, 18), f),
          ValueError, ["ext4_mle_fold", "`out`"]),
+    ]
+    cases += [  # the eq-table doubling
+        ("base split hi count", lambda k, d, f: k.base_eq_split(A(d, 8), A(d, 1), A(d, 8),
+                                                                 A(d, 7), f),
+         ValueError, ["base_eq_split", "`lo`", "as many elements as `hi`"]),
+        ("base split a count", lambda k, d, f: k.base_eq_split(A(d, 9), A(d, 1), A(d, 8),
+                                                                A(d, 8), f),
+         ValueError, ["base_eq_split", "`a`", "as many elements as `hi`"]),
+        ("base split r two", lambda k, d, f: k.base_eq_split(A(d, 8), A(d, 2), A(d, 8),
+                                                              A(d, 8), f),
+         ValueError, ["base_eq_split", "`r`", "one element"]),
+        ("ext split r_deg 3", lambda k, d, f: k.ext4_eq_split(A(d, (8, 4)), A(d, 4), 3,
+                                                               A(d, (8, 4)), A(d, (8, 4)), f),
+         ValueError, ["ext4_eq_split", "`r_deg`"]),
+        ("ext split hi int32", lambda k, d, f: k.ext4_eq_split(A(d, (8, 4)), A(d, 4), 4,
+                                                                A(d, (8, 4)),
+                                                                A(d, (8, 4), np.int32), f),
+         TypeError, ["ext4_eq_split", "`hi`", "uint32"]),
+        ("ext split lo strided", lambda k, d, f: k.ext4_eq_split(
+            A(d, (8, 4)), A(d, 4), 4, _strided(d, 8, True), A(d, (8, 4)), f),
+         ValueError, ["ext4_eq_split", "`lo`", "C-contiguous"]),
     ]
     return cases
 

@@ -1,8 +1,10 @@
-"""The fused MLE fold launchers (``base_mle_fold``, ``ext4_mle_fold``) called
-directly, on every backend: ``out[k] = v[2k] + r (v[2k+1] - v[2k])`` against
-Python big integers (``test_kernel_layer.Ref``), every degree combination and
-array form, words >= p, the CPU's parallel runs, and ``out`` over an input
-refused (the other misuse cases are in ``test_kernel_layer.misuse_cases``).
+"""The sumcheck launchers called directly, on every backend: the fused MLE
+folds (``base_mle_fold``, ``ext4_mle_fold``: ``out[k] = v[2k] + r (v[2k+1] -
+v[2k])``) and the eq-table doubling (``base_eq_split``, ``ext4_eq_split``:
+``lo, hi = a - a r, a r``), against Python big integers
+(``test_kernel_layer.Ref``), every degree combination and array form, words
+>= p, the CPU's parallel runs, in-place use where allowed and refused where
+not (the other misuse cases are in ``test_kernel_layer.misuse_cases``).
 """
 import numpy as np
 import pytest
@@ -123,3 +125,86 @@ def test_fold_out_over_its_input_is_refused(k, ext):
             k.ext4_mle_fold(buf, 4, o[28:], 4, o, f)
         else:
             k.base_mle_fold(buf, o[7:], o, f)
+
+
+# ---- the eq-table doubling ------------------------------------------------------
+
+def want_split(ref, a, r):
+    """``(a - a r, a r)`` in big ints: ``a`` (n,) or (n, 4), ``r`` an int or (4,)."""
+    p, r = ref.p, np.asarray(r, dtype=object)
+    if a.ndim == 1:
+        h = a * r[()] % p
+    else:
+        rr = r if r.ndim == 1 else np.array([r[()], 0, 0, 0], dtype=object)
+        h = ref.ext_mul(a, np.tile(rr, (len(a), 1)))
+    return (a - h) % p, h
+
+
+@pytest.mark.parametrize("F", FIELDS)
+def test_eq_split_launchers_match_big_ints(F, k):
+    k, backend = k
+    ref, f, n = Ref(F), F.params, small(backend)
+    a, r = rand_words(F, (n,), 11, zeros=True), rand_words(F, (1,), 12)
+    want = want_split(ref, ref.dec(a), ref.dec(r)[0])
+    for in_place in (False, True):
+        da = dev(a, backend)
+        lo, hi = (da if in_place else empty(n, backend)), empty(n, backend)
+        k.base_eq_split(da, dev(r, backend), lo, hi, f)
+        check_words(ref, lo, want[0], f"base_eq_split lo {in_place}")
+        check_words(ref, hi, want[1], f"base_eq_split hi {in_place}")
+    ea, er = rand_words(F, (n, 4), 13, zeros=True), rand_words(F, (4,), 14)
+    er[2] = 2**32 - 1  # not canonical
+    for r_deg, rs in ((1, r), (4, er)):
+        want = want_split(ref, ref.dec(ea), ref.dec(rs)[0] if r_deg == 1 else ref.dec(rs))
+        for form in ((n, 4), (4 * n,)):
+            for in_place in (False, True):
+                da = dev(ea.reshape(form), backend)
+                lo, hi = (da if in_place else empty(form, backend)), empty((n, 4), backend)
+                k.ext4_eq_split(da, dev(rs.reshape(-1), backend), r_deg, lo, hi, f)
+                what = f"ext4_eq_split {r_deg} {form} {in_place}"
+                check_words(ref, to_host(lo).reshape(n, 4), want[0], what + " lo")
+                check_words(ref, hi, want[1], what + " hi")
+
+
+@pytest.mark.parametrize("r_deg", [1, 4])
+def test_eq_split_parallel_cpu_runs(r_deg):
+    F, k = KoalaBear, kernels_for("cpu", "field")
+    ref, n = Ref(F), 2 * CPU_LANE_RUN + 37
+    a, r = rand_words(F, (n, 4), 15, zeros=True), rand_words(F, (r_deg,), 16)
+    want = want_split(ref, ref.dec(a), ref.dec(r)[0] if r_deg == 1 else ref.dec(r))
+    lo, hi = a.copy(), np.empty((n, 4), np.uint32)
+    k.ext4_eq_split(lo, r, r_deg, lo, hi, F.params)  # in place
+    check_words(ref, lo, want[0], "lo")
+    check_words(ref, hi, want[1], "hi")
+    if r_deg == 1:
+        b = rand_words(F, (n,), 17, zeros=True)
+        want = want_split(ref, ref.dec(b), ref.dec(r)[0])
+        lo, hi = np.empty(n, np.uint32), np.empty(n, np.uint32)
+        k.base_eq_split(b, r, lo, hi, F.params)
+        check_words(ref, lo, want[0], "base lo")
+        check_words(ref, hi, want[1], "base hi")
+
+
+@pytest.mark.parametrize("ext", [False, True], ids=["base", "ext"])
+def test_eq_split_overlaps_refused(k, ext):
+    # hi overlaps nothing; lo may be a itself, not a shifted view of it
+    k, backend = k
+    f = KoalaBear.params
+    shape = (lambda m: (m, 4)) if ext else (lambda m: (m,))
+    buf, r = _arr(backend, shape(16)), _arr(backend, 4 if ext else 1)
+    call = (lambda a, lo, hi, rr=r: k.ext4_eq_split(a, rr, 4, lo, hi, f)) if ext else \
+        (lambda a, lo, hi, rr=r: k.base_eq_split(a, rr, lo, hi, f))
+    for a, lo, hi, match in ((buf[:8], buf[:8], buf[:8], "`hi` overlaps argument `a`"),
+                             (buf[:8], _arr(backend, shape(8)), buf[4:12],
+                              "`hi` overlaps argument `a`"),
+                             (buf[:8], buf[8:], buf[8:], "`hi` overlaps argument `lo`"),
+                             (buf[:8], buf[1:9], _arr(backend, shape(8)),
+                              "`lo` overlaps argument `a`")):
+        with pytest.raises(ValueError, match=match):
+            call(a, lo, hi)
+    o = _arr(backend, shape(8))
+    with pytest.raises(ValueError, match="`hi` overlaps argument `r`"):
+        if ext:
+            k.ext4_eq_split(buf[:8], o[7], 4, _arr(backend, (8, 4)), o, f)
+        else:
+            k.base_eq_split(buf[:8], o[7:], _arr(backend, 8), o, f)

@@ -135,6 +135,30 @@ def test_ext4_mul_extremes(field):
         assert [dec(int(c), p) for c in got] == ext_mul(a, b, p, w), (a, b)
 
 
+def _twin(name, like):
+    """monty's ``name`` in the variant of ``like`` (compiled, or the plain
+    Python the simulator runs)."""
+    fn = getattr(monty, name)
+    return fn if hasattr(like, "py_func") else getattr(fn, "py_func", fn)
+
+
+def _scalars(field):
+    f = FIELDS[field]
+    return np.uint32(f.p), np.uint32(f.mu_neg), np.uint32(f.w_mont)
+
+
+def _word_cases(p, count, size, slots, seed):
+    """``count`` lists of ``size`` random uint32 words (as Python ints); the
+    first ones hold every pair of edge words at positions ``slots``."""
+    rng = np.random.default_rng(seed)
+    edges = [0, 1, p - 1, p, R - 1, R % p]
+    for t in range(count):
+        words = [int(x) for x in rng.integers(0, R, size, dtype=np.uint64)]
+        if t < len(edges) ** 2:
+            words[slots[0]], words[slots[1]] = edges[t % len(edges)], edges[t // len(edges)]
+        yield words
+
+
 @pytest.mark.parametrize("field", FIELD_NAMES)
 @pytest.mark.parametrize("fold", _numba_variants("ext4_fold"))
 def test_mle_folds_read_any_words(field, fold):
@@ -142,19 +166,9 @@ def test_mle_folds_read_any_words(field, fold):
     fold kernels, CPU and Numba-CUDA) give ``lo + r (hi - lo)`` for any uint32
     words (read mod p), in every (values, r) degree pair, the coefficients a
     base side ignores set to garbage."""
-    f = FIELDS[field]
-    p, w = P[_BIG[field]], W[_BIG[field]]
-    # base_fold in the same variant (compiled, or the plain Python the
-    # simulator runs)
-    base = monty.base_fold if hasattr(fold, "py_func") else \
-        getattr(monty.base_fold, "py_func", monty.base_fold)
-    pp, mu, wm = np.uint32(p), np.uint32(f.mu_neg), np.uint32(f.w_mont)
-    rng = np.random.default_rng(5)
-    edges = [0, 1, p - 1, p, R - 1, R % p]
-    for t in range(120):
-        words = [int(x) for x in rng.integers(0, R, 12, dtype=np.uint64)]
-        if t < len(edges) ** 2:  # every pair of edge words as lo[0], hi[0]
-            words[0], words[4] = edges[t % len(edges)], edges[t // len(edges) % len(edges)]
+    p, w, (pp, mu, wm) = P[_BIG[field]], W[_BIG[field]], _scalars(field)
+    base = _twin("base_fold", fold)
+    for words in _word_cases(p, 120, 12, (0, 4), seed=5):  # edge pairs as lo[0], hi[0]
         lo, hi, r = ([dec(x % p, p) for x in words[i:i + 4]] for i in (0, 4, 8))
         for v_deg in (1, 4):
             for r_deg in (1, 4):
@@ -168,6 +182,26 @@ def test_mle_folds_read_any_words(field, fold):
                 assert all(int(c) < p for c in got)
         got = base(np.uint32(words[0]), np.uint32(words[4]), np.uint32(words[8]), pp, mu)
         assert dec(int(got), p) == (lo[0] + r[0] * (hi[0] - lo[0])) % p, words
+
+
+@pytest.mark.parametrize("field", FIELD_NAMES)
+@pytest.mark.parametrize("split", _numba_variants("ext4_eq_split"))
+def test_eq_splits_read_any_words(field, split):
+    """``base_eq_split`` / ``ext4_eq_split`` give ``(a - a r, a r)`` for any
+    uint32 words, a base ``r``'s other words set to garbage."""
+    p, w, (pp, mu, wm) = P[_BIG[field]], W[_BIG[field]], _scalars(field)
+    base = _twin("base_eq_split", split)
+    for words in _word_cases(p, 60, 8, (0, 4), seed=6):  # edge pairs as a[0], r[0]
+        a, r = ([dec(x % p, p) for x in words[i:i + 4]] for i in (0, 4))
+        for r_deg in (1, 4):
+            h = ext_mul(a, r if r_deg == 4 else [r[0], 0, 0, 0], p, w)
+            want = [(x - y) % p for x, y in zip(a, h)] + h
+            got = split(*(np.uint32(x) for x in words), r_deg, pp, mu, wm)
+            assert [dec(int(c), p) for c in got] == want, (words, r_deg)
+            assert all(int(c) < p for c in got)
+        got = base(np.uint32(words[0]), np.uint32(words[4]), pp, mu)
+        h = a[0] * r[0] % p
+        assert [dec(int(c), p) for c in got] == [(a[0] - h) % p, h], words
 
 
 _HARNESS = r"""

@@ -59,6 +59,9 @@ SCRIPT = textwrap.dedent(r'''
         for vals in (base, ext):
             for r in (base[0], ext[0]):
                 F.ext.mle_fold(vals, r, backend="numba")
+        F.eq_table(base[:3], backend="numba")  # the eq-table doubling
+        F.ext.eq_table(base[:3], backend="numba")
+        F.ext.eq_table(ext[:3], backend="numba")
         for n_ext in (False, True):
             for d_ext in (False, True):
                 N, D = (F.ext if n_ext else F), (F.ext if d_ext else F)
@@ -101,6 +104,7 @@ def test_numba_cuda_kernels_compile_to_sm90_ptx():
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-6000:]
     assert "compiled" in res.stdout
     for name in ("_base_map2_bcast_kernel", "_ext4_map2_bcast_kernel",
-                 "_base_mle_fold_kernel", "_ext4_mle_fold_kernel"):
+                 "_base_mle_fold_kernel", "_ext4_mle_fold_kernel", "_base_eq_split_kernel",
+                 "_ext4_eq_split_kernel"):
         assert name in res.stdout, res.stdout
     print(res.stdout)

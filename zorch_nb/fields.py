@@ -1238,7 +1238,8 @@ class _FieldBase:
         (``point[0]`` binds the lowest bit, as in :meth:`mle_eval`), so the
         field sum of ``f * eq_table(point)`` is ``mle_eval(f, point)``.  Built
         by ``nv`` doublings, ``T[m + k] = T[k] r_j``, ``T[k] = T[k] - T[m + k]``
-        (``m = 2**j``): ``2**nv - 1`` products in all.
+        (``m = 2**j``): ``2**nv - 1`` products in all, one fused kernel pass
+        per doubling (the ``eq_split`` kernels).
 
         Parameters
         ----------
@@ -1255,13 +1256,25 @@ class _FieldBase:
         with xp.cuda.Device(_backend.device_of(point)) if kind == "cupy" \
                 else contextlib.nullcontext():
             table, user_out = self._out(out, kind, (1 << nv,), [point])
-            table[0] = xp.asarray(self.one)
+            work, mod = table, xp
+            if backend == "cupy" and kind == "numpy":  # built on the device, as _run does
+                mod = _backend.get_xp("cupy")
+                work = mod.empty(table.shape, np.uint32)
+            # each coordinate as its 1 or 4 contiguous words
+            coords = [mod.ascontiguousarray(mod.asarray(point[j])).reshape(-1)
+                      for j in range(nv)]
+            kernels = _backend.kernels_for(backend, "field")
+            f = self.params
+            split = (lambda a, r, hi: kernels.base_eq_split(a, r, a, hi, f)) \
+                if self.degree == 1 else \
+                (lambda a, r, hi: kernels.ext4_eq_split(a, r, r.size, a, hi, f))
+            work[0] = mod.asarray(self.one)
             m = 1
-            for j in range(nv):
-                lo, hi = table[:m], table[m:2 * m]
-                self.mul(lo, point[j], hi, backend=backend)
-                self.sub(lo, hi, lo, backend=backend)
+            for j in range(nv):  # T[:m], T[m:2m] = T[:m] (1 - r_j), T[:m] r_j: in place
+                split(work[:m], coords[j], work[m:2 * m])
                 m *= 2
+            if work is not table:
+                table[...] = work.get()
         return self._finish(table, user_out)
 
     def pow(self, a, e, out=None, *, backend=None):

@@ -85,6 +85,18 @@ ZORCH_HD zorch_ext4 zorch_ext4_pow_e(zorch_ext4 a, zorch_u64 e_hi, zorch_u64 e_l
     return r;
 }
 
+// The one element r of r_deg words (1: a base element, embedded), which
+// every thread of the fold and eq-split kernels reads.
+ZORCH_HD zorch_ext4 zorch_element_of(const zorch_u32* r, int r_deg) {
+    zorch_ext4 s = {r[0], 0u, 0u, 0u};
+    if (r_deg == 4) {
+        s.c1 = r[1];
+        s.c2 = r[2];
+        s.c3 = r[3];
+    }
+    return s;
+}
+
 // One multilinear fold lo + r (hi - lo) (kernels/monty.py base_fold,
 // ext4_fold): the words of add(lo, mul(r, sub(hi, lo))), in one pass.
 ZORCH_HD zorch_u32 zorch_base_fold(zorch_u32 lo, zorch_u32 hi, zorch_u32 r) {
@@ -121,6 +133,32 @@ ZORCH_HD zorch_ext4 zorch_ext4_fold(zorch_ext4 lo, zorch_ext4 hi, zorch_ext4 r, 
         t = zorch_ext4_mul(d, r);
     }
     return zorch_ext4_add(lo, t);
+}
+
+// One eq-table doubling step: an entry a split by the next coordinate r
+// into a - a r and a r (kernels/monty.py base_eq_split, ext4_eq_split).
+ZORCH_HD void zorch_base_eq_split(zorch_u32 a, zorch_u32 r, zorch_u32* lo, zorch_u32* hi) {
+    a = zorch_canonical(a);
+    *hi = zorch_mont_mul(a, zorch_canonical(r));
+    *lo = zorch_sub(a, *hi);
+}
+
+// r_deg 1: r is a base element in .c0 (the rest ignored): 4 products.
+ZORCH_HD void zorch_ext4_eq_split(zorch_ext4 a, zorch_ext4 r, int r_deg, zorch_ext4* lo,
+                                  zorch_ext4* hi) {
+    a = zorch_ext4_canonical(a);
+    zorch_ext4 h;
+    if (r_deg == 1) {
+        const zorch_u32 s = zorch_canonical(r.c0);
+        h.c0 = zorch_mont_mul(a.c0, s);
+        h.c1 = zorch_mont_mul(a.c1, s);
+        h.c2 = zorch_mont_mul(a.c2, s);
+        h.c3 = zorch_mont_mul(a.c3, s);
+    } else {
+        h = zorch_ext4_mul(a, zorch_ext4_canonical(r));
+    }
+    *lo = zorch_ext4_sub(a, h);
+    *hi = h;
 }
 
 #ifdef __CUDACC__
@@ -245,12 +283,7 @@ extern "C" __global__ void zorch_ext4_mle_fold(const zorch_u32* v, int v_deg,
     // the values need not cost the stores theirs)
     const bool vin = v_deg == 1 ? zorch_aligned8(v) : zorch_aligned16(v);
     const bool vout = zorch_aligned16(out);
-    zorch_ext4 s = {r[0], 0u, 0u, 0u};
-    if (r_deg == 4) {
-        s.c1 = r[1];
-        s.c2 = r[2];
-        s.c3 = r[3];
-    }
+    const zorch_ext4 s = zorch_element_of(r, r_deg);
     ZORCH_GRID_STRIDE(i, n) {
         zorch_ext4 lo = {0u, 0u, 0u, 0u}, hi = lo;
         if (v_deg == 4) {
@@ -260,6 +293,27 @@ extern "C" __global__ void zorch_ext4_mle_fold(const zorch_u32* v, int v_deg,
             zorch_load_pair(v, i, vin, &lo.c0, &hi.c0);
         }
         zorch_ext4_store_vec(out, i, zorch_ext4_fold(lo, hi, s, v_deg, r_deg), vout);
+    }
+}
+
+// lo[i], hi[i] = a[i] - a[i] r, a[i] r; lo may be a itself (each thread
+// reads its element before it writes it).
+extern "C" __global__ void zorch_base_eq_split(const zorch_u32* a, const zorch_u32* r,
+                                               zorch_u32* lo, zorch_u32* hi, zorch_u64 n) {
+    const zorch_u32 s = r[0];
+    ZORCH_GRID_STRIDE(i, n) zorch_base_eq_split(a[i], s, &lo[i], &hi[i]);
+}
+
+extern "C" __global__ void zorch_ext4_eq_split(const zorch_u32* a, const zorch_u32* r,
+                                               int r_deg, zorch_u32* lo, zorch_u32* hi,
+                                               zorch_u64 n) {
+    const bool vec = zorch_aligned16(a) && zorch_aligned16(lo) && zorch_aligned16(hi);
+    const zorch_ext4 s = zorch_element_of(r, r_deg);
+    ZORCH_GRID_STRIDE(i, n) {
+        zorch_ext4 x, y;
+        zorch_ext4_eq_split(zorch_ext4_load_vec(a, i, vec), s, r_deg, &x, &y);
+        zorch_ext4_store_vec(lo, i, x, vec);
+        zorch_ext4_store_vec(hi, i, y, vec);
     }
 }
 #endif  // __CUDACC__
