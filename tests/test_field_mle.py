@@ -119,3 +119,19 @@ def test_errors_name_the_argument():
         F.eq_table(E.random(3))
     with pytest.raises(ValueError, match=r"`out` must have shape \(8,\)"):
         F.eq_table(F.random(3), out=np.empty(4, np.uint32))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("F", FIELDS)
+def test_numpy_arrays_on_the_cupy_backend(F):
+    # backend="cupy" with NumPy arrays: the kernels run on the device and the
+    # result comes back as NumPy, the words of the CPU's
+    E = F.ext
+    for G, values, point in ((F, F.random(16, seed=1), F.random(4, seed=2)),
+                             (E, F.random(16, seed=3), E.random(4, seed=4)),
+                             (E, E.random(16, seed=5), F.random(4, seed=6))):
+        for name, call in (("mle_fold", lambda **kw: G.mle_fold(values, point[0], **kw)),
+                           ("eq_table", lambda **kw: G.eq_table(point, **kw)),
+                           ("mle_eval", lambda **kw: G.mle_eval(values, point, **kw))):
+            got, want = call(backend="cupy"), call()
+            assert type(got) is np.ndarray and got.tobytes() == want.tobytes(), name
