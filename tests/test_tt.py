@@ -1227,6 +1227,41 @@ def test_rebuilt_identical_structure_compiles_once(rng):
     assert final.misses == after.misses + 2 and final.hits >= after.hits + 2
 
 
+def test_a_reshaped_stack_shares_the_kernels(rng):
+    """The kernels see the stack flattened: six trains as a stack (6,) and as
+    (2, 3) are one structure to them (a reshape compiled them all again)."""
+    xs = [UniformTuckerTensorTrain.from_t3(rand_t3(rng, (2, 3, 2), (2, 1, 2),
+                                                   (1, 2, 2, 1)), n=3, r=3)
+          for _ in range(6)]
+    flat = UniformTuckerTensorTrain.stack(xs)
+    U, G = flat.tucker_supercore, flat.tt_supercore
+    mk, mt = flat.masks
+    grid = UniformTuckerTensorTrain(U.reshape((3, 2, 3) + U.shape[2:]),
+                                    G.reshape((3, 2, 3) + G.shape[2:]), flat.shape,
+                                    (mk.reshape(3, 2, 3, -1), mt.reshape(4, 2, 3, -1)))
+    assert grid.masks != flat.masks  # (different holders: the stacks differ)
+    want_dense, want_inner = flat.to_dense(), flat.inner(flat)
+    before = kernel_cache_info()
+    np.testing.assert_array_equal(grid.to_dense(), want_dense.reshape((2, 3) + flat.shape))
+    np.testing.assert_array_equal(grid.inner(grid), want_inner.reshape(2, 3))
+    assert kernel_cache_info().misses == before.misses
+    assert grid.masks.stack_flat() == flat.masks and flat.masks.stack_flat() is flat.masks
+
+
+def test_division_by_zero_as_numpy(rng):
+    # x / 0 divided as NumPy does (inf, a RuntimeWarning), not ZeroDivisionError
+    x = UniformTuckerTensorTrain.from_t3(rand_t3(rng, SHAPE, (2, 3, 2), (1, 2, 2, 1)),
+                                         n=3, r=3)
+    for zero in (0, 0.0, np.float64(0), np.int64(0)):
+        with pytest.warns(RuntimeWarning):
+            y = x / zero
+        assert np.isinf(y.tt_supercore[0][x.masks[1][0]]).any()
+    np.testing.assert_allclose((x / 4).to_dense(), x.to_dense() / 4, rtol=1e-12)
+    x32 = UniformTuckerTensorTrain(x.tucker_supercore.astype(np.float32),
+                                   x.tt_supercore.astype(np.float32), x.shape, x.masks)
+    assert (x32 / 2).dtype == np.float32 and (x32 / 0.5).dtype == np.float32
+
+
 def test_kernel_cache_info_has_lru_cache_fields():
     """kernel_cache_info claimed to be like lru_cache's cache_info() but had
     no maxsize."""

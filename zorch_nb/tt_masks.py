@@ -121,7 +121,25 @@ class UT3Masks(tuple):
             )
         self = super().__new__(cls, (tk, tt))
         object.__setattr__(self, "_hash", None)
+        object.__setattr__(self, "_flat", None)
         return self
+
+    def stack_flat(self):
+        """The same structure with its stack axes flattened into one,
+        ``(d, S, n)`` and ``(d + 1, S, r)`` (cached; ``self`` where the stack is
+        one axis already): what the kernels see, so their cache key -- a
+        stack ``(6,)`` and its reshape to ``(2, 3)`` share the kernels."""
+        flat = self.__dict__["_flat"]
+        if flat is None:
+            tk, tt = self
+            if tk.ndim == 3:
+                flat = self
+            else:
+                S = int(np.prod(tk.shape[1:-1], dtype=np.int64))
+                flat = UT3Masks(tk.reshape(tk.shape[0], S, tk.shape[-1]),
+                                tt.reshape(tt.shape[0], S, tt.shape[-1]))
+            object.__setattr__(self, "_flat", flat)
+        return flat
 
     def __setattr__(self, name, value):
         raise AttributeError("UT3Masks is immutable")

@@ -761,7 +761,7 @@ def _to_dense_xp(p):
 
 
 def _to_dense_numba(p):
-    key = ("to_dense", p.shape, (p.n, p.r, p.N), p.masks)
+    key = ("to_dense", p.shape, (p.n, p.r, p.N), p.masks.stack_flat())
     kernel = KERNELS.get(key, lambda: _k.build_ut3_to_dense(p.shape, *_tables(p)))
     size = math.prod(p.shape)  # checked by ut3_to_dense
     dt = p.U.dtype
@@ -1082,7 +1082,8 @@ def _inner_xp(p, q):
 
 
 def _inner_numba(p, q):
-    key = ("inner", p.shape, (p.n, p.r, p.N, q.n, q.r, q.N), p.masks, q.masks)
+    key = ("inner", p.shape, (p.n, p.r, p.N, q.n, q.r, q.N), p.masks.stack_flat(),
+           q.masks.stack_flat())
     kernel = KERNELS.get(key, lambda: _k.build_ut3_inner(p.shape, _tables(p), _tables(q)))
     dt = np.result_type(p.U.dtype, q.U.dtype)
     args = [_kernel_array(a, dt) for a in (p.U, p.G, q.U, q.G)]
@@ -1165,7 +1166,7 @@ def _chain(p, V):
     CuPy: batched ``einsum`` on the masked TT supercore."""
     G = p.G
     if _use_numba(p.xp):
-        key = ("chain", p.shape, (p.n, p.r, p.N), p.masks)
+        key = ("chain", p.shape, (p.n, p.r, p.N), p.masks.stack_flat())
         kernel = KERNELS.get(key, lambda: _k.build_ut3_chain(*_tables(p)))
         dt = np.result_type(V.dtype, G.dtype)
         out = np.empty((p.S, V.shape[2]), dtype=dt)
@@ -1239,7 +1240,10 @@ def ut3_apply(data, vectors):
     Returns
     -------
     array, shape ``stack + batch``
-        ``sum x[i_0, ..., i_{d-1}] v_0[i_0] ... v_{d-1}[i_{d-1}]``.
+        ``sum x[i_0, ..., i_{d-1}] v_0[i_0] ... v_{d-1}[i_{d-1}]``, in the
+        dtype NumPy's promotion gives the supercores and the vectors
+        (float32 trains with float64 or integer vectors: float64, one more
+        compiled kernel).
     """
     p = _parts(data)
     xp = p.xp
@@ -1617,6 +1621,11 @@ def ut3_svd(data, max_tucker_ranks=None, max_tt_ranks=None):
         ``tucker_svs[i, ..., max_tucker_ranks[i]:]`` and
         ``tt_svs[b, ..., max_tt_ranks[b]:]`` (the lossless steps discard
         nothing; they may leave ranks below these limits).
+
+        A train whose masks hold no slot of some core or bond (rank 0: the
+        zero tensor) keeps that rank 0, which ``to_t3`` refuses (ragged
+        cores have ranks >= 1); the rank-1 zero train is
+        ``from_t3(t3_from_dense(zeros))``.
 
     Raises
     ------
