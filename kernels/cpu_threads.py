@@ -123,7 +123,8 @@ _twins = {}
 
 def serial_twin(kernel):
     """The serial compile of ``kernel``, an ``@njit(parallel=True)`` dispatcher: the same Python function, its ``prange`` loops run as
-    ``range``; compiled (or loaded from the cache) on first use, once.
+    ``range``, its array arguments ``noalias`` as the parallel loop bodies'
+    are; compiled (or loaded from the cache) on first use, once.
 
     Numba names a cache entry after the function's qualified name and keys
     it on the bytecode, not on ``parallel``: the twin is a copy of the
@@ -136,6 +137,8 @@ def serial_twin(kernel):
         if fn is None:  # NUMBA_DISABLE_JIT: already a plain (serial) function
             return kernel
         from numba import njit
+
+        from .vector_width import NoaliasCompiler
         copy = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__,
                                   fn.__defaults__, fn.__closure__)
         copy.__qualname__ = fn.__qualname__ + "__serial"
@@ -143,7 +146,9 @@ def serial_twin(kernel):
         copy.__doc__ = fn.__doc__
         # cached where the kernel is (a function without a source file cannot be)
         cached = type(getattr(kernel, "_cache", None)).__name__ != "NullCache"
-        twin = _twins.setdefault(kernel, njit(cache=cached)(copy))
+        # noalias arrays, as the parallel compile's loop bodies have (see
+        # vector_width.NoaliasCompiler: in-place elementwise calls vectorize)
+        twin = _twins.setdefault(kernel, njit(cache=cached, pipeline_class=NoaliasCompiler)(copy))
     return twin
 
 

@@ -34,7 +34,7 @@ from numba import njit
 from numba.core import config
 from numba.core.compiler import Compiler
 
-__all__ = ["njit_lanes64", "lanes64_width"]
+__all__ = ["njit_lanes64", "lanes64_width", "NoaliasCompiler"]
 
 
 def lanes64_width() -> int:
@@ -56,12 +56,25 @@ def _set_width(width: int) -> None:
     llvm.set_option("zorch_nb", f"-force-vector-width={width}")
 
 
-class _Lanes64Compiler(Compiler):
-    """Numba's default pipeline, run with ``noalias`` arrays and the
-    vectorization factor pinned."""
+class NoaliasCompiler(Compiler):
+    """Numba's default pipeline with its array arguments marked ``noalias``, as
+    a parfor body's are.  For the serial twins of the parallel kernels
+    (:func:`.cpu_threads.serial_twin`): without it LLVM guards each loop
+    with a runtime overlap test, and an elementwise op writing over its
+    operand (``E.add(acc, x, out=acc)``, allowed by the launch checks) fails
+    the test and runs the scalar loop -- 11x slower at 2**20 on one thread.
+    The launchers pass overlapping arrays only as such elementwise aliases,
+    so the assumption holds as it does for the parallel compile."""
 
     def compile_extra(self, func):
         self.state.flags.noalias = True  # this compilation's own flags
+        return super().compile_extra(func)
+
+
+class _Lanes64Compiler(NoaliasCompiler):
+    """:class:`NoaliasCompiler` with the vectorization factor pinned."""
+
+    def compile_extra(self, func):
         if not _WIDTH:
             return super().compile_extra(func)
         _set_width(_WIDTH)
