@@ -27,9 +27,9 @@ CPU_SERIAL_WORDS = 8192
 #: A replayed graph call of at most this many node evaluations (padded
 #: instances x IR nodes) runs its evaluator compiled without ``parallel``, on
 #: the calling thread (kernels/graph_cpu.use_serial): a parallel launch costs
-#: ~2.5 us quiet and milliseconds while another process holds a core (1000
-#: six-instance calls replayed in 2-3.7 s), and 2**16 evaluations -- a few
-#: Montgomery products each -- take tens of microseconds serially.  Each
+#: ~2.5 us quiet and up to milliseconds while another process holds a core
+#: (figures in the README, "Small CPU calls"), and 2**16 evaluations -- a
+#: few Montgomery products each -- take tens of microseconds serially.  Each
 #: evaluator is compiled in one of the two forms only: its layouts fix its
 #: instance count.
 GRAPH_CPU_SERIAL_WORK = 1 << 16
