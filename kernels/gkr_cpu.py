@@ -271,6 +271,59 @@ def _constant_run(mode, k0, cnt, on0, on1, od0, od1, num0, den0):
         _put_constant(mode, on1, od1, k, num0, den0)
 
 
+#: The scratch argument of _segment_slots where the pairs fold in place.
+_NO_RUN = (np.empty(0, np.uint32), np.empty(0, np.uint32))
+
+
+@njit(cache=True, forceinline=True)
+def _segment_slots(mode, q, end, s, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1,
+                   p, mu, wm, one, tn, td, e_lo, moved):
+    # The live slots [q, end) segment by segment, each segment's in its three
+    # kinds (see _jagged_chunk): pairs, an odd segment's last node with the
+    # neutral partner, padding.  The pairs' fractions are folded here, or,
+    # where `moved`, moved from tn / td: the run of nodes from e_lo that
+    # _jagged_chunk_short folded beforehand.  s: a segment at or before the
+    # one holding q.  Returns end.
+    zero = np.uint32(0)
+    wn = np.uint64(1 if mode == MODE_BB else 4)
+    wd = np.uint64(4 if mode & 1 else 1)
+    while q < end:
+        # first s with cum[s] > q: empty segments are stepped over; it
+        # exists (cum[nb - 1] = sum(orc) >= end > q), so no clamp is needed.
+        while prefix[1, s] <= q:
+            s += 1
+        start, base, rows = _segment(s, rc, orc, prefix)
+        j0 = q - start
+        j1 = min(prefix[1, s], end) - start
+        full = rows // 2
+        live = (rows + 1) // 2
+        a = min(j1, full)
+        if j0 < a:
+            if moved:
+                r = base - e_lo  # node of position j = 0, relative to the run
+                for j in range(j0, a):
+                    k = np.uint64(start + j)
+                    _move_child(tn, td, r + 2 * j, on0, od0, k, wn, wd)
+                    _move_child(tn, td, r + 2 * j + 1, on1, od1, k, wn, wd)
+            else:
+                _pair_run(mode, np.uint64(q), np.uint64(base + 2 * j0), a - j0,
+                          n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm)
+        a = max(j0, full)
+        if a < min(j1, live):  # at most one slot
+            k = np.uint64(start + a)
+            if moved:
+                _move_child(tn, td, base - e_lo + 2 * a, on0, od0, k, wn, wd)
+            else:
+                _fold_one(mode, n0, n1, d0, d1, np.uint64(base + 2 * a), on0, od0, k,
+                          p, mu, wm)
+            _put_constant(mode, on1, od1, k, zero, one)
+        a = max(j0, live)
+        if a < j1:
+            _constant_run(mode, np.uint64(start + a), j1 - a, on0, on1, od0, od1, zero, one)
+        q = start + j1
+    return q
+
+
 @njit(cache=True, forceinline=True)
 def _jagged_chunk(mode, lo, hi, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1,
                   p, mu, wm, one):
@@ -294,33 +347,8 @@ def _jagged_chunk(mode, lo, hi, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, 
             # are the per-mode pair runs, compiled on their own).
             q = _jagged_chunk_short(np.int64(mode), q, live_end, s, rc, orc, prefix,
                                     n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm, one)
-        while q < live_end:
-            # first s with cum[s] > q: empty segments are stepped over; it
-            # exists (cum[nb - 1] = sum(orc) > q), so no clamp is needed.
-            while prefix[1, s] <= q:
-                s += 1
-            cum = prefix[1, s]
-            start = cum - np.int64(orc[s])  # slot of position j = 0
-            rows = np.int64(rc[s])
-            base = prefix[0, s] - rows  # node of position j = 0
-            full = rows // 2
-            live = (rows + 1) // 2
-            j0 = q - start
-            j1 = min(cum, live_end) - start
-            a = min(j1, full)
-            if j0 < a:
-                _pair_run(mode, np.uint64(q), np.uint64(base + 2 * j0), a - j0,
-                          n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm)
-            a = max(j0, full)
-            if a < min(j1, live):  # at most one slot
-                k = np.uint64(start + a)
-                _fold_one(mode, n0, n1, d0, d1, np.uint64(base + 2 * a), on0, od0, k,
-                          p, mu, wm)
-                _put_constant(mode, on1, od1, k, zero, one)
-            a = max(j0, live)
-            if a < j1:
-                _constant_run(mode, np.uint64(start + a), j1 - a, on0, on1, od0, od1, zero, one)
-            q = start + j1
+        q = _segment_slots(mode, q, live_end, s, rc, orc, prefix, n0, n1, d0, d1,
+                           on0, on1, od0, od1, p, mu, wm, one, _NO_RUN, _NO_RUN, 0, False)
     if q < hi:
         _constant_run(mode, np.uint64(q), hi - q, on0, on1, od0, od1, zero, zero)
 
@@ -398,31 +426,8 @@ def _jagged_chunk_short(mode, lo, end, s, rc, orc, prefix, n0, n1, d0, d1, on0, 
     if m & 1:  # the run's last node
         _fold_one(mode, n0, n1, d0, d1, np.uint64(e_hi - 1), tn[0], td[0], np.uint64(half),
                   p, mu, wm)
-    zero = np.uint32(0)
-    q = lo
-    while q < end:  # the slot kinds as in _jagged_chunk
-        while prefix[1, s] <= q:
-            s += 1
-        start, base, rows = _segment(s, rc, orc, prefix)
-        j0 = q - start
-        j1 = min(prefix[1, s], end) - start
-        full = rows // 2
-        live = (rows + 1) // 2
-        r = base - e_lo  # node of position j = 0, relative to the run
-        for j in range(j0, min(j1, full)):
-            k = np.uint64(start + j)
-            _move_child(tn, td, r + 2 * j, on0, od0, k, wn, wd)
-            _move_child(tn, td, r + 2 * j + 1, on1, od1, k, wn, wd)
-        a = max(j0, full)
-        if a < min(j1, live):  # an odd segment's last node, with the neutral partner
-            k = np.uint64(start + a)
-            _move_child(tn, td, r + 2 * a, on0, od0, k, wn, wd)
-            _put_constant(mode, on1, od1, k, zero, one)
-        a = max(j0, live)
-        if a < j1:
-            _constant_run(mode, np.uint64(start + a), j1 - a, on0, on1, od0, od1, zero, one)
-        q = start + j1
-    return end
+    return _segment_slots(mode, lo, end, s, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0,
+                          od1, p, mu, wm, one, tn, td, e_lo, True)
 
 
 @njit(parallel=True, cache=True)
