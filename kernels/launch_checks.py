@@ -220,8 +220,8 @@ def _overlap(where, out, x, name, alias_ok, out_name="out"):
         return
     lo_o, lo_x = _address(out), _address(x)
     if lo_o is None or lo_x is None:
-        raise TypeError(f"{where}: cannot tell where argument `{name}` or `out` lies in "
-                        f"memory ({type(x).__name__}, {type(out).__name__})")
+        raise TypeError(f"{where}: cannot tell where argument `{name}` or `{out_name}` lies "
+                        f"in memory ({type(x).__name__}, {type(out).__name__})")
     if lo_o + size_o <= lo_x or lo_x + size_x <= lo_o:
         return
     if alias_ok and lo_o == lo_x and size_o == size_x:

@@ -61,6 +61,16 @@ def test_reference_program_gives_528():
     assert out.shape == () and int(out) == 528
 
 
+class _ArrayLike:
+    """Array-like through ``__array__`` alone (a CPU tensor, a DataFrame)."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __array__(self, dtype=None, copy=None):
+        return self.a
+
+
 def test_reference_lanes_give_528_plus_32k():
     ctx = Context()
     a, c = reference_program(ctx, lanes=5)
@@ -73,6 +83,7 @@ def test_reference_lanes_give_528_plus_32k():
                             ({"a": new}, TypeError, "`inputs` must be a sequence"),
                             (new, TypeError, r"not one array of shape \(80, 2\); pass a "
                                              r"list: \[x\]$"),
+                            (_ArrayLike(new), TypeError, "not one array of shape"),
                             ([new * 1.0], TypeError, "`inputs\\[0\\]` must hold integers"),
                             ([-new], ValueError, r"inputs\[0\]\[0, 0\] = -1; pass "
                                                  r"reduce=True to reduce modulo p$"),

@@ -1252,11 +1252,12 @@ def test_division_by_zero_as_numpy(rng):
     # x / 0 divided as NumPy does (inf, a RuntimeWarning), not ZeroDivisionError
     x = UniformTuckerTensorTrain.from_t3(rand_t3(rng, SHAPE, (2, 3, 2), (1, 2, 2, 1)),
                                          n=3, r=3)
-    for zero in (0, 0.0, np.float64(0), np.int64(0)):
+    for zero in (0, 0.0, -0.0, np.float64(0), np.int64(0), False):
         with pytest.warns(RuntimeWarning):
             y = x / zero
         assert np.isinf(y.tt_supercore[0][x.masks[1][0]]).any()
     np.testing.assert_allclose((x / 4).to_dense(), x.to_dense() / 4, rtol=1e-12)
+    assert not (x / 10**400).to_dense().any()  # an int past float range: 1 / it is 0.0
     x32 = UniformTuckerTensorTrain(x.tucker_supercore.astype(np.float32),
                                    x.tt_supercore.astype(np.float32), x.shape, x.masks)
     assert (x32 / 2).dtype == np.float32 and (x32 / 0.5).dtype == np.float32

@@ -1431,13 +1431,14 @@ def run_computation_graph(graph: ComputationGraph, inputs, backend=None, *,
     if isinstance(inputs, (dict, str, bytes)) or not hasattr(inputs, "__iter__"):
         raise TypeError(f"Argument `inputs` must be a sequence of arrays (one per graph "
                         f"input), not {type(inputs).__name__}")
-    if hasattr(inputs, "__array_interface__") or hasattr(inputs, "__cuda_array_interface__"):
-        # one array would be taken row by row as the inputs: almost always a
-        # forgotten list around a single input
+    if any(hasattr(inputs, a) for a in ("__array__", "__array_interface__",
+                                        "__cuda_array_interface__")):
+        # one array (NumPy, CuPy, anything array-like) would be taken row by
+        # row as the inputs: almost always a forgotten list around one input
         raise TypeError(f"Argument `inputs` must be a sequence of arrays (one per graph "
-                        f"input), not one array of shape {tuple(inputs.shape)}; pass a list: "
-                        f"[x]" + (", or list(x) to take its rows as the inputs"
-                                  if len(graph.inputs) > 1 else ""))
+                        f"input), not one array of shape {tuple(np.shape(inputs))}; pass a "
+                        f"list: [x]" + (", or list(x) to take its rows as the inputs"
+                                        if len(graph.inputs) > 1 else ""))
     inputs = list(inputs)
     if len(inputs) != len(graph.inputs):
         raise ValueError(f"Argument `inputs` must hold {len(graph.inputs)} arrays (one per "

@@ -339,10 +339,10 @@ class UniformTuckerTensorTrain:
         """``x / alpha``: ``x * (1 / alpha)`` for a scalar or per-stack array ``alpha``."""
         if isinstance(alpha, UniformTuckerTensorTrain):
             raise TypeError("`/` divides a train by a scalar; trains do not divide elementwise.")
-        if isinstance(alpha, (int, float)) and not isinstance(alpha, bool):
-            # as a NumPy array divides: by 0 gives inf/nan with a RuntimeWarning
-            # (Python's 1 / 0 raised ZeroDivisionError)
-            alpha = np.float64(alpha)
+        if isinstance(alpha, (int, float)) and alpha == 0:
+            # as a NumPy array divides: by 0 (or False) gives inf/nan with a
+            # RuntimeWarning (Python's 1 / 0 raised ZeroDivisionError)
+            alpha = np.float64(0.0)
         try:
             inverse = 1 / alpha
         except TypeError:  # not a number: Python's own "unsupported operand" error
