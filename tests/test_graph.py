@@ -70,6 +70,9 @@ class _ArrayLike:
     def __array__(self, dtype=None, copy=None):
         return self.a
 
+    def __iter__(self):  # rows, as a tensor's
+        return iter(self.a)
+
 
 def test_reference_lanes_give_528_plus_32k():
     ctx = Context()
