@@ -26,10 +26,10 @@
 # important first: a device-tool timeout cuts the tail, and what is under
 # $OUT comes back).  Each step has a time cap sent as SIGINT, so the bench
 # keeps its JSON and pytest writes its summary and XML (each cap adds up to
-# 15 s before a kill where SIGINT is not enough); the caps sum to 520 s
-# (smoke 60, bench 200, tests 180, sanitizer 2 x 40; expect ~300 s), so a
-# 560 s call leaves the session's 15 device minutes room for a short
-# second call (ZORCH_GPU_STEPS=tests, say).
+# 15 s before a kill where SIGINT is not enough); the caps sum to 480 s
+# (smoke 60, bench 180, tests 160, sanitizer 2 x 40; expect ~300 s), under
+# the 560 s call.  A machine start takes minutes of the session's 15, so a
+# second call must follow while the machine is still warm (30 s).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/zorch_out}
@@ -90,7 +90,8 @@ try:
 except Exception as exc:
     print("cupy smoke FAILED:", type(exc).__name__, exc)
 PY
-  command -v compute-sanitizer >/dev/null || echo "no compute-sanitizer on PATH: step sanitize skipped"
+  command -v compute-sanitizer >/dev/null || ls /usr/local/cuda/bin/compute-sanitizer \
+    >/dev/null 2>&1 || echo "no compute-sanitizer: step sanitize skipped"
 } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
 
@@ -101,7 +102,7 @@ cat "$OUT/env.txt"
 #    was measured.
 if step bench; then
   echo "== bench"
-  cap 200 python3 -m zorch_nb bench --device gpu --sizes 26 --repeat 5 \
+  cap 180 python3 -m zorch_nb bench --device gpu --sizes 26 --repeat 5 \
     --json "$OUT/gpu_bench.json" 2>&1 | tee "$OUT/gpu_bench.log"
   echo "bench: exit ${PIPESTATUS[0]}" | tee -a "$OUT/gpu_bench.log"
 fi
@@ -118,7 +119,10 @@ if step tests; then
   # 16 cores (checked on the 2-core development machine: the emulated gpu
   # tests and the simulator tests pass under xdist)
   python3 -c "import xdist" 2>/dev/null && per_test+=(-n 4)
-  cap 180 python3 -m pytest -m "gpu or cudasim" -q -rfE --durations=25 -p no:cacheprovider \
+  # (a CuPy or Numba-CUDA that cannot reach the device fails the run at once:
+  # it would skip every test and look like a pass)
+  ZORCH_REQUIRE_CUPY=1 ZORCH_REQUIRE_CUDASIM=1 \
+  cap 160 python3 -m pytest -m "gpu or cudasim" -q -rfE --durations=25 -p no:cacheprovider \
     ${per_test[@]+"${per_test[@]}"} --junitxml="$OUT/gpu_tests.xml" tests 2>&1 \
     | tee "$OUT/gpu_tests.log" | tail -60
   echo "tests: exit ${PIPESTATUS[0]}" | tee -a "$OUT/gpu_tests.log"
@@ -128,12 +132,20 @@ fi
 #    off, results checked against the CPU): out-of-bounds accesses (memcheck)
 #    and shared-memory races (racecheck) on real hardware, which the host
 #    emulation cannot show.  Both tools into one file.
-if step sanitize && command -v compute-sanitizer >/dev/null; then
+#    Racecheck is far slower: it takes the shared-memory kernels only
+#    (--quick: the pyramids and jagged scans, one field).  API errors that
+#    CuPy and Numba handle themselves are not reported (--report-api-errors
+#    no), so exit 9 means a memory or race error; the case prints each check
+#    as it passes, so a capped run shows how far it got.
+SANITIZER=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+if step sanitize && [ -n "$SANITIZER" ]; then
   echo "== sanitize"
   for tool in memcheck racecheck; do
+    quick=()
+    [ "$tool" = racecheck ] && quick=(--quick)
     echo "---- compute-sanitizer --tool $tool" >> "$OUT/sanitizer.txt"
-    cap 40 compute-sanitizer --tool "$tool" --error-exitcode 9 \
-      python3 benchmarks/sanitize_case.py >> "$OUT/sanitizer.txt" 2>&1
+    cap 40 "$SANITIZER" --tool "$tool" --error-exitcode 9 --report-api-errors no \
+      python3 benchmarks/sanitize_case.py ${quick[@]+"${quick[@]}"} >> "$OUT/sanitizer.txt" 2>&1
     echo "compute-sanitizer $tool: exit $?" | tee -a "$OUT/sanitizer.txt"
   done
 fi

@@ -65,6 +65,11 @@ def _cupy_usable() -> bool:
 NUMBA_CUDA = _numba_cuda_usable()
 CUPY = _cupy_usable()
 
+if os.environ.get("ZORCH_REQUIRE_CUPY") == "1" and not CUPY:
+    # (the GPU machine's run sets it: a broken CuPy would otherwise skip every
+    # gpu test and look like a passing run)
+    raise RuntimeError("ZORCH_REQUIRE_CUPY=1 but CuPy cannot reach a CUDA device "
+                       "(is cupy-cuda12x/13x installed, and the driver visible?)")
 if os.environ.get("ZORCH_REQUIRE_CUDASIM") == "1" and not NUMBA_CUDA:
     raise RuntimeError("ZORCH_REQUIRE_CUDASIM=1 but the Numba-CUDA kernels cannot run "
                        "(is numba-cuda installed?)")

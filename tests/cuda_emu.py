@@ -570,6 +570,10 @@ class _Stream:
         return types.SimpleNamespace(launch=lambda stream=None: [c() for c in calls])
 
 
+# cupy.cuda.Stream.null: the legacy default stream (one stream here, as all are)
+_Stream.null = _Stream()
+
+
 class _Device:
     """``cupy.cuda.Device``: one device, 0; usable as a context manager."""
 

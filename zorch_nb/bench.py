@@ -638,10 +638,14 @@ def main(args) -> int:
 
     guard = _Guard(progress)
 
+    # asked once, up front: after a kernel fault the CUDA context is gone, and
+    # the report must still be written
+    device_name = _device_name(device)
+
     def report() -> dict:
         return {
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "device": _device_name(device),
+            "device": device_name,
             "command": getattr(args, "prog", "python -m zorch_nb") + " " + shlex.join(argv),
             "python": sys.version.split()[0],
             "software": software,
@@ -699,7 +703,13 @@ def main(args) -> int:
                 rows += guard(f"{backend} field ops",
                               lambda: field_rows(n, backend, args.repeat, xp, timer, sync))
                 rows += _gkr_rows(n, backend, args.repeat, xp, timer, sync, guard)
-            again = measure_copy(n, args.repeat)
+            try:
+                again = measure_copy(n, args.repeat)
+            except Exception as exc:  # a faulted device context: keep the rows measured
+                msg = f"2^{lg}: the second copy failed ({type(exc).__name__}: {exc})"
+                guard.errors.append(msg)
+                print(f"FAILED {msg}", file=sys.stderr)
+                again = copy_row
             again_gbps = again.bytes / again.time_s / 1e9
             if again.time_s < copy_row.time_s:
                 again.first_call_s = copy_row.first_call_s
@@ -748,7 +758,7 @@ def main(args) -> int:
         guard.errors.append(f"--plot {args.plot!r} not drawn: no row has a fraction of the "
                             f"copy (sizes below 2^{MIN_FRACTION_LOG2} report times only)")
     elif args.plot:
-        plot(all_rows, copies[-1], args.plot, f"zorch_nb bench — {_device_name(device)}")
+        plot(all_rows, copies[-1], args.plot, f"zorch_nb bench — {device_name}")
     for msg in guard.errors:
         print(f"FAILED {msg}", file=sys.stderr)
     return 1 if guard.errors else 0
