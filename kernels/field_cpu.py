@@ -836,12 +836,7 @@ def ext4_mle_fold(v, v_deg, r, r_deg, out, f):
 
 
 def _mle_fold(form, n, v, r, r_deg, out, f, words):
-    if not n:
-        return
-    p, mu, wm, _ = kernel_words(f)
-    r0, r1, r2, r3 = _scalar_words(r, r_deg, f)
-    sized(_mle_fold_kernel, _tasks(n, CPU_LANE_RUN), words)(
-        form, n, v, r0, r1, r2, r3, out, p, mu, wm)
+    _with_element(_mle_fold_kernel, form, n, v, r, r_deg, (out,), f, words)
 
 
 def base_eq_split(a, r, lo, hi, f):
@@ -866,18 +861,18 @@ def ext4_eq_split(a, r, r_deg, lo, hi, f):
 
 
 def _eq_split(form, n, a, r, r_deg, lo, hi, f, words):
+    _with_element(_eq_split_kernel, form, n, a, r, r_deg, (lo, hi), f, words)
+
+
+def _with_element(kernel, form, n, x, r, r_deg, outs, f, words):
+    # kernel(form, n, x, r0, r1, r2, r3, *outs, p, mu, wm) over n outputs, in
+    # runs of CPU_LANE_RUN: the one element r as the canonical words of four
+    # uint32 scalars (zeros past a base element's one), taken by value
     if not n:
         return
     p, mu, wm, _ = kernel_words(f)
-    r0, r1, r2, r3 = _scalar_words(r, r_deg, f)
-    sized(_eq_split_kernel, _tasks(n, CPU_LANE_RUN), words)(
-        form, n, a, r0, r1, r2, r3, lo, hi, p, mu, wm)
-
-
-def _scalar_words(r, r_deg, f):
-    # the canonical words of one element r, as four uint32 scalars (zeros
-    # past a base element's one): the kernels take it by value
-    return tuple(np.uint32(int(r[i]) % f.p) if i < r_deg else np.uint32(0) for i in range(4))
+    rs = (np.uint32(int(r[i]) % f.p) if i < r_deg else np.uint32(0) for i in range(4))
+    sized(kernel, _tasks(n, CPU_LANE_RUN), words)(form, n, x, *rs, *outs, p, mu, wm)
 
 
 def _base_batch_inv(a, out, p, mu, one):

@@ -241,16 +241,18 @@ def stream_for(*arrays):
     return 0
 
 
-def launch(kernel, n, args, out):
-    """Launch a grid-stride ``kernel(*args, out)`` over ``n`` items.
+def launch(kernel, n, args, out, *more):
+    """Launch a grid-stride ``kernel(*args, out, *more)`` over ``n`` items.
 
-    A host ``out`` receives the result by one copy back from the device.
+    A host output array receives its result by one copy back from the device.
     """
-    d_out = as_device(out)
-    kernel[grid_for(n), THREADS_PER_BLOCK, stream_for(out, *args)](
-        *[as_device(x) for x in args], d_out)
-    if isinstance(out, np.ndarray):
-        d_out.copy_to_host(out)
+    outs = (out,) + more
+    d_outs = [as_device(o) for o in outs]
+    kernel[grid_for(n), THREADS_PER_BLOCK, stream_for(*outs, *args)](
+        *[as_device(x) for x in args], *d_outs)
+    for host, d in zip(outs, d_outs):
+        if isinstance(host, np.ndarray):
+            d.copy_to_host(host)
 
 
 # The launchers check their arguments as field_cpu's do (launch_checks, the
@@ -376,22 +378,12 @@ def ext4_mle_fold(v, v_deg, r, r_deg, out, f):
                (_flat(v), np.int64(v_deg), _flat(r), np.int64(r_deg), p, mu, wm), _flat(out))
 
 
-def launch2(kernel, n, args, out1, out2):
-    """:func:`launch` for a kernel writing two arrays, ``kernel(*args, out1, out2)``."""
-    d1, d2 = as_device(out1), as_device(out2)
-    kernel[grid_for(n), THREADS_PER_BLOCK, stream_for(out1, out2, *args)](
-        *[as_device(x) for x in args], d1, d2)
-    for host, d in ((out1, d1), (out2, d2)):
-        if isinstance(host, np.ndarray):
-            d.copy_to_host(host)
-
-
 def base_eq_split(a, r, lo, hi, f):
     """Same contract as :func:`.field_cpu.base_eq_split`."""
     n, _ = check_eq_split("field_cuda_numba.base_eq_split", f, a, r, 1, lo, hi, 1)
     if n:
         p, mu, _, _ = kernel_words(f)
-        launch2(_base_eq_split_kernel, n, (a, r, p, mu), lo, hi)
+        launch(_base_eq_split_kernel, n, (a, r, p, mu), lo, hi)
 
 
 def ext4_eq_split(a, r, r_deg, lo, hi, f):
@@ -399,5 +391,5 @@ def ext4_eq_split(a, r, r_deg, lo, hi, f):
     n, r_deg = check_eq_split("field_cuda_numba.ext4_eq_split", f, a, r, r_deg, lo, hi, 4)
     if n:
         p, mu, wm, _ = kernel_words(f)
-        launch2(_ext4_eq_split_kernel, n, (_flat(a), _flat(r), np.int64(r_deg), p, mu, wm),
-                _flat(lo), _flat(hi))
+        launch(_ext4_eq_split_kernel, n, (_flat(a), _flat(r), np.int64(r_deg), p, mu, wm),
+               _flat(lo), _flat(hi))
