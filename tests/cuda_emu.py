@@ -364,8 +364,8 @@ class EmuArray:
     nbytes = property(lambda self: self._a.nbytes)
     flags = property(lambda self: self._a.flags)
 
-    def __getitem__(self, key):
-        return EmuArray(self._a[key])
+    def __getitem__(self, key):  # a device index array indexes, as on CuPy
+        return EmuArray(self._a[_unwrap(key)])
 
     def reshape(self, *shape):  # a view where possible, else a copy (as CuPy does)
         return EmuArray(self._a.reshape(*shape))
@@ -375,10 +375,18 @@ class EmuArray:
         return self._a.copy()
 
     def __setitem__(self, key, value):
-        self._a[key] = _unwrap(value)
+        self._a[_unwrap(key)] = _unwrap(value)
 
     def __getattr__(self, name):  # anything else: NumPy's, results re-wrapped
+        if name in ("__array_interface__", "__array_struct__"):
+            raise AttributeError(name)  # not a host array (see __array__)
         return _wrap(getattr(self._a, name))
+
+    def __array__(self, *args, **kwargs):
+        # As CuPy: np.asarray(device array) is an error, not a silent copy, so a
+        # host path handed a device array fails here as it would on the GPU.
+        raise TypeError("Implicit conversion to a NumPy array is not allowed. "
+                        "Please use `.get()` to construct a NumPy array explicitly.")
 
     def __bool__(self):
         _check_sync("bool()")
