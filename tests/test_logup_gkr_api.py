@@ -32,7 +32,7 @@ def four(length, ext=(False, False)):
 @pytest.mark.parametrize("mutate, exc, match", [
     (lambda a: a.__setitem__(1, a[1][:4]), ValueError, "same length"),
     (lambda a: [a.__setitem__(i, x[:6]) for i, x in enumerate(list(a))], ValueError,
-     "power of two"),
+     r"`numerator_0` \.\.\. `denominator_1` must have a power-of-two length"),
     (lambda a: a.__setitem__(0, a[0].astype(np.int64)), TypeError, "dtype uint32"),
     (lambda a: a.__setitem__(2, list(a[2])), TypeError, "must be a uint32 array"),
     (lambda a: a.__setitem__(3, np.zeros((8, 3), np.uint32)), ValueError, r"\(L, 4\)"),
@@ -70,8 +70,21 @@ def test_dense_floor_errors():
     assert len(build_pyramid(layer)) == 1
     with pytest.raises(ValueError, match="needs a floor"):
         extract_outputs(GkrLayer(*four(4), 1))
-    with pytest.raises(TypeError, match="`layer` must be a GkrLayer"):
-        layer_transition(JaggedGkrLayer(*four(4), [2, 2]))
+    jagged, dense = JaggedGkrLayer(*four(4), [2, 2]), GkrLayer(*four(4), 0)
+    # the dense and jagged functions come in pairs: the error names the other one
+    for call, arg, match in [
+            (layer_transition, jagged, "`layer` must be a GkrLayer, not JaggedGkrLayer; "
+                                       "for a JaggedGkrLayer use jagged_layer_transition"),
+            (build_pyramid, jagged, "use build_jagged_pyramid"),
+            (extract_outputs, jagged, "use extract_jagged_outputs"),
+            (lambda x: jagged_layer_transition(x, [1]), dense,
+             "`layer` must be a JaggedGkrLayer, not GkrLayer; for a GkrLayer use layer_transition"),
+            (lambda x: build_jagged_pyramid(x, []), dense, "use build_pyramid"),
+            (extract_jagged_outputs, dense, "use extract_outputs"),
+            (halving_schedule, dense, "`layer` must be a JaggedGkrLayer, not GkrLayer$"),
+            (layer_transition, "x", "`layer` must be a GkrLayer, not str$")]:
+        with pytest.raises(TypeError, match=match):
+            call(arg)
     with pytest.raises(ValueError, match="`backend` must be one of"):
         layer_transition(GkrLayer(*four(4), 0), backend="gpu")
 
@@ -79,7 +92,7 @@ def test_dense_floor_errors():
 @pytest.mark.parametrize("counts, exc, match", [
     ([1, 1, 1], ValueError, "power-of-two length"),
     ([2, -1], ValueError, r"row_counts\[1\] = -1"),
-    ([5, 4], ValueError, "sum to 9, more than the width 8"),
+    ([5, 4], ValueError, "`row_counts` must sum to at most the width 8 of the MLEs, not 9"),
     ([1.5, 2.0], TypeError, "must hold integers"),
     ([[1, 2]], ValueError, "must be 1-D"),
     ([], ValueError, "power-of-two length"),
@@ -112,6 +125,17 @@ def test_jagged_schedule_errors():
         jagged_layer_transition(layer, [2**64, 1])
     with pytest.raises(TypeError, match="`max_row_count` must be an integer"):
         halving_schedule(layer, max_row_count="abc")  # host counts: unused, still checked
+    # a schedule's step is both arguments: the loop a user writes by hand
+    walked = [layer]
+    for step in halving_schedule(layer):
+        walked.append(jagged_layer_transition(walked[-1], step))
+    for a, b in zip(build_jagged_pyramid(layer, halving_schedule(layer)), walked):
+        assert a.width == b.width and all((x == y).all() for x, y in zip(a.mles, b.mles))
+    for step in (([3, 2], 6), [[3, 2], 6], JaggedStep(np.array([3, 2], np.int32), 6)):
+        assert jagged_layer_transition(layer, step).width == 6
+    assert jagged_layer_transition(layer, (3, 2)).width == 5  # a tuple of counts: counts
+    with pytest.raises(TypeError, match="`out_width` must not be given with a step"):
+        jagged_layer_transition(layer, ([3, 2], 6), 6)
     for call in (build_pyramid, lambda first, fused: build_jagged_pyramid(first, [], fused=fused)):
         with pytest.raises(TypeError, match="`fused` must be None, True or False"):
             call(GkrLayer(*four(8), 0) if call is build_pyramid else layer, fused="no")
@@ -121,8 +145,10 @@ def test_jagged_schedule_errors():
         extract_jagged_outputs(out)
     with pytest.raises(ValueError, match="fold further"):  # a 0 count: not "already 1"
         extract_jagged_outputs(JaggedGkrLayer(*four(8), [1, 0]))
-    spare = JaggedGkrLayer(*four(8), [1, 1])  # a floor with slack: halving_schedule is []
-    assert halving_schedule(spare) == []
+    spare = JaggedGkrLayer(*four(8), [1, 1])  # all 1 with slack: one compacting step
+    (step,) = halving_schedule(spare)
+    assert step.row_counts.tolist() == [1, 1] and step.width == 2
+    assert halving_schedule(jagged_layer_transition(spare, step)) == []  # a floor
     with pytest.raises(ValueError, match=r"already 1: one step to out_row_counts \[1\] \* 2, "
                                          r"out_width 2 compacts it"):
         extract_jagged_outputs(spare)
@@ -216,6 +242,8 @@ def test_from_leaves_and_from_segments_lay_out_the_leaves():
         np.testing.assert_array_equal(got, E.mul(tn, E.inv(td)))
     with pytest.raises(ValueError, match="`width` must be >= 5, the rows the segments need"):
         JaggedGkrLayer.from_segments(segs, width=4)
+    with pytest.raises(ValueError, match=r"`width` must be in \[0, 2147483647\]"):
+        JaggedGkrLayer.from_segments(segs, width=2**40)  # was NumPy's MemoryError (4 TiB)
     with pytest.raises(TypeError, match="`field` must be a zorch_nb PrimeField"):
         JaggedGkrLayer.from_segments(segs, field="KoalaBear")
     with pytest.raises(TypeError, match=r"`segments\[0\] numerators` must be a uint32 array of "
@@ -552,3 +580,13 @@ def test_fused_pyramid_of_a_floor_names_the_floor():
     n, d = KoalaBear.random(8, seed=1), KoalaBear.random(8, seed=2)
     with pytest.raises(ValueError, match="this one is a floor"):  # not "needs CuPy arrays"
         build_pyramid(GkrLayer(n, n, d, d, 3, KoalaBear), fused=True)
+
+
+@pytest.mark.cudasim
+def test_mixed_host_and_cuda_arrays_are_named_for_what_they_are():
+    """A Numba device array beside NumPy ones was called "cupy" in the error."""
+    from numba import cuda
+    n, d = F.random(8, seed=1), F.random(8, seed=2)
+    with pytest.raises(TypeError, match=r"different modules .*\(`numerator_0` is a CUDA array "
+                                        r"\(numba\.cuda\.[\w.]+\), `numerator_1` is NumPy"):
+        GkrLayer(cuda.to_device(n), n, d, d)

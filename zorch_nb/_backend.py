@@ -106,7 +106,7 @@ def resolve(arrays: dict, backend: str | None) -> tuple:
             return "numpy", "cpu"
     if backend is not None and backend not in BACKENDS:
         raise ValueError(f"Argument `backend` must be one of {BACKENDS} or None, not {backend!r}")
-    kinds, devices = {}, {}
+    kinds, devices, seen = {}, {}, {}
     for name, x in arrays.items():  # one pass: kind, and device of CuPy arrays
         k = array_kind(x)
         if k == "other":
@@ -114,11 +114,13 @@ def resolve(arrays: dict, backend: str | None) -> tuple:
                 f"Argument `{name}` must be a NumPy array or a CUDA array "
                 f"(CuPy / __cuda_array_interface__), not {type(x).__name__}")
         kinds[name] = "numpy" if k == "numpy" else "cupy"
+        seen[name] = {"numpy": "NumPy", "cupy": "CuPy"}.get(
+            k, f"a CUDA array ({type(x).__module__}.{type(x).__name__})")
         if k == "cupy":
             devices[name] = _cupy_device(x)
     distinct = set(kinds.values())
-    if len(distinct) > 1:
-        desc = ", ".join(f"`{n}` is {k}" for n, k in kinds.items())
+    if len(distinct) > 1:  # host and device arrays (CuPy and other CUDA arrays mix)
+        desc = ", ".join(f"`{n}` is {seen[n]}" for n in kinds)
         raise TypeError(f"arrays from different modules cannot be combined ({desc}); "
                         f"move them to one module first")
     kind = distinct.pop() if distinct else "numpy"

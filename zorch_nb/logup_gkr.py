@@ -23,6 +23,12 @@ kernels.  All give identical bytes.  Every transition writes one new buffer
 (one allocation per layer) and, on the GPU, never synchronizes with the host:
 a jagged schedule that lives on the device is consumed on the device.
 
+Nothing is inverted, so nothing checks the denominators: a zero denominator
+(in LogUp, a challenge that collides with a looked-up value) is folded like
+any other word.  A floor denominator is the product of the leaf denominators
+below it, so it is zero exactly when one of them is; test the floor (or the
+leaves) where that matters.
+
 Examples
 --------
 >>> import numpy as np
@@ -275,7 +281,8 @@ class GkrLayer(_Layer):
     def __post_init__(self):
         length, _ = _check_mles(self)
         if not _is_pow2(length):
-            raise ValueError(f"the MLE length must be a power of two (L = 2**nv), not {length}")
+            raise ValueError(f"Arguments `numerator_0` ... `denominator_1` must have a "
+                             f"power-of-two length (L = 2**nv), not {length}")
         nv = length.bit_length() - 1
         object.__setattr__(self, "num_batch_variables",
                            _check_int(self.num_batch_variables, "num_batch_variables", 0, nv))
@@ -352,10 +359,15 @@ class JaggedGkrLayer(_Layer):
                                  f"denominators, not {seg[0].shape[0]} and {seg[1].shape[0]}")
         rows = [(int(n.shape[0]) + 1) // 2 for n, _ in segments]
         total = sum(rows)
-        if width is not None and _check_int(width, "width", 0) < total:
+        if width is not None and _check_int(width, "width", 0, _INT32_MAX) < total:
             raise ValueError(f"Argument `width` must be >= {total}, the rows the segments "
                              f"need, not {width}")
         width = total if width is None else int(width)
+        words = width * sum(4 if seg.ndim == 2 else 1 for seg in segments[0]) * 2
+        have = _backend.physical_memory()
+        if have is not None and 4 * words > have:  # NumPy's MemoryError names no argument
+            raise MemoryError(f"Argument `width`: the layer needs {4 * words / 2**30:.1f} GiB; "
+                              f"this machine has {have / 2**30:.1f} GiB of memory")
         one = field.params.r_mod_p
         mles = []
         for k in range(2):  # numerators, denominators
@@ -380,8 +392,8 @@ class JaggedGkrLayer(_Layer):
             raise ValueError(f"Argument `row_counts` must have a power-of-two length "
                              f"(number of batch elements), not {nb}")
         if isinstance(counts, np.ndarray) and int(counts.sum(dtype=np.int64)) > width:
-            raise ValueError(f"the row counts sum to {int(counts.sum(dtype=np.int64))}, more "
-                             f"than the width {width} of the MLEs")
+            raise ValueError(f"Argument `row_counts` must sum to at most the width {width} "
+                             f"of the MLEs, not {int(counts.sum(dtype=np.int64))}")
         _keep_counts(self, counts)
 
     @property
@@ -533,9 +545,15 @@ def _check_fused(fused):
         raise TypeError(f"Argument `fused` must be None, True or False, not {fused!r}")
 
 
-def _require(obj, cls, name):
+def _require(obj, cls, name, twin=None):
+    """``TypeError`` unless ``obj`` is a ``cls``; ``twin`` names the function for
+    the other layer kind (the dense and jagged functions come in pairs)."""
     if not isinstance(obj, cls):
-        raise TypeError(f"Argument `{name}` must be a {cls.__name__}, not {type(obj).__name__}")
+        hint = ""
+        if twin and isinstance(obj, (GkrLayer, JaggedGkrLayer)):
+            hint = f"; for a {type(obj).__name__} use {twin}"
+        raise TypeError(f"Argument `{name}` must be a {cls.__name__}, not "
+                        f"{type(obj).__name__}{hint}")
 
 
 def _out_ext(layer) -> tuple:
@@ -572,7 +590,7 @@ def layer_transition(layer: GkrLayer, *, backend: str | None = None) -> GkrLayer
     ValueError
         If ``layer`` has no row variable left (it is a floor).
     """
-    _require(layer, GkrLayer, "layer")
+    _require(layer, GkrLayer, "layer", "jagged_layer_transition")
     if layer.num_row_variables == 0:
         raise ValueError(f"the layer has no row variable left (nv = nbv = "
                          f"{layer.num_variables}); it is a floor: use extract_outputs")
@@ -606,7 +624,7 @@ def build_pyramid(first: GkrLayer, *, backend: str | None = None,
     list of GkrLayer
         ``[first, ..., floor]``; every later layer is a new buffer.
     """
-    _require(first, GkrLayer, "first")
+    _require(first, GkrLayer, "first", "build_jagged_pyramid")
     _check_fused(fused)
     if fused is None or fused:
         layers = _fused_pyramid(first, backend)
@@ -658,7 +676,7 @@ def _interleave(a, b):
 
 def extract_outputs(floor: GkrLayer) -> LogUpGkrOutput:
     """Interleave the two children of a floor (``nrv == 0``) into the outputs."""
-    _require(floor, GkrLayer, "floor")
+    _require(floor, GkrLayer, "floor", "extract_jagged_outputs")
     if floor.num_row_variables != 0:
         raise ValueError(f"extract_outputs needs a floor (no row variable left), but the "
                          f"layer has {floor.num_row_variables}; fold it with build_pyramid")
@@ -725,13 +743,17 @@ def jagged_layer_transition(layer: JaggedGkrLayer, out_row_counts, out_width=Non
     Parameters
     ----------
     layer : JaggedGkrLayer
-    out_row_counts : sequence of int, NumPy or CuPy int32 array
+    out_row_counts : sequence of int, NumPy or CuPy int32 array, or a step
         ``orc``, one count per batch element, ``orc[s] >= ceil(rc[s]/2)``.  A
         CuPy array is consumed on the device without synchronizing; the
-        constraints then are the caller's obligation.
+        constraints then are the caller's obligation.  A :class:`JaggedStep`
+        or a pair ``(counts, width)`` (an entry of :func:`halving_schedule`,
+        as :func:`build_jagged_pyramid` takes them) gives both arguments:
+        ``for step in halving_schedule(L): L = jagged_layer_transition(L, step)``.
     out_width : int, optional
         Capacity of the output layer, ``>= sum(orc)``.  Defaults to
-        ``sum(orc)`` for host counts; required for device counts.
+        ``sum(orc)`` for host counts; required for device counts; not with a
+        step.
     backend : {None, "cpu", "cupy", "numba"}, optional
 
     Returns
@@ -750,7 +772,13 @@ def jagged_layer_transition(layer: JaggedGkrLayer, out_row_counts, out_width=Non
     MemoryError
         Host data whose output layer would not fit in this machine's memory.
     """
-    _require(layer, JaggedGkrLayer, "layer")
+    _require(layer, JaggedGkrLayer, "layer", "layer_transition")
+    counts, width = _step(out_row_counts)
+    if width is not None:  # a step: it holds the width
+        if out_width is not None:
+            raise TypeError("Argument `out_width` must not be given with a step (a JaggedStep "
+                            "or (counts, width) pair), which holds the width")
+        out_row_counts, out_width = counts, width
     orc, out_width = _check_step(layer._counts, _data_kind(layer), out_row_counts,
                                  out_width)
     _check_host_memory(layer, _out_ext(layer), [out_width], "Argument `out_width`")
@@ -806,7 +834,8 @@ def _check_steps(layer, steps) -> list:
     return checked
 
 
-def _step(entry, i):
+def _step(entry):
+    """``(counts, width)`` of a schedule entry; ``(entry, None)`` for bare counts."""
     if isinstance(entry, JaggedStep):
         return entry.row_counts, entry.width
     if (isinstance(entry, tuple) and len(entry) == 2
@@ -862,7 +891,7 @@ def build_jagged_pyramid(first: JaggedGkrLayer, schedules, *,
         Host data whose output layers, all kept, would not fit in this
         machine's memory (checked before any step runs).
     """
-    _require(first, JaggedGkrLayer, "first")
+    _require(first, JaggedGkrLayer, "first", "build_pyramid")
     one_step = TypeError(f"Argument `schedules` must be a list of steps, not one step "
                          f"({type(schedules).__name__}); pass [step]")
     if isinstance(schedules, JaggedStep):
@@ -877,7 +906,7 @@ def build_jagged_pyramid(first: JaggedGkrLayer, schedules, *,
     if any(isinstance(e, (int, np.integer)) and not isinstance(e, (bool, np.bool_))
            for e in entries):
         raise one_step
-    steps = [_step(entry, i) for i, entry in enumerate(entries)]
+    steps = [_step(entry) for entry in entries]
     _check_fused(fused)
     if fused is None or fused:
         kind, run = _backend.resolve(dict(zip(_MLE_NAMES, first.mles)), backend)
@@ -963,7 +992,7 @@ def extract_jagged_outputs(floor: JaggedGkrLayer) -> LogUpGkrOutput:
     would synchronize), so for them this is the caller's obligation, as for
     the transitions.
     """
-    _require(floor, JaggedGkrLayer, "floor")
+    _require(floor, JaggedGkrLayer, "floor", "extract_outputs")
     if floor.width != floor.num_batches:
         nb = floor.num_batches
         hint = ("fold further (see halving_schedule)" if not floor.counts_on_host or
@@ -984,9 +1013,9 @@ def extract_jagged_outputs(floor: JaggedGkrLayer) -> LogUpGkrOutput:
 def halving_schedule(layer: JaggedGkrLayer, max_row_count: int | None = None) -> list:
     """The standard schedule: ``orc = ceil(rc / 2)`` per segment until every count is 1.
 
-    An empty segment (count 0) gets one neutral row, so that every non-empty
-    schedule ends on a floor (``width == nb``; see Returns for the empty
-    one).  After ``ceil(log2(max rc))`` steps the
+    An empty segment (count 0) gets one neutral row, so that the schedule
+    ends on a floor (``width == nb``, all counts 1), which
+    :func:`extract_jagged_outputs` takes.  After ``ceil(log2(max rc))`` steps the
     pyramid reaches the floor of the dense pyramid whose segments are padded to
     a power of two with neutral fractions -- unless every count is 0 or 1 with
     some 0: then one step is needed to give the empty segments their row, and
@@ -1010,9 +1039,10 @@ def halving_schedule(layer: JaggedGkrLayer, max_row_count: int | None = None) ->
     Returns
     -------
     list of JaggedStep
-        Empty when every count already is 1 (a layer with slack, ``width >
-        nb``, then is no floor; fold it once with counts ``[1] * nb`` to
-        compact it -- that also folds each segment's two children).
+        Empty when the layer already is a floor.  A layer whose counts are
+        all 1 but which has slack (``width > nb``) gets one step, counts
+        ``[1] * nb`` and width ``nb``, that compacts it (it also folds each
+        segment's two children: same per-batch sums).
     """
     _require(layer, JaggedGkrLayer, "layer")
     nb = layer.num_batches
@@ -1032,7 +1062,9 @@ def halving_schedule(layer: JaggedGkrLayer, max_row_count: int | None = None) ->
     counts = (layer._counts if layer.counts_on_host
               else layer._counts.get()).astype(np.int64)
     steps = []
-    while counts.size and (counts.max() > 1 or counts.min() == 0):
+    while counts.max() > 1 or counts.min() == 0:
         counts = np.maximum((counts + 1) // 2, 1)
         steps.append(JaggedStep(counts.astype(np.int32), int(counts.sum())))
+    if not steps and layer.width != nb:  # all 1 with slack: compact it to a floor
+        steps.append(JaggedStep(np.ones(nb, np.int32), nb))
     return steps
