@@ -1,4 +1,6 @@
 """Field ops on every backend against Python big integers (tests/naive.py)."""
+import types
+
 import numpy as np
 import pytest
 
@@ -530,6 +532,20 @@ def test_gpu_array_without_cupy_says_which_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", None)
     with pytest.raises(ImportError, match=r"zorch_nb\[cuda12\].*zorch_nb\[cuda13\]"):
         KoalaBear.add(FakeDeviceArray(), FakeDeviceArray())
+
+    class TorchLike(FakeDeviceArray):  # a dtype NumPy cannot read: the interface's is used
+        dtype = "torch.uint32"
+
+    with pytest.raises(ImportError, match=r"zorch_nb\[cuda12\]"):
+        KoalaBear.add(TorchLike(), TorchLike())
+    wide = TorchLike()
+    wide.__cuda_array_interface__ = dict(wide.__cuda_array_interface__, typestr="<i8")
+    with pytest.raises(TypeError, match="`a` must have dtype uint32 .*not int64"):
+        KoalaBear.add(wide, TorchLike())
+    bare = types.SimpleNamespace(__cuda_array_interface__=FakeDeviceArray.__cuda_array_interface__)
+    with pytest.raises(TypeError, match=r"`b` is a CUDA array without `.shape`; pass "
+                                        r"`cupy.asarray\(b\)`"):
+        KoalaBear.add(TorchLike(), bare)
 
 
 @pytest.mark.gpu

@@ -77,7 +77,13 @@ def _check_words(x, name: str):
                             f"words themselves here")
         raise TypeError(f"Argument `{name}` must be a uint32 array of Montgomery words "
                         f"(NumPy or CuPy), not {type(x).__name__}{hint}")
-    dtype = np.dtype(x.dtype)
+    cai = None
+    if kind == "cuda":  # another library's array: its dtype may not be NumPy's (torch)
+        if not hasattr(x, "shape"):
+            raise TypeError(f"Argument `{name}` is a CUDA array without `.shape`; pass "
+                            f"`cupy.asarray({name})` (a view, no copy)")
+        cai = getattr(x, "__cuda_array_interface__", None)  # (the simulator's has none)
+    dtype = np.dtype(x.dtype) if cai is None else np.dtype(cai["typestr"])
     if dtype != np.uint32:
         if dtype.kind == "u" and dtype.itemsize == 4:  # words, in the other byte order
             fix = ("pass a native uint32 array" if name == "out" else
@@ -85,7 +91,7 @@ def _check_words(x, name: str):
             raise TypeError(f"Argument `{name}` must have dtype uint32 in native byte "
                             f"order, not {dtype.str} (byte-swapped); {fix}")
         raise TypeError(f"Argument `{name}` must have dtype uint32 (Montgomery words), "
-                        f"not {x.dtype}{hint}")
+                        f"not {dtype}{hint}")
 
 
 class BaseOperand:
