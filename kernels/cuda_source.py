@@ -1,7 +1,8 @@
 """Assemble the CUDA C sources shipped under ``kernels/cuda`` for one field.
 
 A full translation unit is ``preamble + monty.cuh + <kernel file>``: the
-preamble (``#define``s) specialises it to a field, the header holds the one
+preamble (``#define``s) specialises it to a field and carries the launch
+constants the kernels share with ``launch_config``; the header holds the one
 Montgomery reduction of the CUDA C sources.  Sources are read with
 :mod:`importlib.resources`, so this works from an installed wheel.  CuPy
 compiles these texts at run time; CI compiles every one of them with ``nvcc``
@@ -16,6 +17,7 @@ import sys
 
 from . import monty
 from .field_params import FIELDS, FieldParams, cuda_defines
+from .launch_config import gkr_cuda_defines
 
 __all__ = ["kernel_sources", "read_source", "assemble", "emit_all"]
 
@@ -43,6 +45,7 @@ def assemble(field: FieldParams, kernel_file: str) -> str:
     return (
         cuda_defines(field)
         + opcode_defines()
+        + gkr_cuda_defines()
         + read_source("monty.cuh")
         + "\n"
         + read_source(kernel_file)

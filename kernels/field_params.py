@@ -79,25 +79,32 @@ FIELDS = {f.name: f for f in (KOALABEAR, BABYBEAR)}
 
 
 def _check(f: FieldParams) -> None:
+    """Raise unless ``f``'s constants meet what the arithmetic relies on
+    (explicit checks, not ``assert``: they must hold under ``python -O`` too)."""
     p = f.p
-    # Bounds every delayed reduction in monty.py / monty.cuh relies on.
-    assert p < (1 << 31), f"{f.name}: p must fit in 31 bits"
-    # A sum of four products (< 4p^2) must lie below 2 p 2^32: one conditional
-    # subtraction of p 2^32 then brings it into Montgomery reduction's range.
-    assert 4 * p * p < (2 * p) << 32, f"{f.name}: four products must lie below 2 p 2^32"
-    # Any 32-bit word is < 3p: two conditional subtractions read it mod p
-    # (monty.canonical, zorch_canonical).
-    assert 3 * p > 1 << 32, f"{f.name}: a 32-bit word must lie below 3p"
-    # A word reduced once is < 2^32 - p (monty.reduce_once): one product of two
-    # must be Montgomery-reducible, a sum of two must lie below 2 p 2^32.
-    q = (1 << 32) - p - 1
-    assert q * q < p << 32 and 2 * q * q < (2 * p) << 32, f"{f.name}: reduce_once bounds"
-    assert all(p % q for q in range(2, 1 << 16) if q * q <= p), f"{f.name}: p not prime"
-    assert (p * f.mu_neg) % _R == _R - 1, f"{f.name}: p * mu_neg != -1 mod 2^32"
-    assert (f.r_mod_p * f.r_inv) % p == 1
-    # x^4 - w is irreducible over F_p iff 4 | p - 1 and w is a non-square.
-    assert (p - 1) % 4 == 0
-    assert pow(f.w, (p - 1) // 2, p) == p - 1, f"{f.name}: x^4 - {f.w} is reducible"
+    q = (1 << 32) - p - 1  # the largest word reduced once (monty.reduce_once)
+    checks = [
+        # Bounds every delayed reduction in monty.py / monty.cuh relies on.
+        (p < (1 << 31), "p must fit in 31 bits"),
+        # A sum of four products (< 4p^2) must lie below 2 p 2^32: one conditional
+        # subtraction of p 2^32 then brings it into Montgomery reduction's range.
+        (4 * p * p < (2 * p) << 32, "four products must lie below 2 p 2^32"),
+        # Any 32-bit word is < 3p: two conditional subtractions read it mod p
+        # (monty.canonical, zorch_canonical).
+        (3 * p > 1 << 32, "a 32-bit word must lie below 3p"),
+        # A word reduced once is < 2^32 - p: one product of two must be
+        # Montgomery-reducible, a sum of two must lie below 2 p 2^32.
+        (q * q < p << 32 and 2 * q * q < (2 * p) << 32, "reduce_once bounds"),
+        (all(p % d for d in range(2, 1 << 16) if d * d <= p), "p is not prime"),
+        ((p * f.mu_neg) % _R == _R - 1, "p * mu_neg != -1 mod 2^32"),
+        ((f.r_mod_p * f.r_inv) % p == 1, "r_mod_p * r_inv != 1 mod p"),
+        # x^4 - w is irreducible over F_p iff 4 | p - 1 and w is a non-square.
+        ((p - 1) % 4 == 0, "4 does not divide p - 1"),
+        (pow(f.w, (p - 1) // 2, p) == p - 1, f"x^4 - {f.w} is reducible"),
+    ]
+    for ok, what in checks:
+        if not ok:
+            raise RuntimeError(f"zorch_nb field constants of {f.name}: {what}")
 
 
 for _f in FIELDS.values():

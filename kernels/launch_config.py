@@ -51,11 +51,13 @@ GKR_SCAN_THREADS = 1024
 GKR_NUMBA_SCAN_THREADS = 128
 
 # ---- fused dense pyramid (kernels/cuda/gkr.cu, zorch_gkr_pyramid_dense) -----
-#: Most layers one fused launch writes (ZORCH_GKR_MAX_FUSED in gkr.cu).
+#: Most layers one fused launch writes (ZORCH_GKR_MAX_FUSED in gkr.cu; this
+#: and the constants below reach gkr.cu through gkr_cuda_defines).
 GKR_MAX_FUSED = 12
 #: Slots per block tile of the first layer a fused launch writes: base/base
 #: layers (4 words a slot) and layers with extension outputs (10 or 16 words).
-#: Must equal zorch_gkr_tile_shape<OE, DE>::slots in gkr.cu (a test checks).
+#: gkr.cu's zorch_gkr_tile_shape<OE, DE>::slots (its static_assert bounds
+#: the shared memory a tile takes).
 GKR_TILE_SLOTS_BASE = 1024
 GKR_TILE_SLOTS_EXT = 256
 #: Threads per block of the fused pyramid kernel.
@@ -174,3 +176,15 @@ def gkr_jagged_launches(widths, tail: bool = True) -> int:
 #: another process holds the second core (no gain: all ranges share one
 #: core) a split call loses ~0.05-0.1 ms: under 10% from ~0.7 ms up.
 TT_CPU_SERIAL_WORK = 1 << 22
+
+
+def gkr_cuda_defines() -> str:
+    """The constants above that ``kernels/cuda/gkr.cu`` is built with, as the
+    ``#define``s of its preamble (``cuda_source.assemble``): one home for them,
+    so the Python launch plans and the kernels cannot disagree."""
+    return (f"#define ZORCH_GKR_MAX_FUSED {GKR_MAX_FUSED}\n"
+            f"#define ZORCH_GKR_TILE_SLOTS_BASE {GKR_TILE_SLOTS_BASE}u\n"
+            f"#define ZORCH_GKR_TILE_SLOTS_EXT {GKR_TILE_SLOTS_EXT}u\n"
+            f"#define ZORCH_GKR_MAX_TAIL {GKR_MAX_TAIL}\n"
+            f"#define ZORCH_GKR_TAIL_THREADS {GKR_TAIL_THREADS}\n"
+            f"#define ZORCH_GKR_CHUNK {GKR_JAGGED_CHUNK}\n")

@@ -231,3 +231,18 @@ def test_cuda_c_reductions_match_big_ints(field):
     lib.ext_mul(ptr(a), ptr(b), ptr(out), len(cases))
     for row, (x, y) in zip(out, cases):
         assert [dec(int(c), p) for c in row] == ext_mul(x, y, p, w), (x, y)
+
+
+@pytest.mark.parametrize("field", FIELD_NAMES)
+def test_broken_field_constants_are_refused(field):
+    """The import-time checks of the constants are explicit (they ran as
+    ``assert`` and vanished under ``python -O``)."""
+    from zorch_nb.kernels import field_params
+    f = FIELDS[field]
+    field_params._check(f)  # the shipped constants pass
+    for broken, what in [(f._replace(mu_neg=f.mu_neg ^ 2), "mu_neg"),
+                         (f._replace(r_inv=f.r_inv + 1), "r_inv"),
+                         (f._replace(w=4), "reducible"),
+                         (f._replace(p=f.p + 2), "prime|4 does not divide")]:
+        with pytest.raises(RuntimeError, match=f"{field}: .*({what})"):
+            field_params._check(broken)

@@ -162,11 +162,17 @@ struct zorch_gkr_tile_shape {
     static constexpr unsigned int words = 2u * (OE ? 4u : 1u) + 2u * (DE ? 4u : 1u);
     // Slots per tile: the largest power of two with 1.5 T slots <= 6144 words
     // (24 KiB of shared memory, so 8 blocks of 256 threads fit on an SM).
-    static constexpr unsigned int slots = words == 4u ? 1024u : 256u;
+    static constexpr unsigned int slots =
+        words == 4u ? ZORCH_GKR_TILE_SLOTS_BASE : ZORCH_GKR_TILE_SLOTS_EXT;
     static_assert(3u * slots * words / 2u <= 6144u, "tile exceeds 24 KiB of shared memory");
 };
 
-#define ZORCH_GKR_MAX_FUSED 12
+// ZORCH_GKR_MAX_FUSED, the tile slots above, ZORCH_GKR_MAX_TAIL,
+// ZORCH_GKR_TAIL_THREADS and ZORCH_GKR_CHUNK come from the preamble
+// (launch_config.gkr_cuda_defines), so the Python plans use the same values.
+#ifndef ZORCH_GKR_MAX_FUSED
+#error "gkr.cu is built through cuda_source.assemble (its preamble defines the launch constants)"
+#endif
 
 // Output pointers of the fused layers, passed by value (layer l: on0, on1, od0, od1).
 struct zorch_gkr_layers { zorch_u32* p[ZORCH_GKR_MAX_FUSED][4]; };
@@ -354,9 +360,6 @@ ZORCH_HD void zorch_gkr_scan_serial(const int* x, long long* out, unsigned int n
 // GKR prover needs each); layer l + 1 reads layer l back from global memory,
 // which the block wrote before a __syncthreads() (visible to the block).
 
-#define ZORCH_GKR_MAX_TAIL 32
-#define ZORCH_GKR_TAIL_THREADS 512
-
 // Output layer l of a tail launch: its counts (device int32, nb), its four
 // output MLEs (n0, n1, d0, d1) and its width.  Passed by value.
 struct zorch_gkr_tail_layer {
@@ -448,7 +451,6 @@ ZORCH_HD void zorch_gkr_tail_serial(const int* rc, long long* prefix, unsigned i
 // loop of the same launch.  The per-lane steps below are __host__ __device__;
 // the serial twin runs them in lane order for the host tests.
 
-#define ZORCH_GKR_CHUNK 3
 #define ZORCH_GKR_CHUNK_LANES (1 << (ZORCH_GKR_CHUNK - 1))
 
 // Counts of the input layer (cnt[0]) and of output layers 1..C; the output
