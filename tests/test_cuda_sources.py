@@ -32,6 +32,22 @@ def test_nvcc_compiles(field, kernel_file, tmp_path):
     assert (tmp_path / "out.ptx").stat().st_size > 0
 
 
+def test_launch_constants_have_one_home():
+    """The GKR launch constants reach gkr.cu only through the preamble
+    (launch_config.gkr_cuda_defines): the file defines none itself, and a
+    unit built without the preamble stops at its #error."""
+    import re
+    from zorch_nb.kernels.cuda_source import read_source
+    from zorch_nb.kernels.launch_config import gkr_cuda_defines
+    names = re.findall(r"#define (ZORCH_GKR_\w+)", gkr_cuda_defines())
+    assert len(names) == 6
+    text = read_source("gkr.cu")
+    for name in names:
+        assert not re.search(rf"#define\s+{name}\b", text), name
+        assert name in text, f"{name} is generated but gkr.cu does not use it"
+    assert re.search(r"#ifndef ZORCH_GKR_MAX_FUSED\s*\n#error", text)
+
+
 HARNESS = r"""
 extern "C" void host_base_op1(int op, const zorch_u32* a, zorch_u32* out, long n) {
     for (long i = 0; i < n; ++i) out[i] = zorch_base_op1(op, a[i]);

@@ -131,7 +131,7 @@ def test_chunk_on_host_matches_cpu_pyramid(field, ne, de):
                                     f"{name} nb={nb}")
 
 
-def test_chunk_constants_match_cuda_source():
+def test_chunk_constants_reach_the_cuda_source():
     lib = compile_host("koalabear", "gkr.cu", HARNESS)
     assert lib.host_chunk() == GKR_JAGGED_CHUNK
     assert lib.host_chunk_desc_words() == 6 * GKR_JAGGED_CHUNK + 1  # the launcher's image

@@ -124,7 +124,7 @@ def test_tail_on_host_matches_cpu_pyramid(field, ne, de):
                                     f"{name} nb={nb}")
 
 
-def test_tail_constants_match_cuda_source():
+def test_tail_constants_reach_the_cuda_source():
     lib = compile_host("koalabear", "gkr.cu", HARNESS)
     assert lib.host_max_tail() == GKR_MAX_TAIL
     assert lib.host_tail_threads() == GKR_TAIL_THREADS

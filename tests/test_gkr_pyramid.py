@@ -94,7 +94,9 @@ def test_fused_tiles_on_host_match_cpu_pyramid(field, ne, de):
                 np.testing.assert_array_equal(a, b)
 
 
-def test_tile_constants_match_cuda_source():
+def test_tile_constants_reach_the_cuda_source():
+    # (launch_config is their one home, the preamble carries them: this checks
+    # the plumbing and the tile shape's choice between the two slot counts)
     lib = compile_host("koalabear", "gkr.cu", HARNESS)
     assert lib.host_max_fused() == GKR_MAX_FUSED
     assert lib.host_tile_slots(0, 0) == GKR_TILE_SLOTS_BASE

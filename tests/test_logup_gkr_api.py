@@ -129,13 +129,19 @@ def test_jagged_schedule_errors():
     walked = [layer]
     for step in halving_schedule(layer):
         walked.append(jagged_layer_transition(walked[-1], step))
-    for a, b in zip(build_jagged_pyramid(layer, halving_schedule(layer)), walked):
+    built = build_jagged_pyramid(layer, halving_schedule(layer))
+    assert len(built) == len(walked) == 4
+    for a, b in zip(built, walked):
         assert a.width == b.width and all((x == y).all() for x, y in zip(a.mles, b.mles))
     for step in (([3, 2], 6), [[3, 2], 6], JaggedStep(np.array([3, 2], np.int32), 6)):
         assert jagged_layer_transition(layer, step).width == 6
     assert jagged_layer_transition(layer, (3, 2)).width == 5  # a tuple of counts: counts
     with pytest.raises(TypeError, match="`out_width` must not be given with a step"):
         jagged_layer_transition(layer, ([3, 2], 6), 6)
+    for step in (([3, 2], None), JaggedStep([3, 2], None)):  # width None: the sum
+        assert jagged_layer_transition(layer, step).width == 5
+    for counts in ((np.array(3), np.array(2)), [np.array(3), 2], (np.int64(3), 2)):
+        assert jagged_layer_transition(layer, counts).width == 5  # two counts, not a step
     for call in (build_pyramid, lambda first, fused: build_jagged_pyramid(first, [], fused=fused)):
         with pytest.raises(TypeError, match="`fused` must be None, True or False"):
             call(GkrLayer(*four(8), 0) if call is build_pyramid else layer, fused="no")
@@ -590,3 +596,17 @@ def test_mixed_host_and_cuda_arrays_are_named_for_what_they_are():
     with pytest.raises(TypeError, match=r"different modules .*\(`numerator_0` is a CUDA array "
                                         r"\(numba\.cuda\.[\w.]+\), `numerator_1` is NumPy"):
         GkrLayer(cuda.to_device(n), n, d, d)
+
+
+def test_cuda_arrays_with_their_own_dtype_are_refused_at_construction():
+    """A CUDA array whose dtype is its library's (torch's) passed the field checks
+    (which read the interface's typestr) but failed at the first transition."""
+    class TorchLike:
+        dtype = "torch.uint32"
+        shape, ndim = (8,), 1
+        __cuda_array_interface__ = {"shape": (8,), "typestr": "<u4", "data": (0, False),
+                                    "version": 3}
+    n, d = F.random(8, seed=1), F.random(8, seed=2)
+    with pytest.raises(TypeError, match=r"`numerator_1` has dtype torch.uint32, not a NumPy "
+                                        r"dtype; pass `cupy.asarray\(numerator_1\)`"):
+        GkrLayer(n, TorchLike(), d, d)

@@ -153,6 +153,11 @@ def _check_word_array(x, name: str, length: str = "L", host: bool = False) -> No
         raise TypeError(f"Argument `{name}` must be a plain uint32 array, not a matrix "
                         f"(its shape rules differ); pass `np.asarray({name})`")
     _check_words(x, name)  # masked arrays, array kind, dtype
+    if not isinstance(x, np.ndarray) and not x.dtype == np.uint32:
+        # another library's CUDA array whose dtype is its own (torch's): the layer
+        # keeps its arrays and compares their dtype with NumPy's on every use
+        raise TypeError(f"Argument `{name}` has dtype {x.dtype}, not a NumPy dtype; pass "
+                        f"`cupy.asarray({name})` (a view, no copy)")
     if not (x.ndim == 1 or (x.ndim == 2 and x.shape[1] == 4)):
         raise ValueError(f"Argument `{name}` must have shape ({length},) (base field) or "
                          f"({length}, 4) (extension), not {tuple(x.shape)}")
@@ -759,7 +764,8 @@ def jagged_layer_transition(layer: JaggedGkrLayer, out_row_counts, out_width=Non
     Returns
     -------
     JaggedGkrLayer
-        With ``row_counts = out_row_counts`` and width ``out_width``.
+        With ``row_counts = out_row_counts`` and width ``out_width`` (a
+        step's counts and width).
 
     Raises
     ------
@@ -768,13 +774,14 @@ def jagged_layer_transition(layer: JaggedGkrLayer, out_row_counts, out_width=Non
         schedule truncates a segment (``orc[s] < ceil(rc[s]/2)``) or exceeds
         ``out_width``, device counts without ``out_width``.
     TypeError
-        Counts of the wrong type, or device counts with NumPy data.
+        Counts of the wrong type, device counts with NumPy data, or
+        ``out_width`` given with a step.
     MemoryError
         Host data whose output layer would not fit in this machine's memory.
     """
     _require(layer, JaggedGkrLayer, "layer", "layer_transition")
     counts, width = _step(out_row_counts)
-    if width is not None:  # a step: it holds the width
+    if counts is not out_row_counts:  # a step: it holds the width (None: the sum)
         if out_width is not None:
             raise TypeError("Argument `out_width` must not be given with a step (a JaggedStep "
                             "or (counts, width) pair), which holds the width")
@@ -834,17 +841,24 @@ def _check_steps(layer, steps) -> list:
     return checked
 
 
+def _sequence_like(x) -> bool:
+    """Whether ``x`` can be a step's counts (1-d), rather than one count."""
+    return isinstance(x, (list, tuple, range)) or (getattr(x, "ndim", 0) or 0) >= 1
+
+
 def _step(entry):
-    """``(counts, width)`` of a schedule entry; ``(entry, None)`` for bare counts."""
+    """``(counts, width)`` of a schedule entry; ``(entry, None)`` for bare counts.
+
+    A pair whose first item is a sequence or an array of counts is a step
+    (counts are one per segment, so such a pair cannot be counts itself); a
+    pair of integers, 0-d arrays included, is two counts.  A tuple step's
+    width may be ``None`` (its counts' sum); a list's must be an integer.
+    """
     if isinstance(entry, JaggedStep):
         return entry.row_counts, entry.width
-    if (isinstance(entry, tuple) and len(entry) == 2
-            and not isinstance(entry[0], (int, np.integer))):
+    if isinstance(entry, tuple) and len(entry) == 2 and _sequence_like(entry[0]):
         return entry
-    # A list [counts, width] too (counts are 1-d, so a list whose first item is
-    # not an integer and whose second is one cannot be counts itself).
-    if (isinstance(entry, list) and len(entry) == 2
-            and not isinstance(entry[0], (int, np.integer))
+    if (isinstance(entry, list) and len(entry) == 2 and _sequence_like(entry[0])
             and isinstance(entry[1], (int, np.integer)) and not isinstance(entry[1], bool)):
         return entry[0], entry[1]
     return entry, None
@@ -999,7 +1013,7 @@ def extract_jagged_outputs(floor: JaggedGkrLayer) -> LogUpGkrOutput:
                 bool((floor._counts != 1).any()) else
                 f"every count is already 1: one step to out_row_counts [1] * {nb}, "
                 f"out_width {nb} compacts it (folding each row's two children: same "
-                f"per-batch sums)")
+                f"per-batch sums; halving_schedule(layer) returns that step)")
         raise ValueError(f"extract_jagged_outputs needs a floor with width == number of batch "
                          f"elements ({nb}), not width {floor.width}; {hint}")
     if floor.counts_on_host and bool((floor._counts != 1).any()):
