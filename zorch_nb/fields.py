@@ -45,6 +45,8 @@ from .kernels import monty
 from .kernels.field_params import BABYBEAR, KOALABEAR, FieldParams
 from .kernels.launch_checks import check_field
 
+_U32 = np.dtype(np.uint32)
+
 __all__ = ["PrimeField", "ExtensionField", "BaseOperand", "KoalaBear", "BabyBear"]
 
 
@@ -811,7 +813,38 @@ class _FieldBase:
         return lambda k, a, b, o: k.ext4_map2_bcast(op, a.reshape(-1), sa, da, b.reshape(-1),
                                                      sb, db, o.reshape(-1), f, **rows)
 
+    def _map_plain(self, op, operands):
+        """The result of an elementwise ``op`` without ``out`` on NumPy
+        operands that need nothing of :meth:`_prepare` (C-contiguous native
+        uint32 arrays of one shape, extension elements ``(..., 4)`` on the
+        extension), else None.  Small calls are dominated by the general
+        path's validation and dispatch (~8 of a 10 us ``F.mul`` of 8
+        elements); the launcher still checks what it is given."""
+        xs = tuple(operands.values())
+        a = xs[0]
+        if type(a) is not np.ndarray or a.dtype is not _U32 or not a.flags.c_contiguous \
+                or not a.size or op == monty.OP_INV:
+            return None
+        shape = a.shape
+        if len(xs) == 2:
+            b = xs[1]
+            if type(b) is not np.ndarray or b.dtype is not _U32 or b.shape != shape \
+                    or not b.flags.c_contiguous:
+                return None
+        if self.degree == 4 and (not shape or shape[-1] != 4):
+            return None  # base words on the extension: embedded by the general path
+        result = np.empty(shape, np.uint32)
+        out, flat = result, (-1, 4) if self.degree == 4 else (-1,)
+        if len(shape) != len(flat):  # the launchers take (n,) / (n, 4): views
+            xs, out = [x.reshape(flat) for x in xs], result.reshape(flat)
+        self._map_call(op, len(xs))(_backend.kernels_for("cpu", "field"), *xs, out)
+        return result
+
     def _map(self, op, out, backend, **operands):
+        if out is None and (backend is None or backend == "cpu"):
+            result = self._map_plain(op, operands)
+            if result is not None:
+                return result
         kind, backend, shape, degrees = self._prepare(operands, backend)
         lean = self._lean(operands, kind, backend, shape, degrees) if len(operands) == 2 \
             else None
