@@ -180,5 +180,31 @@ def test_small_call_path_matches_the_general_path(F, monkeypatch):
         except TypeError:
             pass  # (the byte-swapped words: the general path's named error)
     assert len(calls) == len(declined)
-    taken = plain(F, 2, {"a": F.random(2, seed=1), "b": F.random(2, seed=2)})
+    taken = plain(F, 2, {"a": F.random(2, seed=1), "b": F.random(2, seed=2)}, None)
     assert taken is not None  # so the comparisons above ran the plain path
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("F", [K, K.ext], ids=["base", "ext"])
+def test_small_call_path_on_cupy_arrays(F, monkeypatch):
+    """CuPy operands take the plain path too (backend None or "cupy"): the
+    host's bytes; other backends and mixed forms go to the general path."""
+    import cupy
+    calls = []
+    monkeypatch.setattr(fields._FieldBase, "_prepare",
+                        lambda self, *args, _p=fields._FieldBase._prepare:
+                        calls.append(1) or _p(self, *args))
+    shape = (3, 5, 4) if F is not K else (3, 5)
+    a = F.random(15, seed=1).reshape(shape)
+    b = F.random(15, seed=2).reshape(shape)
+    da, db = cupy.asarray(a), cupy.asarray(b)
+    for op, arity in [("add", 2), ("sub", 2), ("mul", 2), ("neg", 1), ("square", 1)]:
+        for backend in (None, "cupy"):
+            got = getattr(F, op)(*(da, db)[:arity], backend=backend)
+            assert isinstance(got, cupy.ndarray) and got.shape == shape
+            np.testing.assert_array_equal(got.get(), getattr(F, op)(*(a, b)[:arity]))
+    assert calls == []  # every call above took the plain path
+    want = F.mul(a[::2], b[::2])
+    calls.clear()
+    np.testing.assert_array_equal(F.mul(da[::2], db[::2]).get(), want)
+    assert len(calls) == 1  # strided: the general path

@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import sys
 
 import numpy as np
 
@@ -813,36 +814,50 @@ class _FieldBase:
         return lambda k, a, b, o: k.ext4_map2_bcast(op, a.reshape(-1), sa, da, b.reshape(-1),
                                                      sb, db, o.reshape(-1), f, **rows)
 
-    def _map_plain(self, op, operands):
-        """The result of an elementwise ``op`` without ``out`` on NumPy
-        operands that need nothing of :meth:`_prepare` (C-contiguous native
-        uint32 arrays of one shape, extension elements ``(..., 4)`` on the
-        extension), else None.  Small calls are dominated by the general
-        path's validation and dispatch (~8 of a 10 us ``F.mul`` of 8
-        elements); the launcher still checks what it is given."""
+    def _map_plain(self, op, operands, backend):
+        """The result of an elementwise ``op`` without ``out`` on operands
+        that need nothing of :meth:`_prepare`: C-contiguous native uint32
+        arrays of one module, device and shape (extension elements ``(...,
+        4)`` on the extension), NumPy on the CPU backend or CuPy on the CuPy
+        one; else None.  Small calls are dominated by the general path's
+        validation and dispatch (~8 of a 10 us ``F.mul`` of 8 elements on
+        the CPU); the launcher still checks what it is given."""
         xs = tuple(operands.values())
         a = xs[0]
-        if type(a) is not np.ndarray or a.dtype is not _U32 or not a.flags.c_contiguous \
-                or not a.size or op == monty.OP_INV:
+        kind = type(a)
+        if kind is np.ndarray:
+            if backend is not None and backend != "cpu":
+                return None
+            xp, backend = np, "cpu"
+        else:
+            xp = sys.modules.get("cupy")
+            if xp is None or kind is not xp.ndarray or backend is not None and \
+                    backend != "cupy":
+                return None
+            backend = "cupy"
+        if a.dtype is not _U32 or not a.flags.c_contiguous or not a.size or \
+                op == monty.OP_INV:
             return None
         shape = a.shape
         if len(xs) == 2:
             b = xs[1]
-            if type(b) is not np.ndarray or b.dtype is not _U32 or b.shape != shape \
+            if type(b) is not kind or b.dtype is not _U32 or b.shape != shape \
                     or not b.flags.c_contiguous:
                 return None
+            if xp is not np and _backend._cupy_device(a) != _backend._cupy_device(b):
+                return None  # (the general path names the devices)
         if self.degree == 4 and (not shape or shape[-1] != 4):
             return None  # base words on the extension: embedded by the general path
-        result = np.empty(shape, np.uint32)
+        result = xp.empty(shape, np.uint32)
         out, flat = result, (-1, 4) if self.degree == 4 else (-1,)
         if len(shape) != len(flat):  # the launchers take (n,) / (n, 4): views
             xs, out = [x.reshape(flat) for x in xs], result.reshape(flat)
-        self._map_call(op, len(xs))(_backend.kernels_for("cpu", "field"), *xs, out)
+        self._map_call(op, len(xs))(_backend.kernels_for(backend, "field"), *xs, out)
         return result
 
     def _map(self, op, out, backend, **operands):
-        if out is None and (backend is None or backend == "cpu"):
-            result = self._map_plain(op, operands)
+        if out is None:
+            result = self._map_plain(op, operands, backend)
             if result is not None:
                 return result
         kind, backend, shape, degrees = self._prepare(operands, backend)
