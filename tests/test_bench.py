@@ -54,6 +54,11 @@ def test_bench_cpu_writes_json(tmp_path):
         assert r["time_s"] > 0 and r["bytes"] > 0
         assert r["size"] == {"dispatch: base mul of 8 elements": 8,
                              "dispatch: one transition base/base": 2**10}.get(r["kernel"], 2**16)
+    parts = [r["extra"] for r in report["results"]
+             if r["kernel"] == "dispatch: one transition base/base"]
+    for extra in parts:  # where a small transition's time goes
+        assert "parts_error" not in extra, extra
+        assert 0 < extra["launcher_us"] and 0 < extra["buffer_and_views_us"]
     for r in report["results"]:  # every CPU fold against plain NumPy, the base one galois too
         if r["kernel"].startswith("dense fold"):
             assert "numpy uint64" in r["baselines"], r["kernel"]

@@ -322,7 +322,41 @@ def _dispatch_row(backend, xp, sync):
     row = Row("dispatch: one transition base/base", backend, 1 << DISPATCH_LOG2, t,
               _nbytes(small.mles) * 3 // 2, first_s, vs_copy=False)
     row.extra["us_per_call"] = round(t * 1e6, 2)
+    try:  # where the time goes: the object layer, the launcher's checks, the launch
+        row.extra.update(_dispatch_parts(backend, xp, sync, small))
+    except Exception as exc:  # the row above stands without its breakdown
+        row.extra["parts_error"] = f"{type(exc).__name__}: {exc}"
     return [row]
+
+
+def _dispatch_parts(backend, xp, sync, small):
+    """Per-call times (us) of the pieces of a small transition: the launcher on
+    preallocated outputs (its checks and the launch), the output buffer with
+    its four views, and on CuPy the kernel launched with the same arguments
+    without any check (the floor a transition cannot go below)."""
+    from . import _backend
+    from .bench import _dispatch_time
+    from .logup_gkr import _aligned_total, _split
+    kernels = _backend.kernels_for(backend, "gkr")
+    half = small.numerator_0.shape[0] // 2
+    ins = small.mles
+    buf = xp.empty(_aligned_total([half] * 4), dtype=np.uint32)
+    outs = _split(buf, [half] * 4, (False,) * 4, aligned=True)
+    parts = {
+        "launcher_us": _dispatch_time(lambda: kernels.fold_dense(*ins, *outs, F.params), sync),
+        "buffer_and_views_us": _dispatch_time(
+            lambda: _split(xp.empty(_aligned_total([half] * 4), dtype=np.uint32),
+                           [half] * 4, (False,) * 4, aligned=True), None),
+    }
+    if backend == "cupy" and xp is not np:
+        from .kernels.gkr_cupy import _function, _vec
+        from .kernels.launch_config import THREADS_PER_BLOCK, grid_for
+        arrays = tuple(ins) + tuple(outs)
+        fn = _function(F.params.name, "zorch_gkr_fold_dense", 0, _vec(arrays))
+        args = arrays + (np.uint64(half),)
+        parts["launch_only_us"] = _dispatch_time(
+            lambda: fn((grid_for(half),), (THREADS_PER_BLOCK,), args), sync)
+    return {k: round(v * 1e6, 2) for k, v in parts.items()}
 
 
 def _cpu_baselines(row, ins, repeat):
