@@ -822,6 +822,8 @@ class _FieldBase:
         one; else None.  Small calls are dominated by the general path's
         validation and dispatch (~8 of a 10 us ``F.mul`` of 8 elements on
         the CPU); the launcher still checks what it is given."""
+        if backend is not None and type(backend) is not str:
+            return None  # (the general path says what `backend` must be)
         xs = tuple(operands.values())
         a = xs[0]
         kind = type(a)
@@ -830,9 +832,13 @@ class _FieldBase:
                 return None
             xp, backend = np, "cpu"
         else:
-            xp = sys.modules.get("cupy")
-            if xp is None or kind is not xp.ndarray or backend is not None and \
+            # the operand's own module first: a cupy still being imported by
+            # another thread sits in sys.modules without its ndarray yet
+            if not kind.__module__.startswith("cupy") or backend is not None and \
                     backend != "cupy":
+                return None
+            xp = sys.modules.get("cupy")
+            if kind is not getattr(xp, "ndarray", None):
                 return None
             backend = "cupy"
         if a.dtype is not _U32 or not a.flags.c_contiguous or not a.size or \
