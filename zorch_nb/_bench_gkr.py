@@ -340,13 +340,14 @@ def _dispatch_parts(backend, xp, sync, small):
     kernels = _backend.kernels_for(backend, "gkr")
     half = small.numerator_0.shape[0] // 2
     ins = small.mles
-    buf = xp.empty(_aligned_total([half] * 4), dtype=np.uint32)
-    outs = _split(buf, [half] * 4, (False,) * 4, aligned=True)
+
+    def fresh_outputs():  # as the object layer makes them: one buffer, four views
+        return _split(xp.empty(_aligned_total([half] * 4), dtype=np.uint32), [half] * 4,
+                      (False,) * 4, aligned=True)
+    outs = fresh_outputs()
     parts = {
         "launcher_us": _dispatch_time(lambda: kernels.fold_dense(*ins, *outs, F.params), sync),
-        "buffer_and_views_us": _dispatch_time(
-            lambda: _split(xp.empty(_aligned_total([half] * 4), dtype=np.uint32),
-                           [half] * 4, (False,) * 4, aligned=True), None),
+        "buffer_and_views_us": _dispatch_time(fresh_outputs, None),
     }
     if backend == "cupy" and xp is not np:
         from .kernels.gkr_cupy import _function, _vec

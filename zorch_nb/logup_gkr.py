@@ -369,10 +369,7 @@ class JaggedGkrLayer(_Layer):
                              f"need, not {width}")
         width = total if width is None else int(width)
         words = width * sum(4 if seg.ndim == 2 else 1 for seg in segments[0]) * 2
-        have = _backend.physical_memory()
-        if have is not None and 4 * words > have:  # NumPy's MemoryError names no argument
-            raise MemoryError(f"Argument `width`: the layer needs {4 * words / 2**30:.1f} GiB; "
-                              f"this machine has {have / 2**30:.1f} GiB of memory")
+        _refuse_beyond_memory(4 * words, "Argument `width`", "the layer needs")
         one = field.params.r_mod_p
         mles = []
         for k in range(2):  # numerators, denominators
@@ -805,10 +802,16 @@ def _check_host_memory(layer, out_ext, widths, what):
     for width in widths:
         need += 4 * _aligned_total([width * (4 if e else 1) for e in (n_ext, n_ext, d_ext, d_ext)])
         n_ext = n_ext or d_ext
+    _refuse_beyond_memory(need, what, "the output layers need")
+
+
+def _refuse_beyond_memory(need, what, needs):
+    """``MemoryError`` naming ``what`` where ``need`` bytes of host layers exceed
+    this machine's memory (NumPy's own error names no argument)."""
     have = _backend.physical_memory()
     if have is not None and need > have:
-        raise MemoryError(f"{what}: the output layers need {need / 2**30:.1f} GiB; this "
-                          f"machine has {have / 2**30:.1f} GiB of memory")
+        raise MemoryError(f"{what}: {needs} {need / 2**30:.1f} GiB; this machine has "
+                          f"{have / 2**30:.1f} GiB of memory")
 
 
 def _data_kind(layer) -> str:
