@@ -37,7 +37,10 @@ denominators are).  A pyramid's first layer has a power-of-two length ``L``
 and at most ``log2(L)`` layers follow it.  No array a launcher writes
 (outputs, ``prefix``) may share memory with another argument.  Every
 launcher checks all of this from metadata alone (:mod:`.launch_checks`,
-``TypeError``/``ValueError`` naming the launcher and the argument).  Of
+``TypeError``/``ValueError`` naming the launcher and the argument), except
+``fold_dense_trusted`` / ``jagged_transition_trusted``, which take the input
+mode and check nothing (the object layer's entry: see
+:func:`fold_dense_trusted`).  Of
 the counts' *values*, the jagged kernel's own scan refuses those that would
 read outside its inputs (negative counts, ``sum(rc)`` past the input
 length); the rest of the schedule's contract (``ceil(rc[s] / 2) <=
@@ -105,7 +108,8 @@ from .vector_width import njit_lanes64
 
 # The launchers, and the mode numbering their kernels take (callers of the
 # raw kernels, such as the tests, build modes with it).
-__all__ = ["fold_dense", "pyramid_dense", "jagged_transition", "mode_of"]
+__all__ = ["fold_dense", "pyramid_dense", "jagged_transition", "mode_of",
+           "fold_dense_trusted", "jagged_transition_trusted"]
 
 # Slot and node bodies with the field arithmetic force-inlined (see
 # gkr_scalar.inlined_arithmetic): a call left in a loop body stops LLVM's
@@ -526,6 +530,21 @@ def fold_dense(n0, n1, d0, d1, on0, on1, od0, od1, f):
     ``ValueError``/``TypeError`` naming the argument otherwise.
     """
     mode = check_gkr_fold(_FOLD, f, n0, n1, d0, d1, on0, on1, od0, od1, disjoint=False)
+    fold_dense_trusted(mode, n0, n1, d0, d1, on0, on1, od0, od1, f)
+
+
+def fold_dense_trusted(mode, n0, n1, d0, d1, on0, on1, od0, od1, f):
+    """:func:`fold_dense` without its metadata checks, given the input ``mode``
+    (``2 * (numerators extension) + (denominators extension)``).
+
+    The object layer's entry (every backend has one): its layers were checked
+    when built and its outputs are fresh buffers of the right forms, and the
+    checks of :func:`fold_dense` were a third of a small transition's time on
+    CuPy.  Arguments outside the contract of :func:`fold_dense` are undefined
+    behaviour here (on the GPU backends, out-of-bounds device accesses); call
+    :func:`fold_dense` unless you built them the same way.  (This backend
+    still refuses overlapping outputs: its kernel tests that for free.)
+    """
     p, mu, wm, _ = kernel_words(f)
     # (not viewed read-only as in pyramid_dense: four views cost 1.7 us of a
     # ~9 us call; read-only input compiles a second signature once instead)
@@ -598,6 +617,13 @@ def jagged_transition(rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f):
     """
     mode = check_gkr_jagged(_JAGGED, f, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1,
                             disjoint=False)
+    jagged_transition_trusted(mode, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f)
+
+
+def jagged_transition_trusted(mode, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f):
+    """:func:`jagged_transition` without its metadata checks, given the input
+    ``mode`` (see :func:`fold_dense_trusted`; the counts' values are still
+    checked by the kernel's scan)."""
     p, mu, wm, one = kernel_words(f)
     # Numba types read-only arrays apart from writable ones; the object layer
     # hands over read-only counts, so view every caller's counts that way and

@@ -48,7 +48,8 @@ from .launch_config import (GKR_JAGGED_CHUNK, GKR_MAX_FUSED, GKR_NUMBA_SCAN_THRE
                             GKR_PYRAMID_THREADS, GKR_TILE_SLOTS_BASE, GKR_TILE_SLOTS_EXT,
                             THREADS_PER_BLOCK, gkr_pyramid_plan, grid_for)
 
-__all__ = ["fold_dense", "pyramid_dense", "jagged_transition", "jagged_chunk"]
+__all__ = ["fold_dense", "pyramid_dense", "jagged_transition", "jagged_chunk",
+           "fold_dense_trusted", "jagged_transition_trusted"]
 
 _dense_slot, _jagged_slot, _find_segment = make_slot_functions(cuda.jit(device=True))
 _fold_node, _ = make_node_functions(cuda.jit(device=True))
@@ -141,6 +142,12 @@ def _outputs(outs):
 def fold_dense(n0, n1, d0, d1, on0, on1, od0, od1, f):
     """Dense transition on the GPU (see :func:`.gkr_cpu.fold_dense` for the contract)."""
     mode = check_gkr_fold("gkr_cuda_numba.fold_dense", f, n0, n1, d0, d1, on0, on1, od0, od1)
+    fold_dense_trusted(mode, n0, n1, d0, d1, on0, on1, od0, od1, f)
+
+
+def fold_dense_trusted(mode, n0, n1, d0, d1, on0, on1, od0, od1, f):
+    """:func:`fold_dense` without its checks, given the input ``mode`` (see
+    :func:`.gkr_cpu.fold_dense_trusted`)."""
     p, mu, wm, _ = kernel_words(f)
     kernel = _kernels(mode)[0]
     stream = stream_for(n0, n1, d0, d1, on0)
@@ -155,6 +162,12 @@ def jagged_transition(rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f):
     the contract)."""
     mode = check_gkr_jagged("gkr_cuda_numba.jagged_transition", f, rc, orc, prefix, n0, n1,
                             d0, d1, on0, on1, od0, od1)
+    jagged_transition_trusted(mode, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f)
+
+
+def jagged_transition_trusted(mode, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f):
+    """:func:`jagged_transition` without its checks, given the input ``mode``
+    (see :func:`.gkr_cpu.fold_dense_trusted`)."""
     p, mu, wm, one = kernel_words(f)
     kernel = _kernels(mode)[1]
     stream = stream_for(rc, orc, prefix, n0, n1, d0, d1, on0)

@@ -52,7 +52,8 @@ from .launch_config import (GKR_JAGGED_CHUNK, GKR_MAX_FUSED, GKR_MAX_TAIL,
                             GKR_PYRAMID_THREADS, GKR_SCAN_THREADS, GKR_TAIL_THREADS,
                             THREADS_PER_BLOCK, gkr_pyramid_plan, grid_for)
 
-__all__ = ["fold_dense", "pyramid_dense", "jagged_transition", "jagged_tail", "jagged_chunk"]
+__all__ = ["fold_dense", "pyramid_dense", "jagged_transition", "jagged_tail", "jagged_chunk",
+           "fold_dense_trusted", "jagged_transition_trusted"]
 
 
 #: Host image of ``struct zorch_gkr_layers`` (GKR_MAX_FUSED x 4 pointers).
@@ -90,6 +91,13 @@ def _vec(arrays) -> bool:
 def fold_dense(n0, n1, d0, d1, on0, on1, od0, od1, f):
     """Dense transition: one launch over ``L / 2`` slots."""
     mode = check_gkr_fold("gkr_cupy.fold_dense", f, n0, n1, d0, d1, on0, on1, od0, od1)
+    fold_dense_trusted(mode, n0, n1, d0, d1, on0, on1, od0, od1, f)
+
+
+def fold_dense_trusted(mode, n0, n1, d0, d1, on0, on1, od0, od1, f):
+    """:func:`fold_dense` without its checks, given the input ``mode`` (see
+    :func:`.gkr_cpu.fold_dense_trusted`; arguments outside the contract are
+    undefined behaviour on the device)."""
     arrays = (n0, n1, d0, d1, on0, on1, od0, od1)
     half = on0.shape[0]
     fn = _function(f.name, "zorch_gkr_fold_dense", mode, _vec(arrays))
@@ -100,6 +108,12 @@ def jagged_transition(rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f):
     """Jagged transition: device prefix sums, then one launch over the output slots."""
     mode = check_gkr_jagged("gkr_cupy.jagged_transition", f, rc, orc, prefix, n0, n1, d0, d1,
                             on0, on1, od0, od1)
+    jagged_transition_trusted(mode, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f)
+
+
+def jagged_transition_trusted(mode, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f):
+    """:func:`jagged_transition` without its checks, given the input ``mode``
+    (see :func:`.gkr_cpu.fold_dense_trusted`)."""
     nb = np.uint32(rc.shape[0])
     scan = _function(f.name, "zorch_gkr_jagged_scan")
     scan((1,), (GKR_SCAN_THREADS,), (rc, orc, prefix, nb))

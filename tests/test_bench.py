@@ -59,6 +59,7 @@ def test_bench_cpu_writes_json(tmp_path):
     for extra in parts:  # where a small transition's time goes
         assert "parts_error" not in extra, extra
         assert 0 < extra["launcher_us"] and 0 < extra["buffer_and_views_us"]
+        assert 0 < extra["checked_launcher_us"]
     for r in report["results"]:  # every CPU fold against plain NumPy, the base one galois too
         if r["kernel"].startswith("dense fold"):
             assert "numpy uint64" in r["baselines"], r["kernel"]

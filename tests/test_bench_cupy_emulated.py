@@ -50,7 +50,8 @@ def test_gpu_bench_runs_on_emulated_cupy(tmp_path, monkeypatch):
     assert rows["dense pyramid base/base (to floor)"]["extra"]["launches"] == 1
     parts = rows["dispatch: one transition base/base"]["extra"]
     assert "parts_error" not in parts, parts
-    assert min(parts["launcher_us"], parts["buffer_and_views_us"], parts["launch_only_us"]) > 0
+    assert min(parts["launcher_us"], parts["checked_launcher_us"], parts["buffer_and_views_us"],
+               parts["launch_only_us"]) > 0
     for mode in ("base/base", "base/ext", "ext/ext"):  # replayed from a captured graph
         assert "in_l2_gbps" in rows[f"dense fold {mode}"]["extra"]  # no in_l2_error
     assert rows["jagged pyramid base/ext (1024 seg.)"]["extra"]["launches"] >= 1

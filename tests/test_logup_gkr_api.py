@@ -494,6 +494,30 @@ def test_gpu_device_schedule_never_synchronizes(backend):
     np.testing.assert_array_equal(wout.denominator, out.denominator.get())
 
 
+@pytest.mark.gpu
+def test_gpu_counts_reshaped_in_place_leave_the_layer_as_checked():
+    """CuPy lets a caller set an array's ``.shape`` in place.  The transitions
+    run the launchers without their checks (the layer was checked when built),
+    so a layer keeps a view of device counts, never the caller's array."""
+    import cupy
+    counts = np.array([3, 1, 2, 2, 0, 1, 3, 4], np.int32)
+    orc = np.array([2, 1, 1, 1, 0, 1, 2, 2], np.int32)
+    host = [KoalaBear.random(16, seed=i) for i in range(4)]
+    want = jagged_layer_transition(JaggedGkrLayer(*host, counts), orc, 12)
+    d_counts, d_orc = cupy.asarray(counts), cupy.asarray(orc)
+    layer = JaggedGkrLayer(*(cupy.asarray(x) for x in host), d_counts)
+    d_counts.shape = (2, 4)
+    assert layer.num_batches == 8 and layer.row_counts.shape == (8,)
+    got = jagged_layer_transition(layer, d_orc, 12)
+    d_orc.shape = (4, 2)
+    assert got.row_counts.shape == (8,)
+    for x, y in zip(want.mles, got.mles):
+        np.testing.assert_array_equal(x, y.get())
+    twice = jagged_layer_transition(got, [1, 1, 1, 1, 0, 1, 1, 1], 8)
+    np.testing.assert_array_equal(
+        jagged_layer_transition(want, [1, 1, 1, 1, 0, 1, 1, 1], 8).mles[2], twice.mles[2].get())
+
+
 @pytest.mark.parametrize("ne,de", [(False, False), (False, True), (True, False)])
 def test_jagged_outputs_start_on_16_byte_boundaries(ne, de):
     """The four outputs share one buffer; with a width of 4 k + 1 a packed split put
@@ -505,6 +529,31 @@ def test_jagged_outputs_start_on_16_byte_boundaries(ne, de):
         base = layer.numerator_0.ctypes.data
         assert [(x.ctypes.data - base) % 16 for x in layer.mles] == [0, 0, 0, 0]
         assert [x.shape[0] for x in layer.mles] == [width] * 4
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("ne,de", MODES)
+def test_gpu_transition_outputs_are_aligned_views_of_one_buffer(ne, de):
+    """A transition's four outputs: C-contiguous, 16-byte aligned, back to back
+    in one buffer (on CuPy one split call makes them where the four are alike
+    and whole 16-byte blocks, slices otherwise: widths 12 and 13 take both)."""
+    import cupy
+    host = four(16, (ne, de))
+    dense, jagged = GkrLayer(*host, 0), JaggedGkrLayer(*host, [9, 7])
+    d_dense = GkrLayer(*(cupy.asarray(x) for x in host), 0)
+    d_jagged = JaggedGkrLayer(*(cupy.asarray(x) for x in host), [9, 7])
+    pairs = [(layer_transition(dense), layer_transition(d_dense))]
+    pairs += [(jagged_layer_transition(jagged, [5, 4], w),
+               jagged_layer_transition(d_jagged, [5, 4], w)) for w in (12, 13)]
+    for want, got in pairs:
+        ptrs = [x.data.ptr for x in got.mles]
+        assert [p % 16 for p in ptrs] == [0, 0, 0, 0]
+        assert all(x.flags.c_contiguous for x in got.mles)
+        ends = [p + -(-x.nbytes // 16) * 16 for p, x in zip(ptrs, got.mles)]
+        assert ptrs[1:] == ends[:3]  # one buffer, no gaps beyond the alignment
+        for x, y in zip(want.mles, got.mles):
+            assert isinstance(y, cupy.ndarray) and x.shape == y.shape
+            np.testing.assert_array_equal(x, y.get())
 
 
 @pytest.mark.gpu

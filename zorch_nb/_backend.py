@@ -104,6 +104,21 @@ def resolve(arrays: dict, backend: str | None) -> tuple:
                 break
         else:
             return "numpy", "cpu"
+    if backend is None or backend == "cupy":  # fast path: CuPy operands on one device
+        cupy = sys.modules.get("cupy")
+        ndarray = getattr(cupy, "ndarray", None)
+        device = None
+        for x in arrays.values():
+            if ndarray is None or type(x) is not ndarray:
+                break
+            d = _cupy_device(x)
+            if device is None:
+                device = d
+            elif d != device:
+                break
+        else:
+            if device is not None:
+                return "cupy", "cupy"
     if backend is not None and backend not in BACKENDS:
         raise ValueError(f"Argument `backend` must be one of {BACKENDS} or None, not {backend!r}")
     kinds, devices, seen = {}, {}, {}

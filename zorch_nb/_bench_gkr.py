@@ -330,23 +330,27 @@ def _dispatch_row(backend, xp, sync):
 
 
 def _dispatch_parts(backend, xp, sync, small):
-    """Per-call times (us) of the pieces of a small transition: the launcher on
-    preallocated outputs (its checks and the launch), the output buffer with
-    its four views, and on CuPy the kernel launched with the same arguments
-    without any check (the floor a transition cannot go below)."""
+    """Per-call times (us) of the pieces of a small transition: the launcher
+    the object layer calls (``fold_dense_trusted``) on preallocated outputs,
+    the kernel layer's checked ``fold_dense`` (what a direct caller pays),
+    the output buffer with its four views, and on CuPy the kernel launched
+    with the same arguments and nothing else (the floor a transition cannot
+    go below)."""
     from . import _backend
     from .bench import _dispatch_time
-    from .logup_gkr import _aligned_total, _split
+    from .logup_gkr import _fresh_outputs
     kernels = _backend.kernels_for(backend, "gkr")
     half = small.numerator_0.shape[0] // 2
     ins = small.mles
 
     def fresh_outputs():  # as the object layer makes them: one buffer, four views
-        return _split(xp.empty(_aligned_total([half] * 4), dtype=np.uint32), [half] * 4,
-                      (False,) * 4, aligned=True)
+        return _fresh_outputs(xp, half, (False,) * 4)[1]
     outs = fresh_outputs()
     parts = {
-        "launcher_us": _dispatch_time(lambda: kernels.fold_dense(*ins, *outs, F.params), sync),
+        "launcher_us": _dispatch_time(
+            lambda: kernels.fold_dense_trusted(0, *ins, *outs, F.params), sync),
+        "checked_launcher_us": _dispatch_time(
+            lambda: kernels.fold_dense(*ins, *outs, F.params), sync),
         "buffer_and_views_us": _dispatch_time(fresh_outputs, None),
     }
     if backend == "cupy" and xp is not np:
