@@ -358,6 +358,41 @@ def test_row_counts_are_read_only_int32():
     assert layer.counts_on_host
 
 
+@pytest.mark.parametrize("mutate", [
+    lambda c: setattr(c, "shape", (2, 4)),
+    lambda c: setattr(c.base, "shape", (2, 4)),
+    lambda c: setattr(c.base, "dtype", np.float32),
+    lambda c: setattr(c.base, "dtype", np.int16),
+], ids=["shape", "base shape", "base dtype float32", "base dtype int16"])
+def test_row_counts_metadata_changed_in_place_leaves_the_layer_as_checked(mutate):
+    """The transitions run their launchers unchecked: a caller reshaping or
+    retyping ``row_counts`` (or its owner, ``.base``) in place must not change
+    the counts they read (the trusted array is a private view)."""
+    counts, orc = [3, 1, 2, 2, 0, 1, 3, 4], [2, 1, 1, 1, 0, 1, 2, 2]
+    host = four(16)
+    want = jagged_layer_transition(JaggedGkrLayer(*host, counts), orc, 12)
+    layer = JaggedGkrLayer(*host, counts)
+    mutate(layer.row_counts)
+    assert layer.num_batches == 8
+    got = jagged_layer_transition(layer, orc, 12)
+    mutate(got.row_counts)
+    for x, y in zip(want.mles, got.mles):
+        np.testing.assert_array_equal(x, y)
+    again = jagged_layer_transition(got, [1, 1, 1, 1, 0, 1, 1, 1], 8)
+    np.testing.assert_array_equal(
+        jagged_layer_transition(want, [1, 1, 1, 1, 0, 1, 1, 1], 8).mles[2], again.mles[2])
+
+
+def test_backend_that_is_not_a_str_is_refused():
+    layer = GkrLayer(*four(4), 0)
+    with pytest.raises(TypeError, match="`backend` must be one of .* not ndarray"):
+        layer_transition(layer, backend=np.array("cpu"))
+    with pytest.raises(TypeError, match="`backend` must be one of .* not int"):
+        F.add(layer.numerator_0, layer.numerator_0, backend=1)
+    np.testing.assert_array_equal(layer_transition(layer, backend=np.str_("cpu")).mles[0],
+                                  layer_transition(layer).mles[0])
+
+
 @pytest.mark.skipif(numba.config.DISABLE_JIT, reason="counts compiled signatures")
 def test_cpu_kernels_compile_once():
     """One CPU compile per kernel: lengths, counts, fields and modes are runtime."""
@@ -498,7 +533,8 @@ def test_gpu_device_schedule_never_synchronizes(backend):
 def test_gpu_counts_reshaped_in_place_leave_the_layer_as_checked():
     """CuPy lets a caller set an array's ``.shape`` in place.  The transitions
     run the launchers without their checks (the layer was checked when built),
-    so a layer keeps a view of device counts, never the caller's array."""
+    so the counts they read are a private view, neither the caller's array
+    nor ``row_counts``."""
     import cupy
     counts = np.array([3, 1, 2, 2, 0, 1, 3, 4], np.int32)
     orc = np.array([2, 1, 1, 1, 0, 1, 2, 2], np.int32)
@@ -507,10 +543,12 @@ def test_gpu_counts_reshaped_in_place_leave_the_layer_as_checked():
     d_counts, d_orc = cupy.asarray(counts), cupy.asarray(orc)
     layer = JaggedGkrLayer(*(cupy.asarray(x) for x in host), d_counts)
     d_counts.shape = (2, 4)
-    assert layer.num_batches == 8 and layer.row_counts.shape == (8,)
+    layer.row_counts.shape = (4, 2)  # the layer's own view: not the one the kernels read
+    assert layer.num_batches == 8 and layer.row_counts.shape == (4, 2)
     got = jagged_layer_transition(layer, d_orc, 12)
     d_orc.shape = (4, 2)
     assert got.row_counts.shape == (8,)
+    got.row_counts.shape = (2, 4)
     for x, y in zip(want.mles, got.mles):
         np.testing.assert_array_equal(x, y.get())
     twice = jagged_layer_transition(got, [1, 1, 1, 1, 0, 1, 1, 1], 8)

@@ -98,6 +98,11 @@ def resolve(arrays: dict, backend: str | None) -> tuple:
     (kind, backend) : tuple of str
         ``kind`` is ``"numpy"`` or ``"cupy"`` (CAI arrays are viewed as CuPy).
     """
+    if backend is not None and type(backend) is not str:
+        if not isinstance(backend, str):  # (an array compares elementwise below)
+            raise TypeError(f"Argument `backend` must be one of {BACKENDS} or None, not "
+                            f"{type(backend).__name__} {backend!r}")
+        backend = str(backend)  # np.str_
     if backend is None or backend == "cpu":  # fast path: NumPy operands on the CPU
         for x in arrays.values():
             if type(x) is not np.ndarray:

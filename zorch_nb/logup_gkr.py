@@ -127,11 +127,8 @@ def _row_counts(counts, name: str, data_kind: str):
             raise TypeError(f"Argument `{name}` must be a 1-D int32 array, not "
                             f"{_describe(counts)}")
         # The kernels index the counts as a plain int array (``counts.data.ptr``):
-        # a strided view (``m[:, 0]``) would be read as the wrong counts.  A view
-        # of the caller's array, so that setting its ``.shape`` in place leaves
-        # the checked shape the trusted launchers read (CuPy allows that).
-        counts = cp.ascontiguousarray(counts)
-        return counts.view()
+        # a strided view (``m[:, 0]``) would be read as the wrong counts.
+        return cp.ascontiguousarray(counts)
     arr = _int_array(counts, name)
     if arr.ndim != 1:
         raise ValueError(f"Argument `{name}` must be 1-D (one count per batch element), "
@@ -403,10 +400,11 @@ class JaggedGkrLayer(_Layer):
 
     @property
     def _counts(self):
-        # The checked counts the kernels trust.  ``row_counts`` is a view of
-        # them, so a user's ``setflags(write=True)`` on it is refused (NumPy
-        # lets an array's owner, never a view, make it writeable again) and an
-        # in-place ``.shape =`` on it changes nothing here.
+        # The checked counts the kernels trust: a private view (see
+        # _keep_counts), so an in-place ``.shape =`` / ``.dtype =`` on
+        # ``row_counts``, its base or the caller's array changes nothing here,
+        # and ``row_counts.setflags(write=True)`` is refused (NumPy lets an
+        # array's owner, never a view, make it writeable again).
         return self.__dict__["_checked_counts"]
 
     @property
@@ -431,10 +429,16 @@ class JaggedGkrLayer(_Layer):
 
 
 def _keep_counts(layer, counts) -> None:
-    """Store checked counts: the trusted array, and a read-only view as ``row_counts``."""
-    layer.__dict__["_checked_counts"] = counts
-    object.__setattr__(layer, "row_counts",
-                       counts.view() if isinstance(counts, np.ndarray) else counts)
+    """Store checked counts: a private view the kernels trust, and another view
+    as ``row_counts``.
+
+    NumPy lets a caller set ``.shape`` / ``.dtype`` of an array in place (of
+    ``row_counts``, or of its ``.base``, the owner), CuPy ``.shape``; the
+    transitions run their launchers unchecked, so no object a caller can
+    reach may be the one they read.  A view's metadata is its own.
+    """
+    layer.__dict__["_checked_counts"] = counts.view()
+    object.__setattr__(layer, "row_counts", counts.view())
 
 
 def _rebuild_layer(cls, values):
