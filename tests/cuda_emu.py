@@ -487,6 +487,10 @@ class EmuXp:
         return x if x.flags.c_contiguous else EmuArray(np.ascontiguousarray(x._a))
 
     @staticmethod
+    def split(x, sections):  # views of one device buffer, as cupy.split's
+        return [EmuArray(v) for v in np.split(x._a, sections)]
+
+    @staticmethod
     def empty(shape, dtype):
         # filled with a marker, so a slot no kernel writes shows up
         return EmuArray(np.full(shape, 0xA5A5A5A5 if np.dtype(dtype) == np.uint32 else -7,
@@ -629,7 +633,7 @@ def fake_cupy(launches: list) -> types.ModuleType:
     mod.ndarray = EmuArray
     # what the object layer calls on CuPy data; any other name is NumPy's
     mod.asarray, mod.empty = EmuXp.asarray, EmuXp.empty
-    mod.ascontiguousarray = EmuXp.ascontiguousarray
+    mod.ascontiguousarray, mod.split = EmuXp.ascontiguousarray, EmuXp.split
     mod.cuda = types.SimpleNamespace(Device=_Device)
     mod.__getattr__ = lambda name: _wrap(getattr(np, name))
     return mod
