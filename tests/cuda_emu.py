@@ -459,8 +459,8 @@ def _wrap(x):
         return EmuArray(x)
     if isinstance(x, np.generic):  # a reduction's result stays on the device (0-d), as
         return EmuArray(np.asarray(x))  # on CuPy: reading it is a synchronization
-    if isinstance(x, (tuple, list)):  # (np.split's list, as cupy.split's)
-        return type(x)(_wrap(v) for v in x)
+    if isinstance(x, tuple):
+        return tuple(_wrap(v) for v in x)
     if isinstance(x, types.ModuleType):  # cupy.linalg, cupy.random, ...: NumPy's, wrapped
         return _ModuleProxy(x)
     if callable(x) and not isinstance(x, type):  # functions and ufuncs; dtypes stay types
