@@ -627,7 +627,8 @@ def layer_transition(layer: GkrLayer, *, backend: str | None = None) -> GkrLayer
                          f"{layer.num_variables}); it is a floor: use extract_outputs")
     field, mode = layer.field, _mode(layer)
     # The trusted launcher: the layer was checked when built and the outputs
-    # are fresh (the launcher's own checks cost a third of a small CuPy call).
+    # are fresh (the launcher's own checks were 10.7 of the 51 us of host time
+    # of a 2**10 transition on CuPy).
     outs = _run(layer, backend,
                 lambda k, ins, outs, _: k.fold_dense_trusted(mode, *ins, *outs, field.params),
                 [], layer.numerator_0.shape[0] // 2, _out_ext(layer))
