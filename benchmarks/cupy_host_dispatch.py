@@ -76,12 +76,8 @@ def measure():
     return rows
 
 
-def _commit():
-    from zorch_nb.bench import _commit as commit  # the checkout's HEAD (+dirty)
-    return commit()
-
-
 def main(argv=None):
+    from zorch_nb.bench import _commit  # the checkout's HEAD (+dirty)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", help="also write the report here")
     args = ap.parse_args(argv)
