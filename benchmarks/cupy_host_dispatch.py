@@ -1,4 +1,5 @@
-"""Host-side cost of a small transition on real CuPy arrays, without a GPU.
+"""Host-side cost of small transitions and of whole pyramids on real CuPy
+arrays, without a GPU.
 
 The dispatch target (one transition at L = 2**10 under 15 us on the CuPy
 path) is mostly host time: CuPy's array metadata, allocations and views, our
@@ -7,10 +8,16 @@ CuPy imports without a driver, ``cupy.cuda.set_allocator`` accepts an
 allocator that hands out pointers to no memory (``UnownedMemory``), and the
 kernel functions are replaced by a no-op, so nothing ever touches device
 memory.  What this measures is therefore the object layer's time on CuPy
-objects, minus the launch itself (about 6 us on the GPU machine per the
-issue; ``python -m zorch_nb bench --device gpu`` reports it as
-``launch_only_us``).  Dense transitions only: a jagged one copies or views
-its counts with ``cupy.asarray``, which asks the driver for the device.
+objects, minus the launches themselves (about 6 us each on the GPU machine
+per the issue; ``python -m zorch_nb bench --device gpu`` reports it as
+``launch_only_us``).
+
+A pyramid's host time matters before its first launch: the GPU idles until
+then, and the bench's event timer (like a user's) counts it.  So the pyramid
+rows give the time to the first launch and the whole call.  Jagged pyramids
+need ``cupy.asarray``, which asks the driver for the device: here it is
+replaced by a stand-in that views a CuPy array and allocates (without
+copying) for a NumPy one, so the packed counts' one H2D copy is left out.
 
     pip install cupy-cuda13x   # no driver needed
     python benchmarks/cupy_host_dispatch.py [--json FILE]
@@ -22,6 +29,7 @@ import datetime
 import json
 import platform
 import sys
+import time
 import timeit
 
 import numpy as np
@@ -40,9 +48,44 @@ def _no_memory(size):
     return cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(ptr, max(size, 1), None, 0), 0)
 
 
+_FIRST_LAUNCH = []  # perf_counter of the first launch since it was cleared
+
+
 class _NoLaunch:
     def __call__(self, grid, block, args, **kwargs):
-        pass
+        if not _FIRST_LAUNCH:
+            _FIRST_LAUNCH.append(time.perf_counter())
+
+
+def _asarray_without_driver(a, dtype=None, order=None, **kwargs):
+    """``cupy.asarray`` for this script: a view of a CuPy array, a fresh
+    (uncopied) buffer for a NumPy one."""
+    if isinstance(a, np.ndarray):
+        return cupy.empty(a.shape, dtype or a.dtype)
+    if isinstance(a, cupy.ndarray) and (dtype is None or a.dtype == dtype):
+        return a.view()
+    return _CUPY_ASARRAY(a, dtype, order, **kwargs)
+
+
+_CUPY_ASARRAY = cupy.asarray
+
+
+def _pyramid_us(build, calls, rounds=5):
+    """``(to first launch, whole call)`` in us: the best round's means."""
+    build()
+    first, whole = [], []
+    for _ in range(rounds):
+        to_first = total = 0.0
+        for _ in range(calls):
+            _FIRST_LAUNCH.clear()
+            t0 = time.perf_counter()
+            build()
+            t1 = time.perf_counter()
+            to_first += _FIRST_LAUNCH[0] - t0
+            total += t1 - t0
+        first.append(to_first / calls * 1e6)
+        whole.append(total / calls * 1e6)
+    return round(min(first), 1), round(min(whole), 1)
 
 
 def _best_us(fn, number=20000, repeat=7):
@@ -73,6 +116,36 @@ def measure():
             "checked_launcher_us": _best_us(
                 lambda ins=ins, outs=outs: gkr_cupy.fold_dense(*ins, *outs, f)),
         }
+    rows.update(_pyramids(f))
+    return rows
+
+
+def _pyramids(f):
+    from zorch_nb.logup_gkr import (GkrLayer, JaggedGkrLayer, build_jagged_pyramid,
+                                    build_pyramid, halving_schedule)
+    cupy.asarray = _asarray_without_driver
+    rows, rng = {}, np.random.default_rng(0)
+    try:
+        for log2 in (10, 20, 26):
+            n, calls = 1 << log2, 2000 if log2 < 26 else 300
+            for name, shape in (("base/base", (n,)), ("ext/ext", (n, 4))):
+                layer = GkrLayer(*(cupy.empty(shape, np.uint32) for _ in range(4)))
+                first, whole = _pyramid_us(lambda layer=layer: build_pyramid(layer), calls)
+                rows[f"dense pyramid {name}, 2^{log2}"] = {
+                    "to_first_launch_us": first, "whole_us": whole}
+            nb = min(1024, n // 4)  # the bench's segments: random cuts
+            cuts = np.sort(rng.choice(np.arange(1, n), nb - 1, replace=False))
+            counts = np.diff(np.concatenate([[0], cuts, [n]])).astype(np.int32)
+            words = [cupy.empty(s, np.uint32) for s in ((n,), (n,), (n, 4), (n, 4))]
+            layer = JaggedGkrLayer(*words, counts)
+            schedule = halving_schedule(layer)
+            first, whole = _pyramid_us(
+                lambda layer=layer, schedule=schedule: build_jagged_pyramid(layer, schedule),
+                calls // 4)
+            rows[f"jagged pyramid base/ext ({nb} seg.), 2^{log2}"] = {
+                "steps": len(schedule), "to_first_launch_us": first, "whole_us": whole}
+    finally:
+        cupy.asarray = _CUPY_ASARRAY
     return rows
 
 
@@ -82,8 +155,10 @@ def main(argv=None):
     ap.add_argument("--json", help="also write the report here")
     args = ap.parse_args(argv)
     report = {
-        "what": "host time of one small transition on real CuPy arrays; launches are "
-                "no-ops and memory is fake, so the GPU launch (~6 us) is not included",
+        "what": "host time of one small transition and of whole pyramids on real CuPy "
+                "arrays; launches are no-ops and memory is fake, so the GPU launches "
+                "(~6 us each) are not included, nor the jagged pyramid's H2D copy of its "
+                "packed counts",
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "machine": f"{platform.node()} {platform.processor() or platform.machine()}",
         "python": platform.python_version(),

@@ -4,7 +4,7 @@ Plain arrays in, ``out`` arrays written; no objects, nothing input-sized
 allocated (small scratch only: a run of the powers, prefix sums), and only
 cheap O(1) checks of the arguments (``launch_checks``), so a misuse is an
 error, not a wrong answer or a crash -- the object layer (``zorch_nb``)
-validates the rest.  (The GKR transitions' ``*_trusted`` twins skip those
+validates the rest.  (The GKR launchers' ``*_trusted`` twins skip those
 checks: they are the object layer's entry, for arguments it built itself.)
 Field constants come from :mod:`.field_params`, scalar Montgomery
 arithmetic from :mod:`.monty` (Numba) and ``cuda/monty.cuh`` (CUDA C).

@@ -49,7 +49,7 @@ from .launch_config import (GKR_JAGGED_CHUNK, GKR_MAX_FUSED, GKR_NUMBA_SCAN_THRE
                             THREADS_PER_BLOCK, gkr_pyramid_plan, grid_for)
 
 __all__ = ["fold_dense", "pyramid_dense", "jagged_transition", "jagged_chunk",
-           "fold_dense_trusted", "jagged_transition_trusted"]
+           "fold_dense_trusted", "jagged_transition_trusted", "jagged_chunk_trusted"]
 
 _dense_slot, _jagged_slot, _find_segment = make_slot_functions(cuda.jit(device=True))
 _fold_node, _ = make_node_functions(cuda.jit(device=True))
@@ -505,9 +505,15 @@ def jagged_chunk(rc, prefix, first, steps, f):
     scratch of at least ``(GKR_JAGGED_CHUNK + 1) * nb``.  Host counts are
     scanned on the host; device counts by a one-block kernel (no sync).
     """
-    assert GKR_JAGGED_CHUNK == 3  # the kernel's depth is written out for 3
     mode = check_gkr_steps("gkr_cuda_numba.jagged_chunk", f, rc, prefix, first, steps,
                            GKR_JAGGED_CHUNK, GKR_JAGGED_CHUNK + 1)
+    jagged_chunk_trusted(mode, rc, prefix, first, steps, f)
+
+
+def jagged_chunk_trusted(mode, rc, prefix, first, steps, f):
+    """:func:`jagged_chunk` without its checks, given the input ``mode`` (see
+    :func:`.gkr_cpu.fold_dense_trusted`)."""
+    assert GKR_JAGGED_CHUNK == 3  # the kernel's depth is written out for 3
     p, mu, wm, one = kernel_words(f)
     nb = rc.shape[0]
     counts = [rc] + [orc for orc, _ in steps]

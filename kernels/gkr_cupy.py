@@ -53,7 +53,8 @@ from .launch_config import (GKR_JAGGED_CHUNK, GKR_MAX_FUSED, GKR_MAX_TAIL,
                             THREADS_PER_BLOCK, gkr_pyramid_plan, grid_for)
 
 __all__ = ["fold_dense", "pyramid_dense", "jagged_transition", "jagged_tail", "jagged_chunk",
-           "fold_dense_trusted", "jagged_transition_trusted"]
+           "fold_dense_trusted", "jagged_transition_trusted", "pyramid_dense_trusted",
+           "jagged_chunk_trusted", "jagged_tail_trusted"]
 
 
 #: Host image of ``struct zorch_gkr_layers`` (GKR_MAX_FUSED x 4 pointers).
@@ -134,6 +135,16 @@ def pyramid_dense(first, layers, f):
     ``L >> (l + 1)`` elements each (see :func:`.gkr_cpu.pyramid_dense`).
     """
     mode, first, layers = check_gkr_pyramid("gkr_cupy.pyramid_dense", f, first, layers)
+    pyramid_dense_trusted(mode, first, layers, f)
+
+
+def pyramid_dense_trusted(mode, first, layers, f):
+    """:func:`pyramid_dense` without its checks, given the input ``mode`` (see
+    :func:`.gkr_cpu.fold_dense_trusted`).  The object layer's entry: its
+    first layer was checked when built and it allocates the outputs itself.
+    The checks of a 2**26 pyramid (108 arrays' metadata and their overlap
+    sort) took 160 of this launcher's 200 us on the development machine,
+    while the GPU waited for the first launch."""
     out_mode = output_mode(mode)
     src, half, start = tuple(first), first[0].shape[0] // 2, 0
     for t, k in gkr_pyramid_plan(half, len(layers), mode == 0):
@@ -156,6 +167,12 @@ def jagged_tail(rc, prefix, first, steps, f):
     :func:`jagged_chunk` (any number of steps).
     """
     mode = check_gkr_steps("gkr_cupy.jagged_tail", f, rc, prefix, first, steps, None, 2)
+    jagged_tail_trusted(mode, rc, prefix, first, steps, f)
+
+
+def jagged_tail_trusted(mode, rc, prefix, first, steps, f):
+    """:func:`jagged_tail` without its checks, given the input ``mode`` (see
+    :func:`.gkr_cpu.fold_dense_trusted`)."""
     nb = np.uint32(rc.shape[0])
     out_mode = output_mode(mode)
     src = tuple(first)
@@ -185,6 +202,15 @@ def jagged_chunk(rc, prefix, first, steps, f):
     """
     mode = check_gkr_steps("gkr_cupy.jagged_chunk", f, rc, prefix, first, steps,
                            GKR_JAGGED_CHUNK, GKR_JAGGED_CHUNK + 1)
+    jagged_chunk_trusted(mode, rc, prefix, first, steps, f)
+
+
+def jagged_chunk_trusted(mode, rc, prefix, first, steps, f):
+    """:func:`jagged_chunk` without its checks, given the input ``mode`` (see
+    :func:`.gkr_cpu.fold_dense_trusted`): the object layer's entry, whose
+    steps were checked before the first launch (the checks of a chunk -- 16
+    arrays' metadata and an overlap sort -- were the largest part of a 2**26
+    jagged pyramid's host time)."""
     nb = np.uint32(rc.shape[0])
     desc = np.zeros(1, _CHUNK)
     desc["cnt"][0] = [rc.data.ptr] + [orc.data.ptr for orc, _ in steps]

@@ -158,7 +158,7 @@ extern "C" void host_transition_{ne}{de}(const int* rc, const int* orc, long lon
 
 class HostLaunchers:
     """The three launchers of kernels/gkr_cupy.py that ``_fused_jagged_steps``
-    calls, with the same arguments, running the kernels' serial twins on
+    calls (as their trusted forms), with the same arguments, running the kernels' serial twins on
     NumPy arrays (and recording the launch sequence)."""
 
     def __init__(self, lib):
@@ -186,6 +186,23 @@ class HostLaunchers:
         getattr(self.lib, f"host_transition_{ne}{de}")(
             ptr(rc), ptr(orc), ptr(prefix), ctypes.c_uint(rc.size),
             *map(ptr, (n0, n1, d0, d1, on0, on1, od0, od1)), ctypes.c_long(on0.shape[0]))
+
+    # The object layer calls the trusted launchers, given the input mode:
+    # the same launches, with the mode it passes checked against the data.
+    def _trusted(self, launch, mode, first, *args):
+        ne, de = self._mode(first)
+        assert mode == 2 * ne + de, (mode, ne, de)
+        return launch(*args)
+
+    def jagged_chunk_trusted(self, mode, rc, prefix, first, steps, f):
+        self._trusted(self.jagged_chunk, mode, first, rc, prefix, first, steps, f)
+
+    def jagged_transition_trusted(self, mode, rc, orc, prefix, n0, n1, d0, d1, *rest):
+        self._trusted(self.jagged_transition, mode, (n0, n1, d0, d1), rc, orc, prefix,
+                      n0, n1, d0, d1, *rest)
+
+    def jagged_tail_trusted(self, mode, rc, prefix, first, steps, f):
+        self._trusted(self.jagged_tail, mode, first, rc, prefix, first, steps, f)
 
     def jagged_tail(self, rc, prefix, first, steps, f):
         from zorch_nb.kernels.launch_config import GKR_MAX_TAIL

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from conftest import SIMULATED
-from zorch_nb import BabyBear, KoalaBear
+from zorch_nb import BabyBear, KoalaBear, logup_gkr
 from zorch_nb.kernels.field_params import KOALABEAR
 from zorch_nb.logup_gkr import (GkrLayer, JaggedGkrLayer, JaggedStep, build_jagged_pyramid,
                                 build_pyramid, extract_jagged_outputs, extract_outputs,
@@ -383,6 +383,69 @@ def test_row_counts_metadata_changed_in_place_leaves_the_layer_as_checked(mutate
         jagged_layer_transition(want, [1, 1, 1, 1, 0, 1, 1, 1], 8).mles[2], again.mles[2])
 
 
+def test_host_schedules_checked_at_once_equal_the_step_by_step_checks():
+    """``_check_steps`` checks a schedule of int32 NumPy counts in a few array
+    operations for all steps (a 2**26 pyramid's 19 steps run while the GPU
+    waits); anything that fails, or another form, goes step by step, which
+    names the error.  Both must accept and refuse the same schedules."""
+    from zorch_nb.logup_gkr import _check_host_steps, _check_steps, _step
+    rng = np.random.default_rng(7)
+    counts = rng.integers(0, 40, 16).astype(np.int32)
+    counts[[2, 9]] = [0, 1]
+    layer = JaggedGkrLayer(*four(int(counts.sum()) + 3), counts)
+    halving = [_step(s) for s in halving_schedule(layer)]
+
+    def step_by_step(steps):
+        rc, out = layer._counts, []
+        for orc, width in steps:
+            rc, width = logup_gkr._check_step(rc, "numpy", orc, width)
+            out.append((rc, width))
+        return out
+
+    fast = _check_host_steps(layer._counts, halving)
+    assert fast is not None  # halving_schedule's steps take the fast path
+    assert len(fast) == len(halving) > 3
+    for (a, wa), (b, wb) in zip(fast, step_by_step(halving)):
+        assert a.dtype == np.int32 and not a.flags.writeable and wa == wb
+        np.testing.assert_array_equal(a, b)
+    c = halving[0][0]
+    bad = {
+        "negative": [(np.where(np.arange(16) == 5, -1, c).astype(np.int32), None)],
+        "truncates": [(np.maximum(c - 1, 0).astype(np.int32), None)],
+        "narrow": [(c, int(c.sum()) - 1)],
+        "too wide": [(c, 2**31)],
+        "later step truncates": halving[:2] + [(halving[3][0], None)],
+    }
+    for name, steps in bad.items():
+        assert _check_host_steps(layer._counts, steps) is None, name
+        with pytest.raises(ValueError):
+            step_by_step(steps)
+        with pytest.raises(ValueError, match=r"schedules\[\d\]"):
+            build_jagged_pyramid(layer, steps)
+    others = {  # forms the fast path leaves to the step-by-step one (which accepts them)
+        "list counts": [(c.tolist(), None)],
+        "int64 counts": [(c.astype(np.int64), None)],
+        "NumPy integer width": [(c, np.int64(c.sum()))],
+    }
+    for name, steps in others.items():
+        assert _check_host_steps(layer._counts, steps) is None, name
+        assert _check_steps(layer, steps)[0][1] == int(c.sum())
+    # the pyramid's counts are its own: changing the schedule afterwards, or
+    # the counts' shared owner's metadata, leaves every layer as checked
+    schedule = [(s.row_counts.copy(), s.width) for s in halving_schedule(layer)]
+    built = build_jagged_pyramid(layer, schedule)
+    want = [g.row_counts.copy() for g in built]
+    for orc, _ in schedule:
+        orc[:] = 7
+    built[1].row_counts.base.shape = (-1,)
+    for g, w in zip(built, want):
+        np.testing.assert_array_equal(g.row_counts, w)
+        assert not g.row_counts.flags.writeable
+    np.testing.assert_array_equal(
+        build_jagged_pyramid(built[1], [halving[1]])[1].numerator_0,
+        build_jagged_pyramid(layer, halving[:2])[2].numerator_0)
+
+
 def test_backend_that_is_not_a_str_is_refused():
     layer = GkrLayer(*four(4), 0)
     with pytest.raises(TypeError, match="`backend` must be one of .* not ndarray"):
@@ -589,6 +652,37 @@ def test_gpu_transition_outputs_are_aligned_views_of_one_buffer(ne, de):
         assert all(x.flags.c_contiguous for x in got.mles)
         ends = [p + -(-x.nbytes // 16) * 16 for p, x in zip(ptrs, got.mles)]
         assert ptrs[1:] == ends[:3]  # one buffer, no gaps beyond the alignment
+        for x, y in zip(want.mles, got.mles):
+            assert isinstance(y, cupy.ndarray) and x.shape == y.shape
+            np.testing.assert_array_equal(x, y.get())
+
+
+def _one_aligned_buffer(layer):
+    """Four C-contiguous 16-byte aligned device views, back to back."""
+    ptrs = [x.data.ptr for x in layer.mles]
+    ends = [p + -(-x.nbytes // 16) * 16 for p, x in zip(ptrs, layer.mles)]
+    return [p % 16 for p in ptrs] == [0] * 4 and ptrs[1:] == ends[:3] and \
+        all(x.flags.c_contiguous for x in layer.mles)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("ne,de", MODES)
+def test_gpu_pyramid_layers_are_aligned_views_of_one_buffer_each(ne, de):
+    """The fused CuPy pyramids allocate each launch's layers just before that
+    launch (2**12 leaves: two dense launches), each layer one buffer of four
+    aligned views; the bytes are the CPU's."""
+    import cupy
+    host = four(1 << 12, (ne, de))
+    dev = [cupy.asarray(x) for x in host]
+    pairs = list(zip(build_pyramid(GkrLayer(*host, 0))[1:],
+                     build_pyramid(GkrLayer(*dev, 0))[1:]))
+    counts = [1500, 0, 2001, 595]  # widths 2048 + 1 down to 3: the one-block tail
+    schedule = halving_schedule(JaggedGkrLayer(*host, counts))
+    pairs += list(zip(build_jagged_pyramid(JaggedGkrLayer(*host, counts), schedule)[1:],
+                      build_jagged_pyramid(JaggedGkrLayer(*dev, counts), schedule)[1:]))
+    assert len(pairs) == 12 + len(schedule)
+    for want, got in pairs:
+        assert _one_aligned_buffer(got)
         for x, y in zip(want.mles, got.mles):
             assert isinstance(y, cupy.ndarray) and x.shape == y.shape
             np.testing.assert_array_equal(x, y.get())

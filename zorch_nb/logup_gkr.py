@@ -688,13 +688,33 @@ def _fused_pyramid(first: GkrLayer, backend):
     n_ext, d_ext = _out_ext(first)
     exts = (n_ext, n_ext, d_ext, d_ext)
     bufs, outs, length = [], [], int(first.numerator_0.shape[0])
+    kernels = _backend.kernels_for(backend, "gkr")
+    if backend == "cupy":
+        # The GPU idles until the first launch, and a bench's (or a user's)
+        # event timer counts that host time: so each launch's layers are
+        # allocated just before it (one buffer per layer, four aligned views:
+        # _fresh_outputs), and the trusted launcher runs (the first layer was
+        # checked when built).  The launcher's checks, the slicing and the
+        # allocation of every layer up front took 394 of the 457 us host time
+        # of a 2**26 base/base pyramid before its first launch.
+        from .kernels.launch_config import gkr_pyramid_plan
+        src, mode, out_mode = ins, _mode(first), 2 * n_ext + d_ext
+        for _, k in gkr_pyramid_plan(length // 2, nrv, mode == 0):
+            group = []
+            for _ in range(k):
+                length //= 2
+                group.append(_fresh_outputs(xp, length, exts)[1])
+            kernels.pyramid_dense_trusted(mode, src, group, first.field.params)
+            outs += group
+            src, mode = group[-1], out_mode
+        return [first] + [_trusted(GkrLayer, *o, first.num_batch_variables, first.field)
+                          for o in outs]
     for _ in range(nrv):  # one buffer per layer, allocated before the first launch
         length //= 2
         sizes = [length * (4 if e else 1) for e in exts]
         bufs.append(xp.empty(sum(sizes), dtype=np.uint32))
         outs.append(_split(bufs[-1], sizes, exts))
-    kernels = _backend.kernels_for(backend, "gkr")
-    if backend in ("cpu", "cupy"):
+    if backend == "cpu":
         kernels.pyramid_dense(ins, outs, first.field.params)
     else:  # Numba-CUDA: flat layer buffers (NumPy ones are copied back once)
         kernels.pyramid_dense(ins, bufs, first.field.params)
@@ -864,15 +884,51 @@ def _jagged_run(layer, orc, out_width, backend):
 def _check_steps(layer, steps) -> list:
     """Every ``(out_row_counts, out_width)`` of ``steps`` from ``layer`` on, checked
     (each against the one before), before any runs; errors name ``schedules[i]``."""
-    kind, rc, checked = _data_kind(layer), layer._counts, []
-    for i, (counts, width) in enumerate(steps):
-        try:
-            rc, width = _check_step(rc, kind, counts, width)
-        except (TypeError, ValueError) as exc:
-            raise type(exc)(f"schedules[{i}]: {exc}") from None
-        checked.append((rc, width))
+    kind, rc = _data_kind(layer), layer._counts
+    checked = _check_host_steps(rc, steps)
+    if checked is None:  # device counts, other forms, or an error to name
+        checked = []
+        for i, (counts, width) in enumerate(steps):
+            try:
+                rc, width = _check_step(rc, kind, counts, width)
+            except (TypeError, ValueError) as exc:
+                raise type(exc)(f"schedules[{i}]: {exc}") from None
+            checked.append((rc, width))
     # every layer is kept: their sum must fit
     _check_host_memory(layer, _out_ext(layer), [w for _, w in checked], "Argument `schedules`")
+    return checked
+
+
+def _check_host_steps(rc, steps):
+    """:func:`_check_steps` of a schedule of int32 NumPy counts (of
+    :func:`halving_schedule`, say) from host counts ``rc``, in a few array
+    operations for all steps at once; ``None`` where another form or a
+    failing check needs the step-by-step path (which names the error).
+
+    Why: step by step, each check is a few NumPy calls on short arrays, ~9 us
+    a step on the development machine; a 2**26 pyramid has 19 steps, checked
+    while the GPU waits for its first launch.  The counts come out as rows of
+    one read-only copy (the step-by-step path makes one per step)."""
+    nb = rc.shape[0]
+    if not isinstance(rc, np.ndarray) or not steps:
+        return None
+    for counts, width in steps:
+        if type(counts) is not np.ndarray or counts.dtype != np.int32 or \
+                counts.shape != (nb,) or not (width is None or type(width) is int):
+            return None
+    rows = np.stack([counts for counts, _ in steps])  # the private copy
+    if nb and rows.min() < 0:
+        return None
+    # ceil(prev / 2) > orc  <=>  prev - orc > orc, as in _check_step
+    if nb and ((np.concatenate([rc[None], rows[:-1]]) - rows) > rows).any():
+        return None
+    rows.flags.writeable = False
+    checked = []
+    for orc, total, (_, width) in zip(rows, rows.sum(axis=1, dtype=np.int64).tolist(), steps):
+        width = total if width is None else width
+        if not total <= width <= _INT32_MAX:
+            return None
+        checked.append((orc, width))
     return checked
 
 
@@ -975,17 +1031,20 @@ def build_jagged_pyramid(first: JaggedGkrLayer, schedules, *,
 def _fused_jagged_steps(layer: JaggedGkrLayer, steps, xp, kernels) -> list:
     """The layers of ``steps`` from ``layer`` on a GPU backend, fused.
 
-    Every step is checked and every layer allocated before the first launch;
-    host counts travel in one H2D copy; nothing is read back.  Launches follow
+    Every step is checked before the first launch; host counts travel in one
+    H2D copy; each launch's output layers are allocated just before it (the
+    GPU idles until the first launch, and an event timer counts that host
+    time); nothing is read back.  Launches follow
     :func:`~zorch_nb.kernels.launch_config.gkr_jagged_plan`: wide steps
     ``GKR_JAGGED_CHUNK`` at a time, the rest of the wide steps one at a time,
     the small tail in one block (on backends with a tail kernel; Numba-CUDA
     chunks every step it can).  ``xp`` is the data's array module, ``kernels``
     the backend's launcher module (``kernels/gkr_cupy.py`` or
-    ``gkr_cuda_numba.py``; NumPy data on Numba-CUDA is copied to the device per
-    launch: the simulator's path); the host tests pass launchers that run the
-    CUDA C kernels' serial twins, so this orchestration is checked without a
-    GPU.
+    ``gkr_cuda_numba.py``, whose trusted launchers run: the steps were checked
+    here and the outputs are fresh; NumPy data on Numba-CUDA is copied to the
+    device per launch: the simulator's path); the host tests pass launchers
+    that run the CUDA C kernels' serial twins, so this orchestration is
+    checked without a GPU.
     """
     from .kernels.launch_config import GKR_JAGGED_CHUNK, gkr_jagged_plan
     checked = _check_steps(layer, steps)  # all checks before the first launch
@@ -1002,15 +1061,15 @@ def _fused_jagged_steps(layer: JaggedGkrLayer, steps, xp, kernels) -> list:
         return packed[at - nb:at]
 
     rc_dev = device(layer._counts)
-    n_ext, d_ext = _out_ext(layer)
+    n_ext, d_ext = _out_ext(layer)  # every later layer's too
     exts = (n_ext, n_ext, d_ext, d_ext)
-    out_layers, kernel_steps = [], []
-    for orc, width in checked:
-        outs = _fresh_outputs(xp, width, exts)[1]
-        kernel_steps.append((device(orc), outs))
-        out_layers.append(_trusted(JaggedGkrLayer, *outs, orc, layer.field))
-        n_ext = n_ext or d_ext  # later layers: numerators extension if any input was
-        exts = (n_ext, n_ext, d_ext, d_ext)
+    mode, out_mode = _mode(layer), 2 * n_ext + d_ext
+    kernel_steps = []
+
+    def allocate(upto):  # the outputs of steps [len(kernel_steps), upto)
+        for orc, width in checked[len(kernel_steps):upto]:
+            kernel_steps.append((device(orc), _fresh_outputs(xp, width, exts)[1]))
+
     src = [xp.ascontiguousarray(xp.asarray(x)) for x in layer.mles]
     prefix = xp.empty((GKR_JAGGED_CHUNK + 1) * nb, dtype=np.int64)  # enough for every launch
     params = layer.field.params
@@ -1018,18 +1077,25 @@ def _fused_jagged_steps(layer: JaggedGkrLayer, steps, xp, kernels) -> list:
     i = 0
     while i < tail:
         if i < chunked:
-            kernels.jagged_chunk(rc_dev, prefix, src, kernel_steps[i:i + GKR_JAGGED_CHUNK],
-                                 params)
+            allocate(i + GKR_JAGGED_CHUNK)
+            kernels.jagged_chunk_trusted(mode, rc_dev, prefix,
+                                         src, kernel_steps[i:i + GKR_JAGGED_CHUNK], params)
             i += GKR_JAGGED_CHUNK
         else:
+            allocate(i + 1)
             orc_dev, outs = kernel_steps[i]
-            kernels.jagged_transition(rc_dev, orc_dev, prefix[:2 * nb].reshape(2, nb), *src,
-                                      *outs, params)
+            kernels.jagged_transition_trusted(mode, rc_dev, orc_dev,
+                                              prefix[:2 * nb].reshape(2, nb), *src, *outs,
+                                              params)
             i += 1
         rc_dev, src = kernel_steps[i - 1]
+        mode = out_mode
     if tail < len(steps):
-        kernels.jagged_tail(rc_dev, prefix[:2 * nb], src, kernel_steps[tail:], params)
-    return out_layers
+        allocate(len(steps))
+        kernels.jagged_tail_trusted(mode, rc_dev, prefix[:2 * nb], src, kernel_steps[tail:],
+                                    params)
+    return [_trusted(JaggedGkrLayer, *outs, orc, layer.field)
+            for (orc, _), (_, outs) in zip(checked, kernel_steps)]
 
 
 def extract_jagged_outputs(floor: JaggedGkrLayer) -> LogUpGkrOutput:
