@@ -278,6 +278,7 @@ def _dense_pyramid_row(name, n, backend, repeat, xp, timer, sync):
         from .kernels.launch_config import gkr_pyramid_plan
         row.extra["launches"] = len(gkr_pyramid_plan(n // 2, first.num_row_variables,
                                                      name == "base/base"))
+        row.extra["host_ms"] = _host_ms(lambda: build_pyramid(first, backend=backend), sync)
     if name == "base/ext":
         row.extra.update(_peak_memory(lambda: build_pyramid(first, backend=backend), xp,
                                       _nbytes(first.mles)))
@@ -308,9 +309,27 @@ def _jagged_pyramid_row(n, backend, repeat, xp, timer, sync):
         widths, tail = [s.width for s in schedule], backend == "cupy"
         chunked, start = gkr_jagged_plan(widths, tail)
         row.extra["launches"] = gkr_jagged_launches(widths, tail)
+        row.extra["host_ms"] = _host_ms(
+            lambda: build_jagged_pyramid(jfirst, schedule, backend=backend), sync)
         row.extra["chunked_layers"] = chunked
         row.extra["fused_tail_layers"] = len(schedule) - start
     return [row]
+
+
+def _host_ms(fn, sync, calls=3):
+    """Host time of one call of ``fn`` (ms, best of ``calls``, the device idle
+    at each start): the row's event timer counts the host time before the
+    first launch, and a row whose time nears this is host-bound."""
+    import time
+    sync = sync or (lambda: None)
+    best = float("inf")
+    for _ in range(calls):
+        sync()
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    sync()
+    return round(best * 1e3, 3)
 
 
 def _dispatch_row(backend, xp, sync):
