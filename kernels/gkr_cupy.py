@@ -208,7 +208,7 @@ def jagged_chunk(rc, prefix, first, steps, f):
 def jagged_chunk_trusted(mode, rc, prefix, first, steps, f):
     """:func:`jagged_chunk` without its checks, given the input ``mode`` (see
     :func:`.gkr_cpu.fold_dense_trusted`): the object layer's entry, whose
-    steps were checked before the first launch (the checks of a chunk -- 16
+    steps were checked before the first launch (the checks of a chunk -- 21
     arrays' metadata and an overlap sort -- were the largest part of a 2**26
     jagged pyramid's host time)."""
     nb = np.uint32(rc.shape[0])

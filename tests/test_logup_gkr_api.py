@@ -669,14 +669,14 @@ def _one_aligned_buffer(layer):
 @pytest.mark.parametrize("ne,de", MODES)
 def test_gpu_pyramid_layers_are_aligned_views_of_one_buffer_each(ne, de):
     """The fused CuPy pyramids allocate each launch's layers just before that
-    launch (2**12 leaves: two dense launches), each layer one buffer of four
-    aligned views; the bytes are the CPU's."""
+    launch (2**12 elements per MLE: two dense launches), each layer one buffer
+    of four aligned views; the bytes are the CPU's."""
     import cupy
     host = four(1 << 12, (ne, de))
     dev = [cupy.asarray(x) for x in host]
     pairs = list(zip(build_pyramid(GkrLayer(*host, 0))[1:],
                      build_pyramid(GkrLayer(*dev, 0))[1:]))
-    counts = [1500, 0, 2001, 595]  # widths 2048 + 1 down to 3: the one-block tail
+    counts = [1500, 0, 2001, 595]  # widths 2050 down to 4: the one-block tail
     schedule = halving_schedule(JaggedGkrLayer(*host, counts))
     pairs += list(zip(build_jagged_pyramid(JaggedGkrLayer(*host, counts), schedule)[1:],
                       build_jagged_pyramid(JaggedGkrLayer(*dev, counts), schedule)[1:]))
