@@ -694,10 +694,10 @@ def _fused_pyramid(first: GkrLayer, backend):
         # event timer counts that host time: so each launch's layers are
         # allocated just before it (one buffer per layer, four aligned views:
         # _fresh_outputs), and the trusted launcher runs (the first layer was
-        # checked when built).  The launcher's checks, the slicing and the
-        # allocation of every layer up front took 474 of the 555 us host time
-        # of a 2**26 base/base pyramid before its first launch
-        # (benchmarks/cupy_host_dispatch.py; 117 us now).
+        # checked when built).  With the launcher's checks, per-layer slicing
+        # and every layer allocated up front, 455 of the 532 us host time of a
+        # 2**26 base/base pyramid passed before its first launch; 118 us now
+        # (benchmarks/results/cupy-host-dispatch-2026-12-02-pyramids.json).
         from .kernels.launch_config import gkr_pyramid_plan
         src, mode, out_mode = ins, _mode(first), 2 * n_ext + d_ext
         for _, k in gkr_pyramid_plan(length // 2, nrv, mode == 0):
