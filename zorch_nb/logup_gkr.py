@@ -910,9 +910,9 @@ def _check_host_steps(rc, steps):
     a step on the development machine; a 2**26 pyramid has 19 steps, checked
     while the GPU waits for its first launch.  The counts come out as rows of
     one read-only copy (the step-by-step path makes one per step)."""
-    nb = rc.shape[0]
     if not isinstance(rc, np.ndarray) or not steps:
         return None
+    nb = rc.shape[0]
     for counts, width in steps:
         if type(counts) is not np.ndarray or counts.dtype != np.int32 or \
                 counts.shape != (nb,) or not (width is None or type(width) is int):
