@@ -18,6 +18,7 @@ with ``backend="numba"``, take most of its time under the CUDA simulator).
 Each check is printed as it passes, so a run cut by a time cap shows how far
 it got.  Exit status 1 if any result differs from the CPU's.
 """
+import argparse
 import sys
 
 import cupy
@@ -116,15 +117,11 @@ def main(quick=False, backends=("cupy", "numba")) -> int:
     return 1 if failures else 0
 
 
-def _backends(argv):
-    if "--backends" not in argv:
-        return ("cupy", "numba")
-    at = argv.index("--backends") + 1
-    names = tuple(argv[at].split(",")) if at < len(argv) else ()
-    if not names or not set(names) <= {"cupy", "numba"}:
-        sys.exit("--backends takes cupy, numba or cupy,numba")
-    return names
-
-
 if __name__ == "__main__":
-    sys.exit(main(quick="--quick" in sys.argv[1:], backends=_backends(sys.argv[1:])))
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true",
+                    help="the shared-memory kernels only (for racecheck)")
+    ap.add_argument("--backends", default="cupy,numba",
+                    choices=["cupy", "numba", "cupy,numba"], help="default: both")
+    args = ap.parse_args()
+    sys.exit(main(quick=args.quick, backends=tuple(args.backends.split(","))))

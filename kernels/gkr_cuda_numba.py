@@ -327,14 +327,16 @@ def pyramid_dense(first, buffers, f):
     out_mode = output_mode(mode)
     stream = stream_for(*first, *buffers)
     src = [as_device(_flat(x)) for x in first]
-    dev = []
+    dev, copy_backs = [], []
     half, start = first[0].shape[0] // 2, 0
     for t, k in gkr_pyramid_plan(half, len(buffers), mode == MODE_BB):
         # Each launch's buffers are wrapped just before it: wrapping a CuPy
         # array (cuda.as_cuda_array) is host work per array, and the GPU
         # waits for the first launch (a 2**26 pyramid has 26 layers, its
         # first launch writes 11).
-        dev += [as_device(b) for b in buffers[start:start + k]]
+        wrapped, copy_back = _outputs(buffers[start:start + k])
+        dev += wrapped
+        copy_backs.append(copy_back)
         # unused entries repeat a written buffer: never touched (l < k)
         outs = tuple(dev[start:start + k]) + (dev[start],) * (GKR_MAX_FUSED - k)
         _pyramid_kernel(mode)[half // t, GKR_PYRAMID_THREADS, stream](
@@ -343,9 +345,8 @@ def pyramid_dense(first, buffers, f):
         start += k
         src = _layer_views(dev[start - 1], 2 * half, out_mode)  # the next launch's input
         mode = out_mode
-    for b, d in zip(buffers, dev):  # host buffers: their layers copied back once
-        if isinstance(b, np.ndarray):
-            d.copy_to_host(b)
+    for copy_back in copy_backs:  # host buffers: their layers copied back once
+        copy_back()
 
 
 # ---- fused jagged chunk (the twin of zorch_gkr_jagged_chunk in cuda/gkr.cu) ----

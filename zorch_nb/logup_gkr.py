@@ -708,17 +708,16 @@ def _fused_pyramid(first: GkrLayer, backend):
             kernels.pyramid_dense_trusted(mode, src, group, first.field.params)
             outs += group
             src, mode = group[-1], out_mode
-        return [first] + [_trusted(GkrLayer, *o, first.num_batch_variables, first.field)
-                          for o in outs]
-    for _ in range(nrv):  # one buffer per layer, allocated before the first launch
-        length //= 2
-        sizes = [length * (4 if e else 1) for e in exts]
-        bufs.append(xp.empty(sum(sizes), dtype=np.uint32))
-        outs.append(_split(bufs[-1], sizes, exts))
-    if backend == "cpu":
-        kernels.pyramid_dense(ins, outs, first.field.params)
-    else:  # Numba-CUDA: flat layer buffers (NumPy ones are copied back once)
-        kernels.pyramid_dense(ins, bufs, first.field.params)
+    else:
+        for _ in range(nrv):  # one buffer per layer, allocated before the first launch
+            length //= 2
+            sizes = [length * (4 if e else 1) for e in exts]
+            bufs.append(xp.empty(sum(sizes), dtype=np.uint32))
+            outs.append(_split(bufs[-1], sizes, exts))
+        if backend == "cpu":
+            kernels.pyramid_dense(ins, outs, first.field.params)
+        else:  # Numba-CUDA: flat layer buffers (NumPy ones are copied back once)
+            kernels.pyramid_dense(ins, bufs, first.field.params)
     return [first] + [_trusted(GkrLayer, *o, first.num_batch_variables, first.field)
                       for o in outs]
 
