@@ -657,6 +657,36 @@ def test_gpu_transition_outputs_are_aligned_views_of_one_buffer(ne, de):
             np.testing.assert_array_equal(x, y.get())
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", [None, "cupy"])
+@pytest.mark.parametrize("ne,de", MODES)
+def test_gpu_strided_device_mles_fold_as_their_contiguous_copies(ne, de, backend):
+    """A layer of strided CuPy views (every second row of a matrix) goes the
+    general way (a contiguous copy for the kernels); a layer of contiguous
+    CuPy arrays, and every transition's output, the short way, which skips
+    those checks: both fold to the host's words."""
+    import cupy
+    host = four(32, (ne, de))
+    want = layer_transition(GkrLayer(*(x[::2] for x in host), 0))
+    jag_want = jagged_layer_transition(JaggedGkrLayer(*(x[::2] for x in host), [9, 7]),
+                                       [5, 4], 10)
+    strided = [cupy.asarray(x)[::2] for x in host]
+    assert not any(x.flags.c_contiguous for x in strided)
+    for layer in (GkrLayer(*strided, 0), GkrLayer(*(x.copy() for x in strided), 0)):
+        got = layer_transition(layer, backend=backend)
+        for x, y in zip(want.mles, got.mles):
+            np.testing.assert_array_equal(x, y.get())
+        again = layer_transition(got, backend=backend)  # an output layer as input
+        for x, y in zip(layer_transition(want).mles, again.mles):
+            np.testing.assert_array_equal(x, y.get())
+    jag = jagged_layer_transition(JaggedGkrLayer(*strided, [9, 7]), [5, 4], 10,
+                                  backend=backend)
+    for x, y in zip(jag_want.mles, jag.mles):
+        np.testing.assert_array_equal(x, y.get())
+    for x in strided:  # the caller's views are untouched
+        assert not x.flags.c_contiguous
+
+
 def _one_aligned_buffer(layer):
     """Four C-contiguous 16-byte aligned device views, back to back."""
     ptrs = [x.data.ptr for x in layer.mles]

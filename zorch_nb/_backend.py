@@ -47,6 +47,13 @@ def array_kind(x) -> str:
     return "other"
 
 
+def is_cupy_ndarray(x) -> bool:
+    """Whether ``x`` is exactly a ``cupy.ndarray`` (not a subclass, not another
+    CUDA array); never imports CuPy."""
+    cupy = sys.modules.get("cupy")
+    return cupy is not None and type(x) is getattr(cupy, "ndarray", None)
+
+
 def _import_cupy(why="a GPU array was passed"):
     try:
         return importlib.import_module("cupy")
