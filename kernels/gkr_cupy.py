@@ -149,12 +149,25 @@ def pyramid_dense_trusted(mode, first, layers, f):
     src, half, start = tuple(first), first[0].shape[0] // 2, 0
     for t, k in gkr_pyramid_plan(half, len(layers), mode == 0):
         outs = layers[start:start + k]
-        ptrs = np.zeros(1, _LAYERS)
-        ptrs["p"][0, :4 * k] = [a.data.ptr for layer in outs for a in layer]
-        vec = _vec(src + tuple(a for layer in outs for a in layer))
-        fn = _function(f.name, "zorch_gkr_pyramid_dense", mode, vec)
-        fn((half // t,), (GKR_PYRAMID_THREADS,), src + (ptrs, np.uint32(t), np.uint32(k)))
+        pyramid_launch_trusted(mode, src, t, [a.data.ptr for layer in outs for a in layer], f)
         src, half, start, mode = tuple(outs[-1]), half >> k, start + k, out_mode
+
+
+def pyramid_launch_trusted(mode, src, tile, addresses, f):
+    """One launch of :func:`pyramid_dense_trusted`, plan entry ``(tile, k)``
+    (:func:`.launch_config.gkr_pyramid_plan`): ``src`` the four input MLEs
+    (arrays, input ``mode``), ``addresses`` the device addresses of the ``k``
+    output layers' MLEs, four per layer (``on0, on1, od0, od1``), layer by
+    layer.  Addresses rather than arrays, so a caller can make its output
+    views after the launch is queued, while the GPU runs; 16-byte aligned
+    ones (with aligned inputs) get the vector loads and stores."""
+    k = len(addresses) // 4
+    ptrs = np.zeros(1, _LAYERS)
+    ptrs["p"][0, :4 * k] = addresses
+    vec = _vec(src) and not any(a % 16 for a in addresses)
+    fn = _function(f.name, "zorch_gkr_pyramid_dense", mode, vec)
+    fn((src[0].shape[0] // 2 // tile,), (GKR_PYRAMID_THREADS,),
+       tuple(src) + (ptrs, np.uint32(tile), np.uint32(k)))
 
 
 def jagged_tail(rc, prefix, first, steps, f):

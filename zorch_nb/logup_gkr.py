@@ -513,12 +513,7 @@ def _run(layer, backend, call, extra_inputs, out_len, out_ext, scratch_shape=Non
     Returns the outputs in the layer's module.
     """
     mles = layer.mles
-    if layer.__dict__["_plain_cupy"] and (backend is None or backend.__class__ is str
-                                          and backend == "cupy"):
-        # What resolve and the contiguity pass below would find, known since
-        # the layer was checked: its arrays are C-contiguous cupy.ndarrays on
-        # one device (shapes are rechecked by ``mles``; a CuPy array's strides
-        # cannot be set).  Saves ~3 of a 2**10 transition's ~15 us of host time.
+    if _as_it_is_on_cupy(layer, backend):
         kind = run_kind = backend = "cupy"
         xp = _backend.get_xp(run_kind)
         inputs = list(mles)
@@ -550,20 +545,55 @@ def _run(layer, backend, call, extra_inputs, out_len, out_ext, scratch_shape=Non
     return outs
 
 
+def _as_it_is_on_cupy(layer, backend) -> bool:
+    """Whether ``layer`` runs on CuPy with its own arrays: what
+    :func:`_backend.resolve` and a contiguity pass would find, known since the
+    layer was checked (its MLEs are C-contiguous cupy.ndarrays on one device;
+    ``mles`` rechecks their shapes, and a CuPy array's strides cannot be
+    set).  Saves ~3 of a 2**10 transition's ~15 us of host time."""
+    return layer.__dict__["_plain_cupy"] and (backend is None or backend.__class__ is str
+                                              and backend == "cupy")
+
+
 def _fresh_outputs(xp, length, exts) -> tuple:
     """``(buffer, outputs)``: four outputs of ``length`` elements (extension
     where ``exts`` says: ``(length, 4)``), views of one new uint32 buffer of
     ``xp``, each starting on a 16-byte boundary (see :func:`_split`)."""
-    if xp is not np and exts.count(exts[0]) == 4 and (exts[0] or not length % 4):
-        # CuPy: one split makes four equal views in half the time of slicing
-        # and reshaping each (6.8 against 9.9 us base, 7.0 against 14.2 us
-        # extension with the allocation, benchmarks/cupy_host_dispatch.py's
-        # machine): a quarter of a small transition's host time.
-        buf = xp.empty((4 * length, 4) if exts[0] else 4 * length, dtype=np.uint32)
-        return buf, xp.split(buf, 4)
-    sizes = [length * (4 if e else 1) for e in exts]
-    buf = xp.empty(_aligned_total(sizes), dtype=np.uint32)
-    return buf, _split(buf, sizes, exts, aligned=True)
+    buf = _output_buffer(xp, length, exts)
+    return buf, _output_views(xp, buf, length, exts)
+
+
+def _split_alike(xp, length, exts) -> bool:
+    # CuPy: one split makes four equal views in half the time of slicing
+    # and reshaping each (6.8 against 9.9 us base, 7.0 against 14.2 us
+    # extension with the allocation, benchmarks/cupy_host_dispatch.py's
+    # machine): a quarter of a small transition's host time.
+    return xp is not np and exts.count(exts[0]) == 4 and (exts[0] or not length % 4)
+
+
+def _output_buffer(xp, length, exts):
+    """The new buffer of :func:`_fresh_outputs` (views: :func:`_output_views`;
+    the outputs' word offsets in it: :func:`_output_offsets`)."""
+    if _split_alike(xp, length, exts):
+        return xp.empty((4 * length, 4) if exts[0] else 4 * length, dtype=np.uint32)
+    return xp.empty(_aligned_total([length * (4 if e else 1) for e in exts]), dtype=np.uint32)
+
+
+def _output_views(xp, buf, length, exts) -> list:
+    """The four outputs of :func:`_fresh_outputs`, views of ``buf``."""
+    if _split_alike(xp, length, exts):
+        return xp.split(buf, 4)
+    return _split(buf, [length * (4 if e else 1) for e in exts], exts, aligned=True)
+
+
+def _output_offsets(length, exts) -> list:
+    """Word offsets of the four :func:`_output_views` in their buffer (both
+    layouts put them back to back, each on a multiple of 4 words)."""
+    offsets, start = [], 0
+    for e in exts:
+        offsets.append(start)
+        start += -(-length * (4 if e else 1) // 4) * 4
+    return offsets
 
 
 def _split(buf, sizes, exts, aligned=False):
@@ -702,12 +732,16 @@ def build_pyramid(first: GkrLayer, *, backend: str | None = None,
 
 def _fused_pyramid(first: GkrLayer, backend):
     """The fused pyramid (CPU, CuPy or Numba-CUDA), or ``None`` where it does not apply."""
-    kind, backend = _backend.resolve(dict(zip(_MLE_NAMES, first.mles)), backend)
+    as_it_is = _as_it_is_on_cupy(first, backend)
+    if as_it_is:
+        kind = backend = "cupy"
+    else:
+        kind, backend = _backend.resolve(dict(zip(_MLE_NAMES, first.mles)), backend)
     nrv = first.num_row_variables
     if nrv == 0 or (backend == "cupy" and kind != "cupy"):
         return None
     xp = _backend.get_xp(kind)
-    ins = [xp.ascontiguousarray(x) for x in first.mles]
+    ins = first.mles if as_it_is else [xp.ascontiguousarray(x) for x in first.mles]
     n_ext, d_ext = _out_ext(first)
     exts = (n_ext, n_ext, d_ext, d_ext)
     bufs, outs, length = [], [], int(first.numerator_0.shape[0])
@@ -715,22 +749,30 @@ def _fused_pyramid(first: GkrLayer, backend):
     if backend == "cupy":
         # The GPU idles until the first launch, and a bench's (or a user's)
         # event timer counts that host time: so each launch's layers are
-        # allocated just before it (one buffer per layer, four aligned views:
-        # _fresh_outputs), and the trusted launcher runs (the first layer was
-        # checked when built).  With the launcher's checks, per-layer slicing
-        # and every layer allocated up front, 455 of the 532 us host time of a
-        # 2**26 base/base pyramid passed before its first launch; 118 us now
-        # (benchmarks/results/cupy-host-dispatch-2026-12-02-pyramids.json).
+        # allocated just before it (one buffer per layer), the trusted
+        # launcher runs (the first layer was checked when built) and takes
+        # the outputs' addresses, and their views (_output_views: ~3 us a
+        # layer, a split into four) are made after the launch, while the GPU
+        # runs.  With the launcher's checks, per-layer slicing and every
+        # layer allocated up front, 455 of the 532 us host time of a 2**26
+        # base/base pyramid passed before its first launch; 118 us after the
+        # first two changes (cupy-host-dispatch-2026-12-02-pyramids.json in
+        # benchmarks/results), and the views moved behind the launch take
+        # 74 -> 43 us on a faster machine (cupy-host-dispatch-2026-12-02b).
         from .kernels.launch_config import gkr_pyramid_plan
-        src, mode, out_mode = ins, _mode(first), 2 * n_ext + d_ext
-        for _, k in gkr_pyramid_plan(length // 2, nrv, mode == 0):
-            group = []
+        src, mode, out_mode = tuple(ins), _mode(first), 2 * n_ext + d_ext
+        for tile, k in gkr_pyramid_plan(length // 2, nrv, mode == 0):
+            pending, addresses = [], []
             for _ in range(k):
                 length //= 2
-                group.append(_fresh_outputs(xp, length, exts)[1])
-            kernels.pyramid_dense_trusted(mode, src, group, first.field.params)
+                buf = _output_buffer(xp, length, exts)
+                pending.append((buf, length))
+                base = buf.data.ptr
+                addresses += [base + 4 * o for o in _output_offsets(length, exts)]
+            kernels.pyramid_launch_trusted(mode, src, tile, addresses, first.field.params)
+            group = [_output_views(xp, buf, n, exts) for buf, n in pending]
             outs += group
-            src, mode = group[-1], out_mode
+            src, mode = tuple(group[-1]), out_mode
     else:
         for _ in range(nrv):  # one buffer per layer, allocated before the first launch
             length //= 2
