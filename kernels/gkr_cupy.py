@@ -54,7 +54,7 @@ from .launch_config import (GKR_JAGGED_CHUNK, GKR_MAX_FUSED, GKR_MAX_TAIL,
 
 __all__ = ["fold_dense", "pyramid_dense", "jagged_transition", "jagged_tail", "jagged_chunk",
            "fold_dense_trusted", "jagged_transition_trusted", "pyramid_dense_trusted",
-           "jagged_chunk_trusted", "jagged_tail_trusted"]
+           "pyramid_launch_trusted", "jagged_chunk_trusted", "jagged_tail_trusted"]
 
 
 #: Host image of ``struct zorch_gkr_layers`` (GKR_MAX_FUSED x 4 pointers).
@@ -140,11 +140,13 @@ def pyramid_dense(first, layers, f):
 
 def pyramid_dense_trusted(mode, first, layers, f):
     """:func:`pyramid_dense` without its checks, given the input ``mode`` (see
-    :func:`.gkr_cpu.fold_dense_trusted`).  The object layer's entry: its
-    first layer was checked when built and it allocates the outputs itself.
-    The checks of a 2**26 pyramid (108 arrays' metadata and their overlap
-    sort) took 160 of this launcher's 200 us on the development machine,
-    while the GPU waited for the first launch."""
+    :func:`.gkr_cpu.fold_dense_trusted`): one :func:`pyramid_launch_trusted`
+    per plan entry.  The object layer calls that per launch itself (its first
+    layer was checked when built, it allocates the outputs and makes their
+    views after each launch): the checks of a 2**26 pyramid (108 arrays'
+    metadata and their overlap sort) took 160 of the checked launcher's 200
+    us on the development machine, while the GPU waited for the first
+    launch."""
     out_mode = output_mode(mode)
     src, half, start = tuple(first), first[0].shape[0] // 2, 0
     for t, k in gkr_pyramid_plan(half, len(layers), mode == 0):

@@ -283,6 +283,22 @@ def test_mle_reshaped_in_place_after_construction_is_refused():
         layer_transition(dense)
 
 
+@pytest.mark.gpu
+def test_gpu_mle_reshaped_in_place_after_construction_is_refused():
+    """As above on CuPy arrays, whose layers skip the backend resolution: a
+    reshape that leaves the layer no row variable must not pass as a floor."""
+    import cupy
+    arrays = [cupy.asarray(x) for x in four(8)]
+    dense = GkrLayer(*arrays, 2)
+    arrays[0].shape = (4, 2)
+    for call in (lambda: layer_transition(dense), lambda: build_pyramid(dense),
+                 lambda: build_pyramid(dense, fused=True)):
+        with pytest.raises(ValueError, match="changed shape or dtype after the layer was built"):
+            call()
+    arrays[0].shape = (8,)
+    assert len(build_pyramid(dense)) == 2
+
+
 def test_copies_and_pickles_of_layers_are_checked_again():
     """A copy must not hand out writeable row counts (the kernels trust them)."""
     import copy

@@ -297,7 +297,8 @@ class GkrLayer(_Layer):
     @property
     def num_variables(self) -> int:
         """``nv = log2(L)``."""
-        return int(self.numerator_0.shape[0]).bit_length() - 1
+        # the checked length (``mles`` refuses arrays reshaped in place since)
+        return int(self.__dict__["_shapes"][0][0]).bit_length() - 1
 
     @property
     def num_row_variables(self) -> int:
@@ -422,7 +423,7 @@ class JaggedGkrLayer(_Layer):
     @property
     def width(self) -> int:
         """Capacity of the MLEs (live rows plus dead slack)."""
-        return int(self.numerator_0.shape[0])
+        return int(self.__dict__["_shapes"][0][0])  # the checked width
 
     @property
     def counts_on_host(self) -> bool:
@@ -732,16 +733,17 @@ def build_pyramid(first: GkrLayer, *, backend: str | None = None,
 
 def _fused_pyramid(first: GkrLayer, backend):
     """The fused pyramid (CPU, CuPy or Numba-CUDA), or ``None`` where it does not apply."""
+    mles = first.mles  # (first: it refuses MLEs reshaped in place since the checks)
     as_it_is = _as_it_is_on_cupy(first, backend)
     if as_it_is:
         kind = backend = "cupy"
     else:
-        kind, backend = _backend.resolve(dict(zip(_MLE_NAMES, first.mles)), backend)
+        kind, backend = _backend.resolve(dict(zip(_MLE_NAMES, mles)), backend)
     nrv = first.num_row_variables
     if nrv == 0 or (backend == "cupy" and kind != "cupy"):
         return None
     xp = _backend.get_xp(kind)
-    ins = first.mles if as_it_is else [xp.ascontiguousarray(x) for x in first.mles]
+    ins = mles if as_it_is else [xp.ascontiguousarray(x) for x in mles]
     n_ext, d_ext = _out_ext(first)
     exts = (n_ext, n_ext, d_ext, d_ext)
     bufs, outs, length = [], [], int(first.numerator_0.shape[0])
