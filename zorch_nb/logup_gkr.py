@@ -760,7 +760,7 @@ def _fused_pyramid(first: GkrLayer, backend):
         # base/base pyramid passed before its first launch; 118 us after the
         # first two changes (cupy-host-dispatch-2026-12-02-pyramids.json in
         # benchmarks/results), and the views moved behind the launch take
-        # 74 -> 43 us on a faster machine (cupy-host-dispatch-2026-12-02b).
+        # 75 -> 42 us on a faster machine (cupy-host-dispatch-2026-12-02b).
         from .kernels.launch_config import gkr_pyramid_plan
         src, mode, out_mode = tuple(ins), _mode(first), 2 * n_ext + d_ext
         for tile, k in gkr_pyramid_plan(length // 2, nrv, mode == 0):
