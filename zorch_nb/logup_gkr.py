@@ -541,7 +541,7 @@ def _run(layer, backend, call, extra_inputs, out_len, out_ext, scratch_shape=Non
     if out_len:
         call(_backend.kernels_for(backend, "gkr"), inputs, outs, scratch)
     if run_kind != kind:  # backend="cupy" on NumPy data: bring the layer back
-        sizes = [out_len * (4 if e else 1) for e in exts]
+        sizes = _word_sizes(out_len, exts)
         outs = _split(buf.get().reshape(-1), sizes, exts, aligned=True)
     return outs
 
@@ -577,24 +577,20 @@ def _output_buffer(xp, length, exts):
     the outputs' word offsets in it: :func:`_output_offsets`)."""
     if _split_alike(xp, length, exts):
         return xp.empty((4 * length, 4) if exts[0] else 4 * length, dtype=np.uint32)
-    return xp.empty(_aligned_total([length * (4 if e else 1) for e in exts]), dtype=np.uint32)
+    return xp.empty(_aligned_total(_word_sizes(length, exts)), dtype=np.uint32)
 
 
 def _output_views(xp, buf, length, exts) -> list:
     """The four outputs of :func:`_fresh_outputs`, views of ``buf``."""
     if _split_alike(xp, length, exts):
         return xp.split(buf, 4)
-    return _split(buf, [length * (4 if e else 1) for e in exts], exts, aligned=True)
+    return _split(buf, _word_sizes(length, exts), exts, aligned=True)
 
 
 def _output_offsets(length, exts) -> list:
     """Word offsets of the four :func:`_output_views` in their buffer (both
     layouts put them back to back, each on a multiple of 4 words)."""
-    offsets, start = [], 0
-    for e in exts:
-        offsets.append(start)
-        start += -(-length * (4 if e else 1) // 4) * 4
-    return offsets
+    return _starts(_word_sizes(length, exts), aligned=True)
 
 
 def _split(buf, sizes, exts, aligned=False):
@@ -606,12 +602,25 @@ def _split(buf, sizes, exts, aligned=False):
     kernels' 16-byte accesses off for the whole launch.  ``buf`` then holds
     :func:`_aligned_total` words.
     """
-    outs, start = [], 0
-    for size, ext in zip(sizes, exts):
+    outs = []
+    for start, size, ext in zip(_starts(sizes, aligned), sizes, exts):
         view = buf[start:start + size]
         outs.append(view.reshape(-1, 4) if ext else view)
-        start += -(-size // 4) * 4 if aligned else size
     return outs
+
+
+def _starts(sizes, aligned=False) -> list:
+    """Word offsets of the views :func:`_split` makes of ``sizes``."""
+    starts, at = [], 0
+    for size in sizes:
+        starts.append(at)
+        at += -(-size // 4) * 4 if aligned else size
+    return starts
+
+
+def _word_sizes(length, exts) -> list:
+    """Words of MLEs of ``length`` elements, extension where ``exts`` says."""
+    return [length * (4 if e else 1) for e in exts]
 
 
 def _aligned_total(sizes) -> int:
@@ -778,7 +787,7 @@ def _fused_pyramid(first: GkrLayer, backend):
     else:
         for _ in range(nrv):  # one buffer per layer, allocated before the first launch
             length //= 2
-            sizes = [length * (4 if e else 1) for e in exts]
+            sizes = _word_sizes(length, exts)
             bufs.append(xp.empty(sum(sizes), dtype=np.uint32))
             outs.append(_split(bufs[-1], sizes, exts))
         if backend == "cpu":
@@ -919,7 +928,7 @@ def _check_host_memory(layer, out_ext, widths, what):
     n_ext, d_ext = out_ext
     need = 0
     for width in widths:
-        need += 4 * _aligned_total([width * (4 if e else 1) for e in (n_ext, n_ext, d_ext, d_ext)])
+        need += 4 * _aligned_total(_word_sizes(width, (n_ext, n_ext, d_ext, d_ext)))
         n_ext = n_ext or d_ext
     _refuse_beyond_memory(need, what, "the output layers need")
 
