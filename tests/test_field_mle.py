@@ -119,6 +119,9 @@ def test_errors_name_the_argument():
         F.eq_table(E.random(3))
     with pytest.raises(ValueError, match=r"`out` must have shape \(8,\)"):
         F.eq_table(F.random(3), out=np.empty(4, np.uint32))
+    for G, nv in ((F, 62), (E, 60), (F, 64)):  # more bytes than an array can hold
+        with pytest.raises(ValueError, match=rf"`point` has nv = {nv} coordinates"):
+            G.eq_table(G.random(nv))
 
 
 @pytest.mark.gpu

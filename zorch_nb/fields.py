@@ -1309,6 +1309,12 @@ class _FieldBase:
         """
         self._mle_point(point, "eq_table")
         nv = point.shape[0]
+        nbytes = 4 * self.degree << nv
+        if out is None and nbytes > np.iinfo(np.intp).max:
+            # (NumPy's own refusal names no argument: "array is too big")
+            raise ValueError(f"Argument `point` has nv = {nv} coordinates: its table of "
+                             f"2**{nv} elements ({nbytes} bytes) is larger than any array "
+                             f"can be")
         kind, backend = _backend.resolve({"point": point}, backend)
         kind, point = _in_module(point)
         xp = _backend.get_xp(kind)
