@@ -136,6 +136,22 @@ def test_compiled_kernels_are_deduplicated():
     assert [t.compiled for t in g.templates] == [0, 0, 1]
 
 
+def test_kernels_pickle_by_value():
+    # A module-level @kernel's name is the Kernel, so pickling by name (the
+    # function's way) failed; spawned workers and executors need the kernel.
+    import copy
+    import pickle
+    local = kernel(add_xy.__wrapped__)  # (a kernel not reachable by any name)
+    for k in (add_2, row_sum_3, local):
+        for twin in (pickle.loads(pickle.dumps(k)), copy.deepcopy(k)):
+            assert type(twin) is type(k) and twin.ir == k.ir
+            assert twin.fingerprint == k.fingerprint and twin.__doc__ == k.__doc__
+    ctx = Context()
+    x = ctx.copy_to_device(np.arange(32).reshape(16, 2))
+    (y,) = ctx.call_kernel(pickle.loads(pickle.dumps(add_2)), 16, x)
+    np.testing.assert_array_equal(ctx.copy_to_host(y), np.arange(32).reshape(16, 2).sum(1))
+
+
 # ------------------------------------------------------ save / reload -----
 
 _REPLAY_SCRIPT = """

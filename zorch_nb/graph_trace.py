@@ -140,6 +140,9 @@ class KernelIR(NamedTuple):
 class Kernel:
     """A traced kernel; create with :func:`kernel`.
 
+    Pickles by value (its IR), so it can be sent to spawned worker
+    processes; the copy's ``__wrapped__`` (the traced function) is None.
+
     Attributes
     ----------
     name : str
@@ -168,9 +171,23 @@ class Kernel:
                         for n, k, s in self.ir.params)
         return f"<zorch_nb kernel {self.name}({sig}), {len(self.ir.nodes)} nodes>"
 
+    def __reduce__(self):
+        # By value (its IR), not by name: the module-level name of a decorated
+        # function is the Kernel itself, so pickle's by-name lookup of the
+        # function fails; the IR is all a spawned worker needs.  The copy's
+        # ``__wrapped__`` is None (the traced function is not sent).
+        return (_kernel_from_ir, (self.ir, self.__doc__))
+
     def __call__(self, *args, **kwargs):
         raise TypeError(f"kernel `{self.name}` is not called directly; use "
                         f"Context.call_kernel({self.name}, num_parallel, *handles)")
+
+
+def _kernel_from_ir(ir, doc):
+    """The :class:`Kernel` of a pickle (see :meth:`Kernel.__reduce__`)."""
+    k = Kernel(ir)
+    k.__doc__ = doc
+    return k
 
 
 # ---------------------------------------------------------------- tracing ----
