@@ -809,6 +809,20 @@ def test_views_reshape_and_transpose_honoured():
     np.testing.assert_array_equal(ctx.copy_to_host(odd), vals.T.reshape(3, 5))
     with pytest.raises(ValueError, match="illegal shape operation.*copy"):
         ctx.call_kernel(row_sum_5, 3, odd)
+    # ... but one NumPy does as a view is accepted (was refused: the base axes
+    # that the transpose keeps adjacent and in order act as one axis), and so
+    # are the reshapes of that view
+    cube = np.arange(12).reshape(2, 3, 2)
+    y = ctx.copy_to_device(cube)
+    v = y.transpose(2, 0, 1).reshape(2, 3, 2)
+    assert np.shares_memory(cube, cube.transpose(2, 0, 1).reshape(2, 3, 2))
+    assert not v._view.irregular
+    (sums,) = ctx.call_kernel(row_sum_3, 4, v.reshape(4, 3))
+    want = lambda c: c.transpose(2, 0, 1).reshape(4, 3).sum(axis=1) % P
+    np.testing.assert_array_equal(ctx.copy_to_host(sums), want(cube))
+    g = ctx.generate_computation_graph([y], [sums])
+    new = cube ** 3 + 5
+    np.testing.assert_array_equal(run_computation_graph(g, [new])[0][0], want(new))
 
 
 def test_broadcast_matrix_operand_over_64_rows():

@@ -96,15 +96,21 @@ def reshape_view(v: ViewForm, old_shape, new_shape) -> ViewForm:
         return v
     if v.perm == tuple(range(len(v.perm))):
         return initial_view(new_shape)
-    pshape = [v.base[a] for a in v.perm]
-    pts = merge_points(prefix_points(pshape), prefix_points(new_shape))
+    base, perm = list(v.base), list(v.perm)
+    pts = merge_points(prefix_points([base[a] for a in perm]), prefix_points(new_shape))
+    if pts is None:
+        # Base axes that stay adjacent and in order under the permutation are
+        # one strided axis (as NumPy merges them): without their inner
+        # boundaries the reshape may need no copy ([2, 3, 2] transposed to
+        # (2, 0, 1), then reshaped to [2, 3, 2]).  Only here, where the plain
+        # split fails: a view that splits as it is keeps its split points.
+        base, perm = _merge_adjacent(base, perm)
+        pts = merge_points(prefix_points([base[a] for a in perm]), prefix_points(new_shape))
     if pts is None:
         return ViewForm(v.base, v.perm, v.groups,
                         f"reshaping the transposed view {list(old_shape)} into "
                         f"{list(new_shape)} would need a copy")
     # Split permuted axes wherever the new shape has a boundary inside one.
-    base = list(v.base)
-    perm = list(v.perm)
     cum = 1
     j = 0
     for u in pts[1:]:
@@ -123,6 +129,22 @@ def reshape_view(v: ViewForm, old_shape, new_shape) -> ViewForm:
         j += 1
     pshape = [base[a] for a in perm]
     return ViewForm(tuple(base), tuple(perm), _groups_for(pshape, tuple(new_shape)))
+
+
+def _merge_adjacent(base, perm):
+    """``(base, perm)`` with every run of base axes ``a, a + 1, ...`` that
+    follow each other in ``perm`` merged into one axis (the same reading of
+    the buffer, with fewer boundaries)."""
+    runs = []  # runs of perm, each a list of consecutive base axes
+    for a in perm:
+        if runs and runs[-1][-1] + 1 == a:
+            runs[-1].append(a)
+        else:
+            runs.append([a])
+    order = sorted(range(len(runs)), key=lambda r: runs[r][0])  # runs in base order
+    new_base = [int(np.prod([base[a] for a in runs[r]])) for r in order]
+    rank = {r: i for i, r in enumerate(order)}
+    return new_base, [rank[r] for r in range(len(runs))]
 
 
 def transpose_view(v: ViewForm, axes) -> ViewForm:
