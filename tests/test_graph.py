@@ -98,8 +98,10 @@ def test_reference_lanes_give_528_plus_32k():
     for raw in wrapped:
         (got,), _ = run_computation_graph(g, [raw], reduce=True)
         assert got.tobytes() == out.tobytes()
-    with pytest.raises(TypeError, match="`reduce` must be True or False"):
-        run_computation_graph(g, [new], reduce=1)
+    for flag in ("reduce", "padded"):  # ("no" is truthy: it asked for the padded buffers)
+        with pytest.raises(TypeError, match=f"`{flag}` must be True or False"):
+            run_computation_graph(g, [new], **{flag: "no"})
+    assert a.transpose(None).history == a.transpose().history  # NumPy's spelling
     for axes in ((1.9, 0.2), ("x", None), (True, False)):
         with pytest.raises(TypeError, match="`axes` must be integers"):
             a.transpose(*axes)

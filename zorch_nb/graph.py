@@ -179,6 +179,8 @@ class Handle:
 
     def transpose(self, *axes) -> "Handle":
         """View with axes permuted (default: reversed), like ``numpy.transpose``."""
+        if len(axes) == 1 and axes[0] is None:  # transpose(None), as NumPy's
+            axes = ()
         axes = _index_args(axes, "axes")
         nd = len(self.shape)
         if not axes:
@@ -1423,8 +1425,9 @@ def run_computation_graph(graph: ComputationGraph, inputs, backend=None, *,
         raise TypeError(f"Argument `graph` must be a ComputationGraph, not "
                         f"{type(graph).__name__}")
     graph._checked()
-    if not isinstance(reduce, (bool, np.bool_)):
-        raise TypeError(f"Argument `reduce` must be True or False, not {reduce!r}")
+    for name, flag in (("reduce", reduce), ("padded", padded)):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise TypeError(f"Argument `{name}` must be True or False, not {flag!r}")
     backend = _check_backend(backend)
     xp = _xp(backend)
     F = FIELDS_BY_NAME[graph.field]
