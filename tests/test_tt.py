@@ -1261,6 +1261,20 @@ def test_division_by_zero_as_numpy(rng):
     x32 = UniformTuckerTensorTrain(x.tucker_supercore.astype(np.float32),
                                    x.tt_supercore.astype(np.float32), x.shape, x.masks)
     assert (x32 / 2).dtype == np.float32 and (x32 / 0.5).dtype == np.float32
+    # the zero's sign is kept, as NumPy's 1 / -0.0 = -inf (it gave +inf)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for zero, inf in ((-0.0, -np.inf), (np.float64(-0.0), -np.inf), (0.0, np.inf)):
+            np.testing.assert_array_equal((x / zero).tt_supercore, (x * inf).tt_supercore)
+    # per-stack factors divide as they multiply (a list was a TypeError for `/`)
+    t3 = rand_t3(rng, SHAPE, (2, 3, 2), (1, 2, 2, 1))
+    pair = UniformTuckerTensorTrain.from_t3((t3, t3), n=3, r=3)
+    np.testing.assert_array_equal((pair / [2, 4]).tt_supercore,
+                                  (pair * [0.5, 0.25]).tt_supercore)
+    np.testing.assert_array_equal((pair / (2, 4)).tt_supercore,
+                                  (pair / np.array([2, 4])).tt_supercore)
+    for op in (lambda: pair * [1, [2, 3]], lambda: pair / [1, [2, 3]]):
+        with pytest.raises(ValueError, match="`alpha` must be a scalar or a rectangular"):
+            op()
 
 
 def test_kernel_cache_info_has_lru_cache_fields():

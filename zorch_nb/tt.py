@@ -65,8 +65,8 @@ import numpy as np
 
 from .tt_masks import UT3Masks, kernel_cache_clear, kernel_cache_info
 from .tt_ops import (
-    NORM_METHODS, ORTHOGONALIZE_KINDS, _t3_check, t3_from_dense, t3_to_dense, ut3_add, ut3_apply,
-    ut3_apply_masks, ut3_check, ut3_entries, ut3_from_t3, ut3_hadamard, ut3_inner, ut3_load,
+    NORM_METHODS, ORTHOGONALIZE_KINDS, _alpha_array, _t3_check, t3_from_dense, t3_to_dense,
+    ut3_add, ut3_apply, ut3_apply_masks, ut3_check, ut3_entries, ut3_from_t3, ut3_hadamard, ut3_inner, ut3_load,
     ut3_neg, ut3_norm, ut3_orthogonalize, ut3_reverse, ut3_save, ut3_scale, ut3_squash_tails,
     ut3_stack, ut3_sub, ut3_svd, ut3_to_dense, ut3_to_t3, ut3_unstack,
 )
@@ -341,8 +341,11 @@ class UniformTuckerTensorTrain:
             raise TypeError("`/` divides a train by a scalar; trains do not divide elementwise.")
         if isinstance(alpha, (int, float)) and alpha == 0:
             # as a NumPy array divides: by 0 (or False) gives inf/nan with a
-            # RuntimeWarning (Python's 1 / 0 raised ZeroDivisionError)
-            alpha = np.float64(0.0)
+            # RuntimeWarning (Python's 1 / 0 raised ZeroDivisionError); -0.0
+            # keeps its sign (-inf)
+            alpha = np.float64(alpha)
+        elif isinstance(alpha, (list, tuple)):  # per-stack factors, as `*` takes them
+            alpha = _alpha_array(alpha)
         try:
             inverse = 1 / alpha
         except TypeError:  # not a number: Python's own "unsupported operand" error

@@ -908,6 +908,18 @@ def _add(p, q, where, negate=False):
     return _pack(xp, U, G, p.shape, mk, mt, p.stack)
 
 
+def _alpha_array(alpha):
+    """``alpha`` of :func:`ut3_scale` that is not a number, as an array (lists,
+    None, str: NumPy's reading; a ragged list is a ``ValueError`` naming it)."""
+    if hasattr(alpha, "dtype"):
+        return alpha
+    try:
+        return np.asarray(alpha)
+    except ValueError:  # NumPy's "inhomogeneous shape" names no argument
+        raise ValueError(f"Argument `alpha` must be a scalar or a rectangular array of "
+                         f"reals, not {alpha!r}.") from None
+
+
 def ut3_scale(data, alpha):
     """Multiply the train by ``alpha`` (a real scalar or an array broadcastable
     to the stack shape); the first TT core carries the factor."""
@@ -922,7 +934,7 @@ def ut3_scale(data, alpha):
         except OverflowError:
             raise ValueError("Argument `alpha` is too large for a float.") from None
     else:
-        a = alpha if hasattr(alpha, "dtype") else np.asarray(alpha)  # lists, None, str
+        a = _alpha_array(alpha)
         if a.dtype.kind not in "biuf":  # bools as 0 / 1, as a Python True is
             raise TypeError(f"Argument `alpha` must be a real number or an array of reals, "
                             f"not {alpha!r}.")
