@@ -1227,6 +1227,22 @@ def test_rebuilt_identical_structure_compiles_once(rng):
     assert final.misses == after.misses + 2 and final.hits >= after.hits + 2
 
 
+def test_padded_n_is_not_structure(rng):
+    """Trains differing only in their padded N (the Tucker supercore's last
+    axis) share the kernels: N was part of the keys, so each new N compiled
+    to_dense, inner and the chain of entries again."""
+    t3 = rand_t3(rng, (3, 2, 3), (2, 2, 1), (1, 3, 2, 1))
+    x, y = (UniformTuckerTensorTrain.from_t3(t3, n=3, r=3, N=N) for N in (3, 7))
+    idx = np.array([[0, 1, 2], [2, 0, 1]])
+    want = (x.to_dense(), x.inner(x), x.entries(idx))  # (compiled here)
+    before = kernel_cache_info()
+    got = (y.to_dense(), y.inner(y), y.entries(idx))
+    assert kernel_cache_info().misses == before.misses
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+    np.testing.assert_allclose(want[0], naive_dense(*t3.data), rtol=1e-12)
+
+
 def test_a_reshaped_stack_shares_the_kernels(rng):
     """The kernels see the stack flattened: six trains as a stack (6,) and as
     (2, 3) are one structure to them (a reshape compiled them all again)."""
@@ -1308,7 +1324,7 @@ def test_read_only_supercores_reuse_the_compiled_kernel(rng):
 
     want = run(x)
     p = tt_ops._parts(x.data)
-    sizes = (p.n, p.r, p.N)
+    sizes = (p.n, p.r)  # (the padded N is no part of a key)
     keys = [("to_dense", x.shape, sizes, x.masks), ("inner", x.shape, sizes + sizes, x.masks, x.masks),
             ("chain", x.shape, sizes, x.masks)]
     kernels = [KERNELS._store[k] for k in keys]

@@ -761,7 +761,8 @@ def _to_dense_xp(p):
 
 
 def _to_dense_numba(p):
-    key = ("to_dense", p.shape, (p.n, p.r, p.N), p.masks.stack_flat())
+    # (the padded N is no part of a key: the kernels read its arrays as they come)
+    key = ("to_dense", p.shape, (p.n, p.r), p.masks.stack_flat())
     kernel = KERNELS.get(key, lambda: _k.build_ut3_to_dense(p.shape, *_tables(p)))
     size = math.prod(p.shape)  # checked by ut3_to_dense
     dt = p.U.dtype
@@ -1094,7 +1095,7 @@ def _inner_xp(p, q):
 
 
 def _inner_numba(p, q):
-    key = ("inner", p.shape, (p.n, p.r, p.N, q.n, q.r, q.N), p.masks.stack_flat(),
+    key = ("inner", p.shape, (p.n, p.r, q.n, q.r), p.masks.stack_flat(),
            q.masks.stack_flat())
     kernel = KERNELS.get(key, lambda: _k.build_ut3_inner(p.shape, _tables(p), _tables(q)))
     dt = np.result_type(p.U.dtype, q.U.dtype)
@@ -1178,7 +1179,7 @@ def _chain(p, V):
     CuPy: batched ``einsum`` on the masked TT supercore."""
     G = p.G
     if _use_numba(p.xp):
-        key = ("chain", p.shape, (p.n, p.r, p.N), p.masks.stack_flat())
+        key = ("chain", p.shape, (p.n, p.r), p.masks.stack_flat())
         kernel = KERNELS.get(key, lambda: _k.build_ut3_chain(*_tables(p)))
         dt = np.result_type(V.dtype, G.dtype)
         out = np.empty((p.S, V.shape[2]), dtype=dt)
