@@ -325,9 +325,16 @@ def test_row_counts_cannot_be_made_writeable_or_reshaped_under_the_kernels():
     arrays = four(8, (False, True))
     layers = [JaggedGkrLayer(*arrays, [4, 4])]
     layers.append(jagged_layer_transition(layers[0], [2, 2], 8))  # built by _trusted
+    pyramid = build_jagged_pyramid(layers[0], halving_schedule(layers[0]))  # host steps
+    for layer in layers + pyramid[1:]:
+        # nor any array a caller reaches through `.base` (the counts' owner
+        # took it: the copy made on checking owned its memory)
+        a = layer.row_counts
+        while isinstance(a, np.ndarray):
+            with pytest.raises(ValueError, match="WRITEABLE"):
+                a.setflags(write=True)
+            a = a.base
     for layer in layers:
-        with pytest.raises(ValueError, match="WRITEABLE"):
-            layer.row_counts.setflags(write=True)
         want = [x.copy() for x in jagged_layer_transition(layer, [2, 2]).mles]
         layer.row_counts.shape = (2, 1)
         assert layer.num_batches == 2
@@ -470,6 +477,17 @@ def test_backend_that_is_not_a_str_is_refused():
         F.add(layer.numerator_0, layer.numerator_0, backend=1)
     np.testing.assert_array_equal(layer_transition(layer, backend=np.str_("cpu")).mles[0],
                                   layer_transition(layer).mles[0])
+    # with nothing to fold (a floor, an empty schedule) and fused=False, no
+    # transition checks `backend`: it was accepted whatever it was
+    floor = GkrLayer(*four(8), 3)
+    flat = JaggedGkrLayer(*four(8), [4, 4])
+    for fused in (None, False):
+        for bad, exc in (("bogus", ValueError), (7, TypeError)):
+            with pytest.raises(exc, match="`backend` must be one of"):
+                build_pyramid(floor, backend=bad, fused=fused)
+            with pytest.raises(exc, match="`backend` must be one of"):
+                build_jagged_pyramid(flat, [], backend=bad, fused=fused)
+        assert build_pyramid(floor, backend="cpu", fused=fused)[0] is floor
 
 
 @pytest.mark.skipif(numba.config.DISABLE_JIT, reason="counts compiled signatures")

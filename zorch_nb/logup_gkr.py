@@ -140,9 +140,15 @@ def _row_counts(counts, name: str, data_kind: str):
         s = int(np.argmax((arr < 0) | (arr > _INT32_MAX)))
         raise ValueError(f"Argument `{name}` must hold counts in [0, 2**31), but "
                          f"{name}[{s}] = {arr[s]}")
-    out = arr.astype(np.int32)
-    out.flags.writeable = False
-    return out
+    return _frozen_int32(arr)
+
+
+def _frozen_int32(arr):
+    """A read-only int32 copy of ``arr`` that no one can make writeable: its
+    memory is a ``bytes`` object, so neither it nor any ``.base`` reachable
+    from a view of it takes ``setflags(write=True)`` (an array owning its
+    memory would, and the kernels trust checked counts)."""
+    return np.frombuffer(arr.astype(np.int32).tobytes(), dtype=np.int32).reshape(arr.shape)
 
 
 def _check_word_array(x, name: str, length: str = "L", host: bool = False) -> None:
@@ -406,8 +412,8 @@ class JaggedGkrLayer(_Layer):
         # The checked counts the kernels trust: a private view (see
         # _keep_counts), so an in-place ``.shape =`` / ``.dtype =`` on
         # ``row_counts``, its base or the caller's array changes nothing here,
-        # and ``row_counts.setflags(write=True)`` is refused (NumPy lets an
-        # array's owner, never a view, make it writeable again).
+        # and ``setflags(write=True)`` is refused on it and on every ``.base``
+        # (host counts live in a bytes object: see _frozen_int32).
         return self.__dict__["_checked_counts"]
 
     @property
@@ -734,6 +740,8 @@ def build_pyramid(first: GkrLayer, *, backend: str | None = None,
             raise ValueError("fused=True needs CuPy arrays (for backend='cupy') and a "
                              "layer with a row variable; use fused=None to fall back to "
                              "one launch per transition")
+    if not first.num_row_variables:  # a floor: no transition below checks `backend`
+        _backend.resolve(dict(zip(_MLE_NAMES, first.mles)), backend)
     layers = [first]
     for _ in range(first.num_row_variables):
         layers.append(layer_transition(layers[-1], backend=backend))
@@ -992,13 +1000,12 @@ def _check_host_steps(rc, steps):
         if type(counts) is not np.ndarray or counts.dtype != np.int32 or \
                 counts.shape != (nb,) or not (width is None or type(width) is int):
             return None
-    rows = np.stack([counts for counts, _ in steps])  # the private copy
+    rows = _frozen_int32(np.stack([counts for counts, _ in steps]))  # the private copy
     if nb and rows.min() < 0:
         return None
     # ceil(prev / 2) > orc  <=>  prev - orc > orc, as in _check_step
     if nb and ((np.concatenate([rc[None], rows[:-1]]) - rows) > rows).any():
         return None
-    rows.flags.writeable = False
     checked = []
     for orc, total, (_, width) in zip(rows, rows.sum(axis=1, dtype=np.int64).tolist(), steps):
         width = total if width is None else width
@@ -1098,6 +1105,8 @@ def build_jagged_pyramid(first: JaggedGkrLayer, schedules, *,
             raise ValueError("fused=True needs a GPU backend (CuPy arrays on 'cupy', or "
                              "'numba'); use fused=None to fall back to two launches per "
                              "transition")
+    if not steps:  # no transition below checks `backend`
+        _backend.resolve(dict(zip(_MLE_NAMES, first.mles)), backend)
     layers = [first]
     for orc, width in _check_steps(first, steps):  # every step checked before any runs
         layers.append(_jagged_run(layers[-1], orc, width, backend))
