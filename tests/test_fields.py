@@ -331,6 +331,16 @@ def test_bad_input_errors():
             F.mul(a, a, out=out)
         with pytest.raises(ValueError, match="`out` must be writeable"):
             F.ext.mul(F.ext.random(4, seed=0), a, out=np.broadcast_to(out[:, None], (4, 4)))
+    # A writeable view repeating words (as a CuPy broadcast view is: CuPy has
+    # no read-only flag) kept one of the results written over each other
+    words = np.zeros(1, np.uint32)
+    repeating = np.lib.stride_tricks.as_strided(words, (4,), (0,))
+    assert repeating.flags.writeable
+    with pytest.raises(ValueError, match="`out` must be writeable .* broadcast view"):
+        F.mul(a, a, out=repeating)
+    assert words[0] == 0
+    one = np.lib.stride_tricks.as_strided(words, (1, 1), (0, 0))  # a stride of a 1-long axis
+    assert F.mul(a[:1], a[:1], out=one.reshape(1)) is not None
     for bad in ((2.7,), "12", True, 2.5, (2, None)):
         with pytest.raises(TypeError, match="`shape` must be an int"):
             F.zeros(bad)

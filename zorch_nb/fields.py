@@ -707,7 +707,11 @@ class _FieldBase:
             raise TypeError(f"Argument `out` must be a {kind} array like the operands")
         if tuple(out.shape) != full:
             raise ValueError(f"Argument `out` must have shape {full}, not {tuple(out.shape)}")
-        if not getattr(out.flags, "writeable", True):  # CuPy arrays have no such flag
+        if not getattr(out.flags, "writeable", True) or any(
+                st == 0 and d > 1 for st, d in zip(out.strides, out.shape)):
+            # (CuPy arrays have no such flag, and a CuPy broadcast view -- or a
+            # writeable NumPy one from as_strided -- would keep one of several
+            # results written to the same words)
             raise ValueError("Argument `out` must be writeable (it is read-only or a "
                              "broadcast view)")
         if out.flags.c_contiguous and not any(
