@@ -141,6 +141,10 @@ def test_jagged_schedule_errors():
         jagged_layer_transition(layer, ([3, 2], 6), 6)
     for step in (([3, 2], None), JaggedStep([3, 2], None)):  # width None: the sum
         assert jagged_layer_transition(layer, step).width == 5
+    for call in (lambda: jagged_layer_transition(layer, [[3, 2], None]),
+                 lambda: build_jagged_pyramid(layer, [[[3, 2], None]])):
+        with pytest.raises(TypeError, match=r"list step \[counts, width\] needs an integer"):
+            call()
     for counts in ((np.array(3), np.array(2)), [np.array(3), 2], (np.int64(3), 2)):
         assert jagged_layer_transition(layer, counts).width == 5  # two counts, not a step
     for call in (build_pyramid, lambda first, fused: build_jagged_pyramid(first, [], fused=fused)):

@@ -1035,6 +1035,11 @@ def _step(entry):
     if (isinstance(entry, list) and len(entry) == 2 and _sequence_like(entry[0])
             and isinstance(entry[1], (int, np.integer)) and not isinstance(entry[1], bool)):
         return entry[0], entry[1]
+    if isinstance(entry, list) and len(entry) == 2 and _sequence_like(entry[0]) \
+            and entry[1] is None:
+        # (read as bare counts it failed as "must hold integers, not NoneType")
+        raise TypeError("A list step [counts, width] needs an integer width; for the "
+                        "counts' sum pass the tuple (counts, None) or the counts alone")
     return entry, None
 
 
