@@ -1138,6 +1138,8 @@ def test_t3_to_dense_checks_its_cores_as_the_class_does():
         (([one, one], [np.ones((1, 1, 2)), np.ones((3, 1, 1))]), ValueError,
          r"`tt_cores\[1\]` must start with rank 2, not 3"),
         ((5, [np.ones((1, 1, 1))]), TypeError, "`tucker_cores` must be a sequence of arrays, not int"),
+        ((np.eye(2), np.ones((1, 2, 1))), ValueError,
+         r"not 2 and 1 \(`tucker_cores` is one array, read as its 2 rows: for one core pass \[array\]\)"),
         (([one], [[[[1.0]]]]), TypeError, r"`tt_cores\[0\]` must be a numpy.ndarray"),
     ]
     for args, exc, match in cases:

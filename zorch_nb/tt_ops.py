@@ -383,9 +383,14 @@ def _t3_check(tucker_cores, tt_cores):
                             f"not {type(given).__name__}.") from None
     tk, tt = cores
     if len(tk) == 0 or len(tk) != len(tt):
+        # one core passed bare is iterated: its rows are read as cores
+        bare = [f" (`{name}` is one array, read as its {len(c)} rows: for one core "
+                f"pass [array])" for name, given, c in (("tucker_cores", tucker_cores, tk),
+                                                         ("tt_cores", tt_cores, tt))
+                if hasattr(given, "ndim")]
         raise ValueError(
             "Arguments `tucker_cores` and `tt_cores` must be non-empty and equally long, "
-            f"not {len(tk)} and {len(tt)}."
+            f"not {len(tk)} and {len(tt)}{''.join(bare)}."
         )
     xp = array_module(tk[0], "tucker_cores[0]")
     stack = tuple(tk[0].shape[:-2]) if tk[0].ndim >= 2 else None
