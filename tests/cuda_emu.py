@@ -368,7 +368,13 @@ class EmuArray:
     flags = property(lambda self: self._a.flags)
 
     def __getitem__(self, key):  # a device index array indexes, as on CuPy
-        return EmuArray(self._a[_unwrap(key)])
+        key = _unwrap(key)
+        got = self._a[key]
+        if isinstance(got, np.generic):
+            # An integer index gives CuPy's 0-d *view* (NumPy's scalar is a
+            # copy): writes through it (`out=d[0]`) must reach the array
+            got = self._a[(key if isinstance(key, tuple) else (key,)) + (Ellipsis,)]
+        return EmuArray(got)
 
     def reshape(self, *shape):  # a view where possible, else a copy (as CuPy does)
         return EmuArray(self._a.reshape(*shape))
