@@ -198,4 +198,11 @@ def test_field_api_on_emulated_cupy_arrays(emulated_cupy, F):
         np.testing.assert_array_equal(out.get(), G.sum(u, axis=0))
         with pytest.raises(TypeError, match="`out` must be a cupy array"):
             G.sum(dev(u), axis=0, out=out.get())
+        # backend= as the other operations take it: "cupy" on host arrays adds
+        # on the device and returns host arrays; "cpu" on device arrays is refused
+        got = G.sum(u, axis=0, backend="cupy")
+        assert type(got) is np.ndarray
+        np.testing.assert_array_equal(got, G.sum(u, axis=0))
+        with pytest.raises(TypeError, match="backend"):
+            G.sum(dev(u), backend="cpu")
     assert emulated_cupy and all(n.startswith("zorch_") for n in emulated_cupy)

@@ -396,6 +396,10 @@ def test_sum_matches_big_ints(F, monkeypatch):
             got = F.ext.decode(F.ext.sum(ext, axis=axis))
             assert got.tolist() == np.asarray(want).tolist()
     assert F.sum(F.random(0, seed=1)).tolist() == 0
+    # backend= as the other operations take it (it was an unexpected keyword)
+    assert F.sum(words, backend="cpu").tolist() == F.sum(words).tolist()
+    with pytest.raises(ValueError, match="`backend` must be one of"):
+        F.sum(words, backend="tpu")
     for axis, exc in ((2, ValueError), ((0, 0), ValueError), (1.5, TypeError)):
         with pytest.raises(exc, match="`axis`"):
             F.sum(words, axis=axis)
@@ -840,3 +844,12 @@ def test_extension_sum_of_large_blocks_matches_big_ints(F, monkeypatch):
             assert got.shape == (4,) and F.ext.decode(got).tolist() == want
         got = F.ext.sum(ext, axis=None, keepdims=True)
         assert got.shape == (1, 1, 4) and F.ext.decode(got).reshape(-1).tolist() == want
+
+
+def test_elementwise_docstrings_state_their_parameters():
+    """help(F.mul) was one line: no operands, ``out`` or ``backend``."""
+    from zorch_nb import KoalaBear as F
+    for method in (F.add, F.sub, F.mul, F.div, F.neg, F.square, F.inv, F.ext.mul):
+        doc = method.__doc__
+        for part in ("Parameters", "out : uint32 array", "backend : {None", "Returns"):
+            assert part in doc, (method.__name__, part)

@@ -38,6 +38,7 @@ import contextlib
 import functools
 import math
 import sys
+import textwrap
 
 import numpy as np
 
@@ -995,7 +996,7 @@ class _FieldBase:
         return self._finish(self._run(backend, kind, lambda k, x, o: k.base_batch_inv(x, o, f),
                                       [flat], result), user_out)
 
-    def sum(self, a, axis=None, keepdims: bool = False, *, out=None):
+    def sum(self, a, axis=None, keepdims: bool = False, *, out=None, backend=None):
         """Field sum ``sum_i a_i mod p`` over ``axis`` (element axes, as ``numpy.sum``).
 
         Montgomery form is linear (``sum_i w_i = (sum_i v_i) 2**32 mod p``), so
@@ -1016,6 +1017,11 @@ class _FieldBase:
             Written with the result (same module as ``a``, the result's shape;
             any strides) and returned.  It may be a view of ``a``: the sum is
             complete before ``out`` is written.
+        backend : {None, "cpu", "cupy", "numba"}, optional
+            Checked as the other operations' (``"cpu"`` with CuPy arrays is
+            an error).  The words are added by the array module's own
+            reductions: ``"cupy"`` on NumPy arrays adds them on the device and
+            returns NumPy; ``"numba"`` adds them where they are.
 
         Returns
         -------
@@ -1047,15 +1053,20 @@ class _FieldBase:
                     else ""
                 raise ValueError(f"Argument `axis` must name distinct element axes of "
                                  f"{elem}{note}, not {axis!r}")
+        kind, run = _backend.resolve({"a": a}, backend)
         kind, a = _in_module(a)
-        xp = _backend.get_xp(kind)
+        if out is not None:  # checked before the work, written after it (a view of `a` too)
+            shape = tuple(1 if i in axes else d for i, d in enumerate(elem) if keepdims
+                          or i not in axes)
+            self._out(out, kind, shape)  # (its checks; the buffer it offers is unused)
+        if run == "cupy" and kind == "numpy":  # on the device, back to the host
+            total = self._sum_of(_backend.to_module(a, "cupy"), elem, axes, keepdims, "cupy",
+                                 _backend.get_xp("cupy")).get()
+        else:
+            total = self._sum_of(a, elem, axes, keepdims, kind, _backend.get_xp(kind))
         if out is None:
-            return self._sum_of(a, elem, axes, keepdims, kind, xp)
-        # checked before the work, written after it (a view of `a` included)
-        shape = tuple(1 if i in axes else d for i, d in enumerate(elem) if keepdims
-                      or i not in axes)
-        self._out(out, kind, shape)  # (its checks; the buffer it offers is unused)
-        out[...] = self._sum_of(a, elem, axes, keepdims, kind, xp)
+            return total
+        out[...] = total
         return out
 
     def _sum_of(self, a, elem, axes, keepdims, kind, xp):
@@ -1422,6 +1433,39 @@ def _shape_tuple(shape):
     return (dim(shape),)
 
 
+_ELEMENTWISE_DOC = """
+
+Parameters
+----------
+{names} : uint32 array of Montgomery words (NumPy or CuPy), or a NumPy uint32 scalar
+    Elements of this field: ``(...)`` base, ``(..., 4)`` extension (on
+    ``F.ext`` a base operand is embedded as ``(a, 0, 0, 0)``, see
+    :meth:`ExtensionField.as_base`).  Any word, read mod p; integers go
+    through :meth:`encode` first.
+out : uint32 array, optional
+    Of the result's shape, in the operands' module; written and returned.
+    It may be an operand itself (written in place, no temporary) or overlap
+    one (the result then goes through a temporary).
+backend : {{None, "cpu", "cupy", "numba"}}, optional
+    ``None`` follows the arrays (NumPy: Numba CPU kernels; CuPy: CUDA C
+    RawKernels); ``"numba"``: the Numba-CUDA kernels.
+
+Returns
+-------
+uint32 array
+    Canonical Montgomery words of the broadcast element shape (0-d for
+    scalar operands), in the operands' module; ``out`` where given.
+"""
+
+# help(F.mul) showed one line: the shared parameters, written once
+for _name, _operands in (("add", "a, b"), ("sub", "a, b"), ("mul", "a, b"), ("neg", "a"),
+                         ("square", "a"), ("inv", "a"), ("div", "a, b")):
+    _method = getattr(_FieldBase, _name)
+    if _method.__doc__:  # (None under python -OO)
+        _method.__doc__ = _method.__doc__.rstrip() + textwrap.indent(
+            _ELEMENTWISE_DOC.format(names=_operands), " " * 8)
+
+
 class PrimeField(_FieldBase):
     """A 31-bit prime field with Montgomery-form ``uint32`` elements.
 
@@ -1441,14 +1485,17 @@ class PrimeField(_FieldBase):
 
     Notes
     -----
-    Every elementwise operation (``add``, ``sub``, ``mul``, ``neg``,
-    ``square``, ``inv``, ``batch_inv``, ``pow``, and the same on ``F.ext``)
-    takes two keywords besides its operands:
+    Every operation (``add``, ``sub``, ``mul``, ``div``, ``neg``,
+    ``square``, ``inv``, ``batch_inv``, ``pow``, ``mle_fold``,
+    ``eq_table``, ``sum``, and the same on ``F.ext``) takes ``out`` (after
+    its operands, or as a keyword) and a keyword-only ``backend``
+    (``mle_eval``: ``backend`` only):
 
     ``out``
         A writeable uint32 array of the result's shape in the operands' module,
-        written in place and returned; it may overlap the inputs (the result
-        then goes through a temporary).
+        written and returned.  It may be an operand itself (``E.add(acc, x,
+        out=acc)`` is written in place, with no temporary) or overlap one
+        (the result then goes through a temporary).
     ``backend``
         ``None`` (follow the arrays: NumPy -> Numba CPU, CuPy -> CuPy
         RawKernels), ``"cpu"``, ``"cupy"`` or ``"numba"`` (Numba-CUDA).
