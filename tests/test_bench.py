@@ -307,6 +307,25 @@ def test_outputs_are_checked_before_measuring(tmp_path, monkeypatch, capsys):
     for extra, message in cases:
         assert main(["bench", "--sizes", "8", *extra]) == 2
         assert message in capsys.readouterr().err
+    # a path the folder's mode bits allow but the file system refuses (root
+    # passes os.access everywhere: /proc, a read-only mount)
+    real_open = open
+
+    def refusing(path, *a, **k):
+        if str(path).endswith(".zorch-probe"):
+            raise OSError(30, "Read-only file system")
+        return real_open(path, *a, **k)
+    monkeypatch.setattr("builtins.open", refusing)
+    assert main(["bench", "--sizes", "8", "--json", str(tmp_path / "r.json")]) == 2
+    assert "r.json' cannot be written: [Errno 30] Read-only file system" in \
+        capsys.readouterr().err
+    monkeypatch.setattr("builtins.open", real_open)
+    # a CPU size past the memory (the OOM killer ended it silently, minutes in)
+    monkeypatch.setattr(bench, "_available_memory", lambda: 2 << 30)
+    assert main(["bench", "--sizes", "8", "24"]) == 2
+    assert ("--sizes 24 needs about 8.1 GiB of memory on the CPU (~500 bytes per element "
+            "at its peak) and 2.0 GiB are available: the largest size that fits is 21"
+            in capsys.readouterr().err)
 
 
 def _has_matplotlib():
@@ -354,8 +373,8 @@ def test_a_json_file_that_cannot_be_written_is_reported_and_measuring_goes_on(
     monkeypatch.chdir(tmp_path)
 
     def full_disk(path, *a, **k):
-        if str(path).startswith("r.json"):  # the report or its temporary
-            raise OSError(28, "No space left on device")
+        if str(path) in ("r.json", "r.json.tmp"):  # the report or its temporary
+            raise OSError(28, "No space left on device", str(path))
         return real_open(path, *a, **k)
     monkeypatch.setattr("builtins.open", full_disk)
     args = argparse.Namespace(device="cpu", sizes=[8, 9], repeat=1, json="r.json", plot=None)
@@ -364,6 +383,7 @@ def test_a_json_file_that_cannot_be_written_is_reported_and_measuring_goes_on(
     # both sizes measured: each row printed as its section ends, then in the table
     assert out.count("dispatch: base mul of 8 elements") == 4
     assert err.count("--json 'r.json' could not be written: [Errno 28] No space left") == 2
+    assert ".tmp" not in err  # the user's file is named, not the temporary
 
 
 def test_an_interrupted_run_keeps_every_finished_section(tmp_path, monkeypatch, capsys):

@@ -561,7 +561,65 @@ def _output_problem(path: str, what: str):
         return f"{what} {path!r}: the folder {parent!r} does not exist"
     if not os.access(parent, os.W_OK):
         return f"{what} {path!r}: the folder {parent!r} is not writable"
+    if not os.path.exists(path):
+        # os.access trusts the mode bits, which root passes everywhere (/proc,
+        # a read-only mount): create a file beside it, as the writer will
+        probe = path + ".zorch-probe"
+        try:
+            open(probe, "w").close()
+            os.remove(probe)
+        except OSError as exc:
+            return f"{what} {path!r} cannot be written: {_os_reason(exc)}"
     return None
+
+
+#: Peak resident memory of one ``--device cpu`` size, for the check before
+#: measuring: ``CPU_PEAK_BASE_BYTES + CPU_PEAK_BYTES_PER_ELEMENT * 2**lg``.
+#: Measured (/usr/bin/time, maximum RSS of ``--sizes lg --repeat 1``): 0.26,
+#: 0.70 and 2.11 GB at 2^16, 2^20 and 2^22, ~458 bytes per element (the
+#: NumPy yardsticks' uint64 copies and the extension layers) over ~0.23 GB;
+#: with a margin.  A size past the memory is otherwise killed by the OOM
+#: killer, silently, minutes in.
+CPU_PEAK_BASE_BYTES = 300 << 20
+CPU_PEAK_BYTES_PER_ELEMENT = 500
+
+
+def _available_memory():
+    """Bytes of memory available to a new allocation now (Linux's
+    MemAvailable, else the free pages), or None where unknown."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _memory_problem(sizes):
+    """Why the largest CPU size would not fit in memory, or None."""
+    avail = _available_memory()
+    if avail is None:
+        return None
+    need = lambda lg: CPU_PEAK_BASE_BYTES + CPU_PEAK_BYTES_PER_ELEMENT * (1 << lg)  # noqa: E731
+    big = [lg for lg in sizes if need(lg) > avail]
+    if not big:
+        return None
+    fits = max((lg for lg in range(1, 64) if need(lg) <= avail), default=None)
+    return (f"--sizes {big[0]} needs about {need(big[0]) / 2**30:.1f} GiB of memory on the "
+            f"CPU (~{CPU_PEAK_BYTES_PER_ELEMENT} bytes per element at its peak) and "
+            f"{avail / 2**30:.1f} GiB are available: "
+            + (f"the largest size that fits is {fits}" if fits else "no size fits"))
+
+
+def _os_reason(exc: OSError) -> str:
+    """``exc`` without its file name (the user gave another: a temporary's, a
+    probe's)."""
+    return f"[Errno {exc.errno}] {exc.strerror}" if exc.errno else str(exc)
 
 
 def _plot_problem(path: str):
@@ -594,6 +652,8 @@ def main(args) -> int:
     problems = [p for p in (args.json and not json_stdout and _output_problem(args.json, "--json"),
                             args.plot and (_output_problem(args.plot, "--plot")
                                            or _plot_problem(args.plot))) if p]
+    if device == "cpu":
+        problems += [p for p in (_memory_problem(sizes),) if p]
     if args.plot and max(sizes) < MIN_FRACTION_LOG2:
         problems.append(f"--plot draws fractions of the copy, which sizes below "
                         f"2^{MIN_FRACTION_LOG2} do not have (launch-bound: times only); add a "
@@ -677,7 +737,7 @@ def main(args) -> int:
                     os.replace(tmp, path)
             except OSError as exc:  # a full disk, /dev/full: measuring goes on
                 json_failed.append(True)
-                msg = f"--json {args.json!r} could not be written: {exc}"
+                msg = f"--json {args.json!r} could not be written: {_os_reason(exc)}"
                 guard.errors.append(msg)
                 print(f"FAILED {msg}", file=sys.stderr)
 
