@@ -11,11 +11,13 @@ import sys
 from targets import load_report
 
 
-def table(report: dict) -> str:
+def table(report: dict, path: str | None = None) -> str:
+    """The markdown table; ``path``: the report's file, named under the command
+    (which names the file it wrote then, often elsewhere)."""
     copies = {c["size"]: c for c in report["copy"]}
     lines = [
         f"Measured {report['date'][:10]} on {report['device']} with "
-        f"`{report['command']}`.",
+        f"`{report['command']}`" + (f" (the report: `{path}`)." if path else "."),
         "",
         "| kernel | backend | elements | time | GB/s | of copy | of copy, paired | "
         "speedup vs baselines |",
@@ -38,4 +40,4 @@ def table(report: dict) -> str:
 
 
 if __name__ == "__main__":
-    print(table(load_report(sys.argv, __doc__)))
+    print(table(load_report(sys.argv, __doc__), sys.argv[1]))

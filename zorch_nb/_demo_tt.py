@@ -23,6 +23,9 @@ def run(backend: str, log) -> None:
     ``cupy`` puts the supercores on the GPU; ``cpu`` and ``numba`` use NumPy
     supercores (the structure-specialized Numba CPU kernels).
     """
+    if backend == "numba":
+        log("(tensor trains have Numba CPU kernels and CuPy: backend numba runs them on "
+            "the CPU)")
     rng = np.random.default_rng(7)
     shape, stack = (6, 5, 6, 4), 16
 

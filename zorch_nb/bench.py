@@ -756,7 +756,7 @@ def main(args) -> int:
             first_gbps = copy_row.bytes / copy_row.time_s / 1e9
             current.update(copy=replace(copy_row).finish(first_gbps),
                            fractions=lg >= MIN_FRACTION_LOG2)
-            print(f"2^{lg}: copy {current['copy'].gbps:.1f} GB/s; each section as it ends "
+            print(f"2^{lg}: copy {current['copy'].gbps:.3g} GB/s; each section as it ends "
                   f"(the table after the size is final):", flush=True)
             rows = []
             for backend in backends:

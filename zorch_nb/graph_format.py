@@ -178,6 +178,7 @@ def _read_kernel(r: _Reader):
 
 
 def kernel_bytes(ir) -> bytes:
+    """A kernel's IR in the payload's encoding (its fingerprint is the SHA-256 of it)."""
     w = _Writer()
     _write_kernel(w, ir)
     return w.bytes()
@@ -247,6 +248,9 @@ def _read_history(r):
 
 
 def graph_to_bytes(g) -> bytes:
+    """The file bytes of graph ``g`` (header, payload, checksum: see the module
+    docstring); :meth:`ComputationGraph.to_bytes`.  Deterministic: equal
+    graphs give equal bytes."""
     w = _Writer()
     w.str(g.field)
     w.u32(len(g.kernels))
@@ -286,6 +290,9 @@ def graph_to_bytes(g) -> bytes:
 
 
 def graph_from_bytes(data) -> "object":
+    """The :class:`~zorch_nb.graph.ComputationGraph` of file bytes ``data``, every
+    invariant checked (see the module docstring); ``ValueError`` says what is
+    wrong, ``TypeError`` for ``data`` that is not bytes-like."""
     from .graph import CompiledKernel, ComputationGraph, Template
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise TypeError(f"Argument `data` must be bytes, not {type(data).__name__}")

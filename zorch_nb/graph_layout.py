@@ -199,6 +199,7 @@ def dims_of(points) -> tuple:
 
 
 def padded_dims(dims) -> tuple:
+    """Each dimension padded to a power of two (the padded buffer's shape)."""
     return tuple(pow2(d) for d in dims)
 
 
