@@ -154,6 +154,17 @@ def test_kernels_pickle_by_value():
     np.testing.assert_array_equal(ctx.copy_to_host(y), np.arange(32).reshape(16, 2).sum(1))
 
 
+def test_context_takes_a_field_name_and_has_a_summary_repr():
+    ctx = Context("BabyBear")  # the name, as a graph file records it (any case)
+    assert ctx.field is BabyBear and Context("koalabear").field is KoalaBear
+    with pytest.raises(ValueError, match="`field` must name one of"):
+        Context("goldilocks")
+    a = ctx.copy_to_device(np.arange(32).reshape(16, 2))
+    ctx.call_kernel(add_2, 16, a)
+    assert repr(ctx) == ("<zorch_nb graph Context: BabyBear, backend cpu, 2 buffers, "
+                         "1 call recorded>")
+
+
 # ------------------------------------------------------ save / reload -----
 
 _REPLAY_SCRIPT = """

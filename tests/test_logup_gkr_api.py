@@ -869,3 +869,19 @@ def test_cuda_arrays_with_their_own_dtype_are_refused_at_construction():
     with pytest.raises(TypeError, match=r"`numerator_1` has dtype torch.uint32, not a NumPy "
                                         r"dtype; pass `cupy.asarray\(numerator_1\)`"):
         GkrLayer(n, TorchLike(), d, d)
+
+
+def test_layers_repr_is_a_summary():
+    """The dataclass repr printed all four MLEs (~1 KB at 16 rows)."""
+    x, e = KoalaBear.random(16, seed=1), KoalaBear.ext.random(16, seed=2)
+    assert repr(GkrLayer(x, x, e, e, 2)) == (
+        "<GkrLayer KoalaBear: L = 16 (nv = 4, num_batch_variables = 2), numerators base "
+        "(16,), denominators extension (16, 4), numpy>")
+    assert repr(JaggedGkrLayer(x, x, x, x, [5, 3], BabyBear)) == (
+        "<JaggedGkrLayer BabyBear: width 16, 2 segments, row_counts [5, 3], numerators "
+        "base (16,), denominators base (16,), numpy>")
+    many = JaggedGkrLayer(*four(128), list(range(16)) + [0] * 16)
+    assert "32 segments, row_counts [0, 1, 2, ..., 0, 0] (sum 120)" in repr(many)
+    odd = GkrLayer(x.copy(), x, x, x)
+    odd.numerator_0.shape = (4, 4)  # reshaped in place: the repr still works
+    assert "numerators extension (4, 4)/(16,)" in repr(odd)

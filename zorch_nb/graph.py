@@ -746,8 +746,9 @@ class Context:
 
     Parameters
     ----------
-    field : PrimeField, optional
-        ``KoalaBear`` (default) or ``BabyBear``.
+    field : PrimeField or str, optional
+        ``KoalaBear`` (default) or ``BabyBear``, or its name as a graph file
+        records it (``"koalabear"``, any case).
     backend : {None, "cpu", "cupy"}
         Where buffers live and calls run eagerly: ``None``/``"cpu"`` NumPy and
         Numba, ``"cupy"`` CuPy on the GPU.
@@ -776,6 +777,11 @@ class Context:
     """
 
     def __init__(self, field=KoalaBear, backend=None):
+        if isinstance(field, str):
+            if field.lower() not in FIELDS_BY_NAME:
+                raise ValueError(f"Argument `field` must name one of "
+                                 f"{sorted(FIELDS_BY_NAME)}, not {field!r}")
+            field = FIELDS_BY_NAME[field.lower()]
         if not isinstance(field, PrimeField) or field.params.name not in FIELDS_BY_NAME:
             raise TypeError(f"Argument `field` must be KoalaBear or BabyBear, not {field!r}")
         self.field = field
@@ -787,6 +793,13 @@ class Context:
         # Reentrant, so a method holding it may call another public one.
         self._lock = threading.RLock()
         _LIVE_CONTEXTS.add(self)
+
+    def __repr__(self):
+        with self._lock:
+            nbuf, ncall = len(self._buffers), len(self._calls)
+        return (f"<zorch_nb graph Context: {self.field.name}, backend "
+                f"{self.backend or 'cpu'}, {nbuf} buffer{'s' * (nbuf != 1)}, {ncall} "
+                f"call{'s' * (ncall != 1)} recorded>")
 
     def __reduce__(self):
         raise TypeError("A graph Context holds live buffers and cannot be pickled; pickle "

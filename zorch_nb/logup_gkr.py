@@ -212,6 +212,18 @@ class _Layer:
                              f"uint32); build a new layer")
         return m
 
+    def __repr__(self):
+        # A summary: the dataclass repr printed all four MLEs (~1 KB for 16 rows).
+        # Never raises, even on an MLE reshaped in place (``mles`` would).
+        def part(x, y):
+            kind = "extension" if getattr(x, "ndim", 1) == 2 else "base"
+            return f"{kind} {tuple(x.shape)}" + ("" if x.shape == y.shape else
+                                                 f"/{tuple(y.shape)}")
+        layout = (f"numerators {part(self.numerator_0, self.numerator_1)}, denominators "
+                  f"{part(self.denominator_0, self.denominator_1)}, "
+                  f"{_backend.array_kind(self.numerator_0)}")
+        return f"<{type(self).__name__} {self.field.name}: {self._describe_rows()}, {layout}>"
+
     def _remember_shapes(self):
         # Not a dataclass field: kept out of repr/eq; checked by ``mles``.
         self.__dict__["_shapes"] = (self.numerator_0.shape, self.numerator_1.shape,
@@ -225,7 +237,7 @@ class _Layer:
                                               for f in dataclasses.fields(self)}))
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
+@dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class GkrLayer(_Layer):
     """A dense layer of the fraction tree.
 
@@ -311,8 +323,12 @@ class GkrLayer(_Layer):
         """``nrv = nv - nbv``: transitions left before the floor."""
         return self.num_variables - self.num_batch_variables
 
+    def _describe_rows(self) -> str:
+        return (f"L = {self.__dict__['_shapes'][0][0]} (nv = {self.num_variables}, "
+                f"num_batch_variables = {self.num_batch_variables})")
 
-@dataclasses.dataclass(frozen=True, eq=False)
+
+@dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class JaggedGkrLayer(_Layer):
     """A jagged layer: one segment of ``row_counts[b]`` rows per batch element.
 
@@ -435,6 +451,16 @@ class JaggedGkrLayer(_Layer):
     def counts_on_host(self) -> bool:
         """Whether ``row_counts`` is a host array (so it can be checked)."""
         return isinstance(self._counts, np.ndarray)
+
+    def _describe_rows(self) -> str:
+        nb, c = self.num_batches, self._counts
+        if not self.counts_on_host:  # (reading device counts would synchronize)
+            counts = "row counts on the device"
+        else:
+            shown = c.tolist() if nb <= 8 else c[:3].tolist() + ["..."] + c[-2:].tolist()
+            counts = (f"row_counts [{', '.join(map(str, shown))}]"
+                      + ("" if nb <= 8 else f" (sum {int(c.sum(dtype=np.int64))})"))
+        return f"width {self.width}, {nb} segment{'s' * (nb != 1)}, {counts}"
 
 
 def _keep_counts(layer, counts) -> None:
