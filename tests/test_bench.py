@@ -487,3 +487,18 @@ def test_sass_stats_counts_opcode_classes():
     # addresses past 0xffff have five hex digits: still instructions
     assert (name_a, total_a, name_b, total_b) == ("kern_a", 5, "kern_b", 3)
     assert (a["MOV"], a["IMAD.WIDE"], a["IMAD"], a["LDG"], b["STG"], b["LDS"]) == (1, 1, 1, 1, 1, 1)
+
+
+def test_version_and_submodules_as_attributes(capsys):
+    """``--version`` prints the package version; ``zorch_nb.tt`` and the other
+    public submodules are attributes after ``import zorch_nb`` (an
+    AttributeError before), imported on first use."""
+    import zorch_nb
+    from zorch_nb.__main__ import main
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0 and capsys.readouterr().out == f"zorch_nb {zorch_nb.__version__}\n"
+    assert zorch_nb.tt.UniformTuckerTensorTrain and zorch_nb.logup_gkr.GkrLayer
+    assert {"tt", "graph", "logup_gkr"} <= set(dir(zorch_nb))
+    with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+        zorch_nb.nope

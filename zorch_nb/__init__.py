@@ -26,3 +26,20 @@ from .fields import BabyBear, ExtensionField, KoalaBear, PrimeField  # noqa: E40
 
 __version__ = "0.1.0"
 __all__ = ["KoalaBear", "BabyBear", "PrimeField", "ExtensionField", "__version__"]
+
+#: Submodules reachable as attributes (``zorch_nb.tt`` after ``import
+#: zorch_nb``), imported on first use: the graph and tensor-train modules are
+#: not loaded by ``import zorch_nb`` itself.
+_SUBMODULES = ("fields", "logup_gkr", "graph", "graph_format", "graph_layout", "graph_trace",
+               "tt", "tt_masks", "tt_ops", "bench", "kernels")
+
+
+def __getattr__(name):
+    if name in _SUBMODULES:
+        import importlib
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_SUBMODULES))

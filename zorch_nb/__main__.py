@@ -121,6 +121,8 @@ _file_name.__name__ = "file name"
 def main(argv=None) -> int:
     prog = _prog()
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    from . import __version__
+    parser.add_argument("--version", action="version", version=f"zorch_nb {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="{demo,bench}")
     d = sub.add_parser("demo", help="run a checked tour of every kernel family")
     d.add_argument("--backend", choices=("cpu", "cupy", "numba"), default="cpu",
