@@ -194,7 +194,8 @@ def mod_neg(a, p):
 
 @njit(cache=True)
 def mont_pow_u32(a, e, p, mu_neg, one):
-    """``a ** e`` for a 32-bit exponent, left-to-right square and multiply."""
+    """``a ** e`` for a 32-bit exponent ``e`` (read as uint32), left-to-right square
+    and multiply; ``one`` is the Montgomery word of 1 (``FieldParams.r_mod_p``)."""
     r = np.uint32(one)
     e = np.uint32(e)
     for k in range(31, -1, -1):
@@ -441,7 +442,9 @@ def ext4_eq_split(a0, a1, a2, a3, r0, r1, r2, r3, r_deg, p, mu_neg, w_mont):
 
 @njit(cache=True)
 def exponent_bit(e_hi, e_lo, k):
-    """Bit ``k`` of the 128-bit exponent ``e_hi * 2**64 + e_lo``."""
+    """Bit ``k`` of the 128-bit exponent ``e_hi * 2**64 + e_lo`` (0 for ``k >= 128``)."""
+    if k >= 128:  # a uint64 shifted by >= 64 is undefined in LLVM (x86 masks the count)
+        return np.uint64(0)
     if k >= 64:
         return (np.uint64(e_hi) >> np.uint64(k - 64)) & np.uint64(1)
     return (np.uint64(e_lo) >> np.uint64(k)) & np.uint64(1)
@@ -449,7 +452,11 @@ def exponent_bit(e_hi, e_lo, k):
 
 @njit(cache=True)
 def base_pow(a, e_hi, e_lo, nbits, p, mu_neg, one):
-    """``(a mod p) ** e`` for ``e = e_hi * 2**64 + e_lo < 2**nbits`` (square and multiply)."""
+    """``(a mod p) ** e`` for ``e = e_hi * 2**64 + e_lo < 2**nbits`` (square and multiply).
+
+    ``one`` is the Montgomery word of 1 (``FieldParams.r_mod_p``), as in every
+    function here that takes it; ``nbits`` above 128 only adds leading zeros.
+    """
     a = canonical(a, p)
     r = np.uint32(one)
     for k in range(nbits - 1, -1, -1):
