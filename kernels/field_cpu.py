@@ -616,7 +616,7 @@ def encode(v, out, reduce, f):
     Other dtypes are refused (``TypeError``): uint64 values past 2**63 would
     read as negative.  Serial: it starts no threading layer (see
     _encode_kernel)."""
-    check_encode("field_cpu.encode", f, v, out)
+    check_encode("field_cpu.encode", f, v, out, reduce)
     p, mu, _, _ = kernel_words(f)
     return int(_encode_kernel(v, out, reduce, p, mu, np.uint32(f.r2_mod_p)))
 

@@ -478,11 +478,13 @@ def check_eq_split(where, f, a, r, r_deg, lo, hi, deg):
     return n, r_deg
 
 
-def check_encode(where, f, v, out):
+def check_encode(where, f, v, out, reduce=False):
     """``encode``: flat int64 values (uint64 would be read as negative), flat
     uint32 ``out`` of the same length, no overlap (8-byte values under 4-byte
-    words)."""
+    words); ``reduce`` a bool (another type would compile another kernel)."""
     check_field(where, f)
+    if type(reduce) is not bool:
+        raise TypeError(f"{where}: argument `reduce` must be True or False, not {reduce!r}")
     n = _elements(where, "out", out, 1, True)
     _same(where, "v", _elements(where, "v", v, 1, dtype=_I64), n)
     _overlap(where, out, v, "v", False)

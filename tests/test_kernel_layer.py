@@ -381,6 +381,10 @@ def test_decode_in_place_and_encode_values():
     assert k.encode(v, out, False, F.params) == 3  # the first value outside [0, p)
     assert k.encode(v, out, True, F.params) == -1
     check_words(ref, out, [int(x) % F.p for x in v], "encode reduce")
+    for bad in (None, "yes", np.True_, 1):  # each would compile another kernel
+        with pytest.raises(TypeError, match="field_cpu.encode: argument `reduce` must be"):
+            k.encode(v, out, bad, F.params)
+    assert F.decode(F.encode(v, reduce=np.True_)).tolist() == [int(x) % F.p for x in v]
     w = out.copy()
     assert k.decode(w, w, F.params)  # in place: elementwise
     assert w.tolist() == [int(x) % F.p for x in v]

@@ -422,6 +422,7 @@ class _FieldBase:
         """
         if not isinstance(reduce, (bool, np.bool_)):
             raise TypeError(f"Argument `reduce` must be True or False, not {reduce!r}")
+        reduce = bool(reduce)  # (np.bool_: the launcher takes a bool)
         p = self.p
         kind = _backend.array_kind(ints)
         # Chunked (see _blocks): the int64/uint64 intermediates of each block
