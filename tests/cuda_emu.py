@@ -34,6 +34,7 @@ What it cannot show: timing, memory-ordering subtleties of real hardware
 tests cover compilation).
 """
 import ctypes
+import functools
 import os
 import re
 import sys
@@ -616,6 +617,7 @@ def fake_cupy(launches: list) -> types.ModuleType:
         def deco(fn):
             cache = {}
 
+            @functools.wraps(fn)  # (as CuPy's keeps the name and docstring)
             def wrapped(*args):
                 if args not in cache:
                     cache[args] = fn(*args)

@@ -60,7 +60,9 @@ def test_sdist_carries_every_tracked_file(tmp_path):
 def test_every_public_name_has_a_docstring():
     """Each function and class a public module lists in ``__all__`` says what
     it does (graph_format's encoders and graph_layout.padded_dims had none)."""
+    import ast
     import importlib
+    import importlib.util
     import inspect
     import pkgutil
 
@@ -69,11 +71,21 @@ def test_every_public_name_has_a_docstring():
     names = [m.name for pkg, prefix in ((zorch_nb, "zorch_nb."), (kernels, "zorch_nb.kernels."))
              for m in pkgutil.iter_modules(pkg.__path__, prefix)
              if not m.name.rsplit(".", 1)[-1].startswith("_")]
-    missing, checked = [], 0
+    missing, checked, from_source = [], 0, 0
     for name in names:
         try:
             module = importlib.import_module(name)
-        except ImportError:  # the CuPy launchers, without CuPy
+        except ImportError:  # the CuPy launchers, without CuPy: read from the source
+            spec = importlib.util.find_spec(name)
+            tree = ast.parse(Path(spec.origin).read_text())
+            public = next((ast.literal_eval(n.value) for n in tree.body
+                           if isinstance(n, ast.Assign)
+                           and any(getattr(t, "id", "") == "__all__" for t in n.targets)), ())
+            for node in tree.body:
+                if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in public:
+                    from_source += 1
+                    if not ast.get_docstring(node):
+                        missing.append(f"{name}.{node.name}")
             continue
         for attr in getattr(module, "__all__", ()):
             obj = getattr(module, attr)
@@ -81,4 +93,6 @@ def test_every_public_name_has_a_docstring():
                 checked += 1
                 if not inspect.getdoc(obj):
                     missing.append(f"{name}.{attr}")
-    assert checked > 100 and not missing
+    # (from_source: the CuPy modules where CuPy is missing and no emulated
+    # test imported them first)
+    assert checked + from_source > 100 and not missing
