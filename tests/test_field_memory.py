@@ -206,6 +206,15 @@ def test_sum_reduces_its_slots_before_they_could_overflow(monkeypatch):
         want = np.asarray(vals.sum(axis=axis) % F.p)
         assert F.decode(F.sum(words, axis=axis)).tolist() == want.tolist()
     assert E.decode(E.sum(words)).tolist() == (vals.sum(axis=0) % F.p).tolist()
+    # The words above fit a uint64 slot without any reduction, so they cannot
+    # show one missing.  A full sum in blocks of 2 words with _SUM_EXACT = 3
+    # adds one block per reduction; each block's sum raised by a multiple of
+    # p past 2**63 (the same value mod p) makes two of them in the slot wrap
+    # 2**64 where the reduction in between is missing.
+    real = fields._sum_words
+    lift = np.uint64((2**63 // F.p + 1) * F.p)
+    monkeypatch.setattr(fields, "_sum_words", lambda *args: real(*args) + lift)
+    assert F.decode(F.sum(words)).tolist() == vals.sum() % F.p
 
 
 # ---------------------------------------------------------------- on a device
