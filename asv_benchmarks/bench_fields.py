@@ -8,12 +8,14 @@ same asv process, so their ratio is meaningful on any machine.  (Run with
 ``peakmem_*`` is asv's peak of the whole process: the imports, Numba's
 compiler and ``setup``'s inputs included (about 160-230 MB here), so a
 result of a few MB (a 2^20 product's output is 16 MB) hardly moves it;
-compare ``peakmem`` across sizes, not across ops, and read the peak of one
-call from ``tests/test_field_memory.py`` (tracemalloc) instead.
+compare ``peakmem`` across sizes, not across ops.  ``track_peak_bytes_*``
+is the call's own peak (tracemalloc, :func:`asv_benchmarks.peak_bytes`).
 """
 import numpy as np
 
 from zorch_nb import KoalaBear
+
+from . import peak_bytes
 
 F = KoalaBear
 E = F.ext
@@ -69,6 +71,10 @@ class Mul:
     def peakmem_zorch_nb(self, field, n):
         self.E.mul(self.a, self.b)
 
+    def track_peak_bytes_zorch_nb(self, field, n):
+        return peak_bytes(lambda: self.E.mul(self.a, self.b))
+    track_peak_bytes_zorch_nb.unit = "bytes"
+
 
 class Ops:
     """The other field ops, base and extension (unary ones take ``a`` only;
@@ -117,6 +123,10 @@ class ExtBroadcast:
     def peakmem_op(self, op, operand, n):
         self.fn(self.x, self.y)
 
+    def track_peak_bytes_op(self, op, operand, n):
+        return peak_bytes(lambda: self.fn(self.x, self.y))
+    track_peak_bytes_op.unit = "bytes"
+
 
 class OuterProduct:
     """``G.mul(a[:, None], b[None, :])`` for a column of ``rows`` and a row of
@@ -146,6 +156,10 @@ class OuterProduct:
 
     def peakmem_op(self, field, rows, path, n):
         self.fn(self.a, self.b)
+
+    def track_peak_bytes_op(self, field, rows, path, n):
+        return peak_bytes(lambda: self.fn(self.a, self.b))
+    track_peak_bytes_op.unit = "bytes"
 
 
 def numpy_ext_fold(values, r):

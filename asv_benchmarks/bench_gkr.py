@@ -8,8 +8,9 @@ run in the same asv process.  Field modes: ``base`` (base/base), ``mixed`` (base
 under extension denominators, the LogUp case), ``ext`` (extension/extension).
 Compile time is paid in ``setup``; run with ``asv run --python=same``.
 ``peakmem_*`` is asv's peak of the whole process (imports, Numba's compiler
-and ``setup``'s inputs included): it grows with ``n`` by the new layers,
-while at small ``n`` it is the process's own baseline.
+and ``setup``'s inputs and yardstick copies included: a no-op body measured
+the same); ``track_peak_bytes_*`` is the call's own peak (tracemalloc), the
+figure to read -- a pyramid's is about its new layers.
 """
 import numpy as np
 
@@ -17,6 +18,8 @@ from zorch_nb import KoalaBear
 from zorch_nb import _numpy_gkr as plain
 from zorch_nb.logup_gkr import (GkrLayer, JaggedGkrLayer, build_jagged_pyramid, build_pyramid,
                                 halving_schedule, jagged_layer_transition, layer_transition)
+
+from . import peak_bytes
 
 F = KoalaBear
 P = np.uint64(F.p)
@@ -70,6 +73,10 @@ class DenseTransition:
     def peakmem_zorch_nb(self, n, mode):
         layer_transition(self.layer)
 
+    def track_peak_bytes_zorch_nb(self, n, mode):
+        return peak_bytes(lambda: layer_transition(self.layer))
+    track_peak_bytes_zorch_nb.unit = "bytes"
+
 
 class JaggedTransition:
     params = ([2**14, 2**18], list(MODES))
@@ -92,6 +99,10 @@ class JaggedTransition:
 
     def peakmem_zorch_nb(self, n, mode):
         jagged_layer_transition(self.layer, self.orc)
+
+    def track_peak_bytes_zorch_nb(self, n, mode):
+        return peak_bytes(lambda: jagged_layer_transition(self.layer, self.orc))
+    track_peak_bytes_zorch_nb.unit = "bytes"
 
 
 class DensePyramid:
@@ -119,6 +130,10 @@ class DensePyramid:
     def peakmem_zorch_nb(self, n):
         build_pyramid(self.layer)
 
+    def track_peak_bytes_zorch_nb(self, n):
+        return peak_bytes(lambda: build_pyramid(self.layer))
+    track_peak_bytes_zorch_nb.unit = "bytes"
+
 
 class JaggedPyramid:
     params = [2**14, 2**18]
@@ -140,6 +155,10 @@ class JaggedPyramid:
     def peakmem_zorch_nb(self, n):
         build_jagged_pyramid(self.layer, self.schedule)
 
+    def track_peak_bytes_zorch_nb(self, n):
+        return peak_bytes(lambda: build_jagged_pyramid(self.layer, self.schedule))
+    track_peak_bytes_zorch_nb.unit = "bytes"
+
 
 class DenseFoldBaseline:
     """The base/base fold written with galois ``GF(p)`` arrays (bench extra).
@@ -157,6 +176,8 @@ class DenseFoldBaseline:
         if GF is None:
             raise NotImplementedError("galois is not installed (pip install 'zorch_nb[bench]')")
         self.gf = [GF(_canonical(x).astype(np.int64)) for x in _mles("base", n)]
+        from zorch_nb._bench_gkr import galois_fold
+        galois_fold(*self.gf)  # (its first call ran ~30% slower: warmed outside the timing)
 
     def time_galois(self, n):
         from zorch_nb._bench_gkr import galois_fold

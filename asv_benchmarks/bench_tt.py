@@ -33,6 +33,8 @@ import numpy as np
 from zorch_nb.kernels import launch_config
 from zorch_nb.tt import TuckerTensorTrain, UniformTuckerTensorTrain
 
+from . import peak_bytes
+
 D, N, N_TUCKER, R_TT = 8, 32, 8, 16
 MAX_TUCKER, MAX_TT = 4, 8
 # small enough for ``asv run --quick`` on 2 cores (a few seconds per class,
@@ -147,6 +149,10 @@ class ToDense(_UniformVsRagged):
 
     def peakmem_to_dense(self, trains, impl):
         self._run(impl)
+
+    def track_peak_bytes_to_dense(self, trains, impl):
+        return peak_bytes(lambda: self._run(impl))
+    track_peak_bytes_to_dense.unit = "bytes"
 
 
 class Inner(_UniformVsRagged):
