@@ -54,7 +54,11 @@ def _run_both(F, ne, de, rc, orc, width, chunk, rng):
     # Read-only counts, as the launcher passes them (one compiled signature).
     gkr_cpu._jagged_kernel(mode, gkr_cpu._read_only(rc), gkr_cpu._read_only(orc), prefix, *flat,
                            *(gkr_cpu._flat(x) for x in fast), p, mu, wm, one, chunk)
-    _per_slot(mode, rc, orc, prefix, *flat, *(gkr_cpu._flat(x) for x in slow),
+    # the per-slot body reads prefix sums of its own, not the kernel's scan
+    # (a wrong scan would otherwise be shared by both sides)
+    own = np.stack([np.cumsum(rc, dtype=np.int64), np.cumsum(orc, dtype=np.int64)])
+    np.testing.assert_array_equal(prefix, own)
+    _per_slot(mode, rc, orc, own, *flat, *(gkr_cpu._flat(x) for x in slow),
               p, mu, wm, one)
     for a, b in zip(fast, slow):
         np.testing.assert_array_equal(a, b)
