@@ -435,15 +435,23 @@ def _best(fn, repeat, warm=True):
     return _time_cpu(fn, repeat)
 
 
+def traced_peak(fn) -> int:
+    """Peak bytes that ``fn()`` allocates on top of what exists (tracemalloc:
+    NumPy's arrays included); the asv ``track_peak_bytes_*`` benchmarks too."""
+    import tracemalloc
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 def _peak_memory(fn, xp, first_bytes):
     """High-water mark of the allocations ``fn`` makes (beyond what it keeps alive after)."""
     if xp is np:
-        import tracemalloc
-        tracemalloc.start()
-        tracemalloc.reset_peak()
-        fn()
-        _, peak = tracemalloc.get_traced_memory()
-        tracemalloc.stop()
+        peak = traced_peak(fn)
     else:
         try:
             peak = _cupy_peak(fn)

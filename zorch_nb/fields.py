@@ -1054,7 +1054,7 @@ class _FieldBase:
                     else ""
                 raise ValueError(f"Argument `axis` must name distinct element axes of "
                                  f"{elem}{note}, not {axis!r}")
-        kind, run = _backend.resolve({"a": a}, backend)
+        _, run = _backend.resolve({"a": a}, backend)
         kind, a = _in_module(a)
         if out is not None:  # checked before the work, written after it (a view of `a` too)
             shape = tuple(1 if i in axes else d for i, d in enumerate(elem) if keepdims
@@ -1489,8 +1489,8 @@ class PrimeField(_FieldBase):
     Every operation (``add``, ``sub``, ``mul``, ``div``, ``neg``,
     ``square``, ``inv``, ``batch_inv``, ``pow``, ``mle_fold``,
     ``eq_table``, ``sum``, and the same on ``F.ext``) takes ``out`` (after
-    its operands, or as a keyword) and a keyword-only ``backend``
-    (``mle_eval``: ``backend`` only):
+    its operands, or as a keyword; ``sum``: a keyword) and a keyword-only
+    ``backend`` (``mle_eval``: ``backend`` only):
 
     ``out``
         A writeable uint32 array of the result's shape in the operands' module,
