@@ -29,6 +29,13 @@ launch geometry, the argument order, the struct images, the barriers, the
 shared-memory double buffering and the warp shuffles all run here, without a
 GPU.
 
+Two devices are modelled, so the object layer's device handling runs too:
+``cupy.cuda.Device(i)`` switches the current device, an array belongs to the
+device current when its memory was allocated (a view to its base's), memoized
+modules are per device, and a launch refuses an array of another device or a
+function of another device's module (on a GPU: an illegal address, or an
+invalid resource handle).
+
 What it cannot show: timing, memory-ordering subtleties of real hardware
 (every emulated load sees every earlier store), and NVRTC itself (the NVRTC
 tests cover compilation).
@@ -40,6 +47,7 @@ import re
 import sys
 import time
 import types
+import weakref
 
 import numpy as np
 
@@ -340,9 +348,37 @@ def _check_sync(what):
                            f"cupyx.allow_synchronize(False)")
 
 
+#: The emulated devices: how many, and the current one (one thread uses them).
+DEVICE_COUNT = 2
+_CURRENT = {"device": 0}
+#: id(memory owner) -> its device.  An owner is first seen when an array of
+#: its memory is wrapped, which is when it was allocated (a view's owner was
+#: seen with the array it views; NumPy's own temporaries are new): so the
+#: current device then is its device.  An entry goes with its owner.
+_OWNER_DEVICE: dict = {}
+
+
+def _owner(a: np.ndarray) -> np.ndarray:
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
+
+
+def _note_owner(a: np.ndarray) -> None:
+    owner = _owner(a)
+    if id(owner) not in _OWNER_DEVICE:
+        _OWNER_DEVICE[id(owner)] = _CURRENT["device"]
+        weakref.finalize(owner, _OWNER_DEVICE.pop, id(owner), None)
+
+
+def device_of_memory(a: np.ndarray) -> int:
+    return _OWNER_DEVICE.get(id(_owner(a)), 0)
+
+
 class _Data:
-    def __init__(self, ptr):
+    def __init__(self, ptr, device_id=0):
         self.ptr = ptr
+        self.device_id = device_id
 
 
 class EmuArray:
@@ -352,12 +388,16 @@ class EmuArray:
 
     def __init__(self, host):
         self._a = host
+        _note_owner(host)
 
     @property
     def data(self):
-        return _Data(self._a.ctypes.data)
+        return _Data(self._a.ctypes.data, device_of_memory(self._a))
 
-    device = types.SimpleNamespace(id=0)
+    @property
+    def device(self):
+        return _Device(device_of_memory(self._a))
+
     def _set_shape(self, shape):  # CuPy lets a caller reshape an array in place
         self._a.shape = shape
 
@@ -536,6 +576,19 @@ def _check_args(name, params, args):
         assert ok, f"{name}: argument {i} is a {type(a).__name__}, the parameter is {kind}"
 
 
+def _check_devices(name, function_device, args):
+    """What a GPU would fault on: a launch on another device than the
+    function's module, or with an array of another device."""
+    dev = _CURRENT["device"]
+    if function_device != dev:
+        raise RuntimeError(f"{name}: a function of device {function_device}'s module "
+                           f"launched on device {dev} (invalid resource handle)")
+    for i, a in enumerate(args):
+        if isinstance(a, EmuArray) and a.data.device_id != dev:
+            raise RuntimeError(f"{name}: argument {i} lives on device {a.data.device_id}, "
+                               f"launched on device {dev} (illegal address)")
+
+
 class _Function:
     def __init__(self, lib, name, launches, plain):
         m = re.fullmatch(r"(\w+)<(\d), (\d), (true|false)>", name)
@@ -547,10 +600,12 @@ class _Function:
             self.symbol = _symbol(name)
             self.params = plain[name]
         self.fn, self.name, self.launches = getattr(lib, self.symbol), name, launches
+        self.device = _CURRENT["device"]  # (a module is loaded on one device)
 
     def __call__(self, grid, block, args):
         assert len(grid) == 1 and len(block) == 1
         _check_args(self.name, self.params, args)
+        _check_devices(self.name, self.device, args)
         cargs = [ctypes.c_uint(grid[0]), ctypes.c_uint(block[0]), *map(_ctypes_arg, args)]
 
         def launch():
@@ -597,16 +652,39 @@ _Stream.null = _Stream()
 
 
 class _Device:
-    """``cupy.cuda.Device``: one device, 0; usable as a context manager."""
+    """``cupy.cuda.Device``: ``Device()`` the current one, ``Device(i)`` device
+    ``i``; as a context manager it is current inside the block."""
 
-    def __init__(self, i=0):
-        self.id = 0
+    def __init__(self, i=None):
+        i = _CURRENT["device"] if i is None else int(i)
+        if not 0 <= i < DEVICE_COUNT:
+            raise RuntimeError(f"cudaErrorInvalidDevice: invalid device ordinal {i}")
+        self.id = i
+        self._before = []
+
+    def use(self):
+        _CURRENT["device"] = self.id
 
     def __enter__(self):
+        self._before.append(_CURRENT["device"])
+        self.use()
         return self
 
     def __exit__(self, *exc):
+        _CURRENT["device"] = self._before.pop()
         return False
+
+    def __eq__(self, other):
+        return isinstance(other, _Device) and other.id == self.id
+
+    def __hash__(self):
+        return hash(self.id)
+
+
+def _runtime_namespace(**more):
+    """``cupy.cuda.runtime``: the current device and its setter."""
+    return types.SimpleNamespace(getDevice=lambda: _CURRENT["device"],
+                                 setDevice=lambda i: _Device(i).use(), **more)
 
 
 def fake_cupy(launches: list) -> types.ModuleType:
@@ -619,9 +697,10 @@ def fake_cupy(launches: list) -> types.ModuleType:
 
             @functools.wraps(fn)  # (as CuPy's keeps the name and docstring)
             def wrapped(*args):
-                if args not in cache:
-                    cache[args] = fn(*args)
-                return cache[args]
+                key = (_CURRENT["device"] if for_each_device else None, args)
+                if key not in cache:
+                    cache[key] = fn(*args)
+                return cache[key]
             return wrapped
         return deco
 
@@ -642,7 +721,7 @@ def fake_cupy(launches: list) -> types.ModuleType:
     # what the object layer calls on CuPy data; any other name is NumPy's
     mod.asarray, mod.empty = EmuXp.asarray, EmuXp.empty
     mod.ascontiguousarray, mod.split = EmuXp.ascontiguousarray, EmuXp.split
-    mod.cuda = types.SimpleNamespace(Device=_Device)
+    mod.cuda = types.SimpleNamespace(Device=_Device, runtime=_runtime_namespace())
     mod.__getattr__ = lambda name: _wrap(getattr(np, name))
     return mod
 
@@ -670,7 +749,7 @@ def install_session_fakes() -> list:
     """Install fake ``cupy`` / ``cupyx`` modules for a whole test session.
 
     With ``ZORCH_EMULATE_CUPY=1`` (see conftest.py) the ``gpu``-marked tests run
-    against the emulated kernels: ``cupy.cuda`` reports one device, streams
+    against the emulated kernels: ``cupy.cuda`` reports two devices, streams
     synchronize trivially, ``cupyx.allow_synchronize(False)`` makes every
     device->host read (``get()``, ``bool()``, iteration) raise, as CuPy does.
     Returns the list the launches are recorded in.
@@ -688,8 +767,8 @@ def install_session_fakes() -> list:
             pass
 
     mod.cuda = types.SimpleNamespace(
-        runtime=types.SimpleNamespace(
-            getDeviceCount=lambda: 1,
+        runtime=_runtime_namespace(
+            getDeviceCount=lambda: DEVICE_COUNT,
             getDeviceProperties=lambda i: {"name": b"host emulation of CUDA (cuda_emu.py)"}),
         get_current_stream=lambda: stream,
         Device=_Device,
