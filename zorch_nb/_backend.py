@@ -25,7 +25,7 @@ import sys
 import numpy as np
 
 __all__ = ["BACKENDS", "array_kind", "resolve", "kernels_for", "device_of",
-           "get_xp", "to_module"]
+           "current_device", "check_current_device", "get_xp", "to_module"]
 
 BACKENDS = ("cpu", "cupy", "numba")
 
@@ -75,6 +75,40 @@ def _cupy_device(x):
     return x.device.id if dev is None else dev
 
 
+def _cai_device(x):
+    # A foreign CUDA array (e.g. a Numba device array) names no device: ask the
+    # driver which one its pointer lives on.  None where it cannot tell (a null
+    # pointer, the Numba simulator's host memory, no CUDA runtime).
+    try:
+        ptr = x.__cuda_array_interface__["data"][0]
+        if not ptr:
+            return None
+        return sys.modules["cupy"].cuda.runtime.pointerGetAttributes(ptr).device
+    except Exception:
+        return None
+
+
+def current_device():
+    """CuPy's current device id -- where CuPy allocates and where zorch_nb's
+    GPU kernels launch -- or ``None`` where the CUDA runtime cannot say."""
+    try:
+        return sys.modules["cupy"].cuda.runtime.getDevice()
+    except Exception:  # no CuPy imported, no driver: no launch will happen either
+        return None
+
+
+def check_current_device(device, name: str) -> None:
+    """Refuse arrays on ``device`` (``name`` holds one) unless it is CuPy's
+    current device: a kernel launched on another device with their pointers
+    would fault (an illegal address poisons the whole CUDA context)."""
+    current = current_device()
+    if device is not None and current is not None and device != current:
+        raise ValueError(
+            f"Argument `{name}` lives on GPU {device} but the current device is GPU "
+            f"{current}; zorch_nb launches its kernels on the current device, as CuPy "
+            f"does: call it under `with cupy.cuda.Device({device}):`")
+
+
 def get_xp(kind: str, why: str = "a GPU array was passed"):
     """Array module (numpy or cupy) that holds results for arrays of ``kind``;
     ``why`` CuPy is needed goes into the ImportError when it is missing."""
@@ -90,7 +124,7 @@ def to_module(x, kind: str):
     return get_xp("cupy").asarray(x)
 
 
-def resolve(arrays: dict, backend: str | None) -> tuple:
+def resolve(arrays: dict, backend: str | None, current: bool = True) -> tuple:
     """Check that the named arrays share a module/device and choose a backend.
 
     Parameters
@@ -99,6 +133,10 @@ def resolve(arrays: dict, backend: str | None) -> tuple:
         ``{argument name: array}`` of every array operand.
     backend : {None, "cpu", "cupy", "numba"}
         The backend asked for; ``None`` picks the default of the arrays' kind.
+    current : bool
+        Also require GPU arrays to live on CuPy's current device (where
+        the kernels launch); ``False`` where nothing is launched yet
+        (validating a layer).
 
     Returns
     -------
@@ -129,7 +167,7 @@ def resolve(arrays: dict, backend: str | None) -> tuple:
             elif d != device:
                 break
         else:
-            if device is not None:
+            if device is not None and (not current or device == current_device()):
                 return "cupy", "cupy"
     if backend is not None and backend not in BACKENDS:
         raise ValueError(f"Argument `backend` must be one of {BACKENDS} or None, not {backend!r}")
@@ -153,9 +191,17 @@ def resolve(arrays: dict, backend: str | None) -> tuple:
     kind = distinct.pop() if distinct else "numpy"
     if kind == "cupy":
         get_xp("cupy")  # CAI arrays are viewed as CuPy arrays: CuPy must exist
+        for name, x in arrays.items():
+            if kinds[name] == "cupy" and name not in devices:  # a foreign CUDA array
+                d = _cai_device(x)
+                if d is not None:
+                    devices[name] = d
         if len(set(devices.values())) > 1:
             desc = ", ".join(f"`{n}` on device {d}" for n, d in devices.items())
             raise ValueError(f"arrays live on different devices ({desc})")
+        if devices and current:
+            name, device = next(iter(devices.items()))
+            check_current_device(device, name)
     if backend is None:
         backend = "cpu" if kind == "numpy" else "cupy"
     elif backend == "cupy" and sys.modules.get("cupy") is None:

@@ -709,6 +709,11 @@ class _FieldBase:
             raise TypeError(f"Argument `out` must be a {kind} array like the operands")
         if tuple(out.shape) != full:
             raise ValueError(f"Argument `out` must have shape {full}, not {tuple(out.shape)}")
+        if kind != "numpy":  # (the operands were checked to be on the current device)
+            dev, current = _backend.device_of(out), _backend.current_device()
+            if current is not None and dev != current:
+                raise ValueError(f"arrays live on different devices (`out` on device {dev}, "
+                                 f"the operands on the current device, {current})")
         if not getattr(out.flags, "writeable", True) or any(
                 st == 0 and d > 1 for st, d in zip(out.strides, out.shape)):
             # (CuPy arrays have no such flag, and a CuPy broadcast view -- or a
@@ -825,7 +830,7 @@ class _FieldBase:
         that need nothing of :meth:`_prepare`: C-contiguous native uint32
         arrays of one module, device and shape (extension elements ``(...,
         4)`` on the extension), NumPy on the CPU backend or CuPy on the CuPy
-        one; else None.  Small calls are dominated by the general path's
+        one and its current device; else None.  Small calls are dominated by the general path's
         validation and dispatch (~8 of a 10 us ``F.mul`` of 8 elements on
         the CPU); the launcher still checks what it is given."""
         if backend is not None and type(backend) is not str:
@@ -858,6 +863,8 @@ class _FieldBase:
                 return None
             if xp is not np and _backend._cupy_device(a) != _backend._cupy_device(b):
                 return None  # (the general path names the devices)
+        if xp is not np and _backend._cupy_device(a) != _backend.current_device():
+            return None  # (the general path refuses another device than the current)
         if self.degree == 4 and (not shape or shape[-1] != 4):
             return None  # base words on the extension: embedded by the general path
         result = xp.empty(shape, np.uint32)

@@ -32,6 +32,7 @@ Examples
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import heapq
 import itertools
@@ -755,6 +756,10 @@ class Context:
 
     Notes
     -----
+    With ``backend="cupy"`` the buffers live on the GPU that is CuPy's
+    current device when the Context is made; its methods run there,
+    whichever device is current when they are called.
+
     Calls evaluate at once (results are visible through :meth:`copy_to_host`)
     with a vectorized interpretation of the kernel IR.  The padded layouts are
     decided when the graph is built (:meth:`generate_computation_graph`, no
@@ -787,6 +792,7 @@ class Context:
         self.field = field
         self.backend = _check_backend(backend)
         self._xp = _xp(self.backend)
+        self._device = _backend.current_device() if self.backend == "cupy" else None
         self._buffers: list = []
         self._calls: list = []
         self._quiet_calls: set = set()  # see _fixed_point
@@ -805,6 +811,13 @@ class Context:
         raise TypeError("A graph Context holds live buffers and cannot be pickled; pickle "
                         "or send its graph instead (generate_computation_graph(...), whose "
                         "to_bytes() is a portable file)")
+
+    def _on_device(self):
+        """The Context's GPU as the current device, where it is not already
+        (its buffers live there: the field kernels refuse them elsewhere)."""
+        if self._device is None or self._device == _backend.current_device():
+            return contextlib.nullcontext()
+        return self._xp.cuda.Device(self._device)
 
     # ---- buffers -----------------------------------------------------------
     def _new_buffer(self, values, shape) -> Handle:
@@ -835,9 +848,10 @@ class Context:
                              "integers") from None
         if int(np.prod(shape, dtype=np.int64)) == 0:
             raise ValueError(f"Argument `ints` must hold at least one element, not shape {shape}")
-        words = self.field.encode(_to_host(ints) if not isinstance(ints, np.ndarray)
-                                  and hasattr(ints, "get") else ints, xp=self._xp,
-                                  reduce=reduce)
+        with self._on_device():
+            words = self.field.encode(_to_host(ints) if not isinstance(ints, np.ndarray)
+                                      and hasattr(ints, "get") else ints, xp=self._xp,
+                                      reduce=reduce)
         with self._lock:
             return self._new_buffer(words.reshape(-1), shape)
 
@@ -847,7 +861,8 @@ class Context:
         with self._lock:
             values = self._buffers[h.buffer_id].values
         # Buffer values are never written after they are recorded: read them unlocked.
-        return _to_host(self.field.decode(apply_history(values, h._history).copy()))
+        with self._on_device():
+            return _to_host(self.field.decode(apply_history(values, h._history).copy()))
 
     # ---- calls -------------------------------------------------------------
     def _merge(self, pending, bid, points, desc):
@@ -924,7 +939,7 @@ class Context:
         if len(inputs) != len(in_params):
             raise TypeError(f"kernel `{ir.name}` takes {len(in_params)} input handle(s) "
                             f"({', '.join(n for n, _, _ in in_params)}), not {len(inputs)}")
-        with self._lock:
+        with self._lock, self._on_device():
             return self._record_call(kernel, num_parallel, inputs)
 
     def _record_call(self, kernel, num_parallel, inputs) -> tuple:
@@ -1250,7 +1265,7 @@ class Context:
             :meth:`copy_to_device` or named twice.  (Layout clashes are
             refused by :meth:`call_kernel` when the call is made.)
         """
-        with self._lock:
+        with self._lock, self._on_device():
             return self._build(self._specs(inputs, "inputs", True),
                                self._specs(outputs, "outputs", False))
 
@@ -1311,7 +1326,7 @@ class Context:
         if not isinstance(graph, ComputationGraph):
             raise TypeError(f"Argument `graph` must be a ComputationGraph, not "
                             f"{type(graph).__name__}")
-        with self._lock:
+        with self._lock, self._on_device():
             return self._load(graph)
 
     def _load(self, graph: ComputationGraph) -> tuple:

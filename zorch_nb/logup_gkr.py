@@ -100,11 +100,12 @@ def _check_mles(obj) -> tuple:
     if len(set(lengths.values())) != 1:
         desc = ", ".join(f"`{n}` has {v}" for n, v in lengths.items())
         raise ValueError(f"the four MLEs must have the same length, not: {desc}")
-    kind, _ = _backend.resolve(arrays, None)
+    # (a layer may be built off its device: the transitions check the current one)
+    kind, _ = _backend.resolve(arrays, None, current=False)
     _check_field(obj.field)
     obj._remember_shapes()
-    obj.__dict__["_plain_cupy"] = all(_backend.is_cupy_ndarray(x) and x.flags.c_contiguous
-                                      for x in arrays.values())
+    _remember_device(obj, all(_backend.is_cupy_ndarray(x) and x.flags.c_contiguous
+                              for x in arrays.values()))
     return lengths["numerator_0"], kind
 
 
@@ -493,8 +494,17 @@ def _trusted(cls, *values):
         _keep_counts(obj, obj.row_counts)
     obj._remember_shapes()
     # (kernel outputs are contiguous views of one buffer: NumPy or plain CuPy)
-    obj.__dict__["_plain_cupy"] = _backend.is_cupy_ndarray(values[0])
+    plain = _backend.is_cupy_ndarray(values[0])
+    obj.__dict__["_plain_cupy"] = plain
+    obj.__dict__["_device"] = values[0].data.device_id if plain else None
     return obj
+
+
+def _remember_device(layer, plain_cupy: bool) -> None:
+    """Note whether ``layer``'s MLEs are C-contiguous cupy.ndarrays on one
+    device, and which (see :func:`_as_it_is_on_cupy`)."""
+    layer.__dict__["_plain_cupy"] = plain_cupy
+    layer.__dict__["_device"] = _backend.device_of(layer.numerator_0) if plain_cupy else None
 
 
 _FIELDS = {cls: tuple(f.name for f in dataclasses.fields(cls)) for cls in (GkrLayer, JaggedGkrLayer)}
@@ -583,9 +593,11 @@ def _as_it_is_on_cupy(layer, backend) -> bool:
     :func:`_backend.resolve` and a contiguity pass would find, known since the
     layer was checked (its MLEs are C-contiguous cupy.ndarrays on one device;
     ``mles`` rechecks their shapes, and a CuPy array's strides cannot be
-    set).  Saves ~3 of a 2**10 transition's ~15 us of host time."""
+    set), and that device is the current one (else resolve names it).
+    Saves ~3 of a 2**10 transition's ~15 us of host time."""
     return layer.__dict__["_plain_cupy"] and (backend is None or backend.__class__ is str
-                                              and backend == "cupy")
+                                              and backend == "cupy") \
+        and layer.__dict__["_device"] == _backend.current_device()
 
 
 def _fresh_outputs(xp, length, exts) -> tuple:
@@ -767,7 +779,7 @@ def build_pyramid(first: GkrLayer, *, backend: str | None = None,
                              "layer with a row variable; use fused=None to fall back to "
                              "one launch per transition")
     if not first.num_row_variables:  # a floor: no transition below checks `backend`
-        _backend.resolve(dict(zip(_MLE_NAMES, first.mles)), backend)
+        _backend.resolve(dict(zip(_MLE_NAMES, first.mles)), backend, current=False)
     layers = [first]
     for _ in range(first.num_row_variables):
         layers.append(layer_transition(layers[-1], backend=backend))
@@ -1137,7 +1149,7 @@ def build_jagged_pyramid(first: JaggedGkrLayer, schedules, *,
                              "'numba'); use fused=None to fall back to two launches per "
                              "transition")
     if not steps:  # no transition below checks `backend`
-        _backend.resolve(dict(zip(_MLE_NAMES, first.mles)), backend)
+        _backend.resolve(dict(zip(_MLE_NAMES, first.mles)), backend, current=False)
     layers = [first]
     for orc, width in _check_steps(first, steps):  # every step checked before any runs
         layers.append(_jagged_run(layers[-1], orc, width, backend))

@@ -1,0 +1,167 @@
+"""GPU arrays off CuPy's current device (machines with two GPUs or more).
+
+zorch_nb launches its kernels on CuPy's current device, as CuPy does.  An
+array of another device handed to such a launch is an illegal address on the
+GPU, which poisons the whole CUDA context; so the object layer refuses it
+with a ``ValueError`` that names the argument and both devices.  A graph
+``Context`` keeps its buffers on the device it was made on and runs there.
+
+These run under the emulated CuPy (``ZORCH_EMULATE_CUPY=1``, which models
+two devices and faults a launch with another device's array) and on a
+machine with two GPUs; with one GPU they are skipped.
+"""
+import numpy as np
+import pytest
+
+from conftest import EMULATED_CUPY
+from zorch_nb import BabyBear, KoalaBear
+from zorch_nb.graph import Context, In, Out, kernel
+from zorch_nb.logup_gkr import (GkrLayer, JaggedGkrLayer, build_jagged_pyramid, build_pyramid,
+                                halving_schedule, layer_transition)
+
+pytestmark = pytest.mark.gpu
+
+FIELDS = [pytest.param(KoalaBear, id="koalabear"), pytest.param(BabyBear, id="babybear")]
+
+
+@pytest.fixture
+def cp():
+    import cupy
+    if cupy.cuda.runtime.getDeviceCount() < 2:
+        pytest.skip("needs two GPUs")
+    assert cupy.cuda.runtime.getDevice() == 0
+    return cupy
+
+
+def on(cp, device, host):
+    with cp.cuda.Device(device):
+        return cp.asarray(host)
+
+
+def device_id(x):
+    return x.data.device_id
+
+
+OFF_DEVICE = r"`{}` lives on GPU 1 but the current device is GPU 0.*cupy\.cuda\.Device\(1\)"
+
+
+@pytest.mark.parametrize("F", FIELDS)
+def test_field_ops_run_on_the_current_device_and_refuse_another(cp, F):
+    E = F.ext
+    a, b = F.random(64, seed=1), F.random(64, seed=2)
+    x, y = E.random(64, seed=3), E.random(64, seed=4)
+    da, db, dx, dy = (on(cp, 1, v) for v in (a, b, x, y))
+    calls = {  # name: (call, the argument the error names)
+        "mul": (lambda a, b, x, y, **o: F.mul(a, b, **o), "a"),
+        "mul by one element": (lambda a, b, x, y, **o: F.mul(a, b[3], **o), "a"),
+        "square": (lambda a, b, x, y, **o: F.square(a, **o), "a"),
+        "pow": (lambda a, b, x, y, **o: F.pow(a, 2**70 + 5, **o), "a"),
+        "inv": (lambda a, b, x, y, **o: E.inv(x, **o), "a"),
+        "ext mul": (lambda a, b, x, y, **o: E.mul(x, y, **o), "a"),
+        "ext times base": (lambda a, b, x, y, **o: E.mul(x, a, **o), "a"),
+        "batch_inv": (lambda a, b, x, y, **o: F.batch_inv(a, **o), "a"),
+        "sum": (lambda a, b, x, y, **o: F.sum(x, **o), "a"),
+        "mle_fold": (lambda a, b, x, y, **o: E.mle_fold(x, y[0], **o), "values"),
+        "eq_table": (lambda a, b, x, y, **o: E.eq_table(y[:5], **o), "point"),
+    }
+    for what, (call, name) in calls.items():
+        want = call(a, b, x, y)
+        with cp.cuda.Device(1):
+            got = call(da, db, dx, dy)
+            assert device_id(got) == 1, what
+            assert np.array_equal(got.get(), want), what
+            out = cp.empty_like(got)
+            assert call(da, db, dx, dy, out=out) is out, what
+            assert np.array_equal(out.get(), want), what
+            # an out on another device than the operands
+            with pytest.raises(ValueError, match="different devices.*`out` on device 0"):
+                call(da, db, dx, dy, out=on(cp, 0, np.zeros_like(want)))
+        with pytest.raises(ValueError, match=OFF_DEVICE.format(name)):
+            call(da, db, dx, dy)
+
+
+@pytest.mark.cudasim
+def test_numba_backend_refuses_another_device(cp):
+    a = KoalaBear.random(8, seed=1)
+    da = on(cp, 1, a)
+    with pytest.raises(ValueError, match=OFF_DEVICE.format("a")):
+        KoalaBear.mul(da, da, backend="numba")
+
+
+def _dense_layer(F, xp_of, n=64, seed=5):
+    rng = np.random.default_rng(seed)
+    mles = [F.encode(rng.integers(0, F.p, size=shape)) for shape in
+            [(n,), (n,), (n, 4), (n, 4)]]
+    return GkrLayer(*map(xp_of, mles), num_batch_variables=0, field=F)
+
+
+@pytest.mark.parametrize("F", FIELDS)
+def test_gkr_transitions_refuse_a_layer_off_the_current_device(cp, F):
+    host = _dense_layer(F, lambda v: v)
+    layer = _dense_layer(F, lambda v: on(cp, 1, v))  # built off its device: no launch yet
+    want = [m for lay in build_pyramid(host) for m in lay.mles]
+    with cp.cuda.Device(1):
+        nxt = layer_transition(layer)  # the trusted path: the layer was checked
+        assert {device_id(m) for m in nxt.mles} == {1}
+        got = [m for lay in build_pyramid(layer) for m in lay.mles]
+        assert all(np.array_equal(g.get(), w) for g, w in zip(got, want))
+    for call in (lambda: layer_transition(layer), lambda: layer_transition(nxt),
+                 lambda: build_pyramid(layer), lambda: build_pyramid(layer, fused=False)):
+        with pytest.raises(ValueError, match=OFF_DEVICE.format("numerator_0")):
+            call()
+
+
+def test_jagged_pyramid_refuses_a_layer_off_the_current_device(cp):
+    F = KoalaBear
+    rng = np.random.default_rng(9)
+    segments = [(F.encode(rng.integers(0, F.p, size=c)), F.encode(rng.integers(1, F.p, size=c)))
+                for c in (5, 8, 1, 3)]
+    host = JaggedGkrLayer.from_segments(segments, field=F)
+    layer = JaggedGkrLayer(*(on(cp, 1, m) for m in host.mles), row_counts=host.row_counts,
+                           field=F)
+    schedule = halving_schedule(host)
+    want = [m for lay in build_jagged_pyramid(host, schedule) for m in lay.mles]
+    with cp.cuda.Device(1):
+        got = [m for lay in build_jagged_pyramid(layer, schedule) for m in lay.mles]
+    assert all(np.array_equal(g.get(), w) for g, w in zip(got, want))
+    with pytest.raises(ValueError, match=OFF_DEVICE.format("numerator_0")):
+        build_jagged_pyramid(layer, schedule)
+
+
+@kernel
+def _affine(x: In[2], out: Out[()]):
+    out[()] = x[0] * x[1] + 7
+
+
+def test_a_graph_context_runs_on_the_device_it_was_made_on(cp):
+    values = np.arange(24, dtype=np.int64).reshape(12, 2) * 1000003
+    results = []
+    for make_on in (None, 1):
+        if make_on is None:
+            ctx = Context(KoalaBear)
+        else:
+            with cp.cuda.Device(make_on):
+                ctx = Context(KoalaBear, backend="cupy")
+        # every call from here on with device 0 current
+        x = ctx.copy_to_device(values)
+        (y,) = ctx.call_kernel(_affine, 12, x)
+        results.append(ctx.copy_to_host(y))
+        graph = ctx.generate_computation_graph([x], [y])
+        assert ctx.load_computation_graph(graph) == graph.commitments
+        if make_on is not None:
+            assert {device_id(b.values) for b in ctx._buffers} == {1}
+    assert np.array_equal(results[0], results[1])
+    assert np.array_equal(results[0], (values[:, 0] * values[:, 1] + 7) % KoalaBear.p)
+
+
+@pytest.mark.skipif(not EMULATED_CUPY, reason="on a GPU this launch would poison the context")
+def test_the_emulation_faults_a_launch_with_another_devices_array(cp):
+    """What the object layer's check prevents: the kernel layer launched on
+    device 0 with an array of device 1 (on a GPU an illegal address)."""
+    from zorch_nb import _backend
+    k = _backend.kernels_for("cupy", "field")
+    F = KoalaBear
+    a = on(cp, 1, F.random(8, seed=1))
+    out = cp.empty_like(a)
+    with pytest.raises(RuntimeError, match="illegal address"):
+        k.base_map2(2, a, a, out, F.params)
