@@ -17,7 +17,7 @@ from conftest import EMULATED_CUPY
 from zorch_nb import BabyBear, KoalaBear
 from zorch_nb.graph import Context, In, Out, kernel
 from zorch_nb.logup_gkr import (GkrLayer, JaggedGkrLayer, build_jagged_pyramid, build_pyramid,
-                                halving_schedule, layer_transition)
+                                halving_schedule, jagged_layer_transition, layer_transition)
 
 pytestmark = pytest.mark.gpu
 
@@ -78,6 +78,13 @@ def test_field_ops_run_on_the_current_device_and_refuse_another(cp, F):
                 call(da, db, dx, dy, out=on(cp, 0, np.zeros_like(want)))
         with pytest.raises(ValueError, match=OFF_DEVICE.format(name)):
             call(da, db, dx, dy)
+    # a point or coordinate on another device than the values, named as such
+    with cp.cuda.Device(1):
+        dy0 = on(cp, 0, y)
+        for call in (lambda: E.mle_eval(dx[:8], dy0[:3]), lambda: F.mle_eval(da[:8], dy0[:3, 0]),
+                     lambda: E.mle_fold(dx, dy0[0])):
+            with pytest.raises(ValueError, match="different devices.*`(point|r)` on device 0"):
+                call()
 
 
 @pytest.mark.cudasim
@@ -126,6 +133,30 @@ def test_jagged_pyramid_refuses_a_layer_off_the_current_device(cp):
     assert all(np.array_equal(g.get(), w) for g, w in zip(got, want))
     with pytest.raises(ValueError, match=OFF_DEVICE.format("numerator_0")):
         build_jagged_pyramid(layer, schedule)
+
+
+def test_device_row_counts_must_share_the_mles_device(cp):
+    """The kernels read device counts on the MLEs' device: counts on another
+    one are refused where they are given (layer, transition, schedule)."""
+    F = KoalaBear
+    rng = np.random.default_rng(3)
+    segments = [(F.encode(rng.integers(0, F.p, size=c)), F.encode(rng.integers(1, F.p, size=c)))
+                for c in (5, 8, 1, 3)]
+    host = JaggedGkrLayer.from_segments(segments, field=F)
+    orc = np.asarray([(int(c) + 1) // 2 for c in host.row_counts], np.int32)
+    want = jagged_layer_transition(host, orc)
+    with cp.cuda.Device(1):
+        mles = [cp.asarray(m) for m in host.mles]
+        with pytest.raises(ValueError, match="`row_counts` on device 0, the MLEs on device 1"):
+            JaggedGkrLayer(*mles, row_counts=on(cp, 0, np.asarray(host.row_counts)), field=F)
+        layer = JaggedGkrLayer(*mles, row_counts=cp.asarray(np.asarray(host.row_counts)),
+                               field=F)
+        with pytest.raises(ValueError, match="`out_row_counts` on device 0"):
+            jagged_layer_transition(layer, on(cp, 0, orc), out_width=int(orc.sum()))
+        with pytest.raises(ValueError, match=r"schedules\[0\]: .*`out_row_counts` on device 0"):
+            build_jagged_pyramid(layer, [(on(cp, 0, orc), int(orc.sum()))])
+        got = jagged_layer_transition(layer, cp.asarray(orc), out_width=int(orc.sum()))
+        assert all(np.array_equal(g.get(), w) for g, w in zip(got.mles, want.mles))
 
 
 @kernel

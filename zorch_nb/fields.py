@@ -1160,7 +1160,11 @@ class _FieldBase:
                 and backend in (None, "cpu")):
             # The public ops on the first pair raise whatever the folds would
             # (modules, devices, backend), naming the same arguments; past
-            # them the folds run the kernels on operands they prepared.
+            # them the folds run the kernels on operands they prepared.  A
+            # device point is checked with `values` first, so that a module
+            # or device error names `point` (the ops call it `a`).
+            if not isinstance(point, np.ndarray) and _backend.array_kind(point) != "other":
+                _backend.resolve({"values": values, "point": point}, backend)
             pair = self.from_base(values[:2]) if embed else values[:2]
             lo, hi = pair[0::2], pair[1::2]
             self.add(lo, self.mul(point[0], self.sub(hi, lo, backend=backend),

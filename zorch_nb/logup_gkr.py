@@ -118,14 +118,20 @@ def _is_device(x) -> bool:
     return _backend.array_kind(x) in ("cupy", "cuda")
 
 
-def _row_counts(counts, name: str, data_kind: str):
-    """Normalize a row-count vector: a read-only host int32 array or a device int32 array."""
+def _row_counts(counts, name: str, data_kind: str, data_device=None):
+    """Normalize a row-count vector: a read-only host int32 array or a device
+    int32 array (on ``data_device``, the MLEs' GPU, where that is known)."""
     if _is_device(counts):
         if data_kind == "numpy":
             raise TypeError(f"Argument `{name}` is a GPU array but the MLEs are NumPy "
                             f"arrays; pass host counts (a sequence or NumPy array)")
         cp = _backend.get_xp("cupy")
         counts = cp.asarray(counts)
+        device = _backend.device_of(counts)
+        if data_device is not None and device != data_device:
+            # (the kernels would read them from the MLEs' device: an illegal address)
+            raise ValueError(f"arrays live on different devices (`{name}` on device "
+                             f"{device}, the MLEs on device {data_device})")
         if counts.dtype != np.int32 or counts.ndim != 1:
             raise TypeError(f"Argument `{name}` must be a 1-D int32 array, not "
                             f"{_describe(counts)}")
@@ -414,7 +420,7 @@ class JaggedGkrLayer(_Layer):
 
     def __post_init__(self):
         width, kind = _check_mles(self)
-        counts = _row_counts(self.row_counts, "row_counts", kind)
+        counts = _row_counts(self.row_counts, "row_counts", kind, _data_device(self))
         nb = int(counts.shape[0])
         if not _is_pow2(nb):
             raise ValueError(f"Argument `row_counts` must have a power-of-two length "
@@ -864,14 +870,15 @@ def extract_outputs(floor: GkrLayer) -> LogUpGkrOutput:
 # jagged
 # ---------------------------------------------------------------------------
 
-def _check_step(rc, kind: str, out_row_counts, out_width):
+def _check_step(rc, kind: str, out_row_counts, out_width, device=None):
     """Checked ``(orc, out_width)`` of one transition of a layer with counts ``rc``.
 
-    ``kind`` is the array module of the layer's MLEs.  Host schedules are
+    ``kind`` is the array module of the layer's MLEs, ``device`` their GPU
+    (``None``: host, or not known).  Host schedules are
     checked against ``out_width`` and, when ``rc`` is on the host too,
     against truncation; device schedules need ``out_width``.
     """
-    orc = _row_counts(out_row_counts, "out_row_counts", kind)
+    orc = _row_counts(out_row_counts, "out_row_counts", kind, device)
     nb = int(rc.shape[0])
     if orc.shape[0] != nb:
         raise ValueError(f"Argument `out_row_counts` must have one count per batch element "
@@ -958,7 +965,7 @@ def jagged_layer_transition(layer: JaggedGkrLayer, out_row_counts, out_width=Non
                             "or (counts, width) pair), which holds the width")
         out_row_counts, out_width = counts, width
     orc, out_width = _check_step(layer._counts, _data_kind(layer), out_row_counts,
-                                 out_width)
+                                 out_width, _data_device(layer))
     _check_host_memory(layer, _out_ext(layer), [out_width], "Argument `out_width`")
     return _jagged_run(layer, orc, out_width, backend)
 
@@ -993,6 +1000,11 @@ def _data_kind(layer) -> str:
     return "numpy" if isinstance(layer.numerator_0, np.ndarray) else "cupy"
 
 
+def _data_device(layer):
+    """The GPU of a layer's CuPy MLEs (``None`` for host or other CUDA arrays)."""
+    return _backend.device_of(layer.numerator_0)
+
+
 def _jagged_run(layer, orc, out_width, backend):
     """The transition of ``layer`` to the checked step ``(orc, out_width)``."""
     field, mode = layer.field, _mode(layer)
@@ -1012,7 +1024,7 @@ def _check_steps(layer, steps) -> list:
         checked = []
         for i, (counts, width) in enumerate(steps):
             try:
-                rc, width = _check_step(rc, kind, counts, width)
+                rc, width = _check_step(rc, kind, counts, width, _data_device(layer))
             except (TypeError, ValueError) as exc:
                 raise type(exc)(f"schedules[{i}]: {exc}") from None
             checked.append((rc, width))
