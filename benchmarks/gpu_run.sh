@@ -26,9 +26,9 @@
 # important first: a device-tool timeout cuts the tail, and what is under
 # $OUT comes back).  Each step has a time cap sent as SIGINT, so the bench
 # keeps its JSON and pytest writes its summary and XML (each cap adds up to
-# 15 s before a kill where SIGINT is not enough); the caps sum to 480 s
-# (smoke 60, bench 180, tests 160, sanitizer 2 x 40; expect ~300 s), under
-# the 560 s call.  A machine start takes minutes of the session's 15, so a
+# 15 s before a kill where SIGINT is not enough); the caps sum to 510 s
+# (smoke 60, info 30, bench 180, tests 160, sanitizer 2 x 40; expect ~300 s),
+# under the 560 s call.  A machine start takes minutes of the session's 15, so a
 # second call must follow while the machine is still warm (30 s).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -64,6 +64,7 @@ export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
   python3 -c "import numba_cuda; print('numba-cuda', numba_cuda.__version__)"
   python3 -c "import cupy; print('cupy', cupy.__version__)"
   python3 -c "import zorch_nb; print('zorch_nb', zorch_nb.__version__, zorch_nb.__file__)"
+  cap 30 python3 -m zorch_nb info  # devices, threads, caches: the same report a user sends
   # 10-second smoke test of both toolchains on the device, so a broken one
   # (e.g. NVVM emitting a PTX version the driver cannot load) shows up first
   cap 60 python3 - <<'PY'

@@ -45,6 +45,15 @@ STALE_FOLDER_DAYS = 30
 _PREFIX = "graph-evaluators-"
 
 
+def evaluator_cache_path() -> str:
+    """Where :func:`evaluator_cache_dir` puts this version's evaluators (the
+    path only: nothing is created, checked or pruned)."""
+    root = os.environ.get("ZORCH_NB_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+        "zorch_nb")
+    return os.path.join(root, _PREFIX + sources_digest()[:16])
+
+
 @functools.lru_cache(maxsize=None)
 def evaluator_cache_dir():
     """Folder for generated evaluator files, or None.
@@ -61,11 +70,8 @@ def evaluator_cache_dir():
     evaluators unused that long go too (with Numba's cache files of them):
     size sweeps over months would otherwise keep every layout ever seen.
     """
-    root = os.environ.get("ZORCH_NB_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
-        "zorch_nb")
-    name = _PREFIX + sources_digest()[:16]
-    path = os.path.join(root, name)
+    path = evaluator_cache_path()
+    root, name = os.path.split(path)
     try:
         os.makedirs(path, exist_ok=True)
         os.utime(path)

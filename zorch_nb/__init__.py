@@ -25,7 +25,8 @@ if _ilu.find_spec(__name__ + ".kernels") is None:  # pragma: no cover - checkout
 from .fields import BabyBear, ExtensionField, KoalaBear, PrimeField  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["KoalaBear", "BabyBear", "PrimeField", "ExtensionField", "__version__"]
+__all__ = ["KoalaBear", "BabyBear", "PrimeField", "ExtensionField", "show_config",
+           "__version__"]
 
 #: Submodules reachable as attributes (``zorch_nb.tt`` after ``import
 #: zorch_nb``), imported on first use: the graph and tensor-train modules are
@@ -38,8 +39,11 @@ def __getattr__(name):
     if name in _SUBMODULES:
         import importlib
         return importlib.import_module(f"{__name__}.{name}")
+    if name == "show_config":  # (its module imports the bench's helpers: on first use)
+        from ._config import show_config
+        return show_config
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_SUBMODULES))
+    return sorted(set(globals()) | set(_SUBMODULES) | {"show_config"})

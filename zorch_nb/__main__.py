@@ -1,14 +1,16 @@
-"""Command line: python -m zorch_nb demo | bench.
+"""Command line: python -m zorch_nb demo | bench | info.
 
 ``demo`` runs every part of the toolkit on one backend and checks each result
 against an independent computation; ``bench`` measures kernels against the
 copy bandwidth measured in the same process (plus, on the CPU, plain NumPy and
-galois baselines).
+galois baselines); ``info`` reports what zorch_nb runs on
+(:func:`zorch_nb.show_config`).
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import time
 
@@ -31,7 +33,6 @@ def _gpu_available() -> bool:
 
 
 def _numba_cuda_available() -> bool:
-    import os
     try:
         from numba import cuda
     except ImportError:
@@ -73,6 +74,16 @@ def bench(args) -> int:
     return bench_mod.main(args)
 
 
+def info(args) -> int:
+    from ._config import show_config
+    if args.json:
+        import json
+        print(json.dumps(show_config("dicts"), indent=2, default=str))
+    else:
+        show_config()
+    return 0
+
+
 #: log2 element counts the bench accepts.  Above 2**32 one uint32 MLE alone is
 #: 16 GiB and an extension fold's arrays 384 GiB; a size that does not fit
 #: below that ends the run with a clear error (bench.main).
@@ -104,7 +115,6 @@ _positive_int.__name__ = "positive int"
 
 def _prog() -> str:
     """How the user started this: the ``zorch_nb`` console script or ``python -m``."""
-    import os
     return "zorch_nb" if os.path.basename(sys.argv[0]) == "zorch_nb" else "python -m zorch_nb"
 
 
@@ -123,7 +133,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     from . import __version__
     parser.add_argument("--version", action="version", version=f"zorch_nb {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{demo,bench}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{demo,bench,info}")
     d = sub.add_parser("demo", help="run a checked tour of every kernel family")
     d.add_argument("--backend", choices=("cpu", "cupy", "numba"), default="cpu",
                    help="cpu (default), cupy (GPU) or numba (Numba-CUDA; simulator without a GPU)")
@@ -153,6 +163,10 @@ def main(argv=None) -> int:
                    help="GPU backends to measure (default: both; both need CuPy for "
                         "the device arrays and the copy yardstick)")
     b.set_defaults(func=bench)
+    i = sub.add_parser("info", help="report versions, CPU threads, GPUs and caches "
+                                    "(zorch_nb.show_config)")
+    i.add_argument("--json", action="store_true", help="print the report as JSON")
+    i.set_defaults(func=info)
     args = parser.parse_args(argv)
     args.argv = sys.argv[1:] if argv is None else list(argv)  # for the report's command
     args.prog = prog
@@ -160,7 +174,15 @@ def main(argv=None) -> int:
         d.error(f"--gpu means --backend cupy; it contradicts --backend {args.backend}")
     if args.command == "bench" and args.backends and args.device != "gpu":
         b.error("--backends picks GPU backends; it needs --device gpu")
-    return args.func(args)
+    try:
+        return args.func(args)
+    except BrokenPipeError:
+        # The reader of the output went away (`... | head`): stop quietly, as
+        # other command-line tools do, instead of a traceback.  Python would
+        # also fail flushing stdout at exit: point it at /dev/null first.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":

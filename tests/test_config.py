@@ -1,0 +1,87 @@
+"""zorch_nb.show_config / ``python -m zorch_nb info``: the environment report."""
+import json
+import os
+import subprocess
+import sys
+
+import numba
+import numpy as np
+import pytest
+
+import zorch_nb
+from zorch_nb import _config
+from zorch_nb.__main__ import main
+
+SECTIONS = ["zorch_nb", "dependencies", "cpu", "cupy", "numba-cuda", "caches", "environment"]
+
+
+def _fresh_python(code: str, **env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, **env})
+
+
+def test_the_report_names_what_is_imported():
+    report = zorch_nb.show_config("dicts")
+    assert list(report) == SECTIONS
+    assert report["zorch_nb"]["version"] == zorch_nb.__version__
+    assert report["zorch_nb"]["location"] == os.path.dirname(os.path.abspath(zorch_nb.__file__))
+    deps = report["dependencies"]
+    assert deps["numpy"] == np.__version__ and deps["numba"] == numba.__version__
+    assert deps["python"].startswith(".".join(map(str, sys.version_info[:3])))
+    assert report["cpu"]["cores"] == os.cpu_count()
+    assert report["caches"]["graph evaluators"].startswith(os.environ["ZORCH_NB_CACHE_DIR"])
+
+
+def test_printed_report_and_bad_mode(capsys):
+    assert zorch_nb.show_config() is None
+    text = capsys.readouterr().out
+    assert [line[:-1] for line in text.splitlines() if not line.startswith(" ")] == SECTIONS
+    assert f"version:  {zorch_nb.__version__}" in text
+    for bad in ("json", None, ["stdout"]):
+        with pytest.raises(ValueError, match="`mode` must be 'stdout' or 'dicts'"):
+            zorch_nb.show_config(bad)
+
+
+def test_it_starts_no_threading_layer_and_creates_no_cache_folder(tmp_path):
+    """Numba's layer (GNU OpenMP is not fork-safe once started) and the graph
+    evaluator folder (creating it prunes stale siblings) stay untouched."""
+    cache = tmp_path / "cache"
+    res = _fresh_python(
+        "import numba, zorch_nb, json\n"
+        "r = zorch_nb.show_config('dicts')\n"
+        "try:\n    numba.threading_layer(); started = True\n"
+        "except ValueError:\n    started = False\n"
+        "print(json.dumps([started, r['cpu']['threading layer'], r['caches']['graph evaluators']]))",
+        ZORCH_NB_CACHE_DIR=str(cache))
+    assert res.returncode == 0, res.stderr
+    started, layer, folder = json.loads(res.stdout.splitlines()[-1])
+    assert not started and layer.startswith("not started yet")
+    assert folder.startswith(str(cache)) and not cache.exists()
+
+
+def test_a_failing_probe_or_dependency_leaves_a_report(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", None)  # `import cupy` raises ImportError
+
+    def boom():
+        raise RuntimeError("probe broke\nsecond line")
+    monkeypatch.setattr(_config, "_cpu", boom)
+    monkeypatch.setenv("ZORCH_SOMETHING", "7")
+    report = zorch_nb.show_config("dicts")
+    assert report["cupy"]["importable"].startswith(("no (ImportError", "no (ModuleNotFoundError"))
+    assert report["cpu"] == {"error": "RuntimeError: probe broke"}
+    assert report["environment"]["ZORCH_SOMETHING"] == "7"
+
+
+def test_info_command(capsys):
+    assert main(["info", "--json"]) == 0
+    assert list(json.loads(capsys.readouterr().out)) == SECTIONS
+    assert main(["info"]) == 0
+    assert capsys.readouterr().out.startswith("zorch_nb:\n")
+
+
+def test_a_closed_output_pipe_ends_a_command_quietly():
+    """``python -m zorch_nb demo | head -1``: exit status 1, no traceback."""
+    res = _fresh_python("import sys\nimport zorch_nb.__main__ as m\n"
+                        "def closed(args):\n    raise BrokenPipeError(32, 'Broken pipe')\n"
+                        "m.info = closed\nsys.exit(m.main(['info']))")
+    assert res.returncode == 1 and res.stderr == ""
