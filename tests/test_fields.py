@@ -782,6 +782,40 @@ def test_device_of_reads_the_memory_pointer_id_or_falls_back(monkeypatch):
         _backend.resolve({"a": with_id, "b": without}, None)
 
 
+def test_foreign_cuda_arrays_are_placed_by_their_pointer(monkeypatch):
+    """A __cuda_array_interface__ array (a Numba or PyTorch device array) names
+    no device: resolve asks the runtime where its pointer lives, refuses one off
+    the current device or beside another device's array, and takes one it
+    cannot place (a null pointer, a runtime that does not say) as it is."""
+    import sys
+    import types
+
+    from zorch_nb import _backend
+
+    class Foreign:
+        def __init__(self, ptr):
+            self.__cuda_array_interface__ = {"shape": (2,), "typestr": "<u4", "data": (ptr, False),
+                                             "version": 3}
+    where = {0x1000: 1, 0x2000: 0}
+
+    def attributes(ptr):
+        if ptr not in where:
+            raise RuntimeError("cudaErrorInvalidValue")
+        return types.SimpleNamespace(device=where[ptr])
+    fake = types.ModuleType("cupy")
+    fake.cuda = types.SimpleNamespace(runtime=types.SimpleNamespace(
+        getDevice=lambda: 0, pointerGetAttributes=attributes))
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    on1, on0, unknown, empty = Foreign(0x1000), Foreign(0x2000), Foreign(0x3000), Foreign(0)
+    with pytest.raises(ValueError, match="`x` lives on GPU 1 but the current device is GPU 0"):
+        _backend.resolve({"x": on1}, None)
+    with pytest.raises(ValueError, match="different devices .*`x` on device 0, `y` on device 1"):
+        _backend.resolve({"x": on0, "y": on1}, None)
+    for ok in ({"x": on0}, {"x": on0, "y": unknown}, {"x": empty}):
+        assert _backend.resolve(ok, None) == ("cupy", "cupy")
+    assert _backend.resolve({"x": on1}, None, current=False) == ("cupy", "cupy")
+
+
 @pytest.mark.parametrize("F", FIELDS)
 @pytest.mark.parametrize("dtype", [np.int8, np.uint16, np.int32, np.int64, np.uint32])
 def test_encode_decode_kernels_match_big_ints_in_every_dtype(F, dtype, monkeypatch):

@@ -78,6 +78,12 @@ def test_field_ops_run_on_the_current_device_and_refuse_another(cp, F):
                 call(da, db, dx, dy, out=on(cp, 0, np.zeros_like(want)))
         with pytest.raises(ValueError, match=OFF_DEVICE.format(name)):
             call(da, db, dx, dy)
+    # a host scalar or point beside device operands: the device operand is named
+    for call, name in ((lambda: F.mul(np.uint32(5), db), "b"), (lambda: E.add(E.one, dy), "b"),
+                       (lambda: E.mle_eval(dx[:8], y[:3]), "values"),
+                       (lambda: F.mle_eval(da[:8], a[:3]), "values")):
+        with pytest.raises(ValueError, match=OFF_DEVICE.format(name)):
+            call()
     # a point or coordinate on another device than the values, named as such
     with cp.cuda.Device(1):
         dy0 = on(cp, 0, y)
@@ -110,10 +116,13 @@ def test_gkr_transitions_refuse_a_layer_off_the_current_device(cp, F):
     with cp.cuda.Device(1):
         nxt = layer_transition(layer)  # the trusted path: the layer was checked
         assert {device_id(m) for m in nxt.mles} == {1}
-        got = [m for lay in build_pyramid(layer) for m in lay.mles]
+        pyramid = build_pyramid(layer)
+        got = [m for lay in pyramid for m in lay.mles]
         assert all(np.array_equal(g.get(), w) for g, w in zip(got, want))
+    floor = pyramid[-1]  # nothing left to launch: refused all the same, fused or not
     for call in (lambda: layer_transition(layer), lambda: layer_transition(nxt),
-                 lambda: build_pyramid(layer), lambda: build_pyramid(layer, fused=False)):
+                 lambda: build_pyramid(layer), lambda: build_pyramid(layer, fused=False),
+                 lambda: build_pyramid(floor), lambda: build_pyramid(floor, fused=False)):
         with pytest.raises(ValueError, match=OFF_DEVICE.format("numerator_0")):
             call()
 

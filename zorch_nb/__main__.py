@@ -175,7 +175,9 @@ def main(argv=None) -> int:
     if args.command == "bench" and args.backends and args.device != "gpu":
         b.error("--backends picks GPU backends; it needs --device gpu")
     try:
-        return args.func(args)
+        status = args.func(args)
+        sys.stdout.flush()  # (a pipe closed early fails here, not at exit)
+        return status
     except BrokenPipeError:
         # The reader of the output went away (`... | head`): stop quietly, as
         # other command-line tools do, instead of a traceback.  Python would

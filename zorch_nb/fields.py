@@ -658,11 +658,14 @@ class _FieldBase:
                                          and name not in marked))]
         if not single:  # the common case: nothing to look up
             return
-        device = [x for x in operands.values() if _backend.array_kind(x) in ("cupy", "cuda")]
+        device = [(name, x) for name, x in operands.items()
+                  if _backend.array_kind(x) in ("cupy", "cuda")]
         if not device:
             return
         cp = _backend.get_xp("cupy")
-        dev = _backend.device_of(device[0])
+        dev = _backend.device_of(device[0][1])
+        # (before the move: once moved, a scalar would be the one named off device)
+        _backend.check_current_device(dev, device[0][0])
         for name in single:
             if dev is None:
                 operands[name] = cp.asarray(operands[name])
@@ -861,10 +864,11 @@ class _FieldBase:
             if type(b) is not kind or b.dtype is not _U32 or b.shape != shape \
                     or not b.flags.c_contiguous:
                 return None
-            if xp is not np and _backend._cupy_device(a) != _backend._cupy_device(b):
-                return None  # (the general path names the devices)
-        if xp is not np and _backend._cupy_device(a) != _backend.current_device():
-            return None  # (the general path refuses another device than the current)
+        if xp is not np:  # one device, the current one (else the general path names them)
+            dev = _backend._cupy_device(a)
+            if dev != _backend.current_device() or len(xs) == 2 and \
+                    _backend._cupy_device(xs[1]) != dev:
+                return None
         if self.degree == 4 and (not shape or shape[-1] != 4):
             return None  # base words on the extension: embedded by the general path
         result = xp.empty(shape, np.uint32)
@@ -1162,9 +1166,11 @@ class _FieldBase:
             # (modules, devices, backend), naming the same arguments; past
             # them the folds run the kernels on operands they prepared.  A
             # device point is checked with `values` first, so that a module
-            # or device error names `point` (the ops call it `a`).
+            # or device error names `values` or `point` (the ops call them `a`, `b`).
+            named = {"values": values}
             if not isinstance(point, np.ndarray) and _backend.array_kind(point) != "other":
-                _backend.resolve({"values": values, "point": point}, backend)
+                named["point"] = point
+            _backend.resolve(named, backend)
             pair = self.from_base(values[:2]) if embed else values[:2]
             lo, hi = pair[0::2], pair[1::2]
             self.add(lo, self.mul(point[0], self.sub(hi, lo, backend=backend),

@@ -785,7 +785,7 @@ def build_pyramid(first: GkrLayer, *, backend: str | None = None,
                              "layer with a row variable; use fused=None to fall back to "
                              "one launch per transition")
     if not first.num_row_variables:  # a floor: no transition below checks `backend`
-        _backend.resolve(dict(zip(_MLE_NAMES, first.mles)), backend, current=False)
+        _backend.resolve(dict(zip(_MLE_NAMES, first.mles)), backend)
     layers = [first]
     for _ in range(first.num_row_variables):
         layers.append(layer_transition(layers[-1], backend=backend))
@@ -1161,7 +1161,7 @@ def build_jagged_pyramid(first: JaggedGkrLayer, schedules, *,
                              "'numba'); use fused=None to fall back to two launches per "
                              "transition")
     if not steps:  # no transition below checks `backend`
-        _backend.resolve(dict(zip(_MLE_NAMES, first.mles)), backend, current=False)
+        _backend.resolve(dict(zip(_MLE_NAMES, first.mles)), backend)
     layers = [first]
     for orc, width in _check_steps(first, steps):  # every step checked before any runs
         layers.append(_jagged_run(layers[-1], orc, width, backend))
