@@ -77,7 +77,7 @@ def _cupy_device(x):
 
 def _cai_device(x):
     # A foreign CUDA array (e.g. a Numba device array) names no device: ask the
-    # driver which one its pointer lives on.  None where it cannot tell (a null
+    # CUDA runtime which one its pointer lives on.  None where it cannot tell (a null
     # pointer, the Numba simulator's host memory, no CUDA runtime).
     try:
         ptr = x.__cuda_array_interface__["data"][0]

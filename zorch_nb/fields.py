@@ -833,9 +833,10 @@ class _FieldBase:
         that need nothing of :meth:`_prepare`: C-contiguous native uint32
         arrays of one module, device and shape (extension elements ``(...,
         4)`` on the extension), NumPy on the CPU backend or CuPy on the CuPy
-        one and its current device; else None.  Small calls are dominated by the general path's
-        validation and dispatch (~8 of a 10 us ``F.mul`` of 8 elements on
-        the CPU); the launcher still checks what it is given."""
+        one and its current device; else None.  Small calls are dominated
+        by the general path's validation and dispatch (~8 of a 10 us
+        ``F.mul`` of 8 elements on the CPU); the launcher still checks what
+        it is given."""
         if backend is not None and type(backend) is not str:
             return None  # (the general path says what `backend` must be)
         xs = tuple(operands.values())
@@ -1164,9 +1165,9 @@ class _FieldBase:
                 and backend in (None, "cpu")):
             # The public ops on the first pair raise whatever the folds would
             # (modules, devices, backend), naming the same arguments; past
-            # them the folds run the kernels on operands they prepared.  A
-            # device point is checked with `values` first, so that a module
-            # or device error names `values` or `point` (the ops call them `a`, `b`).
+            # them the folds run the kernels on operands they prepared.
+            # `values` (and a device point) are resolved first, so that a
+            # module or device error names them (the ops call them `a`, `b`).
             named = {"values": values}
             if not isinstance(point, np.ndarray) and _backend.array_kind(point) != "other":
                 named["point"] = point

@@ -1021,10 +1021,10 @@ def _check_steps(layer, steps) -> list:
     kind, rc = _data_kind(layer), layer._counts
     checked = _check_host_steps(rc, steps)
     if checked is None:  # device counts, other forms, or an error to name
-        checked = []
+        checked, device = [], _data_device(layer)
         for i, (counts, width) in enumerate(steps):
             try:
-                rc, width = _check_step(rc, kind, counts, width, _data_device(layer))
+                rc, width = _check_step(rc, kind, counts, width, device)
             except (TypeError, ValueError) as exc:
                 raise type(exc)(f"schedules[{i}]: {exc}") from None
             checked.append((rc, width))
