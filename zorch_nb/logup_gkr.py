@@ -253,7 +253,8 @@ class GkrLayer(_Layer):
     numerator_0, numerator_1, denominator_0, denominator_1 : array
         uint32 Montgomery words, all of length ``L = 2**nv``; each pair base
         ``(L,)`` or extension ``(L, 4)`` (numerators and denominators may
-        differ).  NumPy or CuPy, all in one module and on one device.
+        differ).  NumPy or CuPy, all in one module and on one device (its
+        transitions run on CuPy's current device, which must be that one).
     num_batch_variables : int, optional
         ``nbv`` in ``[0, nv]`` (default 0: one batch element): the high
         ``nbv`` index bits select the batch element, the low ``nrv = nv -
