@@ -52,6 +52,7 @@ import weakref
 import numpy as np
 
 from cuda_host import compile_text
+from cupy_api import names as cupy_api_names
 from zorch_nb.kernels.cuda_source import assemble
 from zorch_nb.kernels.field_params import FIELDS
 
@@ -430,7 +431,7 @@ class EmuArray:
     def __getattr__(self, name):  # anything else: NumPy's, results re-wrapped
         if name in ("__array_interface__", "__array_struct__"):
             raise AttributeError(name)  # not a host array (see __array__)
-        return _wrap(getattr(self._a, name))
+        return _wrap(getattr(self._a, _in_cupy("ndarray", name)))
 
     def __array__(self, *args, **kwargs):
         # As CuPy: np.asarray(device array) is an error, not a silent copy, so a
@@ -490,7 +491,22 @@ class _ModuleProxy:
         self._m = module
 
     def __getattr__(self, name):
-        return _wrap(getattr(self._m, name))
+        return _wrap(getattr(self._m, _in_cupy(self._m.__name__.split(".")[-1], name)))
+
+
+_CUPY_API = cupy_api_names()
+
+
+def _in_cupy(space: str, name: str) -> str:
+    """``name`` if CuPy has it in ``space`` (``"cupy"``, ``"linalg"``, ...,
+    ``"ndarray"``; tests/cupy_api.txt), else the AttributeError CuPy would
+    raise: NumPy answers for the emulation, and a NumPy-only name would pass
+    here and fail on a GPU.  Private and dunder names are NumPy's business."""
+    full = "cupy." + name if space == "cupy" else f"cupy.{space}.{name}"
+    if name.startswith("_") or full in _CUPY_API:
+        return name
+    raise AttributeError(f"{full} is not in CuPy's API (tests/cupy_api.txt): the emulation "
+                         f"answers with NumPy's, a GPU would not")
 
 
 def _unwrap(x):
@@ -722,7 +738,7 @@ def fake_cupy(launches: list) -> types.ModuleType:
     mod.asarray, mod.empty = EmuXp.asarray, EmuXp.empty
     mod.ascontiguousarray, mod.split = EmuXp.ascontiguousarray, EmuXp.split
     mod.cuda = types.SimpleNamespace(Device=_Device, runtime=_runtime_namespace())
-    mod.__getattr__ = lambda name: _wrap(getattr(np, name))
+    mod.__getattr__ = lambda name: _wrap(getattr(np, _in_cupy("cupy", name)))
     return mod
 
 

@@ -139,3 +139,18 @@ def test_sanitized_build_catches_an_out_of_bounds_read(tmp_path, past):
         assert res.returncode != 0 and "heap-buffer-overflow" in res.stderr
     else:
         assert res.returncode == 0 and "finished" in res.stdout, res.stderr[-2000:]
+
+
+def test_the_fake_cupy_answers_only_names_cupy_has():
+    """The fake answers unfaked names with NumPy's, but only names in CuPy's API
+    (cupy_api.txt): a NumPy-only function or ndarray method fails here as it
+    would on a GPU, instead of passing every emulated test."""
+    fake = cuda_emu.fake_cupy([])
+    x = fake.asarray(np.arange(6, dtype=np.uint32))
+    assert int(fake.add(x, x).sum().get()) == 30  # listed: NumPy's, wrapped
+    assert fake.linalg.norm is not None
+    for refused, get in (("cupy.busday_count", lambda: fake.busday_count),
+                         ("cupy.ndarray.setflags", lambda: x.setflags),
+                         ("cupy.linalg.multi_dot", lambda: fake.linalg.multi_dot)):
+        with pytest.raises(AttributeError, match=refused.replace(".", r"\.")):
+            get()
