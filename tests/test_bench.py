@@ -75,6 +75,10 @@ def test_bench_cpu_writes_json(tmp_path):
     assert sw["zorch_nb"] == zorch_nb.__version__ and sw["numba"] == numba.__version__
     assert sw["numpy"] == np.__version__ and sw["numba_threads"] >= 1
     assert "commit" in sw and report["device"].endswith(f"({os.cpu_count()} cores)")
+    # and the environment report, taken once the measured kernels started Numba's threads
+    cpu = report["config"]["cpu"]
+    assert cpu["threading layer"] in ("omp", "tbb", "workqueue") and cpu["cores"] == os.cpu_count()
+    assert report["config"]["dependencies"]["numpy"] == np.__version__
 
 
 def test_the_commit_is_this_checkouts_only(tmp_path):

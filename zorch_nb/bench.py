@@ -702,7 +702,12 @@ def main(args) -> int:
     # the report must still be written
     device_name = _device_name(device)
 
+    config: dict = {}
+
     def report() -> dict:
+        if not config:  # once, after the first section: its kernels started the threading layer
+            from ._config import show_config
+            config.update(show_config("dicts"))
         return {
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "device": device_name,
@@ -713,6 +718,7 @@ def main(args) -> int:
             "results": [asdict(r) for r in all_rows + pending],
             "second_process": startup,
             "errors": guard.errors,
+            "config": config,  # zorch_nb.show_config(): threads, vector width, devices, caches
         }
 
     json_failed = []
