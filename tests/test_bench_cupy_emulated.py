@@ -55,7 +55,8 @@ def test_gpu_bench_runs_on_emulated_cupy(tmp_path, monkeypatch):
     for mode in ("base/base", "base/ext", "ext/ext"):  # replayed from a captured graph
         assert "in_l2_gbps" in rows[f"dense fold {mode}"]["extra"]  # no in_l2_error
     assert rows["jagged pyramid base/ext (1024 seg.)"]["extra"]["launches"] >= 1
-    assert report["copy"][0]["kernel"] == "copy (device to device)"
+    assert report["copy"][0]["kernel"] == "copy (device to device, 4n words)"
+    assert report["copy"][0]["size"] == 4 * 2**11
     # the note's target table reads every GPU target off this report
     table = _targets_module().targets(report)
     for what in ("dense fold base/ext (of copy)", "jagged pyramid base/ext (1024 seg.) (of copy)",
