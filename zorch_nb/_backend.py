@@ -25,7 +25,8 @@ import sys
 import numpy as np
 
 __all__ = ["BACKENDS", "array_kind", "resolve", "kernels_for", "device_of",
-           "current_device", "check_current_device", "get_xp", "to_module"]
+           "current_device", "check_current_device", "check_same_device", "get_xp",
+           "to_module"]
 
 BACKENDS = ("cpu", "cupy", "numba")
 
@@ -107,6 +108,14 @@ def check_current_device(device, name: str) -> None:
             f"Argument `{name}` lives on GPU {device} but the current device is GPU "
             f"{current}; zorch_nb launches its kernels on the current device, as CuPy "
             f"does: call it under `with cupy.cuda.Device({device}):`")
+
+
+def check_same_device(name: str, device, expected, others: str) -> None:
+    """Refuse ``name`` on ``device`` where ``others`` live on ``expected`` (a
+    launch reads them all on one device); ``None`` is a device not known."""
+    if device is not None and expected is not None and device != expected:
+        raise ValueError(f"arrays live on different devices (`{name}` on device {device}, "
+                         f"{others} on device {expected})")
 
 
 def get_xp(kind: str, why: str = "a GPU array was passed"):

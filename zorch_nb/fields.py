@@ -713,10 +713,8 @@ class _FieldBase:
         if tuple(out.shape) != full:
             raise ValueError(f"Argument `out` must have shape {full}, not {tuple(out.shape)}")
         if kind != "numpy":  # (the operands were checked to be on the current device)
-            dev, current = _backend.device_of(out), _backend.current_device()
-            if current is not None and dev != current:
-                raise ValueError(f"arrays live on different devices (`out` on device {dev}, "
-                                 f"the operands on the current device, {current})")
+            _backend.check_same_device("out", _backend.device_of(out), _backend.current_device(),
+                                       "the operands (the current device)")
         if not getattr(out.flags, "writeable", True) or any(
                 st == 0 and d > 1 for st, d in zip(out.strides, out.shape)):
             # (CuPy arrays have no such flag, and a CuPy broadcast view -- or a
