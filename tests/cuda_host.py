@@ -34,7 +34,9 @@ def compile_text(src: str, flags=("-std=c++17",)) -> ctypes.CDLL:
     os.makedirs(_BUILD_DIR, exist_ok=True)
     lib = os.path.join(_BUILD_DIR, f"{key}.so")
     if not os.path.exists(lib):
-        cpp = lib[:-3] + ".cpp"
+        # per-process names: pytest-xdist workers may build the same unit at once,
+        # and g++ must never read a source another process is still writing
+        cpp = lib[:-3] + f".{os.getpid()}.cpp"
         with open(cpp, "w") as fh:
             fh.write(src)
         tmp = lib + f".{os.getpid()}.tmp"
