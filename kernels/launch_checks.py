@@ -196,7 +196,7 @@ def _same(where, name, m, n, out="out"):
 # ---- overlap -------------------------------------------------------------------
 
 def _address(x):
-    """First byte address of a C-contiguous array (checked by then)."""
+    """Address of the first element (index 0 on every axis) of an array."""
     if type(x) is np.ndarray:
         return x.ctypes.data
     ptr = getattr(getattr(x, "data", None), "ptr", None)  # CuPy (and its emulation)
@@ -586,14 +586,21 @@ def _layer_out(where, names, xs, mode, n, what):
 
 
 def _span(where, name, x):
-    size = x.nbytes
-    if not size:
+    # [first byte, past the last byte) of x: its size for a contiguous array;
+    # a strided view (an object-layer input) reaches as far as its strides
+    if not x.nbytes:
         return None
     lo = _address(x)
     if lo is None:
         raise TypeError(f"{where}: cannot tell where argument `{name}` lies in memory "
                         f"({type(x).__name__})")
-    return lo, lo + size
+    hi = lo + x.itemsize
+    for n, step in zip(x.shape, x.strides):
+        if step < 0:
+            lo += (n - 1) * step
+        else:
+            hi += (n - 1) * step
+    return lo, hi
 
 
 def check_gkr_disjoint(where, written, read):

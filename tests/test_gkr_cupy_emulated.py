@@ -21,7 +21,7 @@ from zorch_nb import BabyBear, KoalaBear
 from zorch_nb.kernels import gkr_cpu, launch_config
 from zorch_nb.logup_gkr import (GkrLayer, JaggedGkrLayer, _fused_jagged_steps, _split,
                                 _trusted, build_jagged_pyramid, build_pyramid,
-                                halving_schedule)
+                                halving_schedule, layer_transition)
 
 MODES = [(ne, de) for ne in (0, 1) for de in (0, 1)]
 
@@ -201,3 +201,47 @@ def test_object_layer_on_emulated_cupy_arrays(emu, monkeypatch, ne, de):
     for fused in (None, False):
         assert_layers_equal(build_jagged_pyramid(jdev, steps, fused=fused), jwant,
                             f"fused={fused}")
+
+
+@pytest.mark.parametrize("ne,de", MODES)
+def test_object_layer_out_on_emulated_cupy_arrays(emu, ne, de):
+    """``out=`` with (emulated) CuPy arrays: the fused pyramid through the
+    checked launcher, one launch per transition, ``layer_transition``; host
+    layers as ``out`` of a device layer are refused, and ``backend="cupy"``
+    on host data writes its host ``out`` (tests/test_gkr_out.py: the rest)."""
+    _, launches = emu
+    F = KoalaBear if ne == de else BabyBear
+    host = _mles(F, ne, de, 2**9, seed=21)
+    want = build_pyramid(GkrLayer(*host, 2, F), fused=False)
+    dev = GkrLayer(*[_device(x) for x in host], 2, F)
+
+    def stale(device):
+        wrap = _device if device else np.asarray
+        return [GkrLayer(*(wrap(np.full(x.shape, 0xFFFFFFFF, np.uint32)) for x in la.mles),
+                         2, F) for la in want[1:]]
+
+    def same(got, label, ref=want):
+        assert len(got) == len(ref)
+        for l, (g, w) in enumerate(zip(got, ref)):
+            for a, b in zip(g.mles, w.mles):
+                np.testing.assert_array_equal(a if isinstance(a, np.ndarray) else a.get(), b,
+                                              err_msg=f"{label} layer {l}")
+
+    for fused in (None, False):
+        launches.clear()
+        out = stale(True)
+        got = build_pyramid(dev, fused=fused, out=out)
+        assert got[0] is dev and all(g is o for g, o in zip(got[1:], out))
+        same(got, f"fused={fused}")
+        kernel = "zorch_gkr_pyramid_dense<" if fused is None else "zorch_gkr_fold_dense<"
+        assert launches and all(n.startswith(kernel) for n in launches)
+    into = stale(True)[0]
+    assert layer_transition(dev, out=into) is into
+    same([dev, into], "layer_transition", want[:2])
+    with pytest.raises(TypeError, match=r"`out\[0\]` holds NumPy arrays; the result lives "
+                       r"with the layer's CUDA \(CuPy\) arrays"):
+        build_pyramid(dev, out=stale(False))
+    out = stale(False)
+    got = build_pyramid(GkrLayer(*host, 2, F), backend="cupy", out=out)
+    assert all(g is o and type(g.numerator_0) is np.ndarray for g, o in zip(got[1:], out))
+    same(got, "host data on backend='cupy'")

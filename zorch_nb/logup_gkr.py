@@ -20,7 +20,8 @@ and the result is byte-identical to folding an all-extension copy.
 Backends follow the arrays (see :mod:`zorch_nb._backend`): NumPy runs Numba CPU
 kernels, CuPy runs CUDA C RawKernels, ``backend="numba"`` runs the Numba-CUDA
 kernels.  All give identical bytes.  Every transition writes one new buffer
-(one allocation per layer) and, on the GPU, never synchronizes with the host:
+(one allocation per layer; dense ones can overwrite an earlier result
+instead, ``out=``) and, on the GPU, never synchronizes with the host:
 a jagged schedule that lives on the device is consumed on the device.
 
 Nothing is inverted, so nothing checks the denominators: a zero denominator
@@ -50,7 +51,7 @@ import numpy as np
 
 from . import _backend
 from .fields import KoalaBear, PrimeField, _check_words, _int_array
-from .kernels.launch_checks import as_int
+from .kernels.launch_checks import as_int, check_gkr_disjoint
 
 __all__ = ["GkrLayer", "JaggedGkrLayer", "LogUpGkrOutput", "JaggedStep", "layer_transition",
            "build_pyramid", "extract_outputs", "jagged_layer_transition",
@@ -550,12 +551,13 @@ class JaggedStep(NamedTuple):
 # dispatch
 # ---------------------------------------------------------------------------
 
-def _run(layer, backend, call, extra_inputs, out_len, out_ext, scratch_shape=None):
+def _run(layer, backend, call, extra_inputs, out_len, out_ext, scratch_shape=None, out=None):
     """Run ``call(kernels, inputs, outputs, scratch)`` for ``layer`` on ``backend``.
 
     ``inputs`` are the layer's MLEs (contiguous) followed by ``extra_inputs``,
     all in the module the kernels run on; ``outputs`` are the four output
-    MLEs, views of one fresh buffer; ``scratch`` an int64 array or ``None``.
+    MLEs, views of one fresh buffer, or ``out`` (four arrays checked by
+    :func:`_check_out`); ``scratch`` an int64 array or ``None``.
     Returns the outputs in the layer's module.
     """
     mles = layer.mles
@@ -581,13 +583,20 @@ def _run(layer, backend, call, extra_inputs, out_len, out_ext, scratch_shape=Non
         inputs += [xp.asarray(x) for x in extra_inputs]
     n_ext, d_ext = out_ext
     exts = (n_ext, n_ext, d_ext, d_ext)
-    buf, outs = _fresh_outputs(xp, out_len, exts)
+    if out is not None and run_kind == kind:
+        buf, outs = None, out
+    else:
+        buf, outs = _fresh_outputs(xp, out_len, exts)
     scratch = None if scratch_shape is None else xp.empty(scratch_shape, dtype=np.int64)
     if out_len:
         call(_backend.kernels_for(backend, "gkr"), inputs, outs, scratch)
     if run_kind != kind:  # backend="cupy" on NumPy data: bring the layer back
         sizes = _word_sizes(out_len, exts)
         outs = _split(buf.get().reshape(-1), sizes, exts, aligned=True)
+        if out is not None:
+            for dst, src in zip(out, outs):
+                dst[...] = src
+            outs = out
     return outs
 
 
@@ -702,11 +711,67 @@ def _out_ext(layer) -> tuple:
     return n_ext or d_ext, d_ext
 
 
+def _check_out(out, name: str, like, length: int, exts) -> tuple:
+    """The four MLEs of ``out``, checked as a layer to overwrite with a result
+    of ``like``'s field, batch variables, array module and device, ``length``
+    rows and the forms ``exts`` (numerators, numerators, denominators,
+    denominators extension or not).  Overlap is checked by the callers."""
+    if not isinstance(out, GkrLayer):
+        raise TypeError(f"Argument `{name}` must be a GkrLayer to overwrite (a result of "
+                        f"layer_transition or build_pyramid), not {_describe(out)}")
+    mles = out.mles
+    if out.field is not like.field:
+        raise ValueError(f"Argument `{name}` is a {out.field.name} layer; the result is "
+                         f"{like.field.name}")
+    if out.num_batch_variables != like.num_batch_variables:
+        raise ValueError(f"Argument `{name}` has num_batch_variables = "
+                         f"{out.num_batch_variables}; the result has "
+                         f"{like.num_batch_variables}")
+    want = tuple((length, 4) if e else (length,) for e in exts)
+    got = tuple(tuple(x.shape) for x in mles)
+    if got != want:
+        forms = (f"{'extension' if exts[0] else 'base'} numerators, "
+                 f"{'extension' if exts[2] else 'base'} denominators")
+        raise ValueError(f"Argument `{name}` must hold the result's {length} rows of "
+                         f"{forms}: MLE shapes {want}, not {got}")
+    have, need = _data_kind(out), _data_kind(like)
+    if have != need:
+        names = {"numpy": "NumPy", "cupy": "CUDA (CuPy)"}
+        raise TypeError(f"Argument `{name}` holds {names[have]} arrays; the result lives "
+                        f"with the layer's {names[need]} arrays: pass a layer of those")
+    if have != "numpy":  # one device with the layer (resolve names the arrays that differ)
+        _backend.resolve({**dict(_named("layer", like.mles)), **dict(_named(name, mles))},
+                         None, current=False)
+    for n, x in _named(name, mles):
+        if not x.flags.c_contiguous:
+            raise ValueError(f"Argument `{n}` must be C-contiguous to be written in place")
+        if isinstance(x, np.ndarray) and not x.flags.writeable:
+            raise ValueError(f"Argument `{n}` is read-only")
+    return mles
+
+
+def _compiled_overlap_test(mles, backend) -> bool:
+    """Whether the CPU kernels will run on ``mles`` themselves (NumPy,
+    C-contiguous, backend ``None`` or ``"cpu"``): their compiled prologue then
+    refuses outputs overlapping each other or an input (~0.4 us, where the
+    named test of :func:`.launch_checks.check_gkr_disjoint` reads every
+    address in Python: 14 of a 2**10 transition's 25 us), so only a refusal
+    needs the named test."""
+    return (backend is None or backend == "cpu") and all(
+        type(x) is np.ndarray and x.flags.c_contiguous for x in mles)
+
+
+def _named(prefix: str, mles) -> list:
+    """``[(prefix.numerator_0, mle), ...]``: a layer's MLEs named for errors."""
+    return [(f"{prefix}.{n}", x) for n, x in zip(_MLE_NAMES, mles)]
+
+
 # ---------------------------------------------------------------------------
 # dense
 # ---------------------------------------------------------------------------
 
-def layer_transition(layer: GkrLayer, *, backend: str | None = None) -> GkrLayer:
+def layer_transition(layer: GkrLayer, *, backend: str | None = None,
+                     out: GkrLayer | None = None) -> GkrLayer:
     """Fold the lowest row variable of a dense layer.
 
     For ``k in [0, L/2)``: ``n0'[k]/d0'[k]`` is the fraction sum of node
@@ -718,35 +783,63 @@ def layer_transition(layer: GkrLayer, *, backend: str | None = None) -> GkrLayer
         A layer with at least one row variable.
     backend : {None, "cpu", "cupy", "numba"}, optional
         ``None`` follows the arrays (NumPy -> CPU, CuPy -> CuPy RawKernel).
+    out : GkrLayer, optional
+        A layer to overwrite with the result instead of allocating one --
+        typically an earlier result of the same shape, whose buffers are then
+        reused (on the CPU that also saves the operating system zeroing new
+        pages: see :func:`build_pyramid`).  Its MLEs must have the result's
+        shapes, field and ``num_batch_variables``, live in the layer's array
+        module (and on its device), be C-contiguous and writeable, and share
+        no memory with ``layer`` or with each other.  ``out`` is returned.
 
     Returns
     -------
     GkrLayer
         Half the length, same ``num_batch_variables``; numerators extension if
         any input is, denominators extension if the denominators are.  Its
-        four MLEs are views of one new buffer.
+        four MLEs are views of one new buffer (or ``out``'s MLEs).
 
     Raises
     ------
     ValueError
-        If ``layer`` has no row variable left (it is a floor).
+        If ``layer`` has no row variable left (it is a floor), or ``out``
+        does not fit the result (the message says how).
+    TypeError
+        If ``out`` is not a GkrLayer.
     """
     _require(layer, GkrLayer, "layer", "jagged_layer_transition")
     if layer.num_row_variables == 0:
         raise ValueError(f"the layer has no row variable left (nv = nbv = "
                          f"{layer.num_variables}); it is a floor: use extract_outputs")
     field, mode = layer.field, _mode(layer)
+    half, (n_ext, d_ext) = layer.numerator_0.shape[0] // 2, _out_ext(layer)
     # The trusted launcher: the layer was checked when built and the outputs
-    # are fresh (the launcher's own checks were 10.7 of the 51 us of host time
-    # of a 2**10 transition on CuPy).
-    outs = _run(layer, backend,
-                lambda k, ins, outs, _: k.fold_dense_trusted(mode, *ins, *outs, field.params),
-                [], layer.numerator_0.shape[0] // 2, _out_ext(layer))
-    return _trusted(GkrLayer, *outs, layer.num_batch_variables, field)
+    # are fresh or checked here (the launcher's own checks were 10.7 of the
+    # 51 us of host time of a 2**10 transition on CuPy).
+    def run(into=None):
+        return _run(layer, backend,
+                    lambda k, ins, o, _: k.fold_dense_trusted(mode, *ins, *o, field.params),
+                    [], half, (n_ext, d_ext), out=into)
+
+    if out is None:
+        return _trusted(GkrLayer, *run(), layer.num_batch_variables, field)
+    into = _check_out(out, "out", layer, half, (n_ext, n_ext, d_ext, d_ext))
+    mles = layer.mles
+    named = ("layer_transition", _named("out", into), _named("layer", mles))
+    if _compiled_overlap_test(mles, backend):
+        try:
+            run(into)
+        except ValueError:  # name the arrays that overlap (else re-raise)
+            check_gkr_disjoint(*named)
+            raise
+    else:
+        check_gkr_disjoint(*named)
+        run(into)
+    return out
 
 
 def build_pyramid(first: GkrLayer, *, backend: str | None = None,
-                  fused: bool | None = None) -> list:
+                  fused: bool | None = None, out: list | None = None) -> list:
     """All layers from ``first`` down to the floor: ``nrv + 1`` layers, one buffer each.
 
     Parameters
@@ -762,14 +855,28 @@ def build_pyramid(first: GkrLayer, *, backend: str | None = None,
         through four layers in its cache.  ``None`` (default) fuses where it
         applies; ``False`` forces one call per transition.  Both give
         identical bytes.
+    out : list of GkrLayer, optional
+        The ``nrv`` later layers to overwrite instead of allocating them --
+        ``pyramid[1:]`` of an earlier pyramid of a first layer of the same
+        shapes and field -- each checked as ``out`` of
+        :func:`layer_transition`, all sharing no memory with ``first`` or
+        each other.  On the CPU a pyramid's new layers arrive as fresh pages
+        the operating system zeroes, about a third of the time of a
+        2**24-row pyramid (``reused_out_ms`` in ``python -m zorch_nb bench``
+        measures the pyramid with ``out``); overwriting saves that.  On
+        ``backend="numba"`` the layers are then folded one launch per
+        transition (its fused kernel writes buffers of its own layout).
 
     Returns
     -------
     list of GkrLayer
-        ``[first, ..., floor]``; every later layer is a new buffer.
+        ``[first, ..., floor]``; every later layer is a new buffer (with
+        ``out``: ``[first, *out]``, overwritten).
     """
     _require(first, GkrLayer, "first", "build_jagged_pyramid")
     _check_fused(fused)
+    if out is not None:
+        return _pyramid_into(first, backend, fused, out)
     if fused is None or fused:
         layers = _fused_pyramid(first, backend)
         if layers is not None:
@@ -787,6 +894,56 @@ def build_pyramid(first: GkrLayer, *, backend: str | None = None,
     for _ in range(first.num_row_variables):
         layers.append(layer_transition(layers[-1], backend=backend))
     return layers
+
+
+def _pyramid_into(first: GkrLayer, backend, fused, out) -> list:
+    """:func:`build_pyramid` writing into the layers ``out``."""
+    nrv = first.num_row_variables
+    if not isinstance(out, (list, tuple)):
+        raise TypeError(f"Argument `out` must be a list of GkrLayer (pyramid[1:] of an "
+                        f"earlier build_pyramid), not {_describe(out)}")
+    if len(out) != nrv:
+        raise ValueError(f"Argument `out` must hold one layer per transition: {nrv} for "
+                         f"this first layer (pyramid[1:] of one of its shape), not "
+                         f"{len(out)}")
+    n_ext, d_ext = _out_ext(first)
+    exts = (n_ext, n_ext, d_ext, d_ext)
+    length, outs, written = int(first.numerator_0.shape[0]), [], []
+    for i, layer in enumerate(out):
+        length //= 2
+        outs.append(_check_out(layer, f"out[{i}]", first, length, exts))
+        written += _named(f"out[{i}]", outs[-1])
+    mles = first.mles
+    kind, backend = _backend.resolve(dict(zip(_MLE_NAMES, mles)), backend)
+    fusable = nrv > 0 and (backend == "cpu" or (backend == "cupy" and kind == "cupy"))
+    if fused and not fusable:
+        raise ValueError("fused=True with `out` needs a layer with a row variable, on the "
+                         "CPU or on CuPy arrays with backend 'cupy' (the Numba-CUDA fused "
+                         "kernel writes layers of its own layout); use fused=None")
+    named = ("build_pyramid", written, _named("first", mles))
+    if fusable and fused is not False and _compiled_overlap_test(mles, backend):
+        # (the named test reads 60 addresses in Python for a 2**14-row
+        # pyramid, ~100 us; the compiled one ~0.4 us a layer)
+        try:
+            _backend.kernels_for(backend, "gkr").pyramid_dense(list(mles), list(outs),
+                                                               first.field.params)
+        except ValueError:
+            check_gkr_disjoint(*named)
+            raise
+        return [first, *out]
+    check_gkr_disjoint(*named)
+    if fused is not False and fusable:
+        xp = _backend.get_xp(kind)
+        ins = [xp.ascontiguousarray(x) for x in mles]
+        # the kernel layer's checked launcher: its metadata checks (a few us a
+        # layer) are small beside a pyramid large enough to reuse buffers for
+        _backend.kernels_for(backend, "gkr").pyramid_dense(ins, list(outs),
+                                                           first.field.params)
+    else:
+        layer = first
+        for into in out:
+            layer = layer_transition(layer, backend=backend, out=into)
+    return [first, *out]
 
 
 def _fused_pyramid(first: GkrLayer, backend):
