@@ -113,11 +113,16 @@ class DensePyramid:
         words = _mles("mixed", n)
         self.layer = GkrLayer(*words, 6)
         self.canon = [_canonical(x) for x in words]
-        build_pyramid(self.layer)  # compile (small layers run serial twins)
+        self.reuse = build_pyramid(self.layer)[1:]  # compile (small layers run serial twins)
         build_pyramid(self.layer, fused=False)
 
     def time_zorch_nb(self, n):
         build_pyramid(self.layer)
+
+    def time_zorch_nb_out(self, n):
+        # overwriting an earlier pyramid's layers: no allocations (on large
+        # layers, no fresh pages for the operating system to zero)
+        build_pyramid(self.layer, out=self.reuse)
 
     def time_zorch_nb_per_layer(self, n):
         # one parallel call per transition: what the CPU's fused pyramid
