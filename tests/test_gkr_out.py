@@ -200,3 +200,29 @@ def test_gpu_out_equals_fresh(ne, de):
             for l, (g, w) in enumerate(zip(got, want)):
                 for x, y in zip(g.mles, w.mles):
                     np.testing.assert_array_equal(x.get(), y, err_msg=f"fused={fused} {l}")
+
+
+def test_fused_false_alike_with_out(monkeypatch):
+    """``fused=np.False_`` means one call per transition with ``out`` as without."""
+    from zorch_nb.kernels import gkr_cpu
+
+    def refuse(*args):
+        raise AssertionError("the fused CPU pyramid ran")
+    first = _layer(KoalaBear, 1, 0, 8, 0, seed=4)
+    want = build_pyramid(first)
+    monkeypatch.setattr(gkr_cpu, "pyramid_dense", refuse)
+    for fused in (False, np.False_):
+        _assert_same(build_pyramid(first, fused=fused, out=_stale(want[1:])), want)
+
+
+def test_layers_reshaped_in_place_are_named():
+    first = _layer(KoalaBear, 1, 1, 4, 0, seed=6)
+    out = _stale(build_pyramid(first)[1:])
+    out[3].denominator_1.shape = (4,)
+    _refused(ValueError, r"Argument `out\[3\]`: an MLE of this layer changed shape",
+             lambda: build_pyramid(first, out=out), out[:3])
+    out = _stale(build_pyramid(first)[1:])
+    first.numerator_0.shape = (64,)
+    for call in (lambda: build_pyramid(first, out=out),
+                 lambda: layer_transition(first, out=out[0])):
+        _refused(ValueError, r"^an MLE of this layer changed shape", call, out)

@@ -205,3 +205,25 @@ def test_the_emulation_faults_a_launch_with_another_devices_array(cp):
     out = cp.empty_like(a)
     with pytest.raises(RuntimeError, match="illegal address"):
         k.base_map2(2, a, a, out, F.params)
+
+
+def test_gkr_out_on_another_device_is_refused(cp):
+    """``out=`` layers on GPU 1 for a layer on GPU 0: refused before any
+    launch, naming the input argument and ``out``; the same out on GPU 0 works."""
+    F = KoalaBear
+    host = [F.random(32, seed=i) for i in range(4)]
+    first = GkrLayer(*(on(cp, 0, x) for x in host))
+    want = build_pyramid(GkrLayer(*host))
+    stale = [[np.full(x.shape, 0xFFFFFFFF, np.uint32) for x in la.mles] for la in want[1:]]
+    off = [GkrLayer(*(on(cp, 1, x) for x in la)) for la in stale]
+    for call, name in ((lambda: build_pyramid(first, out=off), "first"),
+                       (lambda: layer_transition(first, out=off[0]), "layer")):
+        with pytest.raises(ValueError, match=rf"`{name}\.numerator_0` on device 0.*"
+                                             rf"`out(\[0\])?\.numerator_0` on device 1"):
+            call()
+        assert all(np.array_equal(x.get(), y) for la, s in zip(off, stale)
+                   for x, y in zip(la.mles, s))  # nothing written
+    out = [GkrLayer(*(on(cp, 0, x) for x in la)) for la in stale]
+    got = build_pyramid(first, out=out)
+    assert all(device_id(x) == 0 and np.array_equal(x.get(), y)
+               for g, w in zip(got[1:], want[1:]) for x, y in zip(g.mles, w.mles))

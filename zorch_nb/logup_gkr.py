@@ -711,15 +711,19 @@ def _out_ext(layer) -> tuple:
     return n_ext or d_ext, d_ext
 
 
-def _check_out(out, name: str, like, length: int, exts) -> tuple:
+def _check_out(out, name: str, like, like_name: str, length: int, exts) -> tuple:
     """The four MLEs of ``out``, checked as a layer to overwrite with a result
-    of ``like``'s field, batch variables, array module and device, ``length``
-    rows and the forms ``exts`` (numerators, numerators, denominators,
-    denominators extension or not).  Overlap is checked by the callers."""
+    of ``like``'s (argument ``like_name``) field, batch variables, array
+    module and device, ``length`` rows and the forms ``exts`` (numerators,
+    numerators, denominators, denominators extension or not).  Overlap is
+    checked by the callers."""
     if not isinstance(out, GkrLayer):
         raise TypeError(f"Argument `{name}` must be a GkrLayer to overwrite (a result of "
                         f"layer_transition or build_pyramid), not {_describe(out)}")
-    mles = out.mles
+    try:
+        mles = out.mles
+    except ValueError as exc:  # an MLE reshaped in place: say which layer
+        raise ValueError(f"Argument `{name}`: {exc}") from None
     if out.field is not like.field:
         raise ValueError(f"Argument `{name}` is a {out.field.name} layer; the result is "
                          f"{like.field.name}")
@@ -740,7 +744,7 @@ def _check_out(out, name: str, like, length: int, exts) -> tuple:
         raise TypeError(f"Argument `{name}` holds {names[have]} arrays; the result lives "
                         f"with the layer's {names[need]} arrays: pass a layer of those")
     if have != "numpy":  # one device with the layer (resolve names the arrays that differ)
-        _backend.resolve({**dict(_named("layer", like.mles)), **dict(_named(name, mles))},
+        _backend.resolve({**dict(_named(like_name, like.mles)), **dict(_named(name, mles))},
                          None, current=False)
     for n, x in _named(name, mles):
         if not x.flags.c_contiguous:
@@ -811,8 +815,9 @@ def layer_transition(layer: GkrLayer, *, backend: str | None = None,
     if layer.num_row_variables == 0:
         raise ValueError(f"the layer has no row variable left (nv = nbv = "
                          f"{layer.num_variables}); it is a floor: use extract_outputs")
+    mles = layer.mles  # (first: it refuses MLEs reshaped in place since the checks)
     field, mode = layer.field, _mode(layer)
-    half, (n_ext, d_ext) = layer.numerator_0.shape[0] // 2, _out_ext(layer)
+    half, (n_ext, d_ext) = mles[0].shape[0] // 2, _out_ext(layer)
     # The trusted launcher: the layer was checked when built and the outputs
     # are fresh or checked here (the launcher's own checks were 10.7 of the
     # 51 us of host time of a 2**10 transition on CuPy).
@@ -823,8 +828,7 @@ def layer_transition(layer: GkrLayer, *, backend: str | None = None,
 
     if out is None:
         return _trusted(GkrLayer, *run(), layer.num_batch_variables, field)
-    into = _check_out(out, "out", layer, half, (n_ext, n_ext, d_ext, d_ext))
-    mles = layer.mles
+    into = _check_out(out, "out", layer, "layer", half, (n_ext, n_ext, d_ext, d_ext))
     named = ("layer_transition", _named("out", into), _named("layer", mles))
     if _compiled_overlap_test(mles, backend):
         try:
@@ -898,6 +902,7 @@ def build_pyramid(first: GkrLayer, *, backend: str | None = None,
 
 def _pyramid_into(first: GkrLayer, backend, fused, out) -> list:
     """:func:`build_pyramid` writing into the layers ``out``."""
+    mles = first.mles  # (first: it refuses MLEs reshaped in place since the checks)
     nrv = first.num_row_variables
     if not isinstance(out, (list, tuple)):
         raise TypeError(f"Argument `out` must be a list of GkrLayer (pyramid[1:] of an "
@@ -908,12 +913,11 @@ def _pyramid_into(first: GkrLayer, backend, fused, out) -> list:
                          f"{len(out)}")
     n_ext, d_ext = _out_ext(first)
     exts = (n_ext, n_ext, d_ext, d_ext)
-    length, outs, written = int(first.numerator_0.shape[0]), [], []
+    length, outs, written = int(mles[0].shape[0]), [], []
     for i, layer in enumerate(out):
         length //= 2
-        outs.append(_check_out(layer, f"out[{i}]", first, length, exts))
+        outs.append(_check_out(layer, f"out[{i}]", first, "first", length, exts))
         written += _named(f"out[{i}]", outs[-1])
-    mles = first.mles
     kind, backend = _backend.resolve(dict(zip(_MLE_NAMES, mles)), backend)
     fusable = nrv > 0 and (backend == "cpu" or (backend == "cupy" and kind == "cupy"))
     if fused and not fusable:
@@ -921,7 +925,8 @@ def _pyramid_into(first: GkrLayer, backend, fused, out) -> list:
                          "CPU or on CuPy arrays with backend 'cupy' (the Numba-CUDA fused "
                          "kernel writes layers of its own layout); use fused=None")
     named = ("build_pyramid", written, _named("first", mles))
-    if fusable and fused is not False and _compiled_overlap_test(mles, backend):
+    fuse = fusable and (fused is None or fused)  # (np.False_ too: not `is not False`)
+    if fuse and _compiled_overlap_test(mles, backend):
         # (the named test reads 60 addresses in Python for a 2**14-row
         # pyramid, ~100 us; the compiled one ~0.4 us a layer)
         try:
@@ -932,7 +937,7 @@ def _pyramid_into(first: GkrLayer, backend, fused, out) -> list:
             raise
         return [first, *out]
     check_gkr_disjoint(*named)
-    if fused is not False and fusable:
+    if fuse:
         xp = _backend.get_xp(kind)
         ins = [xp.ascontiguousarray(x) for x in mles]
         # the kernel layer's checked launcher: its metadata checks (a few us a
