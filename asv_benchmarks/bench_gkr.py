@@ -149,10 +149,13 @@ class JaggedPyramid:
         self.layer = JaggedGkrLayer(*words, _counts(n))
         self.schedule = halving_schedule(self.layer)
         self.canon = [_canonical(x) for x in words]
-        build_jagged_pyramid(self.layer, self.schedule)  # compile
+        self.reuse = build_jagged_pyramid(self.layer, self.schedule)[1:]  # compile
 
     def time_zorch_nb(self, n):
         build_jagged_pyramid(self.layer, self.schedule)
+
+    def time_zorch_nb_out(self, n):
+        build_jagged_pyramid(self.layer, self.schedule, out=self.reuse)
 
     def time_numpy_uint64(self, n):
         plain.jagged_pyramid(self.canon, self.layer.row_counts, self.schedule, P, W)

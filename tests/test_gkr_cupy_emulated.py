@@ -245,3 +245,36 @@ def test_object_layer_out_on_emulated_cupy_arrays(emu, ne, de):
     got = build_pyramid(GkrLayer(*host, 2, F), backend="cupy", out=out)
     assert all(g is o and type(g.numerator_0) is np.ndarray for g, o in zip(got[1:], out))
     same(got, "host data on backend='cupy'")
+
+
+@pytest.mark.parametrize("device_schedule", [False, True], ids=["host", "device"])
+@pytest.mark.parametrize("ne,de", MODES)
+def test_jagged_out_on_emulated_cupy_arrays(emu, monkeypatch, ne, de, device_schedule):
+    """``out=`` of ``build_jagged_pyramid`` with (emulated) CuPy arrays: the
+    fused chunks, single steps and the one-block tail write into ``out``
+    (host and device schedules); ``out`` takes the results' row counts."""
+    _, launches = emu
+    monkeypatch.setattr(launch_config, "GKR_JAGGED_TAIL_SLOTS", 24)
+    F = KoalaBear if ne == de else BabyBear
+    rc = np.array([90, 0, 33, 1, 64, 7, 70, 2], np.int32)
+    jhost = random_jagged_layer(F, ne, de, rc, int(rc.sum()) + 4, seed=16)
+    steps = [(s.row_counts, s.width) for s in halving_schedule(jhost)]
+    want = build_jagged_pyramid(jhost, steps)
+    if device_schedule:
+        steps = [(cuda_emu.EmuArray(c.copy()), w) for c, w in steps]
+    jdev = JaggedGkrLayer(*[_device(x) for x in jhost.mles], rc, F)
+    for fused in (None, False):
+        launches.clear()
+        out = [JaggedGkrLayer(*(_device(np.full(x.shape, 0xFFFFFFFF, np.uint32))
+                                for x in la.mles), np.zeros(8, np.int32), F)
+               for la in want[1:]]
+        got = build_jagged_pyramid(jdev, steps, fused=fused, out=out)
+        assert got[0] is jdev and all(g is o for g, o in zip(got[1:], out))
+        for l, (g, w) in enumerate(zip(got, want)):
+            counts = g.row_counts if isinstance(g.row_counts, np.ndarray) else g.row_counts.get()
+            np.testing.assert_array_equal(counts, w.row_counts, err_msg=f"layer {l}")
+            for a, b in zip(g.mles, w.mles):
+                np.testing.assert_array_equal(a.get(), b, err_msg=f"fused={fused} layer {l}")
+        if fused is None:
+            assert any(n.startswith("zorch_gkr_jagged_chunk<") for n in launches)
+            assert any(n.startswith("zorch_gkr_jagged_tail<") for n in launches)

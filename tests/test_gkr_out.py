@@ -1,5 +1,5 @@
-"""``out=`` of ``layer_transition`` and ``build_pyramid``: results written into
-the layers of an earlier result.
+"""``out=`` of ``layer_transition`` and ``build_pyramid`` (and their jagged
+twins): results written into the layers of an earlier result.
 
 The bytes must be those of a fresh result (which test_logup_gkr.py checks
 against the big-int reference) on every path -- the fused CPU pyramid, one
@@ -11,8 +11,10 @@ leaves its input alone.  Every misfit is refused before anything is written.
 import numpy as np
 import pytest
 
+from gkr_cases import random_jagged_layer
 from zorch_nb import BabyBear, KoalaBear
-from zorch_nb.logup_gkr import GkrLayer, build_pyramid, layer_transition
+from zorch_nb.logup_gkr import (GkrLayer, JaggedGkrLayer, build_jagged_pyramid, build_pyramid,
+                                halving_schedule, jagged_layer_transition, layer_transition)
 
 MODES = [(ne, de) for ne in (0, 1) for de in (0, 1)]
 FIELDS = [KoalaBear, BabyBear]
@@ -38,24 +40,34 @@ def _assert_same(got, want):
             np.testing.assert_array_equal(x, y, err_msg=f"layer {l}")
 
 
+def _check_into(first, want, pyramid, transition, stale, same, fused_options):
+    """``pyramid(fused, out)`` and ``transition(out)`` (``None``: a floor) of
+    ``first`` into ``stale`` layers: the bytes of ``want``, ``out`` returned,
+    ``first`` untouched."""
+    keep = [x.copy() for x in first.mles]
+    for fused in fused_options:
+        out = stale(want[1:])
+        got = pyramid(fused, out)
+        assert got[0] is first and all(g is o for g, o in zip(got[1:], out))
+        same(got, want)
+    if transition is not None:
+        into = stale(want[1:2])[0]
+        assert transition(into) is into
+        same([into], want[1:2])
+    for x, y in zip(keep, first.mles):
+        np.testing.assert_array_equal(x, y)  # input untouched
+
+
 def _check_paths(F, ne, de, backend, fused_options, cases):
     for nv, nbv in cases:
         first = _layer(F, ne, de, nv, nbv, seed=nv + 17)
-        keep = [x.copy() for x in first.mles]
-        want = build_pyramid(first, fused=False)
-        for fused in fused_options:
-            if fused and nv == nbv:
-                continue  # (a floor has nothing to fuse: test_floor_with_out)
-            out = _stale(want[1:])
-            got = build_pyramid(first, backend=backend, fused=fused, out=out)
-            assert got[0] is first and all(g is o for g, o in zip(got[1:], out))
-            _assert_same(got, want)
-        if nv > nbv:
-            into = _stale(want[1:2])[0]
-            assert layer_transition(first, backend=backend, out=into) is into
-            _assert_same([into], want[1:2])
-        for x, y in zip(keep, first.mles):
-            np.testing.assert_array_equal(x, y)  # input untouched
+        # (a floor has nothing to fuse or fold: test_floor_with_out)
+        _check_into(first, build_pyramid(first, fused=False),
+                    lambda fused, out: build_pyramid(first, backend=backend, fused=fused,
+                                                     out=out),
+                    (lambda out: layer_transition(first, backend=backend, out=out))
+                    if nv > nbv else None, _stale, _assert_same,
+                    [f for f in fused_options if nv > nbv or not f])
 
 
 @pytest.mark.parametrize("ne,de", MODES)
@@ -111,13 +123,13 @@ def test_out_misfits_are_refused_before_writing():
              lambda: build_pyramid(first, out=one), [one])
     _refused(ValueError, r"`out` must hold one layer per transition: 6 .* not 5",
              lambda: build_pyramid(first, out=out[1:]), out)
-    _refused(ValueError, r"`out\[1\]` must hold the result's 16 rows of extension "
+    _refused(ValueError, r"`out\[1\]` must hold the result's 16 rows with extension "
              r"numerators, extension denominators: MLE shapes \(\(16, 4\),",
              lambda: build_pyramid(first, out=[out[0], out[0]] + out[2:]), out)
     _refused(ValueError, r"`out` must hold the result's 32 rows",
              lambda: layer_transition(first, out=out[1]), out)
     bb = build_pyramid(_layer(F, 0, 0, 6, 0, seed=2))[1]
-    _refused(ValueError, r"32 rows of extension numerators, extension denominators: MLE "
+    _refused(ValueError, r"32 rows with extension numerators, extension denominators: MLE "
              r"shapes \(\(32, 4\), \(32, 4\), \(32, 4\), \(32, 4\)\), not \(\(32,\),",
              lambda: layer_transition(first, out=bb), [bb])
     other = GkrLayer(*one.mles, 0, BabyBear)
@@ -226,3 +238,81 @@ def test_layers_reshaped_in_place_are_named():
     for call in (lambda: build_pyramid(first, out=out),
                  lambda: layer_transition(first, out=out[0])):
         _refused(ValueError, r"^an MLE of this layer changed shape", call, out)
+
+
+# ---- jagged layers --------------------------------------------------------
+
+def _jagged_stale(layers):
+    """Jagged layers of the widths and forms of ``layers``, stale words and
+    other row counts (all in the first segment)."""
+    out = []
+    for la in layers:
+        counts = np.zeros(la.num_batches, np.int32)
+        counts[0] = la.width
+        out.append(JaggedGkrLayer(*(np.full_like(x, 0xFFFFFFFF) for x in la.mles), counts,
+                                  la.field))
+    return out
+
+
+def _assert_jagged_same(got, want):
+    _assert_same(got, want)
+    for l, (g, w) in enumerate(zip(got, want)):
+        np.testing.assert_array_equal(g.row_counts, w.row_counts, err_msg=f"layer {l}")
+        assert g.width == w.width
+
+
+def _check_jagged_paths(F, ne, de, backend, fused_options):
+    rc = np.array([9, 0, 17, 1, 32, 5, 2, 3], np.int32)
+    first = random_jagged_layer(F, ne, de, rc, int(rc.sum()) + 3, seed=ne + 2 * de)
+    steps = [(s.row_counts, s.width) for s in halving_schedule(first)]
+    _check_into(first, build_jagged_pyramid(first, steps, fused=False),
+                lambda fused, out: build_jagged_pyramid(first, steps, backend=backend,
+                                                        fused=fused, out=out),
+                lambda out: jagged_layer_transition(first, steps[0], backend=backend, out=out),
+                _jagged_stale, _assert_jagged_same, fused_options)
+
+
+@pytest.mark.parametrize("ne,de", MODES)
+@pytest.mark.parametrize("F", FIELDS, ids=["koalabear", "babybear"])
+def test_cpu_jagged_out_equals_fresh(F, ne, de):
+    _check_jagged_paths(F, ne, de, None, (None, False))
+
+
+@pytest.mark.cudasim
+@pytest.mark.parametrize("ne,de", MODES)
+def test_numba_jagged_out_equals_fresh(ne, de):
+    """The fused Numba-CUDA chunks write into ``out`` (host arrays copied back)."""
+    _check_jagged_paths(KoalaBear if ne == de else BabyBear, ne, de, "numba", (None, False))
+
+
+def test_jagged_out_misfits_are_refused():
+    F = KoalaBear
+    rc = np.array([6, 3, 0, 4], np.int32)
+    first = random_jagged_layer(F, 0, 1, rc, 16, seed=3)
+    steps = [(s.row_counts, s.width) for s in halving_schedule(first)]
+    pyr = build_jagged_pyramid(first, steps)
+    out = _jagged_stale(pyr[1:])
+    dense = build_pyramid(_layer(F, 0, 1, 3, 0, seed=1))[1]
+    _refused(TypeError, r"`out` must be a JaggedGkrLayer to overwrite \(a result of "
+             r"jagged_layer_transition or build_jagged_pyramid\), not GkrLayer",
+             lambda: jagged_layer_transition(first, steps[0], out=dense), [dense])
+    _refused(TypeError, r"`out` must be a list of JaggedGkrLayer",
+             lambda: build_jagged_pyramid(first, steps, out=out[0]), out)
+    _refused(ValueError, rf"`out` must hold one layer per step \({len(steps)}\), not "
+             rf"{len(steps) - 1}", lambda: build_jagged_pyramid(first, steps, out=out[1:]), out)
+    _refused(ValueError, rf"`out\[1\]` must hold the result's width of {pyr[2].width} with "
+             r"extension numerators, extension denominators",
+             lambda: build_jagged_pyramid(first, steps, out=[out[0], out[0]] + out[2:]), out)
+    wrong = JaggedGkrLayer(*out[0].mles, np.array([1, 1], np.int32), F)
+    _refused(ValueError, r"`out` has 2 segments; the result has 4",
+             lambda: jagged_layer_transition(first, steps[0], out=wrong), [wrong])
+    twice = list(out)
+    twice[1] = JaggedGkrLayer(*out[1].mles[:3], out[0].numerator_0[:out[1].width],
+                              out[1].row_counts, F)
+    _refused(ValueError, r"build_jagged_pyramid: argument `out\[1\]\.denominator_1` overlaps "
+             r"argument `out\[0\]\.numerator_0`",
+             lambda: build_jagged_pyramid(first, steps, out=twice), out)
+    own = JaggedGkrLayer(first.denominator_0[:pyr[1].width], *out[0].mles[1:],
+                         out[0].row_counts, F)
+    _refused(ValueError, r"argument `out\.numerator_0` overlaps argument `layer\.denominator_0`",
+             lambda: jagged_layer_transition(first, steps[0], out=own), [])

@@ -28,9 +28,10 @@ measured in the same process:
 
 Kernel rows call the kernel layer with preallocated outputs (steady state);
 pyramid and dispatch rows go through the object layer, as a user would.  On
-the CPU a dense pyramid row also times ``build_pyramid(first, out=...)``
-overwriting the layers of an earlier pyramid (``reused_out_ms``): the same
-kernels without the operating system zeroing fresh pages for every layer.
+the CPU a pyramid row also times ``build_pyramid(first, out=...)`` (or its
+jagged twin) overwriting the layers of an earlier pyramid
+(``reused_out_ms``): the same kernels without the operating system zeroing
+fresh pages for every layer.
 """
 from __future__ import annotations
 
@@ -305,12 +306,17 @@ def _jagged_pyramid_row(n, backend, repeat, xp, timer, sync):
         lambda: built.append(build_jagged_pyramid(jfirst, schedule, backend=backend)), sync)
     layers = built.pop()
     compulsory = _nbytes(jfirst.mles) + sum(_nbytes(la.mles) for la in layers[1:])
+    if xp is np:  # as for the dense pyramids
+        reused = timer(functools.partial(build_jagged_pyramid, jfirst, schedule,
+                                         backend=backend, out=layers[1:]), max(1, repeat // 2))
     del layers
     t = timer(lambda: build_jagged_pyramid(jfirst, schedule, backend=backend),
               max(1, repeat // 2))
     row = Row(f"jagged pyramid base/ext ({JAGGED_SEGMENTS} seg.)", backend, n, t, compulsory,
               first_s)
     row.extra["layers"] = len(schedule)
+    if xp is np:
+        row.extra["reused_out_ms"] = round(reused * 1e3, 3)
     if xp is np:
         _numpy_baseline(row, jfirst.mles, lambda canon: _numpy_gkr.jagged_pyramid(
             canon, jfirst.row_counts, schedule, P, W), max(1, repeat // 2))

@@ -20,8 +20,8 @@ and the result is byte-identical to folding an all-extension copy.
 Backends follow the arrays (see :mod:`zorch_nb._backend`): NumPy runs Numba CPU
 kernels, CuPy runs CUDA C RawKernels, ``backend="numba"`` runs the Numba-CUDA
 kernels.  All give identical bytes.  Every transition writes one new buffer
-(one allocation per layer; dense ones can overwrite an earlier result
-instead, ``out=``) and, on the GPU, never synchronizes with the host:
+(one allocation per layer; ``out=`` overwrites an earlier result instead)
+and, on the GPU, never synchronizes with the host:
 a jagged schedule that lives on the device is consumed on the device.
 
 Nothing is inverted, so nothing checks the denominators: a zero denominator
@@ -713,13 +713,16 @@ def _out_ext(layer) -> tuple:
 
 def _check_out(out, name: str, like, like_name: str, length: int, exts) -> tuple:
     """The four MLEs of ``out``, checked as a layer to overwrite with a result
-    of ``like``'s (argument ``like_name``) field, batch variables, array
-    module and device, ``length`` rows and the forms ``exts`` (numerators,
-    numerators, denominators, denominators extension or not).  Overlap is
-    checked by the callers."""
-    if not isinstance(out, GkrLayer):
-        raise TypeError(f"Argument `{name}` must be a GkrLayer to overwrite (a result of "
-                        f"layer_transition or build_pyramid), not {_describe(out)}")
+    of ``like``'s (argument ``like_name``) kind, field, batch variables or
+    segments, array module and device, ``length`` rows (a jagged layer's
+    width) and the forms ``exts`` (numerators, numerators, denominators,
+    denominators extension or not).  Overlap is checked by the callers."""
+    cls = type(like)
+    if not isinstance(out, cls):
+        made_by = ("layer_transition or build_pyramid" if cls is GkrLayer else
+                   "jagged_layer_transition or build_jagged_pyramid")
+        raise TypeError(f"Argument `{name}` must be a {cls.__name__} to overwrite (a result "
+                        f"of {made_by}), not {_describe(out)}")
     try:
         mles = out.mles
     except ValueError as exc:  # an MLE reshaped in place: say which layer
@@ -727,17 +730,21 @@ def _check_out(out, name: str, like, like_name: str, length: int, exts) -> tuple
     if out.field is not like.field:
         raise ValueError(f"Argument `{name}` is a {out.field.name} layer; the result is "
                          f"{like.field.name}")
-    if out.num_batch_variables != like.num_batch_variables:
+    if cls is GkrLayer and out.num_batch_variables != like.num_batch_variables:
         raise ValueError(f"Argument `{name}` has num_batch_variables = "
                          f"{out.num_batch_variables}; the result has "
                          f"{like.num_batch_variables}")
+    if cls is JaggedGkrLayer and out.num_batches != like.num_batches:
+        raise ValueError(f"Argument `{name}` has {out.num_batches} segments; the result has "
+                         f"{like.num_batches}")
     want = tuple((length, 4) if e else (length,) for e in exts)
     got = tuple(tuple(x.shape) for x in mles)
     if got != want:
         forms = (f"{'extension' if exts[0] else 'base'} numerators, "
                  f"{'extension' if exts[2] else 'base'} denominators")
-        raise ValueError(f"Argument `{name}` must hold the result's {length} rows of "
-                         f"{forms}: MLE shapes {want}, not {got}")
+        size = f"{length} rows" if cls is GkrLayer else f"width of {length}"
+        raise ValueError(f"Argument `{name}` must hold the result's {size} with {forms}: "
+                         f"MLE shapes {want}, not {got}")
     have, need = _data_kind(out), _data_kind(like)
     if have != need:
         names = {"numpy": "NumPy", "cupy": "CUDA (CuPy)"}
@@ -1071,7 +1078,8 @@ def _check_step(rc, kind: str, out_row_counts, out_width, device=None):
 
 
 def jagged_layer_transition(layer: JaggedGkrLayer, out_row_counts, out_width=None, *,
-                            backend: str | None = None) -> JaggedGkrLayer:
+                            backend: str | None = None,
+                            out: JaggedGkrLayer | None = None) -> JaggedGkrLayer:
     """Fold one row variable of every segment of a jagged layer.
 
     Output slot ``q`` belongs to segment ``s`` (first ``s`` with
@@ -1097,12 +1105,19 @@ def jagged_layer_transition(layer: JaggedGkrLayer, out_row_counts, out_width=Non
         ``sum(orc)`` for host counts; required for device counts; not with a
         step.
     backend : {None, "cpu", "cupy", "numba"}, optional
+    out : JaggedGkrLayer, optional
+        A layer to overwrite with the result instead of allocating one, as
+        ``out`` of :func:`layer_transition`: width ``out_width``, the
+        result's forms, field and number of segments, the layer's array
+        module and device, C-contiguous, writeable, sharing no memory with
+        ``layer`` or itself.  Its MLEs and its ``row_counts`` become the
+        result's, and ``out`` is returned.
 
     Returns
     -------
     JaggedGkrLayer
         With ``row_counts = out_row_counts`` and width ``out_width`` (a
-        step's counts and width).
+        step's counts and width); ``out`` where given.
 
     Raises
     ------
@@ -1123,10 +1138,23 @@ def jagged_layer_transition(layer: JaggedGkrLayer, out_row_counts, out_width=Non
             raise TypeError("Argument `out_width` must not be given with a step (a JaggedStep "
                             "or (counts, width) pair), which holds the width")
         out_row_counts, out_width = counts, width
+    mles = layer.mles  # (first: it refuses MLEs reshaped in place since the checks)
     orc, out_width = _check_step(layer._counts, _data_kind(layer), out_row_counts,
                                  out_width, _data_device(layer))
-    _check_host_memory(layer, _out_ext(layer), [out_width], "Argument `out_width`")
-    return _jagged_run(layer, orc, out_width, backend)
+    if out is None:
+        _check_host_memory(layer, _out_ext(layer), [out_width], "Argument `out_width`")
+        return _jagged_run(layer, orc, out_width, backend)
+    n_ext, d_ext = _out_ext(layer)
+    into = _check_out(out, "out", layer, "layer", out_width, (n_ext, n_ext, d_ext, d_ext))
+    named = ("jagged_layer_transition", _named("out", into), _named("layer", mles))
+    if _compiled_overlap_test(mles, backend):  # (the CPU kernel tests overlap too)
+        try:
+            return _jagged_run(layer, orc, out_width, backend, out)
+        except ValueError:  # name the arrays that overlap (else re-raise)
+            check_gkr_disjoint(*named)
+            raise
+    check_gkr_disjoint(*named)
+    return _jagged_run(layer, orc, out_width, backend, out)
 
 
 def _check_host_memory(layer, out_ext, widths, what):
@@ -1164,14 +1192,19 @@ def _data_device(layer):
     return _backend.device_of(layer.numerator_0)
 
 
-def _jagged_run(layer, orc, out_width, backend):
-    """The transition of ``layer`` to the checked step ``(orc, out_width)``."""
+def _jagged_run(layer, orc, out_width, backend, out=None):
+    """The transition of ``layer`` to the checked step ``(orc, out_width)``,
+    into ``out`` (a checked layer) where given."""
     field, mode = layer.field, _mode(layer)
     outs = _run(layer, backend,  # trusted launcher, as in layer_transition
                 lambda k, ins, outs, pre: k.jagged_transition_trusted(
                     mode, ins[4], ins[5], pre, *ins[:4], *outs, field.params),
-                [layer._counts, orc], out_width, _out_ext(layer), (2, layer.num_batches))
-    return _trusted(JaggedGkrLayer, *outs, orc, field)
+                [layer._counts, orc], out_width, _out_ext(layer), (2, layer.num_batches),
+                out=None if out is None else out.mles)
+    if out is None:
+        return _trusted(JaggedGkrLayer, *outs, orc, field)
+    _keep_counts(out, orc)  # its words are the result's: so are its counts
+    return out
 
 
 def _check_steps(layer, steps) -> list:
@@ -1253,7 +1286,8 @@ def _step(entry):
 
 
 def build_jagged_pyramid(first: JaggedGkrLayer, schedules, *,
-                         backend: str | None = None, fused: bool | None = None) -> list:
+                         backend: str | None = None, fused: bool | None = None,
+                         out: list | None = None) -> list:
     """Apply one :func:`jagged_layer_transition` per schedule entry.
 
     Parameters
@@ -1277,11 +1311,18 @@ def build_jagged_pyramid(first: JaggedGkrLayer, schedules, *,
         before the first launch; no device->host synchronization.  ``None``
         (default) fuses where it applies; ``False`` forces two launches per
         step.  Both give identical bytes.
+    out : list of JaggedGkrLayer, optional
+        One layer per step to overwrite instead of allocating -- the later
+        layers of an earlier pyramid of the same widths, forms and field,
+        e.g. ``pyramid[1:]`` of one built with the same schedule -- each
+        checked as ``out`` of :func:`jagged_layer_transition`, all sharing
+        no memory with ``first`` or each other.  Their MLEs and row counts
+        become the results' (see :func:`build_pyramid` for what it saves).
 
     Returns
     -------
     list of JaggedGkrLayer
-        ``[first, ...]``, one buffer per layer.
+        ``[first, ...]``, one buffer per layer (with ``out``: ``[first, *out]``).
 
     Raises
     ------
@@ -1310,24 +1351,52 @@ def build_jagged_pyramid(first: JaggedGkrLayer, schedules, *,
         raise one_step
     steps = [_step(entry) for entry in entries]
     _check_fused(fused)
+    checked = None
+    if out is not None:  # the steps give the widths out must have: checked first
+        checked = _check_steps(first, steps)
+        out = _check_jagged_outs(first, checked, out)
     if fused is None or fused:
         kind, run = _backend.resolve(dict(zip(_MLE_NAMES, first.mles)), backend)
         if (kind == "cupy" and run == "cupy") or run == "numba":
             return [first] + _fused_jagged_steps(first, steps, _backend.get_xp(kind),
-                                                 _backend.kernels_for(run, "gkr"))
+                                                 _backend.kernels_for(run, "gkr"), out,
+                                                 checked)
         if fused:
             raise ValueError("fused=True needs a GPU backend (CuPy arrays on 'cupy', or "
                              "'numba'); use fused=None to fall back to two launches per "
                              "transition")
     if not steps:  # no transition below checks `backend`
         _backend.resolve(dict(zip(_MLE_NAMES, first.mles)), backend)
+    if checked is None:
+        checked = _check_steps(first, steps)  # every step checked before any runs
     layers = [first]
-    for orc, width in _check_steps(first, steps):  # every step checked before any runs
-        layers.append(_jagged_run(layers[-1], orc, width, backend))
+    for i, (orc, width) in enumerate(checked):
+        layers.append(_jagged_run(layers[-1], orc, width, backend,
+                                  None if out is None else out[i]))
     return layers
 
 
-def _fused_jagged_steps(layer: JaggedGkrLayer, steps, xp, kernels) -> list:
+def _check_jagged_outs(first: JaggedGkrLayer, checked, out) -> list:
+    """``out`` of :func:`build_jagged_pyramid`, checked against the widths of
+    the ``checked`` steps (:func:`_check_steps`)."""
+    if not isinstance(out, (list, tuple)):
+        raise TypeError(f"Argument `out` must be a list of JaggedGkrLayer (pyramid[1:] of "
+                        f"an earlier build_jagged_pyramid), not {_describe(out)}")
+    if len(out) != len(checked):
+        raise ValueError(f"Argument `out` must hold one layer per step ({len(checked)}), "
+                         f"not {len(out)}")
+    n_ext, d_ext = _out_ext(first)
+    exts = (n_ext, n_ext, d_ext, d_ext)
+    written = []
+    for i, (layer, (_, width)) in enumerate(zip(out, checked)):
+        written += _named(f"out[{i}]", _check_out(layer, f"out[{i}]", first, "first", width,
+                                                  exts))
+    check_gkr_disjoint("build_jagged_pyramid", written, _named("first", first.mles))
+    return list(out)
+
+
+def _fused_jagged_steps(layer: JaggedGkrLayer, steps, xp, kernels, out=None,
+                        checked=None) -> list:
     """The layers of ``steps`` from ``layer`` on a GPU backend, fused.
 
     Every step is checked before the first launch; host counts travel in one
@@ -1346,7 +1415,8 @@ def _fused_jagged_steps(layer: JaggedGkrLayer, steps, xp, kernels) -> list:
     checked without a GPU.
     """
     from .kernels.launch_config import GKR_JAGGED_CHUNK, gkr_jagged_plan
-    checked = _check_steps(layer, steps)  # all checks before the first launch
+    if checked is None:
+        checked = _check_steps(layer, steps)  # all checks before the first launch
     # Host counts (the input's and any host step's) travel in one H2D copy.
     host = [c for c in [layer._counts] + [o for o, _ in checked] if isinstance(c, np.ndarray)]
     packed = xp.asarray(np.concatenate(host)) if host else None
@@ -1367,7 +1437,9 @@ def _fused_jagged_steps(layer: JaggedGkrLayer, steps, xp, kernels) -> list:
 
     def allocate(upto):  # the outputs of steps [len(kernel_steps), upto)
         for orc, width in checked[len(kernel_steps):upto]:
-            kernel_steps.append((device(orc), _fresh_outputs(xp, width, exts)[1]))
+            outs = _fresh_outputs(xp, width, exts)[1] if out is None else \
+                out[len(kernel_steps)].mles
+            kernel_steps.append((device(orc), outs))
 
     src = [xp.ascontiguousarray(xp.asarray(x)) for x in layer.mles]
     prefix = xp.empty((GKR_JAGGED_CHUNK + 1) * nb, dtype=np.int64)  # enough for every launch
@@ -1393,6 +1465,10 @@ def _fused_jagged_steps(layer: JaggedGkrLayer, steps, xp, kernels) -> list:
         allocate(len(steps))
         kernels.jagged_tail_trusted(mode, rc_dev, prefix[:2 * nb], src, kernel_steps[tail:],
                                     params)
+    if out is not None:  # their words are the results': so are their counts
+        for into, (orc, _) in zip(out, checked):
+            _keep_counts(into, orc)
+        return list(out)
     return [_trusted(JaggedGkrLayer, *outs, orc, layer.field)
             for (orc, _), (_, outs) in zip(checked, kernel_steps)]
 
