@@ -21,7 +21,7 @@ from zorch_nb import BabyBear, KoalaBear
 from zorch_nb.kernels import gkr_cpu, launch_config
 from zorch_nb.logup_gkr import (GkrLayer, JaggedGkrLayer, _fused_jagged_steps, _split,
                                 _trusted, build_jagged_pyramid, build_pyramid,
-                                halving_schedule, layer_transition)
+                                halving_schedule, jagged_layer_transition, layer_transition)
 
 MODES = [(ne, de) for ne in (0, 1) for de in (0, 1)]
 
@@ -278,3 +278,36 @@ def test_jagged_out_on_emulated_cupy_arrays(emu, monkeypatch, ne, de, device_sch
         if fused is None:
             assert any(n.startswith("zorch_gkr_jagged_chunk<") for n in launches)
             assert any(n.startswith("zorch_gkr_jagged_tail<") for n in launches)
+
+
+def test_jagged_out_over_device_counts_is_refused(emu):
+    """Device row counts are the caller's arrays: an ``out`` whose memory holds
+    them (here in its dead slots) is refused, naming both, before a launch."""
+    _, launches = emu
+    F = KoalaBear
+    rc = np.array([9, 0, 17, 1, 32, 5, 2, 3], np.int32)
+    jhost = random_jagged_layer(F, 0, 0, rc, int(rc.sum()) + 3, seed=5)
+    steps = [(s.row_counts, s.width + 8) for s in halving_schedule(jhost)]
+    width = steps[0][1]
+    jdev = JaggedGkrLayer(*[_device(x) for x in jhost.mles], rc, F)
+
+    def stale(step_list):  # stale out layers, and their numerator_0 words
+        words = [[np.full(w, 0xFFFFFFFF, np.uint32) for _ in range(4)] for _, w in step_list]
+        return [JaggedGkrLayer(*(cuda_emu.EmuArray(x) for x in ws), np.zeros(8, np.int32), F)
+                for ws in words], [ws[0] for ws in words]
+
+    (one,), (held,) = stale(steps[:1])  # step 0's counts in one's last (dead) slots
+    held[-8:] = steps[0][0].view(np.uint32)
+    counts = cuda_emu.EmuArray(held[-8:].view(np.int32))
+    with pytest.raises(ValueError, match=r"argument `out\.numerator_0` overlaps argument "
+                                         r"`out_row_counts`"):
+        jagged_layer_transition(jdev, counts, width, out=one)
+    out, held = stale(steps)  # step 1's counts in out[0]'s last slots
+    held[0][-8:] = steps[1][0].view(np.uint32)
+    dsteps = [(cuda_emu.EmuArray(c.copy()), w) for c, w in steps]
+    dsteps[1] = (cuda_emu.EmuArray(held[0][-8:].view(np.int32)), steps[1][1])
+    for fused in (None, False):
+        with pytest.raises(ValueError, match=r"argument `out\[0\]\.numerator_0` overlaps "
+                                             r"argument `schedules\[1\]`"):
+            build_jagged_pyramid(jdev, dsteps, fused=fused, out=out)
+    assert not launches

@@ -1146,7 +1146,9 @@ def jagged_layer_transition(layer: JaggedGkrLayer, out_row_counts, out_width=Non
         return _jagged_run(layer, orc, out_width, backend)
     n_ext, d_ext = _out_ext(layer)
     into = _check_out(out, "out", layer, "layer", out_width, (n_ext, n_ext, d_ext, d_ext))
-    named = ("jagged_layer_transition", _named("out", into), _named("layer", mles))
+    # (device counts are the caller's arrays: out must not overwrite them either)
+    named = ("jagged_layer_transition", _named("out", into), _named("layer", mles) + [
+        ("layer.row_counts", layer._counts), ("out_row_counts", orc)])
     if _compiled_overlap_test(mles, backend):  # (the CPU kernel tests overlap too)
         try:
             return _jagged_run(layer, orc, out_width, backend, out)
@@ -1391,7 +1393,10 @@ def _check_jagged_outs(first: JaggedGkrLayer, checked, out) -> list:
     for i, (layer, (_, width)) in enumerate(zip(out, checked)):
         written += _named(f"out[{i}]", _check_out(layer, f"out[{i}]", first, "first", width,
                                                   exts))
-    check_gkr_disjoint("build_jagged_pyramid", written, _named("first", first.mles))
+    # (device counts are the caller's arrays: out must not overwrite them either)
+    check_gkr_disjoint("build_jagged_pyramid", written, _named("first", first.mles) + [
+        ("first.row_counts", first._counts)] + [(f"schedules[{i}]", orc)
+                                                for i, (orc, _) in enumerate(checked)])
     return list(out)
 
 
