@@ -772,6 +772,22 @@ def _compiled_overlap_test(mles, backend) -> bool:
         type(x) is np.ndarray and x.flags.c_contiguous for x in mles)
 
 
+def _write_checked(named, compiled: bool, call):
+    """``call()``, which writes checked ``out`` layers, behind the overlap test
+    ``named`` (:func:`.launch_checks.check_gkr_disjoint`'s arguments): run
+    first where the kernels test overlap in compiled code themselves
+    (``compiled``, :func:`_compiled_overlap_test`), then only to name the
+    arrays of a refusal."""
+    if not compiled:
+        check_gkr_disjoint(*named)
+        return call()
+    try:
+        return call()
+    except ValueError:  # name the arrays that overlap (else re-raise)
+        check_gkr_disjoint(*named)
+        raise
+
+
 def _named(prefix: str, mles) -> list:
     """``[(prefix.numerator_0, mle), ...]``: a layer's MLEs named for errors."""
     return [(f"{prefix}.{n}", x) for n, x in zip(_MLE_NAMES, mles)]
@@ -836,16 +852,8 @@ def layer_transition(layer: GkrLayer, *, backend: str | None = None,
     if out is None:
         return _trusted(GkrLayer, *run(), layer.num_batch_variables, field)
     into = _check_out(out, "out", layer, "layer", half, (n_ext, n_ext, d_ext, d_ext))
-    named = ("layer_transition", _named("out", into), _named("layer", mles))
-    if _compiled_overlap_test(mles, backend):
-        try:
-            run(into)
-        except ValueError:  # name the arrays that overlap (else re-raise)
-            check_gkr_disjoint(*named)
-            raise
-    else:
-        check_gkr_disjoint(*named)
-        run(into)
+    _write_checked(("layer_transition", _named("out", into), _named("layer", mles)),
+                   _compiled_overlap_test(mles, backend), lambda: run(into))
     return out
 
 
@@ -931,30 +939,25 @@ def _pyramid_into(first: GkrLayer, backend, fused, out) -> list:
         raise ValueError("fused=True with `out` needs a layer with a row variable, on the "
                          "CPU or on CuPy arrays with backend 'cupy' (the Numba-CUDA fused "
                          "kernel writes layers of its own layout); use fused=None")
-    named = ("build_pyramid", written, _named("first", mles))
     fuse = fusable and (fused is None or fused)  # (np.False_ too: not `is not False`)
-    if fuse and _compiled_overlap_test(mles, backend):
-        # (the named test reads 60 addresses in Python for a 2**14-row
-        # pyramid, ~100 us; the compiled one ~0.4 us a layer)
-        try:
-            _backend.kernels_for(backend, "gkr").pyramid_dense(list(mles), list(outs),
+
+    def run():
+        if fuse:
+            xp = _backend.get_xp(kind)
+            ins = [xp.ascontiguousarray(x) for x in mles]
+            # the kernel layer's checked launcher: its metadata checks (a few us
+            # a layer) are small beside a pyramid large enough to reuse buffers for
+            _backend.kernels_for(backend, "gkr").pyramid_dense(ins, list(outs),
                                                                first.field.params)
-        except ValueError:
-            check_gkr_disjoint(*named)
-            raise
-        return [first, *out]
-    check_gkr_disjoint(*named)
-    if fuse:
-        xp = _backend.get_xp(kind)
-        ins = [xp.ascontiguousarray(x) for x in mles]
-        # the kernel layer's checked launcher: its metadata checks (a few us a
-        # layer) are small beside a pyramid large enough to reuse buffers for
-        _backend.kernels_for(backend, "gkr").pyramid_dense(ins, list(outs),
-                                                           first.field.params)
-    else:
-        layer = first
-        for into in out:
-            layer = layer_transition(layer, backend=backend, out=into)
+        else:
+            layer = first
+            for into in out:
+                layer = layer_transition(layer, backend=backend, out=into)
+
+    # (the named test reads 60 addresses in Python for a 2**14-row pyramid,
+    # ~100 us; the fused CPU pyramid's compiled one ~0.4 us a layer)
+    _write_checked(("build_pyramid", written, _named("first", mles)),
+                   fuse and _compiled_overlap_test(mles, backend), run)
     return [first, *out]
 
 
@@ -1149,14 +1152,8 @@ def jagged_layer_transition(layer: JaggedGkrLayer, out_row_counts, out_width=Non
     # (device counts are the caller's arrays: out must not overwrite them either)
     named = ("jagged_layer_transition", _named("out", into), _named("layer", mles) + [
         ("layer.row_counts", layer._counts), ("out_row_counts", orc)])
-    if _compiled_overlap_test(mles, backend):  # (the CPU kernel tests overlap too)
-        try:
-            return _jagged_run(layer, orc, out_width, backend, out)
-        except ValueError:  # name the arrays that overlap (else re-raise)
-            check_gkr_disjoint(*named)
-            raise
-    check_gkr_disjoint(*named)
-    return _jagged_run(layer, orc, out_width, backend, out)
+    return _write_checked(named, _compiled_overlap_test(mles, backend),
+                          lambda: _jagged_run(layer, orc, out_width, backend, out))
 
 
 def _check_host_memory(layer, out_ext, widths, what):
