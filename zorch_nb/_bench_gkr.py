@@ -282,7 +282,6 @@ def _dense_pyramid_row(name, n, backend, repeat, xp, timer, sync):
     row.extra["layers"] = first.num_row_variables
     if xp is np:
         row.extra["reused_out_ms"] = round(reused * 1e3, 3)
-    if xp is np:
         _numpy_baseline(row, first.mles, lambda canon: _numpy_gkr.dense_pyramid(
             canon, first.num_row_variables, P, W), max(1, repeat // 2))
     if backend in ("cupy", "numba"):  # both GPU backends run the fused pyramid
@@ -317,7 +316,6 @@ def _jagged_pyramid_row(n, backend, repeat, xp, timer, sync):
     row.extra["layers"] = len(schedule)
     if xp is np:
         row.extra["reused_out_ms"] = round(reused * 1e3, 3)
-    if xp is np:
         _numpy_baseline(row, jfirst.mles, lambda canon: _numpy_gkr.jagged_pyramid(
             canon, jfirst.row_counts, schedule, P, W), max(1, repeat // 2))
     if backend in ("cupy", "numba"):  # chunks, single steps, the one-block tail (CuPy only)
