@@ -761,6 +761,24 @@ def _check_out(out, name: str, like, like_name: str, length: int, exts) -> tuple
     return mles
 
 
+def _check_out_list(out, first, sizes, count: str) -> tuple:
+    """``out`` of a pyramid: a list of one layer per size in ``sizes`` (rows,
+    or widths of a jagged pyramid), each checked by :func:`_check_out`
+    against ``first``.  ``count`` says how many layers are due, for the
+    error.  Returns the layers' MLEs and them named ``out[i].<mle>``."""
+    twin = "build_pyramid" if type(first) is GkrLayer else "build_jagged_pyramid"
+    if not isinstance(out, (list, tuple)):
+        raise TypeError(f"Argument `out` must be a list of {type(first).__name__} "
+                        f"(pyramid[1:] of an earlier {twin}), not {_describe(out)}")
+    if len(out) != len(sizes):
+        raise ValueError(f"Argument `out` must hold one layer per {count}, not {len(out)}")
+    n_ext, d_ext = _out_ext(first)
+    exts = (n_ext, n_ext, d_ext, d_ext)
+    outs = [_check_out(layer, f"out[{i}]", first, "first", size, exts)
+            for i, (layer, size) in enumerate(zip(out, sizes))]
+    return outs, [named for i, o in enumerate(outs) for named in _named(f"out[{i}]", o)]
+
+
 def _compiled_overlap_test(mles, backend) -> bool:
     """Whether the CPU kernels will run on ``mles`` themselves (NumPy,
     C-contiguous, backend ``None`` or ``"cpu"``): their compiled prologue then
@@ -838,9 +856,8 @@ def layer_transition(layer: GkrLayer, *, backend: str | None = None,
     if layer.num_row_variables == 0:
         raise ValueError(f"the layer has no row variable left (nv = nbv = "
                          f"{layer.num_variables}); it is a floor: use extract_outputs")
-    mles = layer.mles  # (first: it refuses MLEs reshaped in place since the checks)
     field, mode = layer.field, _mode(layer)
-    half, (n_ext, d_ext) = mles[0].shape[0] // 2, _out_ext(layer)
+    half, (n_ext, d_ext) = layer.numerator_0.shape[0] // 2, _out_ext(layer)
     # The trusted launcher: the layer was checked when built and the outputs
     # are fresh or checked here (the launcher's own checks were 10.7 of the
     # 51 us of host time of a 2**10 transition on CuPy).
@@ -851,6 +868,7 @@ def layer_transition(layer: GkrLayer, *, backend: str | None = None,
 
     if out is None:
         return _trusted(GkrLayer, *run(), layer.num_batch_variables, field)
+    mles = layer.mles  # (before out: it refuses MLEs reshaped in place since the checks)
     into = _check_out(out, "out", layer, "layer", half, (n_ext, n_ext, d_ext, d_ext))
     _write_checked(("layer_transition", _named("out", into), _named("layer", mles)),
                    _compiled_overlap_test(mles, backend), lambda: run(into))
@@ -919,20 +937,9 @@ def _pyramid_into(first: GkrLayer, backend, fused, out) -> list:
     """:func:`build_pyramid` writing into the layers ``out``."""
     mles = first.mles  # (first: it refuses MLEs reshaped in place since the checks)
     nrv = first.num_row_variables
-    if not isinstance(out, (list, tuple)):
-        raise TypeError(f"Argument `out` must be a list of GkrLayer (pyramid[1:] of an "
-                        f"earlier build_pyramid), not {_describe(out)}")
-    if len(out) != nrv:
-        raise ValueError(f"Argument `out` must hold one layer per transition: {nrv} for "
-                         f"this first layer (pyramid[1:] of one of its shape), not "
-                         f"{len(out)}")
-    n_ext, d_ext = _out_ext(first)
-    exts = (n_ext, n_ext, d_ext, d_ext)
-    length, outs, written = int(mles[0].shape[0]), [], []
-    for i, layer in enumerate(out):
-        length //= 2
-        outs.append(_check_out(layer, f"out[{i}]", first, "first", length, exts))
-        written += _named(f"out[{i}]", outs[-1])
+    outs, written = _check_out_list(
+        out, first, [int(mles[0].shape[0]) >> (i + 1) for i in range(nrv)],
+        f"transition: {nrv} for this first layer (pyramid[1:] of one of its shape)")
     kind, backend = _backend.resolve(dict(zip(_MLE_NAMES, mles)), backend)
     fusable = nrv > 0 and (backend == "cpu" or (backend == "cupy" and kind == "cupy"))
     if fused and not fusable:
@@ -1141,12 +1148,12 @@ def jagged_layer_transition(layer: JaggedGkrLayer, out_row_counts, out_width=Non
             raise TypeError("Argument `out_width` must not be given with a step (a JaggedStep "
                             "or (counts, width) pair), which holds the width")
         out_row_counts, out_width = counts, width
-    mles = layer.mles  # (first: it refuses MLEs reshaped in place since the checks)
     orc, out_width = _check_step(layer._counts, _data_kind(layer), out_row_counts,
                                  out_width, _data_device(layer))
     if out is None:
         _check_host_memory(layer, _out_ext(layer), [out_width], "Argument `out_width`")
         return _jagged_run(layer, orc, out_width, backend)
+    mles = layer.mles  # (before out: it refuses MLEs reshaped in place since the checks)
     n_ext, d_ext = _out_ext(layer)
     into = _check_out(out, "out", layer, "layer", out_width, (n_ext, n_ext, d_ext, d_ext))
     # (device counts are the caller's arrays: out must not overwrite them either)
@@ -1378,18 +1385,8 @@ def build_jagged_pyramid(first: JaggedGkrLayer, schedules, *,
 def _check_jagged_outs(first: JaggedGkrLayer, checked, out) -> list:
     """``out`` of :func:`build_jagged_pyramid`, checked against the widths of
     the ``checked`` steps (:func:`_check_steps`)."""
-    if not isinstance(out, (list, tuple)):
-        raise TypeError(f"Argument `out` must be a list of JaggedGkrLayer (pyramid[1:] of "
-                        f"an earlier build_jagged_pyramid), not {_describe(out)}")
-    if len(out) != len(checked):
-        raise ValueError(f"Argument `out` must hold one layer per step ({len(checked)}), "
-                         f"not {len(out)}")
-    n_ext, d_ext = _out_ext(first)
-    exts = (n_ext, n_ext, d_ext, d_ext)
-    written = []
-    for i, (layer, (_, width)) in enumerate(zip(out, checked)):
-        written += _named(f"out[{i}]", _check_out(layer, f"out[{i}]", first, "first", width,
-                                                  exts))
+    _, written = _check_out_list(out, first, [width for _, width in checked],
+                                 f"step ({len(checked)})")
     # (device counts are the caller's arrays: out must not overwrite them either)
     check_gkr_disjoint("build_jagged_pyramid", written, _named("first", first.mles) + [
         ("first.row_counts", first._counts)] + [(f"schedules[{i}]", orc)
