@@ -31,6 +31,22 @@ def test_run_time_dependencies_are_required_not_extras():
     assert numba and (int(numba.group(1)), int(numba.group(2))) >= (0, 61), reqs["numba"]
 
 
+def test_every_extra_with_numba_cuda_keeps_numpy_below_2_5():
+    """numba-cuda 0.30.4 fails on every compile under NumPy 2.5 (np.row_stack is
+    gone), and pip takes NumPy 2.5 on Python >= 3.12 unless told otherwise (the
+    suite's sm_90 PTX stage failed there): each extra that brings numba-cuda
+    keeps NumPy below 2.5 until a numba-cuda release supports it."""
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    extras = cfg["options.extras_require"]
+    with_numba_cuda = [name for name in extras if "numba-cuda" in extras[name]]
+    assert {"cuda", "cuda12", "cuda13", "test"} <= set(with_numba_cuda), with_numba_cuda
+    for name in with_numba_cuda:
+        caps = [line.strip() for line in extras[name].splitlines()
+                if line.strip().startswith("numpy")]
+        assert caps == ["numpy<2.5"], (name, caps)
+
+
 @pytest.mark.skipif(not (ROOT / ".git").exists(), reason="needs a git checkout")
 def test_sdist_carries_every_tracked_file(tmp_path):
     """The sdist's tests need conftest.py, the references and benchmarks/ (setuptools

@@ -18,6 +18,7 @@ needs CuPy or numba-cuda.
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import sys
@@ -244,8 +245,6 @@ def kernels_for(backend: str, family: str):
             _require_cuda_driver()
         # import_module waits for an import another thread has under way
         module = importlib.import_module(name)
-        _KERNEL_MODULES[backend, family] = name, module
-        return module
     except ImportError as exc:
         if backend == "cpu":
             raise
@@ -253,6 +252,10 @@ def kernels_for(backend: str, family: str):
         raise ImportError(
             f"backend={backend!r} needs {missing}, which is not importable here "
             f"({exc}); {_CUDA_EXTRA}") from exc
+    if backend == "numba":
+        _require_cuda_target()
+    _KERNEL_MODULES[backend, family] = name, module
+    return module
 
 
 def _require_cuda_driver():
@@ -263,6 +266,55 @@ def _require_cuda_driver():
         raise ValueError("Argument `backend`='numba' needs a CUDA GPU with a working "
                          "driver, and numba.cuda.is_available() is False here; use "
                          "backend='cpu' (or NUMBA_ENABLE_CUDASIM=1 for the simulator)")
+
+
+#: The numba-cuda module whose import loads the CUDA target's NumPy support
+#: (its typing and lowering registries): the first compile imports it.
+_CUDA_TARGET_PROBE = "numba.cuda.cudaimpl"
+
+
+@functools.lru_cache(maxsize=None)
+def cuda_target_problem():
+    """``None``, or why numba-cuda's CUDA target cannot compile here (``"Type: text"``).
+
+    numba-cuda loads its NumPy support on the first compile, so a NumPy it
+    does not support fails only then, deep inside Numba: numba-cuda 0.30
+    registers ``np.row_stack``, which NumPy 2.5 removed, and every kernel
+    then fails with an ``AttributeError``.  Importing that support once up
+    front turns it into a clear error.  ``None`` under the simulator (it
+    compiles nothing) and where numba-cuda keeps that support elsewhere.
+    """
+    from numba import config
+    if config.ENABLE_CUDASIM:
+        return None
+    try:
+        importlib.import_module(_CUDA_TARGET_PROBE)
+    except ModuleNotFoundError as exc:
+        if exc.name == _CUDA_TARGET_PROBE:  # another layout: nothing to probe
+            return None
+        return f"{type(exc).__name__}: {exc}"
+    except Exception as exc:  # whatever the import raises is what a launch would
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def _require_cuda_target():
+    """Raise a clear ``ImportError`` where numba-cuda cannot compile (see
+    :func:`cuda_target_problem`); runs until a kernel module is first returned."""
+    problem = cuda_target_problem()
+    if problem is None:
+        return
+    from importlib import metadata
+    try:
+        version = f" {metadata.version('numba-cuda')}"
+    except metadata.PackageNotFoundError:
+        version = ""
+    hint = ("it registers np.row_stack, which NumPy 2.5 removed: pip install 'numpy<2.5'"
+            if "row_stack" in problem else "install a NumPy and numba-cuda that work together")
+    raise ImportError(f"backend='numba': numba-cuda{version} cannot compile kernels with "
+                      f"NumPy {np.__version__} here ({problem}); {hint}, or leave "
+                      f"backend='numba' out (CuPy arrays then run the CUDA C kernels, "
+                      f"NumPy arrays the CPU kernels)")
 
 
 def physical_memory():

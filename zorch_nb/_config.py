@@ -129,13 +129,19 @@ def _cupy() -> dict:
 def _numba_cuda() -> dict:
     try:
         from numba import config, cuda
-    except Exception as exc:  # e.g. numba-cuda 0.30 under NumPy 2.5 (np.row_stack is gone)
+    except Exception as exc:  # a broken install
         return {"importable": f"no ({_error(exc)})"}
     info = {"importable": "yes", "simulator": bool(config.ENABLE_CUDASIM)}
     try:
         info["available"] = bool(cuda.is_available())
     except Exception as exc:
         info["available"] = f"no ({_error(exc)})"
+    if not config.ENABLE_CUDASIM:
+        # it imports, yet may fail on the first compile (numba-cuda 0.30 under
+        # NumPy 2.5: np.row_stack is gone); the check backend="numba" makes
+        from . import _backend
+        problem = _backend.cuda_target_problem()
+        info["compiles"] = "yes" if problem is None else f"no ({problem.splitlines()[0]})"
     return info
 
 
