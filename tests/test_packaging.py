@@ -13,10 +13,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _install_requires():
+def _setup_cfg():
     cfg = configparser.ConfigParser()
     cfg.read(ROOT / "setup.cfg")
-    lines = cfg["options"]["install_requires"].strip().splitlines()
+    return cfg
+
+
+def _install_requires():
+    lines = _setup_cfg()["options"]["install_requires"].strip().splitlines()
     return {re.split(r"[<>=!~ ]", line.strip())[0]: line.strip() for line in lines if line.strip()}
 
 
@@ -36,9 +40,7 @@ def test_every_extra_with_numba_cuda_keeps_numpy_below_2_5():
     gone), and pip takes NumPy 2.5 on Python >= 3.12 unless told otherwise (the
     suite's sm_90 PTX stage failed there): each extra that brings numba-cuda
     keeps NumPy below 2.5 until a numba-cuda release supports it."""
-    cfg = configparser.ConfigParser()
-    cfg.read(ROOT / "setup.cfg")
-    extras = cfg["options.extras_require"]
+    extras = _setup_cfg()["options.extras_require"]
     with_numba_cuda = [name for name in extras if "numba-cuda" in extras[name]]
     assert {"cuda", "cuda12", "cuda13", "test"} <= set(with_numba_cuda), with_numba_cuda
     for name in with_numba_cuda:

@@ -289,11 +289,9 @@ def cuda_target_problem():
         return None
     try:
         importlib.import_module(_CUDA_TARGET_PROBE)
-    except ModuleNotFoundError as exc:
-        if exc.name == _CUDA_TARGET_PROBE:  # another layout: nothing to probe
-            return None
-        return f"{type(exc).__name__}: {exc}"
     except Exception as exc:  # whatever the import raises is what a launch would
+        if isinstance(exc, ModuleNotFoundError) and exc.name == _CUDA_TARGET_PROBE:
+            return None  # another layout: nothing to probe
         return f"{type(exc).__name__}: {exc}"
     return None
 
