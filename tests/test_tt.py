@@ -902,6 +902,61 @@ def test_overflow_during_svd_is_not_blamed_on_the_input(rng):
                     call()
 
 
+def test_a_non_finite_svd_of_a_finite_matrix_is_retried_then_named(rng, monkeypatch):
+    """LAPACK builds have returned a NaN column for a finite matrix on one call
+    and the right factors on the next; the sweep took that NaN for an overflow
+    of the train.  Now it recomputes (again, then in float64 for float32) and
+    names LAPACK when every try fails."""
+    x = UniformTuckerTensorTrain.from_t3(rand_t3(rng, SHAPE, (2, 2, 2), (1, 2, 2, 1)))
+    real_svd, calls = np.linalg.svd, []
+
+    def spoiled(A, *args, **kwargs):
+        u, s, vh = real_svd(A, *args, **kwargs)
+        return np.where(np.arange(u.shape[-1]) == 0, np.nan, u).astype(u.dtype), s, vh
+
+    def flaky(A, *args, **kwargs):  # the first call of all goes wrong
+        calls.append(A.dtype)
+        return (spoiled if len(calls) == 1 else real_svd)(A, *args, **kwargs)
+
+    def fails_in_float32(A, *args, **kwargs):
+        calls.append(A.dtype)
+        return (spoiled if A.dtype == np.float32 else real_svd)(A, *args, **kwargs)
+
+    for dtype in (np.float64, np.float32):
+        y = UniformTuckerTensorTrain(x.tucker_supercore.astype(dtype),
+                                     x.tt_supercore.astype(dtype), x.shape, x.masks)
+        want, (want_tsv, want_ttsv) = y.svd()
+        monkeypatch.setattr(np.linalg, "svd", flaky)
+        calls.clear()
+        got, (tsv, ttsv) = y.svd()
+        assert calls[:2] == [np.dtype(dtype)] * 2  # recomputed, same dtype
+        assert got.dtype == dtype
+        np.testing.assert_array_equal(got.tt_supercore, want.tt_supercore)
+        np.testing.assert_array_equal(tsv, want_tsv)
+        np.testing.assert_array_equal(ttsv, want_ttsv)
+        monkeypatch.setattr(np.linalg, "svd", fails_in_float32)
+        calls.clear()
+        if dtype == np.float32:  # every float32 SVD spoiled: the float64 one serves
+            got, (tsv, ttsv) = y.svd()
+            assert np.dtype(np.float64) in calls and got.dtype == np.float32
+            assert tsv.dtype == np.float32
+            assert rel_err(got.to_dense(), want.to_dense()) < 1e-5
+        monkeypatch.setattr(np.linalg, "svd", spoiled)
+        with pytest.raises(ValueError, match=r"numpy.linalg.svd\) returned inf or NaN for "
+                                             r"finite .* LAPACK/BLAS fault, not the train's"):
+            y.svd() if dtype == np.float64 else y.orthogonalize("left")
+        monkeypatch.setattr(np.linalg, "svd", real_svd)
+    # t3_from_dense's own SVDs of the unfoldings
+    dense = x.to_dense()[0]
+    want = tt_ops.t3_from_dense(dense)
+    monkeypatch.setattr(np.linalg, "svd", flaky)
+    calls.clear()
+    got = tt_ops.t3_from_dense(dense)
+    assert len(calls) == (2 * dense.ndim - 1) + 1  # its 2d - 1 unfoldings, the first twice
+    for w, g in zip(want[0] + want[1], got[0] + got[1]):
+        np.testing.assert_array_equal(g, w)
+
+
 def test_overflow_in_the_last_push_is_refused_too(rng):
     """An overflow after every SVD (the remainder pushed into the cores) came
     back as inf entries from "tucker_down", "tt_up" and "right" (only "left"

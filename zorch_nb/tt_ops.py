@@ -721,7 +721,7 @@ def t3_from_dense(dense, max_tucker_ranks=None, max_tt_ranks=None, rtol=None):
     core, tucker = dense, []
     for i in range(d):
         unfolding = xp.moveaxis(core, i, 0).reshape(core.shape[i], -1)
-        left, sv, _ = xp.linalg.svd(unfolding, full_matrices=False)
+        left, sv, _ = _finite_svd(xp, unfolding)
         k = _kept_rank(xp, sv, unfolding.shape, max_tk[i], rtol)
         basis = xp.ascontiguousarray(left[:, :k].T)  # (n_i, N_i), orthonormal rows
         tucker.append(basis)
@@ -729,7 +729,7 @@ def t3_from_dense(dense, max_tucker_ranks=None, max_tt_ranks=None, rtol=None):
     tt, rank, rest = [], 1, core
     for i in range(d - 1):
         unfolding = rest.reshape(rank * core.shape[i], -1)
-        left, sv, right = xp.linalg.svd(unfolding, full_matrices=False)
+        left, sv, right = _finite_svd(xp, unfolding)
         k = _kept_rank(xp, sv, unfolding.shape, max_tt[i], rtol)
         tt.append(xp.ascontiguousarray(left[:, :k].reshape(rank, core.shape[i], k)))
         rest = sv[:k, None] * right[:k]
@@ -1352,7 +1352,7 @@ def _frame(A, row_mask, kcount, svcount, K):
         # matrix would also build the unneeded right vectors).  Zero rows of
         # A stay zero rows of R^T.
         A = np.swapaxes(np.linalg.qr(np.swapaxes(A, -1, -2), mode="r"), -1, -2)
-    u, s, _ = xp.linalg.svd(A, full_matrices=False)
+    u, s, _ = _finite_svd(xp, A)
     L = s.shape[-1]
     if L >= K:
         u, s = u[..., :K], s[..., :K]
@@ -1370,6 +1370,32 @@ def _frame(A, row_mask, kcount, svcount, K):
         Q = _repair_xp(xp, u.reshape(B, M, K), rm, kc)
     sv = xp.where(xp.asarray(_prefix(svcount, K)), s, 0)
     return Q.reshape(batch + (M, K)), sv
+
+
+def _finite_svd(xp, A):
+    """``xp.linalg.svd(A, full_matrices=False)`` of a finite ``A``, checked finite.
+
+    LAPACK promises finite factors of a finite matrix, yet OpenBLAS builds
+    have been seen to return a NaN column for a well-conditioned matrix on one
+    call and the right factors on the next (scipy issue 5586; a float32 CI run
+    here once met a NaN in a small train that twenty reruns never showed
+    again).  So a non-finite result is computed again, then once more in
+    float64 (cast back, which costs only the float32 rounding the caller asked
+    for); a failure of all of them is reported as LAPACK's, not blamed on the
+    train.  One bool read back per try on CuPy.
+    """
+    tries = (A, A.copy()) if A.dtype == np.float64 else (A, A.copy(), A.astype(np.float64))
+    for attempt in tries:
+        u, s, vh = xp.linalg.svd(attempt, full_matrices=False)
+        if bool(xp.isfinite(u).all() & xp.isfinite(s).all() & xp.isfinite(vh).all()):
+            return tuple(f.astype(A.dtype, copy=False) for f in (u, s, vh))
+    if not bool(xp.isfinite(A).all()):  # an overflowed unfolding (t3_from_dense's later ones)
+        _overflowed(A.dtype)
+    raise ValueError(
+        f"the linear-algebra library's SVD ({xp.__name__}.linalg.svd) returned inf or NaN "
+        f"for finite {A.dtype} matrices of shape {tuple(A.shape)}, {len(tries)} times; "
+        f"this is a LAPACK/BLAS fault, not the train's (try OPENBLAS_NUM_THREADS=1 or "
+        f"another BLAS build)")
 
 
 def _overflowed(dtype):
