@@ -710,7 +710,7 @@ def t3_from_dense(dense, max_tucker_ranks=None, max_tt_ranks=None, rtol=None):
     if dense.ndim < 1 or 0 in dense.shape:
         raise ValueError(f"Argument `dense` must have at least one axis and no zero-length axis, "
                          f"not shape {tuple(dense.shape)}.")
-    if not bool(xp.isfinite(dense).all()):
+    if not _finite(xp, dense):
         raise ValueError("Argument `dense` must hold finite numbers only (NaN or inf found).")
     if rtol is not None and (isinstance(rtol, (bool, np.bool_)) or not isinstance(
             rtol, (int, float, np.integer, np.floating)) or not 0 <= rtol < 1):
@@ -1342,7 +1342,7 @@ def _frame(A, row_mask, kcount, svcount, K):
     per call): the price of failing clearly instead of hanging.
     """
     xp = array_module(A)
-    if not bool(xp.isfinite(A).all()):  # LAPACK's SVD never returns on rows of inf
+    if not _finite(xp, A):  # LAPACK's SVD never returns on rows of inf
         # the callers checked their input (_check_finite_input): this is overflow
         _overflowed(A.dtype)
     batch, M = A.shape[:-2], A.shape[-2]
@@ -1384,12 +1384,14 @@ def _finite_svd(xp, A):
     for); a failure of all of them is reported as LAPACK's, not blamed on the
     train.  One bool read back per try on CuPy.
     """
-    tries = (A, A.copy()) if A.dtype == np.float64 else (A, A.copy(), A.astype(np.float64))
+    # the retries' inputs are made only when needed: the usual call copies nothing
+    tries = [lambda: A, A.copy] + ([] if A.dtype == np.float64 else [
+        lambda: A.astype(np.float64)])
     for attempt in tries:
-        u, s, vh = xp.linalg.svd(attempt, full_matrices=False)
-        if bool(xp.isfinite(u).all() & xp.isfinite(s).all() & xp.isfinite(vh).all()):
+        u, s, vh = xp.linalg.svd(attempt(), full_matrices=False)
+        if _finite(xp, u, s, vh):
             return tuple(f.astype(A.dtype, copy=False) for f in (u, s, vh))
-    if not bool(xp.isfinite(A).all()):  # an overflowed unfolding (t3_from_dense's later ones)
+    if not _finite(xp, A):  # an overflowed unfolding (t3_from_dense's later ones)
         _overflowed(A.dtype)
     raise ValueError(
         f"the linear-algebra library's SVD ({xp.__name__}.linalg.svd) returned inf or NaN "
@@ -1405,8 +1407,12 @@ def _overflowed(dtype):
         f"`x * 2.0**-k`, exact in binary floating point) and scale the result back")
 
 
-def _finite(xp, U, G):
-    return bool(xp.isfinite(U).all()) and bool(xp.isfinite(G).all())
+def _finite(xp, *arrays):
+    """Whether every entry of every array is finite (one bool read back on CuPy)."""
+    ok = xp.isfinite(arrays[0]).all()
+    for a in arrays[1:]:
+        ok = ok & xp.isfinite(a).all()
+    return bool(ok)
 
 
 def _check_finite_result(xp, U, G):
