@@ -28,6 +28,13 @@ if os.environ.get("ZORCH_CUDASIM", "1") != "0" and not _has_nvidia_driver():
 
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 
+# For the tests that set a NumPy array's ``.shape`` / ``.dtype`` in place on
+# purpose (a caller may, and the layers must notice): NumPy 2.5 deprecates the
+# setters.  A mark per test, not a filter for the suite: zorch_nb itself must
+# never do it.
+SETS_SHAPE_IN_PLACE = pytest.mark.filterwarnings(
+    r"ignore:Setting the (shape|dtype) on a NumPy array:DeprecationWarning")
+
 # The generated graph evaluators of this run go to a folder of its own, not to
 # the user's ~/.cache/zorch_nb (child processes inherit it); removed at exit.
 if "ZORCH_NB_CACHE_DIR" not in os.environ:

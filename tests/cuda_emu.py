@@ -47,6 +47,7 @@ import re
 import sys
 import time
 import types
+import warnings
 import weakref
 
 import numpy as np
@@ -400,7 +401,9 @@ class EmuArray:
         return _Device(device_of_memory(self._a))
 
     def _set_shape(self, shape):  # CuPy lets a caller reshape an array in place
-        self._a.shape = shape
+        with warnings.catch_warnings():  # NumPy 2.5 deprecates it on the host array
+            warnings.simplefilter("ignore", DeprecationWarning)
+            self._a.shape = shape
 
     shape = property(lambda self: self._a.shape, _set_shape)
     ndim = property(lambda self: self._a.ndim)

@@ -11,6 +11,7 @@ leaves its input alone.  Every misfit is refused before anything is written.
 import numpy as np
 import pytest
 
+from conftest import SETS_SHAPE_IN_PLACE
 from gkr_cases import random_jagged_layer
 from zorch_nb import BabyBear, KoalaBear
 from zorch_nb.logup_gkr import (GkrLayer, JaggedGkrLayer, build_jagged_pyramid, build_pyramid,
@@ -227,6 +228,7 @@ def test_fused_false_alike_with_out(monkeypatch):
         _assert_same(build_pyramid(first, fused=fused, out=_stale(want[1:])), want)
 
 
+@SETS_SHAPE_IN_PLACE
 def test_layers_reshaped_in_place_are_named():
     first = _layer(KoalaBear, 1, 1, 4, 0, seed=6)
     out = _stale(build_pyramid(first)[1:])

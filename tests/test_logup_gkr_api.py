@@ -11,7 +11,7 @@ import numba
 import numpy as np
 import pytest
 
-from conftest import SIMULATED
+from conftest import SETS_SHAPE_IN_PLACE, SIMULATED
 from zorch_nb import BabyBear, KoalaBear, logup_gkr
 from zorch_nb.kernels.field_params import KOALABEAR
 from zorch_nb.logup_gkr import (GkrLayer, JaggedGkrLayer, JaggedStep, build_jagged_pyramid,
@@ -270,6 +270,7 @@ def test_from_leaves_and_from_segments_lay_out_the_leaves():
             JaggedGkrLayer.from_segments(segs[:k])
 
 
+@SETS_SHAPE_IN_PLACE
 def test_mle_reshaped_in_place_after_construction_is_refused():
     """The kernels trust the checked shapes: a later in-place reshape must not reach them."""
     host = four(1024)
@@ -322,6 +323,7 @@ def test_copies_and_pickles_of_layers_are_checked_again():
             assert np.array_equal(a, b)
 
 
+@SETS_SHAPE_IN_PLACE
 def test_row_counts_cannot_be_made_writeable_or_reshaped_under_the_kernels():
     """``setflags(write=True)`` on the counts, then counts past the width,
     read past the MLEs (a segfault at 2**30); a ``.shape =`` in place reached
@@ -391,6 +393,7 @@ def test_row_counts_are_read_only_int32():
     lambda c: setattr(c.base, "dtype", np.float32),
     lambda c: setattr(c.base, "dtype", np.int16),
 ], ids=["shape", "base shape", "base dtype float32", "base dtype int16"])
+@SETS_SHAPE_IN_PLACE
 def test_row_counts_metadata_changed_in_place_leaves_the_layer_as_checked(mutate):
     """The transitions run their launchers unchecked: a caller reshaping or
     retyping ``row_counts`` (or its owner, ``.base``) in place must not change
@@ -410,6 +413,7 @@ def test_row_counts_metadata_changed_in_place_leaves_the_layer_as_checked(mutate
         jagged_layer_transition(want, [1, 1, 1, 1, 0, 1, 1, 1], 8).mles[2], again.mles[2])
 
 
+@SETS_SHAPE_IN_PLACE
 def test_host_schedules_checked_at_once_equal_the_step_by_step_checks():
     """``_check_steps`` checks a schedule of int32 NumPy counts in a few array
     operations for all steps (a 2**26 pyramid's 19 steps run while the GPU
@@ -871,6 +875,7 @@ def test_cuda_arrays_with_their_own_dtype_are_refused_at_construction():
         GkrLayer(n, TorchLike(), d, d)
 
 
+@SETS_SHAPE_IN_PLACE
 def test_layers_repr_is_a_summary():
     """The dataclass repr printed all four MLEs (~1 KB at 16 rows)."""
     x, e = KoalaBear.random(16, seed=1), KoalaBear.ext.random(16, seed=2)
