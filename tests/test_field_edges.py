@@ -114,6 +114,29 @@ def test_out_over_an_operand_is_written_in_place(F, backend):
             assert got is dx and (to_host(got) == want).all(), op
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("F", FIELDS)
+def test_an_empty_out_is_accepted(F, backend):
+    """A fresh empty ``out`` (NumPy gives ``np.zeros((0, 3))`` zero strides)
+    is not a broadcast view: every op that takes ``out`` returns it, as the
+    call without ``out`` returns an empty result."""
+    for G in (F, F.ext):
+        x = to_backend(G.zeros((0, 3)), backend)
+        calls = {"add": lambda o: G.add(x, x, out=o, backend=backend),
+                 "sub": lambda o: G.sub(x, x, out=o, backend=backend),
+                 "mul": lambda o: G.mul(x, x, out=o, backend=backend),
+                 "div": lambda o: G.div(x, x, out=o, backend=backend),
+                 "neg": lambda o: G.neg(x, out=o, backend=backend),
+                 "square": lambda o: G.square(x, out=o, backend=backend),
+                 "inv": lambda o: G.inv(x, out=o, backend=backend),
+                 "batch_inv": lambda o: G.batch_inv(x, out=o, backend=backend),
+                 "pow": lambda o: G.pow(x, 5, out=o, backend=backend),
+                 "sum": lambda o: G.sum(x, axis=1, out=o, backend=backend)}
+        for op, call in calls.items():
+            out = to_backend(G.zeros((0,) if op == "sum" else (0, 3)), backend)
+            assert call(out) is out, (G.name, op)
+
+
 def test_in_place_makes_no_temporary():
     from peak_memory import peak_bytes
     E = K.ext

@@ -715,11 +715,12 @@ class _FieldBase:
         if kind != "numpy":  # (the operands were checked to be on the current device)
             _backend.check_same_device("out", _backend.device_of(out), _backend.current_device(),
                                        "the operands (the current device)")
-        if not getattr(out.flags, "writeable", True) or any(
-                st == 0 and d > 1 for st, d in zip(out.strides, out.shape)):
+        if not getattr(out.flags, "writeable", True) or (out.size and any(
+                st == 0 and d > 1 for st, d in zip(out.strides, out.shape))):
             # (CuPy arrays have no such flag, and a CuPy broadcast view -- or a
             # writeable NumPy one from as_strided -- would keep one of several
-            # results written to the same words)
+            # results written to the same words.  An empty array has nothing
+            # to clash: NumPy gives a fresh np.zeros((0, 3)) zero strides.)
             raise ValueError("Argument `out` must be writeable (it is read-only or a "
                              "broadcast view)")
         if out.flags.c_contiguous and not any(
