@@ -10,13 +10,15 @@ every array is 16-byte aligned (CuPy allocations are 256-byte aligned) an
 element moves as one 16-byte access, else as four 4-byte ones (an offset
 view).  Importing this module requires CuPy.
 """
+import sys
+
 import cupy
 import numpy as np
 
 from .cuda_source import assemble
 from .field_params import FIELDS, FieldParams
-from .launch_checks import (BINARY, IN_PLACE_UNARY, UNARY, check_bcast, check_map,
-                            check_eq_split, check_mle_fold, check_pow)
+from .launch_checks import (BINARY, IN_PLACE_UNARY, UNARY, check_bcast, check_device_arrays,
+                            check_map, check_eq_split, check_mle_fold, check_pow)
 from .launch_config import THREADS_PER_BLOCK, grid_for
 from .monty import OP_INV
 
@@ -24,6 +26,7 @@ __all__ = ["base_map1", "base_map2", "ext4_map1", "ext4_map2", "base_map2_bcast"
            "ext4_map2_bcast", "base_pow", "ext4_pow", "base_batch_inv", "base_mle_fold",
            "ext4_mle_fold", "base_eq_split", "ext4_eq_split"]
 
+_ndarray = np.ndarray
 #: nvcc/NVRTC options shared by every zorch_nb RawModule.
 NVRTC_OPTIONS = ("-std=c++17",)
 
@@ -40,9 +43,21 @@ def _kernel(f: FieldParams, name: str):
 
 
 def _launch(f, name, n, *args):
+    for x in args:  # (the checks take NumPy arrays too: they serve the CPU)
+        if isinstance(x, _ndarray):
+            _refuse_host_arrays(sys._getframe(1), args)
     if n == 0:
         return
     _kernel(f, name)((grid_for(n),), (THREADS_PER_BLOCK,), args + (np.uint64(n),))
+
+
+def _refuse_host_arrays(frame, args):
+    # The error path only: the launcher's own argument names, found by
+    # identity among its locals, so each launcher need not list them.
+    where = f"field_cupy.{frame.f_code.co_name}"
+    named = [(k, v) for k, v in frame.f_locals.items() if any(v is x for x in args)]
+    check_device_arrays(where, named)
+    check_device_arrays(where, ((f"#{i} of the kernel", x) for i, x in enumerate(args)))
 
 
 # Each launcher checks its arguments as field_cpu's do (launch_checks, the

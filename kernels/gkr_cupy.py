@@ -46,8 +46,8 @@ from .cuda_source import assemble
 from .field_cupy import NVRTC_OPTIONS
 from .field_params import FIELDS
 from .gkr_scalar import CUDA_NAME_EXPRESSIONS, cuda_kernel_name, output_mode
-from .launch_checks import (check_gkr_fold, check_gkr_jagged, check_gkr_pyramid,
-                            check_gkr_steps)
+from .launch_checks import (check_device_arrays, check_gkr_fold, check_gkr_jagged,
+                            check_gkr_pyramid, check_gkr_steps)
 from .launch_config import (GKR_JAGGED_CHUNK, GKR_MAX_FUSED, GKR_MAX_TAIL,
                             GKR_PYRAMID_THREADS, GKR_SCAN_THREADS, GKR_TAIL_THREADS,
                             THREADS_PER_BLOCK, gkr_pyramid_plan, grid_for)
@@ -89,9 +89,28 @@ def _vec(arrays) -> bool:
     return all(a.data.ptr % 16 == 0 for a in arrays)
 
 
+_NAMES = ("n0", "n1", "d0", "d1", "on0", "on1", "od0", "od1")
+
+
+def _layer_names(first, layers, label):
+    # (name, array) of the input layer `first` and each output layer;
+    # `label` names output layer l's MLE i from l and i
+    yield from ((f"first[{i}]", x) for i, x in enumerate(first))
+    for l, layer in enumerate(layers):
+        yield from ((label(l, i), x) for i, x in enumerate(layer))
+
+
+def _check_steps_on_device(where, rc, prefix, first, steps):
+    check_device_arrays(where, (("rc", rc), ("prefix", prefix)))
+    check_device_arrays(where, ((f"steps[{l}][0]", orc) for l, (orc, _) in enumerate(steps)))
+    check_device_arrays(where, _layer_names(first, [outs for _, outs in steps],
+                                            lambda l, i: f"steps[{l}][1][{i}]"))
+
+
 def fold_dense(n0, n1, d0, d1, on0, on1, od0, od1, f):
     """Dense transition: one launch over ``L / 2`` slots."""
     mode = check_gkr_fold("gkr_cupy.fold_dense", f, n0, n1, d0, d1, on0, on1, od0, od1)
+    check_device_arrays("gkr_cupy.fold_dense", zip(_NAMES, (n0, n1, d0, d1, on0, on1, od0, od1)))
     fold_dense_trusted(mode, n0, n1, d0, d1, on0, on1, od0, od1, f)
 
 
@@ -109,6 +128,9 @@ def jagged_transition(rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f):
     """Jagged transition: device prefix sums, then one launch over the output slots."""
     mode = check_gkr_jagged("gkr_cupy.jagged_transition", f, rc, orc, prefix, n0, n1, d0, d1,
                             on0, on1, od0, od1)
+    check_device_arrays("gkr_cupy.jagged_transition",
+                        zip(("rc", "orc", "prefix") + _NAMES,
+                            (rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1)))
     jagged_transition_trusted(mode, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f)
 
 
@@ -135,6 +157,8 @@ def pyramid_dense(first, layers, f):
     ``L >> (l + 1)`` elements each (see :func:`.gkr_cpu.pyramid_dense`).
     """
     mode, first, layers = check_gkr_pyramid("gkr_cupy.pyramid_dense", f, first, layers)
+    check_device_arrays("gkr_cupy.pyramid_dense", _layer_names(
+        first, layers, lambda l, i: f"layers[{l}][{i}]"))
     pyramid_dense_trusted(mode, first, layers, f)
 
 
@@ -182,6 +206,7 @@ def jagged_tail(rc, prefix, first, steps, f):
     :func:`jagged_chunk` (any number of steps).
     """
     mode = check_gkr_steps("gkr_cupy.jagged_tail", f, rc, prefix, first, steps, None, 2)
+    _check_steps_on_device("gkr_cupy.jagged_tail", rc, prefix, first, steps)
     jagged_tail_trusted(mode, rc, prefix, first, steps, f)
 
 
@@ -217,6 +242,7 @@ def jagged_chunk(rc, prefix, first, steps, f):
     """
     mode = check_gkr_steps("gkr_cupy.jagged_chunk", f, rc, prefix, first, steps,
                            GKR_JAGGED_CHUNK, GKR_JAGGED_CHUNK + 1)
+    _check_steps_on_device("gkr_cupy.jagged_chunk", rc, prefix, first, steps)
     jagged_chunk_trusted(mode, rc, prefix, first, steps, f)
 
 

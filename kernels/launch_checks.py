@@ -43,7 +43,7 @@ from .monty import OP_ADD, OP_INV, OP_MUL, OP_NEG, OP_SQUARE, OP_SUB
 __all__ = ["UNARY", "BINARY", "IN_PLACE_UNARY", "check_map", "check_bcast", "check_pow",
            "check_encode", "check_decode", "check_gkr_fold", "check_gkr_jagged",
            "check_gkr_pyramid", "check_gkr_pyramid_flat", "check_gkr_steps",
-           "check_gkr_disjoint", "check_field", "as_int"]
+           "check_gkr_disjoint", "check_field", "check_device_arrays", "as_int"]
 
 _U32 = np.dtype(np.uint32)
 _I64 = np.dtype(np.int64)
@@ -169,6 +169,18 @@ def _shape(where, name, x, dtype, writes):
         raise ValueError(f"{where}: argument `{name}` must be writeable (it is read-only "
                          f"or a broadcast view)")
     return tuple(shape)
+
+
+def check_device_arrays(where, named):
+    """Refuse a NumPy (host) array among ``named``, ``(name, array)`` pairs:
+    the CuPy launchers' arguments live in device memory.  Needed because
+    CuPy's RawKernel passes a one-element NumPy array by value, so its word
+    would be taken for a device pointer (a fault, or a read of whatever lies
+    there); larger ones fail inside CuPy without the argument's name."""
+    for name, x in named:
+        if isinstance(x, _ndarray):
+            raise TypeError(f"{where}: argument `{name}` must be a CuPy array (device "
+                            f"memory), not a NumPy array; move it with cupy.asarray")
 
 
 def _elements(where, name, x, deg, writes=False, dtype=_U32):

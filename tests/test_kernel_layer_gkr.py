@@ -13,6 +13,8 @@ or mismatched arrays were read and written out of bounds.
 The Numba-CUDA launchers run under the simulator with tiny inputs; the CuPy
 ones on a GPU or, with ``ZORCH_EMULATE_CUPY=1``, under the host emulation.
 """
+import re
+
 import numpy as np
 import pytest
 
@@ -544,3 +546,46 @@ def test_numba_launchers_check_device_arrays():
         k.fold_dense(*ins, *good[:2], good[3], good[3], F.params)
     with pytest.raises(ValueError, match="`on0`.*shape"):
         k.fold_dense(*ins, good[2], *good[1:], F.params)
+
+
+def _with_host(xs, i):
+    """``xs`` (device arrays) with element ``i`` copied back to a NumPy array."""
+    return [to_host(x) if j == i else x for j, x in enumerate(xs)]
+
+
+@pytest.mark.gpu
+def test_cupy_launchers_refuse_host_arrays():
+    """A NumPy array among a CuPy launcher's arrays is refused naming it,
+    before any launch: CuPy passes a one-element NumPy array (one segment's
+    counts) by value, so the kernel took its word for a device pointer, and
+    other host arrays failed inside CuPy, unnamed."""
+    k, d = kernels_for("cupy", "gkr"), "cupy"
+
+    def refused(name, call):
+        with pytest.raises(TypeError, match=rf"gkr_cupy\.\w+: argument `{re.escape(name)}` "
+                                            r"must be a CuPy array"):
+            call()
+
+    ins, outs_ = dev(layer(F, 8, False, True), d), outs(4, False, True, d)
+    refused("n1", lambda: k.fold_dense(*_with_host(ins, 1), *outs_, F.params))
+    refused("od1", lambda: k.fold_dense(*ins, *_with_host(outs_, 3), F.params))
+    one = [to_backend(np.array([c], np.int32), d) for c in (8, 4)]  # nb = 1
+    prefix = zeros((2, 1), d, np.int64)
+    for i, name in enumerate(("rc", "orc", "prefix")):
+        args = _with_host(one + [prefix], i)
+        refused(name, lambda: k.jagged_transition(*args, *ins, *outs_, F.params))
+    layers = [outs(8 >> (l + 1), False, True, d) for l in range(2)]
+    refused("layers[1][2]", lambda: k.pyramid_dense(
+        ins, [layers[0], _with_host(layers[1], 2)], F.params))
+    refused("first[0]", lambda: k.pyramid_dense(_with_host(ins, 0), layers, F.params))
+    rc, first, steps, _ = _jagged_steps(d, False, True)
+    host_orc = [(to_host(steps[0][0]), steps[0][1])] + steps[1:]
+    host_out = [(steps[0][0], _with_host(steps[0][1], 0))] + steps[1:]
+    for launcher, rows in ((k.jagged_chunk, 4), (k.jagged_tail, 2)):
+        prefix = zeros(rows * 4, d, np.int64)
+        refused("rc", lambda: launcher(to_host(rc), prefix, first, steps, F.params))
+        refused("prefix", lambda: launcher(rc, to_host(prefix), first, steps, F.params))
+        refused("first[3]", lambda: launcher(rc, prefix, _with_host(first, 3), steps, F.params))
+        refused("steps[0][0]", lambda: launcher(rc, prefix, first, host_orc, F.params))
+        refused("steps[0][1][0]", lambda: launcher(rc, prefix, first, host_out, F.params))
+    assert all((to_host(o) == 0).all() for o in outs_ + [x for l in layers for x in l])
