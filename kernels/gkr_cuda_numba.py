@@ -22,9 +22,9 @@ CUDA C kernel splits each slot over 4 lanes of a warp for coalesced leaf
 loads and combines them with shuffles; here one thread does it all.)
 
 The jagged prefix sums are computed on the device by a one-block kernel when
-the counts live there (no device->host synchronization), and on the host when
-they are host arrays.  Importing this module requires numba-cuda (or
-``NUMBA_ENABLE_CUDASIM=1``).
+the counts or ``prefix`` live there (no device->host synchronization), and on
+the host when all of them are host arrays.  Importing this module requires
+numba-cuda (or ``NUMBA_ENABLE_CUDASIM=1``).
 
 Every kernel is on Numba-CUDA's on-disk cache
 (:data:`.field_cuda_numba.cached_kernel`), so a second process loads instead
@@ -139,6 +139,20 @@ def _outputs(outs):
     return dev, copy_back
 
 
+def _on_host(*arrays):
+    """Whether the jagged counts and their ``prefix`` scratch are all host
+    arrays: then the host scans them.  Else the device does, copying host
+    counts in (a host ``np.cumsum`` cannot write a device ``prefix``)."""
+    return all(isinstance(x, np.ndarray) for x in arrays)
+
+
+def _copy_back(d_prefix, prefix, stream):
+    # a host prefix scanned on the device: it holds the sums afterwards, as
+    # on every backend
+    if isinstance(prefix, np.ndarray):
+        d_prefix.copy_to_host(prefix, stream=stream)
+
+
 def fold_dense(n0, n1, d0, d1, on0, on1, od0, od1, f):
     """Dense transition on the GPU (see :func:`.gkr_cpu.fold_dense` for the contract)."""
     mode = check_gkr_fold("gkr_cuda_numba.fold_dense", f, n0, n1, d0, d1, on0, on1, od0, od1)
@@ -171,13 +185,14 @@ def jagged_transition_trusted(mode, rc, orc, prefix, n0, n1, d0, d1, on0, on1, o
     p, mu, wm, one = kernel_words(f)
     kernel = _kernels(mode)[1]
     stream = stream_for(rc, orc, prefix, n0, n1, d0, d1, on0)
-    if isinstance(rc, np.ndarray) and isinstance(orc, np.ndarray):
+    if _on_host(rc, orc, prefix):
         np.cumsum(rc, dtype=np.int64, out=prefix[0])
         np.cumsum(orc, dtype=np.int64, out=prefix[1])
         d_rc, d_orc, d_prefix = as_device(rc), as_device(orc), as_device(prefix)
-    else:
+    else:  # (host counts are copied in; a host prefix gets the sums copied back)
         d_rc, d_orc, d_prefix = as_device(rc), as_device(orc), as_device(prefix)
         _prefix_kernel[1, GKR_NUMBA_SCAN_THREADS, stream](d_rc, d_orc, d_prefix)
+        _copy_back(d_prefix, prefix, stream)
     ins = [as_device(_flat(x)) for x in (n0, n1, d0, d1)]
     outs, copy_back = _outputs((on0, on1, od0, od1))
     kernel[grid_for(on0.shape[0]), THREADS_PER_BLOCK, stream](
@@ -510,8 +525,9 @@ def jagged_chunk(rc, prefix, first, steps, f):
 
     Same contract as :func:`.gkr_cupy.jagged_chunk`: ``steps[l]`` =
     ``(orc, (on0, on1, od0, od1))`` of layer ``l + 1``; ``prefix`` int64
-    scratch of at least ``(GKR_JAGGED_CHUNK + 1) * nb``.  Host counts are
-    scanned on the host; device counts by a one-block kernel (no sync).
+    scratch of at least ``(GKR_JAGGED_CHUNK + 1) * nb``.  Host counts and
+    ``prefix`` are scanned on the host; else a one-block kernel scans them
+    on the device (no sync).
     """
     mode = check_gkr_steps("gkr_cuda_numba.jagged_chunk", f, rc, prefix, first, steps,
                            GKR_JAGGED_CHUNK, GKR_JAGGED_CHUNK + 1)
@@ -527,15 +543,16 @@ def jagged_chunk_trusted(mode, rc, prefix, first, steps, f):
     counts = [rc] + [orc for orc, _ in steps]
     stream = stream_for(prefix, *counts, *first, *(o for _, layer in steps for o in layer))
     rows = prefix.reshape(-1)[:(GKR_JAGGED_CHUNK + 1) * nb].reshape(GKR_JAGGED_CHUNK + 1, nb)
-    if all(isinstance(c, np.ndarray) for c in counts):
+    if _on_host(prefix, *counts):
         for r, c in enumerate(counts):
             np.cumsum(c, dtype=np.int64, out=rows[r])
         d_rows = as_device(rows)
         d_counts = tuple(as_device(c) for c in counts)
-    else:
+    else:  # (as in jagged_transition_trusted)
         d_counts = tuple(as_device(c) for c in counts)
         d_rows = as_device(rows)
         _chunk_scan_kernel[1, 32, stream](d_counts, d_rows)
+        _copy_back(d_rows, rows, stream)
     outs = [o for _, layer in steps for o in layer]
     d_outs, copy_back = _outputs(outs)
     items = max(layer[0].shape[0] for _, layer in steps)

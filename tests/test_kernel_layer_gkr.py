@@ -589,3 +589,36 @@ def test_cupy_launchers_refuse_host_arrays():
         refused("steps[0][0]", lambda: launcher(rc, prefix, first, host_orc, F.params))
         refused("steps[0][1][0]", lambda: launcher(rc, prefix, first, host_out, F.params))
     assert all((to_host(o) == 0).all() for o in outs_ + [x for l in layers for x in l])
+
+
+@pytest.mark.cudasim
+@pytest.mark.parametrize("counts_on,prefix_on", [("host", "device"), ("device", "host")])
+def test_numba_jagged_counts_and_prefix_on_different_sides(counts_on, prefix_on):
+    """The Numba-CUDA launchers take host or device arrays, mixed: host
+    counts with a device ``prefix`` failed in ``np.cumsum`` (it cannot write
+    device memory), and device counts left a host ``prefix`` unwritten --
+    it holds the prefix sums afterwards on every backend."""
+    from numba import cuda
+    k = kernels_for("numba", "gkr")
+    place = lambda x, side: cuda.to_device(x) if side == "device" else x  # noqa: E731
+    sums = lambda p: (p.copy_to_host() if hasattr(p, "copy_to_host") else p)  # noqa: E731
+    rc, orc = np.array([3, 0, 4, 1], np.int32), np.array([2, 1, 3, 1], np.int32)
+    width = int(orc.sum()) + 2
+    ins = layer(F, int(rc.sum()) + 1, False, True, seed=5)
+    got = outs(width, False, True, "numba")
+    prefix = place(np.full((2, 4), -7, np.int64), prefix_on)
+    k.jagged_transition(place(rc, counts_on), place(orc, counts_on), prefix, *ins, *got,
+                        F.params)
+    ref = naive_gkr.jagged_transition(F.name, naive_gkr.layer_from_words(F.name, *ins),
+                                      list(rc), list(orc), width)
+    assert_words(got, reference_words(F, ref))
+    assert sums(prefix).tolist() == [np.cumsum(rc).tolist(), np.cumsum(orc).tolist()]
+
+    rc, first, steps, want = _jagged_steps("numba", False, True)
+    prefix = place(np.full(4 * 4, -7, np.int64), prefix_on)
+    steps = [(place(orc, counts_on), o) for orc, o in steps]
+    k.jagged_chunk(place(rc, counts_on), prefix, first, steps, F.params)
+    for l, ((_, o), w) in enumerate(zip(steps, want)):
+        assert_words(o, w, f"chunk layer {l + 1}")
+    counts = [rc] + [sums(orc) for orc, _ in steps]
+    assert sums(prefix).reshape(4, 4).tolist() == [np.cumsum(c).tolist() for c in counts]
