@@ -103,7 +103,7 @@ from .field_params import kernel_words
 from .launch_config import (CPU_LANE_RUN, GKR_CPU_JAGGED_CHUNK, GKR_CPU_SHORT_SEGMENT,
                             gkr_cpu_pyramid_plan)
 from .launch_checks import (check_gkr_disjoint, check_gkr_fold, check_gkr_jagged,
-                            check_gkr_pyramid)
+                            check_gkr_pyramid, check_host_arrays)
 from .vector_width import njit_lanes64
 
 # The launchers, and the mode numbering their kernels take (callers of the
@@ -510,6 +510,7 @@ def _flat8(mode, *arrays):
 
 _FOLD, _PYRAMID, _JAGGED = "gkr_cpu.fold_dense", "gkr_cpu.pyramid_dense", \
     "gkr_cpu.jagged_transition"
+_NAMES = ("n0", "n1", "d0", "d1", "on0", "on1", "od0", "od1")
 
 
 def _refuse_overlap(where, written, read):
@@ -529,6 +530,7 @@ def fold_dense(n0, n1, d0, d1, on0, on1, od0, od1, f):
     outputs writeable and sharing no memory with any other argument.
     ``ValueError``/``TypeError`` naming the argument otherwise.
     """
+    check_host_arrays(_FOLD, zip(_NAMES, (n0, n1, d0, d1, on0, on1, od0, od1)))
     mode = check_gkr_fold(_FOLD, f, n0, n1, d0, d1, on0, on1, od0, od1, disjoint=False)
     fold_dense_trusted(mode, n0, n1, d0, d1, on0, on1, od0, od1, f)
 
@@ -569,6 +571,9 @@ def pyramid_dense(first, layers, f):
     read again by the next (1/16 of the slots of that call's input).
     """
     mode, first, layers = check_gkr_pyramid(_PYRAMID, f, first, layers, disjoint=False)
+    check_host_arrays(_PYRAMID, [(f"first[{i}]", x) for i, x in enumerate(first)]
+                      + [(f"layers[{l}][{i}]", x) for l, outs in enumerate(layers)
+                         for i, x in enumerate(outs)])
     spans = np.empty((4 + 4 * len(layers), 2), np.int64)
     for i, group in enumerate([first] + layers):
         _spans4(spans, 4 * i, *group)
@@ -616,6 +621,8 @@ def jagged_transition(rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f):
     width (``sum(orc)`` past it) stay in bounds and run with the per-slot
     meaning the GPU kernels give them; the object layer refuses them.
     """
+    check_host_arrays(_JAGGED, zip(("rc", "orc", "prefix") + _NAMES,
+                                   (rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1)))
     mode = check_gkr_jagged(_JAGGED, f, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1,
                             disjoint=False)
     jagged_transition_trusted(mode, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f)

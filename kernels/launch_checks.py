@@ -13,7 +13,10 @@ They read only metadata -- dtype, shape, flags and, for the overlap test, the
 first address and byte size -- so they cost the same for every length, and
 work on NumPy arrays, CuPy arrays, Numba device arrays (and the simulator's
 and the CuPy emulation's stand-ins).  NumPy arrays take a fast path: they are
-what the object layer hands the CPU kernels on every call.
+what the object layer hands the CPU kernels on every call.  Each backend
+takes its own kind: the CPU launchers NumPy arrays only
+(:func:`check_host_arrays`), the CuPy launchers no NumPy array
+(:func:`check_device_arrays`), the Numba-CUDA ones any of them.
 
 Array forms (the same in every backend):
 
@@ -43,7 +46,8 @@ from .monty import OP_ADD, OP_INV, OP_MUL, OP_NEG, OP_SQUARE, OP_SUB
 __all__ = ["UNARY", "BINARY", "IN_PLACE_UNARY", "check_map", "check_bcast", "check_pow",
            "check_encode", "check_decode", "check_gkr_fold", "check_gkr_jagged",
            "check_gkr_pyramid", "check_gkr_pyramid_flat", "check_gkr_steps",
-           "check_gkr_disjoint", "check_field", "check_device_arrays", "as_int"]
+           "check_gkr_disjoint", "check_field", "check_host_arrays", "check_device_arrays",
+           "as_int"]
 
 _U32 = np.dtype(np.uint32)
 _I64 = np.dtype(np.int64)
@@ -148,6 +152,8 @@ def _shape(where, name, x, dtype, writes):
         flags = x.flags
         if flags.c_contiguous and (not writes or flags.writeable):
             return x.shape
+    if where.startswith(HOST_LAUNCHERS) and not isinstance(x, _ndarray):
+        check_host_arrays(where, ((name, x),))
     dt, shape = getattr(x, "dtype", None), getattr(x, "shape", None)
     if dt is None or shape is None or isinstance(x, np.generic):
         raise TypeError(f"{where}: argument `{name}` must be a NumPy, CuPy or Numba "
@@ -169,6 +175,25 @@ def _shape(where, name, x, dtype, writes):
         raise ValueError(f"{where}: argument `{name}` must be writeable (it is read-only "
                          f"or a broadcast view)")
     return tuple(shape)
+
+
+#: The ``where`` prefixes of the CPU launchers: their kernels (Numba
+#: ``@njit``) read host memory, so they take NumPy arrays only.
+HOST_LAUNCHERS = ("field_cpu.", "gkr_cpu.")
+
+
+def check_host_arrays(where, named):
+    """Refuse anything but a NumPy array among ``named``, ``(name, array)``
+    pairs: the CPU launchers' arguments (Numba cannot type a device array,
+    and its own error names no argument)."""
+    for name, x in named:
+        if not isinstance(x, _ndarray):
+            on_device = hasattr(x, "__cuda_array_interface__") or hasattr(
+                x, "copy_to_host") or type(x).__module__.split(".")[0] == "cupy"
+            raise TypeError(f"{where}: argument `{name}` must be a NumPy array (the CPU "
+                            f"kernels read host memory), not {type(x).__name__}"
+                            + ("; copy it to the host (cupy.asnumpy, .copy_to_host()) or "
+                               "call the GPU backend's launcher" if on_device else ""))
 
 
 def check_device_arrays(where, named):
@@ -246,11 +271,12 @@ def _overlap(where, out, x, name, alias_ok, out_name="out"):
 
 # ---- the launcher signatures ---------------------------------------------------
 
-def _fast_elements(x, deg, writes=False):
+def _fast_elements(where, x, deg, writes=False):
     """Element count of an array of a documented form, or -1 for anything
     else: the hot path's test, in as few attribute reads as it takes (the
     general checks then say what is wrong, or accept what is merely rarer).
-    NumPy arrays, and CuPy ones (no writeable flag: always writeable)."""
+    NumPy arrays, and CuPy ones (no writeable flag: always writeable) except
+    on a CPU launcher (``where``)."""
     if type(x) is _ndarray:
         if x.dtype is not _U32:
             return -1
@@ -258,6 +284,8 @@ def _fast_elements(x, deg, writes=False):
         if not flags.c_contiguous or writes and not flags.writeable:
             return -1
     else:
+        if where.startswith(HOST_LAUNCHERS):  # (a CuPy array, on a CPU launcher)
+            return -1
         try:
             if x.dtype is not _U32:
                 return -1
@@ -293,9 +321,9 @@ def check_map(where, f, op, ops, in_place, deg, out, a, b=None, name="a"):
     # The hot path (every object-layer call): NumPy or CuPy arrays, a Python
     # int opcode, no shared memory.
     if id(f) in _SHIPPED and type(op) is int and (ops is None or op in ops):
-        n = _fast_elements(out, deg, True)
-        if n >= 0 and _fast_elements(a, deg) == n and _fast_disjoint(out, a) and (
-                b is None or _fast_elements(b, deg) == n and _fast_disjoint(out, b)):
+        n = _fast_elements(where, out, deg, True)
+        if n >= 0 and _fast_elements(where, a, deg) == n and _fast_disjoint(out, a) and (
+                b is None or _fast_elements(where, b, deg) == n and _fast_disjoint(out, b)):
             return n
     check_field(where, f)
     if ops is not None:
@@ -334,7 +362,7 @@ def check_bcast(where, f, op, a, a_step, a_deg, b, b_step, b_deg, out, out_deg, 
             and type(b_step) is int and type(run) is int and a_step in _STEPS
             and b_step in _STEPS and (out_deg == 1 or (type(a_deg) is int and type(b_deg) is int
                                                         and (a_deg, b_deg) in _EXT_DEGS))):
-        n = _fast_elements(out, out_deg, True)
+        n = _fast_elements(where, out, out_deg, True)
         if n > 0:
             if run == 0 or run >= n:
                 rows, run, a_row, b_row = 1, n, 0, 0
@@ -343,8 +371,8 @@ def check_bcast(where, f, op, a, a_step, a_deg, b, b_step, b_deg, out, out_deg, 
                 rows = 0  # the general checks say which
             else:
                 rows = n // run
-            if rows and _fast_elements(a, a_deg) >= _reach(n, rows, run, a_step, a_row) and \
-                    _fast_elements(b, b_deg) >= _reach(n, rows, run, b_step, b_row) and \
+            if rows and _fast_elements(where, a, a_deg) >= _reach(n, rows, run, a_step, a_row) and \
+                    _fast_elements(where, b, b_deg) >= _reach(n, rows, run, b_step, b_row) and \
                     _fast_disjoint(out, a) and _fast_disjoint(out, b):
                 return n, rows, run, a_step, b_step, a_row, b_row
     check_field(where, f)
@@ -403,8 +431,8 @@ def check_pow(where, f, deg, a, e_hi, e_lo, nbits, out):
         raise ValueError(f"{where}: argument `nbits` must be at least the bit length of the "
                          f"exponent e_hi * 2**64 + e_lo ({length}), not {bits}")
     exponent = np.uint64(hi), np.uint64(lo), np.int64(bits)
-    n = _fast_elements(out, deg, True)
-    if n >= 0 and _fast_elements(a, deg) == n and _fast_disjoint(out, a):
+    n = _fast_elements(where, out, deg, True)
+    if n >= 0 and _fast_elements(where, a, deg) == n and _fast_disjoint(out, a):
         return n, exponent  # the hot path; else the general checks
     n = _elements(where, "out", out, deg, True)
     _same(where, "a", _elements(where, "a", a, deg), n)
@@ -428,8 +456,8 @@ def check_mle_fold(where, f, v, v_deg, r, r_deg, out, out_deg):
     if id(f) in _SHIPPED and type(v_deg) is int and type(r_deg) is int and (
             v_deg == r_deg == out_deg == 1 or out_deg == 4 and v_deg in _DEGS
             and r_deg in _DEGS):
-        n = _fast_elements(out, out_deg, True)
-        if n >= 0 and _fast_elements(v, v_deg) == 2 * n and _fast_elements(r, r_deg) == 1 \
+        n = _fast_elements(where, out, out_deg, True)
+        if n >= 0 and _fast_elements(where, v, v_deg) == 2 * n and _fast_elements(where, r, r_deg) == 1 \
                 and _fast_disjoint(out, v) and _fast_disjoint(out, r):
             return n, v_deg, r_deg
     check_field(where, f)
@@ -463,9 +491,9 @@ def check_eq_split(where, f, a, r, r_deg, lo, hi, deg):
     r_deg)`` as Python ints."""
     if id(f) in _SHIPPED and type(r_deg) is int and (r_deg == deg == 1 or
                                                      deg == 4 and r_deg in _DEGS):
-        n = _fast_elements(hi, deg, True)
-        if n >= 0 and _fast_elements(lo, deg, True) == n and _fast_elements(a, deg) == n \
-                and _fast_elements(r, r_deg) == 1 and _fast_disjoint(hi, a) \
+        n = _fast_elements(where, hi, deg, True)
+        if n >= 0 and _fast_elements(where, lo, deg, True) == n and _fast_elements(where, a, deg) == n \
+                and _fast_elements(where, r, r_deg) == 1 and _fast_disjoint(hi, a) \
                 and _fast_disjoint(hi, lo) and _fast_disjoint(hi, r) \
                 and _fast_disjoint(lo, r) and (lo is a or _fast_disjoint(lo, a)):
             return n, r_deg

@@ -9,6 +9,7 @@ import cuda_emu
 from zorch_nb import BabyBear, KoalaBear
 from zorch_nb.kernels import field_cpu
 from zorch_nb.kernels.monty import OP_ADD, OP_INV, OP_MUL, OP_NEG, OP_SQUARE, OP_SUB
+from test_kernel_layer import one_odd_argument
 
 
 @pytest.fixture
@@ -208,39 +209,12 @@ def test_field_api_on_emulated_cupy_arrays(emulated_cupy, F):
     assert emulated_cupy and all(n.startswith("zorch_") for n in emulated_cupy)
 
 
-def _host_argument_calls(k, F):
-    """(launcher, argument, call(host)) -- each launcher with one argument a
-    NumPy array ``host(x)`` (the rest device arrays), one-element where the
-    launcher takes one: the form CuPy would pass by value as a pointer."""
-    d = lambda n, w=1: cuda_emu.EmuArray(np.ones((n, w) if w > 1 else n, np.uint32))  # noqa: E731
-    f = F.params
-    return [
-        ("base_map1", "a", lambda h: k.base_map1(OP_NEG, h(d(1)), d(1), f)),
-        ("base_map2", "b", lambda h: k.base_map2(OP_ADD, d(1), h(d(1)), d(1), f)),
-        ("ext4_map1", "out", lambda h: k.ext4_map1(OP_SQUARE, d(1, 4), h(d(1, 4)), f)),
-        ("ext4_map2", "a", lambda h: k.ext4_map2(OP_MUL, h(d(1, 4)), d(1, 4), d(1, 4), f)),
-        ("base_map2_bcast", "b", lambda h: k.base_map2_bcast(OP_MUL, d(4), 1, h(d(1)), 0,
-                                                             d(4), f)),
-        ("ext4_map2_bcast", "b", lambda h: k.ext4_map2_bcast(OP_MUL, d(4, 4), 1, 4, h(d(1)), 0,
-                                                             1, d(4, 4), f)),
-        ("base_pow", "a", lambda h: k.base_pow(h(d(1)), 0, 3, 2, d(1), f)),
-        ("ext4_pow", "out", lambda h: k.ext4_pow(d(1, 4), 0, 3, 2, h(d(1, 4)), f)),
-        ("base_batch_inv", "a", lambda h: k.base_batch_inv(h(d(1)), d(1), f)),
-        ("base_mle_fold", "r", lambda h: k.base_mle_fold(d(8), h(d(1)), d(4), f)),
-        ("ext4_mle_fold", "r", lambda h: k.ext4_mle_fold(d(8, 4), 4, h(d(1)), 1, d(4, 4), f)),
-        ("base_eq_split", "r", lambda h: k.base_eq_split(d(4), h(d(1)), d(4), d(4), f)),
-        ("ext4_eq_split", "hi", lambda h: k.ext4_eq_split(d(4, 4), d(1), 1, d(4, 4),
-                                                          h(d(4, 4)), f)),
-    ]
-
-
 def test_host_arrays_are_refused_naming_the_argument(monkeypatch):
     """A NumPy array given to a CuPy launcher is refused before any launch:
     CuPy passes a one-element one by value, so its word would be read as a
     device pointer (a fault, or whatever lies at that address)."""
     k, launches = cuda_emu.emulate(monkeypatch, "field")
-    calls = _host_argument_calls(k, KoalaBear)
-    assert sorted(c[0] for c in calls) == sorted(k.__all__)  # every launcher
+    calls = one_odd_argument(k, KoalaBear, cuda_emu.EmuArray)
     for name, arg, call in calls:
         call(lambda x: x)  # all on the device: runs
         before = len(launches)

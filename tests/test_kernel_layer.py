@@ -706,6 +706,69 @@ def test_numba_launchers_take_device_arrays():
         k.ext4_map2(OP_MUL, da, cuda.to_device(b.astype(np.int64)), do, F.params)
 
 
+def one_odd_argument(k, F, make):
+    """``(launcher, argument, call(odd))`` for every launcher of the field
+    kernel module ``k``: ``call`` runs the launcher on small arrays
+    ``make(numpy array)``, the named argument passed through ``odd`` too
+    (one-element where the launcher takes one element: the form CuPy passes
+    by value)."""
+    def d(n, w=1):
+        return make(np.ones((n, w) if w > 1 else n, np.uint32))
+    f = F.params
+    calls = [
+        ("base_map1", "a", lambda o: k.base_map1(OP_NEG, o(d(1)), d(1), f)),
+        ("base_map2", "b", lambda o: k.base_map2(OP_ADD, d(1), o(d(1)), d(1), f)),
+        ("ext4_map1", "out", lambda o: k.ext4_map1(OP_SQUARE, d(1, 4), o(d(1, 4)), f)),
+        ("ext4_map2", "a", lambda o: k.ext4_map2(OP_MUL, o(d(1, 4)), d(1, 4), d(1, 4), f)),
+        ("base_map2_bcast", "b", lambda o: k.base_map2_bcast(OP_MUL, d(4), 1, o(d(1)), 0,
+                                                             d(4), f)),
+        ("ext4_map2_bcast", "b", lambda o: k.ext4_map2_bcast(OP_MUL, d(4, 4), 1, 4, o(d(1)), 0,
+                                                             1, d(4, 4), f)),
+        ("base_pow", "a", lambda o: k.base_pow(o(d(1)), 0, 3, 2, d(1), f)),
+        ("ext4_pow", "out", lambda o: k.ext4_pow(d(1, 4), 0, 3, 2, o(d(1, 4)), f)),
+        ("base_batch_inv", "a", lambda o: k.base_batch_inv(o(d(1)), d(1), f)),
+        ("base_mle_fold", "r", lambda o: k.base_mle_fold(d(8), o(d(1)), d(4), f)),
+        ("ext4_mle_fold", "r", lambda o: k.ext4_mle_fold(d(8, 4), 4, o(d(1)), 1, d(4, 4), f)),
+        ("base_eq_split", "r", lambda o: k.base_eq_split(d(4), o(d(1)), d(4), d(4), f)),
+        ("ext4_eq_split", "hi", lambda o: k.ext4_eq_split(d(4, 4), d(1), 1, d(4, 4),
+                                                          o(d(4, 4)), f)),
+    ]
+    if hasattr(k, "encode"):  # the CPU's conversions
+        calls += [("encode", "v", lambda o: k.encode(o(np.zeros(2, np.int64)), d(2), True, f)),
+                  ("decode", "out", lambda o: k.decode(d(2), o(d(2)), f))]
+    assert sorted(c[0] for c in calls) == sorted(k.__all__)  # every launcher
+    return calls
+
+
+@pytest.mark.cudasim
+@pytest.mark.parametrize("device", ["numba", "cupy-emulated"])
+def test_cpu_launchers_refuse_device_arrays(device):
+    """A device array among a CPU launcher's arrays is a TypeError naming it:
+    Numba could not type it and failed with its own error (not a TypeError),
+    naming the kernel's argument position."""
+    from numba import cuda
+    import cuda_emu
+    to_device = cuda.to_device if device == "numba" else cuda_emu.EmuArray
+    k = kernels_for("cpu", "field")
+    for name, arg, call in one_odd_argument(k, KoalaBear, np.asarray):
+        call(lambda x: x)  # all NumPy: runs
+        with pytest.raises(TypeError, match=rf"field_cpu\.{name}: argument `{arg}` must be a "
+                                            rf"NumPy array .*copy it to the host"):
+            call(to_device)
+    g = kernels_for("cpu", "gkr")
+    ins = [np.ones(4, np.uint32) for _ in range(4)]
+    outs = [np.zeros(2, np.uint32) for _ in range(4)]
+    with pytest.raises(TypeError, match=r"gkr_cpu\.fold_dense: argument `od0` must be a NumPy"):
+        g.fold_dense(*ins, *outs[:2], to_device(outs[2]), outs[3], KoalaBear.params)
+    with pytest.raises(TypeError, match=r"gkr_cpu\.jagged_transition: argument `orc` must be"):
+        g.jagged_transition(np.array([4], np.int32), to_device(np.array([2], np.int32)),
+                            np.zeros((2, 1), np.int64), *ins, *outs, KoalaBear.params)
+    with pytest.raises(TypeError, match=r"gkr_cpu\.pyramid_dense: argument `layers\[1\]\[0\]`"):
+        g.pyramid_dense(ins, [outs, [to_device(np.zeros(1, np.uint32))]
+                              + [np.zeros(1, np.uint32) for _ in range(3)]], KoalaBear.params)
+    assert all((o == 0).all() for o in outs)
+
+
 @pytest.mark.parametrize("name", LAUNCHERS)
 def test_launchers_say_their_contract(name, k):
     k, backend = k
