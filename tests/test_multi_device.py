@@ -88,9 +88,15 @@ def test_field_ops_run_on_the_current_device_and_refuse_another(cp, F):
     with cp.cuda.Device(1):
         dy0 = on(cp, 0, y)
         for call in (lambda: E.mle_eval(dx[:8], dy0[:3]), lambda: F.mle_eval(da[:8], dy0[:3, 0]),
-                     lambda: E.mle_fold(dx, dy0[0])):
+                     lambda: E.mle_fold(dx, dy0[0]),
+                     # no variables: the empty point is checked all the same
+                     lambda: E.mle_eval(dx[:1], dy0[:0]), lambda: F.mle_eval(da[:1], dy0[:0, 0])):
             with pytest.raises(ValueError, match="different devices.*`(point|r)` on device 0"):
                 call()
+    for backend in (None, "cpu"):  # and host values with a device point, at any nv
+        for nv in (0, 3):
+            with pytest.raises(TypeError, match="`values` is NumPy, `point` is CuPy"):
+                E.mle_eval(x[:1 << nv], dy[:nv], backend=backend)
 
 
 @pytest.mark.cudasim

@@ -250,6 +250,16 @@ def _in_module(x):
     return "cupy", _backend.to_module(x, "cupy")
 
 
+def _resolve_values_point(values, point, backend):
+    """Check ``mle_eval``'s ``values`` and a device ``point`` as the folds'
+    ops would (one array module, one device, ``backend`` allowed for them),
+    naming them; a host point may go with device values (it is moved)."""
+    named = {"values": values}
+    if not isinstance(point, np.ndarray) and _backend.array_kind(point) != "other":
+        named["point"] = point
+    _backend.resolve(named, backend)
+
+
 #: Elements from which :func:`_result_first` allocates the result up front.
 _RESULT_FIRST_SIZE = 1 << 20
 
@@ -1149,6 +1159,8 @@ class _FieldBase:
         if embed and not p_ext:  # a base point too: the folds stay in the base field
             return self.from_base(self.base.mle_eval(values, point, backend=backend))
         if nv == 0:  # no fold runs: reduce the word (a**1), into a new array
+            # (the empty point is still checked as the folds would check it)
+            _resolve_values_point(values, point, backend)
             v = self.from_base(values) if embed else values
             return self.pow(v, 1, backend=backend).reshape(shape)
         # Memory: each fold is one fused kernel pass (out[k] from v[2k],
@@ -1167,10 +1179,7 @@ class _FieldBase:
             # them the folds run the kernels on operands they prepared.
             # `values` (and a device point) are resolved first, so that a
             # module or device error names them (the ops call them `a`, `b`).
-            named = {"values": values}
-            if not isinstance(point, np.ndarray) and _backend.array_kind(point) != "other":
-                named["point"] = point
-            _backend.resolve(named, backend)
+            _resolve_values_point(values, point, backend)
             pair = self.from_base(values[:2]) if embed else values[:2]
             lo, hi = pair[0::2], pair[1::2]
             self.add(lo, self.mul(point[0], self.sub(hi, lo, backend=backend),
