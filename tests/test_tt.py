@@ -1697,3 +1697,14 @@ def test_cupy_supercores_match_numpy(xy):
     with pytest.raises(TypeError, match=r"\.get\(\)"):
         UniformTuckerTensorTrain(gx.tucker_supercore, gx.tt_supercore, x.shape,
                                  (cp.asarray(x.masks[0]), x.masks[1]))
+    # a device scale or vector beside a NumPy train is named (CuPy's own
+    # refusal of the implicit copy named nothing); host ones beside a CuPy
+    # train are copied to the device
+    vectors = [np.ones(n) for n in x.shape]
+    with pytest.raises(TypeError, match="`alpha` is a device array"):
+        x * cp.asarray(2.0)
+    with pytest.raises(TypeError, match=r"`vectors\[1\]` is a device array"):
+        x.apply([vectors[0], cp.asarray(vectors[1])] + vectors[2:])
+    for g, c in (((gx * np.asarray(2.0)).to_dense(), (x * 2.0).to_dense()),
+                 (gx.apply(vectors), x.apply(vectors))):
+        assert isinstance(g, cp.ndarray) and rel_err(cp.asnumpy(g), c) < 1e-9

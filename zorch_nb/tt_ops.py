@@ -914,6 +914,19 @@ def _add(p, q, where, negate=False):
     return _pack(xp, U, G, p.shape, mk, mt, p.stack)
 
 
+def _not_on_device(x, name, xp):
+    """Refuse a device array ``x`` (argument ``name``) beside a train whose
+    supercores are NumPy arrays (``xp``): NumPy cannot read it, and CuPy's
+    own refusal names no argument.  (Beside a CuPy train a host array is
+    copied to the device, as CuPy operands take host data.)"""
+    if xp is np and (hasattr(x, "__cuda_array_interface__")
+                     or type(x).__module__.split(".")[0] == "cupy"):
+        raise TypeError(f"Argument `{name}` is a device array ({type(x).__module__}."
+                        f"{type(x).__name__}) but the train's supercores are NumPy arrays; "
+                        f"copy it to the host first (`.get()` for CuPy) or move the train "
+                        f"to the device.")
+
+
 def _alpha_array(alpha):
     """``alpha`` of :func:`ut3_scale` that is not a number, as an array (lists,
     None, str: NumPy's reading; a ragged list is a ``ValueError`` naming it)."""
@@ -940,6 +953,7 @@ def ut3_scale(data, alpha):
         except OverflowError:
             raise ValueError("Argument `alpha` is too large for a float.") from None
     else:
+        _not_on_device(alpha, "alpha", xp)
         a = _alpha_array(alpha)
         if a.dtype.kind not in "biuf":  # bools as 0 / 1, as a Python True is
             raise TypeError(f"Argument `alpha` must be a real number or an array of reals, "
@@ -1275,6 +1289,8 @@ def ut3_apply(data, vectors):
                             vectors, "__next__") else "."))
     if len(vectors) != p.d:
         raise ValueError(f"Argument `vectors` must hold {p.d} arrays, not {len(vectors)}.")
+    for i, v in enumerate(vectors):
+        _not_on_device(v, f"vectors[{i}]", xp)
     vs = [xp.asarray(v) for v in vectors]
     batch = tuple(vs[0].shape[:-1])
     for i, v in enumerate(vs):
