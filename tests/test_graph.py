@@ -524,7 +524,22 @@ def test_hand_built_graph_is_validated_before_its_first_replay():
                         (built(3, [(1, 3)] * len(g.buffer_points)), "invalid computation graph"),
                         # (the output's index, and its buffer's)
                         (built(6, [(g.outputs[0][0], (("reshape", (3, 3)),))]),
-                         rf"graph output 0 \(buffer {g.outputs[0][0]}\) reshapes")):
+                         rf"graph output 0 \(buffer {g.outputs[0][0]}\) reshapes"),
+                        # negative numbers, which a file cannot hold (unsigned): an
+                        # offset or stride before the buffer's start segfaulted, a
+                        # negative buffer id read a buffer counted from the end
+                        (built(2, [ck._replace(in_layouts=((par, (0, -10**12)),))]
+                               + list(g.compiled_kernels[1:])), "compiled kernel holds -"),
+                        (built(2, [ck._replace(in_layouts=((((par[0][0], -2),)
+                                                            + tuple(par[1:]), (0, 1)),))]
+                               + list(g.compiled_kernels[1:])), "compiled kernel holds -2"),
+                        (built(4, [g.templates[0]._replace(inputs=(-2,))]
+                               + list(g.templates[1:])), "template holds -2"),
+                        (built(2, [ck._replace(in_layouts=((par, (0, 1.5)),))]
+                               + list(g.compiled_kernels[1:])), "holds 1.5 where"),
+                        (built(1, [g.kernels[0]._replace(nodes=((0, -1, 0),)
+                                                         + tuple(g.kernels[0].nodes[1:]))]
+                               + list(g.kernels[1:])), "kernel 0 holds -1")):
         with pytest.raises(ValueError, match=match):
             run_computation_graph(evil, [x])
     same = ComputationGraph(*parts)

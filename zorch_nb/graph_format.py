@@ -434,11 +434,32 @@ def _tiles(offsets, par, n) -> bool:
     return O.size == n and O[-1] == n - 1
 
 
+def _naturals(obj, what):
+    """Refuse a negative or non-integer number anywhere in ``obj`` (nested
+    tuples of ids, offsets, strides, sizes).  The format stores these
+    unsigned, so a decoded graph has none; a hand-built graph's negative
+    offset or stride read before a buffer's start (the evaluators index
+    unchecked: a crash), and a negative id a buffer counted from the end."""
+    if isinstance(obj, tuple):
+        for v in obj:
+            _naturals(v, what)
+    elif isinstance(obj, (int, float, complex, np.number)) and not (
+            isinstance(obj, int) and obj >= 0):
+        _bad(f"{what} holds {obj!r} where a non-negative integer belongs")
+
+
 def validate(g) -> None:
     """Check every invariant the evaluators rely on; ``ValueError`` if one fails."""
     from .graph import FIELDS_BY_NAME
     if g.field not in FIELDS_BY_NAME:
         _bad(f"unknown field {g.field!r}")
+    for k, ir in enumerate(g.kernels):  # (all but the constants, which are signed)
+        _naturals((ir.params, ir.nodes, ir.asserts, ir.outputs), f"kernel {k}")
+    for what, part in (("a compiled kernel", g.compiled_kernels),
+                       ("a buffer's split points", g.buffer_points), ("a template", g.templates),
+                       ("the graph inputs", g.inputs), ("the graph outputs", g.outputs),
+                       ("a constant's buffer id", tuple(b for b, _ in g.constants))):
+        _naturals(part, what)
     p = FIELDS_BY_NAME[g.field].p
     for b, pts in enumerate(g.buffer_points):
         if not pts or pts[0] != 1 or any(hi <= lo or hi % lo for lo, hi in zip(pts, pts[1:])):
