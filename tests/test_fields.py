@@ -499,8 +499,14 @@ def test_pickle_keeps_fields_and_their_constants():
         assert pickle.loads(pickle.dumps(F)) is F
     # a field built by the user keeps its own constants, even under a known name
     for name in ("Foo", "KoalaBear"):
-        G = pickle.loads(pickle.dumps(PrimeField(name, BABYBEAR)))
+        mine = PrimeField(name, BABYBEAR)
+        G = pickle.loads(pickle.dumps(mine))
         assert (G.name, G.p, G.ext.p) == (name, BabyBear.p, BabyBear.p)
+        # and is the same field, by value (it compared unequal: a layer of it
+        # that went through a pickle was refused as another field's)
+        assert G == mine and hash(G) == hash(mine) and G.ext == mine.ext
+        assert G != BabyBear or name == "BabyBear"
+    assert KoalaBear != BabyBear and KoalaBear != KoalaBear.ext and KoalaBear.ext == KoalaBear.ext
     # only the shipped constants: the kernels rely on their checked invariants
     with pytest.raises(ValueError, match="`params`.* differs from the 'babybear' record in w, w_mont"):
         PrimeField("Mine", BABYBEAR._replace(w=5, w_mont=7))

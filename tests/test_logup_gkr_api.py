@@ -321,6 +321,15 @@ def test_copies_and_pickles_of_layers_are_checked_again():
             assert np.array_equal(a, b)
         for a, b in zip(layer_transition(d).mles, layer_transition(dense).mles):
             assert np.array_equal(a, b)
+    # a layer of a field made with the public constructor: its pickled result
+    # (a new field object, the same field) is taken as out
+    from zorch_nb.fields import PrimeField
+    mine = PrimeField("KoalaBear", KoalaBear.params)
+    x = GkrLayer(*[KoalaBear.encode(np.arange(1, 9)) for _ in range(4)], field=mine)
+    y = pickle.loads(pickle.dumps(layer_transition(x)))
+    assert y.field is not mine and layer_transition(x, out=y) is y
+    with pytest.raises(ValueError, match="is a BabyBear layer; the result is KoalaBear"):
+        layer_transition(x, out=layer_transition(GkrLayer(*y.mles, field=BabyBear)))
 
 
 @SETS_SHAPE_IN_PLACE

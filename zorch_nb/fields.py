@@ -1442,6 +1442,18 @@ class _FieldBase:
             return (_field_by_name, (self.name,))
         return (PrimeField, (self.name, self.params))
 
+    # By value: a PrimeField made with the public constructor comes back from
+    # a pickle or copy as a new object, which must still be the same field
+    # (a layer that went through one was refused as "a KoalaBear layer; the
+    # result is KoalaBear").  The extension's name and params are its base's.
+    def __eq__(self, other):
+        if type(other) is not type(self):
+            return NotImplemented
+        return self.name == other.name and self.params == other.params
+
+    def __hash__(self):
+        return hash((self.degree, self.name, self.params))
+
 
 def _shape_tuple(shape):
     def dim(s):

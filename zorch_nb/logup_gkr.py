@@ -727,7 +727,7 @@ def _check_out(out, name: str, like, like_name: str, length: int, exts) -> tuple
         mles = out.mles
     except ValueError as exc:  # an MLE reshaped in place: say which layer
         raise ValueError(f"Argument `{name}`: {exc}") from None
-    if out.field is not like.field:
+    if out.field != like.field:
         raise ValueError(f"Argument `{name}` is a {out.field.name} layer; the result is "
                          f"{like.field.name}")
     if cls is GkrLayer and out.num_batch_variables != like.num_batch_variables:
