@@ -26,7 +26,8 @@ __all__ = ["base_map1", "base_map2", "ext4_map1", "ext4_map2", "base_map2_bcast"
            "ext4_map2_bcast", "base_pow", "ext4_pow", "base_batch_inv", "base_mle_fold",
            "ext4_mle_fold", "base_eq_split", "ext4_eq_split"]
 
-_ndarray = np.ndarray
+_ndarray = np.ndarray  # (a module-level name for the launch path)
+
 #: nvcc/NVRTC options shared by every zorch_nb RawModule.
 NVRTC_OPTIONS = ("-std=c++17",)
 
