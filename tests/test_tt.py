@@ -14,6 +14,7 @@ kernels, and through the array-module path that CuPy supercores take.
 import functools
 import math
 import os
+import signal
 import string
 import threading
 
@@ -1573,6 +1574,28 @@ def test_threaded_stack_in_a_forked_child(rng, monkeypatch):
             os._exit(0 if ok else 3)
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+def test_kernel_cache_lock_held_at_a_fork(rng):
+    """A child forked while another thread of the parent held the kernel
+    cache's lock (a lookup, ``kernel_cache_info``) hung in its first train op:
+    no thread of the child would release it.  The child gets a lock of its own."""
+    if not hasattr(os, "fork"):
+        pytest.skip("needs os.fork")
+    from zorch_nb.tt_masks import KERNELS
+    x = random_stack(rng, 3)
+    want = x.to_dense()
+    with KERNELS._lock:  # (held as by another thread at the fork)
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child's coverage is not collected
+            ok = False
+            try:
+                signal.alarm(60)  # a hang ends the child, not the suite
+                ok = x.to_dense().tobytes() == want.tobytes()
+            finally:
+                os._exit(0 if ok else 3)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
 
 # ---------------------------------------------------------------------------
 # dtypes, files, functional layer

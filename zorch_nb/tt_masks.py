@@ -6,6 +6,7 @@ arrays finds the kernels compiled for an identical one.
 :class:`KernelCache` is that cache; :func:`kernel_cache_info` reports it.
 """
 import collections
+import os
 import threading
 
 import numpy as np
@@ -301,6 +302,17 @@ class KernelCache:
 
 
 KERNELS = KernelCache()
+
+
+def _after_fork_in_child():
+    # another thread of the parent may have held the lock at the fork (a
+    # lookup, kernel_cache_info): in the child no thread would release it
+    # and the first train op hung; the stored kernels stay usable
+    KERNELS._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def kernel_cache_info():
