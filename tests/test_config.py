@@ -30,6 +30,11 @@ def test_the_report_names_what_is_imported():
     assert deps["python"].startswith(".".join(map(str, sys.version_info[:3])))
     assert report["cpu"]["cores"] == os.cpu_count()
     assert report["caches"]["graph evaluators"].startswith(os.environ["ZORCH_NB_CACHE_DIR"])
+    # the folder Numba's locator uses (it named NUMBA_CACHE_DIR or __pycache__
+    # even where Numba fell back to the user's cache folder)
+    from zorch_nb import kernels
+    assert report["caches"]["numba"] == kernels._numba_cache_folder(
+        os.path.dirname(kernels.__file__))
 
 
 def test_printed_report_and_bad_mode(capsys):

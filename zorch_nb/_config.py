@@ -147,8 +147,12 @@ def _numba_cuda() -> dict:
 
 def _caches() -> dict:
     import numba
+    from . import kernels
     from .kernels import graph_cpu
-    return {"numba": numba.config.CACHE_DIR or "__pycache__ beside each kernel module",
+    # the folder Numba's locator picks for the kernels (it falls back past a
+    # read-only package or NUMBA_CACHE_DIR to the user's cache folder)
+    return {"numba": kernels._numba_cache_folder(os.path.dirname(kernels.__file__))
+            or numba.config.CACHE_DIR or "__pycache__ beside each kernel module",
             "graph evaluators": graph_cpu.evaluator_cache_path(),
             "cupy kernels": os.environ.get("CUPY_CACHE_DIR")
             or os.path.join(os.path.expanduser("~"), ".cupy", "kernel_cache")}
