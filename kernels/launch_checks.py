@@ -457,7 +457,8 @@ def check_mle_fold(where, f, v, v_deg, r, r_deg, out, out_deg):
             v_deg == r_deg == out_deg == 1 or out_deg == 4 and v_deg in _DEGS
             and r_deg in _DEGS):
         n = _fast_elements(where, out, out_deg, True)
-        if n >= 0 and _fast_elements(where, v, v_deg) == 2 * n and _fast_elements(where, r, r_deg) == 1 \
+        if n >= 0 and _fast_elements(where, v, v_deg) == 2 * n \
+                and _fast_elements(where, r, r_deg) == 1 \
                 and _fast_disjoint(out, v) and _fast_disjoint(out, r):
             return n, v_deg, r_deg
     check_field(where, f)
@@ -492,7 +493,8 @@ def check_eq_split(where, f, a, r, r_deg, lo, hi, deg):
     if id(f) in _SHIPPED and type(r_deg) is int and (r_deg == deg == 1 or
                                                      deg == 4 and r_deg in _DEGS):
         n = _fast_elements(where, hi, deg, True)
-        if n >= 0 and _fast_elements(where, lo, deg, True) == n and _fast_elements(where, a, deg) == n \
+        if n >= 0 and _fast_elements(where, lo, deg, True) == n \
+                and _fast_elements(where, a, deg) == n \
                 and _fast_elements(where, r, r_deg) == 1 and _fast_disjoint(hi, a) \
                 and _fast_disjoint(hi, lo) and _fast_disjoint(hi, r) \
                 and _fast_disjoint(lo, r) and (lo is a or _fast_disjoint(lo, a)):

@@ -919,8 +919,7 @@ def _not_on_device(x, name, xp):
     supercores are NumPy arrays (``xp``): NumPy cannot read it, and CuPy's
     own refusal names no argument.  (Beside a CuPy train a host array is
     copied to the device, as CuPy operands take host data.)"""
-    if xp is np and (hasattr(x, "__cuda_array_interface__")
-                     or type(x).__module__.split(".")[0] == "cupy"):
+    if xp is np and _backend.array_kind(x) in ("cupy", "cuda"):
         raise TypeError(f"Argument `{name}` is a device array ({type(x).__module__}."
                         f"{type(x).__name__}) but the train's supercores are NumPy arrays; "
                         f"copy it to the host first (`.get()` for CuPy) or move the train "
