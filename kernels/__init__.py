@@ -26,6 +26,13 @@ def sources_digest() -> str:
     return digest.hexdigest()
 
 
+#: :func:`sources_digest` of the sources this process imported.  Every cache
+#: key uses this reading, never a later one: a process still running the old
+#: sources after an upgrade must not save its machine code under the new
+#: version's key (see :mod:`.jit`).
+SOURCES_DIGEST = sources_digest()
+
+
 def _numba_cache_folder(here: str):
     """The folder Numba caches this folder's kernels in: the one of its first
     locator class that accepts a file here (``__pycache__`` beside the
@@ -45,20 +52,17 @@ def _numba_cache_folder(here: str):
 def _drop_stale_numba_cache() -> None:
     """Delete this folder's Numba cache files when any kernel source changed.
 
-    Numba's ``cache=True`` keys an entry on the source file of the jitted
-    function alone, so editing a callee (``monty.py``) would keep serving the
-    machine code compiled from the old text -- after an upgrade too, wherever
-    the cache lives.  A stamp of the hash of every ``*.py`` here decides, in
-    the folder Numba uses for them (:func:`_numba_cache_folder`; it was
-    checked only in ``__pycache__``, so with ``NUMBA_CACHE_DIR`` set a changed
-    ``monty.py`` kept running the old arithmetic).
+    Housekeeping: no entry of other sources is ever loaded (:mod:`.jit` keys
+    each on :data:`SOURCES_DIGEST`), but Numba would leave their files behind.
+    A stamp of the digest, in the folder Numba uses for them
+    (:func:`_numba_cache_folder`), says when they are another version's.
     """
     here = os.path.dirname(os.path.abspath(__file__))
     cache = _numba_cache_folder(here) or os.path.join(here, "__pycache__")
     if not os.path.isdir(cache):
         return
     stamp_path = os.path.join(cache, "zorch_nb_sources.sha256")
-    stamp = sources_digest()
+    stamp = SOURCES_DIGEST
     try:
         with open(stamp_path) as fh:
             if fh.read() == stamp:

@@ -136,8 +136,7 @@ def serial_twin(kernel):
         fn = getattr(kernel, "py_func", None)
         if fn is None:  # NUMBA_DISABLE_JIT: already a plain (serial) function
             return kernel
-        from numba import njit
-
+        from .jit import njit
         from .vector_width import NoaliasCompiler
         copy = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__,
                                   fn.__defaults__, fn.__closure__)

@@ -27,7 +27,9 @@ element, base operands, rows and columns read in runs), the inverses
 must not start the threading layer (see :func:`_encode_kernel`).
 """
 import numpy as np
-from numba import njit, prange
+from numba import prange
+
+from .jit import njit  # numba.njit, cache keyed on every kernel source
 
 from .cpu_threads import sized, tasks as _tasks
 from .field_params import kernel_words

@@ -14,12 +14,14 @@ compiling again (the simulator ignores the flag).  Numba-CUDA keys an entry
 on the kernel's bytecode and the pickled contents of its closure cells, and
 the kernels of :mod:`.gkr_cuda_numba` that are closures hold only numbers
 there, so the key is the same in every process; the callees in other files
-are covered by the source stamp of ``kernels/__init__.py``.
+are covered by the digest of every kernel source the entries are keyed on
+(:func:`.jit.keyed_on_sources`).
 """
 import numpy as np
 from numba import cuda
 
 from .field_params import kernel_words
+from .jit import keyed_on_sources
 from .launch_checks import (BINARY, IN_PLACE_UNARY, UNARY, check_bcast, check_map,
                             check_eq_split, check_mle_fold, check_pow)
 from .launch_config import THREADS_PER_BLOCK, grid_for
@@ -36,8 +38,13 @@ __all__ = ["base_map1", "base_map2", "ext4_map1", "ext4_map2", "base_map2_bcast"
            "ext4_map2_bcast", "base_pow", "ext4_pow", "base_batch_inv", "base_mle_fold",
            "ext4_mle_fold", "base_eq_split", "ext4_eq_split"]
 
-#: ``@cuda.jit`` with Numba-CUDA's on-disk cache (see the module docstring).
-cached_kernel = cuda.jit(cache=True)
+_cuda_jit_cached = cuda.jit(cache=True)
+
+
+def cached_kernel(fn):
+    """``@cuda.jit`` with Numba-CUDA's on-disk cache, keyed on every kernel
+    source (see the module docstring and :mod:`.jit`)."""
+    return keyed_on_sources(_cuda_jit_cached(fn))
 
 
 @cached_kernel

@@ -94,7 +94,9 @@ fold ran 2x slower); the parallel kernels call them per chunk of slots.
 import functools
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
+
+from .jit import njit  # numba.njit, cache keyed on every kernel source
 
 from .gkr_scalar import (MODE_BB, MODE_BE, MODE_EB, MODE_EE, make_node_functions,
                          make_slot_functions, mode_of, output_mode)

@@ -45,7 +45,8 @@ Numba, the CUDA simulator and ``NUMBA_DISABLE_JIT=1`` agree bit for bit.
 import types
 
 import numpy as np
-from numba import njit
+
+from .jit import njit  # numba.njit, cache keyed on every kernel source
 
 from .monty import (base_eq_split, base_fold, below_pr, canonical, ext4_dot, ext4_eq_split,
                     ext4_fold, ext4_inv_finish, ext4_mul, ext4_norm, ext4_wrap, mod_add,

@@ -26,9 +26,9 @@ import tempfile
 import time
 
 import numpy as np
-from numba import njit
 
-from . import sources_digest
+from . import SOURCES_DIGEST
+from .jit import njit  # numba.njit, cache keyed on every kernel source
 from .cpu_threads import serialized
 
 __all__ = ["compile_evaluator", "run_evaluator", "evaluator_cache_dir", "use_serial"]
@@ -51,7 +51,7 @@ def evaluator_cache_path() -> str:
     root = os.environ.get("ZORCH_NB_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
         "zorch_nb")
-    return os.path.join(root, _PREFIX + sources_digest()[:16])
+    return os.path.join(root, _PREFIX + SOURCES_DIGEST[:16])
 
 
 @functools.lru_cache(maxsize=None)

@@ -28,7 +28,8 @@ Conventions
   returned as a 4-tuple; the modulus is x^4 - W.
 """
 import numpy as np
-from numba import njit
+
+from .jit import njit  # numba.njit, cache keyed on every kernel source
 
 #: The scalar functions for use in your own ``@njit`` / ``@cuda.jit`` code
 #: (see README, "The kernels in your own Numba code"), and the opcodes.

@@ -29,6 +29,8 @@ Nothing here imports from the object layer (``zorch_nb``).
 import numba
 import numpy as np
 
+from .jit import njit  # numba.njit, cache keyed on every kernel source
+
 
 def mask_index_table(mask):
     """Index table of the True slots of a boolean mask.
@@ -333,7 +335,7 @@ def build_ut3_chain(tk_idx, tk_cnt, tt_idx, tt_cnt):
     return ut3_chain
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _orthogonalize_row(F, b, j):
     """Gram-Schmidt row ``j`` of ``F[b]`` against rows ``0..j-1`` (a second
     pass only when the first removed much of it); return its norm."""
@@ -357,7 +359,7 @@ def _orthogonalize_row(F, b, j):
     return np.sqrt(after)
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def orthonormal_frame_repair(F, mask, kcount):
     """Make frame vectors orthonormal on the real coordinates, in place.
 

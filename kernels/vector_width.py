@@ -30,9 +30,10 @@ Only where it was measured: a target with AVX-512 (measured with llvmlite
 0.50 / LLVM 22); any other target gets LLVM's own choice.
 """
 import llvmlite.binding as llvm
-from numba import njit
 from numba.core import config
 from numba.core.compiler import Compiler
+
+from .jit import njit  # numba.njit, cache keyed on every kernel source
 
 __all__ = ["njit_lanes64", "lanes64_width", "NoaliasCompiler"]
 

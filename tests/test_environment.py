@@ -1,9 +1,11 @@
-"""zorch_nb in unusual environments: where Numba has no cache folder it can write."""
+"""zorch_nb in unusual environments: where Numba has no cache folder it can
+write, and where its cache is shared with another version's processes."""
 import os
 import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
 _NO_LOCATOR = textwrap.dedent("""
@@ -108,3 +110,160 @@ def test_stale_kernels_are_dropped_from_numba_cache_dir(tmp_path):
     assert folder() == path and os.listdir(path) == ["zorch_nb_sources.sha256"]
     with open(stamp) as fh:
         assert fh.read() == sources_digest()
+
+
+_OLD_PROCESS = textwrap.dedent("""
+    import os, sys, time
+    from zorch_nb import KoalaBear as F
+    a, b = F.encode([5, 7, 1]), F.encode([3, 9, 1])
+    open(sys.argv[1], "w").close()            # imported (the old sources)
+    deadline = time.monotonic() + 300
+    while not os.path.exists(sys.argv[2]):     # the upgrade, and a new process
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    print(*F.decode(F.sub(a, b)))              # compiled now, into the shared cache
+    # the graph evaluators' folder is the imported sources' too
+    from zorch_nb.kernels import SOURCES_DIGEST, sources_digest
+    from zorch_nb.kernels.graph_cpu import evaluator_cache_path
+    print(evaluator_cache_path().endswith(SOURCES_DIGEST[:16]), sources_digest() == SOURCES_DIGEST)
+""")
+_NEW_PROCESS = textwrap.dedent("""
+    from zorch_nb import KoalaBear as F
+    a, b = F.encode([5, 7, 1]), F.encode([3, 9, 1])
+    print(*F.decode(F.sub(a, b)))
+""")
+# the "upgrade": a callee of the field kernels (not their own file) changes
+_NEW_MOD_SUB = textwrap.dedent("""
+
+
+    @njit(cache=True)
+    def mod_sub(a, b, p):  # a later version's subtraction (the test's edit)
+        return mod_add(a, b, p)
+""")
+
+
+@pytest.mark.skipif(not _JIT, reason="nothing is cached")
+def test_a_process_of_the_old_sources_cannot_feed_the_new_ones(tmp_path):
+    """A process that imported the kernels before an upgrade and compiles a
+    kernel after it saves machine code of the old callees into the shared
+    cache; Numba's key (the kernel's own file and bytecode) matched it for the
+    new version, and the import-time stamp check had already passed, so the
+    new processes ran the old arithmetic.  Every entry is keyed on the digest
+    of the sources the saving process imported, as the graph evaluators'
+    folder is named by it (not by the files' digest when first asked)."""
+    import shutil
+
+    import zorch_nb
+    import zorch_nb.kernels
+    site = tmp_path / "site"
+    skip = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(os.path.dirname(zorch_nb.__file__), site / "zorch_nb", ignore=skip,
+                    dirs_exist_ok=True)
+    # (an editable install maps zorch_nb.kernels to its own folder)
+    shutil.copytree(os.path.dirname(zorch_nb.kernels.__file__), site / "zorch_nb" / "kernels",
+                    ignore=skip, dirs_exist_ok=True)
+    # (run in site: `python -c` puts the working folder, maybe a checkout, first)
+    env = dict(os.environ, PYTHONPATH=str(site), PYTHONDONTWRITEBYTECODE="1",
+               NUMBA_CACHE_DIR=str(tmp_path / "numba"))
+
+    def run(script, cache="numba"):
+        res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                             env=dict(env, NUMBA_CACHE_DIR=str(tmp_path / cache)),
+                             cwd=site, timeout=600)
+        assert res.returncode == 0, res.stdout + res.stderr
+        return res.stdout.split()
+
+    imported, go = tmp_path / "imported", tmp_path / "go"
+    old = subprocess.Popen([sys.executable, "-c", _OLD_PROCESS, str(imported), str(go)],
+                           env=env, cwd=site, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+    try:
+        import time
+        deadline = time.monotonic() + 300
+        while not imported.exists() and old.poll() is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        with open(site / "zorch_nb" / "kernels" / "monty.py", "a") as fh:
+            fh.write(_NEW_MOD_SUB)
+        run("import zorch_nb.kernels")  # a new process: its stamp is now the folder's
+        go.touch()
+        out, err = old.communicate(timeout=600)
+    finally:
+        if old.poll() is None:
+            old.kill()
+    assert old.returncode == 0, out + err
+    assert out.split() == ["2", str((7 - 9) % 2130706433), "0", "True", "False"]
+    expected = run(_NEW_PROCESS, cache="fresh")
+    assert expected == ["8", "16", "2"]  # the edit took: the new version adds
+    assert run(_NEW_PROCESS) == expected
+
+
+def _cached_dispatchers():
+    """Every dispatcher of the kernel layer with an on-disk cache: the module
+    globals, Numba-CUDA's kernel factories (where numba-cuda imports) and a
+    CPU kernel's serial twin."""
+    import importlib
+    import pkgutil
+
+    import zorch_nb.kernels as k
+    from zorch_nb.kernels import cpu_threads, field_cpu
+    found = {}
+
+    def keep(value):
+        cache = getattr(value, "_cache", None)
+        if cache is not None and type(cache).__name__ != "NullCache":
+            found[id(value)] = value
+
+    for info in pkgutil.iter_modules(k.__path__):
+        try:
+            module = importlib.import_module(f"{k.__name__}.{info.name}")
+        except ImportError:  # CuPy, or numba-cuda, not installed
+            continue
+        for value in vars(module).values():
+            keep(value)
+        if info.name == "gkr_cuda_numba":
+            for mode in range(4):
+                for kernel in (*module._kernels(mode), module._pyramid_kernel(mode)):
+                    keep(kernel)
+    keep(cpu_threads.serial_twin(field_cpu._base_map2_kernel))
+    return list(found.values())
+
+
+@pytest.mark.skipif(not _JIT, reason="nothing is cached")
+def test_every_cached_kernel_is_keyed_on_the_sources():
+    """Each cache=True dispatcher of the kernel layer checks its index against
+    the digest of the sources this process imported (kernels/jit.py): one made
+    with numba's own decorator would let an old process's entries through."""
+    from zorch_nb.kernels import SOURCES_DIGEST
+    cached = _cached_dispatchers()
+    assert len(cached) > 40
+    unkeyed = [d for d in cached if d._cache._cache_file._source_stamp[-1] != SOURCES_DIGEST]
+    assert not unkeyed, unkeyed
+
+
+def _plus_one(x):
+    return x + 1
+
+
+@pytest.mark.skipif(not _JIT, reason="nothing is cached")
+def test_your_own_cached_functions_can_be_keyed_on_the_sources():
+    """kernels.jit.njit is numba's njit (bare, with options, with a function)
+    whose cache=True entries are keyed on the kernel sources; a signature
+    (an eager compile, which would load before the key is set) is refused."""
+    import numba
+
+    from zorch_nb.kernels import SOURCES_DIGEST, jit
+
+    def stamp(d):
+        return d._cache._cache_file._source_stamp
+
+    made = [jit.njit(cache=True)(_plus_one), jit.njit(_plus_one, cache=True),
+            jit.keyed_on_sources(numba.njit(cache=True)(_plus_one))]
+    for d in made:
+        assert d(np.int64(41)) == 42 and stamp(d)[1] == SOURCES_DIGEST
+    again = jit.keyed_on_sources(made[0])
+    assert again is made[0] and stamp(again)[1] == SOURCES_DIGEST and len(stamp(again)) == 2
+    assert jit.njit(_plus_one)(1) == 2 and jit.njit()(_plus_one)(1) == 2  # not cached: numba's
+    assert type(jit.njit(_plus_one)._cache).__name__ == "NullCache"
+    with pytest.raises(TypeError, match="signature"):
+        jit.njit("int64(int64)", cache=True)
