@@ -206,6 +206,51 @@ def test_save_load_in_fresh_process_and_replay(tmp_path):
     assert got["commitments"] == [x.hex() for x in commitments]
 
 
+def test_save_replaces_the_file_whole_and_refuses_descriptors(tmp_path, monkeypatch):
+    """``save`` encodes first and renames a finished file over the old one:
+    it opened the file (emptying it) before encoding, so a graph that could
+    not be encoded, or a failed write, destroyed the last good file.  An int
+    (or bool) ``path`` was taken by ``open`` as a file descriptor: the graph
+    went to stdout, which was then closed (``load``: stdin, read to its end)."""
+    import io
+    ctx = Context()
+    a, c = reference_program(ctx, lanes=3)
+    g = ctx.generate_computation_graph([a], [c])
+    path = tmp_path / "g.zgraph"
+    g.save(path)
+    good = path.read_bytes()
+    assert good == g.to_bytes()
+
+    def unencodable(self):
+        raise ValueError("cannot encode")
+
+    with monkeypatch.context() as m:
+        m.setattr(ComputationGraph, "to_bytes", unencodable)
+        with pytest.raises(ValueError, match="cannot encode"):
+            g.save(path)
+    with monkeypatch.context() as m:
+        m.setattr(os, "replace", lambda *a: (_ for _ in ()).throw(OSError(28, "disk full")))
+        with pytest.raises(OSError, match="disk full"):
+            g.save(path)
+    assert path.read_bytes() == good and os.listdir(tmp_path) == ["g.zgraph"]
+    for bad in (1, True, 2.5, None):
+        with pytest.raises(TypeError, match="`path` must be a file name"):
+            g.save(bad)
+        with pytest.raises(TypeError, match="`path` must be a file name"):
+            ComputationGraph.load(bad)
+    buf = io.BytesIO()
+    g.save(buf)
+    assert buf.getvalue() == good and ComputationGraph.load(io.BytesIO(good)) == g
+    g.save(os.fsencode(tmp_path / "b.zgraph"))
+    assert ComputationGraph.load(str(tmp_path / "b.zgraph")) == g
+    with pytest.raises(IsADirectoryError):
+        g.save(tmp_path)
+    with pytest.raises(FileNotFoundError) as err:
+        g.save(tmp_path / "missing" / "g.zgraph")
+    assert err.value.filename == str(tmp_path / "missing" / "g.zgraph")
+    assert sorted(os.listdir(tmp_path)) == ["b.zgraph", "g.zgraph"]
+
+
 @pytest.mark.skipif(numba.config.DISABLE_JIT, reason="nothing is compiled")
 def test_replay_in_a_new_process_loads_the_compiled_evaluators(tmp_path):
     """The generated evaluators go through Numba's on-disk cache: the second process
@@ -1167,6 +1212,43 @@ def test_load_computation_graph_checks_the_rerecorded_program():
     short.call_kernel(add_2, 32, x)
     with pytest.raises(ValueError, match="graph has 3 buffers, this recording 2"):
         short.load_computation_graph(g)
+
+
+def test_load_checks_the_graph_inputs_and_outputs_against_handles_given():
+    """A graph from elsewhere with its output rewired to the program's input
+    (a well-formed file) passed the check, which took the outputs from the
+    graph itself, and its replay then returned the caller's input.  Given the
+    handles, the views must be the graph's; without them the graph's are
+    taken (as documented).  A hand-built graph is validated first (an input
+    id out of range was an IndexError)."""
+    ctx = Context()
+    a, c = reference_program(ctx, lanes=2)
+    g = ctx.generate_computation_graph([a], [c])
+    rewired = ComputationGraph.from_bytes(ComputationGraph(
+        g.field, g.kernels, g.compiled_kernels, g.buffer_points, g.templates, g.inputs,
+        ((a.buffer_id, (("reshape", (64,)),)),), g.constants, g.commitments).to_bytes())
+    again = Context()
+    a2, c2 = reference_program(again, lanes=2, offset=7)
+    assert again.load_computation_graph(g, [a2], [c2]) == again.load_computation_graph(g)
+    assert again.load_computation_graph(rewired) is not None  # the graph's own choice
+    with pytest.raises(ValueError, match=r"does not match the graph: graph output 0 is buffer "
+                                         r"0 viewed as \[64\], but `outputs\[0\]` is buffer 2 "
+                                         r"viewed as \[2\]"):
+        again.load_computation_graph(rewired, outputs=[c2])
+    with pytest.raises(ValueError, match=r"graph input 0 is buffer 0 viewed as \[32, 2\], but "
+                                         r"`inputs\[0\]` is buffer 0 viewed as \[2, 32\]"):
+        again.load_computation_graph(g, inputs=[a2.transpose()])
+    with pytest.raises(ValueError, match=r"the graph has 1 outputs, `outputs` holds 2 handles"):
+        again.load_computation_graph(g, outputs=[c2, c2])
+    with pytest.raises(ValueError, match=r"`inputs\[0\]` must come from copy_to_device"):
+        again.load_computation_graph(g, inputs=[c2])
+    with pytest.raises(TypeError, match=r"`outputs` must be a sequence of Handles"):
+        again.load_computation_graph(g, outputs=5)
+    broken = ComputationGraph(g.field, g.kernels, g.compiled_kernels, g.buffer_points,
+                              g.templates, ((99, (("reshape", (64,)),)),), g.outputs,
+                              g.constants, g.commitments)
+    with pytest.raises(ValueError, match="graph input 0 names buffer 99"):
+        again.load_computation_graph(broken)
 
 
 def test_load_names_a_differing_constant_and_its_values():

@@ -207,3 +207,36 @@ def test_replay_places_inputs_without_an_index_array():
     np.testing.assert_array_equal(out, ctx.copy_to_host(r))
     # int64 arange per input (2x its words) and merkle_root's copies: 6.2x before
     assert pk < 4 * sum(g.padded_lengths) * 4
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_replay_memory_guard_counts_outputs_listed_many_times(monkeypatch, padded):
+    """A 1 KB file listing one 2**26-word buffer as an output 40 times passed
+    the guard (which counted each padded buffer once, 0.25 GiB) and then
+    needed ~20 GiB: each output is decoded apart.  The guard counts every
+    output, and what it counts bounds the replay's peak (but a constant)."""
+    @kernel
+    def copy(x: In[()], out: Out[()]):
+        out[()] = x[()]
+
+    ctx = Context()
+    (y,) = ctx.call_kernel(copy, 4, ctx.copy_to_device(7))
+    g = ctx.generate_computation_graph([], [y])
+    log, repeats = 16, 6
+    n = 1 << log
+    ck = g.compiled_kernels[0]
+    many = G.ComputationGraph(
+        g.field, g.kernels, [ck._replace(out_layouts=((((log, 1),), ck.out_layouts[0][1]),))],
+        [g.buffer_points[0], (1, n)],
+        [g.templates[0]._replace(num_parallel=n, padded_parallel=n)], (),
+        [(1, (("reshape", (n,)),))] * repeats, g.constants, g.commitments)
+    many = G.ComputationGraph.from_bytes(many.to_bytes())
+    counted = 4 * (sum(many.padded_lengths) + repeats * n + (sum(many.padded_lengths)
+                                                              if padded else n))
+    run_computation_graph(many, [], padded=padded)  # (warm-up: the evaluator's compile)
+    pk, res = peak_bytes(lambda: run_computation_graph(many, [], padded=padded))
+    assert len(res[0]) == repeats and all((o == 7).all() for o in res[0])
+    assert pk <= counted + 2**16  # (+ the calls' small arrays: 6 KB here)
+    monkeypatch.setattr(G._backend, "physical_memory", lambda: counted - 1)
+    with pytest.raises(MemoryError, match=rf"for its 2 padded buffers and {repeats} outputs"):
+        run_computation_graph(many, [], padded=padded)

@@ -455,14 +455,44 @@ class ComputationGraph:
         return graph_from_bytes(data)
 
     def save(self, path) -> None:
-        """Write :meth:`to_bytes` to the file ``path``."""
-        with open(path, "wb") as fh:
-            fh.write(self.to_bytes())
+        """Write :meth:`to_bytes` to ``path``: a file name (str, bytes or
+        ``os.PathLike``) or an open binary file.
+
+        The graph is encoded first, and a named file is replaced whole (written
+        beside it, then renamed): a graph that cannot be encoded, a full disk
+        or a kill mid-write leaves the file as it was.
+        """
+        data = self.to_bytes()
+        if hasattr(path, "write") and not isinstance(path, (str, bytes, os.PathLike)):
+            path.write(data)
+            return
+        name = _file_name(path)
+        if os.path.exists(name) and not os.path.isfile(name):  # a folder, a device
+            with open(name, "wb") as fh:  # (a folder: IsADirectoryError, naming it)
+                fh.write(data)
+            return
+        suffix = f".{os.getpid()}.{threading.get_ident()}.tmp"
+        tmp = name + (os.fsencode(suffix) if isinstance(name, bytes) else suffix)
+        try:
+            try:
+                fh = open(tmp, "wb")
+            except OSError as exc:  # named after the user's file, not the temporary
+                raise type(exc)(exc.errno, exc.strerror, name) from None
+            with fh:
+                fh.write(data)
+            os.replace(tmp, name)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+            raise
 
     @classmethod
     def load(cls, path) -> "ComputationGraph":
-        """Read a graph written by :meth:`save` (checked as :meth:`from_bytes`)."""
-        with open(path, "rb") as fh:
+        """Read a graph written by :meth:`save` (checked as :meth:`from_bytes`)
+        from a file name or an open binary file."""
+        if hasattr(path, "read") and not isinstance(path, (str, bytes, os.PathLike)):
+            return cls.from_bytes(path.read())
+        with open(_file_name(path), "rb") as fh:
             return cls.from_bytes(fh.read())
 
     def __eq__(self, other):
@@ -486,6 +516,16 @@ class ComputationGraph:
         return (f"<ComputationGraph {self.field}: {len(self.templates)} calls, "
                 f"{len(self.compiled_kernels)} compiled kernels, "
                 f"{len(self.buffer_points)} buffers>")
+
+
+def _file_name(path):
+    """``os.fspath(path)``; anything but a name is a TypeError: ``open`` takes an
+    int (a bool too) as a file descriptor, and would write the graph to stdout
+    (or wait on stdin) and then close it."""
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise TypeError(f"Argument `path` must be a file name (str, bytes or os.PathLike) or "
+                        f"an open binary file, not {type(path).__name__}")
+    return os.fspath(path)
 
 
 # ------------------------------------------------------------ evaluators ----
@@ -1306,11 +1346,24 @@ class Context:
         object.__setattr__(graph, "_validated", True)  # the recorder's own layouts
         return graph
 
-    def load_computation_graph(self, graph: ComputationGraph) -> tuple:
+    def load_computation_graph(self, graph: ComputationGraph, inputs=None,
+                               outputs=None) -> tuple:
         """Check that the program recorded here is the one ``graph`` was made from.
 
         Run the same program (on any input values) in this context first.  The
-        layouts, kernels, templates, inputs, outputs and constants must match.
+        layouts, kernels, templates and constants must match.
+
+        Parameters
+        ----------
+        graph : ComputationGraph
+        inputs, outputs : sequence of Handle, optional
+            The handles you would pass to :meth:`generate_computation_graph`:
+            the graph's inputs and outputs must then be these views, in this
+            order.  Without them the graph's own choice is taken, checked only
+            to name this recording's buffers (its inputs ones from
+            :meth:`copy_to_device`): a graph from elsewhere may then return
+            any buffer of the program -- an input, say -- as an output at
+            replay.  Pass them to check a graph you did not make.
 
         Returns
         -------
@@ -1326,10 +1379,13 @@ class Context:
         if not isinstance(graph, ComputationGraph):
             raise TypeError(f"Argument `graph` must be a ComputationGraph, not "
                             f"{type(graph).__name__}")
+        graph._checked()  # (a graph built by hand: ids in range before they are used)
         with self._lock, self._on_device():
-            return self._load(graph)
+            expected = [None if h is None else self._specs(h, name, name == "inputs")
+                        for h, name in ((inputs, "inputs"), (outputs, "outputs"))]
+            return self._load(graph, *expected)
 
-    def _load(self, graph: ComputationGraph) -> tuple:
+    def _load(self, graph: ComputationGraph, in_specs=None, out_specs=None) -> tuple:
         diff = None
         if graph.field != self.field.params.name:
             diff = f"the graph is over {graph.field}, this context over {self.field.params.name}"
@@ -1337,10 +1393,11 @@ class Context:
             diff = (f"the graph has {len(graph.buffer_points)} buffers, this recording "
                     f"{len(self._buffers)}")
         else:
+            diff = (self._view_difference(graph, "inputs", in_specs)
+                    or self._view_difference(graph, "outputs", out_specs))
             for k, (b, _) in enumerate(graph.inputs):
-                if self._buffers[b].source != "input":
+                if diff is None and self._buffers[b].source != "input":
                     diff = f"graph input {k} is buffer {b}, which this recording computes"
-                    break
         built = None
         if diff is None:
             built = self._build(graph.inputs, graph.outputs)
@@ -1348,6 +1405,23 @@ class Context:
         if diff is not None:
             raise ValueError(f"the recorded program does not match the graph: {diff}")
         return built.commitments
+
+    def _view_difference(self, graph, kind: str, specs):
+        """Text of the first difference between the graph's ``kind`` views and
+        those of the caller's handles (``None`` if equal or none given)."""
+        if specs is None:
+            return None
+        theirs = getattr(graph, kind)
+        if len(specs) != len(theirs):
+            return f"the graph has {len(theirs)} {kind}, `{kind}` holds {len(specs)} handles"
+        for k, ((b, history), (gb, g_history)) in enumerate(zip(specs, theirs)):
+            if (b, tuple(history)) != (gb, tuple(g_history)):
+                mine = history_shapes(self._buffers[b].length, history)[-1]
+                shape = history_shapes(graph.buffer_points[gb][-1], g_history)[-1]
+                return (f"graph {kind[:-1]} {k} is buffer {gb} viewed as {list(shape)}, but "
+                        f"`{kind}[{k}]` is buffer {b} viewed as {list(mine)}"
+                        + (" (through other views)" if (b, mine) == (gb, shape) else ""))
+        return None
 
 
 def _first_difference(g: ComputationGraph, h: ComputationGraph):
@@ -1398,16 +1472,24 @@ def _first_difference(g: ComputationGraph, h: ComputationGraph):
     return None
 
 
-def _check_host_memory(need: int, buffers: int) -> None:
-    """``MemoryError`` up front when a replay cannot fit: every padded buffer
-    stays alive (and comes to the host for its commitment), and a graph file
-    may declare buffers of up to 2**40 words, which an overcommitting OS would
-    grant and then kill the process filling."""
+def _check_host_memory(graph: ComputationGraph, padded: bool) -> None:
+    """``MemoryError`` up front when a replay cannot fit: a graph file may
+    declare buffers of up to 2**40 words, and list one buffer as an output any
+    number of times, which an overcommitting OS would grant and then kill the
+    process filling.  Counted in words: every padded buffer (all stay alive,
+    and come to the host for their commitments), every output's decoded
+    values, and the largest of what lives for a moment beside them (one
+    output's copy, one call's assertion flags) or, with ``padded``, the
+    decoded padded buffers."""
+    lengths = graph.padded_lengths
+    outputs = [graph.buffer_points[b][-1] for b, _ in graph.outputs]
+    passing = max(outputs + [t.padded_parallel for t in graph.templates], default=0)
+    need = 4 * (sum(lengths) + sum(outputs) + max(passing, sum(lengths) if padded else 0))
     have = _backend.physical_memory()
     if have is not None and need > have:
         raise MemoryError(f"replaying this graph needs {need / 2**30:.1f} GiB for its "
-                          f"{buffers} padded buffers; this machine has "
-                          f"{have / 2**30:.1f} GiB of memory")
+                          f"{len(lengths)} padded buffers and {len(outputs)} outputs; this "
+                          f"machine has {have / 2**30:.1f} GiB of memory")
 
 
 def run_computation_graph(graph: ComputationGraph, inputs, backend=None, *,
@@ -1476,7 +1558,7 @@ def run_computation_graph(graph: ComputationGraph, inputs, backend=None, *,
                          f"graph input), not {len(inputs)}")
     points = graph.buffer_points
     lengths = graph.padded_lengths
-    _check_host_memory(4 * sum(lengths), len(lengths))
+    _check_host_memory(graph, bool(padded))
     bufs: list = [None] * len(points)
 
     def place(bid, history, values, name, reduce=False):
