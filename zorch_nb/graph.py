@@ -397,6 +397,7 @@ class ComputationGraph:
         set_(self, "constants", tuple((int(b), _frozen_words(v)) for b, v in constants))
         set_(self, "commitments", tuple(bytes(c) for c in commitments))
         set_(self, "_validated", False)  # (set by the recorder and by from_bytes)
+        set_(self, "_sources", {})  # compiled kernel index -> sources(index)
 
     def __setattr__(self, name, value):
         raise AttributeError(f"a ComputationGraph is immutable (setting `{name}`); build a "
@@ -439,8 +440,17 @@ class ComputationGraph:
 
     def sources(self, index: int) -> tuple:
         """``(python_source, cuda_source, name)`` of compiled kernel ``index``."""
-        return _sources(self.kernels[self.compiled_kernels[index].kernel],
-                        self.compiled_kernels[index])
+        # Made once per graph: the key walks the whole layout, and every call
+        # of a compiled kernel asked for it (a replay of 1000 calls reading one
+        # 16384-element table spent 97% of its time there).
+        memo = getattr(self, "_sources", None)  # (absent in a pickle of 0.1.0's graphs)
+        if memo is None:
+            memo = {}
+            object.__setattr__(self, "_sources", memo)
+        if index not in memo:
+            memo[index] = _sources(self.kernels[self.compiled_kernels[index].kernel],
+                                   self.compiled_kernels[index])
+        return memo[index]
 
     # ---- serialization ---------------------------------------------------
     def to_bytes(self) -> bytes:
@@ -565,8 +575,8 @@ def _const_words(F: PrimeField, ir: KernelIR, xp):
     return F.encode(vals, xp=xp)
 
 
-def _run_compiled(F, backend, ir, ck, template, index, ins, outs, out_points):
-    py_src, cu_src, name = _sources(ir, ck)
+def _run_compiled(F, backend, ir, ck, sources, template, index, ins, outs, out_points):
+    py_src, cu_src, name = sources
     n = template.padded_parallel
     xp = _xp(backend)
     consts = _const_words(F, ir, xp)
@@ -1594,8 +1604,8 @@ def run_computation_graph(graph: ComputationGraph, inputs, backend=None, *,
     for ti, t in enumerate(graph.templates):
         ck = graph.compiled_kernels[t.compiled]
         outs = [xp.empty(lengths[b], dtype=np.uint32) for b in t.outputs]
-        _run_compiled(F, backend, graph.kernels[ck.kernel], ck, t, ti,
-                      [bufs[b] for b in t.inputs], outs, points[t.outputs[0]])
+        _run_compiled(F, backend, graph.kernels[ck.kernel], ck, graph.sources(t.compiled),
+                      t, ti, [bufs[b] for b in t.inputs], outs, points[t.outputs[0]])
         for b, o in zip(t.outputs, outs):
             bufs[b] = o
     results = []

@@ -482,6 +482,20 @@ def validate(g) -> None:
         for (par, slots), s in zip(ck.out_layouts, outs):
             if not par and len(slots) == 0 or any(e >= s for _, e in slots):
                 _bad(f"compiled kernel {c} has a malformed output layout")
+    # A compiled kernel's operand spans and tilings, checked once: calls share
+    # compiled kernels, and a layout may be as long as its buffer.
+    spans, tilings = {}, {}
+
+    def span(c, j, par, offsets, ti):
+        if (c, j) not in spans:
+            spans[c, j] = _span(par, offsets, f"template {ti}")
+        return spans[c, j]
+
+    def tiles(c, j, par, slots, n):
+        if (c, j, n) not in tilings:
+            tilings[c, j, n] = _tiles([o for o, _ in slots], par, n)
+        return tilings[c, j, n]
+
     defined = [False] * len(g.buffer_points)
     for kind, specs in (("input", g.inputs), ("output", g.outputs)):
         for i, (bid, history) in enumerate(specs):
@@ -522,21 +536,21 @@ def validate(g) -> None:
             except KeyError:
                 _bad(f"template {ti}'s first output buffer does not split its "
                      f"{t.num_parallel} instances apart")
-        for b, (par, offsets), bc in zip(t.inputs, ck.in_layouts, t.broadcast):
+        for j, (b, (par, offsets), bc) in enumerate(zip(t.inputs, ck.in_layouts, t.broadcast)):
             if b >= len(defined) or not defined[b]:
                 _bad(f"template {ti} reads buffer {b} before it is written")
             if (par if bc else 1 << sum(lg for lg, _ in par) != t.padded_parallel):
                 _bad(f"template {ti} has an inconsistent parallel layout")
-            if _span(par, offsets, f"template {ti}") >= padded[b]:
+            if span(t.compiled, j, par, offsets, ti) >= padded[b]:
                 _bad(f"template {ti} reads past padded buffer {b}")
-        for b, (par, slots) in zip(t.outputs, ck.out_layouts):
+        for j, (b, (par, slots)) in enumerate(zip(t.outputs, ck.out_layouts), len(t.inputs)):
             if b >= len(defined) or defined[b]:
                 _bad(f"template {ti} writes buffer {b}, which exists already")
             if 1 << sum(lg for lg, _ in par) != t.padded_parallel:
                 _bad(f"template {ti} has an inconsistent output layout")
-            if _span(par, [o for o, _ in slots], f"template {ti}") >= padded[b]:
+            if span(t.compiled, j, par, [o for o, _ in slots], ti) >= padded[b]:
                 _bad(f"template {ti} writes past padded buffer {b}")
-            if not _tiles([o for o, _ in slots], par, padded[b]):
+            if not tiles(t.compiled, j, par, slots, padded[b]):
                 _bad(f"template {ti} does not write every slot of buffer {b} exactly once")
             defined[b] = True
     if not all(defined):
