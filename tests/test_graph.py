@@ -1,6 +1,7 @@
 """Deferred-graph recorder (DESIGN.md §3): recording, layouts, replay, serialization."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -613,10 +614,71 @@ def test_hand_built_graph_is_validated_before_its_first_replay():
     import copy
     import pickle
     for twin in (pickle.loads(pickle.dumps(g)), copy.deepcopy(g), copy.copy(g)):
-        assert twin == g and not twin._validated
+        assert not twin._validated and twin == g
         assert run_computation_graph(twin, [x])[1] == g.commitments
     with pytest.raises(ValueError, match="`constants` must hold canonical values"):
         ComputationGraph(*parts[:7], [(0, np.array([2**32 + 1]))], parts[8])
+
+
+def test_what_a_file_cannot_hold_is_refused_before_replay_and_encoding():
+    """Validation and encoding agreed only on decoded files: a hand-built graph
+    replayed what ``to_bytes`` then could not encode (a constant beyond 64 bits,
+    a float count: OverflowError, struct.error) or encoded something else (a
+    3-byte commitment, five zero bytes for the int 5), truncated a float
+    constant (1.5 multiplied by 1), took an unknown view step for a
+    transpose, and let a dict or a string reach a KeyError or TypeError
+    deep inside.  Each is a ValueError from replay, ``to_bytes`` and ``==``."""
+    ctx = Context()
+    a = ctx.copy_to_device(np.arange(4))
+
+    @kernel
+    def affine(x: In[()], out: Out[()]):
+        out[()] = 7 * x[()] + 1
+
+    (b,) = ctx.call_kernel(affine, 4, a)
+    g = ctx.generate_computation_graph([a], [b])
+    parts = dict(field=g.field, kernels=g.kernels, compiled_kernels=g.compiled_kernels,
+                 buffer_points=g.buffer_points, templates=g.templates, inputs=g.inputs,
+                 outputs=g.outputs, constants=g.constants, commitments=g.commitments)
+    ir, t = g.kernels[0], g.templates[0]
+    out_spec = g.outputs[0]
+    for match, change in (
+            ("commitment 0 is b'abc'", dict(commitments=(b"abc",) + g.commitments[1:])),
+            ("commitment 0 is 5", dict(commitments=(5,) + g.commitments[1:])),
+            ("constant 1.5: constants are signed 64-bit", dict(kernels=(ir._replace(
+                consts=(1.5, 1)),))),
+            ("constant '7'", dict(kernels=(ir._replace(consts=("7", 1)),))),
+            ("constant 1180591620717411303424", dict(kernels=(ir._replace(
+                consts=(2**70, 1)),))),
+            ("constant True", dict(kernels=(ir._replace(consts=(True, 1)),))),
+            ("kernel 0 has a name", dict(kernels=(ir._replace(name=5),))),
+            ("kernel 0 has a name", dict(kernels=(ir._replace(name="\ud800"),))),
+            ("parameter kind", dict(kernels=(ir._replace(
+                params=((ir.params[0][0], "sideways", ()),) + ir.params[1:]),))),
+            ("split points holds {1: 4}", dict(buffer_points=({1: 4},) + g.buffer_points[1:])),
+            ("split points holds array", dict(buffer_points=(np.array([1, 4]),)
+                                             + g.buffer_points[1:])),
+            ("template holds 4.0", dict(templates=(t._replace(num_parallel=4.0),))),
+            ("template holds '4'", dict(templates=(t._replace(num_parallel="4"),))),
+            ("broadcast flags", dict(templates=(t._replace(broadcast=(2,)),))),
+            ("graph output 0 is", dict(outputs=((out_spec[0], out_spec[1]
+                                                 + (("flip", (0,)),)),))),
+            ("graph outputs holds '4'", dict(outputs=((out_spec[0], (("reshape", ("4",)),)),))),
+            ("constant's buffer id holds 1.9", dict(constants=((1.9, np.array([1])),))),
+            ("the field is", dict(field=["koalabear"]))):
+        evil = ComputationGraph(**{**parts, **change})
+        for what in (lambda: run_computation_graph(evil, [np.arange(4)]), evil.to_bytes,
+                     lambda: evil == g):
+            with pytest.raises(ValueError, match="invalid computation graph: .*" + re.escape(
+                    match)):
+                what()
+    with pytest.raises(ValueError, match=r"constant buffer 2 holds \(1, 3\) values"):
+        c = ctx.copy_to_device([1, 2, 3])
+        (d,) = ctx.call_kernel(affine, 3, c)
+        h = ctx.generate_computation_graph([a], [d])
+        ComputationGraph(h.field, h.kernels, h.compiled_kernels, h.buffer_points, h.templates,
+                         h.inputs, h.outputs, [(2, np.array([[1, 2, 3]]))],
+                         h.commitments).to_bytes()
 
 
 def test_crafted_counts_shapes_and_sizes_are_refused(monkeypatch):

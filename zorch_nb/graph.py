@@ -394,8 +394,10 @@ class ComputationGraph:
         set_(self, "templates", _frozen(templates))
         set_(self, "inputs", _frozen(inputs))
         set_(self, "outputs", _frozen(outputs))
-        set_(self, "constants", tuple((int(b), _frozen_words(v)) for b, v in constants))
-        set_(self, "commitments", tuple(bytes(c) for c in commitments))
+        set_(self, "constants", tuple((_frozen(b), _frozen_words(v)) for b, v in constants))
+        # (bytes(5) would be five zero bytes: only bytes-like objects are taken)
+        set_(self, "commitments", tuple(bytes(c) if isinstance(c, (bytes, bytearray, memoryview))
+                                        else c for c in commitments))
         set_(self, "_validated", False)  # (set by the recorder and by from_bytes)
         set_(self, "_sources", {})  # compiled kernel index -> sources(index)
 
@@ -508,15 +510,18 @@ class ComputationGraph:
     def __eq__(self, other):
         """Equal serialized forms, apart from the source text of ``assert_eq``
         locations (it only feeds error messages; :meth:`Context.load_computation_graph`
-        and kernel deduplication ignore it too)."""
+        and kernel deduplication ignore it too).  ``ValueError`` for a graph
+        built by hand that is not valid (as :meth:`to_bytes`)."""
         if not isinstance(other, ComputationGraph):
             return False
         from .graph_format import _identity
         keys = []
         for g in (self, other):
+            g._checked()
             bare = ComputationGraph(g.field, tuple(_identity(ir) for ir in g.kernels),
                                     g.compiled_kernels, g.buffer_points, g.templates, g.inputs,
                                     g.outputs, g.constants, g.commitments)
+            object.__setattr__(bare, "_validated", True)  # (as g, but for the texts)
             keys.append(bare.to_bytes())
         return keys[0] == keys[1]
 

@@ -250,7 +250,9 @@ def _read_history(r):
 def graph_to_bytes(g) -> bytes:
     """The file bytes of graph ``g`` (header, payload, checksum: see the module
     docstring); :meth:`ComputationGraph.to_bytes`.  Deterministic: equal
-    graphs give equal bytes."""
+    graphs give equal bytes.  A graph built by hand is validated first: the
+    encoder takes its invariants for granted."""
+    g._checked()
     w = _Writer()
     w.str(g.field)
     w.u32(len(g.kernels))
@@ -435,29 +437,82 @@ def _tiles(offsets, par, n) -> bool:
 
 
 def _naturals(obj, what):
-    """Refuse a negative or non-integer number anywhere in ``obj`` (nested
-    tuples of ids, offsets, strides, sizes).  The format stores these
-    unsigned, so a decoded graph has none; a hand-built graph's negative
-    offset or stride read before a buffer's start (the evaluators index
-    unchecked: a crash), and a negative id a buffer counted from the end."""
+    """Refuse anything but nested tuples of non-negative ints in ``obj`` (ids,
+    offsets, strides, sizes, flags).  The format stores these unsigned, so a
+    decoded graph has nothing else; a hand-built graph's negative offset or
+    stride read before a buffer's start (the evaluators index unchecked: a
+    crash), a negative id counted from the end, and a float, string or dict
+    failed later with an unrelated error, or was truncated when encoded."""
     if isinstance(obj, tuple):
         for v in obj:
             _naturals(v, what)
-    elif isinstance(obj, (int, float, complex, np.number)) and not (
-            isinstance(obj, int) and obj >= 0):
+    elif not (isinstance(obj, int) and obj >= 0):
         _bad(f"{what} holds {obj!r} where a non-negative integer belongs")
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # (a lone surrogate)
+        return False
+    return True
+
+
+def _check_structure(g) -> None:
+    """The types the encoder and the checks below take for granted: the named
+    tuples, the strings, the constants the format stores (signed 64-bit) and
+    the commitments (32-byte roots); values are checked by :func:`validate`."""
+    from .graph import CompiledKernel, Template
+    from .graph_trace import KernelIR
+    if not isinstance(g.field, str):
+        _bad(f"the field is {g.field!r}, not a field's name")
+    for what, items, kind in (("kernel", g.kernels, KernelIR),
+                              ("compiled kernel", g.compiled_kernels, CompiledKernel),
+                              ("template", g.templates, Template)):
+        for i, item in enumerate(items):
+            if not isinstance(item, kind):
+                _bad(f"{what} {i} is a {type(item).__name__}, not a {kind.__name__}")
+    for k, ir in enumerate(g.kernels):
+        texts = (ir.name, *(n for n, _, _ in ir.params), *(w for _, _, w in ir.asserts))
+        if not all(isinstance(t, str) and _utf8(t) for t in texts):
+            _bad(f"kernel {k} has a name, parameter name or assertion text that is not a "
+                 f"str (of UTF-8 encodable characters)")
+        if any(kind not in _KINDS for _, kind, _ in ir.params):
+            _bad(f"kernel {k} has a parameter kind outside {_KINDS}")
+        for c in ir.consts:
+            if not isinstance(c, int) or isinstance(c, bool) or not -2**63 <= c < 2**63:
+                _bad(f"kernel {k} holds the constant {c!r}: constants are signed 64-bit ints")
+    for i, t in enumerate(g.templates):
+        if not all(isinstance(v, tuple) for v in (t.inputs, t.outputs, t.broadcast)) or \
+                any(f not in (0, 1) or isinstance(f, float) for f in t.broadcast):
+            _bad(f"template {i} needs tuples of buffer ids and of broadcast flags (bools)")
+    for kind, specs in (("input", g.inputs), ("output", g.outputs)):
+        for i, spec in enumerate(specs):
+            if not (isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[1], tuple)
+                    and all(isinstance(st, tuple) and len(st) == 2 and st[0] in _HIST
+                            for st in spec[1])):
+                _bad(f"graph {kind} {i} is {spec!r}, not (buffer id, view history) with "
+                     f"steps {_HIST}")
+    for i, c in enumerate(g.commitments):
+        if not isinstance(c, bytes) or len(c) != 32:
+            _bad(f"commitment {i} is {c!r:.40}, not the 32 bytes of a Merkle root")
 
 
 def validate(g) -> None:
     """Check every invariant the evaluators rely on; ``ValueError`` if one fails."""
     from .graph import FIELDS_BY_NAME
+    _check_structure(g)
     if g.field not in FIELDS_BY_NAME:
         _bad(f"unknown field {g.field!r}")
-    for k, ir in enumerate(g.kernels):  # (all but the constants, which are signed)
-        _naturals((ir.params, ir.nodes, ir.asserts, ir.outputs), f"kernel {k}")
+    for k, ir in enumerate(g.kernels):  # (all but the names, kinds and signed constants)
+        _naturals((tuple(shape for _, _, shape in ir.params), ir.nodes,
+                   tuple((x, y) for x, y, _ in ir.asserts), ir.outputs), f"kernel {k}")
     for what, part in (("a compiled kernel", g.compiled_kernels),
                        ("a buffer's split points", g.buffer_points), ("a template", g.templates),
-                       ("the graph inputs", g.inputs), ("the graph outputs", g.outputs),
+                       ("the graph inputs", tuple((b, tuple(a for _, a in h))
+                                                  for b, h in g.inputs)),
+                       ("the graph outputs", tuple((b, tuple(a for _, a in h))
+                                                   for b, h in g.outputs)),
                        ("a constant's buffer id", tuple(b for b, _ in g.constants))):
         _naturals(part, what)
     p = FIELDS_BY_NAME[g.field].p
@@ -509,8 +564,10 @@ def validate(g) -> None:
     for bid, values in g.constants:
         if bid >= len(defined) or defined[bid]:
             _bad(f"constant buffer {bid} is out of range or defined twice")
-        if values.size != g.buffer_points[bid][-1] or (values.size and values.max() >= p):
-            _bad(f"constant buffer {bid} holds {values.size} values or values >= p")
+        if values.ndim != 1 or values.size != g.buffer_points[bid][-1] or (
+                values.size and values.max() >= p):
+            _bad(f"constant buffer {bid} holds {values.shape} values or values >= p, not "
+                 f"its {g.buffer_points[bid][-1]} canonical words in a row")
         defined[bid] = True
     for ti, t in enumerate(g.templates):
         if t.compiled >= len(g.compiled_kernels) or \
