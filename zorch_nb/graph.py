@@ -1331,22 +1331,38 @@ class Context:
         kernels, kernel_ids = [], {}
         compiled, compiled_ids = [], {}
         templates = []
+        # Calls repeat kernels and operand layouts: each fingerprint, layout and
+        # compiled kernel is made once, under a key of the few numbers it
+        # depends on (a layout is as long as its operand, and 1000 calls
+        # reading one 16384-element table spent 3 s making and hashing them).
+        fingerprints, layouts, compiled_keys = {}, {}, {}
         for call in self._calls:
             ir = call.kernel.ir
-            fp = kernel_fingerprint(ir)
+            if id(ir) not in fingerprints:  # (every ir stays alive in self._calls)
+                fingerprints[id(ir)] = kernel_fingerprint(ir)
+            fp = fingerprints[id(ir)]
             if fp not in kernel_ids:
                 kernel_ids[fp] = len(kernels)
                 kernels.append(ir)
-            in_l = tuple(input_layout(op.view, points[op.buffer_id], op.broadcast, pshape)
-                         for op, (_, _, pshape) in zip(call.inputs, ir.in_params))
-            out_l = tuple(output_layout(points[bid], call.num_parallel, pshape)
-                          for bid, (_, _, pshape) in zip(call.outputs, ir.out_params))
-            ck = CompiledKernel(kernel_ids[fp], in_l, out_l)
-            if ck not in compiled_ids:
-                compiled_ids[ck] = len(compiled)
-                compiled.append(ck)
-            padded = 1 << sum(lg for lg, _ in out_l[0][0])
-            templates.append(Template(compiled_ids[ck], kernel_ids[fp],
+            keys = tuple(("in", op.view, tuple(points[op.buffer_id]), op.broadcast, pshape)
+                         for op, (_, _, pshape) in zip(call.inputs, ir.in_params)) + \
+                tuple(("out", tuple(points[bid]), call.num_parallel, pshape)
+                      for bid, (_, _, pshape) in zip(call.outputs, ir.out_params))
+            for key in keys:
+                if key not in layouts:
+                    layouts[key] = (input_layout(*key[1:]) if key[0] == "in"
+                                    else output_layout(*key[1:]))
+            if (fp, keys) not in compiled_keys:
+                ck = CompiledKernel(kernel_ids[fp], tuple(layouts[k] for k in keys
+                                                          if k[0] == "in"),
+                                    tuple(layouts[k] for k in keys if k[0] == "out"))
+                if ck not in compiled_ids:
+                    compiled_ids[ck] = len(compiled)
+                    compiled.append(ck)
+                compiled_keys[fp, keys] = compiled_ids[ck]
+            ck = compiled[compiled_keys[fp, keys]]
+            padded = 1 << sum(lg for lg, _ in ck.out_layouts[0][0])
+            templates.append(Template(compiled_keys[fp, keys], kernel_ids[fp],
                                       tuple(op.buffer_id for op in call.inputs), call.outputs,
                                       call.num_parallel, padded,
                                       tuple(op.broadcast for op in call.inputs)))
