@@ -106,37 +106,46 @@ def _gather_tt(G, i, s, tt_idx, tk_idx, ca, cj, cb, out):
                 out[(pa * cj + pj) * cb + pb] = G[i, s, a, j, tt_idx[i + 1, s, pb]]
 
 
-def ut3_to_dense_scratch(shape, tt_cnt):
-    """Lengths ``(len_P, len_Q)`` of the scratch of :func:`build_ut3_to_dense`.
+def ut3_to_dense_scratch(shape, tk_cnt, tt_cnt):
+    """Lengths ``(P, Q, H, Uc, Gc)`` of the scratch of :func:`build_ut3_to_dense`.
 
     Parameters
     ----------
     shape : tuple of int
         Real mode sizes ``N_i`` (length ``d``).
+    tk_cnt : int array ``(d, S)``
+        Live Tucker slots per core and stack element.
     tt_cnt : int array ``(d + 1, S)``
         Live slots per bond and stack element (``mask_index_table``'s count).
 
     Returns
     -------
-    (int, int)
-        Python ints (no wrap).  The kernel's partial product after cores
-        ``0..i`` of stack element ``s`` has ``prod(shape[:i+1]) *
-        tt_cnt[i + 1, s]`` entries -- compact ranks, not the padded ``r``.
-        ``P`` holds the ones vector (``tt_cnt[0, s]``) and the products of
-        odd ``i``, ``Q`` those of even ``i``.  The last product goes
-        straight into ``out`` when bond ``d`` has exactly one live slot,
-        so it needs scratch only for stack elements with another count.
+    tuple of 5 int
+        Python ints (no wrap), all sized by the live (compact) ranks, never
+        the padded ``n`` and ``r``.  The kernel's partial product after
+        cores ``0..i`` of stack element ``s`` has ``prod(shape[:i+1]) *
+        tt_cnt[i + 1, s]`` entries: ``P`` holds the ones vector
+        (``tt_cnt[0, s]``) and the products of odd ``i``, ``Q`` those of
+        even ``i``, but the last, which goes straight into ``out`` (its bond
+        is summed first).  ``H`` holds a core times its Tucker factor,
+        ``tt_cnt[i] * N_i * tt_cnt[i + 1]``; ``Uc`` and ``Gc`` the gathered
+        live blocks.
     """
     d = len(shape)
     cnt = np.asarray(tt_cnt, dtype=np.int64).reshape(d + 1, -1)
+    tk = np.asarray(tk_cnt, dtype=np.int64).reshape(d, -1)
     need = [int(cnt[0].max()), 0]
     rows = 1
-    for i in range(d):
+    for i in range(d - 1):
         rows *= int(shape[i])
-        live = cnt[i + 1] if i < d - 1 else cnt[d][cnt[d] != 1]
-        if live.size:
-            need[(i + 1) % 2] = max(need[(i + 1) % 2], rows * int(live.max()))
-    return need[0], need[1]
+        need[(i + 1) % 2] = max(need[(i + 1) % 2], rows * int(cnt[i + 1].max()))
+    # (the last core's H holds tt_cnt[d - 1] * N sums, even with no live slot
+    # on bond d)
+    h = max(int((cnt[i] * (cnt[i + 1] if i < d - 1 else np.maximum(cnt[d], 1))).max())
+            * int(shape[i]) for i in range(d))
+    uc = max(int(tk[i].max()) * int(shape[i]) for i in range(d))
+    gc = max(int((cnt[i] * tk[i] * cnt[i + 1]).max()) for i in range(d))
+    return need[0], need[1], h, uc, gc
 
 
 def build_ut3_to_dense(shape, tk_idx, tk_cnt, tt_idx, tt_cnt):
@@ -155,29 +164,31 @@ def build_ut3_to_dense(shape, tk_idx, tk_cnt, tt_idx, tt_cnt):
         ``out[s] (prod(shape),)`` receives the C-ordered dense tensor of
         stack element ``s`` for ``s_begin <= s < s_end`` (``out (S,
         prod(shape))``; other rows untouched).
-        Scratch, all of the supercore dtype: ``P`` and ``Q`` of the lengths
+        Scratch, all of the supercore dtype, of the lengths
         :func:`ut3_to_dense_scratch` gives (at least; a shorter one raises
-        ``ValueError`` before anything is written), ``H`` of length
-        ``r * max(shape) * r``, ``Uc`` of length ``n * max(shape)``, ``Gc`` of
-        length ``r * n * r``.
+        ``ValueError`` before anything is written).
 
     Notes
     -----
     Per core the real block is gathered (``Uc[j, o]``, ``Gc[a, j, b]``, rank
     indices compact: positions among the real slots), then
     ``H[a, o, b] = sum_j Gc[a, j, b] Uc[j, o]`` and the left partial product
-    grows by one mode, ``Q[(p, o), b] = sum_a P[p, a] H[a, o, b]``.
+    grows by one mode, ``Q[(p, o), b] = sum_a P[p, a] H[a, o, b]``.  The
+    last core's bond is summed in ``H`` first (``H[a, o] = sum_b H[a, o, b]``),
+    so the last product is ``out[s]`` itself: the boundary rank multiplied
+    the dense-sized scratch (64x the tensor at ``r_d = 64``).
     """
     d = len(shape)
     sizes = np.array(shape, dtype=np.int64)
     n_stack = tk_cnt.shape[1]
-    need_p, need_q = ut3_to_dense_scratch(shape, tt_cnt)
+    need_p, need_q, need_h, need_uc, need_gc = ut3_to_dense_scratch(shape, tk_cnt, tt_cnt)
 
     @numba.njit(nogil=True)
     def ut3_to_dense(U, G, out, P, Q, H, Uc, Gc, s_begin, s_end):
         # Numba does not bounds-check: short scratch would corrupt memory
-        if P.shape[0] < need_p or Q.shape[0] < need_q:
-            raise ValueError("ut3_to_dense: scratch P or Q shorter than ut3_to_dense_scratch")
+        if P.shape[0] < need_p or Q.shape[0] < need_q or H.shape[0] < need_h or \
+                Uc.shape[0] < need_uc or Gc.shape[0] < need_gc:
+            raise ValueError("ut3_to_dense: scratch shorter than ut3_to_dense_scratch")
         for s in range(max(s_begin, 0), min(s_end, n_stack)):
             # every stack element starts from P, so P and Q hold the partial
             # products ut3_to_dense_scratch sizes them for whatever d's parity
@@ -194,10 +205,18 @@ def build_ut3_to_dense(shape, tk_idx, tk_cnt, tt_idx, tt_cnt):
                 _gather_tt(G, i, s, tt_idx, tk_idx, ca, cj, cb, Gc)
                 for pa in range(ca):
                     _gemm_tn(Uc, Gc[pa * cj * cb:], H[pa * ni * cb:], cj, ni, cb)
-                if i == d - 1 and cb == 1:
-                    # the last product is then already out[s]'s shape: write it
-                    # there instead of into dense-sized scratch (the sum below
-                    # reads entry p before it writes entry p, so aliasing is safe)
+                if i == d - 1:
+                    # the last bond summed against ones now, in place (entry q
+                    # reads q * cb.. before anything past q is written), so
+                    # the last product has out[s]'s shape: written there, not
+                    # into dense-sized scratch (the sum below reads entry p
+                    # before it writes entry p, so aliasing is safe)
+                    for q in range(ca * ni):
+                        acc = 0.0
+                        for pb in range(cb):
+                            acc += H[q * cb + pb]
+                        H[q] = acc
+                    cb = 1
                     B = out[s]
                 _gemm_nn(A, H, B, rows, ca, ni * cb)
                 rows *= ni

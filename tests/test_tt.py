@@ -389,49 +389,74 @@ def test_to_dense_scratch_is_exact_where_an_inner_bond_is_widest(rng):
     write past it, which the NaN guard zone past each buffer would show."""
     shape = (2, 9, 2)
     # element 0 peaks at inner bond 2 (18 * 12 entries, 6x its 36 outputs);
-    # element 1 has a last bond of 3 live slots (no direct write into out),
-    # and its product after core 1 (18 * 8) overflows Q should it land there
+    # element 1 has a last bond of 3 live slots, summed before the last
+    # product, which goes into out as element 0's does
     t3s = (rand_t3(rng, shape, (2, 3, 2), (1, 2, 12, 1)), rand_t3(rng, shape, (1, 2, 2), (2, 3, 8, 3)))
     prefix = UniformTuckerTensorTrain.from_t3(t3s, n=3, r=14)
     for x in (prefix, gappy(prefix, rng)):
         p = tt_ops._parts(x.data)
         tables = tt_ops._tables(p)
         # P: the ones vector (2), then after core 1 (18 * 12); Q: after core 0
-        # (2 * 3), after core 2 (36 * 3, element 1 only)
-        len_p, len_q = tt_kernels.ut3_to_dense_scratch(shape, tables[3])
-        assert (len_p, len_q) == (216, 108)
+        # (2 * 3); H: core 1 times its factor (2 * 9 * 12); Uc: core 1's live
+        # factor rows (3 * 9); Gc: core 1's live block (2 * 3 * 12)
+        lengths = tt_kernels.ut3_to_dense_scratch(shape, tables[1], tables[3])
+        assert lengths == (216, 6, 216, 27, 72)
         kernel = tt_kernels.build_ut3_to_dense(shape, *tables)
         guard = 64
-        Pbuf, Qbuf = np.full(len_p + guard, np.nan), np.full(len_q + guard, np.nan)
+        bufs = [np.full(n + guard, np.nan) for n in lengths]
         out = np.full((2, math.prod(shape)), np.nan)
-        rest = [np.empty(14 * 9 * 14), np.empty(3 * 9), np.empty(14 * 3 * 14)]
         U, G = np.ascontiguousarray(x.tucker_supercore), np.ascontiguousarray(x.tt_supercore)
-        with pytest.raises(ValueError, match="scratch P or Q shorter"):
-            kernel(U, G, out, Pbuf[:len_p - 1], Qbuf[:len_q], *rest, 0, 2)
-        with pytest.raises(ValueError, match="scratch P or Q shorter"):
-            kernel(U, G, out, Pbuf[:len_p], Qbuf[:len_q - 1], *rest, 0, 2)
-        assert np.isnan(out).all() and np.isnan(Pbuf).all()  # refused before writing
-        kernel(U, G, out, Pbuf[:len_p], Qbuf[:len_q], *rest, 0, 2)
-        assert np.isnan(Pbuf[len_p:]).all() and np.isnan(Qbuf[len_q:]).all()
+        for k in range(5):
+            with pytest.raises(ValueError, match="scratch shorter"):
+                kernel(U, G, out, *(b[: n - (j == k)] for j, (b, n) in
+                                    enumerate(zip(bufs, lengths))), 0, 2)
+        assert np.isnan(out).all() and all(np.isnan(b).all() for b in bufs)  # refused first
+        kernel(U, G, out, *(b[:n] for b, n in zip(bufs, lengths)), 0, 2)
+        assert all(np.isnan(b[n:]).all() for b, n in zip(bufs, lengths))
         for s in range(2):
             assert rel_err(out[s].reshape(shape), naive_dense(*t3s[s].data)) < RTOL
         assert rel_err(x.to_dense(), np.stack([naive_dense(*t.data) for t in t3s])) < RTOL
 
 
-@pytest.mark.parametrize("last_rank", [1, 3])
+@pytest.mark.parametrize("last_rank", [1, 3, 16])
 def test_to_dense_peak_memory_follows_live_ranks(rng, last_rank):
     """The Numba to_dense held two scratch tensors of prod(shape) * padded r
-    entries, 33x the output at r = 16.  Now: the output, the widest partial
-    product, and the last one only if bond d has more than one live slot
-    (with one, the kernel writes it straight into the output)."""
+    entries, 33x the output at r = 16; then, sized by the live ranks, still
+    the last product when bond d had more than one live slot (17x the
+    output at r_d = 16).  Now: the output and the widest inner product (the
+    last bond is summed before the last product, written into the output)."""
     shape = (32, 32, 32)
     x = UniformTuckerTensorTrain.from_t3(rand_t3(rng, shape, (6, 6, 6), (1, 14, 14, last_rank)), n=8, r=16)
     peak, dense = peak_bytes(x.to_dense)
-    scratch = 32 * 32 * 14 + (32 ** 3 * last_rank if last_rank > 1 else 0)
-    small = 16 * 32 * 16 + 8 * 32 + 16 * 8 * 16  # H, Uc, Gc
+    scratch = 1 + 32 * 32 * 14  # P (ones, then after core 1), Q (after core 0)
+    small = 14 * 32 * 14 + 6 * 32 + 14 * 6 * 14 + 32 * 14  # H, Uc, Gc (live sizes)
     assert peak < dense.nbytes + 8 * (scratch + small) + 16384, (peak, dense.nbytes)
-    if last_rank == 1:
-        assert peak < 2 * dense.nbytes  # what the ragged TuckerTensorTrain.to_dense needs
+    assert peak < 2 * dense.nbytes  # what the ragged TuckerTensorTrain.to_dense needs
+
+
+def test_to_dense_scratch_follows_live_not_padded_ranks(rng, monkeypatch):
+    """A 1 MiB train (padded r = 128, live ranks 1) with a 0.5 MiB dense tensor
+    asked 8 GiB for its scratch H (padded r * N * r), which the dense-size
+    check never saw; sized by the live ranks it needs the tensor and a few
+    words.  Scratch that live ranks make large is counted with the output
+    and refused up front, as a dense tensor too large is."""
+    N, r = 1 << 12, 128
+    U = np.ones((2, 1, N))
+    G = np.ones((2, r, 1, r))
+    mk = np.ones((2, 1), bool)
+    mt = np.zeros((3, r), bool)
+    mt[:, 0] = True
+    x = UniformTuckerTensorTrain(U, G, (N, 1), (mk, mt))
+    peak, dense = peak_bytes(x.to_dense)
+    np.testing.assert_array_equal(dense, np.ones((N, 1)))
+    assert peak < dense.nbytes + 3 * 8 * N + 16384, peak  # H, Uc (N each), P, Q, Gc
+    # live ranks 128: H is 128 * N * 128 words (0.5 GiB) for a 32 KiB tensor
+    mt[:, :] = True
+    wide = UniformTuckerTensorTrain(U, G / r, (N, 1), (mk, mt))
+    monkeypatch.setattr(tt_ops._backend, "physical_memory", lambda: 2**28)
+    with pytest.raises(ValueError, match=r"needs 0\.5\d* GiB with the kernel's scratch \(live "
+                                         r"ranks \[128, 128, 128\]\)"):
+        wide.to_dense()
 
 
 def test_reverse_squash_apply_masks(xy):
@@ -1490,7 +1515,7 @@ def test_worker_exceptions_propagate_and_scratch_is_checked_per_thread(rng, monk
     p = tt_ops._parts(x.data)
     tables = tt_ops._tables(p)
     kernel = tt_kernels.build_ut3_to_dense(p.shape, *tables)
-    len_p, len_q = tt_kernels.ut3_to_dense_scratch(p.shape, tables[3])
+    lengths = tt_kernels.ut3_to_dense_scratch(p.shape, tables[1], tables[3])
     want = x.to_dense().reshape(6, -1)
     monkeypatch.setattr(tt_ops._config, "TT_CPU_SERIAL_WORK", 0)
     monkeypatch.setattr(tt_ops, "_cpu_threads", lambda: 3)
@@ -1500,11 +1525,10 @@ def test_worker_exceptions_propagate_and_scratch_is_checked_per_thread(rng, monk
         def scratch():
             made.append(len(made))
             cut = 1 if made[-1] == short else 0
-            return (np.empty(len_p - cut), np.empty(len_q), np.empty(p.r * max(p.shape) * p.r),
-                    np.empty(p.n * max(p.shape)), np.empty(p.r * p.n * p.r))
+            return (np.empty(lengths[0] - cut), *(np.empty(n) for n in lengths[1:]))
 
         out = np.full(want.shape, np.nan)
-        with pytest.raises(ValueError, match="scratch P or Q shorter"):
+        with pytest.raises(ValueError, match="scratch shorter"):
             tt_ops._run_stack(kernel, 6, 1, (p.U, p.G, out), scratch)
         bad = {0: slice(0, 2), 1: slice(2, 4), 2: slice(4, 6)}[short]
         assert np.isnan(out[bad]).all()

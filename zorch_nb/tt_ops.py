@@ -768,25 +768,34 @@ def _to_dense_xp(p):
 def _to_dense_numba(p):
     # (the padded N is no part of a key: the kernels read its arrays as they come)
     key = ("to_dense", p.shape, (p.n, p.r), p.masks.stack_flat())
-    kernel = KERNELS.get(key, lambda: _k.build_ut3_to_dense(p.shape, *_tables(p)))
+    tables = _tables(p)
+    kernel = KERNELS.get(key, lambda: _k.build_ut3_to_dense(p.shape, *tables))
     size = math.prod(p.shape)  # checked by ut3_to_dense
     dt = p.U.dtype
-    out = np.empty((p.S, size), dtype=dt)
-    # the partial products are sized by the live ranks, not the padded r
-    # (which made this (1 + 2r)x the dense tensor); the kernel refuses less
-    len_p, len_q = _k.ut3_to_dense_scratch(p.shape, p.mt.sum(axis=-1))
-
-    def scratch():  # P, Q, H, Uc, Gc (one set per thread)
-        return (np.empty(len_p, dtype=dt), np.empty(len_q, dtype=dt),
-                np.empty(p.r * max(p.shape) * p.r, dtype=dt),
-                np.empty(p.n * max(p.shape), dtype=dt), np.empty(p.r * p.n * p.r, dtype=dt))
-
+    # all scratch is sized by the live ranks, not the padded n and r (which
+    # made H r * N * r: 8 GiB for a 1 MiB train of live rank 1 and a 0.5 MiB
+    # tensor); the kernel refuses less
+    lengths = _k.ut3_to_dense_scratch(p.shape, tables[1], tables[3])
     # multiply-adds per element at the padded sizes: H of every core, then
     # the partial product growing by one mode per core
     work, rows = 0, 1
     for Ni in p.shape:
         work += p.r * p.n * Ni * p.r + rows * p.r * Ni * p.r
         rows *= Ni
+    # one scratch set per thread beside the result: what the dense-size check
+    # cannot see (live ranks make H and the partial products outgrow the
+    # tensor), refused here before anything is allocated
+    need = (p.S * size + _stack_threads(p.S, p.S * work) * sum(lengths)) * dt.itemsize
+    if _too_large(np, need):
+        raise ValueError(f"the dense tensor of shape {tuple(p.stack) + tuple(p.shape)} needs "
+                         f"{need / 2**30:.3g} GiB with the kernel's scratch (live ranks "
+                         f"{[int(c) for c in tables[3].max(axis=1)]}), too much to allocate; "
+                         f"use `entries` or `apply`, or truncate the train first (`svd`)")
+    out = np.empty((p.S, size), dtype=dt)
+
+    def scratch():  # P, Q, H, Uc, Gc (one set per thread)
+        return tuple(np.empty(n, dtype=dt) for n in lengths)
+
     _run_stack(kernel, p.S, p.S * work, (_kernel_array(p.U), _kernel_array(p.G), out), scratch)
     return out
 
