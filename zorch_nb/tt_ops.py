@@ -1229,6 +1229,30 @@ def _chain(p, V):
     return v.sum(axis=-1)
 
 
+#: Bytes the per-query temporaries of one chunk of ``entries`` / ``apply``
+#: queries may take (the core vectors ``V``, and CuPy's chain products).
+_QUERY_CHUNK_BYTES = 1 << 25
+
+
+def _chain_queries(p, k_total, vectors):
+    """:func:`_chain` over ``k_total`` queries, ``vectors(a, b)`` giving ``V``
+    of queries ``[a, b)``: in chunks of :data:`_QUERY_CHUNK_BYTES`, since
+    ``V`` holds ``d * n`` numbers per query and stack element (it was made
+    whole: 400,000 entries of a 16-core train peaked at 528x their result)."""
+    per_query = p.S * p.n * (p.d + p.r) * 8
+    step = max(1, _QUERY_CHUNK_BYTES // per_query)
+    if k_total <= step:
+        return _chain(p, vectors(0, k_total))
+    out = None
+    for a in range(0, k_total, step):
+        b = min(a + step, k_total)
+        part = _chain(p, vectors(a, b))
+        if out is None:
+            out = p.xp.empty((p.S, k_total), dtype=part.dtype)
+        out[:, a:b] = part
+    return out
+
+
 def ut3_entries(data, indices):
     """Entries ``x[i_0, ..., i_{d-1}]``.
 
@@ -1265,8 +1289,11 @@ def ut3_entries(data, indices):
     xp = p.xp
     U, _ = _masked(p)
     cols = xp.asarray(flat)
-    V = xp.stack([xp.swapaxes(U[i][:, :, cols[:, i]], 1, 2) for i in range(p.d)])
-    return _chain(p, V).reshape(p.stack + batch)
+
+    def vectors(a, b):
+        return xp.stack([xp.swapaxes(U[i][:, :, cols[a:b, i]], 1, 2) for i in range(p.d)])
+
+    return _chain_queries(p, flat.shape[0], vectors).reshape(p.stack + batch)
 
 
 def ut3_apply(data, vectors):
@@ -1307,11 +1334,13 @@ def ut3_apply(data, vectors):
         if tuple(v.shape) != batch + (p.shape[i],):
             raise ValueError(f"Argument `vectors[{i}]` must have shape {batch + (p.shape[i],)}, not {v.shape}.")
     U, _ = _masked(p)
-    V = xp.stack([
-        xp.einsum("sjo,ko->skj", U[i][..., : p.shape[i]], v.reshape(-1, p.shape[i]))
-        for i, v in enumerate(vs)
-    ])
-    return _chain(p, V).reshape(p.stack + batch)
+    rows = [v.reshape(-1, p.shape[i]) for i, v in enumerate(vs)]
+
+    def vectors(a, b):
+        return xp.stack([xp.einsum("sjo,ko->skj", U[i][..., : p.shape[i]], v[a:b])
+                         for i, v in enumerate(rows)])
+
+    return _chain_queries(p, math.prod(batch), vectors).reshape(p.stack + batch)
 
 
 # ---------------------------------------------------------------------------
