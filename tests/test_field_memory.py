@@ -98,6 +98,7 @@ def tiny_chunks(monkeypatch, words=5):
     """Chunks of a few words: every chunked pass runs over many blocks."""
     monkeypatch.setattr(fields, "_CHUNK_WORDS", {"numpy": words, "cupy": words})
     monkeypatch.setattr(fields, "_MAX_CHUNKS", 10**9)
+    monkeypatch.setattr(fields, "_MAP_BLOCK", words)
 
 
 def whole_and_chunked(monkeypatch, fn):
@@ -146,6 +147,63 @@ def test_chunked_zero_check_names_the_first_zero_and_writes_nothing(monkeypatch,
     single = G.encode([0, 0, 0, 0]) if ext else np.uint32(p)
     with pytest.raises(ValueError, match=r"index \(\)"):
         G.inv(single)
+
+
+def test_copied_broadcasts_run_in_blocks_near_the_result_size(data, monkeypatch):
+    """Operands the broadcast kernels cannot read in place (runs under 64,
+    strided views) were copied whole: ``F.mul`` of a (N, 1) and a (1, 63)
+    array held both copies beside the result, 3x its memory.  Blocks of
+    ``_MAP_BLOCK`` words are copied one at a time."""
+    monkeypatch.setattr(fields, "_MAP_BLOCK", 1 << 14, raising=False)
+    a, b = data["a"][: 1 << 12, None], data["a"][None, :63]
+    pk, r = peak_bytes(lambda: F.mul(a, b))
+    assert r.shape == (1 << 12, 63) and pk < 1.2 * r.nbytes, pk / r.nbytes  # 3.0x before
+    x = data["x"][:4096, None]
+    pk, r = peak_bytes(lambda: E.mul(x, E.as_base(data["a"][None, 100:115])))
+    assert r.shape == (4096, 15, 4) and pk < 1.2 * r.nbytes, pk / r.nbytes
+
+
+@pytest.mark.parametrize("F", FIELDS)
+def test_elementwise_ops_in_blocks_give_the_whole_results(monkeypatch, F):
+    """Blocks of a few words (many blocks, along the first axis longer than 1)
+    give the one-pass results: short-run and strided broadcasts, base words
+    under extension ops, unary ops on strided views, and an ``out`` that is
+    an operand or overlaps one."""
+    E = F.ext
+    a, b = F.random((1, 9, 1), seed=1), F.random((1, 1, 7), seed=2)
+    c = F.random((9, 14), seed=3)[:, ::2]  # strided, (9, 7)
+    x, y = E.random((9, 1), seed=4), E.random((1, 7), seed=5)
+    z = E.random((9, 14), seed=6)[:, ::2]
+
+    def into(G, fn, shape, *args, alias=None):
+        def run():
+            out = G.random(shape, seed=7) if alias is None else alias()
+            return fn(*args, out=out)
+        return run
+
+    cases = [lambda: F.mul(a, b), lambda: F.sub(b, a), lambda: F.add(c, b[0]),
+             lambda: F.neg(c), lambda: F.square(c), lambda: F.inv(c),
+             lambda: E.mul(x, y), lambda: E.sub(z, x), lambda: E.add(E.as_base(c), y),
+             lambda: E.mul(x, E.as_base(b[0])), lambda: E.inv(z), lambda: E.neg(z),
+             into(F, F.mul, (1, 9, 7), a, b)]
+
+    def own_out():  # out is operand c's copy, read elementwise: written in place
+        buf = c.copy()
+        return F.add(buf, b[0], out=buf)
+
+    def overlapping_out():  # out's first row is the broadcast operand
+        buf = F.random((9, 7), seed=8)
+        return F.mul(buf[:1], c, out=buf)
+
+    def ext_own_out():
+        buf = z.copy()
+        return E.mul(buf, y, out=buf)
+
+    cases += [own_out, overlapping_out, ext_own_out]
+    for i, case in enumerate(cases):
+        want, got = whole_and_chunked(monkeypatch, lambda: outcome(case))
+        assert isinstance(got, np.ndarray) and got.shape == want.shape, i
+        assert (got == want).all(), i
 
 
 @pytest.mark.parametrize("F", FIELDS)

@@ -346,6 +346,12 @@ def _first_true(x, shape, per_elem, pred, kind):
 #: shorter runs are copied to the full shape instead.
 _CPU_MIN_RUN = 64
 
+#: Words (16 MiB) per block of an elementwise op whose operands are copied
+#: to the full shape (:meth:`PrimeField._map_in_blocks`): only a block of
+#: each is copied at a time.  Large, for each block is a parallel launch
+#: (blocks of 2**18 words ran 7x slower on a busy machine).
+_MAP_BLOCK = 1 << 22
+
 
 def _broadcast_runs(shape, elems):
     """Read operands of element shapes ``elems`` broadcast to ``shape`` in runs.
@@ -907,11 +913,62 @@ class _FieldBase:
             (_, sa, ra, da), (_, sb, rb, db) = plan
             fn = self._bcast_call(op, sa, da, sb, db, run, ra, rb)
             return self._finish(self._run(backend, kind, fn, [a, b], result), user_out)
+        blocks = self._map_in_blocks(op, out, backend, kind, shape, degrees, operands)
+        if blocks is not None:
+            return blocks
         flat = [self._flat(x, kind, shape, degrees[n]) for n, x in operands.items()]
         # elementwise kernels may write over an operand, the inverse excepted
         result, user_out = self._out(out, kind, shape, flat, () if op == monty.OP_INV else flat)
         fn = self._map_call(op, len(flat))
         return self._finish(self._run(backend, kind, fn, flat, result), user_out)
+
+    def _map_in_blocks(self, op, out, backend, kind, shape, degrees, operands):
+        """:meth:`_map`'s copying path in blocks along the first axis longer
+        than 1, or None where there is nothing to copy or one block would do.
+
+        Operands the broadcast kernels cannot read in place (runs shorter
+        than ``_CPU_MIN_RUN``, strided views, base words under an extension
+        op) are copied to the full shape: ``F.mul(a[:, None], b[None, :63])``
+        held both copies beside the result, 3x its memory.  A block of about
+        ``_MAP_BLOCK`` words of each is copied at a time instead, and the
+        kernel writes the result's block (contiguous: the axes before it have
+        length 1).
+        """
+        n = math.prod(shape)
+        block = _MAP_BLOCK // self.degree  # elements
+        if n <= block:
+            return None
+        xp = _backend.get_xp(kind)
+
+        def full(degree):
+            return shape + ((4,) if degree == 4 else ())
+
+        xs = {k: _backend.to_module(x, kind) for k, x in operands.items()}
+        read_in_place = {k for k, x in xs.items() if degrees[k] == self.degree
+                         and tuple(x.shape) == full(self.degree) and x.flags.c_contiguous}
+        if len(read_in_place) == len(xs):
+            return None
+        axis = next(i for i, d in enumerate(shape) if d > 1)
+        step = max(1, block // (n // shape[axis]))
+        if step >= shape[axis]:
+            return None
+        # an operand read row for row (the full shape, this field's degree) may
+        # be `out` itself: a block reads only the rows it then writes
+        alias = [] if op == monty.OP_INV else [
+            x for k, x in xs.items() if degrees[k] == self.degree
+            and tuple(x.shape) == full(self.degree)]
+        result, user_out = self._out(out, kind, shape, list(xs.values()), alias)
+        views = {k: x if tuple(x.shape) == full(degrees[k]) else xp.broadcast_to(
+            x, full(degrees[k])) for k, x in xs.items()}
+        call = self._map_call(op, len(xs))
+        for lo in range(0, shape[axis], step):
+            hi = min(lo + step, shape[axis])
+            rows = (slice(None),) * axis + (slice(lo, hi),)
+            part = shape[:axis] + (hi - lo,) + shape[axis + 1:]
+            flat = [self._flat(views[k][rows], kind, part, degrees[k]) for k in xs]
+            self._run(backend, kind, call, flat, result[rows])
+            del flat  # (before the next block's copies are made)
+        return self._finish(result, user_out)
 
     # ---- arithmetic ------------------------------------------------------
     def add(self, a, b, out=None, *, backend=None):
