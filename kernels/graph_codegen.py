@@ -46,7 +46,8 @@ Generated code
 --------------
 :func:`python_source` gives a function ``name(i0, ..., o0, ..., consts,
 fail, n_inst, p, mu_neg)`` meant for ``@njit(parallel=True)`` with a
-``prange`` over instances; :func:`cuda_source` gives a ``ZORCH_HD`` element
+``prange`` over instances (values the same in every instance computed
+before it); :func:`cuda_source` gives a ``ZORCH_HD`` element
 function plus an ``extern "C" __global__`` grid-stride wrapper guarded by
 ``#ifdef __CUDACC__`` (so the element function compiles on the host too).
 Both call the one Montgomery arithmetic of their language (``monty.py``,
@@ -131,42 +132,67 @@ def python_source(name: str, nodes, asserts, outputs, in_layouts, out_layouts) -
     with ``prange``, ``np``, ``mod_add``, ``mod_sub``, ``mod_neg`` and
     ``mont_mul`` in its namespace and wraps the function in
     ``njit(parallel=True)``.
+
+    Nodes that read only broadcast operands and constants (the same in every
+    instance), and the assertions between them, are computed once before the
+    instance loop: left in it, with an assertion on them, LLVM's optimizer
+    took time exponential in their depth (a 12-multiplication chain checked
+    by ``assert_eq`` on ``num_parallel=1`` compiled for over 60 s, one more
+    round of 3 multiplications took ~6x longer).
     """
     ins = [f"i{k}" for k in range(len(in_layouts))]
     outs = [f"o{k}" for k in range(len(out_layouts))]
-    lines = [f"def {name}({', '.join(ins + outs + ['consts', 'fail', 'n_inst', 'p', 'mu_neg'])}):",
-             "    for t in prange(n_inst):"]
-    body = []
+    fixed = [False] * len(nodes)  # the same value in every instance
+    for n, (op, a, b) in enumerate(nodes):
+        if op == OP_LOAD:
+            fixed[n] = not in_layouts[a][0]
+        elif op == OP_CONST:
+            fixed[n] = True
+        elif op == OP_NEG:
+            fixed[n] = fixed[a]
+        else:
+            fixed[n] = fixed[a] and fixed[b]
+    before, body = [], []
     for k, (par, _) in enumerate(in_layouts):
         terms = _base_terms(par, "t")
-        body.append(f"a{k} = {' + '.join(terms) if terms else '0'}")
+        if terms:
+            body.append(f"a{k} = {' + '.join(terms)}")
     for k, (par, _) in enumerate(out_layouts):
         terms = _base_terms(par, "t")
         body.append(f"b{k} = {' + '.join(terms) if terms else '0'}")
     for n, (op, a, b) in enumerate(nodes):
         if op == OP_LOAD:
             off = int(in_layouts[a][1][b])
-            body.append(f"v{n} = i{int(a)}[a{int(a)} + {off}]")
+            line = (f"v{n} = i{int(a)}[{off}]" if not in_layouts[a][0]
+                    else f"v{n} = i{int(a)}[a{int(a)} + {off}]")
         elif op == OP_CONST:
-            body.append(f"v{n} = consts[{int(a)}]")
+            line = f"v{n} = consts[{int(a)}]"
         elif op == OP_ADD:
-            body.append(f"v{n} = mod_add(v{int(a)}, v{int(b)}, p)")
+            line = f"v{n} = mod_add(v{int(a)}, v{int(b)}, p)"
         elif op == OP_SUB:
-            body.append(f"v{n} = mod_sub(v{int(a)}, v{int(b)}, p)")
+            line = f"v{n} = mod_sub(v{int(a)}, v{int(b)}, p)"
         elif op == OP_MUL:
-            body.append(f"v{n} = mont_mul(v{int(a)}, v{int(b)}, p, mu_neg)")
+            line = f"v{n} = mont_mul(v{int(a)}, v{int(b)}, p, mu_neg)"
         elif op == OP_NEG:
-            body.append(f"v{n} = mod_neg(v{int(a)}, p)")
+            line = f"v{n} = mod_neg(v{int(a)}, p)"
         else:
             raise ValueError(f"unknown opcode {op!r}")
+        (before if fixed[n] else body).append(line)
     # Checked last to first so that fail[t] ends up holding the first failure.
     for k in range(len(asserts) - 1, -1, -1):
-        x, y = asserts[k]
-        body.append(f"if v{int(x)} != v{int(y)}:")
+        x, y = int(asserts[k][0]), int(asserts[k][1])
+        if fixed[x] and fixed[y]:
+            before.append(f"c{k} = v{x} != v{y}")
+            body.append(f"if c{k}:")
+        else:
+            body.append(f"if v{x} != v{y}:")
         body.append(f"    fail[t] = {k + 1}")
     for j, (_, slots) in enumerate(out_layouts):
         for off, e in slots:
             body.append(f"o{j}[b{j} + {int(off)}] = v{int(outputs[j][e])}")
+    lines = [f"def {name}({', '.join(ins + outs + ['consts', 'fail', 'n_inst', 'p', 'mu_neg'])}):"]
+    lines += ["    " + s for s in before]
+    lines += ["    for t in prange(n_inst):"]
     lines += ["        " + s for s in body]
     return "\n".join(lines) + "\n"
 

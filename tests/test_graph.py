@@ -207,6 +207,48 @@ def test_save_load_in_fresh_process_and_replay(tmp_path):
     assert got["commitments"] == [x.hex() for x in commitments]
 
 
+def test_values_the_same_in_every_instance_are_computed_before_the_instance_loop():
+    """Nodes that read only broadcast operands and constants, and assertions
+    between them, left inside the evaluator's instance loop made LLVM take
+    time exponential in their depth: 4 rounds of x^3 + i checked by
+    assert_eq on one instance compiled for over 60 s (3 rounds: 2.6 s).  They
+    are computed once before the loop; the first failing assertion in kernel
+    order is still the one reported, at the first failing instance."""
+    rounds = 8
+
+    def reference(v):
+        for i in range(rounds):
+            v = (v ** 3 + i) % P
+        return v
+
+    @kernel
+    def hashed(x: In[()], y: In[()], z: In[()], o: Out[()]):
+        s = x[()]
+        for i in range(rounds):
+            s = s * s * s + i
+        assert_eq(s, y[()])       # both sides broadcast below: before the loop
+        assert_eq(z[()], s * 0 + 7)  # z per instance: in the loop
+        o[()] = s + z[()]
+
+    ctx = Context()
+    x, y = ctx.copy_to_device(5), ctx.copy_to_device(reference(5))
+    z = ctx.copy_to_device(np.full(3, 7))
+    (o,) = ctx.call_kernel(hashed, 3, x, y, z)
+    g = ctx.generate_computation_graph([x, y, z], [o])
+    py = g.sources(0)[0]
+    head, loop = py.split("for t in prange(n_inst):")
+    # (s * 0 + 7 is fixed too: the loop loads z, checks it and adds)
+    assert head.count("mont_mul") == 2 * rounds + 1 and "mont_mul" not in loop
+    assert "c0 = " in head and "if c0:" in loop  # the fixed assertion, as a flag
+    (out,), _ = run_computation_graph(g, [5, reference(5), np.full(3, 7)])
+    np.testing.assert_array_equal(out, [(reference(5) + 7) % P] * 3)
+    with pytest.raises(ValueError, match=r"assert_eq failed in kernel `hashed` \(.*\) at "
+                                         r"instance 0 of 3"):
+        run_computation_graph(g, [5, reference(5) + 1, np.full(3, 6)])  # both fail: the 1st
+    with pytest.raises(ValueError, match=r"at instance 2 of 3.*: 6 != 7"):
+        run_computation_graph(g, [5, reference(5), np.array([7, 7, 6])])
+
+
 def test_save_replaces_the_file_whole_and_refuses_descriptors(tmp_path, monkeypatch):
     """``save`` encodes first and renames a finished file over the old one:
     it opened the file (emptying it) before encoding, so a graph that could
