@@ -1508,6 +1508,21 @@ def test_definition_errors_name_the_variable():
         def huge(x: In[()], out: Out[()]):
             out[()] = x[()] * 2**70
 
+    # integers Python refuses to print (over 4300 digits) are named by their
+    # size: the label and messages failed with int-to-str's ValueError
+    def tracing(body):
+        def traced(x: In[()], out: Out[()]):
+            out[()] = body(x[()])
+        return traced
+
+    for body, match in ((lambda x: x + 2**20000, r"`x\[\(\)\] \+ <20001-bit integer>`: "
+                                                  r"constant <20001-bit integer> must fit"),
+                        (lambda x: x ** -(2**20000), r"\*\* <20001-bit integer>`: the exponent"),
+                        (lambda x: pow(x, 2, 2**20000), r"pow\(x\[\(\)\], 2, <20001-bit")):
+        with pytest.raises(KernelDefinitionError, match=match):
+            kernel(tracing(body))
+    assert kernel(tracing(lambda x: x ** (2**20000 - 1))).ir.nodes  # (its label too)
+
     # NumPy handed the parameter back (np.sum of an object wrapping it), and
     # the refusal quoted `out[()] = x`, a line the body never wrote
     for reduce in (np.sum, np.prod, np.asarray):

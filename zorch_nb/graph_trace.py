@@ -233,14 +233,15 @@ class _Tracer:
 
     def const(self, value, context: str) -> int:
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-            self.fail(f"{context}: constant {value!r} must be an integer "
+            self.fail(f"{context}: constant {_text(value)} must be an integer "
                       f"(field elements are integers modulo p), not {type(value).__name__}")
         value = int(value)
         if not -_I64 <= value < _I64:
             # (the IR stores constants as int64, and a kernel does not know its
             # field until it runs, so it cannot reduce them itself)
-            self.fail(f"{context}: constant {value} must fit in a signed 64-bit integer; "
-                      f"reduce it modulo the field's p first (e.g. `{value} % KoalaBear.p`)")
+            self.fail(f"{context}: constant {_text(value)} must fit in a signed 64-bit integer; "
+                      f"reduce it modulo the field's p first (e.g. `{_text(value)} % "
+                      f"KoalaBear.p`)")
         if value not in self.const_index:
             self.const_index[value] = len(self.consts)
             self.consts.append(value)
@@ -278,6 +279,14 @@ def _active(what: str) -> _Tracer:
 _LABEL_MAX = 60
 
 
+def _text(obj) -> str:
+    """``repr(obj)``, an integer of more than 256 bits by its size: Python
+    refuses to print one of over 4300 digits (a ValueError from a label)."""
+    if isinstance(obj, (int, np.integer)) and int(obj).bit_length() > 256:
+        return f"<{int(obj).bit_length()}-bit integer>"
+    return repr(obj)
+
+
 class _Value:
     """A traced field element (one IR node)."""
 
@@ -296,7 +305,7 @@ class _Value:
         if isinstance(other, _TracedArray):
             self._tr.fail(f"`{other._name}` is an array; index it (e.g. `{other._name}"
                           f"[{', '.join('0' * len(other._shape)) or '()'}]`) before `{op_text}`")
-        return self._tr.const(other, f"`{self._label} {op_text} {other!r}`"), str(other)
+        return self._tr.const(other, f"`{self._label} {op_text} {_text(other)}`"), _text(other)
 
     def _bin(self, op, other, sym, swap=False):
         oid, olabel = self._operand(other, sym)
@@ -334,11 +343,11 @@ class _Value:
         """``x ** e`` for a Python integer ``e >= 0``: unrolled into multiplications
         (square and multiply, so ``x ** 7`` is four of them)."""
         if modulus is not None:
-            self._tr.fail(f"`pow({self._label}, {e!r}, {modulus!r})`: field arithmetic is "
-                          f"already modulo p; use `{self._label} ** {e!r}`")
+            self._tr.fail(f"`pow({self._label}, {_text(e)}, {_text(modulus)})`: field "
+                          f"arithmetic is already modulo p; use `{self._label} ** {_text(e)}`")
         if isinstance(e, (bool, np.bool_)) or not isinstance(e, (int, np.integer)) or e < 0:
-            self._tr.fail(f"`{self._label} ** {e!r}`: the exponent must be a Python integer "
-                          f">= 0 (it is unrolled into multiplications)")
+            self._tr.fail(f"`{self._label} ** {_text(e)}`: the exponent must be a Python "
+                          f"integer >= 0 (it is unrolled into multiplications)")
         if e == 0:
             return _Value(self._tr, self._tr.const(1, f"`{self._label} ** 0`"), "1")
         _require_own(self, f"field value `{self._label}`")
@@ -349,7 +358,7 @@ class _Value:
             k >>= 1
             if k:
                 square = square * square
-        return _Value(self._tr, result._id, f"({self._label} ** {e})")
+        return _Value(self._tr, result._id, f"({self._label} ** {_text(e)})")
 
     def __pos__(self):
         _require_own(self, f"field value `{self._label}`")
@@ -452,7 +461,7 @@ class _TracedArray:
         if isinstance(value, _Value):
             _require_own(value, f"field value `{value._label}`")
         else:
-            value = _Value(self._tr, self._tr.const(value, f"`{shown} = {value!r}`"),
+            value = _Value(self._tr, self._tr.const(value, f"`{shown} = {_text(value)}`"),
                            repr(value))
         self._assigned[flat] = value
 
