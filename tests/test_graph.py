@@ -942,6 +942,39 @@ def test_parallel_boundary_splits_propagate_to_a_fixed_point():
     assert commitments == g.commitments
 
 
+def test_view_histories_fold_and_keep_numpy_semantics():
+    """Each handle held its whole view history: alternating reshape(2, 4) and
+    reshape(8) 21,000 times took 12 s and 1.8 GB.  Reshapes of reshapes and
+    transposes of transposes fold into one step (the identity transpose into
+    none); random chains of both still give NumPy's views, eagerly and as
+    graph outputs replayed."""
+    ctx = Context()
+    h = a = ctx.copy_to_device(np.arange(8))
+    for _ in range(1000):
+        h = h.reshape(2, 4).reshape(8)
+    assert h._history == (("reshape", (8,)), ("reshape", (8,)))
+    assert len(h.reshape(2, 4).T.T._history) == 2  # T.T: no step
+    rng = np.random.default_rng(5)
+    for trial in range(40):
+        ctx = Context()
+        values = np.arange(24).reshape(2, 3, 4)
+        h = a = ctx.copy_to_device(values)
+        want = values
+        for _ in range(int(rng.integers(1, 12))):
+            if rng.random() < 0.5:
+                shape = [(24,), (4, 6), (2, 3, 4), (3, 2, 2, 2), (6, 4), (1, 24)][
+                    int(rng.integers(6))]
+                h, want = h.reshape(*shape), want.reshape(shape)
+            else:
+                axes = tuple(int(v) for v in rng.permutation(want.ndim))
+                h, want = h.transpose(*axes), want.transpose(axes)
+        np.testing.assert_array_equal(ctx.copy_to_host(h), want, err_msg=str(trial))
+        (c,) = ctx.call_kernel(add_2, 12, a.reshape(12, 2))
+        g = ctx.generate_computation_graph([a], [h, c])
+        (got, _), _ = run_computation_graph(g, [values + 1])
+        np.testing.assert_array_equal(got, want + 1, err_msg=str(trial))
+
+
 def test_views_reshape_and_transpose_honoured():
     ctx = Context()
     vals = np.arange(15).reshape(3, 5)
