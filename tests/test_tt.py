@@ -464,14 +464,16 @@ def test_entries_and_apply_take_their_queries_in_chunks(rng, monkeypatch):
     were made for all queries at once: 400,000 entries of a 16-core train
     peaked at 528x their result (6.3 GiB for 12 MiB).  Chunked, the peak
     is the chunk's, and the values are those of one whole pass."""
-    d, n, N, K = 8, 8, 16, 20000
+    # (the plain-Python kernels of NUMBA_DISABLE_JIT=1 take minutes at 20000)
+    K, chunk = (100, 1 << 14) if numba.config.DISABLE_JIT else (20000, 1 << 20)
+    d, n, N = 8, 8, 16
     x = UniformTuckerTensorTrain(rng.standard_normal((d, 2, n, N)),
                                  rng.standard_normal((d, 2, 4, n, 4)), (N,) * d,
                                  (np.ones((d, 2, n), bool), np.ones((d + 1, 2, 4), bool)))
     idx = rng.integers(0, N, size=(K, d))
     vecs = [rng.standard_normal((K, N)) for _ in range(d)]
     whole = x.entries(idx), x.apply(vecs)  # (2 * 8 * 8 * 20000 words: 20 MiB of vectors)
-    monkeypatch.setattr(tt_ops, "_QUERY_CHUNK_BYTES", 1 << 20, raising=False)
+    monkeypatch.setattr(tt_ops, "_QUERY_CHUNK_BYTES", chunk, raising=False)
     pk_e, got_e = peak_bytes(lambda: x.entries(idx))
     pk_a, got_a = peak_bytes(lambda: x.apply(vecs))
     np.testing.assert_array_equal(got_e, whole[0])
@@ -479,8 +481,8 @@ def test_entries_and_apply_take_their_queries_in_chunks(rng, monkeypatch):
     assert got_e.shape == got_a.shape == (2, K)
     # a chunk's vectors (twice: gathered, then stacked), the int64 indices and
     # their bounds check, the result
-    assert pk_e < 2 * (1 << 20) + 3 * idx.nbytes + got_e.nbytes + 65536, pk_e
-    assert pk_a < 2 * (1 << 20) + got_a.nbytes + 65536, pk_a
+    assert pk_e < 2 * chunk + 3 * idx.nbytes + got_e.nbytes + 65536, pk_e
+    assert pk_a < 2 * chunk + got_a.nbytes + 65536, pk_a
 
 
 def test_reverse_squash_apply_masks(xy):
