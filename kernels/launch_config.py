@@ -33,6 +33,15 @@ CPU_SERIAL_WORDS = 8192
 #: evaluator is compiled in one of the two forms only: its layouts fix its
 #: instance count.
 GRAPH_CPU_SERIAL_WORK = 1 << 16
+#: A replayed graph kernel of more IR nodes than this runs on the CPU through
+#: the interpreter (kernels/graph_interp.py) instead of an unrolled evaluator.
+#: Measured on 2 cores, 2**16 instances of a 16-lane cube-and-mix kernel:
+#: 113 nodes unrolled 1.8 ms (compile 1.2 s), interpreted 2.8 ms; 401 nodes
+#: 6.7 ms (3.4 s) against 8.2 ms; 785 nodes 59 ms (7 s) against 15 ms;
+#: 1553 nodes 141 ms (21 s) against 34 ms.
+GRAPH_CPU_UNROLL_MAX_NODES = 256
+#: Instances per block of the interpreter: every row runs over a block.
+GRAPH_CPU_BLOCK = 256
 
 # ---- LogUp-GKR (kernels/gkr_*.py, kernels/cuda/gkr.cu) ----------------------
 #: Output slots per prange iteration of the CPU jagged transition (one binary

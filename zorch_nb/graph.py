@@ -565,6 +565,7 @@ def _file_name(path):
 # ------------------------------------------------------------ evaluators ----
 
 _SOURCE_CACHE: dict = {}
+_PROGRAM_CACHE: dict = {}  # evaluator name -> graph_interp.Program
 
 
 def _plain(obj):
@@ -594,6 +595,18 @@ def _sources(ir: KernelIR, ck: CompiledKernel):
     return _SOURCE_CACHE[key]
 
 
+def _program(ir: KernelIR, ck: CompiledKernel, name: str):
+    """The interpreter's program of a kernel at its operand layouts (see
+    :mod:`~zorch_nb.kernels.graph_interp`), memoized under its evaluator's
+    name: both are fixed by what that name hashes."""
+    if name not in _PROGRAM_CACHE:
+        from .kernels import graph_interp
+        _PROGRAM_CACHE[name] = graph_interp.program(
+            ir.nodes, tuple((a, b) for a, b, _ in ir.asserts), ir.outputs, ck.in_layouts,
+            ck.out_layouts)
+    return _PROGRAM_CACHE[name]
+
+
 def _const_words(F: PrimeField, ir: KernelIR, xp):
     vals = np.array([c % F.p for c in ir.consts] or [0], dtype=np.int64)
     return F.encode(vals, xp=xp)
@@ -607,10 +620,15 @@ def _run_compiled(F, backend, ir, ck, sources, template, index, ins, outs, out_p
     fail = xp.zeros(n, dtype=np.uint32)
     if backend == "cpu":
         from .kernels import graph_cpu
+        from .kernels import graph_interp, launch_config
         serial = graph_cpu.use_serial(n, len(ir.nodes))
-        fn = graph_cpu.compile_evaluator(py_src, name, serial)
-        graph_cpu.run_evaluator(fn, ins, outs, consts, fail, n, F.params.p, F.params.mu_neg,
-                                serial)
+        if len(ir.nodes) > launch_config.GRAPH_CPU_UNROLL_MAX_NODES:
+            graph_interp.run_program(_program(ir, ck, name), ins, outs, consts, fail, n,
+                                     F.params.p, F.params.mu_neg, serial)
+        else:
+            fn = graph_cpu.compile_evaluator(py_src, name, serial)
+            graph_cpu.run_evaluator(fn, ins, outs, consts, fail, n, F.params.p,
+                                    F.params.mu_neg, serial)
     else:
         kernels = _backend.kernels_for("cupy", "graph")
         kernels.run_evaluator(F.params.name, cu_src, graph_codegen.cuda_symbol(name), ins,

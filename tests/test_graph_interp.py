@@ -1,0 +1,219 @@
+"""The CPU interpreter of graph kernels too large to unroll (kernels/graph_interp.py)."""
+import numpy as np
+import pytest
+
+import test_graph
+from zorch_nb import BabyBear, KoalaBear
+from zorch_nb.graph import Context, In, Out, assert_eq, kernel, run_computation_graph
+from zorch_nb.kernels import graph_codegen, graph_cpu, graph_interp, launch_config
+
+P = KoalaBear.p
+
+
+@pytest.fixture
+def interpreted(monkeypatch):
+    """Every graph kernel replays through the interpreter; an unrolled
+    evaluator compiled or run is an error."""
+    monkeypatch.setattr(launch_config, "GRAPH_CPU_UNROLL_MAX_NODES", -1)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("an unrolled evaluator was used")
+
+    monkeypatch.setattr(graph_cpu, "compile_evaluator", refuse)
+    monkeypatch.setattr(graph_cpu, "run_evaluator", refuse)
+
+
+def permutation(width: int, rounds: int):
+    """A cube-and-mix kernel of ``rounds * (4 * width + 1) + ...`` nodes, and its
+    Python big-int reference."""
+    @kernel
+    def perm(x: In[(width,)], y: In[()], o: Out[(width,)]):
+        s = [x[i] for i in range(width)]
+        for r in range(rounds):
+            s = [v * v * v + r for v in s]
+            tot = s[0]
+            for v in s[1:]:
+                tot = tot + v
+            s = [v + tot - y[()] for v in s]
+        for i in range(width):
+            o[i] = s[i]
+
+    def reference(row, y, p):
+        s = [int(v) for v in row]
+        for r in range(rounds):
+            s = [(v ** 3 + r) % p for v in s]
+            tot = sum(s)
+            s = [(v + tot - y) % p for v in s]
+        return s
+
+    return perm, reference
+
+
+@pytest.mark.parametrize("field", [KoalaBear, BabyBear], ids=["koalabear", "babybear"])
+@pytest.mark.parametrize("n", [3, 300])  # serial and parallel runs
+def test_large_kernels_are_interpreted_and_match_big_ints(field, n, monkeypatch):
+    """A kernel over GRAPH_CPU_UNROLL_MAX_NODES nodes replays without compiling
+    an unrolled evaluator (its compile time grew faster than linearly: 21 s
+    for 1553 nodes), and its replay equals Python big ints and the eager run."""
+    monkeypatch.setattr(graph_cpu, "compile_evaluator", None)  # never called
+    perm, reference = permutation(6, 11)
+    assert len(perm.ir.nodes) > launch_config.GRAPH_CPU_UNROLL_MAX_NODES
+    rng = np.random.default_rng(n)
+    p = field.p
+    ctx = Context(field)
+    x = ctx.copy_to_device(rng.integers(0, p, size=(n, 6)))
+    y = ctx.copy_to_device(17)
+    (o,) = ctx.call_kernel(perm, n, x, y)
+    g = ctx.generate_computation_graph([x, y], [o])
+    new = rng.integers(0, p, size=(n, 6))
+    (got,), commitments = run_computation_graph(g, [new, 5])
+    assert got.tolist() == [reference(row, 5, p) for row in new.tolist()]
+    (again,), _ = run_computation_graph(g, [ctx.copy_to_host(x), 17])
+    assert again.tolist() == ctx.copy_to_host(o).tolist()
+
+
+# The graph tests whose replays check values, padding, views, broadcasts and
+# failure messages: run again with every kernel interpreted.
+REPLAYED = ["test_reference_program_gives_528", "test_reference_lanes_give_528_plus_32k",
+            "test_graph_structure_and_replay_matches_recording",
+            "test_padding_repeats_last_element_and_row",
+            "test_parallel_3x5_and_1x3x5_share_one_32_slot_buffer",
+            "test_views_reshape_and_transpose_honoured",
+            "test_broadcast_matrix_operand_over_64_rows",
+            "test_assert_eq_fails_at_call_time_and_at_replay",
+            "test_replay_assert_names_the_users_instance_not_the_padded_one",
+            "test_eager_and_replay_name_the_same_failing_assertion_and_instance",
+            "test_replay_assert_values_match_the_eager_ones_through_every_operation",
+            "test_integer_powers_unroll_into_multiplications",
+            "test_kernel_with_two_outputs_and_constants_and_inout"]
+
+
+@pytest.mark.parametrize("name", REPLAYED)
+def test_graph_replays_alike_when_every_kernel_is_interpreted(name, interpreted):
+    getattr(test_graph, name)()
+
+
+@pytest.mark.parametrize("work", [0, 1 << 30], ids=["parallel", "serial"])
+def test_interpreted_and_unrolled_padded_buffers_are_identical(work, monkeypatch):
+    """Both evaluators write every padded slot alike (outputs repeat their last
+    row), on views, broadcast operands, constants and two outputs."""
+    @kernel
+    def mix(x: In[3, 2], m: In[2, 3], c: In[()], s: Out[3], d: Out[()]):
+        for i in range(3):
+            s[i] = x[i, 0] * m[0, i] - x[i, 1] * m[1, i] + 7
+        d[()] = -(x[0, 0] * c[()]) + x[2, 1]
+
+    monkeypatch.setattr(launch_config, "GRAPH_CPU_SERIAL_WORK", work)
+    rng = np.random.default_rng(3)
+    ctx = Context()
+    x = ctx.copy_to_device(rng.integers(0, P, size=(2, 5, 3)))  # viewed as 5 x 3 x 2
+    m = ctx.copy_to_device(rng.integers(0, P, size=(2, 3)))
+    c = ctx.copy_to_device(rng.integers(0, P, size=()))
+    s, d = ctx.call_kernel(mix, 5, x.transpose(1, 2, 0), m, c)
+    g = ctx.generate_computation_graph([x, m, c], [s, d])
+    new = [rng.integers(0, P, size=(2, 5, 3)), rng.integers(0, P, size=(2, 3)), 11]
+    unrolled = run_computation_graph(g, new, padded=True)
+    monkeypatch.setattr(launch_config, "GRAPH_CPU_UNROLL_MAX_NODES", -1)
+    monkeypatch.setattr(graph_cpu, "compile_evaluator", None)
+    interpreted = run_computation_graph(g, new, padded=True)
+    for a, b in zip(unrolled[0] + unrolled[2], interpreted[0] + interpreted[2]):
+        assert a.tolist() == b.tolist()
+    assert unrolled[1] == interpreted[1]
+    xs = new[0].transpose(1, 2, 0).astype(object)
+    want_s = (xs[:, :, 0] * new[1][0] - xs[:, :, 1] * new[1][1] + 7) % P
+    assert interpreted[0][0].tolist() == want_s.tolist()
+    assert interpreted[0][1].tolist() == ((-(xs[:, 0, 0] * 11) + xs[:, 2, 1]) % P).tolist()
+
+
+def test_an_assertion_on_a_value_read_for_the_last_time_keeps_its_slot(interpreted):
+    """``a`` is last read by ``b = a + a``; the assertion ``a == b`` follows
+    ``b``'s row.  Were ``a``'s slot free before ``b`` is written, ``b`` would
+    take it and the assertion would compare a slot with itself."""
+    @kernel
+    def check(x: In[2], out: Out[()]):
+        a = x[0] * x[1]
+        b = a + a
+        assert_eq(a, b)
+        out[()] = b
+
+    rows = graph_interp.program(check.ir.nodes, [(a, b) for a, b, _ in check.ir.asserts],
+                                check.ir.outputs, [((), (0, 1))], [((), ((0, 0),))])
+    asserted = [r for r in rows.rows.tolist() if r[0] == graph_interp.ROW_ASSERT]
+    assert len(asserted) == 1 and asserted[0][2] != asserted[0][3]
+    ctx = Context()
+    x = ctx.copy_to_device(np.array([[0, 3], [4, 0]]))  # a == 0 == b
+    (o,) = ctx.call_kernel(check, 2, x)
+    g = ctx.generate_computation_graph([x], [o])
+    (got,), _ = run_computation_graph(g, [np.array([[0, 7], [8, 0]])])
+    assert got.tolist() == [0, 0]
+    with pytest.raises(ValueError, match=r"at instance 1 of 2 .*: 72 != 144$"):
+        run_computation_graph(g, [np.array([[0, 7], [8, 9]])])
+
+
+def test_first_failing_assertion_in_kernel_order_whatever_the_row_order(interpreted):
+    """Assertion rows follow the later of their sides, not the kernel's order
+    (here assertion 1's row comes first): the report still names the first
+    assertion of the kernel that fails, at its first failing instance, as
+    the eager run does."""
+    @kernel
+    def checks(x: In[3], out: Out[()]):
+        u = x[0] + 1
+        v = x[1]
+        late = x[0] * x[1] * x[2]
+        assert_eq(late, x[2] * 2)
+        assert_eq(u, v)
+        out[()] = late
+
+    rows = graph_interp.program(checks.ir.nodes, [(a, b) for a, b, _ in checks.ir.asserts],
+                                checks.ir.outputs, [((), (0, 1, 2))], [((), ((0, 0),))])
+    asserted = [r[1] for r in rows.rows.tolist() if r[0] == graph_interp.ROW_ASSERT]
+    assert asserted == [2, 1]
+    ctx = Context()
+    ok = np.tile([1, 2, 3], (6, 1))
+    x = ctx.copy_to_device(ok)
+    (o,) = ctx.call_kernel(checks, 6, x)
+    g = ctx.generate_computation_graph([x], [o])
+    bad = ok.copy()
+    bad[2] = [2, 4, 0]  # fails assertion 1 only
+    bad[4] = [2, 3, 1]  # fails assertion 0 only
+    bad[5] = [2, 5, 1]  # fails both
+    first = r"\(`assert_eq\(late, x\[2\] \* 2\)`\)\) at instance "
+    for where in (4, 5):
+        with pytest.raises(ValueError, match=first + f"{where} of 6"):
+            run_computation_graph(g, [bad])
+        with pytest.raises(ValueError, match=first + f"{where} of 6"):
+            ctx.call_kernel(checks, 6, ctx.copy_to_device(bad))
+        bad[4] = [1, 2, 3]
+
+
+def test_slots_are_reused_once_values_are_dead():
+    """A chain of any depth needs a handful of slots; rows are the nodes, then
+    the assertions and one store per padded output slot."""
+    perm, _ = permutation(4, 40)
+    nodes = perm.ir.nodes
+    outputs = perm.ir.outputs
+    prog = graph_interp.program(nodes, (), outputs, [((), (0, 1, 2, 3)), ((), (0,))],
+                                [((), tuple((k, k) for k in range(4)))])
+    assert len(nodes) > 600 and prog.n_slots <= 12
+    assert len(prog.rows) == len(nodes) + 4
+    ops = prog.rows[:, 0].tolist()
+    assert ops[:len(nodes)] == [op for op, _, _ in nodes] and ops[len(nodes):] == [7] * 4
+    # a never-read value frees its slot at once: the output's and one more
+    dead = ((graph_codegen.OP_CONST, 0, 0),) * 5
+    assert graph_interp.program(dead, (), ((0,),), [], [((), ((0, 0),))]).n_slots == 2
+
+
+def test_interpreter_leaves_its_inputs_and_refuses_read_only_outputs():
+    nodes = ((graph_codegen.OP_LOAD, 0, 0), (graph_codegen.OP_NEG, 0, 0))
+    prog = graph_interp.program(nodes, (), ((1,),), [(((3, 1),), (0,))], [(((3, 1),), ((0, 0),))])
+    words = KoalaBear.encode(np.arange(8))
+    frozen = words.copy()
+    frozen.setflags(write=False)
+    out = np.zeros(8, np.uint32)
+    fail = np.zeros(8, np.uint32)
+    p, mu = KoalaBear.params.p, KoalaBear.params.mu_neg
+    graph_interp.run_program(prog, [frozen], [out], KoalaBear.encode([0]), fail, 8, p, mu)
+    assert KoalaBear.decode(out).tolist() == [(-v) % P for v in range(8)]
+    assert frozen.tolist() == words.tolist() and not fail.any()
+    with pytest.raises(TypeError, match="outputs must be writable"):
+        graph_interp.run_program(prog, [words], [frozen], KoalaBear.encode([0]), fail, 8, p, mu)
