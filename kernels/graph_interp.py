@@ -1,12 +1,14 @@
-"""CPU interpreter of the deferred-graph IR, for kernels too large to unroll.
+"""CPU interpreter of the deferred-graph IR, for kernels the replay does not unroll.
 
 :func:`~.graph_codegen.python_source` unrolls a kernel into straight-line
-code, which is the fastest form for a few hundred nodes but costs a compile
-per kernel that grows faster than linearly (a 16-lane, 16-round
-cube-and-mix permutation of 1553 nodes: 21 s) and runs slower once LLVM
-spills that many values (the same kernel, 2**16 instances: 141 ms unrolled,
-34 ms here).  This module runs any kernel with one compiled function instead
-(one compile per count of input and output operands, cached on disk).
+code run one instance at a time: the fastest form for short kernels that
+mostly move memory, but its compile grows faster than linearly (a 16-lane,
+16-round cube-and-mix permutation of 1553 nodes: 21 s) and a chain of
+dependent Montgomery products runs at their latency (the same kernel over
+2**16 instances: 141 ms unrolled, 34 ms here).  This module runs any kernel
+with one compiled function instead (one compile per count of input and
+output operands, cached on disk); :func:`interprets` says which kernels the
+replay sends here.
 
 Program
 -------
@@ -38,7 +40,8 @@ from .graph_codegen import OP_ADD, OP_CONST, OP_LOAD, OP_MUL, OP_NEG, OP_SUB, _t
 from .jit import njit  # numba.njit, cache keyed on every kernel source
 from .monty import mod_add, mod_neg, mod_sub, mont_mul
 
-__all__ = ["ROW_ASSERT", "ROW_STORE", "Program", "program", "run_program", "interpret"]
+__all__ = ["ROW_ASSERT", "ROW_STORE", "Program", "interprets", "program", "run_program",
+           "interpret"]
 
 ROW_ASSERT = 6
 ROW_STORE = 7
@@ -56,6 +59,21 @@ class Program(tuple):
     @property
     def n_slots(self) -> int:
         return self[1]
+
+
+def interprets(nodes, outputs) -> bool:
+    """Whether the CPU replay runs a kernel of IR ``nodes`` and ``outputs``
+    (see :mod:`.graph_codegen`) through this interpreter rather than an
+    unrolled evaluator: past ``launch_config.GRAPH_CPU_UNROLL_MAX_NODES``
+    nodes (a compile that grows faster than linearly), or with at least
+    ``GRAPH_CPU_INTERPRET_MULS_PER_ACCESS`` products per loaded or stored
+    element (where instances in vector lanes beat one instance at a time)."""
+    from . import launch_config
+    if len(nodes) > launch_config.GRAPH_CPU_UNROLL_MAX_NODES:
+        return True
+    muls = sum(1 for op, _, _ in nodes if op == OP_MUL)
+    accesses = sum(1 for op, _, _ in nodes if op == OP_LOAD) + sum(len(o) for o in outputs)
+    return muls > 0 and muls >= launch_config.GRAPH_CPU_INTERPRET_MULS_PER_ACCESS * accesses
 
 
 def _terms_array(layouts) -> np.ndarray:

@@ -207,13 +207,19 @@ def test_save_load_in_fresh_process_and_replay(tmp_path):
     assert got["commitments"] == [x.hex() for x in commitments]
 
 
-def test_values_the_same_in_every_instance_are_computed_before_the_instance_loop():
+def test_values_the_same_in_every_instance_are_computed_before_the_instance_loop(monkeypatch):
     """Nodes that read only broadcast operands and constants, and assertions
     between them, left inside the evaluator's instance loop made LLVM take
     time exponential in their depth: 4 rounds of x^3 + i checked by
     assert_eq on one instance compiled for over 60 s (3 rounds: 2.6 s).  They
     are computed once before the loop; the first failing assertion in kernel
     order is still the one reported, at the first failing instance."""
+    from zorch_nb.kernels import graph_cpu, launch_config
+    # (a chain of products would be interpreted: unrolled here, the form tested)
+    monkeypatch.setattr(launch_config, "GRAPH_CPU_INTERPRET_MULS_PER_ACCESS", float("inf"))
+    used = []
+    original = graph_cpu.run_evaluator
+    monkeypatch.setattr(graph_cpu, "run_evaluator", lambda *a: used.append(1) or original(*a))
     rounds = 8
 
     def reference(v):
@@ -242,6 +248,7 @@ def test_values_the_same_in_every_instance_are_computed_before_the_instance_loop
     assert "c0 = " in head and "if c0:" in loop  # the fixed assertion, as a flag
     (out,), _ = run_computation_graph(g, [5, reference(5), np.full(3, 7)])
     np.testing.assert_array_equal(out, [(reference(5) + 7) % P] * 3)
+    assert used
     with pytest.raises(ValueError, match=r"assert_eq failed in kernel `hashed` \(.*\) at "
                                          r"instance 0 of 3"):
         run_computation_graph(g, [5, reference(5) + 1, np.full(3, 6)])  # both fail: the 1st

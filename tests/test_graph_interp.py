@@ -26,15 +26,16 @@ def interpreted(monkeypatch):
 def permutation(width: int, rounds: int):
     """A cube-and-mix kernel of ``rounds * (4 * width + 1) + ...`` nodes, and its
     Python big-int reference."""
+    def one_round(s, r, y):
+        cubes = [v * v * v + r for v in s]
+        total = sum(cubes[1:], cubes[0])
+        return [v + total - y for v in cubes]
+
     @kernel
     def perm(x: In[(width,)], y: In[()], o: Out[(width,)]):
         s = [x[i] for i in range(width)]
         for r in range(rounds):
-            s = [v * v * v + r for v in s]
-            tot = s[0]
-            for v in s[1:]:
-                tot = tot + v
-            s = [v + tot - y[()] for v in s]
+            s = one_round(s, r, y[()])
         for i in range(width):
             o[i] = s[i]
 
@@ -217,3 +218,52 @@ def test_interpreter_leaves_its_inputs_and_refuses_read_only_outputs():
     assert frozen.tolist() == words.tolist() and not fail.any()
     with pytest.raises(TypeError, match="outputs must be writable"):
         graph_interp.run_program(prog, [words], [frozen], KoalaBear.encode([0]), fail, 8, p, mu)
+
+
+def test_size_and_products_per_access_choose_the_interpreter(monkeypatch):
+    """By default the replay unrolls small kernels with few products per memory
+    access (they run faster one instance at a time) and interprets long ones
+    and product-heavy ones (vector lanes hide the products' latency)."""
+    used = []
+    for module, name in ((graph_interp, "run_program"), (graph_cpu, "run_evaluator")):
+        original = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _o=original, _n=name, **k:
+                            used.append(_n == "run_program") or _o(*a, **k))
+
+    @kernel
+    def add(x: In[2], o: Out[()]):
+        o[()] = x[0] + x[1]
+
+    @kernel
+    def dot4(x: In[8], o: Out[()]):  # 4 products, 9 accesses
+        o[()] = x[0] * x[4] + x[1] * x[5] + x[2] * x[6] + x[3] * x[7]
+
+    @kernel
+    def power(x: In[()], o: Out[()]):  # 5 products, 2 accesses
+        o[()] = x[()] ** 17
+
+    @kernel
+    def long_sum(x: In[300], o: Out[()]):  # no product, 599 nodes
+        s = x[0]
+        for i in range(1, 300):
+            s = s + x[i]
+        o[()] = s
+
+    rng = np.random.default_rng(9)
+    for k, shape, want_interpreted, reference in (
+            (add, (2,), False, lambda v: v.sum(axis=1)),
+            (dot4, (8,), False, lambda v: (v[:, :4] * v[:, 4:]).sum(axis=1)),
+            (power, (), True, lambda v: np.array([pow(int(a), 17, P) for a in v])),
+            (long_sum, (300,), True, lambda v: v.sum(axis=1))):
+        ctx = Context()
+        x = ctx.copy_to_device(rng.integers(0, P, size=(5,) + shape))
+        (o,) = ctx.call_kernel(k, 5, x)
+        g = ctx.generate_computation_graph([x], [o])
+        new = rng.integers(0, P, size=(5,) + shape).astype(object)
+        used.clear()
+        (got,), _ = run_computation_graph(g, [new])
+        assert used == [want_interpreted], k.ir.name
+        assert got.tolist() == (reference(new) % P).tolist()
+    assert graph_interp.interprets(power.ir.nodes, power.ir.outputs)
+    monkeypatch.setattr(launch_config, "GRAPH_CPU_INTERPRET_MULS_PER_ACCESS", 3)
+    assert not graph_interp.interprets(power.ir.nodes, power.ir.outputs)

@@ -6,6 +6,7 @@ it and replays it on new inputs without the program.
 """
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 
@@ -25,6 +26,26 @@ def add_16(x: In[16], out: Out[()]):
     for i in range(1, 16):
         s = s + x[i]
     out[()] = s
+
+
+@functools.lru_cache(maxsize=None)
+def cube_and_mix(width: int, rounds: int):
+    """A kernel of ``rounds`` rounds over ``width`` lanes (a toy permutation,
+    for the tests and benchmarks of long kernels): each round maps every lane
+    ``v`` to ``v**3 + r`` (``r`` the round number), then adds the lanes' sum
+    to each; ``x: In[width]`` -> ``o: Out[width]``."""
+    @kernel
+    def rounds_of_cube_and_mix(x: In[(width,)], o: Out[(width,)]):
+        s = [x[i] for i in range(width)]
+        for r in range(rounds):
+            s = [v * v * v + r for v in s]
+            total = s[0]
+            for v in s[1:]:
+                total = total + v
+            s = [v + total for v in s]
+        for i in range(width):
+            o[i] = s[i]
+    return rounds_of_cube_and_mix
 
 
 def run(backend: str, log) -> None:

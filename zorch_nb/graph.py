@@ -565,7 +565,7 @@ def _file_name(path):
 # ------------------------------------------------------------ evaluators ----
 
 _SOURCE_CACHE: dict = {}
-_PROGRAM_CACHE: dict = {}  # evaluator name -> graph_interp.Program
+_PROGRAM_CACHE: dict = {}  # (evaluator name, thresholds) -> graph_interp.Program or None
 
 
 def _plain(obj):
@@ -597,14 +597,18 @@ def _sources(ir: KernelIR, ck: CompiledKernel):
 
 def _program(ir: KernelIR, ck: CompiledKernel, name: str):
     """The interpreter's program of a kernel at its operand layouts (see
-    :mod:`~zorch_nb.kernels.graph_interp`), memoized under its evaluator's
-    name: both are fixed by what that name hashes."""
-    if name not in _PROGRAM_CACHE:
-        from .kernels import graph_interp
-        _PROGRAM_CACHE[name] = graph_interp.program(
+    :mod:`~zorch_nb.kernels.graph_interp`), or None where the CPU replay
+    unrolls the kernel instead (``graph_interp.interprets``); memoized under
+    its evaluator's name (both are fixed by what that name hashes) and the
+    thresholds the choice was made with."""
+    from .kernels import graph_interp, launch_config
+    key = (name, launch_config.GRAPH_CPU_UNROLL_MAX_NODES,
+           launch_config.GRAPH_CPU_INTERPRET_MULS_PER_ACCESS)
+    if key not in _PROGRAM_CACHE:
+        _PROGRAM_CACHE[key] = graph_interp.program(
             ir.nodes, tuple((a, b) for a, b, _ in ir.asserts), ir.outputs, ck.in_layouts,
-            ck.out_layouts)
-    return _PROGRAM_CACHE[name]
+            ck.out_layouts) if graph_interp.interprets(ir.nodes, ir.outputs) else None
+    return _PROGRAM_CACHE[key]
 
 
 def _const_words(F: PrimeField, ir: KernelIR, xp):
@@ -620,11 +624,12 @@ def _run_compiled(F, backend, ir, ck, sources, template, index, ins, outs, out_p
     fail = xp.zeros(n, dtype=np.uint32)
     if backend == "cpu":
         from .kernels import graph_cpu
-        from .kernels import graph_interp, launch_config
+        from .kernels import graph_interp
         serial = graph_cpu.use_serial(n, len(ir.nodes))
-        if len(ir.nodes) > launch_config.GRAPH_CPU_UNROLL_MAX_NODES:
-            graph_interp.run_program(_program(ir, ck, name), ins, outs, consts, fail, n,
-                                     F.params.p, F.params.mu_neg, serial)
+        program = _program(ir, ck, name)
+        if program is not None:
+            graph_interp.run_program(program, ins, outs, consts, fail, n, F.params.p,
+                                     F.params.mu_neg, serial)
         else:
             fn = graph_cpu.compile_evaluator(py_src, name, serial)
             graph_cpu.run_evaluator(fn, ins, outs, consts, fail, n, F.params.p,

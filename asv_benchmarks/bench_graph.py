@@ -1,0 +1,103 @@
+"""Replayed graph kernels on the CPU: the unrolled evaluator, the interpreter
+and plain vectorized NumPy, in the same process.
+
+Three kernels over 2^14 instances: ``dot8``, an 8-term dot product (31 IR
+nodes, 0.47 products per memory access: unrolled by default); ``rounds2``
+and ``rounds8``, 2 and 8 rounds of a cube-and-mix function over 16 lanes
+(each round: every lane cubed plus the round number, then the lanes' sum
+added to each; 176 and 656 nodes, interpreted by default, the first for its
+products per access, the second for its size too -- its unrolled compile
+takes seconds and is not timed here).  ``unrolled`` is
+``graph_cpu.run_evaluator`` of the generated source, ``interpreted`` is
+``graph_interp.run_program``, both on the padded Montgomery buffers a replay
+hands them; ``numpy`` is what one writes without zorch_nb: canonical values
+in uint64 arrays, ``% p`` after every product and sum, vectorized over the
+instances.  The ratios are the data for retuning
+``launch_config.GRAPH_CPU_UNROLL_MAX_NODES`` and
+``GRAPH_CPU_INTERPRET_MULS_PER_ACCESS``.  ``setup`` records the graph,
+compiles, runs each form once and checks all three agree with the eager
+run (the replay's Merkle commitments, which cost more than these kernels,
+are left out of the timing).
+"""
+import numpy as np
+
+from zorch_nb import KoalaBear
+from zorch_nb._demo_graph import cube_and_mix
+from zorch_nb.graph import Context, In, Out, kernel
+from zorch_nb.kernels import graph_cpu, graph_interp
+
+F = KoalaBear
+P = np.uint64(F.p)
+LANES = 16
+INSTANCES = 1 << 14
+
+
+@kernel
+def dot8(x: In[(LANES,)], o: Out[(1,)]):
+    s = x[0] * x[8]
+    for i in range(1, 8):
+        s = s + x[i] * x[8 + i]
+    o[0] = s
+
+
+def numpy_rounds(x, rounds: int):
+    """The round kernel on canonical values, (instances, 16) uint64, in NumPy."""
+    s = x.astype(np.uint64)
+    for r in range(rounds):
+        s = (s * s % P * s + np.uint64(r)) % P
+        s = (s + s.sum(axis=1, keepdims=True) % P) % P
+    return s
+
+
+def numpy_dot8(x):
+    s = x.astype(np.uint64)
+    return ((s[:, :8] * s[:, 8:]) % P).sum(axis=1, keepdims=True) % P
+
+
+KERNELS = {"dot8": (dot8, numpy_dot8), "rounds2": (cube_and_mix(LANES, 2), lambda x: numpy_rounds(x, 2)),
+           "rounds8": (cube_and_mix(LANES, 8), lambda x: numpy_rounds(x, 8))}
+
+
+class GraphEvaluator:
+    params = (list(KERNELS), ["unrolled", "interpreted", "numpy"])
+    param_names = ["kernel", "form"]
+
+    def setup(self, name, form):
+        if name == "rounds8" and form == "unrolled":
+            raise NotImplementedError("a compile of seconds; interpreted by default")
+        k, numpy_kernel = KERNELS[name]
+        rng = np.random.default_rng(len(name))
+        self.x = rng.integers(0, F.p, size=(INSTANCES, LANES))
+        ctx = Context(F)
+        x = ctx.copy_to_device(self.x)
+        (o,) = ctx.call_kernel(k, INSTANCES, x)
+        want = ctx.copy_to_host(o)
+        g = ctx.generate_computation_graph([x], [o])
+        if form == "numpy":
+            self.run = lambda: numpy_kernel(self.x)
+            got = self.run()
+        else:
+            ck = g.compiled_kernels[g.templates[0].compiled]
+            ir = g.kernels[ck.kernel]
+            ins = [F.encode(self.x).reshape(-1)]
+            outs = [np.empty(want.size, dtype=np.uint32)]
+            consts = F.encode(np.array([c % F.p for c in ir.consts] or [0]))
+            fail = np.zeros(INSTANCES, dtype=np.uint32)
+            p, mu = F.params.p, F.params.mu_neg
+            if form == "unrolled":
+                py_src, _, name = g.sources(g.templates[0].compiled)
+                fn = graph_cpu.compile_evaluator(py_src, name, False)
+                self.run = lambda: graph_cpu.run_evaluator(fn, ins, outs, consts, fail,
+                                                           INSTANCES, p, mu)
+            else:
+                prog = graph_interp.program(ir.nodes, [(a, b) for a, b, _ in ir.asserts],
+                                            ir.outputs, ck.in_layouts, ck.out_layouts)
+                self.run = lambda: graph_interp.run_program(prog, ins, outs, consts, fail,
+                                                            INSTANCES, p, mu)
+            self.run()
+            got = F.decode(outs[0]).reshape(want.shape)
+        if np.asarray(got).tolist() != want.tolist():
+            raise AssertionError(f"{form} differs from the eager run")
+
+    def time_evaluate(self, name, form):
+        self.run()
