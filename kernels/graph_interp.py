@@ -33,8 +33,9 @@ arithmetic runs over a contiguous row of words, which LLVM vectorizes.
 from __future__ import annotations
 
 import numpy as np
-from numba import prange
+from numba import get_num_threads, prange
 
+from . import launch_config
 from .cpu_threads import serial_twin, serialized
 from .graph_codegen import OP_ADD, OP_CONST, OP_LOAD, OP_MUL, OP_NEG, OP_SUB, _terms
 from .jit import njit  # numba.njit, cache keyed on every kernel source
@@ -227,39 +228,41 @@ def _call(kernel, *args) -> None:
 
 
 _call_parallel = serialized(_call)
+#: stands in for a missing input or output tuple (a Numba tuple of no arrays
+#: cannot be indexed): never read or written, as no row names it
+_NONE = (np.zeros(1, dtype=np.uint32),)
 
 
-def _words(x) -> np.ndarray:
-    """``x`` as a writable C-contiguous uint32 vector, so that every buffer of
-    a call has one Numba type (the tuples are then homogeneous, indexable at
-    run time); the replay's padded buffers already are, and pass as they are."""
-    if not (isinstance(x, np.ndarray) and x.dtype == np.uint32 and x.ndim == 1
-            and x.flags.c_contiguous and x.flags.writeable):
-        x = np.array(x, dtype=np.uint32, order="C").reshape(-1)
-    return x
+def _is_words(x) -> bool:
+    """Whether ``x`` is a writable C-contiguous uint32 vector: every buffer of
+    a call must have one Numba type, so that the tuples are homogeneous and
+    indexable at run time."""
+    return (type(x) is np.ndarray and x.dtype == np.uint32 and x.ndim == 1
+            and x.flags.c_contiguous and x.flags.writeable)
 
 
 def run_program(prog: Program, inputs, outputs, consts, fail, n_inst: int, p: int, mu_neg: int,
                 serial: bool = False) -> None:
     """Run ``prog`` over ``n_inst`` padded instances (arguments as
     :func:`~.graph_cpu.run_evaluator`'s); ``serial``: on the calling thread,
-    compiled without ``parallel``."""
-    from . import launch_config
-    from numba import get_num_threads
+    compiled without ``parallel``.  Inputs of another form (the replay's
+    padded buffers already are writable C-contiguous uint32 vectors) are
+    copied, never modified; outputs must be of that form."""
     rows, n_slots, in_terms, out_terms = prog
     if n_inst <= 0:
         return
-    dummy = (np.zeros(1, dtype=np.uint32),)
-    ins = tuple(_words(x) for x in inputs) or dummy
-    outs = tuple(outputs) or dummy
-    for o in outs:  # written in place: refused rather than copied
-        if not (isinstance(o, np.ndarray) and o.dtype == np.uint32 and o.ndim == 1
-                and o.flags.c_contiguous and o.flags.writeable):
-            raise TypeError("outputs must be writable C-contiguous uint32 vectors")
+    ins = tuple(x if _is_words(x) else np.array(x, dtype=np.uint32, order="C").reshape(-1)
+                for x in inputs) or _NONE
+    outs = tuple(outputs) or _NONE
+    if not all(map(_is_words, outs)):  # written in place: refused rather than copied
+        raise TypeError("outputs must be writable C-contiguous uint32 vectors")
     block = launch_config.GRAPH_CPU_BLOCK
-    n_blocks = (n_inst + block - 1) // block
-    chunks = 1 if serial else min(n_blocks, 4 * get_num_threads())
-    (_call if serial else _call_parallel)(
-        serial_twin(interpret) if serial else interpret, ins, outs, rows, in_terms, out_terms,
-        consts, fail, np.int64(n_inst), np.int64(n_slots), np.int64(block), np.int64(chunks),
-        np.uint32(p), np.uint32(mu_neg))
+    if serial:
+        _call(serial_twin(interpret), ins, outs, rows, in_terms, out_terms, consts, fail,
+              np.int64(n_inst), np.int64(n_slots), np.int64(block), np.int64(1), np.uint32(p),
+              np.uint32(mu_neg))
+    else:
+        chunks = min((n_inst + block - 1) // block, 4 * get_num_threads())
+        _call_parallel(interpret, ins, outs, rows, in_terms, out_terms, consts, fail,
+                       np.int64(n_inst), np.int64(n_slots), np.int64(block), np.int64(chunks),
+                       np.uint32(p), np.uint32(mu_neg))
