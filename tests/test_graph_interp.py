@@ -57,7 +57,7 @@ def test_large_kernels_are_interpreted_and_match_big_ints(field, n, monkeypatch)
     an unrolled evaluator (its compile time grew faster than linearly: 21 s
     for 1553 nodes), and its replay equals Python big ints and the eager run."""
     monkeypatch.setattr(graph_cpu, "compile_evaluator", None)  # never called
-    perm, reference = permutation(6, 11)
+    perm, reference = permutation(6, 16)
     assert len(perm.ir.nodes) > launch_config.GRAPH_CPU_UNROLL_MAX_NODES
     rng = np.random.default_rng(n)
     p = field.p

@@ -623,8 +623,7 @@ def _run_compiled(F, backend, ir, ck, sources, template, index, ins, outs, out_p
     consts = _const_words(F, ir, xp)
     fail = xp.zeros(n, dtype=np.uint32)
     if backend == "cpu":
-        from .kernels import graph_cpu
-        from .kernels import graph_interp
+        from .kernels import graph_cpu, graph_interp
         serial = graph_cpu.use_serial(n, len(ir.nodes))
         program = _program(ir, ck, name)
         if program is not None:
