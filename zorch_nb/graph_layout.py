@@ -329,11 +329,18 @@ def unpad(padded, points):
 
 
 _LEAF_WORDS = 16
-#: Leaves hashed per batch: each batch is reduced to its subtree root before the
-#: next is hashed, so the digests held at once stay small (a list of every
-#: leaf digest cost 1.7x the buffer) while the hashing stays in list
-#: comprehensions.  A power of two, so batches are whole subtrees.
+#: Leaves hashed per batch by the hashlib path: each batch is reduced to its
+#: subtree root before the next is hashed, so the digests held at once stay
+#: small (a list of every leaf digest cost 1.7x the buffer) while the hashing
+#: stays in list comprehensions.  A power of two, so batches are whole subtrees.
 _BATCH_LEAVES = 1 << 8
+#: Leaves per subtree of the Numba path (kernels/merkle_cpu.py): subtrees
+#: are hashed in parallel, each in a scratch of its own digests (8 KiB).
+_SUBTREE_LEAVES = 1 << 8
+#: Fewer leaves than this are hashed with hashlib (a kernel launch would
+#: cost more), as are a short last leaf (never in a padded buffer) and
+#: everything under ``NUMBA_DISABLE_JIT``.
+_KERNEL_MIN_LEAVES = 1 << 4
 
 
 def _merkle_reduce(level: list) -> bytes:
@@ -342,6 +349,28 @@ def _merkle_reduce(level: list) -> bytes:
         level = [hashlib.sha256(b"\x01" + level[i] + level[i + 1]).digest()
                  for i in range(0, len(level), 2)]
     return level[0]
+
+
+def _root_hashlib(data, step: int, end: int) -> bytes:
+    batch = step * _BATCH_LEAVES
+    roots = [_merkle_reduce([hashlib.sha256(b"\x00" + data[i:i + step]).digest()
+                             for i in range(lo, min(lo + batch, end), step)])
+             for lo in range(0, end, batch)]
+    return _merkle_reduce(roots)
+
+
+def _root_kernel(arr: np.ndarray, leaves: int) -> bytes:
+    """The root by the SHA-256 kernels: subtrees in parallel, then their roots."""
+    from .kernels import cpu_threads, merkle_cpu
+    k, h0 = merkle_cpu.ROUND_CONSTANTS, merkle_cpu.INITIAL_HASH
+    per_tree = min(leaves, _SUBTREE_LEAVES)
+    level = np.empty((leaves // per_tree, 8), dtype=np.uint32)
+    cpu_threads.sized(merkle_cpu.subtree_roots, level.shape[0])(arr, per_tree, level, k, h0)
+    m = level.shape[0]
+    while m > 1:  # (at most 2**40 / 2**12 roots: a serial reduction, in place)
+        m //= 2
+        merkle_cpu.node_digests(level.reshape(-1)[:16 * m], False, 1, level[:m], k, h0)
+    return level[0].astype(">u4").tobytes()
 
 
 def merkle_root(words) -> bytes:
@@ -368,9 +397,13 @@ def merkle_root(words) -> bytes:
         raise ValueError(f"Argument `words` must fill a power-of-two number of "
                          f"{_LEAF_WORDS}-word leaves (a padded buffer does), not {leaves} "
                          f"({n} words)")
-    batch = step * _BATCH_LEAVES
-    roots = [_merkle_reduce([hashlib.sha256(b"\x00" + data[i:i + step]).digest()
-                             for i in range(lo, min(lo + batch, end), step)])
-             for lo in range(0, end, batch)]
-    return hashlib.sha256(b"zorch_nb merkle v1" + struct.pack("<Q", n)
-                          + _merkle_reduce(roots)).digest()
+    if leaves >= _KERNEL_MIN_LEAVES and n == _LEAF_WORDS * leaves and not _jit_disabled():
+        root = _root_kernel(arr, leaves)
+    else:
+        root = _root_hashlib(data, step, end)
+    return hashlib.sha256(b"zorch_nb merkle v1" + struct.pack("<Q", n) + root).digest()
+
+
+def _jit_disabled() -> bool:
+    import numba
+    return bool(numba.config.DISABLE_JIT)

@@ -1,0 +1,102 @@
+"""SHA-256 Merkle kernels (kernels/merkle_cpu.py) against hashlib."""
+import hashlib
+
+import numba
+import numpy as np
+import pytest
+
+from test_graph_memory import naive_merkle_root
+from zorch_nb import graph_layout
+from zorch_nb.graph_layout import merkle_root
+from zorch_nb.kernels import cpu_threads, merkle_cpu
+
+K, H0 = merkle_cpu.ROUND_CONSTANTS, merkle_cpu.INITIAL_HASH
+
+
+def random_words(n, seed):
+    return np.random.default_rng(seed).integers(0, 2 ** 32, size=n, dtype=np.uint64) \
+        .astype(np.uint32)
+
+
+def test_constants_are_fips_180_4s():
+    """The computed roots give SHA-256 itself: the digests of the empty and
+    the "abc" messages (FIPS 180-4's examples) by a plain one-block SHA-256
+    over these constants, and the leading words the standard lists."""
+    assert K[0] == 0x428A2F98 and K[63] == 0xC67178F2 and H0[0] == 0x6A09E667
+    assert H0[7] == 0x5BE0CD19 and len(set(K.tolist())) == 64
+
+    def one_block(message: bytes) -> bytes:
+        rotr = lambda x, n: ((x >> n) | (x << (32 - n))) & 0xFFFFFFFF  # noqa: E731
+        padded = message + b"\x80" + bytes(55 - len(message)) \
+            + (8 * len(message)).to_bytes(8, "big")
+        w = [int.from_bytes(padded[4 * i:4 * i + 4], "big") for i in range(16)]
+        for t in range(16, 64):
+            s0 = rotr(w[t - 15], 7) ^ rotr(w[t - 15], 18) ^ (w[t - 15] >> 3)
+            s1 = rotr(w[t - 2], 17) ^ rotr(w[t - 2], 19) ^ (w[t - 2] >> 10)
+            w.append((w[t - 16] + s0 + w[t - 7] + s1) & 0xFFFFFFFF)
+        a, b, c, d, e, f, g, h = (int(v) for v in H0)
+        for t in range(64):
+            t1 = h + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) \
+                + int(K[t]) + w[t]
+            t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c))
+            a, b, c, d, e, f, g, h = (t1 + t2) & 0xFFFFFFFF, a, b, c, (d + t1) & 0xFFFFFFFF, \
+                e, f, g
+        out = [(x + int(y)) & 0xFFFFFFFF for x, y in zip((a, b, c, d, e, f, g, h), H0)]
+        return b"".join(x.to_bytes(4, "big") for x in out)
+
+    for message in (b"", b"abc", bytes(range(55))):
+        assert one_block(message) == hashlib.sha256(message).digest()
+
+
+@pytest.mark.parametrize("count", [1, 3, merkle_cpu.LANES, merkle_cpu.LANES + 5])
+@pytest.mark.parametrize("prefix", [0, 1, 0xFF])
+def test_node_digests_equal_hashlib(count, prefix):
+    """Leaf form (little-endian data words, byte-swapped) and inner form
+    (big-endian words), any prefix byte, a lane batch and a partial one."""
+    words = random_words(16 * count, count + prefix)
+    for swap in (True, False):
+        out = np.zeros((count, 8), dtype=np.uint32)
+        merkle_cpu.node_digests(words, swap, prefix, out, K, H0)
+        data = words.astype("<u4" if swap else ">u4").tobytes()
+        want = [hashlib.sha256(bytes([prefix]) + data[64 * i:64 * i + 64]).digest()
+                for i in range(count)]
+        assert [row.astype(">u4").tobytes() for row in out] == want
+
+
+def test_subtree_roots_equal_hashlib_trees():
+    words = random_words(16 * 4 * 3, 5)  # three subtrees of four leaves
+    out = np.zeros((3, 8), dtype=np.uint32)
+    merkle_cpu.subtree_roots(words, 4, out, K, H0)
+    data = words.tobytes()
+    for t in range(3):
+        level = [hashlib.sha256(b"\x00" + data[64 * i:64 * i + 64]).digest()
+                 for i in range(4 * t, 4 * t + 4)]
+        left = hashlib.sha256(b"\x01" + level[0] + level[1]).digest()
+        right = hashlib.sha256(b"\x01" + level[2] + level[3]).digest()
+        assert out[t].astype(">u4").tobytes() == hashlib.sha256(b"\x01" + left + right).digest()
+
+
+@pytest.mark.skipif(numba.config.DISABLE_JIT, reason="the hashlib path runs without the JIT")
+@pytest.mark.parametrize("n", [16 * 16, 1 << 12, 1 << 13, 1 << 16, 1 << 18])
+@pytest.mark.parametrize("threads", ["serial", "parallel"])
+def test_merkle_root_by_the_kernels_equals_hashlib(n, threads, monkeypatch):
+    """One subtree, two, many; serial and parallel launches; and the kernel
+    path is the one taken for padded buffers of 16 leaves or more."""
+    monkeypatch.setattr(cpu_threads, "_one_thread_enough",
+                        lambda tasks, words: threads == "serial" or tasks <= 1)
+    used = []
+    original = graph_layout._root_kernel
+    monkeypatch.setattr(graph_layout, "_root_kernel",
+                        lambda *a: used.append(1) or original(*a))
+    words = random_words(n, n)
+    assert merkle_root(words) == naive_merkle_root(words)
+    assert used == [1]
+    words[n // 3] ^= 1 << 17  # one bit anywhere changes the root
+    assert merkle_root(words) == naive_merkle_root(words)
+
+
+@pytest.mark.parametrize("n", [0, 5, 16, 16 * 8, 16 * 16 - 3, (1 << 12) - 1])
+def test_short_buffers_and_short_last_leaves_use_hashlib(n, monkeypatch):
+    monkeypatch.setattr(graph_layout, "_root_kernel", None)  # never called
+    words = random_words(n, n)
+    assert merkle_root(words) == naive_merkle_root(words)
