@@ -750,10 +750,12 @@ def import_cupy_launchers(monkeypatch, launches: list, family: str = "gkr"):
     import importlib
     name = f"zorch_nb.kernels.{family}_cupy"
     monkeypatch.setitem(sys.modules, "cupy", fake_cupy(launches))
-    for mod in (name, "zorch_nb.kernels.field_cupy"):  # gkr_cupy imports field_cupy
+    # gkr_cupy imports field_cupy; graph replays hash their buffers with merkle_cupy
+    others = ("zorch_nb.kernels.field_cupy", "zorch_nb.kernels.merkle_cupy")
+    for mod in (name,) + others:
         monkeypatch.delitem(sys.modules, mod, raising=False)
     module = importlib.import_module(name)
-    for mod in (name, "zorch_nb.kernels.field_cupy"):
+    for mod in (name,) + others:
         monkeypatch.delitem(sys.modules, mod, raising=False)
     return module
 

@@ -100,3 +100,36 @@ def test_short_buffers_and_short_last_leaves_use_hashlib(n, monkeypatch):
     monkeypatch.setattr(graph_layout, "_root_kernel", None)  # never called
     words = random_words(n, n)
     assert merkle_root(words) == naive_merkle_root(words)
+
+
+def check_device_roots_equal_the_host_ones(cupy):
+    """merkle_root of a CuPy buffer (hashed on its device) equals the host's:
+    one subtree smaller than a block, one whole, many, and levels above; the
+    host path for a buffer too small."""
+    for n in (16 * 16, 16 * 32, 16 * 256, 1 << 14, 1 << 17):
+        words = random_words(n, n)
+        assert merkle_root(cupy.asarray(words)) == naive_merkle_root(words)
+        view = cupy.asarray(random_words(2 * n, 1)).reshape(2, n)[:, 0]  # strided: host path
+        assert merkle_root(view) == naive_merkle_root(view.get())
+
+
+def test_device_roots_equal_the_host_ones_emulated(monkeypatch):
+    """The CUDA C kernels under the host SIMT emulation (tests/cuda_emu.py),
+    threads in a shuffled order (a missing barrier between a level's reads
+    and writes then shows)."""
+    import sys
+    monkeypatch.setenv("ZORCH_EMU_ORDER", "shuffle:3")
+
+    import cuda_emu
+    module, launches = cuda_emu.emulate(monkeypatch, "merkle")
+    monkeypatch.setitem(sys.modules, "zorch_nb.kernels.merkle_cupy", module)
+    from zorch_nb import _backend
+    monkeypatch.setattr(_backend, "_KERNEL_MODULES", {})
+    check_device_roots_equal_the_host_ones(sys.modules["cupy"])
+    assert {"zorch_merkle_subtrees", "zorch_merkle_level"} <= set(launches)
+
+
+@pytest.mark.gpu
+def test_device_roots_equal_the_host_ones():
+    cupy = pytest.importorskip("cupy")
+    check_device_roots_equal_the_host_ones(cupy)

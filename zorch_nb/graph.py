@@ -1411,7 +1411,7 @@ class Context:
         constants = [(b, _to_host(self.field.decode(buf.values)))
                      for b, buf in enumerate(self._buffers)
                      if buf.source == "input" and b not in input_ids]
-        commitments = [merkle_root(_to_host(pad(self._xp, buf.values, pts)))
+        commitments = [merkle_root(pad(self._xp, buf.values, pts))
                        for buf, pts in zip(self._buffers, points)]
         graph = ComputationGraph(self.field.params.name, kernels, compiled, points, templates,
                                  in_specs, out_specs, constants, commitments)
@@ -1674,9 +1674,9 @@ def run_computation_graph(graph: ComputationGraph, inputs, backend=None, *,
     for bid, history in graph.outputs:
         words = apply_history(unpad(bufs[bid], points[bid]), history)
         results.append(_to_host(F.decode(words.copy())))
-    host = [_to_host(b) for b in bufs]
-    commitments = tuple(merkle_root(b) for b in host)
+    commitments = tuple(merkle_root(b) for b in bufs)  # (device buffers hashed there)
     if padded:
+        host = [_to_host(b) for b in bufs]
         exported = tuple(F.decode(b).reshape(padded_dims(dims_of(pts)))
                          for b, pts in zip(host, points))
         return tuple(results), commitments, exported

@@ -341,6 +341,9 @@ _SUBTREE_LEAVES = 1 << 8
 #: cost more), as are a short last leaf (never in a padded buffer) and
 #: everything under ``NUMBA_DISABLE_JIT``.
 _KERNEL_MIN_LEAVES = 1 << 4
+#: The GPU path's least leaves: a block hashes a subtree, a leaf a thread,
+#: and a block of fewer than a warp's 32 threads wastes its lanes.
+_DEVICE_MIN_LEAVES = 1 << 5
 
 
 def _merkle_reduce(level: list) -> bytes:
@@ -361,7 +364,9 @@ def _root_hashlib(data, step: int, end: int) -> bytes:
 
 def _root_kernel(arr: np.ndarray, leaves: int) -> bytes:
     """The root by the SHA-256 kernels: subtrees in parallel, then their roots."""
-    from .kernels import cpu_threads, merkle_cpu
+    from ._backend import kernels_for
+    from .kernels import cpu_threads
+    merkle_cpu = kernels_for("cpu", "merkle")
     k, h0 = merkle_cpu.ROUND_CONSTANTS, merkle_cpu.INITIAL_HASH
     per_tree = min(leaves, _SUBTREE_LEAVES)
     level = np.empty((leaves // per_tree, 8), dtype=np.uint32)
@@ -381,11 +386,26 @@ def merkle_root(words) -> bytes:
     shorter), inner nodes ``sha256(0x01 || left || right)``; the commitment is
     ``sha256("zorch_nb merkle v1" || le64(len) || root)``.
 
+    A CuPy buffer is hashed on its device (kernels/merkle_cupy.py) when it
+    is a uint32 buffer of 32 leaves or more, all full; otherwise, and for
+    NumPy buffers, on the CPU.
+
     Raises
     ------
     ValueError
         If the number of leaves is not a power of two (a padded buffer's always is).
     """
+    if type(words).__module__.startswith("cupy"):
+        n = int(words.size)
+        leaves = n // _LEAF_WORDS
+        if (words.dtype == np.uint32 and leaves >= _DEVICE_MIN_LEAVES
+                and not leaves & (leaves - 1) and n == _LEAF_WORDS * leaves):
+            from ._backend import kernels_for
+            flat = words.reshape(-1)
+            if not flat.flags.c_contiguous:
+                flat = flat.copy()
+            return _commitment(n, kernels_for("cupy", "merkle").merkle_root_words(flat))
+        words = words.get()
     arr = np.ascontiguousarray(words, dtype="<u4").reshape(-1)
     # The leaves are read through a byte view: ``tobytes()`` was a copy of the buffer.
     data = memoryview(arr.view(np.uint8))
@@ -401,6 +421,10 @@ def merkle_root(words) -> bytes:
         root = _root_kernel(arr, leaves)
     else:
         root = _root_hashlib(data, step, end)
+    return _commitment(n, root)
+
+
+def _commitment(n: int, root: bytes) -> bytes:
     return hashlib.sha256(b"zorch_nb merkle v1" + struct.pack("<Q", n) + root).digest()
 
 
