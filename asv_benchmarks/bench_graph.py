@@ -13,7 +13,7 @@ takes seconds and is not timed here).  ``unrolled`` is
 hands them; ``numpy`` is what one writes without zorch_nb: canonical values
 in uint64 arrays, ``% p`` after every product and sum, vectorized over the
 instances.  The ratios are the data for retuning
-``launch_config.GRAPH_CPU_UNROLL_MAX_NODES`` and
+``launch_config.GRAPH_CPU_UNROLL_MAX_ROWS`` and
 ``GRAPH_CPU_INTERPRET_MULS_PER_ACCESS``.  ``setup`` records the graph,
 compiles, runs each form once and checks all three agree with the eager
 run (the replay's Merkle commitments, which cost more than these kernels,

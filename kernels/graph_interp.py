@@ -62,15 +62,17 @@ class Program(tuple):
         return self[1]
 
 
-def interprets(nodes, outputs) -> bool:
-    """Whether the CPU replay runs a kernel of IR ``nodes`` and ``outputs``
-    (see :mod:`.graph_codegen`) through this interpreter rather than an
-    unrolled evaluator: past ``launch_config.GRAPH_CPU_UNROLL_MAX_NODES``
-    nodes (a compile that grows faster than linearly), or with at least
+def interprets(nodes, asserts, outputs, out_layouts) -> bool:
+    """Whether the CPU replay runs a kernel (its IR ``nodes``, ``asserts``
+    pairs and ``outputs`` at the output layouts ``out_layouts``, see
+    :mod:`.graph_codegen`) through this interpreter rather than an unrolled
+    evaluator: past ``launch_config.GRAPH_CPU_UNROLL_MAX_ROWS`` lines of
+    unrolled code (one per node and stored padded slot, two per assertion:
+    its compile grows faster than linearly in each), or with at least
     ``GRAPH_CPU_INTERPRET_MULS_PER_ACCESS`` products per loaded or stored
     element (where instances in vector lanes beat one instance at a time)."""
-    from . import launch_config
-    if len(nodes) > launch_config.GRAPH_CPU_UNROLL_MAX_NODES:
+    rows = len(nodes) + 2 * len(asserts) + sum(len(slots) for _, slots in out_layouts)
+    if rows > launch_config.GRAPH_CPU_UNROLL_MAX_ROWS:
         return True
     muls = sum(1 for op, _, _ in nodes if op == OP_MUL)
     accesses = sum(1 for op, _, _ in nodes if op == OP_LOAD) + sum(len(o) for o in outputs)
@@ -101,11 +103,12 @@ def program(nodes, asserts, outputs, in_layouts, out_layouts) -> Program:
     # node's own slot must not be one of the sides'), outputs never.
     last = [-1] * n
     for i, (op, a, b) in enumerate(nodes):
-        if op in (OP_ADD, OP_SUB, OP_MUL):
-            last[a] = max(last[a], i)
-            last[b] = max(last[b], i)
-        elif op == OP_NEG:
-            last[a] = max(last[a], i)
+        if op in (OP_ADD, OP_SUB, OP_MUL, OP_NEG):
+            reads = (a, b) if op != OP_NEG else (a,)
+            if not all(0 <= int(v) < i for v in reads):  # (the IR is SSA: earlier nodes only)
+                raise ValueError(f"node {i} ({op}, {a}, {b}) reads a node not before it")
+            for v in reads:
+                last[v] = max(last[v], i)
     checks: dict = {}
     for k, (x, y) in enumerate(asserts):
         x, y = int(x), int(y)
@@ -244,8 +247,8 @@ def _is_words(x) -> bool:
 def run_program(prog: Program, inputs, outputs, consts, fail, n_inst: int, p: int, mu_neg: int,
                 serial: bool = False) -> None:
     """Run ``prog`` over ``n_inst`` padded instances (arguments as
-    :func:`~.graph_cpu.run_evaluator`'s); ``serial``: on the calling thread,
-    compiled without ``parallel``.  Inputs of another form (the replay's
+    :func:`~.graph_cpu.run_evaluator`'s); ``serial`` (or a single block of
+    instances): on the calling thread, compiled without ``parallel``.  Inputs of another form (the replay's
     padded buffers already are writable C-contiguous uint32 vectors) are
     copied, never modified; outputs must be of that form."""
     rows, n_slots, in_terms, out_terms = prog
@@ -257,7 +260,7 @@ def run_program(prog: Program, inputs, outputs, consts, fail, n_inst: int, p: in
     if not all(map(_is_words, outs)):  # written in place: refused rather than copied
         raise TypeError("outputs must be writable C-contiguous uint32 vectors")
     block = launch_config.GRAPH_CPU_BLOCK
-    if serial:
+    if serial or n_inst <= block:  # (one block: nothing to run in parallel)
         _call(serial_twin(interpret), ins, outs, rows, in_terms, out_terms, consts, fail,
               np.int64(n_inst), np.int64(n_slots), np.int64(block), np.int64(1), np.uint32(p),
               np.uint32(mu_neg))

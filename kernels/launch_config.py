@@ -33,16 +33,19 @@ CPU_SERIAL_WORDS = 8192
 #: evaluator is compiled in one of the two forms only: its layouts fix its
 #: instance count.
 GRAPH_CPU_SERIAL_WORK = 1 << 16
-#: A replayed graph kernel of more IR nodes than this runs on the CPU through
-#: the interpreter (kernels/graph_interp.py) instead of an unrolled evaluator:
-#: an unrolled compile takes ~10 ms per node (1152 nodes of additions: 13 s;
-#: products cost more: 1553 nodes of a cube-and-mix kernel, 21 s) and once
+#: A replayed graph kernel of more lines of unrolled code than this (one per
+#: IR node and per stored padded output slot, two per assertion) runs on the
+#: CPU through the interpreter (kernels/graph_interp.py) instead of an
+#: unrolled evaluator: an unrolled compile takes ~10 ms per node (1152 nodes
+#: of additions: 13 s; products cost more: 1553 nodes of a cube-and-mix
+#: kernel, 21 s; stores and assertions too: 15 nodes storing 2048 slots,
+#: 44 s; 117 nodes and 512 assertions, 9.2 s) and once
 #: its live values outnumber the registers the code spills (1280 nodes mixing
 #: 256 loaded values: 41 ms per run over 2**14 instances, interpreted 6.8 ms).
 #: Below it, kernels of additions run 3-5x faster unrolled (2**14 instances,
 #: 2 cores: 320 nodes 0.38 against 1.7 ms, 640 nodes 0.81 against 4.1 ms), so
 #: their compile, once per machine (Numba's disk cache), pays.
-GRAPH_CPU_UNROLL_MAX_NODES = 512
+GRAPH_CPU_UNROLL_MAX_ROWS = 512
 #: ... and so does one with at least this many Montgomery products per
 #: memory access (loaded element or stored output element): the unrolled
 #: code runs one instance at a time, a chain of dependent products at their

@@ -14,7 +14,7 @@ P = KoalaBear.p
 def interpreted(monkeypatch):
     """Every graph kernel replays through the interpreter; an unrolled
     evaluator compiled or run is an error."""
-    monkeypatch.setattr(launch_config, "GRAPH_CPU_UNROLL_MAX_NODES", -1)
+    monkeypatch.setattr(launch_config, "GRAPH_CPU_UNROLL_MAX_ROWS", -1)
 
     def refuse(*args, **kwargs):
         raise AssertionError("an unrolled evaluator was used")
@@ -53,12 +53,12 @@ def permutation(width: int, rounds: int):
 @pytest.mark.parametrize("field", [KoalaBear, BabyBear], ids=["koalabear", "babybear"])
 @pytest.mark.parametrize("n", [3, 300])  # serial and parallel runs
 def test_large_kernels_are_interpreted_and_match_big_ints(field, n, monkeypatch):
-    """A kernel over GRAPH_CPU_UNROLL_MAX_NODES nodes replays without compiling
+    """A kernel over GRAPH_CPU_UNROLL_MAX_ROWS nodes replays without compiling
     an unrolled evaluator (its compile time grew faster than linearly: 21 s
     for 1553 nodes), and its replay equals Python big ints and the eager run."""
     monkeypatch.setattr(graph_cpu, "compile_evaluator", None)  # never called
     perm, reference = permutation(6, 16)
-    assert len(perm.ir.nodes) > launch_config.GRAPH_CPU_UNROLL_MAX_NODES
+    assert len(perm.ir.nodes) > launch_config.GRAPH_CPU_UNROLL_MAX_ROWS
     rng = np.random.default_rng(n)
     p = field.p
     ctx = Context(field)
@@ -114,7 +114,7 @@ def test_interpreted_and_unrolled_padded_buffers_are_identical(work, monkeypatch
     g = ctx.generate_computation_graph([x, m, c], [s, d])
     new = [rng.integers(0, P, size=(2, 5, 3)), rng.integers(0, P, size=(2, 3)), 11]
     unrolled = run_computation_graph(g, new, padded=True)
-    monkeypatch.setattr(launch_config, "GRAPH_CPU_UNROLL_MAX_NODES", -1)
+    monkeypatch.setattr(launch_config, "GRAPH_CPU_UNROLL_MAX_ROWS", -1)
     monkeypatch.setattr(graph_cpu, "compile_evaluator", None)
     interpreted = run_computation_graph(g, new, padded=True)
     for a, b in zip(unrolled[0] + unrolled[2], interpreted[0] + interpreted[2]):
@@ -264,6 +264,65 @@ def test_size_and_products_per_access_choose_the_interpreter(monkeypatch):
         (got,), _ = run_computation_graph(g, [new])
         assert used == [want_interpreted], k.ir.name
         assert got.tolist() == (reference(new) % P).tolist()
-    assert graph_interp.interprets(power.ir.nodes, power.ir.outputs)
+    one_slot = [((), ((0, 0),))]
+    assert graph_interp.interprets(power.ir.nodes, (), power.ir.outputs, one_slot)
     monkeypatch.setattr(launch_config, "GRAPH_CPU_INTERPRET_MULS_PER_ACCESS", 3)
-    assert not graph_interp.interprets(power.ir.nodes, power.ir.outputs)
+    assert not graph_interp.interprets(power.ir.nodes, (), power.ir.outputs, one_slot)
+
+
+def test_kernels_storing_or_asserting_much_are_interpreted(monkeypatch):
+    """A few nodes stored to many output slots, or checked by many assertions,
+    make as long an unrolled evaluator as many nodes (a 15-node kernel storing
+    2048 slots compiled for 44 s): they count toward GRAPH_CPU_UNROLL_MAX_ROWS."""
+    monkeypatch.setattr(graph_cpu, "compile_evaluator", None)  # never called
+    limit = launch_config.GRAPH_CPU_UNROLL_MAX_ROWS
+
+    @kernel
+    def wide(x: In[()], o: Out[limit]):
+        vals = [x[()] + c for c in range(7)]
+        for i in range(limit):
+            o[i] = vals[i % 7]
+
+    @kernel
+    def checked(x: In[2], o: Out[()]):
+        a, b = x[0], x[1]
+        for _ in range(limit // 2 + 1):
+            assert_eq(a, b)
+        o[()] = x[0]
+
+    assert len(wide.ir.nodes) < 16 and len(checked.ir.nodes) < 4
+    assert len(checked.ir.asserts) > limit // 2
+    ctx = Context()
+    x = ctx.copy_to_device(np.arange(5))
+    (o,) = ctx.call_kernel(wide, 5, x)
+    g = ctx.generate_computation_graph([x], [o])
+    (got,), _ = run_computation_graph(g, [np.arange(5) + 10])
+    assert got.tolist() == [[(v + i % 7) % P for i in range(limit)] for v in range(10, 15)]
+    y = ctx.copy_to_device(np.array([[1, 1], [2, 2]]))
+    (o,) = ctx.call_kernel(checked, 2, y)
+    g = ctx.generate_computation_graph([y], [o])
+    (got,), _ = run_computation_graph(g, [np.array([[3, 3], [4, 4]])])
+    assert got.tolist() == [3, 4]
+    with pytest.raises(ValueError, match=r"at instance 1 of 2 .*: 4 != 5$"):
+        run_computation_graph(g, [np.array([[3, 3], [4, 5]])])
+
+
+def test_program_refuses_a_node_reading_a_later_one():
+    nodes = ((graph_codegen.OP_ADD, 1, 1), (graph_codegen.OP_CONST, 0, 0))
+    with pytest.raises(ValueError, match=r"node 0 .* reads a node not before it"):
+        graph_interp.program(nodes, (), ((0,),), [], [((), ((0, 0),))])
+
+
+def test_one_block_of_instances_runs_serially(monkeypatch):
+    """A parallel launch of one chunk costs a launch and gains nothing."""
+    monkeypatch.setattr(graph_interp, "_call_parallel", None)  # never called
+    nodes = ((graph_codegen.OP_LOAD, 0, 0), (graph_codegen.OP_MUL, 0, 0))
+    prog = graph_interp.program(nodes, (), ((1,),), [(((8, 1),), (0,))],
+                                [(((8, 1),), ((0, 0),))])
+    n = launch_config.GRAPH_CPU_BLOCK
+    words = KoalaBear.encode(np.arange(n))
+    out = np.zeros(n, np.uint32)
+    graph_interp.run_program(prog, [words], [out], KoalaBear.encode([0]),
+                             np.zeros(n, np.uint32), n, KoalaBear.params.p,
+                             KoalaBear.params.mu_neg, serial=False)
+    assert KoalaBear.decode(out).tolist() == [v * v % P for v in range(n)]

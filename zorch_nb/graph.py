@@ -602,12 +602,13 @@ def _program(ir: KernelIR, ck: CompiledKernel, name: str):
     its evaluator's name (both are fixed by what that name hashes) and the
     thresholds the choice was made with."""
     from .kernels import graph_interp, launch_config
-    key = (name, launch_config.GRAPH_CPU_UNROLL_MAX_NODES,
+    key = (name, launch_config.GRAPH_CPU_UNROLL_MAX_ROWS,
            launch_config.GRAPH_CPU_INTERPRET_MULS_PER_ACCESS)
     if key not in _PROGRAM_CACHE:
         _PROGRAM_CACHE[key] = graph_interp.program(
             ir.nodes, tuple((a, b) for a, b, _ in ir.asserts), ir.outputs, ck.in_layouts,
-            ck.out_layouts) if graph_interp.interprets(ir.nodes, ir.outputs) else None
+            ck.out_layouts) if graph_interp.interprets(ir.nodes, ir.asserts, ir.outputs,
+                                                        ck.out_layouts) else None
     return _PROGRAM_CACHE[key]
 
 
