@@ -29,9 +29,9 @@ import time
 
 import numpy as np
 
-from . import SOURCES_DIGEST
+from . import SOURCES_DIGEST, launch_config
 from .jit import njit  # numba.njit, cache keyed on every kernel source
-from .cpu_threads import serialized
+from .cpu_threads import one_thread_set, serialized
 
 __all__ = ["compile_evaluator", "run_evaluator", "evaluator_cache_dir", "use_serial"]
 
@@ -183,8 +183,6 @@ def use_serial(n_inst: int, nodes: int) -> bool:
     """Whether a call of ``n_inst`` padded instances of an ``nodes``-node IR runs
     the serial evaluator (see :data:`~.launch_config.GRAPH_CPU_SERIAL_WORK`),
     as it does wherever Numba is set to one thread (``cpu_threads.one_thread_set``)."""
-    from . import launch_config
-    from .cpu_threads import one_thread_set
     return n_inst * max(nodes, 1) <= launch_config.GRAPH_CPU_SERIAL_WORK or one_thread_set()
 
 

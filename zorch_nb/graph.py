@@ -54,7 +54,7 @@ from .graph_layout import (ViewForm, apply_history, axis_dims, dims_of, history_
                            prefix_points, reshape_view, transpose_view, unapply_history, unpad)
 from .graph_trace import (In, InOut, Kernel, KernelDefinitionError, KernelIR, Out, assert_eq,
                           kernel)
-from .kernels import graph_codegen
+from .kernels import graph_codegen, graph_cpu, graph_interp, launch_config
 
 __all__ = ["Context", "Handle", "ComputationGraph", "Template", "CompiledKernel",
            "run_computation_graph", "kernel", "Kernel", "KernelIR", "In", "Out", "InOut",
@@ -456,8 +456,7 @@ class ComputationGraph:
     @property
     def padded_lengths(self) -> tuple:
         """Length of every padded buffer (a power of two)."""
-        return tuple(int(np.prod(padded_dims(dims_of(p)), dtype=np.int64))
-                     for p in self.buffer_points)
+        return tuple(math.prod(padded_dims(dims_of(p))) for p in self.buffer_points)
 
     def sources(self, index: int) -> tuple:
         """``(python_source, cuda_source, name)`` of compiled kernel ``index``."""
@@ -566,6 +565,7 @@ def _file_name(path):
 
 _SOURCE_CACHE: dict = {}
 _PROGRAM_CACHE: dict = {}  # (evaluator name, thresholds) -> graph_interp.Program or None
+_CONST_WORDS: dict = {}  # (field name, constants) -> their Montgomery words (host)
 
 
 def _plain(obj):
@@ -601,7 +601,6 @@ def _program(ir: KernelIR, ck: CompiledKernel, name: str):
     unrolls the kernel instead (``graph_interp.interprets``); memoized under
     its evaluator's name (both are fixed by what that name hashes) and the
     thresholds the choice was made with."""
-    from .kernels import graph_interp, launch_config
     key = (name, launch_config.GRAPH_CPU_UNROLL_MAX_ROWS,
            launch_config.GRAPH_CPU_INTERPRET_MULS_PER_ACCESS)
     if key not in _PROGRAM_CACHE:
@@ -613,8 +612,17 @@ def _program(ir: KernelIR, ck: CompiledKernel, name: str):
 
 
 def _const_words(F: PrimeField, ir: KernelIR, xp):
-    vals = np.array([c % F.p for c in ir.consts] or [0], dtype=np.int64)
-    return F.encode(vals, xp=xp)
+    """The Montgomery words of a kernel's constants (at least one word); on the
+    host memoized per field and constants (a replay of many small calls
+    encoded them once per call), never written by the evaluators."""
+    key = (F.params.name, ir.consts) if xp is np else None
+    words = _CONST_WORDS.get(key) if key is not None else None
+    if words is None:
+        vals = np.array([c % F.p for c in ir.consts] or [0], dtype=np.int64)
+        words = F.encode(vals, xp=xp)
+        if key is not None:
+            _CONST_WORDS[key] = words
+    return words
 
 
 def _run_compiled(F, backend, ir, ck, sources, template, index, ins, outs, out_points):
@@ -624,7 +632,6 @@ def _run_compiled(F, backend, ir, ck, sources, template, index, ins, outs, out_p
     consts = _const_words(F, ir, xp)
     fail = xp.zeros(n, dtype=np.uint32)
     if backend == "cpu":
-        from .kernels import graph_cpu, graph_interp
         serial = graph_cpu.use_serial(n, len(ir.nodes))
         program = _program(ir, ck, name)
         if program is not None:
