@@ -18,12 +18,15 @@ instances.  The ratios are the data for retuning
 compiles, runs each form once and checks all three agree with the eager
 run (the replay's Merkle commitments, which cost more than these kernels,
 are left out of the timing).
+
+``ReplayManySmallCalls`` times whole replays (``run_computation_graph``) of
+100 and 1000 small calls: the per-call cost of a replay.
 """
 import numpy as np
 
 from zorch_nb import KoalaBear
 from zorch_nb._demo_graph import cube_and_mix
-from zorch_nb.graph import Context, In, Out, kernel
+from zorch_nb.graph import Context, In, Out, kernel, run_computation_graph
 from zorch_nb.kernels import graph_cpu, graph_interp
 
 F = KoalaBear
@@ -101,3 +104,29 @@ class GraphEvaluator:
 
     def time_evaluate(self, name, form):
         self.run()
+
+
+@kernel
+def _affine(x: In[2], o: Out[()]):
+    o[()] = x[0] * 7 + x[1] + 3
+
+
+class ReplayManySmallCalls:
+    """A replay of ``calls`` calls of a 6-instance kernel, all reading one input:
+    the per-call cost of a replay (layout lookups, constants, the evaluator's
+    launch, one Merkle root per output buffer), which dominates graphs of many
+    small calls."""
+    params = [100, 1000]
+    param_names = ["calls"]
+
+    def setup(self, calls):
+        ctx = Context(F)
+        self.x = np.arange(12).reshape(6, 2)
+        x = ctx.copy_to_device(self.x)
+        for _ in range(calls):
+            (o,) = ctx.call_kernel(_affine, 6, x)
+        self.graph = ctx.generate_computation_graph([x], [o])
+        run_computation_graph(self.graph, [self.x])  # compiles
+
+    def time_replay(self, calls):
+        run_computation_graph(self.graph, [self.x])
