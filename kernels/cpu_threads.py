@@ -42,7 +42,7 @@ import types
 from .launch_config import CPU_SERIAL_WORDS
 
 __all__ = ["serialized", "sized", "tasks", "serial_twin", "layer_is_threadsafe",
-           "one_thread_set"]
+           "one_thread_set", "forked_after_gnu_omp"]
 
 _STRAIGHT, _LOCKED, _FORKED_GNU_OMP = "straight", "locked", "forked after GNU OpenMP"
 _state = None  # decided on the first guarded call
@@ -89,6 +89,12 @@ def _gnu_omp_started() -> bool:
         return getattr(omppool, "openmp_vendor", "GNU") == "GNU"
     except Exception:
         return False
+
+
+def forked_after_gnu_omp() -> bool:
+    """Whether this process was forked from one whose GNU OpenMP layer had
+    started (its parallel kernels would be fatal here; serial twins run)."""
+    return _state is _FORKED_GNU_OMP
 
 
 def _after_fork_in_child():

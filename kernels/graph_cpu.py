@@ -13,8 +13,9 @@ Numba cannot write its cache (a full disk).  Compiled evaluators
 are also memoized in this process, keyed by their source: a graph replayed
 twice, or two templates sharing a layout, compile (or load) once.  Field
 constants are runtime arguments, so one compiled evaluator serves every field.
-Kernels of more than ``launch_config.GRAPH_CPU_UNROLL_MAX_ROWS`` nodes are
-not compiled here: :mod:`.graph_interp` interprets them.
+Long kernels (past ``launch_config.GRAPH_CPU_UNROLL_MAX_ROWS`` lines of
+unrolled code) and product-heavy ones are not compiled here:
+:mod:`.graph_interp` interprets them (``graph_interp.interprets`` decides).
 """
 from __future__ import annotations
 

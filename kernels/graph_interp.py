@@ -3,11 +3,12 @@
 :func:`~.graph_codegen.python_source` unrolls a kernel into straight-line
 code run one instance at a time: the fastest form for short kernels that
 mostly move memory, but its compile grows faster than linearly (a 16-lane,
-16-round cube-and-mix permutation of 1553 nodes: 21 s) and a chain of
+16-round cube-and-mix permutation subtracting a broadcast value each round,
+1553 nodes: 21 s) and a chain of
 dependent Montgomery products runs at their latency (the same kernel over
 2**16 instances: 141 ms unrolled, 34 ms here).  This module runs any kernel
 with one compiled function instead (one compile per count of input and
-output operands, cached on disk); :func:`interprets` says which kernels the
+output operands and per form, parallel or serial, cached on disk); :func:`interprets` says which kernels the
 replay sends here.
 
 Program

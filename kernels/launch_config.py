@@ -37,14 +37,15 @@ GRAPH_CPU_SERIAL_WORK = 1 << 16
 #: IR node and per stored padded output slot, two per assertion) runs on the
 #: CPU through the interpreter (kernels/graph_interp.py) instead of an
 #: unrolled evaluator: an unrolled compile takes ~10 ms per node (1152 nodes
-#: of additions: 13 s; products cost more: 1553 nodes of a cube-and-mix
+#: of additions: 13 s; products cost more: a 1553-node cube-and-mix
 #: kernel, 21 s; stores and assertions too: 15 nodes storing 2048 slots,
 #: 44 s; 117 nodes and 512 assertions, 9.2 s) and once
 #: its live values outnumber the registers the code spills (1280 nodes mixing
 #: 256 loaded values: 41 ms per run over 2**14 instances, interpreted 6.8 ms).
-#: Below it, kernels of additions run 3-5x faster unrolled (2**14 instances,
-#: 2 cores: 320 nodes 0.38 against 1.7 ms, 640 nodes 0.81 against 4.1 ms), so
-#: their compile, once per machine (Numba's disk cache), pays.
+#: Kernels of additions ran 3-5x faster unrolled (2**14 instances, 2 cores:
+#: 320 nodes 0.38 against 1.7 ms; 640 nodes, past this limit, 0.81 against
+#: 4.1 ms): below it their compile (up to ~5 s, once per machine: Numba's
+#: disk cache) pays; past it the compile grows long.
 GRAPH_CPU_UNROLL_MAX_ROWS = 512
 #: ... and so does one with at least this many Montgomery products per
 #: memory access (loaded element or stored output element): the unrolled
@@ -203,8 +204,18 @@ def gkr_jagged_launches(widths, tail: bool = True) -> int:
 TT_CPU_SERIAL_WORK = 1 << 22
 
 
+# ---- graph commitments (kernels/merkle_*.py, kernels/cuda/merkle.cu) ---------
+#: A host buffer of at most this many words is hashed on the calling thread
+#: (the serial twin): as a replay's small calls, its commitments then start
+#: no threading layer (so they run in a process forked after one started);
+#: 2**16 words take ~3.5 ms on one thread.
+MERKLE_CPU_SERIAL_WORDS = 1 << 16
+#: Leaves per thread block (a subtree each) of the GPU Merkle kernel.
+MERKLE_GPU_SUBTREE_LEAVES = 256
+
+
 def gkr_cuda_defines() -> str:
-    """The constants above that ``kernels/cuda/gkr.cu`` is built with, as the
+    """The constants above that ``kernels/cuda/gkr.cu`` (and ``merkle.cu``) are built with, as the
     ``#define``s of its preamble (``cuda_source.assemble``): one home for them,
     so the Python launch plans and the kernels cannot disagree."""
     return (f"#define ZORCH_GKR_MAX_FUSED {GKR_MAX_FUSED}\n"
@@ -212,4 +223,5 @@ def gkr_cuda_defines() -> str:
             f"#define ZORCH_GKR_TILE_SLOTS_EXT {GKR_TILE_SLOTS_EXT}u\n"
             f"#define ZORCH_GKR_MAX_TAIL {GKR_MAX_TAIL}\n"
             f"#define ZORCH_GKR_TAIL_THREADS {GKR_TAIL_THREADS}\n"
-            f"#define ZORCH_GKR_CHUNK {GKR_JAGGED_CHUNK}\n")
+            f"#define ZORCH_GKR_CHUNK {GKR_JAGGED_CHUNK}\n"
+            f"#define ZORCH_MERKLE_LEAVES {MERKLE_GPU_SUBTREE_LEAVES}\n")

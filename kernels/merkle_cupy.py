@@ -14,14 +14,14 @@ import numpy as np
 
 from .cuda_source import assemble
 from .field_params import FIELDS
-from .launch_config import THREADS_PER_BLOCK, grid_for
+from .launch_config import MERKLE_GPU_SUBTREE_LEAVES, THREADS_PER_BLOCK, grid_for
 from .merkle_cpu import INITIAL_HASH, ROUND_CONSTANTS
 
 __all__ = ["SUBTREE_LEAVES", "merkle_root_words"]
 
 NVRTC_OPTIONS = ("-std=c++17",)
-#: Leaves per thread block of ``zorch_merkle_subtrees`` (ZORCH_MERKLE_LEAVES).
-SUBTREE_LEAVES = 256
+#: Leaves per thread block of ``zorch_merkle_subtrees`` (its ZORCH_MERKLE_LEAVES).
+SUBTREE_LEAVES = MERKLE_GPU_SUBTREE_LEAVES
 
 
 @cupy.memoize(for_each_device=True)

@@ -62,3 +62,42 @@ def test_encode_decode_in_a_forked_child_of_a_parent_that_ran_kernels():
     child = ("F.decode(F.encode(np.arange(10))).tolist() == list(range(10)) "
              "and F.random(8, seed=2).shape == (8,)")
     assert _child_status(parent, child) == "0"
+
+
+_GRAPH = """
+    from zorch_nb.graph import Context, In, Out, kernel, run_computation_graph
+    from zorch_nb.graph_layout import merkle_root
+    from numba.np.ufunc import parallel
+
+    @kernel
+    def inc(x: In[()], o: Out[()]):
+        o[()] = x[()] + 1
+
+    ctx = Context(F)
+    x = ctx.copy_to_device(np.arange(8192))
+    (o,) = ctx.call_kernel(inc, 8192, x)
+    g = ctx.generate_computation_graph([x], [o])
+    ok = run_computation_graph(g, [np.arange(8192)])[1] == g.commitments
+"""
+
+
+def test_a_small_replay_and_its_commitments_start_no_threading_layer():
+    """A replay whose evaluator runs serially hashes its (8192-word) buffers
+    serially too: the Numba Merkle kernels' first version launched a
+    parallel kernel for any buffer of 512 leaves, so a child forked after
+    such a replay could not run field ops on GNU OpenMP (found by review)."""
+    parent = textwrap.dedent(_GRAPH) + "\nassert ok and not parallel._is_initialized"
+    child = "(F.decode(F.mul(F.encode(np.arange(1, 9)), F.encode(np.arange(1, 9)))) " \
+            "== np.arange(1, 9) ** 2).all()"
+    assert _child_status(parent, child) == "0"
+
+
+def test_commitments_in_a_child_forked_after_the_threading_layer_started():
+    """Where parallel kernels would be fatal (a child of a parent whose GNU
+    OpenMP layer ran), replays' commitments still hash, on one thread, as
+    hashlib did before; of a large buffer too."""
+    parent = (textwrap.dedent(_GRAPH) + "\nbig = F.random(1 << 18, seed=3); "
+              "want = merkle_root(big); F.mul(big, big)")
+    child = ("run_computation_graph(g, [np.arange(8192)])[1] == g.commitments "
+             "and merkle_root(big) == want")
+    assert _child_status(parent, child) == "0"

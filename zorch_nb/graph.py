@@ -1556,9 +1556,9 @@ def _check_host_memory(graph: ComputationGraph, padded: bool) -> None:
     """``MemoryError`` up front when a replay cannot fit: a graph file may
     declare buffers of up to 2**40 words, and list one buffer as an output any
     number of times, which an overcommitting OS would grant and then kill the
-    process filling.  Counted in words: every padded buffer (all stay alive,
-    and come to the host for their commitments), every output's decoded
-    values, and the largest of what lives for a moment beside them (one
+    process filling.  Counted in words: every padded buffer (all stay alive;
+    device buffers hashed on the host come there for their commitments),
+    every output's decoded values, and the largest of what lives for a moment beside them (one
     output's copy, one call's assertion flags) or, with ``padded``, the
     decoded padded buffers."""
     lengths = graph.padded_lengths

@@ -365,12 +365,18 @@ def _root_hashlib(data, step: int, end: int) -> bytes:
 def _root_kernel(arr: np.ndarray, leaves: int) -> bytes:
     """The root by the SHA-256 kernels: subtrees in parallel, then their roots."""
     from ._backend import kernels_for
-    from .kernels import cpu_threads
+    from .kernels import cpu_threads, launch_config
     merkle_cpu = kernels_for("cpu", "merkle")
     k, h0 = merkle_cpu.ROUND_CONSTANTS, merkle_cpu.INITIAL_HASH
     per_tree = min(leaves, _SUBTREE_LEAVES)
     level = np.empty((leaves // per_tree, 8), dtype=np.uint32)
-    cpu_threads.sized(merkle_cpu.subtree_roots, level.shape[0])(arr, per_tree, level, k, h0)
+    if arr.size <= launch_config.MERKLE_CPU_SERIAL_WORDS or cpu_threads.forked_after_gnu_omp():
+        # a small replay's commitments start no threading layer, and a child
+        # forked after GNU OpenMP started hashes as the former hashlib did
+        kernel = cpu_threads.serial_twin(merkle_cpu.subtree_roots)
+    else:
+        kernel = cpu_threads.sized(merkle_cpu.subtree_roots, level.shape[0])
+    kernel(arr, per_tree, level, k, h0)
     m = level.shape[0]
     while m > 1:  # (at most 2**40 / 2**12 roots: a serial reduction, in place)
         m //= 2

@@ -50,11 +50,11 @@ ZORCH_HD void zorch_merkle_node(const zorch_u32 p[16], zorch_u32 prefix, const z
 #ifdef __CUDACC__
 // Block b: the root of the subtree over leaves [b leaves, (b + 1) leaves) of
 // the little-endian data `words` (16 words a leaf) into roots[8 b ..];
-// leaves == blockDim.x, a power of two, at most ZORCH_MERKLE_LEAVES.  Each
+// leaves == blockDim.x, a power of two, at most ZORCH_MERKLE_LEAVES (the
+// preamble's, launch_config.MERKLE_GPU_SUBTREE_LEAVES).  Each
 // thread hashes a leaf into shared memory, then each level's nodes are read
 // by the lower half of the threads before any is overwritten (a barrier
 // between the reads and the writes of a level, and between levels).
-#define ZORCH_MERKLE_LEAVES 256
 extern "C" __global__ void zorch_merkle_subtrees(const zorch_u32* __restrict__ words,
                                                  const zorch_u32* __restrict__ sha_in,
                                                  zorch_u32* __restrict__ roots,
