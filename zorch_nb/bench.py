@@ -350,6 +350,28 @@ def field_rows(n: int, backend: str, repeat: int, xp, timer, sync):
     return rows
 
 
+def graph_rows(n: int, backend: str, repeat: int, xp, timer, sync):
+    """A graph buffer's commitment: the SHA-256 Merkle root of ``n`` words,
+    hashed where the buffer is (Numba kernels on the CPU, CUDA C on the
+    GPU; kernels/merkle_*.py), reading the buffer once.  On the CPU against
+    one :mod:`hashlib` call per tree node, the former implementation (up to
+    2**22 words: it hashes ~0.06 GB/s)."""
+    from .graph_layout import _root_hashlib, merkle_root
+    if xp is np:
+        words = KoalaBear.random(n, seed=9)
+    else:
+        from ._bench_gkr import _words
+        words = _words(xp, (n,), 9)
+    first = _first_call(lambda: merkle_root(words), sync)
+    row = Row("graph commitment (SHA-256 Merkle)", backend, n,
+              timer(lambda: merkle_root(words), repeat), words.nbytes, first)
+    if xp is np and n <= 1 << 22:
+        data = memoryview(np.ascontiguousarray(words).view(np.uint8))
+        row.baselines["hashlib per node"] = _time_cpu(
+            lambda: _root_hashlib(data, 64, len(data)), max(1, repeat // 2))
+    return [row]
+
+
 def _gkr_rows(n, backend, repeat, xp, timer, sync, guard=None):
     try:
         from . import _bench_gkr
@@ -775,6 +797,10 @@ def main(args) -> int:
                 rows += guard(f"{backend} field ops",
                               lambda: field_rows(n, backend, args.repeat, xp, timer, sync))
                 rows += _gkr_rows(n, backend, args.repeat, xp, timer, sync, guard)
+            # (hashed where the array is: by CuPy's CUDA C kernels on the GPU)
+            rows += guard("graph commitments",
+                          lambda: graph_rows(n, "cpu" if xp is np else "cupy", args.repeat,
+                                             xp, timer, sync))
             try:
                 again = measure_copy(n, args.repeat)
             except Exception as exc:  # a faulted device context: keep the rows measured
