@@ -42,20 +42,21 @@ GRAPH_CPU_SERIAL_WORK = 1 << 16
 #: 44 s; 117 nodes and 512 assertions, 9.2 s) and once
 #: its live values outnumber the registers the code spills (1280 nodes mixing
 #: 256 loaded values: 41 ms per run over 2**14 instances, interpreted 6.8 ms).
-#: Kernels of additions ran 3-5x faster unrolled (2**14 instances, 2 cores:
-#: 320 nodes 0.38 against 1.7 ms; 640 nodes, past this limit, 0.81 against
-#: 4.1 ms): below it their compile (up to ~5 s, once per machine: Numba's
-#: disk cache) pays; past it the compile grows long.
+#: Kernels of additions ran 2-2.5x faster unrolled (2**14 instances, 2 cores:
+#: 160 nodes 0.16 against 0.34 ms, 320 nodes 0.38 against 0.98 ms; 640
+#: nodes, past this limit, 0.82 against 1.85 ms): below it their compile (up
+#: to ~5 s, once per machine: Numba's disk cache) pays; past it the compile
+#: grows long.
 GRAPH_CPU_UNROLL_MAX_ROWS = 512
 #: ... and so does one with at least this many Montgomery products per
 #: memory access (loaded element or stored output element): the unrolled
 #: code runs one instance at a time, a chain of dependent products at their
 #: latency, while the interpreter runs each row over a block of instances in
 #: vector lanes.  Measured on 2 cores, 2**18 instances, unrolled against
-#: interpreted: a 3-node sum 3.1 against 4.8 ms, an 8-term dot product (0.47
-#: products per access) 4.0 against 6.5 ms, x**17 + y**5 on 4 lanes (3 per
-#: access) 22.8 against 8.6 ms, one cube-and-mix round on 16 lanes (1 per
-#: access) 44 against 23 ms.
+#: interpreted: a 3-node sum 0.068 against 0.80 ms, an 8-term dot product
+#: (0.47 products per access) 0.74 against 2.4 ms, x**17 + y**5 on 4 lanes
+#: (3 per access) 11.3 against 2.4 ms, one cube-and-mix round on 16 lanes
+#: (1 per access) 22.9 against 7.1 ms.
 GRAPH_CPU_INTERPRET_MULS_PER_ACCESS = 1
 #: Instances per block of the interpreter: every row runs over a block.
 GRAPH_CPU_BLOCK = 256

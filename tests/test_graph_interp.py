@@ -197,6 +197,13 @@ def test_slots_are_reused_once_values_are_dead():
                                 [((), tuple((k, k) for k in range(4)))])
     assert len(nodes) > 600 and prog.n_slots <= 12
     assert len(prog.rows) == len(nodes) + 4
+    # no row writes a slot it reads (LLVM's overlap test of the two rows then
+    # fails and the row runs scalar, 3x slower)
+    for op, d, a, b in prog.rows.tolist():
+        if op in (graph_codegen.OP_ADD, graph_codegen.OP_SUB, graph_codegen.OP_MUL):
+            assert d not in (a, b)
+        elif op == graph_codegen.OP_NEG:
+            assert d != a
     ops = prog.rows[:, 0].tolist()
     assert ops[:len(nodes)] == [op for op, _, _ in nodes] and ops[len(nodes):] == [7] * 4
     # a never-read value frees its slot at once: the output's and one more
