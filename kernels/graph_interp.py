@@ -100,8 +100,8 @@ def program(nodes, asserts, outputs, in_layouts, out_layouts) -> Program:
     """
     n = len(nodes)
     # Where each value is last read: operands by their node, assertion sides
-    # one past the later side's node (its row follows that node's, and the
-    # node's own slot must not be one of the sides'), outputs never.
+    # by the node after the later side's (the assertion's row follows that
+    # side's row), stored outputs never (their rows come last).
     last = [-1] * n
     for i, (op, a, b) in enumerate(nodes):
         if op in (OP_ADD, OP_SUB, OP_MUL, OP_NEG):
