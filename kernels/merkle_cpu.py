@@ -118,7 +118,7 @@ def _hash_nodes(payload, swap, prefix, out, first, count, k, h0, st, w, a_, e_):
     """Digests of ``count`` nodes from node ``first``: payload words of node
     ``i`` are ``payload[16 i : 16 i + 16]`` (byte-swapped first where
     ``swap``: little-endian data), its digest goes to ``out[i - first]``
-    ((…, 8) words).  Lanes of LANES nodes; all payloads of a lane batch are
+    ((count, 8) words).  Lanes of LANES nodes; all payloads of a lane batch are
     read before any digest is written, so ``out`` may overlap ``payload``
     as one tree level over the one below (``out`` rows at or before the
     payload's)."""
