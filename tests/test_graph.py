@@ -350,6 +350,7 @@ def test_a_replay_encodes_each_kernels_constants_once(monkeypatch):
 
 
 def graph_of_one_call(field, k, values):
+    """The graph of one call of ``k`` over ``len(values)`` instances of its one input."""
     ctx = Context(field)
     x = ctx.copy_to_device(values)
     (o,) = ctx.call_kernel(k, len(values), x)

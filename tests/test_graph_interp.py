@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 import test_graph
+from test_graph import graph_of_one_call
 from zorch_nb import BabyBear, KoalaBear
 from zorch_nb.graph import Context, In, Out, assert_eq, kernel, run_computation_graph
 from zorch_nb.kernels import graph_codegen, graph_cpu, graph_interp, launch_config
@@ -141,10 +142,7 @@ def test_an_assertion_on_a_value_read_for_the_last_time_keeps_its_slot(interpret
                                 check.ir.outputs, [((), (0, 1))], [((), ((0, 0),))])
     asserted = [r for r in rows.rows.tolist() if r[0] == graph_interp.ROW_ASSERT]
     assert len(asserted) == 1 and asserted[0][2] != asserted[0][3]
-    ctx = Context()
-    x = ctx.copy_to_device(np.array([[0, 3], [4, 0]]))  # a == 0 == b
-    (o,) = ctx.call_kernel(check, 2, x)
-    g = ctx.generate_computation_graph([x], [o])
+    g = graph_of_one_call(KoalaBear, check, np.array([[0, 3], [4, 0]]))  # a == 0 == b
     (got,), _ = run_computation_graph(g, [np.array([[0, 7], [8, 0]])])
     assert got.tolist() == [0, 0]
     with pytest.raises(ValueError, match=r"at instance 1 of 2 .*: 72 != 144$"):
@@ -262,10 +260,7 @@ def test_size_and_products_per_access_choose_the_interpreter(monkeypatch):
             (dot4, (8,), False, lambda v: (v[:, :4] * v[:, 4:]).sum(axis=1)),
             (power, (), True, lambda v: np.array([pow(int(a), 17, P) for a in v])),
             (long_sum, (300,), True, lambda v: v.sum(axis=1))):
-        ctx = Context()
-        x = ctx.copy_to_device(rng.integers(0, P, size=(5,) + shape))
-        (o,) = ctx.call_kernel(k, 5, x)
-        g = ctx.generate_computation_graph([x], [o])
+        g = graph_of_one_call(KoalaBear, k, rng.integers(0, P, size=(5,) + shape))
         new = rng.integers(0, P, size=(5,) + shape).astype(object)
         used.clear()
         (got,), _ = run_computation_graph(g, [new])
@@ -299,15 +294,10 @@ def test_kernels_storing_or_asserting_much_are_interpreted(monkeypatch):
 
     assert len(wide.ir.nodes) < 16 and len(checked.ir.nodes) < 4
     assert len(checked.ir.asserts) > limit // 2
-    ctx = Context()
-    x = ctx.copy_to_device(np.arange(5))
-    (o,) = ctx.call_kernel(wide, 5, x)
-    g = ctx.generate_computation_graph([x], [o])
+    g = graph_of_one_call(KoalaBear, wide, np.arange(5))
     (got,), _ = run_computation_graph(g, [np.arange(5) + 10])
     assert got.tolist() == [[(v + i % 7) % P for i in range(limit)] for v in range(10, 15)]
-    y = ctx.copy_to_device(np.array([[1, 1], [2, 2]]))
-    (o,) = ctx.call_kernel(checked, 2, y)
-    g = ctx.generate_computation_graph([y], [o])
+    g = graph_of_one_call(KoalaBear, checked, np.array([[1, 1], [2, 2]]))
     (got,), _ = run_computation_graph(g, [np.array([[3, 3], [4, 4]])])
     assert got.tolist() == [3, 4]
     with pytest.raises(ValueError, match=r"at instance 1 of 2 .*: 4 != 5$"):
