@@ -30,7 +30,8 @@ from numba import prange
 from .jit import njit  # numba.njit, cache keyed on every kernel source
 from .vector_width import NoaliasCompiler
 
-__all__ = ["ROUND_CONSTANTS", "INITIAL_HASH", "LANES", "node_digests", "subtree_roots"]
+__all__ = ["ROUND_CONSTANTS", "INITIAL_HASH", "LANES", "node_digests", "reduce_levels",
+           "subtree_roots"]
 
 
 def _primes(count: int) -> list:
@@ -114,20 +115,24 @@ def _compress(state, w, a_, e_, nb, k):
 
 
 @njit(cache=True)
-def _hash_nodes(payload, swap, prefix, out, first, count, k, h0, st, w, a_, e_):
-    """Digests of ``count`` nodes from node ``first``: payload words of node
-    ``i`` are ``payload[16 i : 16 i + 16]`` (byte-swapped first where
-    ``swap``: little-endian data), its digest goes to ``out[i - first]``
-    ((count, 8) words).  Lanes of LANES nodes; all payloads of a lane batch are
-    read before any digest is written, so ``out`` may overlap ``payload``
-    as one tree level over the one below (``out`` rows at or before the
-    payload's)."""
+def node_digests(payload, swap, prefix, out, k, h0):
+    """``out[i]`` (8 big-endian words) = SHA-256 of ``prefix || node i``,
+    node ``i`` the 16 words ``payload[16 i : 16 i + 16]`` (byte-swapped
+    first where ``swap``: little-endian data), for ``i < out.shape[0]``;
+    serial, in lanes of LANES nodes.  All payloads of a lane batch are read
+    before any digest is written, so ``out`` may overlap ``payload`` as one
+    tree level over the one below (``out`` rows at or before the payload's)."""
+    st = np.empty((8, LANES), dtype=np.uint32)
+    w = np.empty((64, LANES), dtype=np.uint32)
+    a_ = np.empty((8, LANES), dtype=np.uint32)
+    e_ = np.empty((8, LANES), dtype=np.uint32)
     pre = np.uint32(np.uint32(prefix) << np.uint32(24))
     tail = np.empty(LANES, dtype=np.uint32)  # block 2's first word per lane
+    count = out.shape[0]
     for lo in range(0, count, LANES):
         nb = min(LANES, count - lo)
         for lane in range(nb):
-            base = 16 * (first + lo + lane)
+            base = 16 * (lo + lane)
             prev = pre
             for j in range(16):
                 v = payload[base + j]
@@ -155,15 +160,14 @@ def _hash_nodes(payload, swap, prefix, out, first, count, k, h0, st, w, a_, e_):
 
 
 @njit(cache=True)
-def node_digests(payload, swap, prefix, out, k, h0):
-    """``out[i]`` (8 big-endian words) = SHA-256 of ``prefix || node i``,
-    node ``i`` the 16 words ``payload[16 i : 16 i + 16]`` (byte-swapped
-    first where ``swap``); serial."""
-    st = np.empty((8, LANES), dtype=np.uint32)
-    w = np.empty((64, LANES), dtype=np.uint32)
-    a_ = np.empty((8, LANES), dtype=np.uint32)
-    e_ = np.empty((8, LANES), dtype=np.uint32)
-    _hash_nodes(payload, swap, prefix, out, 0, out.shape[0], k, h0, st, w, a_, e_)
+def reduce_levels(level, k, h0):
+    """Hash the ``(m, 8)`` digests ``level`` (``m`` a power of two) up to
+    their root, in place, level by level: the root ends in ``level[0]``."""
+    m = level.shape[0]
+    flat = level.reshape(-1)
+    while m > 1:
+        m //= 2
+        node_digests(flat[:16 * m], False, 1, level[:m], k, h0)
 
 
 @njit(parallel=True, cache=True)
@@ -174,15 +178,7 @@ def subtree_roots(words, leaves, out, k, h0):
     parallel, each with a scratch of ``leaves`` digests."""
     for t in prange(out.shape[0]):
         level = np.empty((leaves, 8), dtype=np.uint32)
-        st = np.empty((8, LANES), dtype=np.uint32)
-        w = np.empty((64, LANES), dtype=np.uint32)
-        a_ = np.empty((8, LANES), dtype=np.uint32)
-        e_ = np.empty((8, LANES), dtype=np.uint32)
-        _hash_nodes(words, True, 0, level, t * leaves, leaves, k, h0, st, w, a_, e_)
-        m = leaves
-        flat = level.reshape(-1)
-        while m > 1:
-            m //= 2
-            _hash_nodes(flat, False, 1, level, 0, m, k, h0, st, w, a_, e_)
+        node_digests(words[16 * leaves * t:16 * leaves * (t + 1)], True, 0, level, k, h0)
+        reduce_levels(level, k, h0)
         for i in range(8):
             out[t, i] = level[0, i]

@@ -377,10 +377,7 @@ def _root_kernel(arr: np.ndarray, leaves: int) -> bytes:
     else:
         kernel = cpu_threads.sized(merkle_cpu.subtree_roots, level.shape[0])
     kernel(arr, per_tree, level, k, h0)
-    m = level.shape[0]
-    while m > 1:  # (at most 2**40 / 2**12 roots: a serial reduction, in place)
-        m //= 2
-        merkle_cpu.node_digests(level.reshape(-1)[:16 * m], False, 1, level[:m], k, h0)
+    merkle_cpu.reduce_levels(level, k, h0)  # (at most 2**40 / 2**12 roots: serial)
     return level[0].astype(">u4").tobytes()
 
 
