@@ -1558,9 +1558,9 @@ def _check_host_memory(graph: ComputationGraph, padded: bool) -> None:
     number of times, which an overcommitting OS would grant and then kill the
     process filling.  Counted in words: every padded buffer (all stay alive;
     device buffers hashed on the host come there for their commitments),
-    every output's decoded values, and the largest of what lives for a moment beside them (one
-    output's copy, one call's assertion flags) or, with ``padded``, the
-    decoded padded buffers."""
+    every output's decoded values, and the largest of what lives for a
+    moment beside them (one output's copy, one call's assertion flags) or,
+    with ``padded``, the decoded padded buffers."""
     lengths = graph.padded_lengths
     outputs = [graph.buffer_points[b][-1] for b, _ in graph.outputs]
     passing = max(outputs + [t.padded_parallel for t in graph.templates], default=0)
