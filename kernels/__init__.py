@@ -33,15 +33,16 @@ def sources_digest() -> str:
 SOURCES_DIGEST = sources_digest()
 
 
-def _numba_cache_folder(here: str):
+def _numba_cache_folder(here: str, name: str = "__init__.py"):
     """The folder Numba caches this folder's kernels in: the one of its first
-    locator class that accepts a file here (``__pycache__`` beside the
-    sources, a subfolder of ``NUMBA_CACHE_DIR``, or the user-wide folder),
-    or None where Numba's internals differ from what this expects."""
+    locator class that accepts the file ``name`` here, which must exist
+    (``__pycache__`` beside the sources, a subfolder of ``NUMBA_CACHE_DIR``,
+    or the user-wide folder), or None where Numba's internals differ from
+    what this expects."""
     try:
         from numba.core.caching import CacheImpl
         for cls in CacheImpl._locator_classes:
-            locator = cls.from_function(_probe, os.path.join(here, "__init__.py"))
+            locator = cls.from_function(_probe, os.path.join(here, name))
             if locator is not None:
                 return locator.get_cache_path()
     except Exception:  # private API: a Numba that differs keeps its own behaviour

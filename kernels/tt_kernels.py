@@ -7,10 +7,12 @@ Array layout (the object layer flattens the stack axes into one axis ``S``):
 
 The structure of a train (which Tucker slots ``j`` and which bond slots
 ``a``/``b`` are real) is host data.  The ``build_*`` factories turn it into
-index tables (see :func:`mask_index_table`) that the returned kernel captures
-as closure constants, so Numba compiles them into the machine code: one
-compiled kernel per structure, supercores as the only run-time data.  Every
-loop runs over real slots only, so whatever the padding holds is never read.
+index tables (see :func:`mask_index_table`) that the returned kernel holds
+as constants, so Numba compiles them into the machine code: one compiled
+kernel per structure, supercores as the only run-time data; cached on disk,
+so a later process meeting the structure loads it (:class:`StructureKernel`).
+Every loop runs over real slots only, so whatever the padding holds is never
+read.
 
 Kernels take plain arrays, write into ``out`` and scratch arrays the caller
 allocates and allocate nothing; they validate nothing but the length of
@@ -26,9 +28,14 @@ stack gives (the object layer's launchers do this for large stacks).
 
 Nothing here imports from the object layer (``zorch_nb``).
 """
+import base64
+import hashlib
+import zlib
+
 import numba
 import numpy as np
 
+from . import source_cache
 from .jit import njit  # numba.njit, cache keyed on every kernel source
 
 
@@ -60,7 +67,7 @@ def mask_index_table(mask):
 BLAS_MIN_WORK = 8192
 
 
-@numba.njit
+@njit(cache=True)
 def _gemm_nn(A, B, C, m, k, n):
     """``C[:m*n] = A[:m*k] @ B[:k*n]`` (row-major flat blocks)."""
     if m * k * n >= BLAS_MIN_WORK:
@@ -75,7 +82,7 @@ def _gemm_nn(A, B, C, m, k, n):
                 C[i * n + j] += a * B[kk * n + j]
 
 
-@numba.njit
+@njit(cache=True)
 def _gemm_tn(A, B, C, k, m, n):
     """``C[:m*n] = A[:k*m].T @ B[:k*n]`` (row-major flat blocks)."""
     for q in range(m * n):
@@ -87,7 +94,7 @@ def _gemm_tn(A, B, C, k, m, n):
                 C[i * n + j] += a * B[kk * n + j]
 
 
-@numba.njit
+@njit(cache=True)
 def _gather_tucker(U, i, s, tk_idx, cj, ni, out):
     """``out[pj, o] = U[i, s, tk_idx[i, s, pj], o]``: the real rows of Tucker core ``i``."""
     for pj in range(cj):
@@ -95,7 +102,7 @@ def _gather_tucker(U, i, s, tk_idx, cj, ni, out):
             out[pj * ni + o] = U[i, s, tk_idx[i, s, pj], o]
 
 
-@numba.njit
+@njit(cache=True)
 def _gather_tt(G, i, s, tt_idx, tk_idx, ca, cj, cb, out):
     """``out[pa, pj, pb] = G[i, s, a, j, b]`` over the real slots of TT core ``i``."""
     for pa in range(ca):
@@ -148,6 +155,18 @@ def ut3_to_dense_scratch(shape, tk_cnt, tt_cnt):
     return need[0], need[1], h, uc, gc
 
 
+# ---- structure-specialized kernels ------------------------------------------
+# Each kernel is one body below, taking the structure's index tables as its
+# last arguments.  A structure's kernel is a generated function calling the
+# body (force-inlined) with the tables as module globals, which Numba freezes
+# into the machine code as constants -- as it did the closure variables of
+# the kernels built here before.  Written to a file of the generated-kernel
+# folder (:mod:`.source_cache`), it is compiled with ``cache=True``: a later
+# process meeting the same structure loads the machine code (measured: a
+# to_dense or inner kernel took 0.5-0.6 s to compile per structure, on
+# every process start).
+
+
 def build_ut3_to_dense(shape, tk_idx, tk_cnt, tt_idx, tt_cnt):
     """Build the dense-evaluation kernel for one structure.
 
@@ -166,7 +185,8 @@ def build_ut3_to_dense(shape, tk_idx, tk_cnt, tt_idx, tt_cnt):
         prod(shape))``; other rows untouched).
         Scratch, all of the supercore dtype, of the lengths
         :func:`ut3_to_dense_scratch` gives (at least; a shorter one raises
-        ``ValueError`` before anything is written).
+        ``ValueError`` before anything is written).  A
+        :class:`StructureKernel`.
 
     Notes
     -----
@@ -178,57 +198,60 @@ def build_ut3_to_dense(shape, tk_idx, tk_cnt, tt_idx, tt_cnt):
     so the last product is ``out[s]`` itself: the boundary rank multiplied
     the dense-sized scratch (64x the tensor at ``r_d = 64``).
     """
-    d = len(shape)
-    sizes = np.array(shape, dtype=np.int64)
+    need = ut3_to_dense_scratch(shape, tk_cnt, tt_cnt)
+    return StructureKernel("ut3_to_dense", "_to_dense_body",
+                           "U, G, out, P, Q, H, Uc, Gc, s_begin, s_end",
+                           (np.array(shape, dtype=np.int64), tk_idx, tk_cnt, tt_idx, tt_cnt,
+                            np.array(need, dtype=np.int64)))
+
+
+@njit(cache=True, forceinline=True, nogil=True)
+def _to_dense_body(U, G, out, P, Q, H, Uc, Gc, s_begin, s_end, sizes, tk_idx, tk_cnt, tt_idx,
+                   tt_cnt, need):
+    d = sizes.shape[0]
     n_stack = tk_cnt.shape[1]
-    need_p, need_q, need_h, need_uc, need_gc = ut3_to_dense_scratch(shape, tk_cnt, tt_cnt)
-
-    @numba.njit(nogil=True)
-    def ut3_to_dense(U, G, out, P, Q, H, Uc, Gc, s_begin, s_end):
-        # Numba does not bounds-check: short scratch would corrupt memory
-        if P.shape[0] < need_p or Q.shape[0] < need_q or H.shape[0] < need_h or \
-                Uc.shape[0] < need_uc or Gc.shape[0] < need_gc:
-            raise ValueError("ut3_to_dense: scratch shorter than ut3_to_dense_scratch")
-        for s in range(max(s_begin, 0), min(s_end, n_stack)):
-            # every stack element starts from P, so P and Q hold the partial
-            # products ut3_to_dense_scratch sizes them for whatever d's parity
-            A, B = P, Q
-            rows = 1
-            ca = tt_cnt[0, s]
+    # Numba does not bounds-check: short scratch would corrupt memory
+    if P.shape[0] < need[0] or Q.shape[0] < need[1] or H.shape[0] < need[2] or \
+            Uc.shape[0] < need[3] or Gc.shape[0] < need[4]:
+        raise ValueError("ut3_to_dense: scratch shorter than ut3_to_dense_scratch")
+    for s in range(max(s_begin, 0), min(s_end, n_stack)):
+        # every stack element starts from P, so P and Q hold the partial
+        # products ut3_to_dense_scratch sizes them for whatever d's parity
+        A, B = P, Q
+        rows = 1
+        ca = tt_cnt[0, s]
+        for pa in range(ca):
+            A[pa] = 1.0
+        for i in range(d):
+            ni = sizes[i]
+            cb = tt_cnt[i + 1, s]
+            cj = tk_cnt[i, s]
+            _gather_tucker(U, i, s, tk_idx, cj, ni, Uc)
+            _gather_tt(G, i, s, tt_idx, tk_idx, ca, cj, cb, Gc)
             for pa in range(ca):
-                A[pa] = 1.0
-            for i in range(d):
-                ni = sizes[i]
-                cb = tt_cnt[i + 1, s]
-                cj = tk_cnt[i, s]
-                _gather_tucker(U, i, s, tk_idx, cj, ni, Uc)
-                _gather_tt(G, i, s, tt_idx, tk_idx, ca, cj, cb, Gc)
-                for pa in range(ca):
-                    _gemm_tn(Uc, Gc[pa * cj * cb:], H[pa * ni * cb:], cj, ni, cb)
-                if i == d - 1:
-                    # the last bond summed against ones now, in place (entry q
-                    # reads q * cb.. before anything past q is written), so
-                    # the last product has out[s]'s shape: written there, not
-                    # into dense-sized scratch (the sum below reads entry p
-                    # before it writes entry p, so aliasing is safe)
-                    for q in range(ca * ni):
-                        acc = 0.0
-                        for pb in range(cb):
-                            acc += H[q * cb + pb]
-                        H[q] = acc
-                    cb = 1
-                    B = out[s]
-                _gemm_nn(A, H, B, rows, ca, ni * cb)
-                rows *= ni
-                ca = cb
-                A, B = B, A
-            for p in range(rows):
-                acc = 0.0
-                for pa in range(ca):
-                    acc += A[p * ca + pa]
-                out[s, p] = acc
-
-    return ut3_to_dense
+                _gemm_tn(Uc, Gc[pa * cj * cb:], H[pa * ni * cb:], cj, ni, cb)
+            if i == d - 1:
+                # the last bond summed against ones now, in place (entry q
+                # reads q * cb.. before anything past q is written), so
+                # the last product has out[s]'s shape: written there, not
+                # into dense-sized scratch (the sum below reads entry p
+                # before it writes entry p, so aliasing is safe)
+                for q in range(ca * ni):
+                    acc = 0.0
+                    for pb in range(cb):
+                        acc += H[q * cb + pb]
+                    H[q] = acc
+                cb = 1
+                B = out[s]
+            _gemm_nn(A, H, B, rows, ca, ni * cb)
+            rows *= ni
+            ca = cb
+            A, B = B, A
+        for p in range(rows):
+            acc = 0.0
+            for pa in range(ca):
+                acc += A[p * ca + pa]
+            out[s, p] = acc
 
 
 def build_ut3_inner(shape, x_tables, y_tables):
@@ -248,7 +271,8 @@ def build_ut3_inner(shape, x_tables, y_tables):
         ``s_begin <= s < s_end`` (``out (S,)``).  Scratch of
         lengths ``rx*ry`` (``W``, ``W2``), ``ry*nx*rx`` (``T``), ``ry*ny*rx``
         (``T2``), ``nx*ny`` (``M``), ``rx*nx*rx`` (``Cx``), ``ry*ny*ry``
-        (``Cy``), ``nx*N`` (``Uxc``), ``ny*N`` (``Uyc``).
+        (``Cy``), ``nx*N`` (``Uxc``), ``ny*N`` (``Uyc``).  A
+        :class:`StructureKernel`.
 
     Notes
     -----
@@ -257,51 +281,51 @@ def build_ut3_inner(shape, x_tables, y_tables):
     three products of cost ``O(r^3 n + r^2 n^2)`` on the gathered real
     blocks; it starts as all ones.
     """
-    d = len(shape)
-    sizes = np.array(shape, dtype=np.int64)
-    xk_idx, xk_cnt, xt_idx, xt_cnt = x_tables
-    yk_idx, yk_cnt, yt_idx, yt_cnt = y_tables
+    return StructureKernel("ut3_inner", "_inner_body",
+                           "Ux, Gx, Uy, Gy, out, W, W2, T, T2, M, Cx, Cy, Uxc, Uyc, s_begin, "
+                           "s_end", (np.array(shape, dtype=np.int64), *x_tables, *y_tables))
+
+
+@njit(cache=True, forceinline=True, nogil=True)
+def _inner_body(Ux, Gx, Uy, Gy, out, W, W2, T, T2, M, Cx, Cy, Uxc, Uyc, s_begin, s_end, sizes,
+                xk_idx, xk_cnt, xt_idx, xt_cnt, yk_idx, yk_cnt, yt_idx, yt_cnt):
+    d = sizes.shape[0]
     n_stack = xk_cnt.shape[1]
-
-    @numba.njit(nogil=True)
-    def ut3_inner(Ux, Gx, Uy, Gy, out, W, W2, T, T2, M, Cx, Cy, Uxc, Uyc, s_begin, s_end):
-        for s in range(max(s_begin, 0), min(s_end, n_stack)):
-            cax = xt_cnt[0, s]
-            cay = yt_cnt[0, s]
-            for q in range(cax * cay):
-                W[q] = 1.0
-            for i in range(d):
-                ni = sizes[i]
-                cjx = xk_cnt[i, s]
-                cjy = yk_cnt[i, s]
-                cbx = xt_cnt[i + 1, s]
-                cby = yt_cnt[i + 1, s]
-                _gather_tucker(Ux, i, s, xk_idx, cjx, ni, Uxc)
-                _gather_tucker(Uy, i, s, yk_idx, cjy, ni, Uyc)
-                _gather_tt(Gx, i, s, xt_idx, xk_idx, cax, cjx, cbx, Cx)
-                _gather_tt(Gy, i, s, yt_idx, yk_idx, cay, cjy, cby, Cy)
-                for pj in range(cjx):
-                    for pk in range(cjy):
-                        acc = 0.0
-                        for o in range(ni):
-                            acc += Uxc[pj * ni + o] * Uyc[pk * ni + o]
-                        M[pj * cjy + pk] = acc
-                # T[c, (j, b)] = sum_a W[a, c] Cx[a, (j, b)]
-                _gemm_tn(W, Cx, T, cax, cay, cjx * cbx)
-                # T2[c, k, b] = sum_j M[j, k] T[c, j, b]
-                for pc in range(cay):
-                    _gemm_tn(M, T[pc * cjx * cbx:], T2[pc * cjy * cbx:], cjx, cjy, cbx)
-                # W'[b, e] = sum_{c, k} T2[(c, k), b] Cy[(c, k), e]
-                _gemm_tn(T2, Cy, W2, cay * cjy, cbx, cby)
-                cax = cbx
-                cay = cby
-                W, W2 = W2, W
-            acc = 0.0
-            for q in range(cax * cay):
-                acc += W[q]
-            out[s] = acc
-
-    return ut3_inner
+    for s in range(max(s_begin, 0), min(s_end, n_stack)):
+        cax = xt_cnt[0, s]
+        cay = yt_cnt[0, s]
+        for q in range(cax * cay):
+            W[q] = 1.0
+        for i in range(d):
+            ni = sizes[i]
+            cjx = xk_cnt[i, s]
+            cjy = yk_cnt[i, s]
+            cbx = xt_cnt[i + 1, s]
+            cby = yt_cnt[i + 1, s]
+            _gather_tucker(Ux, i, s, xk_idx, cjx, ni, Uxc)
+            _gather_tucker(Uy, i, s, yk_idx, cjy, ni, Uyc)
+            _gather_tt(Gx, i, s, xt_idx, xk_idx, cax, cjx, cbx, Cx)
+            _gather_tt(Gy, i, s, yt_idx, yk_idx, cay, cjy, cby, Cy)
+            for pj in range(cjx):
+                for pk in range(cjy):
+                    acc = 0.0
+                    for o in range(ni):
+                        acc += Uxc[pj * ni + o] * Uyc[pk * ni + o]
+                    M[pj * cjy + pk] = acc
+            # T[c, (j, b)] = sum_a W[a, c] Cx[a, (j, b)]
+            _gemm_tn(W, Cx, T, cax, cay, cjx * cbx)
+            # T2[c, k, b] = sum_j M[j, k] T[c, j, b]
+            for pc in range(cay):
+                _gemm_tn(M, T[pc * cjx * cbx:], T2[pc * cjy * cbx:], cjx, cjy, cbx)
+            # W'[b, e] = sum_{c, k} T2[(c, k), b] Cy[(c, k), e]
+            _gemm_tn(T2, Cy, W2, cay * cjy, cbx, cby)
+            cax = cbx
+            cay = cby
+            W, W2 = W2, W
+        acc = 0.0
+        for q in range(cax * cay):
+            acc += W[q]
+        out[s] = acc
 
 
 def build_ut3_chain(tk_idx, tk_cnt, tt_idx, tt_cnt):
@@ -320,38 +344,145 @@ def build_ut3_chain(tk_idx, tk_cnt, tt_idx, tt_cnt):
         Scratch: ``Gc`` of length ``d * r * n * r``, ``u`` of length
         ``r * n``, ``v``, ``v2`` of length ``r``.  With ``V[i] = U[i][:, idx_i]``
         this evaluates entries; with ``V[i] = U[i] @ x_i`` it applies the
-        train to vectors.
+        train to vectors.  A :class:`StructureKernel`.
     """
+    return StructureKernel("ut3_chain", "_chain_body", "V, G, out, Gc, u, v, v2, s_begin, s_end",
+                           (tk_idx, tk_cnt, tt_idx, tt_cnt))
+
+
+@njit(cache=True, forceinline=True, nogil=True)
+def _chain_body(V, G, out, Gc, u, v, v2, s_begin, s_end, tk_idx, tk_cnt, tt_idx, tt_cnt):
     d = tk_cnt.shape[0]
     n_stack = tk_cnt.shape[1]
-
-    @numba.njit(nogil=True)
-    def ut3_chain(V, G, out, Gc, u, v, v2, s_begin, s_end):
-        n_query = out.shape[1]
-        block = G.shape[2] * G.shape[3] * G.shape[4]
-        for s in range(max(s_begin, 0), min(s_end, n_stack)):
+    n_query = out.shape[1]
+    block = G.shape[2] * G.shape[3] * G.shape[4]
+    for s in range(max(s_begin, 0), min(s_end, n_stack)):
+        for i in range(d):
+            ca, cj, cb = tt_cnt[i, s], tk_cnt[i, s], tt_cnt[i + 1, s]
+            _gather_tt(G, i, s, tt_idx, tk_idx, ca, cj, cb, Gc[i * block:])
+        for k in range(n_query):
+            ca = tt_cnt[0, s]
+            for pa in range(ca):
+                v[pa] = 1.0
             for i in range(d):
-                ca, cj, cb = tt_cnt[i, s], tk_cnt[i, s], tt_cnt[i + 1, s]
-                _gather_tt(G, i, s, tt_idx, tk_idx, ca, cj, cb, Gc[i * block:])
-            for k in range(n_query):
-                ca = tt_cnt[0, s]
+                cj, cb = tk_cnt[i, s], tt_cnt[i + 1, s]
                 for pa in range(ca):
-                    v[pa] = 1.0
-                for i in range(d):
-                    cj, cb = tk_cnt[i, s], tt_cnt[i + 1, s]
-                    for pa in range(ca):
-                        for pj in range(cj):
-                            u[pa * cj + pj] = v[pa] * V[i, s, k, tk_idx[i, s, pj]]
-                    # v2[b] = sum_{(a, j)} u[(a, j)] Gc[(a, j), b]
-                    _gemm_tn(u, Gc[i * block:], v2, ca * cj, 1, cb)
-                    ca = cb
-                    v, v2 = v2, v
-                acc = 0.0
-                for pa in range(ca):
-                    acc += v[pa]
-                out[s, k] = acc
+                    for pj in range(cj):
+                        u[pa * cj + pj] = v[pa] * V[i, s, k, tk_idx[i, s, pj]]
+                # v2[b] = sum_{(a, j)} u[(a, j)] Gc[(a, j), b]
+                _gemm_tn(u, Gc[i * block:], v2, ca * cj, 1, cb)
+                ca = cb
+                v, v2 = v2, v
+            acc = 0.0
+            for pa in range(ca):
+                acc += v[pa]
+            out[s, k] = acc
 
-    return ut3_chain
+
+#: Generated structure kernels kept on disk at most (the least recently used
+#: go first, with their Numba cache files): a loop whose ranks change every
+#: iteration writes one per new structure and operation, and Numba's files
+#: of one take 0.1-0.3 MiB (a stack of 1024 trains: 1.1 MiB, its tables
+#: included).
+DISK_KERNELS = 256
+
+_GENERATED = """\
+# The {name} kernel of one tensor-train structure, generated by
+# zorch_nb.kernels.tt_kernels.StructureKernel: the structure's index tables
+# are globals of this module, which Numba compiles into the machine code.
+from zorch_nb.kernels.tt_kernels import {body} as _body, unpack_tables as _unpack
+
+{names} = _unpack({blob!r}, {shapes!r})
+
+
+def {name}({params}):
+    _body({params}, {names})
+"""
+
+
+def pack_tables(tables) -> tuple:
+    """``(blob, shapes)``: int64 arrays as one base64 text of their compressed
+    bytes (deterministic: the same tables, the same text) and their shapes."""
+    arrays = [np.ascontiguousarray(t, dtype=np.int64) for t in tables]
+    raw = b"".join(a.tobytes() for a in arrays)
+    return (base64.b64encode(zlib.compress(raw, 6)).decode("ascii"),
+            tuple(tuple(int(n) for n in a.shape) for a in arrays))
+
+
+def unpack_tables(blob: str, shapes) -> tuple:
+    """The read-only int64 arrays :func:`pack_tables` packed."""
+    raw = zlib.decompress(base64.b64decode(blob))
+    out, at = [], 0
+    for shape in shapes:
+        size = 8 * int(np.prod(shape, dtype=np.int64))
+        out.append(np.frombuffer(raw, dtype=np.int64, count=size // 8, offset=at).reshape(shape))
+        at += size
+    if at != len(raw):
+        raise ValueError(f"tables of {at} bytes, not {len(raw)}")
+    return tuple(out)
+
+
+class StructureKernel:
+    """One structure's compiled kernel: called like the Numba dispatcher it
+    holds (``signatures``, ``stats`` and the rest are the dispatcher's).
+
+    ``name`` is the kernel (``ut3_to_dense``...), ``body`` the function of
+    this module it calls with ``params`` and then ``tables``, the structure's
+    int64 arrays.  The generated module is imported from the generated-kernel
+    folder and compiled with ``cache=True``, the file named by the hash of its
+    text; where no folder can be written or imported from, it is compiled
+    from memory.  So is it when Numba, having compiled it on the first call,
+    cannot write its cache entry (a full disk): nothing ran yet, and the call
+    is made again.
+    """
+
+    __slots__ = ("_fn", "_name", "_text")
+
+    def __init__(self, name: str, body: str, params: str, tables):
+        blob, shapes = pack_tables(tables)
+        self._name = name
+        self._text = _GENERATED.format(name=name, body=body, params=params, blob=blob,
+                                       shapes=shapes,
+                                       names=", ".join(f"TABLE_{i}" for i in range(len(shapes))))
+        self._fn = self._from_disk() or self._from_memory()
+
+    def _from_disk(self):
+        folder = source_cache.cache_dir()
+        if folder is None:
+            return None
+        digest = hashlib.sha256(self._text.encode()).hexdigest()[:24]
+        modname = f"zorch_tt_{self._name}_{digest}"
+        try:
+            path, written = source_cache.source_file(folder, modname + ".py", self._text)
+            if written:
+                source_cache.prune_oldest(folder, "zorch_tt_", DISK_KERNELS)
+            fn = getattr(source_cache.import_file(path, modname), self._name)
+            return njit(nogil=True, cache=True)(fn)
+        except (OSError, UnicodeError, ImportError, RuntimeError):
+            # RuntimeError: Numba found no folder it can write its cache to
+            return None
+
+    def _from_memory(self):
+        namespace = {}
+        exec(compile(self._text, f"<zorch_tt {self._name}>", "exec"), namespace)
+        return numba.njit(nogil=True)(namespace[self._name])
+
+    def __call__(self, *args):
+        fn = self._fn
+        try:
+            return fn(*args)
+        except OSError:
+            if getattr(fn, "_cache", None) is None or \
+                    type(fn._cache).__name__ == "NullCache":
+                raise
+            self._fn = fn = self._from_memory()
+            return fn(*args)
+
+    def __getattr__(self, attr):
+        return getattr(self._fn, attr)
+
+    def __repr__(self):
+        return f"<StructureKernel {self._name} {self._fn!r}>"
 
 
 @njit(cache=True)

@@ -29,7 +29,7 @@ def test_the_report_names_what_is_imported():
     assert deps["numpy"] == np.__version__ and deps["numba"] == numba.__version__
     assert deps["python"].startswith(".".join(map(str, sys.version_info[:3])))
     assert report["cpu"]["cores"] == os.cpu_count()
-    assert report["caches"]["graph evaluators"].startswith(os.environ["ZORCH_NB_CACHE_DIR"])
+    assert report["caches"]["generated kernels"].startswith(os.environ["ZORCH_NB_CACHE_DIR"])
     # the folder Numba's locator uses (it named NUMBA_CACHE_DIR or __pycache__
     # even where Numba fell back to the user's cache folder)
     from zorch_nb import kernels
@@ -56,7 +56,7 @@ def test_it_starts_no_threading_layer_and_creates_no_cache_folder(tmp_path):
         "r = zorch_nb.show_config('dicts')\n"
         "try:\n    numba.threading_layer(); started = True\n"
         "except ValueError:\n    started = False\n"
-        "print(json.dumps([started, r['cpu']['threading layer'], r['caches']['graph evaluators']]))",
+        "print(json.dumps([started, r['cpu']['threading layer'], r['caches']['generated kernels']]))",
         ZORCH_NB_CACHE_DIR=str(cache))
     assert res.returncode == 0, res.stderr
     started, layer, folder = json.loads(res.stdout.splitlines()[-1])

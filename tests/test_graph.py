@@ -448,8 +448,6 @@ def test_evaluators_unused_for_long_are_pruned_with_their_numba_files(tmp_path, 
     graph_cpu.compile_evaluator.cache_clear()
     try:
         folder = graph_cpu.evaluator_cache_dir()
-        cache = os.path.join(folder, "__pycache__")
-        os.makedirs(cache, exist_ok=True)
         days, now = graph_cpu.STALE_FOLDER_DAYS, time.time()
         files = {"old": "zorch_graph_kaaaa.py", "old_serial": "zorch_graph_kaaaa__serial.py",
                  "recent": "zorch_graph_kbbbb.py", "other": "notes.txt"}
@@ -461,6 +459,11 @@ def test_evaluators_unused_for_long_are_pruned_with_their_numba_files(tmp_path, 
                 fh.write("x = 1\n")
             age = days - 1 if key == "recent" else days + 1
             os.utime(path, (now - age * 86400,) * 2)
+        # where Numba keeps the files' machine code: __pycache__ beside them, or
+        # a folder of NUMBA_CACHE_DIR named by theirs
+        from zorch_nb import kernels
+        cache = kernels._numba_cache_folder(folder, files["old"])
+        os.makedirs(cache, exist_ok=True)
         for name in numba_files:
             open(os.path.join(cache, name), "w").close()
         # a real evaluator, loaded long ago: loading it again marks it used

@@ -5,8 +5,8 @@
 every probe is guarded, so a broken optional dependency shows up as its error
 text instead of stopping the report.  It starts nothing the process would
 keep: not Numba's threading layer (GNU OpenMP started before a ``fork`` makes
-the child's first parallel kernel fatal), and it computes the graph
-evaluator cache's folder without creating or pruning it.  It does ask the
+the child's first parallel kernel fatal), and it computes the generated
+kernels' folder without creating or pruning it.  It does ask the
 CUDA driver for its devices, as any GPU use does.
 """
 from __future__ import annotations
@@ -148,12 +148,12 @@ def _numba_cuda() -> dict:
 def _caches() -> dict:
     import numba
     from . import kernels
-    from .kernels import graph_cpu
+    from .kernels import source_cache
     # the folder Numba's locator picks for the kernels (it falls back past a
     # read-only package or NUMBA_CACHE_DIR to the user's cache folder)
     return {"numba": kernels._numba_cache_folder(os.path.dirname(kernels.__file__))
             or numba.config.CACHE_DIR or "__pycache__ beside each kernel module",
-            "graph evaluators": graph_cpu.evaluator_cache_path(),
+            "generated kernels": source_cache.cache_path(),
             "cupy kernels": os.environ.get("CUPY_CACHE_DIR")
             or os.path.join(os.path.expanduser("~"), ".cupy", "kernel_cache")}
 
@@ -198,7 +198,8 @@ def show_config(mode: str = "stdout"):
     Numba's threads and threading layer, the pinned vector width); CuPy (its
     CUDA runtime and driver, every device and the current one); Numba-CUDA
     (importable, simulator, a device available); the cache folders (Numba's,
-    the graph evaluators', CuPy's); and the environment variables that
+    the generated kernels' -- graph evaluators, tensor-train kernels --,
+    CuPy's); and the environment variables that
     change what zorch_nb, Numba or CuPy do.
 
     Parameters

@@ -31,10 +31,14 @@ share a cache entry and compile one machine-code version each (read-only
 supercores, e.g. from ``np.frombuffer`` or ``np.load(mmap_mode='r')``, are
 copied for the kernels, so they compile nothing new).
 :func:`kernel_cache_info` reports ``(hits, misses, maxsize, currsize)``.
-Numba's on-disk ``cache=True`` cannot serve these closures, hence the
-in-process memo; and Numba never unloads compiled code, so each compiled
-kernel (per operation, structure and dtype) holds about 2 MiB of memory for
-the life of the process, even after its cache entry is evicted (see
+Each structure's kernel is also a generated file of zorch_nb's cache
+folder (``$ZORCH_NB_CACHE_DIR``, see
+:class:`~zorch_nb.kernels.tt_kernels.StructureKernel`), compiled with
+Numba's ``cache=True``: a later process meeting the structure loads its
+machine code instead of compiling it again (0.5-0.6 s per kernel).  Numba
+never unloads compiled code, so each compiled kernel (per operation,
+structure and dtype) holds about 2 MiB of memory for the life of the
+process, even after its cache entry is evicted (see
 :class:`~zorch_nb.tt_masks.KernelCache`).
 
 Backends:

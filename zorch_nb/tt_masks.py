@@ -258,7 +258,9 @@ class KernelCache:
     A loop whose structures keep changing (ranks chosen per iteration)
     grows the process by that much per new structure; reuse structures,
     e.g. pad to fixed ranks, to keep it bounded.  An evicted structure met
-    again compiles (and costs) anew.
+    again costs its memory anew, its compile not: the kernel is loaded from
+    Numba's on-disk cache (as it is in a later process, see
+    :class:`~zorch_nb.kernels.tt_kernels.StructureKernel`).
     """
 
     def __init__(self, maxsize=256):

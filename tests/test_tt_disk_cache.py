@@ -1,0 +1,199 @@
+"""The structure-specialized tensor-train kernels on disk (kernels/tt_kernels.py,
+StructureKernel; kernels/source_cache.py): a later process loads them instead
+of compiling, a folder or cache entry that cannot be written falls back to a
+compile from memory, and the files kept are bounded."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numba
+import numpy as np
+import pytest
+
+from zorch_nb import kernels, tt_ops
+from zorch_nb.kernels import source_cache, tt_kernels
+from zorch_nb.tt import TuckerTensorTrain, UniformTuckerTensorTrain
+
+needs_jit = pytest.mark.skipif(numba.config.DISABLE_JIT, reason="nothing is compiled")
+
+_SCRIPT = """
+import json
+import numpy as np
+from zorch_nb.tt import TuckerTensorTrain, UniformTuckerTensorTrain
+from zorch_nb.tt_masks import KERNELS
+
+def train(seed):
+    rng = np.random.default_rng(seed)
+    tk, tt = (2, 3, 2), (1, 2, 3, 1)
+    return UniformTuckerTensorTrain.from_t3(TuckerTensorTrain(
+        [rng.standard_normal((tk[i], n)) for i, n in enumerate((3, 4, 2))],
+        [rng.standard_normal((tt[i], tk[i], tt[i + 1])) for i in range(3)]), n=4, r=4)
+
+x, y = train(1), train(2)
+got = [x.to_dense().tolist(), float(x.inner(y)), x.entries(np.array([[0, 1, 1], [2, 3, 0]])).tolist()]
+stats = [k.stats for k in KERNELS._store.values()]
+print(json.dumps({"got": got, "hits": sum(sum(s.cache_hits.values()) for s in stats),
+                  "misses": sum(sum(s.cache_misses.values()) for s in stats)}))
+"""
+
+
+@needs_jit
+def test_a_new_process_loads_the_structure_kernels_from_disk(tmp_path):
+    """Each structure's kernel compiled 0.5-0.6 s in every process; the second
+    process meeting the same structures loads all three from disk."""
+    env = dict(os.environ, ZORCH_NB_CACHE_DIR=str(tmp_path / "zc"),
+               NUMBA_CACHE_DIR=str(tmp_path / "nc"))
+    runs = [json.loads(subprocess.run([sys.executable, "-c", _SCRIPT], check=True,
+                                      capture_output=True, text=True,
+                                      env=env).stdout.strip().splitlines()[-1])
+            for _ in range(2)]
+    assert runs[0]["got"] == runs[1]["got"]
+    assert (runs[0]["misses"], runs[0]["hits"]) == (3, 0)  # to_dense, inner, chain compiled
+    assert (runs[1]["misses"], runs[1]["hits"]) == (0, 3)  # and loaded
+    files = sorted(p.name.rsplit("_", 1)[0] for p in (tmp_path / "zc").glob("*/zorch_tt_*.py"))
+    assert files == ["zorch_tt_ut3_chain", "zorch_tt_ut3_inner", "zorch_tt_ut3_to_dense"]
+
+
+def _train(seed, stack=3):
+    rng = np.random.default_rng(seed)
+    trains = []
+    for _ in range(stack):
+        tk = rng.integers(1, 4, size=3)
+        tt = np.concatenate([[1], rng.integers(1, 4, size=2), [1]])
+        trains.append(UniformTuckerTensorTrain.from_t3(TuckerTensorTrain(
+            [rng.standard_normal((tk[i], n)) for i, n in enumerate((3, 4, 2))],
+            [rng.standard_normal((tt[i], tk[i], tt[i + 1])) for i in range(3)]), n=3, r=3))
+    return UniformTuckerTensorTrain.stack(trains)
+
+
+def _dense_by_kernel(x):
+    """``x``'s dense tensors by a kernel built here (not through the memo)."""
+    p = tt_ops._parts(x.data)
+    tables = tt_ops._tables(p)
+    kernel = tt_kernels.build_ut3_to_dense(p.shape, *tables)
+    lengths = tt_kernels.ut3_to_dense_scratch(p.shape, tables[1], tables[3])
+    out = np.full((p.S, int(np.prod(p.shape))), np.nan)
+    kernel(p.U, p.G, out, *(np.empty(n) for n in lengths), 0, p.S)
+    return kernel, out.reshape(x.to_dense().shape)
+
+
+@pytest.fixture
+def fresh_folder(tmp_path, monkeypatch):
+    """A generated-kernel folder of this test's own (Numba's files of it are
+    new too: they go beside it, or to a NUMBA_CACHE_DIR folder named by it)."""
+    monkeypatch.setenv("ZORCH_NB_CACHE_DIR", str(tmp_path / "zc"))
+    source_cache.cache_dir.cache_clear()
+    yield source_cache.cache_dir()
+    source_cache.cache_dir.cache_clear()
+
+
+def test_without_a_writable_folder_the_kernels_compile_in_memory(tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("ZORCH_NB_CACHE_DIR", str(blocker))
+    source_cache.cache_dir.cache_clear()
+    try:
+        assert source_cache.cache_dir() is None
+        x = _train(11)
+        kernel, got = _dense_by_kernel(x)
+        np.testing.assert_allclose(got, x.to_dense(), rtol=1e-12)
+        if not numba.config.DISABLE_JIT:
+            assert type(kernel._cache).__name__ == "NullCache"
+    finally:
+        source_cache.cache_dir.cache_clear()
+
+
+@needs_jit
+def test_a_cache_entry_numba_cannot_write_falls_back_to_memory(fresh_folder):
+    """Numba compiles on the first call, then saves: a full disk raised OSError
+    from the user's call; the kernel compiles from memory and runs instead."""
+    x = _train(12)
+    p = tt_ops._parts(x.data)
+    tables = tt_ops._tables(p)
+    kernel = tt_kernels.build_ut3_to_dense(p.shape, *tables)
+    disk = kernel._fn
+    assert type(disk._cache).__name__ != "NullCache"
+
+    def full_disk(*args):
+        raise OSError(28, "No space left on device")
+
+    disk._cache.save_overload = full_disk
+    lengths = tt_kernels.ut3_to_dense_scratch(p.shape, tables[1], tables[3])
+    out = np.full((p.S, int(np.prod(p.shape))), np.nan)
+    kernel(p.U, p.G, out, *(np.empty(n) for n in lengths), 0, p.S)
+    np.testing.assert_allclose(out.reshape(x.to_dense().shape), x.to_dense(), rtol=1e-12)
+    assert kernel._fn is not disk and type(kernel._cache).__name__ == "NullCache"
+
+
+@needs_jit
+def test_structure_kernels_are_written_once_and_reused(fresh_folder):
+    """The same structure builds the same file (content-addressed); its bytes are
+    kept and marked used, and a second build in this process loads the entry."""
+    x = _train(13)
+    first, want = _dense_by_kernel(x)
+    files = [f for f in os.listdir(fresh_folder) if f.startswith("zorch_tt_")]
+    assert len(files) == 1
+    path = os.path.join(fresh_folder, files[0])
+    old = time.time() - 3600
+    os.utime(path, (old, old))
+    second, got = _dense_by_kernel(x)
+    assert os.stat(path).st_mtime > old + 1800  # marked used
+    np.testing.assert_array_equal(got, want)
+    assert sum(second.stats.cache_hits.values()) == 1
+    assert sum(second.stats.cache_misses.values()) == 0
+
+
+def test_kept_structure_kernels_are_bounded(fresh_folder, monkeypatch):
+    """Past DISK_KERNELS files, writing one deletes the least recently used,
+    with Numba's files of them; other files of the folder stay."""
+    monkeypatch.setattr(tt_kernels, "DISK_KERNELS", 2)
+    other = os.path.join(fresh_folder, "notes.txt")
+    with open(other, "w") as fh:
+        fh.write("mine\n")
+    made = []
+    for seed in range(4):
+        x = _train(20 + seed, stack=1)
+        p = tt_ops._parts(x.data)
+        tt_kernels.build_ut3_chain(*tt_ops._tables(p))  # (compiles nothing until called)
+        made.append(max((f for f in os.listdir(fresh_folder) if f.startswith("zorch_tt_")),
+                        key=lambda f: os.stat(os.path.join(fresh_folder, f)).st_mtime_ns))
+        now = time.time() - 100 + 10 * seed  # distinct, increasing use times
+        os.utime(os.path.join(fresh_folder, made[-1]), (now, now))
+    left = sorted(os.listdir(fresh_folder))
+    assert sorted(f for f in left if f.startswith("zorch_tt_")) == sorted(made[2:])
+    assert "notes.txt" in left
+
+
+def test_pruning_removes_numba_files_where_numba_keeps_them(tmp_path):
+    """prune_oldest and the stale-file pruning delete Numba's cache files of
+    the generated files they delete, in __pycache__ or under NUMBA_CACHE_DIR."""
+    folder = tmp_path / "gen"
+    folder.mkdir()
+    names = [f"zorch_tt_ut3_chain_{c * 24}.py" for c in "abc"]
+    now = time.time()
+    for k, name in enumerate(names):
+        (folder / name).write_text("x = 1\n")
+        os.utime(folder / name, (now - 100 + k, now - 100 + k))
+    numba_folder = kernels._numba_cache_folder(str(folder), names[0])
+    assert numba_folder is not None
+    os.makedirs(numba_folder, exist_ok=True)
+    for name in names:
+        open(os.path.join(numba_folder, name[:-3] + ".ut3_chain-9.py311.nbi"), "w").close()
+    source_cache.prune_oldest(str(folder), "zorch_tt_", 1)
+    assert sorted(os.listdir(folder)) == names[2:]
+    assert sorted(os.listdir(numba_folder)) == [names[2][:-3] + ".ut3_chain-9.py311.nbi"]
+
+
+def test_tables_pack_deterministically_and_unpack_read_only():
+    rng = np.random.default_rng(3)
+    tables = (np.arange(6).reshape(2, 3), rng.integers(0, 9, size=(3, 4, 2)), np.zeros((0, 5)))
+    blob, shapes = tt_kernels.pack_tables(tables)
+    assert (blob, shapes) == tt_kernels.pack_tables([t.copy() for t in tables])
+    back = tt_kernels.unpack_tables(blob, shapes)
+    for a, b in zip(back, tables):
+        assert a.dtype == np.int64 and not a.flags.writeable
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match="tables of"):
+        tt_kernels.unpack_tables(blob, shapes[:1])
