@@ -16,7 +16,21 @@ The stamp is a private attribute of Numba's cache index (``_cache_file.
 _source_stamp``, alike in numba 0.68 and numba-cuda 0.30; a test checks every
 cached kernel carries the digest); where it is missing, a dispatcher keeps
 Numba's own key and the import-time check alone.
+
+The same dispatchers also name each entry's machine-code file by its key
+(:func:`_save_by_key`).  Numba numbers them instead -- the first number its
+index does not list -- so two processes compiling two signatures of one
+kernel into an empty cache (a process pool or pytest-xdist right after an
+upgrade) could both write ``.1.nbc``, and where the index of one met the
+file of the other, every later process was served the other signature's
+machine code for it (arrays: "can't unbox array" TypeErrors until the cache
+was deleted; tests/test_environment.py replays the interleaving).  A file
+named by its key only ever holds that key's code; the worst a race does is
+drop an index entry, compiled again later.
 """
+import hashlib
+import types
+
 import numba
 
 from . import SOURCES_DIGEST
@@ -31,7 +45,23 @@ def keyed_on_sources(dispatcher):
     stamp = getattr(index, "_source_stamp", None)
     if stamp is not None and not _keyed(stamp):
         index._source_stamp = (stamp, SOURCES_DIGEST)
+        if all(hasattr(index, a) for a in ("_index_name", "_load_index", "_save_index",
+                                           "_save_data")):
+            index.save = types.MethodType(_save_by_key, index)
     return dispatcher
+
+
+def _save_by_key(self, key, data):
+    """``IndexDataCacheFile.save`` (numba and numba-cuda), the data file named by
+    a hash of ``key`` rather than by the first number the index leaves free
+    (module docstring), and written before the index names it."""
+    digest = hashlib.sha256(repr(key).encode()).hexdigest()[:20]
+    name = f"{self._index_name[:-len('.nbi')]}.{digest}.nbc"
+    self._save_data(name, data)
+    overloads = self._load_index()
+    if overloads.get(key) != name:
+        overloads[key] = name
+        self._save_index(overloads)
 
 
 def _keyed(stamp) -> bool:

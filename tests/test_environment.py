@@ -267,3 +267,49 @@ def test_your_own_cached_functions_can_be_keyed_on_the_sources():
     assert type(jit.njit(_plus_one)._cache).__name__ == "NullCache"
     with pytest.raises(TypeError, match="signature"):
         jit.njit("int64(int64)", cache=True)
+
+
+_TWO_SIGNATURES = ("def scaled(x, out):\n"
+                   "    for i in range(x.shape[0]):\n"
+                   "        out[i] = x[i] * 3 + 1\n")
+
+
+@pytest.mark.skipif(not _JIT, reason="nothing is cached")
+def test_two_processes_saving_two_signatures_cannot_swap_their_machine_code(tmp_path,
+                                                                            monkeypatch):
+    """Numba named a new entry's file by the first number its index left free:
+    two processes saving two signatures of one function into an empty cache
+    both wrote ``.1.nbc``, and where the index of one met the file of the
+    other, every later process ran the other signature's machine code.  Here
+    the second process's whole save lands between the first's index and data
+    writes (the first read an empty index, as the second did)."""
+    import importlib
+
+    from zorch_nb.kernels import jit
+    (tmp_path / "two_signatures.py").write_text(_TWO_SIGNATURES)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    fn = importlib.import_module("two_signatures").scaled
+    first, second = jit.njit(cache=True)(fn), jit.njit(cache=True)(fn)
+    first_file, second_file = first._cache._cache_file, second._cache._cache_file
+    read_early = second_file._load_index()  # before the first process saved anything
+    second_file._load_index = lambda: dict(read_early)
+    save_data = first_file._save_data
+    interleaved = []
+
+    def run(dispatcher, dtype):
+        x = np.arange(4, dtype=dtype)
+        out = np.zeros(4, dtype)
+        dispatcher(x, out)
+        return out.tolist()
+
+    def first_saves_data(name, data):
+        if not interleaved:
+            interleaved.append(run(second, np.float32))  # the second process: compile, save
+        save_data(name, data)
+
+    first_file._save_data = first_saves_data
+    want = [1.0, 4.0, 7.0, 10.0]
+    assert run(first, np.float64) == want and interleaved == [want]
+    later = jit.njit(cache=True)(fn)  # a later process: loads what is there
+    assert run(later, np.float32) == run(later, np.float64) == want
+    assert sorted(str(sig[0].dtype) for sig in later.signatures) == ["float32", "float64"]
