@@ -281,3 +281,44 @@ def test_replay_memory_guard_counts_outputs_listed_many_times(monkeypatch, padde
     monkeypatch.setattr(G._backend, "physical_memory", lambda: counted - 1)
     with pytest.raises(MemoryError, match=rf"for its 2 padded buffers and {repeats} outputs"):
         run_computation_graph(many, [], padded=padded)
+
+
+def test_replay_memos_keep_only_the_most_recently_used_kernels(monkeypatch):
+    """A process replaying graphs of ever new kernels (a sweep) kept the
+    generated sources, interpreter programs and constants of each one ever
+    met; the memos keep the last ``maxsize``, and a kernel dropped from them is
+    made again, with the same outputs and commitments."""
+    for memo in (G._SOURCE_CACHE, G._PROGRAM_CACHE, G._CONST_WORDS):
+        monkeypatch.setattr(memo, "maxsize", 2)
+    vals = np.arange(1, 17).reshape(8, 2)
+
+    def replay(rounds):
+        ctx = Context()
+        x = ctx.copy_to_device(vals)
+        (o,) = ctx.call_kernel(chain_kernel(rounds), 8, x)
+        g = ctx.generate_computation_graph([x], [o])
+        (out,), commitments = run_computation_graph(g, [vals])
+        assert out.tolist() == chain_reference(vals, rounds).tolist()
+        return g.sources(0)[2], commitments
+
+    first = replay(1)
+    names = [replay(r)[0] for r in (2, 3)]
+    for memo in (G._SOURCE_CACHE, G._PROGRAM_CACHE, G._CONST_WORDS):
+        assert len(memo) == 2
+    assert [k[2] for k in G._SOURCE_CACHE.values()] == names  # 1 round: dropped
+    assert replay(1) == first  # made again, alike
+    assert [k[2] for k in G._SOURCE_CACHE.values()] == [names[1], first[0]]
+
+
+def test_a_memo_drops_its_least_recently_used_entry():
+    memo = G._Memo(2)
+    made = []
+
+    def make(v):
+        return lambda: made.append(v) or v
+
+    assert [memo.get_or_make(k, make(k)) for k in "aba"] == list("aba")
+    assert made == ["a", "b"]
+    assert memo.get_or_make("c", make("c")) == "c"  # "b" was used least recently
+    assert list(memo) == ["a", "c"]
+    assert memo.get_or_make("b", make("b2")) == "b2" and list(memo) == ["c", "b"]

@@ -32,6 +32,7 @@ Examples
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import heapq
@@ -563,9 +564,35 @@ def _file_name(path):
 
 # ------------------------------------------------------------ evaluators ----
 
-_SOURCE_CACHE: dict = {}
-_PROGRAM_CACHE: dict = {}  # (evaluator name, thresholds) -> graph_interp.Program or None
-_CONST_WORDS: dict = {}  # (field name, constants) -> their Montgomery words (host)
+class _Memo(collections.OrderedDict):
+    """A memo of the ``maxsize`` most recently used entries: a process that
+    replays graph after graph of new kernels (a sweep over shapes) kept the
+    sources, programs and constants of every one it ever met."""
+
+    def __init__(self, maxsize: int):
+        super().__init__()
+        self.maxsize = maxsize
+
+    def get_or_make(self, key, make):
+        """The value stored under ``key``, made by ``make()`` (and stored) if none is."""
+        try:
+            self.move_to_end(key)
+            return self[key]
+        except KeyError:  # (also a key another thread evicted in between)
+            value = make()
+            self[key] = value
+            while len(self) > self.maxsize:
+                self.popitem(last=False)
+            return value
+
+
+#: Kernels whose generated sources, interpreter programs and constants a
+#: process keeps (the compiled evaluators themselves stay: Numba never frees
+#: machine code, and one compiled again would be loaded a second time).
+_MEMO_KERNELS = 256
+_SOURCE_CACHE = _Memo(_MEMO_KERNELS)  # skeleton key -> (python source, CUDA source, name)
+_PROGRAM_CACHE = _Memo(_MEMO_KERNELS)  # (name, thresholds) -> graph_interp.Program or None
+_CONST_WORDS = _Memo(_MEMO_KERNELS)  # (field name, constants) -> Montgomery words (host)
 
 
 def _plain(obj):
@@ -588,11 +615,13 @@ def _sources(ir: KernelIR, ck: CompiledKernel):
     args = _plain((ir.nodes, tuple((a, b) for a, b, _ in ir.asserts), ir.outputs,
                    ck.in_layouts, ck.out_layouts))
     key = args[:3] + (graph_codegen.skeleton(args[3]), graph_codegen.skeleton(args[4]))
-    if key not in _SOURCE_CACHE:
+
+    def make():
         name = "k" + hashlib.sha256(repr(key).encode()).hexdigest()[:16]
-        _SOURCE_CACHE[key] = (graph_codegen.python_source(name, *args),
-                              graph_codegen.cuda_source(name, *args), name)
-    return _SOURCE_CACHE[key]
+        return (graph_codegen.python_source(name, *args), graph_codegen.cuda_source(name, *args),
+                name)
+
+    return _SOURCE_CACHE.get_or_make(key, make)
 
 
 def _program(ir: KernelIR, ck: CompiledKernel, name: str):
@@ -603,26 +632,22 @@ def _program(ir: KernelIR, ck: CompiledKernel, name: str):
     thresholds the choice was made with."""
     key = (name, launch_config.GRAPH_CPU_UNROLL_MAX_ROWS,
            launch_config.GRAPH_CPU_INTERPRET_MULS_PER_ACCESS)
-    if key not in _PROGRAM_CACHE:
-        _PROGRAM_CACHE[key] = graph_interp.program(
-            ir.nodes, tuple((a, b) for a, b, _ in ir.asserts), ir.outputs, ck.in_layouts,
-            ck.out_layouts) if graph_interp.interprets(ir.nodes, ir.asserts, ir.outputs,
-                                                        ck.out_layouts) else None
-    return _PROGRAM_CACHE[key]
+    return _PROGRAM_CACHE.get_or_make(key, lambda: graph_interp.program(
+        ir.nodes, tuple((a, b) for a, b, _ in ir.asserts), ir.outputs, ck.in_layouts,
+        ck.out_layouts) if graph_interp.interprets(ir.nodes, ir.asserts, ir.outputs,
+                                                    ck.out_layouts) else None)
 
 
 def _const_words(F: PrimeField, ir: KernelIR, xp):
     """The Montgomery words of a kernel's constants (at least one word); on the
     host memoized per field and constants (a replay of many small calls
     encoded them once per call), never written by the evaluators."""
-    key = (F.params.name, ir.consts) if xp is np else None
-    words = _CONST_WORDS.get(key) if key is not None else None
-    if words is None:
-        vals = np.array([c % F.p for c in ir.consts] or [0], dtype=np.int64)
-        words = F.encode(vals, xp=xp)
-        if key is not None:
-            _CONST_WORDS[key] = words
-    return words
+    def make():
+        return F.encode(np.array([c % F.p for c in ir.consts] or [0], dtype=np.int64), xp=xp)
+
+    if xp is not np:
+        return make()
+    return _CONST_WORDS.get_or_make((F.params.name, ir.consts), make)
 
 
 def _run_compiled(F, backend, ir, ck, sources, template, index, ins, outs, out_points):
