@@ -166,9 +166,13 @@ def test_kept_structure_kernels_are_bounded(fresh_folder, monkeypatch):
     assert "notes.txt" in left
 
 
-def test_pruning_removes_numba_files_where_numba_keeps_them(tmp_path):
+@pytest.mark.parametrize("numba_cache", ["__pycache__", "NUMBA_CACHE_DIR"])
+def test_pruning_removes_numba_files_where_numba_keeps_them(tmp_path, monkeypatch,
+                                                            numba_cache):
     """prune_oldest and the stale-file pruning delete Numba's cache files of
     the generated files they delete, in __pycache__ or under NUMBA_CACHE_DIR."""
+    monkeypatch.setattr(numba.config, "CACHE_DIR",
+                        str(tmp_path / "nc") if numba_cache == "NUMBA_CACHE_DIR" else "")
     folder = tmp_path / "gen"
     folder.mkdir()
     names = [f"zorch_tt_ut3_chain_{c * 24}.py" for c in "abc"]
@@ -178,11 +182,12 @@ def test_pruning_removes_numba_files_where_numba_keeps_them(tmp_path):
         os.utime(folder / name, (now - 100 + k, now - 100 + k))
     numba_folder = kernels._numba_cache_folder(str(folder), names[0])
     assert numba_folder is not None
+    assert numba_folder.startswith(str(tmp_path / "nc")) == (numba_cache == "NUMBA_CACHE_DIR")
     os.makedirs(numba_folder, exist_ok=True)
     for name in names:
         open(os.path.join(numba_folder, name[:-3] + ".ut3_chain-9.py311.nbi"), "w").close()
     source_cache.prune_oldest(str(folder), "zorch_tt_", 1)
-    assert sorted(os.listdir(folder)) == names[2:]
+    assert sorted(f for f in os.listdir(folder) if f != "__pycache__") == names[2:]
     assert sorted(os.listdir(numba_folder)) == [names[2][:-3] + ".ut3_chain-9.py311.nbi"]
 
 
