@@ -1834,6 +1834,7 @@ def test_ctrl_c_at_any_line_leaves_the_context_before_or_after_each_call():
     while True:
         fire += 1
         G.__dict__.get("_PLANS", {}).clear()  # interrupt the plan's making too
+        G.__dict__.get("_EAGER_PROGRAMS", {}).clear()  # and the eager program's
         ctx, a, k = fresh()
         lines = [0]
 

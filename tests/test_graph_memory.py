@@ -56,6 +56,8 @@ def test_recording_memory_follows_the_live_values_not_the_kernel_length():
 
 
 def test_the_evaluation_plan_is_made_once_per_kernel(monkeypatch):
+    """The node walk's plan (CuPy, NUMBA_DISABLE_JIT, a failing assertion)."""
+    monkeypatch.setattr(G, "_EAGER_INTERPRETER", False)
     made = []
     real = G._eval_plan
     monkeypatch.setattr(G, "_eval_plan", lambda ir: made.append(ir.name) or real(ir))
@@ -112,10 +114,43 @@ def test_building_loading_and_replaying_walk_a_shared_layout_once(monkeypatch):
     assert (calls["_span"], calls["_tiles"], calls["_sources"]) == (3, 1, 1)
 
 
-def test_eager_evaluation_matches_the_replay_on_every_kind_of_node():
+def test_the_eager_program_is_made_once_per_kernel_and_broadcast_form(monkeypatch):
+    """The interpreter's program of a CPU call: per kernel and broadcast flags,
+    not per call or per Context."""
+    made = []
+    real = G.graph_interp.program
+    monkeypatch.setattr(G.graph_interp, "program",
+                        lambda *args: made.append(args[3]) or real(*args))
+
+    @kernel
+    def scale(x: In[2], k: In[()], o: Out[()]):
+        o[()] = x[0] * k[()] + x[1]
+
+    vals = np.arange(8).reshape(4, 2)
+    ctx, other = Context(), Context()
+    a, k = ctx.copy_to_device(vals), ctx.copy_to_device(5)
+    ks = ctx.copy_to_device([5, 6, 7, 8])
+    for _ in range(3):
+        (o,) = ctx.call_kernel(scale, 4, a, k)
+    (o2,) = other.call_kernel(scale, 2, other.copy_to_device(vals[:2]), other.copy_to_device(5))
+    if G._jit_disabled():  # the node walk runs instead
+        assert made == []
+        return
+    assert [[par for par, _ in layouts] for layouts in made] == [[((0, 2),), ()]]
+    (o3,) = ctx.call_kernel(scale, 4, a, ks)  # once more for (parallel, parallel)
+    assert [[par for par, _ in layouts] for layouts in made][1:] == [[((0, 2),), ((0, 1),)]]
+    assert ctx.copy_to_host(o).tolist() == [1, 13, 25, 37]
+    assert other.copy_to_host(o2).tolist() == [1, 13]
+    assert ctx.copy_to_host(o3).tolist() == [1, 15, 33, 55]
+
+
+@pytest.mark.parametrize("eager", ["interpreted", "walk"])
+def test_eager_evaluation_matches_the_replay_on_every_kind_of_node(eager, monkeypatch):
     """Broadcast operands and constants next to per-instance values, transposed and
     strided operands, nodes used by outputs only, unused nodes, an InOut
-    passthrough and assertions: the eager values equal the compiled replay's."""
+    passthrough and assertions: the eager values equal the compiled replay's
+    (and the big-int values), interpreted in one call or walked node by node."""
+    monkeypatch.setattr(G, "_EAGER_INTERPRETER", eager == "interpreted")
     @kernel
     def mixed(x: In[3], m: In[2, 2], k: In[()], y: InOut[3], o: Out[2], c: Out[()]):
         unused = x[0] * x[1] * 12345  # noqa: F841  (never read: not computed)
