@@ -48,7 +48,23 @@ def keyed_on_sources(dispatcher):
         if all(hasattr(index, a) for a in ("_index_name", "_load_index", "_save_index",
                                            "_save_data")):
             index.save = types.MethodType(_save_by_key, index)
+        load = getattr(dispatcher._cache, "load_overload", None)
+        if load is not None:
+            dispatcher._cache.load_overload = _damage_is_a_miss(load)
     return dispatcher
+
+
+def _damage_is_a_miss(load_overload):
+    """Numba's ``load_overload``, a damaged entry (a truncated or overwritten
+    index or data file: an unpickling error) taken as a miss -- compiled, and
+    saved over it -- where it failed every later call of the kernel, in every
+    process, until the file was deleted by hand."""
+    def load(sig, target_context):
+        try:
+            return load_overload(sig, target_context)
+        except Exception:
+            return None
+    return load
 
 
 def _save_by_key(self, key, data):
@@ -58,7 +74,10 @@ def _save_by_key(self, key, data):
     digest = hashlib.sha256(repr(key).encode()).hexdigest()[:20]
     name = f"{self._index_name[:-len('.nbi')]}.{digest}.nbc"
     self._save_data(name, data)
-    overloads = self._load_index()
+    try:
+        overloads = self._load_index()
+    except Exception:  # a damaged index (see _damage_is_a_miss): replaced
+        overloads = {}
     if overloads.get(key) != name:
         overloads[key] = name
         self._save_index(overloads)

@@ -49,7 +49,9 @@ def cache_path() -> str:
     root = os.environ.get("ZORCH_NB_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
         "zorch_nb")
-    return os.path.join(root, _PREFIX + SOURCES_DIGEST[:16])
+    # absolute: a relative folder, resolved again after an os.chdir, was
+    # another one (not created: every kernel compiled from memory)
+    return os.path.join(os.path.abspath(root), _PREFIX + SOURCES_DIGEST[:16])
 
 
 @functools.lru_cache(maxsize=None)
@@ -84,10 +86,43 @@ def cache_dir():
 
 def _prune_stale_files(folder: str) -> None:
     """Delete the generated files of ``folder`` unused (not loaded) for
-    :data:`STALE_FOLDER_DAYS` days, with their Numba cache files."""
+    :data:`STALE_FOLDER_DAYS` days, with their Numba cache files, and Numba's
+    files of generated files no longer there (:func:`_sweep_orphans`)."""
     cutoff = time.time() - STALE_FOLDER_DAYS * 86400
-    _remove(folder, [name for name, mtime in _generated(folder, GENERATED_PREFIXES)
-                     if mtime < cutoff])
+    files = _generated(folder, GENERATED_PREFIXES)
+    _remove(folder, [name for name, mtime in files if mtime < cutoff])
+    _sweep_orphans(folder)
+
+
+#: Numba cache files of a generated file that is gone are deleted once they
+#: are this old (younger ones may belong to a file another process is about
+#: to write or has just replaced).
+ORPHAN_SECONDS = 600
+
+
+def _sweep_orphans(folder: str) -> None:
+    """Delete Numba's cache files of generated modules whose file is gone: a
+    kernel still held in a process after its file was pruned (or pruned by
+    another process while it compiled) saves its next signatures for a file
+    that no pruning would list again."""
+    files = _generated(folder, GENERATED_PREFIXES)
+    if not files:  # (Numba's folder is found through a file of this one)
+        return
+    cache = _numba_cache_folder(folder, files[0][0])
+    try:
+        cached = os.listdir(cache) if cache else []
+    except OSError:
+        return
+    present = {name[:-3] for name, _ in files}
+    cutoff = time.time() - ORPHAN_SECONDS
+    for name in cached:
+        if name.startswith(GENERATED_PREFIXES) and name.split(".", 1)[0] not in present:
+            path = os.path.join(cache, name)
+            try:
+                if os.stat(path).st_mtime < cutoff:
+                    os.remove(path)
+            except OSError:  # a concurrent cleaner
+                pass
 
 
 def prune_oldest(folder: str, prefix: str, keep: int) -> None:
@@ -98,6 +133,7 @@ def prune_oldest(folder: str, prefix: str, keep: int) -> None:
     if len(files) > keep:
         files.sort(key=lambda f: f[1])
         _remove(folder, [name for name, _ in files[:len(files) - keep]])
+        _sweep_orphans(folder)
 
 
 def _generated(folder: str, prefixes: tuple) -> list:
@@ -156,7 +192,12 @@ def _prune_stale_folders(root: str, keep: str) -> None:
         try:
             info = os.lstat(path)
             if stat.S_ISDIR(info.st_mode) and info.st_mtime < cutoff:
+                # Numba's files of it, where they are not inside it (NUMBA_CACHE_DIR)
+                files = _generated(path, GENERATED_PREFIXES)
+                cache = _numba_cache_folder(path, files[0][0]) if files else None
                 shutil.rmtree(path)
+                if cache and not cache.startswith(path + os.sep):
+                    shutil.rmtree(cache, ignore_errors=True)
         except OSError:  # another user's folder, or a concurrent cleaner
             pass
 

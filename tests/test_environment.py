@@ -313,3 +313,36 @@ def test_two_processes_saving_two_signatures_cannot_swap_their_machine_code(tmp_
     later = jit.njit(cache=True)(fn)  # a later process: loads what is there
     assert run(later, np.float32) == run(later, np.float64) == want
     assert sorted(str(sig[0].dtype) for sig in later.signatures) == ["float32", "float64"]
+
+
+@pytest.mark.skipif(not _JIT, reason="nothing is cached")
+@pytest.mark.parametrize("damaged", [".nbi", ".nbc"])
+def test_a_damaged_cache_file_is_compiled_again_and_replaced(tmp_path, monkeypatch, damaged):
+    """A truncated index or data file (a disk error, a copy cut short) made every
+    later call of the kernel fail to unpickle, in every process, until the
+    file was deleted by hand; it is a miss now, and the next save replaces it."""
+    import importlib
+
+    from zorch_nb.kernels import jit
+    (tmp_path / "damaged_entry.py").write_text(_TWO_SIGNATURES)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    fn = importlib.import_module("damaged_entry").scaled
+    x, want = np.arange(4.0), [1.0, 4.0, 7.0, 10.0]
+
+    def run():
+        dispatcher = jit.njit(cache=True)(fn)
+        out = np.zeros(4)
+        dispatcher(x, out)
+        return out.tolist(), dispatcher.stats
+
+    assert run()[0] == want
+    cache = run()[1].cache_path
+    files = [f for f in os.listdir(cache) if f.startswith("damaged_entry.") and
+             f.endswith(damaged)]
+    assert len(files) == 1
+    with open(os.path.join(cache, files[0]), "r+b") as fh:
+        fh.truncate(max(1, os.path.getsize(fh.name) // 2))
+    got, stats = run()
+    assert got == want and sum(stats.cache_misses.values()) == 1
+    got, stats = run()  # replaced by that compile
+    assert got == want and sum(stats.cache_hits.values()) == 1

@@ -202,3 +202,86 @@ def test_tables_pack_deterministically_and_unpack_read_only():
         np.testing.assert_array_equal(a, b)
     with pytest.raises(ValueError, match="tables of"):
         tt_kernels.unpack_tables(blob, shapes[:1])
+
+
+@needs_jit
+def test_a_table_too_large_to_freeze_compiles_in_memory_without_a_warning(fresh_folder):
+    """Numba freezes constant arrays up to 1e6 bytes; a larger table became a
+    run-time address, which its cache refuses: a NumbaWarning on every compile
+    (an error under ``-W error``) and nothing cached.  Such a structure is
+    compiled from memory, as every structure was before the disk cache."""
+    import warnings
+    stack = tt_kernels.FROZEN_ARRAY_BYTES // 8 + 1  # tk_idx (1, stack, 1): one word too many
+    tk_idx, tk_cnt = np.zeros((1, stack, 1), np.int64), np.ones((1, stack), np.int64)
+    tt_idx, tt_cnt = np.zeros((2, stack, 1), np.int64), np.ones((2, stack), np.int64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        kernel = tt_kernels.build_ut3_chain(tk_idx, tk_cnt, tt_idx, tt_cnt)
+        V = np.full((1, stack, 1, 1), 2.0)
+        G = np.full((1, stack, 1, 1, 1), 3.0)
+        out = np.zeros((stack, 1))
+        kernel(V, G, out, np.empty(1), np.empty(1), np.empty(1), np.empty(1), 0, stack)
+    assert (out == 6.0).all()
+    assert type(kernel._cache).__name__ == "NullCache"
+    assert not [f for f in os.listdir(fresh_folder) if f.startswith("zorch_tt_")]
+
+
+@needs_jit
+def test_numba_files_of_a_pruned_kernel_are_swept(fresh_folder, monkeypatch):
+    """A kernel still held in memory after its file was pruned saves each new
+    signature (float32 after float64) for a file no pruning lists again: its
+    Numba files are deleted once ORPHAN_SECONDS old."""
+    monkeypatch.setattr(tt_kernels, "DISK_KERNELS", 1)
+    x = _train(31, stack=2)
+    kernel, _ = _dense_by_kernel(x)
+    _dense_by_kernel(_train(32, stack=2))  # a second structure: the first file pruned
+    p = tt_ops._parts(x.data)
+    tables = tt_ops._tables(p)
+    lengths = tt_kernels.ut3_to_dense_scratch(p.shape, tables[1], tables[3])
+    out = np.empty((p.S, int(np.prod(p.shape))), np.float32)
+    kernel(p.U.astype(np.float32), p.G.astype(np.float32), out,
+           *(np.empty(n, np.float32) for n in lengths), 0, p.S)  # saves for the pruned file
+    module = kernel.py_func.__module__
+    cache = kernel.stats.cache_path
+    assert not os.path.exists(os.path.join(fresh_folder, module + ".py"))
+    orphans = [f for f in os.listdir(cache) if f.startswith(module + ".")]
+    assert orphans
+    source_cache._sweep_orphans(fresh_folder)  # too young: kept
+    assert all(os.path.exists(os.path.join(cache, f)) for f in orphans)
+    old = time.time() - source_cache.ORPHAN_SECONDS - 60
+    for f in orphans:
+        os.utime(os.path.join(cache, f), (old, old))
+    source_cache.cache_dir.cache_clear()
+    assert source_cache.cache_dir() == fresh_folder  # (prunes and sweeps)
+    left = os.listdir(cache)
+    assert not [f for f in left if f.startswith(module + ".")]
+    assert [f for f in left if f.startswith("zorch_tt_")]  # the live kernel's stay
+
+
+def test_a_relative_cache_folder_is_made_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ZORCH_NB_CACHE_DIR", "rel")
+    assert source_cache.cache_path().startswith(str(tmp_path / "rel") + os.sep)
+
+
+def test_an_old_versions_folder_goes_with_its_numba_files(tmp_path, monkeypatch):
+    """A folder of other sources unused for STALE_FOLDER_DAYS is deleted with
+    Numba's files of it, which under NUMBA_CACHE_DIR live outside it."""
+    monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path / "nc"))
+    root = tmp_path / "zc"
+    old = root / "graph-evaluators-0000000000000000"
+    old.mkdir(parents=True)
+    (old / "zorch_tt_ut3_chain_aaaa.py").write_text("x = 1\n")
+    numba_folder = kernels._numba_cache_folder(str(old), "zorch_tt_ut3_chain_aaaa.py")
+    assert numba_folder.startswith(str(tmp_path / "nc"))
+    os.makedirs(numba_folder, exist_ok=True)
+    open(os.path.join(numba_folder, "zorch_tt_ut3_chain_aaaa.ut3_chain-9.py311.nbi"), "w").close()
+    stale = time.time() - (source_cache.STALE_FOLDER_DAYS + 1) * 86400
+    os.utime(old, (stale, stale))
+    monkeypatch.setenv("ZORCH_NB_CACHE_DIR", str(root))
+    source_cache.cache_dir.cache_clear()
+    try:
+        source_cache.cache_dir()
+    finally:
+        source_cache.cache_dir.cache_clear()
+    assert not old.exists() and not os.path.exists(numba_folder)
