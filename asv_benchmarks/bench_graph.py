@@ -130,3 +130,36 @@ class ReplayManySmallCalls:
 
     def time_replay(self, calls):
         run_computation_graph(self.graph, [self.x])
+
+
+class RecordCall:
+    """One ``call_kernel``, the eager run that records a call: ``interpreted``
+    (the CPU default: one graph-interpreter call over the operands) against
+    ``walk`` (one field call per IR node, as the CuPy backend runs it).
+    ``affine6`` is a 3-node kernel over 6 instances (the recorder's own
+    overhead dominates), ``rounds2`` the 176-node cube-and-mix kernel over
+    2^14 instances.  ``number = 1`` with a fresh Context per sample (asv
+    runs ``setup`` before each), so recorded buffers do not pile up."""
+    params = (["affine6", "rounds2"], ["interpreted", "walk"])
+    param_names = ["kernel", "eager"]
+    number = 1
+
+    def setup(self, name, eager):
+        from zorch_nb import graph
+        self.graph = graph
+        graph._EAGER_INTERPRETER = eager == "interpreted"
+        if name == "affine6":
+            self.kernel, n, x = _affine, 6, np.arange(12).reshape(6, 2)
+        else:
+            self.kernel, n = KERNELS["rounds2"][0], INSTANCES
+            x = np.random.default_rng(2).integers(0, F.p, size=(n, LANES))
+        self.n = n
+        self.ctx = Context(F)
+        self.x = self.ctx.copy_to_device(x)
+        self.ctx.call_kernel(self.kernel, n, self.x)  # compiles, makes the program
+
+    def teardown(self, name, eager):
+        self.graph._EAGER_INTERPRETER = True
+
+    def time_call_kernel(self, name, eager):
+        self.ctx.call_kernel(self.kernel, self.n, self.x)
