@@ -136,9 +136,10 @@ class RecordCall:
     """One ``call_kernel``, the eager run that records a call: ``interpreted``
     (the CPU default: one graph-interpreter call over the operands) against
     ``walk`` (one field call per IR node, as the CuPy backend runs it).
-    ``affine6`` is a 3-node kernel over 6 instances (the recorder's own
-    overhead dominates), ``rounds2`` the 176-node cube-and-mix kernel over
-    2^14 instances.  ``number = 1`` with a fresh Context per sample (asv
+    ``affine6`` is a 7-node kernel (3 of them arithmetic) over 6 instances
+    (the recorder's own overhead dominates), ``rounds2`` the 176-node
+    cube-and-mix kernel over 2^14 instances.  ``number = 1`` with a fresh
+    Context per sample (asv
     runs ``setup`` before each), so recorded buffers do not pile up."""
     params = (["affine6", "rounds2"], ["interpreted", "walk"])
     param_names = ["kernel", "eager"]

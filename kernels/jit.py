@@ -29,6 +29,8 @@ named by its key only ever holds that key's code; the worst a race does is
 drop an index entry, compiled again later.
 """
 import hashlib
+import os
+import time
 import types
 
 import numba
@@ -46,7 +48,7 @@ def keyed_on_sources(dispatcher):
     if stamp is not None and not _keyed(stamp):
         index._source_stamp = (stamp, SOURCES_DIGEST)
         if all(hasattr(index, a) for a in ("_index_name", "_load_index", "_save_index",
-                                           "_save_data")):
+                                           "_save_data", "_cache_path")):
             index.save = types.MethodType(_save_by_key, index)
         load = getattr(dispatcher._cache, "load_overload", None)
         if load is not None:
@@ -81,6 +83,32 @@ def _save_by_key(self, key, data):
     if overloads.get(key) != name:
         overloads[key] = name
         self._save_index(overloads)
+        _drop_unlisted(self, set(overloads.values()))
+
+
+#: A data file no index lists is deleted once this old (younger ones may be
+#: another process's, written just before its index).
+UNLISTED_SECONDS = 600
+
+
+def _drop_unlisted(self, listed: set) -> None:
+    """Delete this function's data files its index does not list: Numba's
+    numbering overwrote ``.1.nbc`` after an edit of the function, while a
+    file named by a key of the old bytecode would stay forever."""
+    prefix = self._index_name[:-len(".nbi")] + "."
+    cutoff = time.time() - UNLISTED_SECONDS
+    try:
+        names = os.listdir(self._cache_path)
+    except OSError:
+        return
+    for name in names:
+        if name.startswith(prefix) and name.endswith(".nbc") and name not in listed:
+            path = os.path.join(self._cache_path, name)
+            try:
+                if os.stat(path).st_mtime < cutoff:
+                    os.remove(path)
+            except OSError:  # a concurrent cleaner
+                pass
 
 
 def _keyed(stamp) -> bool:

@@ -101,28 +101,29 @@ ORPHAN_SECONDS = 600
 
 
 def _sweep_orphans(folder: str) -> None:
-    """Delete Numba's cache files of generated modules whose file is gone: a
-    kernel still held in a process after its file was pruned (or pruned by
-    another process while it compiled) saves its next signatures for a file
-    that no pruning would list again."""
+    """Delete Numba's cache files (and the import's bytecode) of generated
+    modules whose file is gone: a kernel still held in a process after its
+    file was pruned (or pruned by another process while it compiled) saves
+    its next signatures for a file that no pruning would list again."""
     files = _generated(folder, GENERATED_PREFIXES)
     if not files:  # (Numba's folder is found through a file of this one)
         return
-    cache = _numba_cache_folder(folder, files[0][0])
-    try:
-        cached = os.listdir(cache) if cache else []
-    except OSError:
-        return
     present = {name[:-3] for name, _ in files}
     cutoff = time.time() - ORPHAN_SECONDS
-    for name in cached:
-        if name.startswith(GENERATED_PREFIXES) and name.split(".", 1)[0] not in present:
-            path = os.path.join(cache, name)
-            try:
-                if os.stat(path).st_mtime < cutoff:
-                    os.remove(path)
-            except OSError:  # a concurrent cleaner
-                pass
+    cache = _numba_cache_folder(folder, files[0][0])
+    for where in {cache, os.path.join(folder, "__pycache__")} - {None}:
+        try:
+            cached = os.listdir(where)
+        except OSError:
+            continue
+        for name in cached:
+            if name.startswith(GENERATED_PREFIXES) and name.split(".", 1)[0] not in present:
+                path = os.path.join(where, name)
+                try:
+                    if os.stat(path).st_mtime < cutoff:
+                        os.remove(path)
+                except OSError:  # a concurrent cleaner
+                    pass
 
 
 def prune_oldest(folder: str, prefix: str, keep: int) -> None:
@@ -167,16 +168,20 @@ def _remove(folder: str, names: list) -> None:
             pass
     if not gone:
         return
-    try:
-        cached = os.listdir(cache)
-    except OSError:
-        return
-    for name in cached:  # Numba's files: <module>.<function>-<line>.py<ver>[.<n>].nb[ic]
-        if name.startswith(tuple(gone)):
-            try:
-                os.remove(os.path.join(cache, name))
-            except OSError:
-                pass
+    # Numba's files: <module>.<function>-<line>.py<ver>[.<n>].nb[ic]; and the
+    # import's bytecode, <module>.cpython-<ver>.pyc, in __pycache__ here (the
+    # same folder, unless NUMBA_CACHE_DIR is set)
+    for where in {cache, os.path.join(folder, "__pycache__")}:
+        try:
+            cached = os.listdir(where)
+        except OSError:
+            continue
+        for name in cached:
+            if name.startswith(tuple(gone)):
+                try:
+                    os.remove(os.path.join(where, name))
+                except OSError:
+                    pass
 
 
 def _prune_stale_folders(root: str, keep: str) -> None:

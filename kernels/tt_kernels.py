@@ -386,6 +386,13 @@ def _chain_body(V, G, out, Gc, u, v, v2, s_begin, s_end, tk_idx, tk_cnt, tt_idx,
 #: included).
 DISK_KERNELS = 256
 
+def _structure_kernel(name, text, cached):
+    """A :class:`StructureKernel` of the generated ``text`` (its ``__reduce__``)."""
+    kernel = StructureKernel.__new__(StructureKernel)
+    kernel._load(name, text, cached)
+    return kernel
+
+
 #: Numba freezes a global array into the machine code only up to this size
 #: (numba/core/base.py, ``make_constant_array``); a larger one becomes a
 #: run-time address, which its cache refuses ("uses dynamic globals", a
@@ -444,16 +451,23 @@ class StructureKernel:
     its cache entry (a full disk): nothing ran yet, and the call is made again.
     """
 
-    __slots__ = ("_fn", "_name", "_text")
+    __slots__ = ("_fn", "_name", "_text", "_cached")
 
     def __init__(self, name: str, body: str, params: str, tables):
         blob, shapes = pack_tables(tables)
-        self._name = name
-        self._text = _GENERATED.format(name=name, body=body, params=params, blob=blob,
-                                       shapes=shapes,
-                                       names=", ".join(f"TABLE_{i}" for i in range(len(shapes))))
+        text = _GENERATED.format(name=name, body=body, params=params, blob=blob, shapes=shapes,
+                                 names=", ".join(f"TABLE_{i}" for i in range(len(shapes))))
         small = all(8 * int(np.prod(s, dtype=np.int64)) <= FROZEN_ARRAY_BYTES for s in shapes)
-        self._fn = (small and self._from_disk()) or self._from_memory()
+        self._load(name, text, small)
+
+    def _load(self, name: str, text: str, cached: bool):
+        self._name, self._text, self._cached = name, text, cached
+        self._fn = (cached and self._from_disk()) or self._from_memory()
+
+    def __reduce__(self):
+        # (a copy or a pickle: made again from the text -- loaded, not compiled,
+        # where the cache has it)
+        return _structure_kernel, (self._name, self._text, self._cached)
 
     def _from_disk(self):
         folder = source_cache.cache_dir()
@@ -488,6 +502,8 @@ class StructureKernel:
             return fn(*args)
 
     def __getattr__(self, attr):
+        if attr in self.__slots__ or attr.startswith("__"):  # (unset: a half-made copy)
+            raise AttributeError(attr)
         return getattr(self._fn, attr)
 
     def __repr__(self):

@@ -346,3 +346,34 @@ def test_a_damaged_cache_file_is_compiled_again_and_replaced(tmp_path, monkeypat
     assert got == want and sum(stats.cache_misses.values()) == 1
     got, stats = run()  # replaced by that compile
     assert got == want and sum(stats.cache_hits.values()) == 1
+
+
+@pytest.mark.skipif(not _JIT, reason="nothing is cached")
+def test_an_edited_functions_old_data_file_goes(tmp_path, monkeypatch):
+    """Data files are named by their key, which holds the bytecode: after an
+    edit the old file is listed by no index (Numba's numbering overwrote
+    ``.1.nbc``); the next save deletes such files once UNLISTED_SECONDS old."""
+    import importlib
+    import time
+
+    from zorch_nb.kernels import jit
+    monkeypatch.syspath_prepend(str(tmp_path))
+    source = tmp_path / "edited_entry.py"
+    caches = []
+    # (new bytecode, not only new constants: Numba's key holds co_code)
+    for version in (_TWO_SIGNATURES, _TWO_SIGNATURES.replace("* 3 + 1", "* x[i] + 2")):
+        source.write_text(version)
+        sys.modules.pop("edited_entry", None)
+        dispatcher = jit.njit(cache=True)(importlib.import_module("edited_entry").scaled)
+        out = np.zeros(2)
+        dispatcher(np.arange(2.0), out)
+        caches.append(dispatcher.stats.cache_path)
+        data = [f for f in os.listdir(caches[0]) if f.startswith("edited_entry.") and
+                f.endswith(".nbc")]
+        if version == _TWO_SIGNATURES:
+            assert out.tolist() == [1.0, 4.0] and len(data) == 1
+            old = time.time() - jit.UNLISTED_SECONDS - 60
+            os.utime(os.path.join(caches[0], data[0]), (old, old))
+            first = data[0]
+    assert out.tolist() == [2.0, 3.0] and caches[0] == caches[1]
+    assert len(data) == 1 and data[0] != first

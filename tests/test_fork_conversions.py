@@ -101,3 +101,23 @@ def test_commitments_in_a_child_forked_after_the_threading_layer_started():
     child = ("run_computation_graph(g, [np.arange(8192)])[1] == g.commitments "
              "and merkle_root(big) == want")
     assert _child_status(parent, child) == "0"
+
+
+def test_recording_a_small_call_of_a_long_kernel_starts_no_threading_layer():
+    """Recording runs the graph interpreter (one call per kernel call); its
+    first version chose the parallel form by the replay's rule (instances x
+    nodes), so a 176-node call of 512 instances started GNU OpenMP where the
+    node walk's field calls had stayed serial, and a child forked after it
+    could not run field ops (found by review)."""
+    parent = textwrap.dedent("""
+        from numba.np.ufunc import parallel
+        from zorch_nb._demo_graph import cube_and_mix
+        from zorch_nb.graph import Context
+        ctx = Context(F)
+        x = ctx.copy_to_device(np.arange(512 * 16).reshape(512, 16))
+        (o,) = ctx.call_kernel(cube_and_mix(16, 2), 512, x)
+        assert ctx.copy_to_host(o).shape == (512, 16) and not parallel._is_initialized
+    """)
+    child = "(F.decode(F.mul(F.encode(np.arange(1, 9)), F.encode(np.arange(1, 9)))) " \
+            "== np.arange(1, 9) ** 2).all()"
+    assert _child_status(parent, child) == "0"

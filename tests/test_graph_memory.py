@@ -38,9 +38,13 @@ def chain_reference(vals, rounds):
     return np.array(s, dtype=np.uint32)
 
 
-def test_recording_memory_follows_the_live_values_not_the_kernel_length():
+@pytest.mark.parametrize("eager", ["interpreted", "walk"])
+def test_recording_memory_follows_the_live_values_not_the_kernel_length(eager, monkeypatch):
     # Every node's column used to stay alive until the end of the call: 200
-    # rounds (600 nodes) peaked at ~400 output columns.
+    # rounds (600 nodes) peaked at ~400 output columns.  The node walk (CuPy,
+    # NUMBA_DISABLE_JIT) frees each after its last use; the interpreter keeps
+    # a block of instances per slot.
+    monkeypatch.setattr(G, "_EAGER_INTERPRETER", eager == "interpreted")
     n = 1 << 14
     column = 4 * n
     vals = np.arange(2 * n).reshape(n, 2) % 1000

@@ -146,8 +146,9 @@ def test_structure_kernels_are_written_once_and_reused(fresh_folder):
 
 
 def test_kept_structure_kernels_are_bounded(fresh_folder, monkeypatch):
-    """Past DISK_KERNELS files, writing one deletes the least recently used,
-    with Numba's files of them; other files of the folder stay."""
+    """Past DISK_KERNELS files, writing one deletes the least recently used
+    (their Numba files: test_pruning_removes_numba_files_where_numba_keeps_them);
+    other files of the folder stay."""
     monkeypatch.setattr(tt_kernels, "DISK_KERNELS", 2)
     other = os.path.join(fresh_folder, "notes.txt")
     with open(other, "w") as fh:
@@ -169,8 +170,9 @@ def test_kept_structure_kernels_are_bounded(fresh_folder, monkeypatch):
 @pytest.mark.parametrize("numba_cache", ["__pycache__", "NUMBA_CACHE_DIR"])
 def test_pruning_removes_numba_files_where_numba_keeps_them(tmp_path, monkeypatch,
                                                             numba_cache):
-    """prune_oldest and the stale-file pruning delete Numba's cache files of
-    the generated files they delete, in __pycache__ or under NUMBA_CACHE_DIR."""
+    """prune_oldest deletes Numba's cache files of the generated files it
+    deletes, in __pycache__ or under NUMBA_CACHE_DIR, and their bytecode in
+    __pycache__ (left behind under NUMBA_CACHE_DIR: found by review)."""
     monkeypatch.setattr(numba.config, "CACHE_DIR",
                         str(tmp_path / "nc") if numba_cache == "NUMBA_CACHE_DIR" else "")
     folder = tmp_path / "gen"
@@ -184,11 +186,16 @@ def test_pruning_removes_numba_files_where_numba_keeps_them(tmp_path, monkeypatc
     assert numba_folder is not None
     assert numba_folder.startswith(str(tmp_path / "nc")) == (numba_cache == "NUMBA_CACHE_DIR")
     os.makedirs(numba_folder, exist_ok=True)
+    os.makedirs(folder / "__pycache__", exist_ok=True)
     for name in names:
         open(os.path.join(numba_folder, name[:-3] + ".ut3_chain-9.py311.nbi"), "w").close()
+        open(folder / "__pycache__" / (name[:-3] + ".cpython-311.pyc"), "w").close()
     source_cache.prune_oldest(str(folder), "zorch_tt_", 1)
     assert sorted(f for f in os.listdir(folder) if f != "__pycache__") == names[2:]
-    assert sorted(os.listdir(numba_folder)) == [names[2][:-3] + ".ut3_chain-9.py311.nbi"]
+    kept = {names[2][:-3] + ".ut3_chain-9.py311.nbi", names[2][:-3] + ".cpython-311.pyc"}
+    assert {f for f in os.listdir(numba_folder) if f.startswith("zorch_tt_")} <= kept
+    assert {f for f in os.listdir(folder / "__pycache__") if f.startswith("zorch_tt_")} <= kept
+    assert names[2][:-3] + ".ut3_chain-9.py311.nbi" in os.listdir(numba_folder)
 
 
 def test_tables_pack_deterministically_and_unpack_read_only():
@@ -285,3 +292,22 @@ def test_an_old_versions_folder_goes_with_its_numba_files(tmp_path, monkeypatch)
     finally:
         source_cache.cache_dir.cache_clear()
     assert not old.exists() and not os.path.exists(numba_folder)
+
+
+def test_a_structure_kernel_copies_and_pickles(fresh_folder):
+    """copy.copy, deepcopy and pickle of a kernel raised RecursionError (its
+    attribute lookup read an unset slot); they make it again from its text."""
+    import copy
+    import pickle
+    x = _train(41)
+    kernel, want = _dense_by_kernel(x)
+    p = tt_ops._parts(x.data)
+    tables = tt_ops._tables(p)
+    lengths = tt_kernels.ut3_to_dense_scratch(p.shape, tables[1], tables[3])
+    for other in (copy.copy(kernel), copy.deepcopy(kernel), pickle.loads(pickle.dumps(kernel))):
+        assert isinstance(other, tt_kernels.StructureKernel)
+        out = np.full((p.S, int(np.prod(p.shape))), np.nan)
+        other(p.U, p.G, out, *(np.empty(n) for n in lengths), 0, p.S)
+        np.testing.assert_array_equal(out.reshape(want.shape), want)
+    with pytest.raises(AttributeError):
+        tt_kernels.StructureKernel.__new__(tt_kernels.StructureKernel).signatures

@@ -244,17 +244,21 @@ class KernelCache:
     """Memo of compiled kernels keyed by structure.
 
     Keys are ``(operation, shape, padded sizes, UT3Masks, ...)``; a miss calls
-    the factory, a hit returns the stored kernel.  The factory builds a Numba
-    dispatcher; Numba compiles it on its first call, once per dtype of the
-    supercores (a float32 and a float64 train of one structure share the
-    entry and compile twice).
+    the factory, a hit returns the stored kernel.  The factory builds a
+    :class:`~zorch_nb.kernels.tt_kernels.StructureKernel` (a Numba
+    dispatcher of a generated module); Numba compiles it on its first call,
+    or loads it from its on-disk cache, once per dtype of the supercores (a
+    float32 and a float64 train of one structure share the entry and compile
+    twice).
 
     Least recently used entries are dropped beyond ``maxsize``.  Dropping one
-    frees its Python objects (the dispatcher and its index tables) but not
-    its machine code: Numba never unloads code it has compiled, so every
-    compiled kernel (per operation, structure and dtype) costs memory (about
-    2 MiB, measured for ``to_dense``) for the life of the process, whether
-    or not its entry is evicted, besides its compile time (about 0.4 s).
+    frees the dispatcher, but neither its generated module (registered in
+    ``sys.modules`` for Numba's cache loads, its index tables with it: at
+    most 1 MB a table) nor its machine code: Numba never unloads code it has
+    compiled, so every compiled kernel (per operation, structure and dtype)
+    costs memory (about 2 MiB, measured for ``to_dense``) for the life of
+    the process, whether or not its entry is evicted, besides its compile
+    time (about 0.4 s).
     A loop whose structures keep changing (ranks chosen per iteration)
     grows the process by that much per new structure; reuse structures,
     e.g. pad to fixed ranks, to keep it bounded.  An evicted structure met
@@ -341,5 +345,6 @@ def kernel_cache_clear():
     """Drop every cached kernel and reset the counters.
 
     The compiled machine code is not freed (Numba never unloads it); this
-    only makes the next call per structure compile again."""
+    only makes the next call per structure build its kernel again (loaded
+    from Numba's on-disk cache where a process compiled it before)."""
     KERNELS.clear()
