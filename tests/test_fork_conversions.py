@@ -121,3 +121,28 @@ def test_recording_a_small_call_of_a_long_kernel_starts_no_threading_layer():
     child = "(F.decode(F.mul(F.encode(np.arange(1, 9)), F.encode(np.arange(1, 9)))) " \
             "== np.arange(1, 9) ** 2).all()"
     assert _child_status(parent, child) == "0"
+
+
+def test_a_child_forked_after_the_threading_layer_started_records_any_call():
+    """In a child forked after GNU OpenMP started, the interpreter's parallel
+    form would be refused; the node walk had recorded a kernel of copies there
+    (no field call), so the recording runs serially instead (found by a fuzz)."""
+    parent = textwrap.dedent("""
+        from zorch_nb.graph import Context, In, Out, kernel
+
+        @kernel
+        def cube(x: In[()], o: Out[()]):
+            o[()] = x[()] * x[()] * x[()]
+
+        @kernel
+        def copy10(x: In[10], o: Out[10]):
+            for i in range(10):
+                o[i] = x[i]
+
+        ctx = Context(F)
+        ctx.call_kernel(cube, 1 << 16, ctx.copy_to_device(np.arange(1 << 16)))
+        data = np.arange(9000 * 10).reshape(9000, 10) % 1000
+    """)
+    child = "(ctx.copy_to_host(ctx.call_kernel(copy10, 9000, ctx.copy_to_device(data))[0]) " \
+            "== data).all()"
+    assert _child_status(parent, child) == "0"

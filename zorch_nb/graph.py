@@ -55,7 +55,7 @@ from .graph_layout import (ViewForm, apply_history, axis_dims, dims_of, history_
                            prefix_points, reshape_view, transpose_view, unapply_history, unpad)
 from .graph_trace import (In, InOut, Kernel, KernelDefinitionError, KernelIR, Out, assert_eq,
                           kernel)
-from .kernels import graph_codegen, graph_cpu, graph_interp, launch_config
+from .kernels import cpu_threads, graph_codegen, graph_cpu, graph_interp, launch_config
 
 __all__ = ["Context", "Handle", "ComputationGraph", "Template", "CompiledKernel",
            "run_computation_graph", "kernel", "Kernel", "KernelIR", "In", "Out", "InOut",
@@ -1344,10 +1344,13 @@ class Context:
         outs = [np.empty(n * len(ids), dtype=np.uint32) for ids in ir.outputs]
         fail = np.zeros(n, dtype=np.uint32)
         # serial where a replay of the call would be (small work, Numba set to one
-        # thread), and for at most CPU_SERIAL_WORDS instances, where the node
-        # walk's field calls were serial too: recording small calls starts no
-        # threading layer (a process that records, then forks workers)
-        serial = n <= launch_config.CPU_SERIAL_WORDS or graph_cpu.use_serial(n, len(ir.nodes))
+        # thread); for at most CPU_SERIAL_WORDS instances, where the node walk's
+        # field calls were serial too: recording small calls starts no threading
+        # layer (a process that records, then forks workers); and in a child
+        # forked after GNU OpenMP started, where a parallel kernel would be
+        # refused (the walk recorded a kernel of copies there: no field call)
+        serial = (n <= launch_config.CPU_SERIAL_WORDS or graph_cpu.use_serial(n, len(ir.nodes))
+                  or cpu_threads.forked_after_gnu_omp())
         graph_interp.run_program(prog, ins, outs, _const_words(F, ir, np), fail, n,
                                  F.params.p, F.params.mu_neg, serial)
         if fail.any():
