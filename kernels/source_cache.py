@@ -109,18 +109,27 @@ def _sweep_orphans(folder: str) -> None:
     if not files:  # (Numba's folder is found through a file of this one)
         return
     present = {name[:-3] for name, _ in files}
-    cutoff = time.time() - ORPHAN_SECONDS
-    cache = _numba_cache_folder(folder, files[0][0])
-    for where in {cache, os.path.join(folder, "__pycache__")} - {None}:
+    _delete_cached(folder, _numba_cache_folder(folder, files[0][0]),
+                   lambda name: (name.startswith(GENERATED_PREFIXES)
+                                 and name.split(".", 1)[0] not in present),
+                   time.time() - ORPHAN_SECONDS)
+
+
+def _delete_cached(folder: str, numba_folder, doomed, cutoff=None) -> None:
+    """Delete the files named ``doomed(name)`` (modified before ``cutoff``,
+    if given) of the folders holding the machine code and bytecode of
+    ``folder``'s generated modules: Numba's (``numba_folder``: __pycache__
+    here, or a folder of NUMBA_CACHE_DIR) and the import's ``__pycache__``."""
+    for where in {numba_folder, os.path.join(folder, "__pycache__")} - {None}:
         try:
             cached = os.listdir(where)
         except OSError:
             continue
         for name in cached:
-            if name.startswith(GENERATED_PREFIXES) and name.split(".", 1)[0] not in present:
+            if doomed(name):
                 path = os.path.join(where, name)
                 try:
-                    if os.stat(path).st_mtime < cutoff:
+                    if cutoff is None or os.stat(path).st_mtime < cutoff:
                         os.remove(path)
                 except OSError:  # a concurrent cleaner
                     pass
@@ -156,9 +165,9 @@ def _generated(folder: str, prefixes: tuple) -> list:
 def _remove(folder: str, names: list) -> None:
     if not names:
         return
-    # where Numba keeps their machine code: __pycache__ here, or a folder of
-    # NUMBA_CACHE_DIR (asked while a file of this folder still exists)
-    cache = _numba_cache_folder(folder, names[0]) or os.path.join(folder, "__pycache__")
+    # where Numba keeps their machine code (asked while a file of this folder
+    # still exists)
+    cache = _numba_cache_folder(folder, names[0])
     gone = []
     for name in names:
         try:
@@ -166,22 +175,10 @@ def _remove(folder: str, names: list) -> None:
             gone.append(name[:-3] + ".")
         except OSError:  # a concurrent cleaner, or a read-only cache
             pass
-    if not gone:
-        return
-    # Numba's files: <module>.<function>-<line>.py<ver>[.<n>].nb[ic]; and the
-    # import's bytecode, <module>.cpython-<ver>.pyc, in __pycache__ here (the
-    # same folder, unless NUMBA_CACHE_DIR is set)
-    for where in {cache, os.path.join(folder, "__pycache__")}:
-        try:
-            cached = os.listdir(where)
-        except OSError:
-            continue
-        for name in cached:
-            if name.startswith(tuple(gone)):
-                try:
-                    os.remove(os.path.join(where, name))
-                except OSError:
-                    pass
+    if gone:
+        # Numba's files: <module>.<function>-<line>.py<ver>[.<n>].nb[ic]; and the
+        # import's bytecode, <module>.cpython-<ver>.pyc
+        _delete_cached(folder, cache, lambda name: name.startswith(tuple(gone)))
 
 
 def _prune_stale_folders(root: str, keep: str) -> None:

@@ -49,10 +49,11 @@ import numpy as np
 from . import _backend
 from .fields import BabyBear, KoalaBear, PrimeField
 from .graph_format import _MAX_LOG2, _MAX_NDIM
-from .graph_layout import (ViewForm, apply_history, axis_dims, dims_of, history_shapes,
-                           initial_view, input_layout, logical_instance, merge_points,
-                           merkle_root, output_layout, pad, padded_dims, parallel_sizes,
-                           prefix_points, reshape_view, transpose_view, unapply_history, unpad)
+from .graph_layout import (ViewForm, _jit_disabled, apply_history, axis_dims, dims_of,
+                           history_shapes, initial_view, input_layout, logical_instance,
+                           merge_points, merkle_root, output_layout, pad, padded_dims,
+                           parallel_sizes, prefix_points, reshape_view, transpose_view,
+                           unapply_history, unpad)
 from .graph_trace import (In, InOut, Kernel, KernelDefinitionError, KernelIR, Out, assert_eq,
                           kernel)
 from .kernels import cpu_threads, graph_codegen, graph_cpu, graph_interp, launch_config
@@ -845,11 +846,6 @@ def _eager_program(kernel: Kernel, broadcast: tuple):
                                     ir.outputs, ins, outs)
         entry[1][broadcast] = prog
     return prog
-
-
-def _jit_disabled() -> bool:
-    import numba
-    return bool(numba.config.DISABLE_JIT)
 
 
 # ---------------------------------------------------------------- context ----
