@@ -27,13 +27,22 @@ machine code for it (arrays: "can't unbox array" TypeErrors until the cache
 was deleted; tests/test_environment.py replays the interleaving).  A file
 named by its key only ever holds that key's code; the worst a race does is
 drop an index entry, compiled again later.
+
+Numba holds one process-wide lock for each compile.  A ``fork`` while
+another thread held it (a kernel's first call on a worker thread, a
+``multiprocessing`` fork pool started meanwhile) gave a child with the lock
+held by a thread it does not have: its first compile waited forever.  So a
+fork waits for a running compile to end (:func:`_before_fork`).
 """
 import hashlib
 import os
+import threading
 import time
 import types
+import warnings
 
 import numba
+from numba.core import compiler_lock
 
 from . import SOURCES_DIGEST
 
@@ -129,3 +138,40 @@ def njit(*args, **options):
                         "cache before its key is set; leave the compile lazy")
     decorate = numba.njit(**options)
     return lambda fn: keyed_on_sources(decorate(fn))
+
+
+#: Seconds a ``fork`` waits for another thread's compile to end; past it the
+#: fork goes ahead, with a warning (see :func:`_before_fork`).
+FORK_COMPILE_WAIT = 120.0
+
+_forking = threading.local()  # per forking thread: the lock it took
+
+
+def _before_fork():
+    # The fork takes Numba's compiler lock: it waits while another thread
+    # compiles, so the child starts with the lock free and the compiler's
+    # state whole.  Bounded, since the compiling thread could itself be
+    # waiting on the forking one (a user's lock taken in a compile hook):
+    # past FORK_COMPILE_WAIT the fork goes ahead as it did before.
+    _forking.lock = None
+    lock = getattr(compiler_lock.global_compiler_lock, "_lock", None)
+    if not (hasattr(lock, "acquire") and hasattr(lock, "release")):
+        return  # Numba changed its lock: fork as before
+    if lock.acquire(timeout=FORK_COMPILE_WAIT):
+        _forking.lock = lock
+    else:
+        warnings.warn(f"zorch_nb: forking while another thread has been compiling for "
+                      f"{FORK_COMPILE_WAIT:g} s; the child's first Numba compile may wait "
+                      f"forever", RuntimeWarning, stacklevel=2)
+
+
+def _after_fork():
+    # parent and child alike (the forking thread owns the lock in both)
+    lock, _forking.lock = getattr(_forking, "lock", None), None
+    if lock is not None:
+        lock.release()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork,
+                        after_in_child=_after_fork)
