@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 
 import pytest
@@ -17,26 +16,34 @@ pytestmark = [
                        reason="nothing compiles with the JIT off"),
 ]
 
-# The thread holds the compiler lock as a compile does, and lets it go 0.5 s
-# after the fork started; the child then compiles a new function.  The
-# parent gives the child 120 s (a first compile takes about a second).
+# A thread holding Numba's compiler lock, as a compile does, until `done`.
+_HOLD = """
+import threading
+from numba.core.compiler_lock import global_compiler_lock
+
+held, done = threading.Event(), threading.Event()
+
+
+def compiling():
+    with global_compiler_lock:
+        held.set()
+        done.wait(60)
+
+
+thread = threading.Thread(target=compiling)
+thread.start()
+held.wait()
+"""
+
+# The lock is let go 0.5 s after the fork started; the child then compiles a
+# new function.  The parent gives the child 120 s (a first compile takes
+# about a second).
 _SCRIPT = """
     import os, threading, time, warnings
     warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads
     import numba
     import zorch_nb
-    from numba.core.compiler_lock import global_compiler_lock
-
-    held, done = threading.Event(), threading.Event()
-
-    def compiling():
-        with global_compiler_lock:
-            held.set()
-            done.wait(60)
-
-    thread = threading.Thread(target=compiling)
-    thread.start()
-    held.wait()
+    exec({hold!r})
     threading.Timer(0.5, done.set).start()
     started = time.monotonic()
     pid = os.fork()
@@ -58,7 +65,8 @@ _SCRIPT = """
 
 
 def test_fork_waits_for_another_threads_compile():
-    res = subprocess.run([sys.executable, "-c", textwrap.dedent(_SCRIPT)],
+    script = textwrap.dedent(_SCRIPT).format(hold=_HOLD)
+    res = subprocess.run([sys.executable, "-c", script],
                          env=dict(os.environ), capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stdout + res.stderr
     child, waited = res.stdout.split()[-2:]
@@ -74,25 +82,17 @@ def test_fork_goes_ahead_after_the_wait_limit(monkeypatch):
     from zorch_nb.kernels import jit
 
     monkeypatch.setattr(jit, "FORK_COMPILE_WAIT", 0.2)
-    held, done = threading.Event(), threading.Event()
-
-    def compiling():
-        with global_compiler_lock:
-            held.set()
-            done.wait(60)
-
-    thread = threading.Thread(target=compiling)
-    thread.start()
+    held = {}
+    exec(_HOLD, held)
     try:
-        held.wait()
         started = time.monotonic()
         with pytest.warns(RuntimeWarning, match="may wait forever"):
             jit._before_fork()
         assert time.monotonic() - started >= 0.2
         jit._after_fork()  # nothing taken, nothing released
     finally:
-        done.set()
-        thread.join()
+        held["done"].set()
+        held["thread"].join()
     jit._before_fork()  # free now: taken, and released after the fork
     assert global_compiler_lock.is_locked()
     jit._after_fork()
