@@ -492,6 +492,12 @@ class StructureKernel:
 
     def __call__(self, *args):
         fn = self._fn
+        if numba.config.DISABLE_JIT:
+            # the plain-Python body on NumPy scalars, which warn where machine
+            # code is silent: an overflow to inf is the callers' to find (they
+            # rescale, or refuse by name) in either form
+            with np.errstate(over="ignore", invalid="ignore"):
+                return fn(*args)
         try:
             return fn(*args)
         except OSError:

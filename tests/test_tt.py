@@ -627,6 +627,7 @@ def test_inner_norm_entries_apply(xy, path, rng):
         x.apply([np.ones(3), np.ones(5), np.ones(2)])
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # overflows are handled, not warned
 def test_norm_and_inner_keep_their_range_and_digits(xy, path):
     """Both norm methods agree with the dense norm; entries far from 1 (squares
     or partial products past the dtype's range: the chain gave NaN or 0) give
@@ -1009,6 +1010,7 @@ def test_a_non_finite_svd_of_a_finite_matrix_is_retried_then_named(rng, monkeypa
         np.testing.assert_array_equal(g, w)
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # overflows are handled, not warned
 def test_overflow_in_the_last_push_is_refused_too(rng):
     """An overflow after every SVD (the remainder pushed into the cores) came
     back as inf entries from "tucker_down", "tt_up" and "right" (only "left"
