@@ -29,7 +29,7 @@ must not start the threading layer (see :func:`_encode_kernel`).
 import numpy as np
 from numba import prange
 
-from .jit import njit  # numba.njit, cache keyed on every kernel source
+from .jit import closure_named, njit  # numba.njit, cache keyed on every kernel source
 
 from .cpu_threads import sized, tasks as _tasks
 from .field_params import kernel_words
@@ -213,7 +213,7 @@ def _make_bcast_run(kind):
             for i in range(lo, hi):
                 out[i] = _coef_op(kind, x[i], y0, p, mu)
 
-    return njit_lanes64(run)
+    return njit_lanes64(closure_named(run, ("add", "sub", "rsub", "mul")[kind]))
 
 
 _run_add, _run_sub, _run_rsub, _run_mul = map(_make_bcast_run, range(4))
@@ -346,7 +346,7 @@ def _make_ext4_fold_run(v_deg, r_deg):
             out[o + _U1] = c[1]
             out[o + _U2] = c[2]
             out[o + _U3] = c[3]
-    return njit_lanes64(run)
+    return njit_lanes64(closure_named(run, f"v{v_deg}r{r_deg}"))
 
 
 # extension forms: base values (an extension or base r), extension values at
@@ -400,7 +400,7 @@ def _make_ext4_eq_split_run(r_deg):
             hi[j + _U1] = c[5]
             hi[j + _U2] = c[6]
             hi[j + _U3] = c[7]
-    return njit_lanes64(run)
+    return njit_lanes64(closure_named(run, f"r{r_deg}"))
 
 
 _ext4_eq_split_base_run = _make_ext4_eq_split_run(1)

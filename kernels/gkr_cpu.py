@@ -96,7 +96,7 @@ import functools
 import numpy as np
 from numba import prange
 
-from .jit import njit  # numba.njit, cache keyed on every kernel source
+from .jit import closure_named, njit  # numba.njit, cache keyed on every kernel source
 
 from .gkr_scalar import (MODE_BB, MODE_BE, MODE_EB, MODE_EE, make_node_functions,
                          make_slot_functions, mode_of, output_mode)
@@ -196,7 +196,9 @@ def _make_runs(mode):
             _fold_node(mode, n0, n1, d0, d1, e, on0, od0, k, p, mu, wm)
             _fold_node(mode, n0, n1, d0, d1, e + _U1, on1, od1, k, p, mu, wm)
 
-    return njit_lanes64(dense_run), njit_lanes64(pair_run)
+    tag = ("bb", "be", "eb", "ee")[mode]
+    return (njit_lanes64(closure_named(dense_run, tag)),
+            njit_lanes64(closure_named(pair_run, tag)))
 
 
 (_dense_run_bb, _pair_run_bb), (_dense_run_be, _pair_run_be), \

@@ -28,6 +28,17 @@ was deleted; tests/test_environment.py replays the interleaving).  A file
 named by its key only ever holds that key's code; the worst a race does is
 drop an index entry, compiled again later.
 
+A cached *closure* (a factory's function, one per constant it holds) must
+carry a name of its own (:func:`closure_named`; :func:`njit` refuses one
+without).  Numba's symbol for a function is its qualified name, a counter
+of its process and the argument types; the closures of one factory share
+the name, and two processes can give two of them the same count.  Where a
+third process linked both cache entries into one kernel, LLVM kept one of
+the two same-named definitions (Numba marks them interchangeable): the
+serial pyramid kernel ran one mode's loop for another's and wrote zeros in
+its later layers (seen once in a test run; replayed in
+tests/test_jit_symbols.py).
+
 Numba holds one process-wide lock for each compile.  A ``fork`` while
 another thread held it (a kernel's first call on a worker thread, a
 ``multiprocessing`` fork pool started meanwhile) gave a child with the lock
@@ -46,7 +57,7 @@ from numba.core import compiler_lock
 
 from . import SOURCES_DIGEST
 
-__all__ = ["njit", "keyed_on_sources"]
+__all__ = ["njit", "keyed_on_sources", "closure_named"]
 
 
 def keyed_on_sources(dispatcher):
@@ -124,20 +135,40 @@ def _keyed(stamp) -> bool:
     return isinstance(stamp, tuple) and len(stamp) == 2 and stamp[1] == SOURCES_DIGEST
 
 
+def closure_named(fn, tag: str):
+    """``fn``, a closure made by a factory, renamed ``<qualname>_<tag>``: ``tag``
+    names the constants it holds, one tag per closure the factory makes (its
+    cached machine code then has symbols of its own: module docstring)."""
+    fn.__qualname__ = f"{fn.__qualname__}_{tag}"
+    fn.__name__ = f"{fn.__name__}_{tag}"
+    return fn
+
+
+def _check_named(fn):
+    # A closure still named as its code is (a factory's function, not renamed
+    # by closure_named) would share its symbols with its siblings.
+    if getattr(fn, "__closure__", None) and fn.__name__ == fn.__code__.co_name:
+        raise TypeError(f"kernels.jit.njit: the closure {fn.__qualname__} is cached under "
+                        f"the name its sibling closures share; give it its own with "
+                        f"closure_named(fn, tag)")
+    return fn
+
+
 def njit(*args, **options):
     """``numba.njit`` (same arguments, used bare or with options); with
     ``cache=True`` the entries are keyed on the kernel sources (module
     docstring).  A signature (eager compile) is refused with ``cache=True``:
-    it would compile, and load, before the key is set."""
+    it would compile, and load, before the key is set; so is a closure not
+    renamed by :func:`closure_named`."""
     if not options.get("cache"):
         return numba.njit(*args, **options)
     if args and callable(args[0]):  # njit(fn, cache=True)
-        return keyed_on_sources(numba.njit(*args, **options))
+        return keyed_on_sources(numba.njit(_check_named(args[0]), *args[1:], **options))
     if args:
         raise TypeError("kernels.jit.njit: a signature with cache=True would load the "
                         "cache before its key is set; leave the compile lazy")
     decorate = numba.njit(**options)
-    return lambda fn: keyed_on_sources(decorate(fn))
+    return lambda fn: keyed_on_sources(decorate(_check_named(fn)))
 
 
 #: Seconds a ``fork`` waits for another thread's compile to end; past it the
