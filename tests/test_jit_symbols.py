@@ -16,6 +16,7 @@ import textwrap
 
 import numpy as np
 import pytest
+from numba.core import bytecode
 
 import naive_gkr
 from zorch_nb.kernels import jit
@@ -97,8 +98,8 @@ _FOLD = """
 
 
 @pytest.mark.skipif(not JIT, reason="no machine code with the JIT off")
-@pytest.mark.skipif(not hasattr(__import__("numba.core.bytecode").core.bytecode.FunctionIdentity,
-                                "_unique_ids"), reason="Numba counts functions otherwise")
+@pytest.mark.skipif(not hasattr(bytecode.FunctionIdentity, "_unique_ids"),
+                    reason="Numba counts functions otherwise")
 def test_sibling_closures_cached_by_two_processes_stay_apart(tmp_path):
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"))
     for mode in ("bb", "ee"):
