@@ -24,7 +24,7 @@ from .field_params import kernel_words
 from .jit import keyed_on_sources
 from .launch_checks import (BINARY, IN_PLACE_UNARY, UNARY, check_bcast, check_map,
                             check_eq_split, check_mle_fold, check_pow)
-from .launch_config import THREADS_PER_BLOCK, grid_for
+from .launch_config import block_for, grid_for
 from .monty import base_map1 as _base1
 from .monty import base_map2 as _base2
 from .monty import OP_INV, base_pow as _base_pow, ext4_pow as _ext4_pow
@@ -255,7 +255,7 @@ def launch(kernel, n, args, out, *more):
     """
     outs = (out,) + more
     d_outs = [as_device(o) for o in outs]
-    kernel[grid_for(n), THREADS_PER_BLOCK, stream_for(*outs, *args)](
+    kernel[grid_for(n), block_for(n), stream_for(*outs, *args)](
         *[as_device(x) for x in args], *d_outs)
     for host, d in zip(outs, d_outs):
         if isinstance(host, np.ndarray):

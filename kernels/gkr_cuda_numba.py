@@ -46,7 +46,7 @@ from .launch_checks import (check_gkr_fold, check_gkr_jagged, check_gkr_pyramid_
                             check_gkr_steps)
 from .launch_config import (GKR_JAGGED_CHUNK, GKR_MAX_FUSED, GKR_NUMBA_SCAN_THREADS,
                             GKR_PYRAMID_THREADS, GKR_TILE_SLOTS_BASE, GKR_TILE_SLOTS_EXT,
-                            THREADS_PER_BLOCK, gkr_pyramid_plan, grid_for)
+                            block_for, gkr_pyramid_plan, grid_for)
 
 __all__ = ["fold_dense", "pyramid_dense", "jagged_transition", "jagged_chunk",
            "fold_dense_trusted", "jagged_transition_trusted", "jagged_chunk_trusted"]
@@ -167,7 +167,7 @@ def fold_dense_trusted(mode, n0, n1, d0, d1, on0, on1, od0, od1, f):
     stream = stream_for(n0, n1, d0, d1, on0)
     ins = [as_device(_flat(x)) for x in (n0, n1, d0, d1)]
     outs, copy_back = _outputs((on0, on1, od0, od1))
-    kernel[grid_for(on0.shape[0]), THREADS_PER_BLOCK, stream](*ins, *outs, p, mu, wm)
+    kernel[grid_for(on0.shape[0]), block_for(on0.shape[0]), stream](*ins, *outs, p, mu, wm)
     copy_back()
 
 
@@ -195,7 +195,7 @@ def jagged_transition_trusted(mode, rc, orc, prefix, n0, n1, d0, d1, on0, on1, o
         _copy_back(d_prefix, prefix, stream)
     ins = [as_device(_flat(x)) for x in (n0, n1, d0, d1)]
     outs, copy_back = _outputs((on0, on1, od0, od1))
-    kernel[grid_for(on0.shape[0]), THREADS_PER_BLOCK, stream](
+    kernel[grid_for(on0.shape[0]), block_for(on0.shape[0]), stream](
         d_rc, d_orc, d_prefix, *ins, *outs, p, mu, wm, one)
     copy_back()
 
@@ -556,7 +556,7 @@ def jagged_chunk_trusted(mode, rc, prefix, first, steps, f):
     outs = [o for _, layer in steps for o in layer]
     d_outs, copy_back = _outputs(outs)
     items = max(layer[0].shape[0] for _, layer in steps)
-    _chunk_kernel(mode)[grid_for(items), THREADS_PER_BLOCK, stream](
+    _chunk_kernel(mode)[grid_for(items), block_for(items), stream](
         d_counts, d_rows, *(as_device(_flat(x)) for x in first), tuple(d_outs),
         np.int64(items), p, mu, wm, one)
     copy_back()

@@ -1,7 +1,8 @@
 """The Numba-CUDA kernels across several blocks and grid-stride rounds.
 
 Under the CUDA simulator the inputs stay small (a simulated thread is a
-Python thread), so with 256 threads per block every launch was one block:
+Python thread), so with 256 threads per block every launch was one block
+(and the launchers size a block down to the warps that cover fewer items):
 a kernel indexing by ``threadIdx.x`` instead of ``cuda.grid(1)`` passed
 every simulator test.  Here the launchers' block size and grid cap are cut
 to 32 threads and 3 blocks, so ~300 elements span blocks and loop.
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.cudasim
 def small_blocks(monkeypatch):
     from zorch_nb.kernels import field_cuda_numba, gkr_cuda_numba
     for mod in (field_cuda_numba, gkr_cuda_numba):
-        monkeypatch.setattr(mod, "THREADS_PER_BLOCK", 32)
+        monkeypatch.setattr(mod, "block_for", lambda n: 32)
         monkeypatch.setattr(mod, "grid_for",
                             lambda n, threads=32: max(1, min(3, (n + threads - 1) // threads)))
 
@@ -59,3 +60,12 @@ def test_gkr_transitions_span_blocks(small_blocks):
         for a, b in zip(build_pyramid(dense, backend="numba", fused=fused), build_pyramid(dense)):
             for got, want in zip(a.mles, b.mles):
                 np.testing.assert_array_equal(got, want)
+
+
+def test_a_launch_over_few_items_gets_the_warps_that_cover_them():
+    from zorch_nb.kernels.launch_config import THREADS_PER_BLOCK, block_for, grid_for
+    for n, threads in ((0, 32), (1, 32), (32, 32), (33, 64), (200, 224),
+                       (THREADS_PER_BLOCK, THREADS_PER_BLOCK), (10**9, THREADS_PER_BLOCK)):
+        assert block_for(n) == threads, n
+        if n <= THREADS_PER_BLOCK:  # one block, a thread for every item
+            assert grid_for(n, block_for(n)) == 1 and block_for(n) >= n, n
