@@ -16,6 +16,7 @@ import pytest
 BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
 
 
+@pytest.mark.late
 def test_bench_cpu_writes_json(tmp_path):
     out = tmp_path / "bench.json"
     res = subprocess.run([sys.executable, "-m", "zorch_nb", "bench", "--device", "cpu",
@@ -108,6 +109,7 @@ def test_the_commit_is_this_checkouts_only(tmp_path):
     assert _commit(str(repo / "zorch_nb")) == head.strip()
 
 
+@pytest.mark.late
 def test_json_to_stdout_is_one_document():
     """``--json -``: stdout holds the report alone (the tables go to stderr)."""
     res = subprocess.run([sys.executable, "-m", "zorch_nb", "bench", "--sizes", "10",

@@ -100,6 +100,7 @@ _FOLD = """
 @pytest.mark.skipif(not JIT, reason="no machine code with the JIT off")
 @pytest.mark.skipif(not hasattr(bytecode.FunctionIdentity, "_unique_ids"),
                     reason="Numba counts functions otherwise")
+@pytest.mark.early
 def test_sibling_closures_cached_by_two_processes_stay_apart(tmp_path):
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"))
     for mode in ("bb", "ee"):

@@ -87,6 +87,7 @@ SCRIPT = textwrap.dedent(r'''
 ''')
 
 
+@pytest.mark.early
 def test_numba_cuda_kernels_compile_to_sm90_ptx():
     try:
         from cuda.bindings import nvrtc

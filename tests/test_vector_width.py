@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 _PROGRAM = """
 import numpy as np
 from numba import njit
@@ -35,6 +37,7 @@ print("width", lanes64_width())
 """
 
 
+@pytest.mark.early
 def test_cold_compiles_print_no_remarks_and_the_width_does_not_leak(tmp_path):
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))  # empty cache: everything compiles
     run = subprocess.run([sys.executable, "-c", _PROGRAM], env=env, capture_output=True,
