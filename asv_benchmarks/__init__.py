@@ -2,9 +2,17 @@
 
 ``peak_bytes(call)``: the peak bytes ``call()`` allocates on top of what
 exists (tracemalloc), for the ``track_peak_bytes_*`` benchmarks.  asv's
-``peakmem_*`` is the whole process's peak -- imports, Numba's compiler and
-``setup``'s inputs (160-280 MB here) -- which a no-op body matched at every
-size; this is the call's own figure.
+``peakmem_*`` is the whole process's peak -- the pages of the imports and
+Numba's compiler it touches, ``setup``'s inputs (60-260 MB here) -- which a
+no-op body matched at every size; this is the call's own figure.
+
+asv.conf.json sets ``launch_method`` to ``forkserver``: each benchmark runs
+in a process forked from one that imported these modules (and so zorch_nb
+and Numba) once, instead of a fresh interpreter per parameter combination
+-- ``asv run --quick`` took 138 s instead of ~280 s on 2 cores.  Times are
+unchanged (``setup`` runs in the forked process, untimed); ``peakmem_*``
+counts fewer inherited pages, so its absolute figures are lower than a
+spawned process's and only their growth with the size means anything.
 """
 from zorch_nb._bench_gkr import traced_peak as peak_bytes
 

@@ -6,7 +6,7 @@ same asv process, so their ratio is meaningful on any machine.  (Run with
 ``asv run --python=same``; compile time is paid in ``setup``.)
 
 ``peakmem_*`` is asv's peak of the whole process: the imports, Numba's
-compiler and ``setup``'s inputs included (about 160-230 MB here), so a
+compiler and ``setup``'s inputs included (about 140-260 MB here), so a
 result of a few MB (a 2^20 product's output is 16 MB) hardly moves it;
 compare ``peakmem`` across sizes, not across ops.  ``track_peak_bytes_*``
 is the call's own peak (tracemalloc, :func:`asv_benchmarks.peak_bytes`).
