@@ -39,6 +39,16 @@ serial pyramid kernel ran one mode's loop for another's and wrote zeros in
 its later layers (seen once in a test run; replayed in
 tests/test_jit_symbols.py).
 
+The counter alone is no guard where processes are forked from one parent:
+the children count alike, and a parallel loop's function (``prange``) is
+named by the address of a compiler object besides, alike in forked
+children too.  Two children compiling two different parallel kernels gave
+their loops one symbol, and a later process loading both from the cache
+ran one kernel's loop for the other (sub rows gave rsub's words in a test
+run; plain Numba does it too: tests/test_jit_symbols.py).  So Numba's counter
+starts at a random point in each process and again in each forked child
+(:func:`_fresh_function_counter`).
+
 Numba holds one process-wide lock for each compile.  A ``fork`` while
 another thread held it (a kernel's first call on a worker thread, a
 ``multiprocessing`` fork pool started meanwhile) gave a child with the lock
@@ -46,7 +56,9 @@ held by a thread it does not have: its first compile waited forever.  So a
 fork waits for a running compile to end (:func:`_before_fork`).
 """
 import hashlib
+import itertools
 import os
+import secrets
 import threading
 import time
 import types
@@ -203,6 +215,24 @@ def _after_fork():
         lock.release()
 
 
+def _fresh_function_counter():
+    # Numba's per-process function counter, in every symbol it makes, from a
+    # random point (module docstring): 48 random bits, so two processes'
+    # ranges of a few thousand functions meet with odds of ~1e-11.
+    try:
+        from numba.core.bytecode import FunctionIdentity
+    except ImportError:  # Numba moved it: keep its counter
+        return
+    if type(getattr(FunctionIdentity, "_unique_ids", None)) is itertools.count:
+        FunctionIdentity._unique_ids = itertools.count(1 + secrets.randbits(48))
+
+
+def _after_fork_in_child():
+    _after_fork()
+    _fresh_function_counter()
+
+
+_fresh_function_counter()
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(before=_before_fork, after_in_parent=_after_fork,
-                        after_in_child=_after_fork)
+                        after_in_child=_after_fork_in_child)

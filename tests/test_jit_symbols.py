@@ -117,3 +117,62 @@ def test_sibling_closures_cached_by_two_processes_stay_apart(tmp_path):
         for k, w in enumerate(want):
             assert np.array_equal(got[f"{mode}{k + 4}"], w), (mode, k)
 
+
+
+# Two different parallel loops in one module file, cached; names of one
+# length and bodies of one shape, so forked children allocate alike for them.
+_LOOPS = """
+import numpy as np
+from numba import njit, prange
+
+@njit(parallel=True, cache=True)
+def add_one(a):
+    out = np.empty_like(a)
+    for i in prange(a.shape[0]):
+        out[i] = a[i] + 1
+    return out
+
+@njit(parallel=True, cache=True)
+def mul_two(a):
+    out = np.empty_like(a)
+    for i in prange(a.shape[0]):
+        out[i] = a[i] * 2
+    return out
+"""
+
+# A parent that imported zorch_nb forks a child per loop; each compiles one.
+_FORKED = """
+import os, sys
+import numpy as np
+import zorch_nb  # noqa: F401  (its at-fork handlers)
+import loops
+for name in ("add_one", "mul_two"):
+    pid = os.fork()
+    if pid == 0:
+        getattr(loops, name)(np.arange(8.0))
+        from numba.core.bytecode import FunctionIdentity
+        print(next(FunctionIdentity._unique_ids), flush=True)  # the child's next count
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert status == 0, status
+"""
+
+
+@pytest.mark.skipif(not JIT, reason="no machine code with the JIT off")
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_parallel_loops_compiled_in_forked_children_stay_apart(tmp_path):
+    """Forked children count alike and allocate alike: without a counter of
+    their own, the two loops' functions got one symbol, and the process that
+    loaded both entries ran add_one's loop for mul_two (where the two
+    children's loops got one address: 2 runs in 3 here)."""
+    (tmp_path / "loops.py").write_text(_LOOPS)
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"), PYTHONPATH=str(tmp_path))
+    counts = subprocess.run([sys.executable, "-c", _FORKED], env=env, check=True, timeout=600,
+                            capture_output=True, text=True).stdout.split()
+    assert len(counts) == 2 and counts[0] != counts[1], counts  # (alike, the loops may meet)
+    res = subprocess.run([sys.executable, "-c", "import numpy as np, loops; a = np.arange(8.0); "
+                          "print(*loops.add_one(a), *loops.mul_two(a))"],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    a = np.arange(8.0)
+    assert [float(x) for x in res.stdout.split()] == [*(a + 1), *(a * 2)]
