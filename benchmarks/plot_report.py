@@ -6,9 +6,13 @@ come back from it.  This draws the same chart here from the JSON.
 
 Usage: ``python benchmarks/plot_report.py REPORT.json CHART.png``
 """
+import os
 import sys
 
-from targets import load_report
+# targets.py lies beside this file; under PYTHONSAFEPATH (the test suite sets
+# it) Python does not put the script's folder on sys.path by itself
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from targets import load_report  # noqa: E402
 
 from zorch_nb.bench import Row, plot
 

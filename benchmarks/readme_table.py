@@ -6,9 +6,13 @@ shared machine is the robust figure.
 
 Usage: ``python benchmarks/readme_table.py benchmarks/results/<report>.json``
 """
+import os
 import sys
 
-from targets import load_report
+# targets.py lies beside this file; under PYTHONSAFEPATH (the test suite sets
+# it) Python does not put the script's folder on sys.path by itself
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from targets import load_report  # noqa: E402
 
 
 def table(report: dict, path: str | None = None) -> str:

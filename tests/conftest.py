@@ -28,6 +28,13 @@ if os.environ.get("ZORCH_CUDASIM", "1") != "0" and not _has_nvidia_driver():
 
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 
+# The programs tests start (`python -c ...`, `python -m zorch_nb bench`) import
+# the zorch_nb under test: run from the checkout's root, Python would put the
+# root first on sys.path, so under CI's non-editable install they ran the
+# checkout's sources -- not what was installed -- and compiled them into a
+# Numba cache of their own.  (Python >= 3.11; 3.10 ignores the variable.)
+os.environ["PYTHONSAFEPATH"] = "1"
+
 # For the tests that set a NumPy array's ``.shape`` / ``.dtype`` in place on
 # purpose (a caller may, and the layers must notice): NumPy 2.5 deprecates the
 # setters.  A mark per test, not a filter for the suite: zorch_nb itself must

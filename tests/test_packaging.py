@@ -1,6 +1,7 @@
 """What the package declares and ships (the wheel's own contents are exercised by
 CI installing it non-editable; these are the parts CI's install does not see)."""
 import configparser
+import os
 import re
 import shutil
 import subprocess
@@ -114,3 +115,14 @@ def test_every_public_name_has_a_docstring():
     # (from_source: the CuPy modules where CuPy is missing and no emulated
     # test imported them first)
     assert checked + from_source > 100 and not missing
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="PYTHONSAFEPATH needs Python 3.11")
+def test_programs_the_tests_start_import_the_package_under_test():
+    """A test's `python -c` run from the checkout's root imports the zorch_nb
+    the tests import (CI's non-editable install), not the checkout's sources
+    beside it (conftest sets PYTHONSAFEPATH)."""
+    import zorch_nb
+    out = subprocess.run([sys.executable, "-c", "import zorch_nb; print(zorch_nb.__file__)"],
+                         cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+    assert os.path.samefile(out, zorch_nb.__file__), (out, zorch_nb.__file__)
