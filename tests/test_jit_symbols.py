@@ -118,7 +118,6 @@ def test_sibling_closures_cached_by_two_processes_stay_apart(tmp_path):
             assert np.array_equal(got[f"{mode}{k + 4}"], w), (mode, k)
 
 
-
 # Two different parallel loops in one module file, cached; names of one
 # length and bodies of one shape, so forked children allocate alike for them.
 _LOOPS = """
