@@ -3,7 +3,8 @@
 The other host tests compile the ``__host__ __device__`` per-slot functions
 and serial twins of the block kernels.  This module goes further: it compiles
 the ``__global__`` kernels themselves with g++ under a small SIMT emulation:
-every thread of a block is a fiber (``ucontext``) run by a scheduler,
+every thread of a block is a fiber (``ucontext``; ``STACK_BYTES`` of stack
+above a guard, so a kernel outgrowing it faults) run by a scheduler,
 ``__syncthreads`` is a block barrier, ``__shfl_up_sync`` / ``__shfl_down_sync``
 exchange values through a per-warp barrier, ``__shared__`` variables are
 shared by the block (blocks run one after another, each starting with its
@@ -57,16 +58,19 @@ from cupy_api import names as cupy_api_names
 from zorch_nb.kernels.cuda_source import assemble
 from zorch_nb.kernels.field_params import FIELDS
 
-PRELUDE = r"""
+#: Bytes of stack each emulated CUDA thread (a fiber) has.
+STACK_BYTES = 64 * 1024
+
+PRELUDE = f"#define ZEMU_STACK_BYTES {STACK_BYTES}\n" + r"""
 #define __CUDACC__ 1
 #define __CUDA_ARCH__ 900
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <ucontext.h>
 #include <algorithm>
 #include <functional>
-#include <memory>
 #include <numeric>
 #include <vector>
 #define __host__
@@ -135,12 +139,25 @@ inline std::vector<unsigned int> order(unsigned int n) {
 }
 inline ucontext_t scheduler;
 inline std::vector<ucontext_t> fibers;
-inline std::vector<std::unique_ptr<char[]>> stacks;
+inline std::vector<char*> stacks;
 inline std::vector<State> state;
 inline unsigned int current = 0;
 inline std::function<void()> body;
 inline unsigned long long xchg[1024];
-constexpr size_t STACK = 256 * 1024;
+// A fiber's stack: small, since ASan's swapcontext interceptor clears the
+// shadow of the whole target stack at every switch (at 256 KiB the emulated
+// launches ran ~7x slower under ZORCH_EMU_SANITIZE=1 than without; the
+// kernels peaked at ~6 KiB there).  Below each, GUARD inaccessible bytes: a
+// kernel that outgrows its stack faults at once instead of writing over
+// another fiber's.
+constexpr size_t STACK = ZEMU_STACK_BYTES;
+constexpr size_t GUARD = 64 * 1024;
+inline char* new_stack() {
+    char* m = (char*)mmap(nullptr, GUARD + STACK, PROT_READ | PROT_WRITE,
+                          MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == (char*)MAP_FAILED || mprotect(m, GUARD, PROT_NONE) != 0) abort();
+    return m + GUARD;
+}
 
 inline void wait(State s) {
     state[current] = s;
@@ -153,12 +170,12 @@ inline void entry() {
 }
 // Run one block of n threads to completion.
 inline void run_block(unsigned int n) {
-    while (stacks.size() < n) stacks.emplace_back(new char[STACK]);
+    while (stacks.size() < n) stacks.push_back(new_stack());
     fibers.assign(n, ucontext_t{});
     state.assign(n, RUNNABLE);
     for (unsigned int t = 0; t < n; ++t) {
         getcontext(&fibers[t]);
-        fibers[t].uc_stack.ss_sp = stacks[t].get();
+        fibers[t].uc_stack.ss_sp = stacks[t];
         fibers[t].uc_stack.ss_size = STACK;
         fibers[t].uc_link = nullptr;
         makecontext(&fibers[t], entry, 0);

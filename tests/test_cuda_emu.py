@@ -96,6 +96,41 @@ def test_a_deadlock_aborts_instead_of_hanging():
     assert child.exitcode == -signal.SIGABRT
 
 
+# A local array larger than a thread's stack, written from its top down (as
+# a deep call chain would grow): it must reach the guard below the stack.
+_DEEP = r"""
+extern "C" __global__ void deep(unsigned int* out, unsigned int n) {
+    volatile unsigned char a[DEEP_BYTES];
+    for (long i = (long)sizeof(a) - 1; i >= 0; --i) a[i] = (unsigned char)i;
+    out[threadIdx.x] = a[n];
+}
+"""
+
+
+def _deep_child(nbytes):
+    faulthandler.disable()  # the fault is the expected outcome (see _stuck_child)
+    lib = cuda_emu.emulated_code(f"#define DEEP_BYTES {nbytes}\n" + _DEEP)
+    out = np.zeros(64, np.uint32)
+    lib.emu_deep(ctypes.c_uint(2), ctypes.c_uint(64), ptr(out), ctypes.c_uint(nbytes - 3))
+    # every thread of both blocks wrote its whole array
+    raise SystemExit(0 if (out == (nbytes - 3) % 256).all() else 3)
+
+
+@pytest.mark.parametrize("over", [False, True], ids=["fits", "outgrows"])
+def test_a_thread_outgrowing_its_stack_faults(over):
+    """Each emulated thread (a fiber) has ``STACK_BYTES`` of stack above an
+    inaccessible guard: a kernel needing more faults at once (SIGSEGV) rather
+    than writing over the memory below, another fiber's stack or the heap."""
+    nbytes = cuda_emu.STACK_BYTES + 4096 if over else cuda_emu.STACK_BYTES // 2
+    cuda_emu.emulated_code(f"#define DEEP_BYTES {nbytes}\n" + _DEEP)  # cached for the child
+    child = multiprocessing.get_context("fork").Process(target=_deep_child, args=(nbytes,))
+    child.start()
+    child.join(120)
+    if child.exitcode is None:
+        child.kill()
+    assert child.exitcode == (-signal.SIGSEGV if over else 0)
+
+
 _OOB = r"""
 extern "C" __global__ void read_past(unsigned int* x, unsigned int n) {
     x[threadIdx.x] = x[threadIdx.x + n];  // the last n threads read past the end
