@@ -144,14 +144,24 @@ inline std::vector<State> state;
 inline unsigned int current = 0;
 inline std::function<void()> body;
 inline unsigned long long xchg[1024];
-// A fiber's stack: small, since ASan's swapcontext interceptor clears the
-// shadow of the whole target stack at every switch (at 256 KiB the emulated
-// launches ran ~7x slower under ZORCH_EMU_SANITIZE=1 than without; the
-// kernels peaked at ~6 KiB there).  Below each, GUARD inaccessible bytes: a
-// kernel that outgrows its stack faults at once instead of writing over
-// another fiber's.
+// A fiber's stack: STACK bytes (the kernels peaked at ~6 KiB under ASan),
+// above GUARD inaccessible bytes, so a kernel that outgrows its stack faults
+// at once instead of writing over another fiber's.
 constexpr size_t STACK = ZEMU_STACK_BYTES;
 constexpr size_t GUARD = 64 * 1024;
+// ASan's swapcontext interceptor clears the shadow of the target context's
+// whole stack (uc_stack) at every switch: that made the sanitized emulation
+// ~7x slower (at 256 KiB stacks) and erased the redzones of the arrays on a
+// thread's stack at each barrier, so an overrun of one went unreported.  So
+// a fiber's stack shadow is cleared here once, when a thread starts on it
+// (an earlier thread's unfinished entry frame may have left poison there),
+// and its uc_stack is emptied after makecontext: the switches leave it be.
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+inline void zemu_unpoison(char* p, size_t n) { __asan_unpoison_memory_region(p, n); }
+#else
+inline void zemu_unpoison(char*, size_t) {}
+#endif
 inline char* new_stack() {
     char* m = (char*)mmap(nullptr, GUARD + STACK, PROT_READ | PROT_WRITE,
                           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -178,7 +188,9 @@ inline void run_block(unsigned int n) {
         fibers[t].uc_stack.ss_sp = stacks[t];
         fibers[t].uc_stack.ss_size = STACK;
         fibers[t].uc_link = nullptr;
+        zemu_unpoison(stacks[t], STACK);  // what an earlier block's fiber left there
         makecontext(&fibers[t], entry, 0);
+        fibers[t].uc_stack.ss_size = 0;  // (makecontext has used it: see zemu_unpoison)
     }
     for (;;) {
         bool ran = false;

@@ -135,6 +135,18 @@ _OOB = r"""
 extern "C" __global__ void read_past(unsigned int* x, unsigned int n) {
     x[threadIdx.x] = x[threadIdx.x + n];  // the last n threads read past the end
 }
+
+// A thread's own stack array read past its end after a barrier, that is
+// after a switch to the scheduler and back: the array's redzones must
+// survive the switch (ASan's swapcontext interceptor cleared them).
+__attribute__((noinline)) unsigned int word_at(volatile unsigned int* q, unsigned int i) {
+    return q[i];  // (a's size unknown here: ASan's check, not UBSan's)
+}
+extern "C" __global__ void stack_past(unsigned int* x, unsigned int n) {
+    volatile unsigned int a[4] = {1u, 2u, 3u, 4u};
+    __syncthreads();
+    x[threadIdx.x] = word_at(a, 3u + n);
+}
 """
 
 _OOB_CHILD = """
@@ -144,15 +156,19 @@ import cuda_emu
 from cuda_host import ptr
 lib = cuda_emu.emulated_code(cuda_emu_source)
 x = np.zeros(32, np.uint32)
-lib.emu_read_past(ctypes.c_uint(1), ctypes.c_uint(32), ptr(x), ctypes.c_uint(int(sys.argv[1])))
+getattr(lib, sys.argv[2])(ctypes.c_uint(1), ctypes.c_uint(32), ptr(x), ctypes.c_uint(int(sys.argv[1])))
 print("finished")
 """
 
 
 @pytest.mark.parametrize("past", [0, 1], ids=["in-bounds", "one-past"])
-def test_sanitized_build_catches_an_out_of_bounds_read(tmp_path, past):
+@pytest.mark.parametrize("kernel,report", [("emu_read_past", "heap-buffer-overflow"),
+                                           ("emu_stack_past", "stack-buffer-overflow")],
+                         ids=["array", "thread-stack"])
+def test_sanitized_build_catches_an_out_of_bounds_read(tmp_path, past, kernel, report):
     """ZORCH_EMU_SANITIZE=1 (CI's emulated gpu stage): a kernel reading one word
-    past a NumPy array aborts with AddressSanitizer's report; in bounds it runs."""
+    past a NumPy array, or past an array on its own stack after a barrier,
+    aborts with AddressSanitizer's report; in bounds it runs."""
     import os
     import pathlib
     import shutil
@@ -168,10 +184,10 @@ def test_sanitized_build_catches_an_out_of_bounds_read(tmp_path, past):
     env = dict(os.environ, ZORCH_EMU_SANITIZE="1", LD_PRELOAD=lib,
                ASAN_OPTIONS="detect_leaks=0",
                PYTHONPATH=str(pathlib.Path(__file__).parent))
-    res = subprocess.run([sys.executable, str(script), str(past)], env=env,
+    res = subprocess.run([sys.executable, str(script), str(past), kernel], env=env,
                          capture_output=True, text=True, timeout=300)
     if past:
-        assert res.returncode != 0 and "heap-buffer-overflow" in res.stderr
+        assert res.returncode != 0 and report in res.stderr, res.stderr[-2000:]
     else:
         assert res.returncode == 0 and "finished" in res.stdout, res.stderr[-2000:]
 
