@@ -87,15 +87,23 @@ def _stuck_child():
     lib.emu_stuck(ctypes.c_uint(1), ctypes.c_uint(32), ptr(out))
 
 
-def test_a_deadlock_aborts_instead_of_hanging():
-    cuda_emu.emulated_code(_PROBE)  # compile in this process (cached for the child)
-    child = multiprocessing.get_context("fork").Process(target=_stuck_child)
+def _exit_code_in_child(target, *args, timeout):
+    """Exit code of ``target(*args)`` run in a forked child (-N: killed by
+    signal N), or None if it did not end within ``timeout`` seconds."""
+    child = multiprocessing.get_context("fork").Process(target=target, args=args)
     child.start()
-    child.join(60)
+    child.join(timeout)
     if child.exitcode is None:  # a hang: do not leave it behind
         child.kill()
+        child.join()
+        return None
+    return child.exitcode
+
+
+def test_a_deadlock_aborts_instead_of_hanging():
+    cuda_emu.emulated_code(_PROBE)  # compile in this process (cached for the child)
     # killed by SIGABRT (the emulator's deadlock abort), not a hang or another failure
-    assert child.exitcode == -signal.SIGABRT
+    assert _exit_code_in_child(_stuck_child, timeout=60) == -signal.SIGABRT
 
 
 # A local array larger than a thread's stack, written from its top down (as
@@ -109,9 +117,9 @@ extern "C" __global__ void deep(unsigned int* out, unsigned int n) {
 """
 
 
-def _deep_child(nbytes):
+def _deep_child(src, nbytes):
     faulthandler.disable()  # the fault is the expected outcome (see _stuck_child)
-    lib = cuda_emu.emulated_code(f"#define DEEP_BYTES {nbytes}\n" + _DEEP)
+    lib = cuda_emu.emulated_code(src)
     out = np.zeros(64, np.uint32)
     lib.emu_deep(ctypes.c_uint(2), ctypes.c_uint(64), ptr(out), ctypes.c_uint(nbytes - 3))
     # every thread of both blocks wrote its whole array
@@ -124,18 +132,15 @@ def test_a_thread_outgrowing_its_stack_faults(over):
     inaccessible guard: a kernel needing more faults at once (SIGSEGV) rather
     than writing over the memory below, another fiber's stack or the heap."""
     nbytes = cuda_emu.STACK_BYTES + 4096 if over else cuda_emu.STACK_BYTES // 2
-    cuda_emu.emulated_code(f"#define DEEP_BYTES {nbytes}\n" + _DEEP)  # cached for the child
-    child = multiprocessing.get_context("fork").Process(target=_deep_child, args=(nbytes,))
-    child.start()
-    child.join(120)
-    if child.exitcode is None:
-        child.kill()
+    src = f"#define DEEP_BYTES {nbytes}\n" + _DEEP
+    cuda_emu.emulated_code(src)  # compiled in this process (cached for the child)
+    code = _exit_code_in_child(_deep_child, src, nbytes, timeout=120)
     if not over:
-        assert child.exitcode == 0
+        assert code == 0
     elif os.environ.get("ZORCH_EMU_SANITIZE") == "1":
-        assert child.exitcode not in (0, None)  # ASan's handler reports the fault and exits
+        assert code not in (0, None)  # ASan's handler reports the fault and exits
     else:
-        assert child.exitcode == -signal.SIGSEGV
+        assert code == -signal.SIGSEGV
 
 
 _OOB = r"""
