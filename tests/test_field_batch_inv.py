@@ -1,8 +1,10 @@
 """The CPU inverses run Montgomery's batch trick (base elements, and the
-norms of extension elements) in chunks; checked here against the elementwise
-Fermat inverse of kernels/monty.py and Python big ints, across chunk
-boundaries, with zeros (the trick must keep them from spoiling their chunk:
-at the kernel level a zero inverts to 0, as Fermat gives) and words >= p."""
+norms of extension elements) in chunks, each as BATCH_INV_LANES chains side
+by side; checked here against the elementwise Fermat inverse of
+kernels/monty.py and Python big ints, across chunk boundaries and short
+last rows of the chains, with zeros (the trick must keep them from spoiling
+their chain: at the kernel level a zero inverts to 0, as Fermat gives) and
+words >= p."""
 import numpy as np
 import pytest
 from numba import njit
@@ -11,12 +13,13 @@ import naive
 from zorch_nb import BabyBear, KoalaBear
 from zorch_nb.kernels import field_cpu
 from zorch_nb.kernels.field_params import kernel_words
-from zorch_nb.kernels.launch_config import BATCH_INV_CHUNK
+from zorch_nb.kernels.launch_config import BATCH_INV_CHUNK, BATCH_INV_LANES
 from zorch_nb.kernels.monty import (OP_INV, OP_SQUARE, base_map1, base_pow, ext4_inv, ext4_mul,
                                     ext4_pow)
 
 FIELDS = [pytest.param(KoalaBear, id="koalabear"), pytest.param(BabyBear, id="babybear")]
-SIZES = [1, 7, BATCH_INV_CHUNK - 1, BATCH_INV_CHUNK, BATCH_INV_CHUNK + 1, 2 * BATCH_INV_CHUNK + 3]
+SIZES = [1, 7, BATCH_INV_LANES - 1, BATCH_INV_LANES + 1, 5 * BATCH_INV_LANES + 7,
+         BATCH_INV_CHUNK - 1, BATCH_INV_CHUNK, BATCH_INV_CHUNK + 1, 2 * BATCH_INV_CHUNK + 3]
 
 
 @njit
@@ -67,6 +70,33 @@ def test_base_inverse_kernel_equals_fermat_each(F, n):
     for i in some:
         v = naive.dec(int(a[i]) % F.p, F.p)
         assert naive.dec(int(want[i]), F.p) == pow(v, F.p - 2, F.p)
+
+
+@pytest.mark.parametrize("F", FIELDS)
+@pytest.mark.parametrize("pattern", ["all", "one-chain", "every-other-row", "tail"])
+def test_inverse_kernels_with_zero_chains(F, pattern):
+    """Zeros laid out along the chains: every element, every element of chain
+    3 (its product stays one), whole rows, and the short last row's."""
+    n = BATCH_INV_CHUNK + 3 * BATCH_INV_LANES + 5  # a second chunk with a short row
+    a = words_with_zeros(F, (n, 4), 11)
+    rows = np.arange(n) % BATCH_INV_CHUNK // BATCH_INV_LANES
+    lane = np.arange(n) % BATCH_INV_CHUNK % BATCH_INV_LANES
+    zero = {"all": np.ones(n, bool), "one-chain": lane == 3, "every-other-row": rows % 2 == 0,
+            "tail": np.arange(n) >= n - 5}[pattern]
+    a[zero] = 0
+    a[zero & (lane % 2 == 1)] = F.p  # zero too, read mod p
+    for G, x in ((F, a[:, 0]), (F.ext, a)):
+        p, mu, wm, one = kernel_words(G.params)
+        x = np.ascontiguousarray(x)
+        want = np.empty_like(x)
+        if G.degree == 1:
+            _fermat_each(x, want, p, mu, one)
+        else:
+            _ext_fermat_each(x, want, p, mu, wm, one)
+        got = np.empty_like(x)
+        (field_cpu.ext4_map1 if G.degree == 4 else field_cpu.base_map1)(OP_INV, x, got, G.params)
+        np.testing.assert_array_equal(got, want)
+        assert not got[zero].any()
 
 
 @pytest.mark.parametrize("F", FIELDS)
