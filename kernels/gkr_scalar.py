@@ -50,7 +50,8 @@ from .jit import njit  # numba.njit, cache keyed on every kernel source
 
 from .monty import (base_eq_split, base_fold, below_pr, canonical, ext4_dot, ext4_eq_split,
                     ext4_fold, ext4_inv_finish, ext4_mul, ext4_norm, ext4_wrap, mod_add,
-                    mod_sub, mont_mul, monty_reduce, monty_reduce_sum4, reduce_once)
+                    mod_sub, mont_mul, mont_mul_sub, monty_reduce, monty_reduce_sum4,
+                    reduce_once)
 
 __all__ = ["MODE_BB", "MODE_BE", "MODE_EB", "MODE_EE", "mode_of", "output_mode",
            "mle_words", "SLOT_LIVE",
@@ -368,7 +369,7 @@ def inlined_arithmetic():
     env = {}
     # Callees before callers: each copy is bound to the copies made so far.
     for fn in (canonical, reduce_once, monty_reduce, below_pr, monty_reduce_sum4, mont_mul,
-               mod_add, mod_sub, ext4_wrap, ext4_dot, ext4_mul, ext4_norm, ext4_inv_finish,
+               mont_mul_sub, mod_add, mod_sub, ext4_wrap, ext4_dot, ext4_mul, ext4_norm, ext4_inv_finish,
                base_fold, ext4_fold, base_eq_split, ext4_eq_split, frac_bb, frac_be, frac_eb,
                frac_ee):
         env[fn.__name__] = njit(forceinline=True)(_rebind(getattr(fn, "py_func", fn), env))

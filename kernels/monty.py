@@ -278,6 +278,16 @@ def ext4_mul(a0, a1, a2, a3, b0, b1, b2, b3, p, mu_neg, w_mont):
 
 
 @njit(cache=True)
+def mont_mul_sub(a, b, c, d, p, mu_neg):
+    """Montgomery word of ``a b - c d`` (canonical words) with one reduction:
+    ``a b + (p**2 - c d)`` is a sum of two terms ``<= p**2``, in
+    :func:`monty_reduce_sum4`'s range, and ``p**2`` vanishes mod p."""
+    pp = np.uint64(p) * np.uint64(p)
+    return monty_reduce_sum4(np.uint64(a) * np.uint64(b) + (pp - np.uint64(c) * np.uint64(d)),
+                             p, mu_neg)
+
+
+@njit(cache=True)
 def ext4_norm(a0, a1, a2, a3, p, mu_neg, w_mont):
     """``(N0, N1, n)`` of ``a`` for :func:`ext4_inv`: ``n`` is the norm of
     ``a`` down to F_p, zero exactly when ``a`` is (``x^4 - W`` is irreducible).
@@ -285,34 +295,36 @@ def ext4_norm(a0, a1, a2, a3, p, mu_neg, w_mont):
     With ``u = x^2`` (``u^2 = W``), ``a = A + x B``, ``A = a0 + a2 u``,
     ``B = a1 + a3 u``.  ``(A + xB)(A - xB) = A^2 - u B^2 = N0 + N1 u`` and
     ``(N0 + N1 u)(N0 - N1 u) = N0^2 - W N1^2 = n``.
+
+    Each of ``N0``, ``N1``, ``n`` is one reduction of a sum of products
+    (negated terms as ``p**2`` minus the product, each term ``<= p**2``,
+    at most four in all, so :func:`monty_reduce_sum4` takes it): 6
+    reductions where one per product took 12.
     """
-    # Products a_i a_j and the W-multiples they need (all Montgomery words).
-    a00 = mont_mul(a0, a0, p, mu_neg)
-    a11 = mont_mul(a1, a1, p, mu_neg)
-    a22w = mont_mul(mont_mul(a2, a2, p, mu_neg), w_mont, p, mu_neg)
-    a33w = mont_mul(mont_mul(a3, a3, p, mu_neg), w_mont, p, mu_neg)
-    a02 = mont_mul(a0, a2, p, mu_neg)
-    a13w = mont_mul(mont_mul(a1, a3, p, mu_neg), w_mont, p, mu_neg)
+    pp = np.uint64(p) * np.uint64(p)
+    a2w = np.uint64(mont_mul(a2, w_mont, p, mu_neg))  # W a2, W a3 (Montgomery words)
+    a3w = np.uint64(mont_mul(a3, w_mont, p, mu_neg))
+    a0, a1, a2, a3 = np.uint64(a0), np.uint64(a1), np.uint64(a2), np.uint64(a3)
+    two = np.uint64(2)
     # N0 = a0^2 + W a2^2 - 2 W a1 a3;  N1 = 2 a0 a2 - a1^2 - W a3^2
-    n0 = mod_sub(mod_sub(mod_add(a00, a22w, p), a13w, p), a13w, p)
-    n1 = mod_sub(mod_sub(mod_add(a02, a02, p), a11, p), a33w, p)
+    n0 = monty_reduce_sum4(a0 * a0 + a2 * a2w + two * (pp - a1 * a3w), p, mu_neg)
+    n1 = monty_reduce_sum4(two * (a0 * a2) + (pp - a1 * a1) + (pp - a3 * a3w), p, mu_neg)
     n1w = mont_mul(n1, w_mont, p, mu_neg)
-    return n0, n1, mod_sub(mont_mul(n0, n0, p, mu_neg), mont_mul(n1w, n1, p, mu_neg), p)
+    return n0, n1, mont_mul_sub(n0, n0, n1w, n1, p, mu_neg)
 
 
 @njit(cache=True)
 def ext4_inv_finish(a0, a1, a2, a3, n0, n1, ni, p, mu_neg, w_mont):
     """``a^-1 = (A - xB)(N0 - N1 u) ni`` from :func:`ext4_norm`'s ``N0, N1``
-    and ``ni``, the inverse of its norm."""
-    n1w = mont_mul(n1, w_mont, p, mu_neg)
-    # (A - xB)(N0 - N1 u): c0 = a0 N0 - W a2 N1, c1 = W a3 N1 - a1 N0,
-    # c2 = a2 N0 - a0 N1, c3 = a1 N1 - a3 N0.
-    c0 = mod_sub(mont_mul(a0, n0, p, mu_neg), mont_mul(a2, n1w, p, mu_neg), p)
-    c1 = mod_sub(mont_mul(a3, n1w, p, mu_neg), mont_mul(a1, n0, p, mu_neg), p)
-    c2 = mod_sub(mont_mul(a2, n0, p, mu_neg), mont_mul(a0, n1, p, mu_neg), p)
-    c3 = mod_sub(mont_mul(a1, n1, p, mu_neg), mont_mul(a3, n0, p, mu_neg), p)
-    return (mont_mul(c0, ni, p, mu_neg), mont_mul(c1, ni, p, mu_neg),
-            mont_mul(c2, ni, p, mu_neg), mont_mul(c3, ni, p, mu_neg))
+    and ``ni``, the inverse of its norm (``ni`` is taken into ``N0``, ``N1``
+    first, so each coefficient is one :func:`mont_mul_sub`)."""
+    m0 = mont_mul(n0, ni, p, mu_neg)
+    m1 = mont_mul(n1, ni, p, mu_neg)
+    m1w = mont_mul(m1, w_mont, p, mu_neg)
+    # (A - xB)(M0 - M1 u): c0 = a0 M0 - W a2 M1, c1 = W a3 M1 - a1 M0,
+    # c2 = a2 M0 - a0 M1, c3 = a1 M1 - a3 M0.
+    return (mont_mul_sub(a0, m0, a2, m1w, p, mu_neg), mont_mul_sub(a3, m1w, a1, m0, p, mu_neg),
+            mont_mul_sub(a2, m0, a0, m1, p, mu_neg), mont_mul_sub(a1, m1, a3, m0, p, mu_neg))
 
 
 @njit(cache=True)

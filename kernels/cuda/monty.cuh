@@ -142,26 +142,33 @@ ZORCH_HD zorch_ext4 zorch_ext4_neg(zorch_ext4 a) {
     return c;
 }
 
-// Inverse by two norm steps (see kernels/monty.py ext4_inv for the algebra):
-// u = x^2, a = A + xB, N = A^2 - u B^2 = N0 + N1 u, n = N0^2 - W N1^2 in F_p,
-// a^-1 = (A - xB)(N0 - N1 u) / n.  The caller guarantees a != 0.
+// a b - c d (canonical words) with one reduction: a b + (p^2 - c d) is a sum
+// of two terms <= p^2, in zorch_monty_reduce_sum4's range (monty.py mont_mul_sub).
+ZORCH_HD zorch_u32 zorch_mont_mul_sub(zorch_u32 a, zorch_u32 b, zorch_u32 c, zorch_u32 d) {
+    const zorch_u64 pp = (zorch_u64)ZORCH_P * ZORCH_P;
+    return zorch_monty_reduce_sum4((zorch_u64)a * b + (pp - (zorch_u64)c * d));
+}
+
+// Inverse by two norm steps (see kernels/monty.py ext4_norm / ext4_inv_finish
+// for the algebra): u = x^2, a = A + xB, N = A^2 - u B^2 = N0 + N1 u,
+// n = N0^2 - W N1^2 in F_p, a^-1 = (A - xB)(N0 - N1 u) / n.  N0, N1, n and
+// each coefficient are one reduction of a sum of at most four terms <= p^2
+// (a negated product as p^2 minus it).  The caller guarantees a != 0.
 ZORCH_HD zorch_ext4 zorch_ext4_inv(zorch_ext4 a) {
-    const zorch_u32 a00 = zorch_mont_mul(a.c0, a.c0);
-    const zorch_u32 a11 = zorch_mont_mul(a.c1, a.c1);
-    const zorch_u32 a22w = zorch_mont_mul(zorch_mont_mul(a.c2, a.c2), ZORCH_W_MONT);
-    const zorch_u32 a33w = zorch_mont_mul(zorch_mont_mul(a.c3, a.c3), ZORCH_W_MONT);
-    const zorch_u32 a02 = zorch_mont_mul(a.c0, a.c2);
-    const zorch_u32 a13w = zorch_mont_mul(zorch_mont_mul(a.c1, a.c3), ZORCH_W_MONT);
-    const zorch_u32 n0 = zorch_sub(zorch_sub(zorch_add(a00, a22w), a13w), a13w);
-    const zorch_u32 n1 = zorch_sub(zorch_sub(zorch_add(a02, a02), a11), a33w);
+    const zorch_u64 pp = (zorch_u64)ZORCH_P * ZORCH_P;
+    const zorch_u64 a0 = a.c0, a1 = a.c1, a2 = a.c2, a3 = a.c3;
+    const zorch_u64 a2w = zorch_mont_mul(a.c2, ZORCH_W_MONT);
+    const zorch_u64 a3w = zorch_mont_mul(a.c3, ZORCH_W_MONT);
+    // N0 = a0^2 + W a2^2 - 2 W a1 a3;  N1 = 2 a0 a2 - a1^2 - W a3^2
+    const zorch_u32 n0 = zorch_monty_reduce_sum4(a0 * a0 + a2 * a2w + 2u * (pp - a1 * a3w));
+    const zorch_u32 n1 = zorch_monty_reduce_sum4(2u * (a0 * a2) + (pp - a1 * a1) + (pp - a3 * a3w));
     const zorch_u32 n1w = zorch_mont_mul(n1, ZORCH_W_MONT);
-    const zorch_u32 norm = zorch_sub(zorch_mont_mul(n0, n0), zorch_mont_mul(n1w, n1));
-    const zorch_u32 ni = zorch_inv(norm);
-    zorch_ext4 c;
-    c.c0 = zorch_mont_mul(zorch_sub(zorch_mont_mul(a.c0, n0), zorch_mont_mul(a.c2, n1w)), ni);
-    c.c1 = zorch_mont_mul(zorch_sub(zorch_mont_mul(a.c3, n1w), zorch_mont_mul(a.c1, n0)), ni);
-    c.c2 = zorch_mont_mul(zorch_sub(zorch_mont_mul(a.c2, n0), zorch_mont_mul(a.c0, n1)), ni);
-    c.c3 = zorch_mont_mul(zorch_sub(zorch_mont_mul(a.c1, n1), zorch_mont_mul(a.c3, n0)), ni);
+    const zorch_u32 ni = zorch_inv(zorch_mont_mul_sub(n0, n0, n1w, n1));
+    // the inverse norm taken into N0, N1 first: M = N ni
+    const zorch_u32 m0 = zorch_mont_mul(n0, ni), m1 = zorch_mont_mul(n1, ni);
+    const zorch_u32 m1w = zorch_mont_mul(m1, ZORCH_W_MONT);
+    zorch_ext4 c = {zorch_mont_mul_sub(a.c0, m0, a.c2, m1w), zorch_mont_mul_sub(a.c3, m1w, a.c1, m0),
+                    zorch_mont_mul_sub(a.c2, m0, a.c0, m1), zorch_mont_mul_sub(a.c1, m1, a.c3, m0)};
     return c;
 }
 
