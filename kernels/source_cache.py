@@ -90,8 +90,8 @@ def _prune_stale_files(folder: str) -> None:
     files of generated files no longer there (:func:`_sweep_orphans`)."""
     cutoff = time.time() - STALE_FOLDER_DAYS * 86400
     files = _generated(folder, GENERATED_PREFIXES)
-    _remove(folder, [name for name, mtime in files if mtime < cutoff])
-    _sweep_orphans(folder)
+    gone = _remove(folder, [name for name, mtime in files if mtime < cutoff])
+    _sweep_orphans(folder, [name for name, _ in files if name not in gone])
 
 
 #: Numba cache files of a generated file that is gone are deleted once they
@@ -100,16 +100,19 @@ def _prune_stale_files(folder: str) -> None:
 ORPHAN_SECONDS = 600
 
 
-def _sweep_orphans(folder: str) -> None:
+def _sweep_orphans(folder: str, names=None) -> None:
     """Delete Numba's cache files (and the import's bytecode) of generated
     modules whose file is gone: a kernel still held in a process after its
     file was pruned (or pruned by another process while it compiled) saves
-    its next signatures for a file that no pruning would list again."""
-    files = _generated(folder, GENERATED_PREFIXES)
-    if not files:  # (Numba's folder is found through a file of this one)
+    its next signatures for a file that no pruning would list again.
+    ``names``: the generated files still here, where the caller has just
+    listed them (else the folder is listed)."""
+    if names is None:
+        names = [name for name, _ in _generated(folder, GENERATED_PREFIXES)]
+    if not names:  # (Numba's folder is found through a file of this one)
         return
-    present = {name[:-3] for name, _ in files}
-    _delete_cached(folder, _numba_cache_folder(folder, files[0][0]),
+    present = {name[:-3] for name in names}
+    _delete_cached(folder, _numba_cache_folder(folder, names[0]),
                    lambda name: (name.startswith(GENERATED_PREFIXES)
                                  and name.split(".", 1)[0] not in present),
                    time.time() - ORPHAN_SECONDS)
@@ -143,7 +146,7 @@ def prune_oldest(folder: str, prefix: str, keep: int) -> None:
     if len(files) > keep:
         files.sort(key=lambda f: f[1])
         _remove(folder, [name for name, _ in files[:len(files) - keep]])
-        _sweep_orphans(folder)
+        _sweep_orphans(folder)  # (every prefix's files count as present)
 
 
 def _generated(folder: str, prefixes: tuple) -> list:
@@ -162,9 +165,11 @@ def _generated(folder: str, prefixes: tuple) -> list:
     return found
 
 
-def _remove(folder: str, names: list) -> None:
+def _remove(folder: str, names: list) -> set:
+    """Delete the generated files ``names`` of ``folder`` with their cached
+    code; returns the names deleted."""
     if not names:
-        return
+        return set()
     # where Numba keeps their machine code (asked while a file of this folder
     # still exists)
     cache = _numba_cache_folder(folder, names[0])
@@ -179,6 +184,7 @@ def _remove(folder: str, names: list) -> None:
         # Numba's files: <module>.<function>-<line>.py<ver>[.<n>].nb[ic]; and the
         # import's bytecode, <module>.cpython-<ver>.pyc
         _delete_cached(folder, cache, lambda name: name.startswith(tuple(gone)))
+    return {name + "py" for name in gone}
 
 
 def _prune_stale_folders(root: str, keep: str) -> None:
