@@ -24,7 +24,7 @@ from .field_params import kernel_words
 from .jit import keyed_on_sources
 from .launch_checks import (BINARY, IN_PLACE_UNARY, UNARY, check_bcast, check_map,
                             check_eq_split, check_mle_fold, check_pow)
-from .launch_config import block_for, grid_for
+from .launch_config import GPU_INV_BATCH_BASE, GPU_INV_BATCH_EXT, block_for, grid_for
 from .monty import base_map1 as _base1
 from .monty import base_map2 as _base2
 from .monty import OP_INV, base_pow as _base_pow, ext4_pow as _ext4_pow
@@ -33,6 +33,7 @@ from .monty import ext4_map2 as _ext2
 from .monty import ext4_base_map2 as _ext_base2
 from .monty import base_fold as _base_fold, ext4_fold as _ext4_fold
 from .monty import base_eq_split as _base_eq_split, ext4_eq_split as _ext4_eq_split
+from .monty import canonical, ext4_inv_finish, ext4_norm, mont_inv, mont_mul
 
 __all__ = ["base_map1", "base_map2", "ext4_map1", "ext4_map2", "base_map2_bcast",
            "ext4_map2_bcast", "base_pow", "ext4_pow", "base_batch_inv", "base_mle_fold",
@@ -144,6 +145,71 @@ def _ext4_pow_kernel(a, e_hi, e_lo, nbits, p, mu, wm, one, out):
         out[i, 1] = c[1]
         out[i, 2] = c[2]
         out[i, 3] = c[3]
+
+
+@cached_kernel
+def _base_inv_batched_kernel(a, p, mu, one, out):
+    # Montgomery's trick per thread, as kernels/cuda/field_ops.cu's
+    # zorch_base_inv_batched: elements i0 + k S (S the grid's threads), one
+    # Fermat inversion for GPU_INV_BATCH_BASE of them; a zero (or a slot past
+    # n) stands aside with the factor one and inverts to 0
+    n = out.shape[0]
+    start, s = cuda.grid(1), cuda.gridsize(1)
+    x = cuda.local.array(GPU_INV_BATCH_BASE, np.uint32)
+    before = cuda.local.array(GPU_INV_BATCH_BASE, np.uint32)
+    unit = np.uint32(one)
+    for i0 in range(start, n, s * GPU_INV_BATCH_BASE):
+        acc = unit
+        for k in range(GPU_INV_BATCH_BASE):
+            i = i0 + k * s
+            xk = canonical(a[i], p) if i < n else np.uint32(0)
+            x[k] = xk
+            before[k] = acc
+            acc = mont_mul(acc, xk if xk != 0 else unit, p, mu)
+        inv = mont_inv(acc, p, mu, one)
+        for k in range(GPU_INV_BATCH_BASE - 1, -1, -1):
+            i = i0 + k * s
+            xk = x[k]
+            r = mont_mul(inv, before[k], p, mu)
+            if i < n:
+                out[i] = r if xk != 0 else np.uint32(0)
+            inv = mont_mul(inv, xk if xk != 0 else unit, p, mu)
+
+
+@cached_kernel
+def _ext4_inv_batched_kernel(a, p, mu, wm, one, out):
+    # The same over the norms of the elements (a, out (n, 4)); a zero element
+    # has N0 = N1 = 0, so its result is 0 whatever its inverse norm is
+    n = out.shape[0]
+    start, s = cuda.grid(1), cuda.gridsize(1)
+    x = cuda.local.array((GPU_INV_BATCH_EXT, 4), np.uint32)
+    kept = cuda.local.array((GPU_INV_BATCH_EXT, 4), np.uint32)  # N0, N1, norm, before
+    unit = np.uint32(one)
+    zero = np.uint32(0)
+    for i0 in range(start, n, s * GPU_INV_BATCH_EXT):
+        acc = unit
+        for k in range(GPU_INV_BATCH_EXT):
+            i = i0 + k * s
+            for j in range(4):
+                x[k, j] = canonical(a[i, j], p) if i < n else zero
+            c = ext4_norm(x[k, 0], x[k, 1], x[k, 2], x[k, 3], p, mu, wm)
+            kept[k, 0] = c[0]
+            kept[k, 1] = c[1]
+            kept[k, 2] = c[2]
+            kept[k, 3] = acc
+            acc = mont_mul(acc, c[2] if c[2] != 0 else unit, p, mu)
+        inv = mont_inv(acc, p, mu, one)
+        for k in range(GPU_INV_BATCH_EXT - 1, -1, -1):
+            i = i0 + k * s
+            c = ext4_inv_finish(x[k, 0], x[k, 1], x[k, 2], x[k, 3], kept[k, 0], kept[k, 1],
+                                mont_mul(inv, kept[k, 3], p, mu), p, mu, wm)
+            if i < n:
+                out[i, 0] = c[0]
+                out[i, 1] = c[1]
+                out[i, 2] = c[2]
+                out[i, 3] = c[3]
+            norm = kept[k, 2]
+            inv = mont_mul(inv, norm if norm != 0 else unit, p, mu)
 
 
 @cuda.jit(device=True)
@@ -280,9 +346,16 @@ def _flat(x):
 def base_map1(op, a, out, f):
     """Same contract as :func:`.field_cpu.base_map1` (NEG, SQUARE, INV)."""
     n = check_map("field_cuda_numba.base_map1", f, op, UNARY, IN_PLACE_UNARY, 1, out, a)
-    if n:
+    if n and op == OP_INV:  # Montgomery's trick per thread
+        _base_inv(a, out, n, f)
+    elif n:
         p, mu, _, one = kernel_words(f)
         launch(_base_map1_kernel, n, (np.int64(op), a, p, mu, one), out)
+
+
+def _base_inv(a, out, n, f):
+    p, mu, _, one = kernel_words(f)
+    launch(_base_inv_batched_kernel, -(-n // GPU_INV_BATCH_BASE), (a, p, mu, one), out)
 
 
 def base_map2(op, a, b, out, f):
@@ -298,8 +371,12 @@ def ext4_map1(op, a, out, f):
     n = check_map("field_cuda_numba.ext4_map1", f, op, UNARY, IN_PLACE_UNARY, 4, out, a)
     if n:
         p, mu, wm, one = kernel_words(f)
-        launch(_ext4_map1_kernel, n, (np.int64(op), _pairs(a, n), p, mu, wm, one),
-               _pairs(out, n))
+        if op == OP_INV:  # Montgomery's trick per thread, over the norms
+            launch(_ext4_inv_batched_kernel, -(-n // GPU_INV_BATCH_EXT),
+                   (_pairs(a, n), p, mu, wm, one), _pairs(out, n))
+        else:
+            launch(_ext4_map1_kernel, n, (np.int64(op), _pairs(a, n), p, mu, wm, one),
+                   _pairs(out, n))
 
 
 def ext4_map2(op, a, b, out, f):
@@ -356,15 +433,11 @@ def ext4_pow(a, e_hi, e_lo, nbits, out, f):
 
 
 def base_batch_inv(a, out, f):
-    """Same contract as :func:`.field_cpu.base_batch_inv`.
-
-    Element-parallel Fermat inversion: on a GPU that beats the serial
-    prefix-product trick, and the bytes are the same (``out`` is refused
-    over ``a`` all the same, as on the CPU)."""
+    """Same contract as :func:`.field_cpu.base_batch_inv` (the kernel of
+    :func:`base_map1`'s INV: Montgomery's trick per thread)."""
     n = check_map("field_cuda_numba.base_batch_inv", f, OP_INV, None, (), 1, out, a)
     if n:
-        p, mu, _, one = kernel_words(f)
-        launch(_base_map1_kernel, n, (np.int64(OP_INV), a, p, mu, one), out)
+        _base_inv(a, out, n, f)
 
 
 def base_mle_fold(v, r, out, f):

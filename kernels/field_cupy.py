@@ -19,7 +19,7 @@ from .cuda_source import assemble
 from .field_params import FIELDS, FieldParams
 from .launch_checks import (BINARY, IN_PLACE_UNARY, UNARY, check_bcast, check_device_arrays,
                             check_map, check_eq_split, check_mle_fold, check_pow)
-from .launch_config import THREADS_PER_BLOCK, grid_for
+from .launch_config import GPU_INV_BATCH_BASE, GPU_INV_BATCH_EXT, THREADS_PER_BLOCK, grid_for
 from .monty import OP_INV
 
 __all__ = ["base_map1", "base_map2", "ext4_map1", "ext4_map2", "base_map2_bcast",
@@ -43,13 +43,16 @@ def _kernel(f: FieldParams, name: str):
     return raw_module(f.name, "field_ops.cu").get_function(name)
 
 
-def _launch(f, name, n, *args):
+def _launch(f, name, n, *args, per_thread=1):
+    # per_thread: elements a thread takes at once (the batched inverses), so
+    # the grid is sized for ceil(n / per_thread) threads
     for x in args:  # (the checks take NumPy arrays too: they serve the CPU)
         if isinstance(x, _ndarray):
             _refuse_host_arrays(sys._getframe(1), args)
     if n == 0:
         return
-    _kernel(f, name)((grid_for(n),), (THREADS_PER_BLOCK,), args + (np.uint64(n),))
+    grid = grid_for(-(-n // per_thread))
+    _kernel(f, name)((grid,), (THREADS_PER_BLOCK,), args + (np.uint64(n),))
 
 
 def _refuse_host_arrays(frame, args):
@@ -71,7 +74,10 @@ def _refuse_host_arrays(frame, args):
 def base_map1(op, a, out, f):
     """Same contract as :func:`.field_cpu.base_map1` (NEG, SQUARE, INV)."""
     n = check_map("field_cupy.base_map1", f, op, UNARY, IN_PLACE_UNARY, 1, out, a)
-    _launch(f, "zorch_base_map1", n, np.int32(op), a, out)
+    if op == OP_INV:  # Montgomery's trick per thread
+        _launch(f, "zorch_base_inv_batched", n, a, out, per_thread=GPU_INV_BATCH_BASE)
+    else:
+        _launch(f, "zorch_base_map1", n, np.int32(op), a, out)
 
 
 def base_map2(op, a, b, out, f):
@@ -83,7 +89,10 @@ def base_map2(op, a, b, out, f):
 def ext4_map1(op, a, out, f):
     """Same contract as :func:`.field_cpu.ext4_map1` (NEG, SQUARE, INV)."""
     n = check_map("field_cupy.ext4_map1", f, op, UNARY, IN_PLACE_UNARY, 4, out, a)
-    _launch(f, "zorch_ext4_map1", n, np.int32(op), a, out)
+    if op == OP_INV:  # Montgomery's trick per thread, over the norms
+        _launch(f, "zorch_ext4_inv_batched", n, a, out, per_thread=GPU_INV_BATCH_EXT)
+    else:
+        _launch(f, "zorch_ext4_map1", n, np.int32(op), a, out)
 
 
 def ext4_map2(op, a, b, out, f):
@@ -124,12 +133,10 @@ def ext4_pow(a, e_hi, e_lo, nbits, out, f):
 
 
 def base_batch_inv(a, out, f):
-    """Same contract as :func:`.field_cpu.base_batch_inv`.
-
-    Element-parallel Fermat inversion (same bytes as Montgomery's trick;
-    ``out`` is refused over ``a`` all the same, as on the CPU)."""
+    """Same contract as :func:`.field_cpu.base_batch_inv` (the kernel of
+    :func:`base_map1`'s INV: Montgomery's trick per thread)."""
     n = check_map("field_cupy.base_batch_inv", f, OP_INV, None, (), 1, out, a)
-    _launch(f, "zorch_base_map1", n, np.int32(OP_INV), a, out)
+    _launch(f, "zorch_base_inv_batched", n, a, out, per_thread=GPU_INV_BATCH_BASE)
 
 
 def base_mle_fold(v, r, out, f):

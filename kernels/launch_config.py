@@ -8,6 +8,13 @@ MAX_BLOCKS = 132 * 16
 #: Elements per chunk of the CPU batch inversion (Montgomery's trick runs
 #: inside a chunk, chunks run in parallel).
 BATCH_INV_CHUNK = 4096
+#: Elements one GPU thread inverts with one Fermat inversion (Montgomery's
+#: trick in registers, base / extension): a Fermat inversion is ~60
+#: Montgomery products, so inverting each element alone leaves the GPU
+#: compute-bound many times over; a batch of k costs 3 products an element
+#: plus 60 / k (the extension's norms: its ~25 products stay).
+GPU_INV_BATCH_BASE = 8
+GPU_INV_BATCH_EXT = 4
 #: Chains of Montgomery's trick side by side in a chunk, one per vector lane
 #: slot: element ``lo + t * BATCH_INV_LANES + c`` joins chain ``c``, so the
 #: sweeps are loops over ``c`` that LLVM vectorizes (2**22 KoalaBear
@@ -233,13 +240,16 @@ MERKLE_GPU_SUBTREE_LEAVES = 256
 
 
 def gkr_cuda_defines() -> str:
-    """The constants above that ``kernels/cuda/gkr.cu`` (and ``merkle.cu``) are built with, as the
-    ``#define``s of its preamble (``cuda_source.assemble``): one home for them,
-    so the Python launch plans and the kernels cannot disagree."""
+    """The constants above that ``kernels/cuda/gkr.cu`` (and ``merkle.cu``,
+    ``field_ops.cu``) are built with, as the ``#define``s of its preamble
+    (``cuda_source.assemble``): one home for them, so the Python launch plans
+    and the kernels cannot disagree."""
     return (f"#define ZORCH_GKR_MAX_FUSED {GKR_MAX_FUSED}\n"
             f"#define ZORCH_GKR_TILE_SLOTS_BASE {GKR_TILE_SLOTS_BASE}u\n"
             f"#define ZORCH_GKR_TILE_SLOTS_EXT {GKR_TILE_SLOTS_EXT}u\n"
             f"#define ZORCH_GKR_MAX_TAIL {GKR_MAX_TAIL}\n"
             f"#define ZORCH_GKR_TAIL_THREADS {GKR_TAIL_THREADS}\n"
             f"#define ZORCH_GKR_CHUNK {GKR_JAGGED_CHUNK}\n"
-            f"#define ZORCH_MERKLE_LEAVES {MERKLE_GPU_SUBTREE_LEAVES}\n")
+            f"#define ZORCH_MERKLE_LEAVES {MERKLE_GPU_SUBTREE_LEAVES}\n"
+            f"#define ZORCH_INV_BATCH_BASE {GPU_INV_BATCH_BASE}\n"
+            f"#define ZORCH_INV_BATCH_EXT {GPU_INV_BATCH_EXT}\n")

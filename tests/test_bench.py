@@ -49,7 +49,7 @@ def test_bench_cpu_writes_json(tmp_path):
     for name in ("dense fold base/base", "dense fold base/ext", "dense fold ext/ext",
                  "jagged transition base/base (1024 seg.)", "dense pyramid base/base (to floor)",
                  "jagged pyramid base/ext (1024 seg.)", "dispatch: one transition base/base",
-                 "dispatch: base mul of 8 elements"):
+                 "dispatch: base mul of 8 elements", "base inv (KoalaBear)", "ext4 inv (KoalaBear)"):
         assert name in kernels
     for r in report["results"]:
         assert r["time_s"] > 0 and r["bytes"] > 0

@@ -42,7 +42,8 @@ def test_gpu_bench_runs_on_emulated_cupy(tmp_path, monkeypatch):
     assert report["errors"] == [] and report["device"].startswith("host emulation")
     kernels = {r["kernel"] for r in report["results"]}
     for name in ("base mul (KoalaBear)", "ext4 mul by one element (KoalaBear)",
-                 "base x ext4 mul (KoalaBear)", "dense fold base/base", "dense fold ext/ext",
+                 "base x ext4 mul (KoalaBear)", "base inv (KoalaBear)", "ext4 inv (KoalaBear)",
+                 "dense fold base/base", "dense fold ext/ext",
                  "jagged transition ext/ext (1024 seg.)", "dense pyramid base/ext (to floor)",
                  "jagged pyramid base/ext (1024 seg.)", "dispatch: one transition base/base"):
         assert name in kernels

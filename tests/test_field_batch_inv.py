@@ -117,6 +117,37 @@ def test_extension_inverse_kernel_equals_fermat_each(F, n):
         assert naive.ext_mul(x, y, F.p, F.W) == [1, 0, 0, 0]
 
 
+@pytest.mark.cudasim
+@pytest.mark.parametrize("F", FIELDS)
+def test_numba_cuda_batched_inverse_kernels(F):
+    """The Numba-CUDA inverses run Montgomery's trick per thread over
+    GPU_INV_BATCH_* elements strided by the grid (as the CUDA C kernels,
+    tested in test_field_cupy_emulated.py); with one block of 4 threads each
+    walks several batches, the last ones part empty, over zeros (0 and p).
+    Under the simulator: small inputs."""
+    from zorch_nb.kernels import field_cuda_numba as fcn
+    for G in (F, F.ext):
+        p, mu, wm, one = kernel_words(G.params)
+        for n in (1, 3, 70):
+            a = words_with_zeros(F, (n,) if G is F else (n, 4), n + 7)
+            a[n // 2] = 0
+            want = np.empty_like(a)
+            (field_cpu.base_map1 if G is F else field_cpu.ext4_map1)(OP_INV, a, want, G.params)
+            got = np.full_like(a, 7)
+            if G is F:
+                fcn._base_inv_batched_kernel[1, 4](a, p, mu, one, got)
+            else:
+                fcn._ext4_inv_batched_kernel[1, 4](a, p, mu, wm, one, got)
+            np.testing.assert_array_equal(got, want, err_msg=f"degree {G.degree}, n={n}")
+        # and through the launchers (their own grid)
+        a = words_with_zeros(F, (9,) if G is F else (9, 4), 5)
+        got = np.full_like(a, 7)
+        (fcn.base_map1 if G is F else fcn.ext4_map1)(OP_INV, a, got, G.params)
+        want = np.empty_like(a)
+        (field_cpu.base_map1 if G is F else field_cpu.ext4_map1)(OP_INV, a, want, G.params)
+        np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("F", FIELDS)
 def test_extension_square_kernel_is_the_product(F):
     p, mu, wm, _ = kernel_words(F.ext.params)

@@ -79,6 +79,37 @@ def test_every_field_op_matches_the_cpu(field_cupy, F):
             np.testing.assert_array_equal(hi.get(), want_hi, err_msg=f"{kind} eq_split hi")
 
 
+@pytest.mark.parametrize("F", [KoalaBear, BabyBear], ids=["koalabear", "babybear"])
+@pytest.mark.parametrize("grid", ["launcher", "small"])
+def test_batched_inverse_kernels(field_cupy, F, grid):
+    """The GPU inverses run Montgomery's trick per thread over GPU_INV_BATCH_*
+    elements strided by the grid: zeros (0 and p) stand aside and invert to 0,
+    slots past n are empty, and with a small grid each thread walks several
+    batches (grid-stride); every word must equal the CPU kernels' (checked
+    against Fermat each and big ints in test_field_batch_inv.py)."""
+    from test_field_batch_inv import words_with_zeros
+    dev = lambda x: cuda_emu.EmuArray(x.copy())  # noqa: E731
+    for n in (1, 5, 300, 1001):
+        for G, name in ((F, "zorch_base_inv_batched"), (F.ext, "zorch_ext4_inv_batched")):
+            a = words_with_zeros(F, (n,) if G is F else (n, 4), n)
+            a[n // 2] = 0  # the last element is zero too (words_with_zeros)
+            want = np.empty_like(a)
+            (field_cpu.base_map1 if G is F else field_cpu.ext4_map1)(OP_INV, a, want, G.params)
+            got = dev(np.full_like(a, 7))
+            if grid == "launcher":
+                (field_cupy.base_map1 if G is F else field_cupy.ext4_map1)(
+                    OP_INV, dev(a), got, G.params)
+            else:  # 2 blocks of 32 threads: 64 threads, several batches each
+                field_cupy._kernel(G.params, name)((2,), (32,), (dev(a), got, np.uint64(n)))
+            np.testing.assert_array_equal(got.get(), want, err_msg=f"{name} n={n} {grid}")
+    b = words_with_zeros(F, (300,), 3)
+    got = dev(np.full_like(b, 7))
+    field_cupy.base_batch_inv(dev(b), got, F.params)
+    want = np.empty_like(b)
+    field_cpu.base_batch_inv(b, want, F.params)
+    np.testing.assert_array_equal(got.get(), want)
+
+
 def _word_offset(x, k):
     """A copy of ``x`` starting ``k`` words past a 16-byte boundary (as an offset
     view of a larger device buffer may)."""

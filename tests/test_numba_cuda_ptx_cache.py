@@ -89,7 +89,7 @@ def test_numba_cuda_kernels_load_from_the_disk_cache_in_a_second_process(tmp_pat
     second = _run(tmp_path)
     # field ops, the transitions, both pyramid kernels (base/ext, then ext/ext), the
     # jagged chunk
-    assert {"_base_map2_kernel", "_ext4_map1_kernel", "_kernels.<locals>.dense",
+    assert {"_base_map2_kernel", "_ext4_inv_batched_kernel", "_kernels.<locals>.dense",
             "_kernels.<locals>.jagged", "_pyramid_kernel.<locals>.pyramid",
             "_chunk_kernel.<locals>.chunk"} <= set(first), first
     for name, st in first.items():

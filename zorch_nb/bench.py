@@ -253,7 +253,8 @@ def _numpy_base_mul(a, b, p):
 
 def field_rows(n: int, backend: str, repeat: int, xp, timer, sync):
     """Base and extension multiply (3 words of traffic per element word), the
-    broadcast forms of the extension multiply, and the fused MLE folds.
+    broadcast forms of the extension multiply, the inverses and the fused
+    MLE folds.
 
     Each row times the call with a preallocated ``out=`` (steady state, as
     the kernel rows); ``fresh_out_ms`` is the same call allocating its
@@ -314,6 +315,20 @@ def field_rows(n: int, backend: str, repeat: int, xp, timer, sync):
         row = Row(f"{name} (KoalaBear)", backend, n, t, nbytes, first)
         row.extra["fresh_out_ms"] = fresh
         rows.append(row)
+    # The inverses (read n, write n elements): Montgomery's trick, per chunk
+    # on the CPU and per thread on a GPU, compute-bound where Fermat inverts
+    # each element; the call includes its zero check (one scan), so the
+    # operand's zero words (0, p, 2p: ~5% odds at 2**26 random words) are
+    # replaced by one first
+    for E, name, u in ((F, "base inv", s), (F.ext, "ext4 inv", x)):
+        u = xp.where(u % np.uint32(F.p) == 0, np.uint32(1), u)
+        k = n if xp is np else 2  # (as above)
+        first = _first_call(lambda: E.inv(u[:k], backend=backend), sync)
+        t, fresh = timed(lambda **kw: E.inv(u, backend=backend, **kw), xp.empty_like(u))
+        row = Row(f"{name} (KoalaBear)", backend, n, t, 2 * u.nbytes, first)
+        row.extra["fresh_out_ms"] = fresh
+        rows.append(row)
+    u = None  # (the copies' memory back before the next rows)
     # The fused MLE folds (one sumcheck round): read the n values, write
     # n / 2 results (extension words where either side is an extension)
     rb = xp.asarray(random(F, (), seed=8))

@@ -250,6 +250,71 @@ extern "C" __global__ void zorch_ext4_map2_bcast(int op, const zorch_u32* a, zor
     }
 }
 
+// Inverses by Montgomery's trick in registers (kernels/field_cpu.py does it
+// per chunk): a thread takes ZORCH_INV_BATCH_* elements i0 + k S (S the
+// grid's threads, so a warp's accesses stay coalesced), multiplies them up,
+// inverts the product once (Fermat, ~60 products) and walks back: 3 products
+// an element instead of a Fermat inversion each.  The extension batches the
+// norms of its elements.  A zero (or a slot past n) stands aside with the
+// factor one and inverts to 0, as Fermat gives; the selects keep the warp
+// together.  The grid has ceil(n / batch) threads at most (grid_for).
+extern "C" __global__ void zorch_base_inv_batched(const zorch_u32* a, zorch_u32* out,
+                                                  zorch_u64 n) {
+    const zorch_u64 s = (zorch_u64)blockDim.x * gridDim.x;
+    for (zorch_u64 i0 = (zorch_u64)blockIdx.x * blockDim.x + threadIdx.x; i0 < n;
+         i0 += s * ZORCH_INV_BATCH_BASE) {
+        zorch_u32 x[ZORCH_INV_BATCH_BASE], before[ZORCH_INV_BATCH_BASE];
+        zorch_u32 acc = ZORCH_R_MOD_P;
+#pragma unroll
+        for (int k = 0; k < ZORCH_INV_BATCH_BASE; ++k) {
+            const zorch_u64 i = i0 + k * s;
+            x[k] = i < n ? zorch_canonical(a[i]) : 0u;
+            before[k] = acc;
+            acc = zorch_mont_mul(acc, x[k] != 0u ? x[k] : ZORCH_R_MOD_P);
+        }
+        zorch_u32 inv = zorch_inv(acc);  // of every nonzero x[k] together
+#pragma unroll
+        for (int k = ZORCH_INV_BATCH_BASE - 1; k >= 0; --k) {
+            const zorch_u64 i = i0 + k * s;
+            const zorch_u32 r = zorch_mont_mul(inv, before[k]);
+            if (i < n) out[i] = x[k] != 0u ? r : 0u;
+            inv = zorch_mont_mul(inv, x[k] != 0u ? x[k] : ZORCH_R_MOD_P);
+        }
+    }
+}
+
+extern "C" __global__ void zorch_ext4_inv_batched(const zorch_u32* a, zorch_u32* out,
+                                                  zorch_u64 n) {
+    const bool v = zorch_aligned16(a) && zorch_aligned16(out);
+    const zorch_u64 s = (zorch_u64)blockDim.x * gridDim.x;
+    for (zorch_u64 i0 = (zorch_u64)blockIdx.x * blockDim.x + threadIdx.x; i0 < n;
+         i0 += s * ZORCH_INV_BATCH_EXT) {
+        zorch_ext4 x[ZORCH_INV_BATCH_EXT];
+        zorch_u32 n0[ZORCH_INV_BATCH_EXT], n1[ZORCH_INV_BATCH_EXT], norm[ZORCH_INV_BATCH_EXT];
+        zorch_u32 before[ZORCH_INV_BATCH_EXT];
+        zorch_u32 acc = ZORCH_R_MOD_P;
+#pragma unroll
+        for (int k = 0; k < ZORCH_INV_BATCH_EXT; ++k) {
+            const zorch_u64 i = i0 + k * s;
+            const zorch_ext4 zero = {0u, 0u, 0u, 0u};
+            x[k] = i < n ? zorch_ext4_canonical(zorch_ext4_load_vec(a, i, v)) : zero;
+            norm[k] = zorch_ext4_norm(x[k], &n0[k], &n1[k]);
+            before[k] = acc;
+            acc = zorch_mont_mul(acc, norm[k] != 0u ? norm[k] : ZORCH_R_MOD_P);
+        }
+        zorch_u32 inv = zorch_inv(acc);
+#pragma unroll
+        for (int k = ZORCH_INV_BATCH_EXT - 1; k >= 0; --k) {
+            const zorch_u64 i = i0 + k * s;
+            // a zero element: N0 = N1 = 0, so its result is 0 whatever ni is
+            const zorch_ext4 c = zorch_ext4_inv_finish(x[k], n0[k], n1[k],
+                                                       zorch_mont_mul(inv, before[k]));
+            if (i < n) zorch_ext4_store_vec(out, i, c, v);
+            inv = zorch_mont_mul(inv, norm[k] != 0u ? norm[k] : ZORCH_R_MOD_P);
+        }
+    }
+}
+
 extern "C" __global__ void zorch_base_pow(const zorch_u32* a, zorch_u64 e_hi, zorch_u64 e_lo,
                                           int nbits, zorch_u32* out, zorch_u64 n) {
     ZORCH_GRID_STRIDE(i, n) out[i] = zorch_base_pow_e(a[i], e_hi, e_lo, nbits);

@@ -149,27 +149,39 @@ ZORCH_HD zorch_u32 zorch_mont_mul_sub(zorch_u32 a, zorch_u32 b, zorch_u32 c, zor
     return zorch_monty_reduce_sum4((zorch_u64)a * b + (pp - (zorch_u64)c * d));
 }
 
-// Inverse by two norm steps (see kernels/monty.py ext4_norm / ext4_inv_finish
-// for the algebra): u = x^2, a = A + xB, N = A^2 - u B^2 = N0 + N1 u,
-// n = N0^2 - W N1^2 in F_p, a^-1 = (A - xB)(N0 - N1 u) / n.  N0, N1, n and
-// each coefficient are one reduction of a sum of at most four terms <= p^2
-// (a negated product as p^2 minus it).  The caller guarantees a != 0.
-ZORCH_HD zorch_ext4 zorch_ext4_inv(zorch_ext4 a) {
+// The norm n of a down to F_p (zero exactly when a is), with the N0, N1 that
+// zorch_ext4_inv_finish takes (kernels/monty.py ext4_norm, for the algebra):
+// u = x^2, a = A + xB, N = A^2 - u B^2 = N0 + N1 u, n = N0^2 - W N1^2.  Each
+// of N0, N1, n is one reduction of a sum of at most four terms <= p^2 (a
+// negated product as p^2 minus it).
+ZORCH_HD zorch_u32 zorch_ext4_norm(zorch_ext4 a, zorch_u32* n0, zorch_u32* n1) {
     const zorch_u64 pp = (zorch_u64)ZORCH_P * ZORCH_P;
     const zorch_u64 a0 = a.c0, a1 = a.c1, a2 = a.c2, a3 = a.c3;
     const zorch_u64 a2w = zorch_mont_mul(a.c2, ZORCH_W_MONT);
     const zorch_u64 a3w = zorch_mont_mul(a.c3, ZORCH_W_MONT);
     // N0 = a0^2 + W a2^2 - 2 W a1 a3;  N1 = 2 a0 a2 - a1^2 - W a3^2
-    const zorch_u32 n0 = zorch_monty_reduce_sum4(a0 * a0 + a2 * a2w + 2u * (pp - a1 * a3w));
-    const zorch_u32 n1 = zorch_monty_reduce_sum4(2u * (a0 * a2) + (pp - a1 * a1) + (pp - a3 * a3w));
-    const zorch_u32 n1w = zorch_mont_mul(n1, ZORCH_W_MONT);
-    const zorch_u32 ni = zorch_inv(zorch_mont_mul_sub(n0, n0, n1w, n1));
-    // the inverse norm taken into N0, N1 first: M = N ni
+    *n0 = zorch_monty_reduce_sum4(a0 * a0 + a2 * a2w + 2u * (pp - a1 * a3w));
+    *n1 = zorch_monty_reduce_sum4(2u * (a0 * a2) + (pp - a1 * a1) + (pp - a3 * a3w));
+    return zorch_mont_mul_sub(*n0, *n0, zorch_mont_mul(*n1, ZORCH_W_MONT), *n1);
+}
+
+// a^-1 = (A - xB)(N0 - N1 u) ni from zorch_ext4_norm's N0, N1 and ni, the
+// inverse of the norm (taken into N0, N1 first: M = N ni).  A zero a has
+// N0 = N1 = 0, so ni = 0 gives 0.
+ZORCH_HD zorch_ext4 zorch_ext4_inv_finish(zorch_ext4 a, zorch_u32 n0, zorch_u32 n1,
+                                          zorch_u32 ni) {
     const zorch_u32 m0 = zorch_mont_mul(n0, ni), m1 = zorch_mont_mul(n1, ni);
     const zorch_u32 m1w = zorch_mont_mul(m1, ZORCH_W_MONT);
     zorch_ext4 c = {zorch_mont_mul_sub(a.c0, m0, a.c2, m1w), zorch_mont_mul_sub(a.c3, m1w, a.c1, m0),
                     zorch_mont_mul_sub(a.c2, m0, a.c0, m1), zorch_mont_mul_sub(a.c1, m1, a.c3, m0)};
     return c;
+}
+
+// Inverse by the two norm steps; the caller guarantees a != 0.
+ZORCH_HD zorch_ext4 zorch_ext4_inv(zorch_ext4 a) {
+    zorch_u32 n0, n1;
+    const zorch_u32 norm = zorch_ext4_norm(a, &n0, &n1);
+    return zorch_ext4_inv_finish(a, n0, n1, zorch_inv(norm));
 }
 
 ZORCH_HD zorch_ext4 zorch_ext4_load(const zorch_u32* p, zorch_u64 i) {
