@@ -65,6 +65,8 @@ def main(quick=False, backends=("cupy", "numba")) -> int:
                   [F.ext.mul(a, b)])
             check(f"{F.name} base inv {backend}",
                   [F.inv(cupy.asarray(a[:, 0] | 1), backend=backend)], [F.inv(a[:, 0] | 1)])
+            check(f"{F.name} ext inv {backend}",  # (the batched kernels: a part-empty batch)
+                  [F.ext.inv(cupy.asarray(b[:999]), backend=backend)], [F.ext.inv(b[:999])])
             # the fused sumcheck kernels: folds (base pairs, extension
             # elements), eq-table doublings in place
             for vals in (s, a[:512]):
