@@ -38,17 +38,18 @@ from .monty import base_map2 as _base2
 from .monty import ext4_base_map2 as _ext_base2
 from .monty import ext4_map2 as _ext2
 from .monty import exponent_bit, mont_inv, mont_mul
-from .monty import OP_ADD, OP_INV, OP_MUL, OP_NEG, OP_SQUARE, OP_SUB, ext4_mul
+from .monty import OP_ADD, OP_INV, OP_MUL, OP_NEG, OP_SQUARE, OP_SUB, canonical, ext4_mul
 from .gkr_scalar import inlined_arithmetic
-from .launch_config import BATCH_INV_CHUNK, BATCH_INV_LANES, CPU_LANE_RUN
+from .launch_config import BATCH_INV_CHUNK, BATCH_INV_LANES, CPU_LANE_RUN, ZERO_SCAN_CHUNK
 from .launch_checks import (BINARY, IN_PLACE_UNARY, UNARY, check_bcast, check_decode,
-                            check_encode, check_eq_split, check_map, check_mle_fold,
-                            check_pow)
+                            check_encode, check_eq_split, check_first_zero, check_map,
+                            check_mle_fold, check_pow)
 from .vector_width import njit_lanes64
 
 __all__ = ["encode", "decode", "base_map1", "base_map2", "ext4_map1", "ext4_map2",
            "base_map2_bcast", "ext4_map2_bcast", "base_pow", "ext4_pow", "base_batch_inv",
-           "base_mle_fold", "ext4_mle_fold", "base_eq_split", "ext4_eq_split"]
+           "base_mle_fold", "ext4_mle_fold", "base_eq_split", "ext4_eq_split",
+           "base_first_zero", "ext4_first_zero"]
 
 # The same source as monty.ext4_mul, compiled with LLVM's alwaysinline: left
 # to itself LLVM keeps ext4_mul an out-of-line call, and a call blocks the
@@ -594,6 +595,38 @@ def _ext4_batch_inv_kernel(a, out, chunk, p, mu, wm, one):
         _ext4_inv_finish_run(lo, hi, a, out, inv_norms, p, mu, wm)
 
 
+@njit(parallel=True, cache=True)
+def _zero_counts_kernel(w, deg, counts, chunk, p):
+    # counts[c] = how many elements of chunk c (deg words each, flat w) are
+    # zero, every word = 0 mod p: a count, with no early exit, vectorizes
+    n = w.shape[0] // deg
+    for c in prange(counts.shape[0]):
+        lo = c * chunk
+        hi = min(n, lo + chunk)
+        found = 0
+        if deg == 1:
+            for i in range(lo, hi):
+                found += _canonical(w[i], p) == 0
+        else:
+            for i in range(lo, hi):
+                j = np.uint64(i) * _U4
+                found += (_canonical(w[j], p) | _canonical(w[j + _U1], p)
+                          | _canonical(w[j + _U2], p) | _canonical(w[j + _U3], p)) == 0
+        counts[c] = found
+
+
+@njit(cache=True)
+def _first_zero_in(w, deg, lo, hi, p):
+    # the first zero element in [lo, hi) (the chunk its count found), or -1
+    for i in range(lo, hi):
+        zero = True
+        for k in range(deg):
+            zero = zero and canonical(w[i * deg + k], p) == 0
+        if zero:
+            return i
+    return -1
+
+
 @njit_lanes64
 def _encode_run(v, out, p, mu, r2):
     # out[i] = v[i] * 2**32 mod p = mont_mul(v[i], 2**64 mod p) for int64
@@ -836,6 +869,34 @@ def base_batch_inv(a, out, f):
     check_map("field_cpu.base_batch_inv", f, OP_INV, None, (), 1, out, a)
     p, mu, _, one = kernel_words(f)
     _base_batch_inv(a, out, p, mu, one)
+
+
+def base_first_zero(a, f):
+    """Index of the first element of ``a`` that is zero (its word = 0 mod p),
+    or -1; ``a`` ``(n,)``.  Chunks count their zeros in parallel, then the
+    first chunk with one is searched: the zero check of the inverses."""
+    n = check_first_zero("field_cpu.base_first_zero", f, a, 1)
+    return _first_zero(a, 1, n, f)
+
+
+def ext4_first_zero(a, f):
+    """Index of the first extension element of ``a`` whose four words are all
+    0 mod p, or -1; ``a`` ``(n, 4)`` or flat ``(4 n,)``."""
+    n = check_first_zero("field_cpu.ext4_first_zero", f, a, 4)
+    return _first_zero(a, 4, n, f)
+
+
+def _first_zero(a, deg, n, f):
+    if n == 0:
+        return -1
+    w, p = a.reshape(-1), kernel_words(f)[0]
+    counts = np.empty(_tasks(n, ZERO_SCAN_CHUNK), np.int64)
+    sized(_zero_counts_kernel, counts.shape[0])(w, deg, counts, ZERO_SCAN_CHUNK, p)
+    hit = np.flatnonzero(counts)
+    if hit.size == 0:
+        return -1
+    lo = int(hit[0]) * ZERO_SCAN_CHUNK
+    return int(_first_zero_in(w, deg, lo, min(n, lo + ZERO_SCAN_CHUNK), p))
 
 
 def base_mle_fold(v, r, out, f):

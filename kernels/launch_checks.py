@@ -533,6 +533,12 @@ def check_encode(where, f, v, out, reduce=False):
     return n
 
 
+def check_first_zero(where, f, a, deg):
+    """``base_first_zero`` / ``ext4_first_zero``: the words of ``a`` (read only)."""
+    check_field(where, f)
+    return _elements(where, "a", a, deg)
+
+
 def check_decode(where, f, w, out):
     """``decode``: flat uint32 words and ``out`` (which may be ``w`` itself)."""
     return check_map(where, f, 0, None, (0,), 1, out, w, name="w")

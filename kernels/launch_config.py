@@ -8,6 +8,10 @@ MAX_BLOCKS = 132 * 16
 #: Elements per chunk of the CPU batch inversion (Montgomery's trick runs
 #: inside a chunk, chunks run in parallel).
 BATCH_INV_CHUNK = 4096
+#: Elements per task of the CPU zero scan (field_cpu.base_first_zero): each
+#: task counts its zeros in a vectorized loop, and only the first chunk
+#: with one is searched for its index.
+ZERO_SCAN_CHUNK = 1 << 16
 #: Elements one GPU thread inverts with one Fermat inversion (Montgomery's
 #: trick in registers, base / extension): a Fermat inversion is ~60
 #: Montgomery products, so inverting each element alone leaves the GPU

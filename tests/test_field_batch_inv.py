@@ -149,6 +149,30 @@ def test_numba_cuda_batched_inverse_kernels(F):
 
 
 @pytest.mark.parametrize("F", FIELDS)
+def test_first_zero_scans(F):
+    """The inverses' zero check on the CPU: the index of the first element
+    whose words are all 0 mod p (0, p, 2p), in the first, a middle or the
+    last chunk of the parallel count, or -1; an extension element with one
+    nonzero word is not zero."""
+    from zorch_nb.kernels.launch_config import ZERO_SCAN_CHUNK
+    n = 2 * ZERO_SCAN_CHUNK + 5
+    rng = np.random.default_rng(1)
+    for deg, scan in ((1, field_cpu.base_first_zero), (4, field_cpu.ext4_first_zero)):
+        a = rng.integers(1, F.p, size=(n, 4) if deg == 4 else n, dtype=np.int64).astype(np.uint32)
+        assert scan(a, F.params) == -1
+        assert scan(a[:0], F.params) == -1
+        for where in (0, ZERO_SCAN_CHUNK - 1, ZERO_SCAN_CHUNK + 7, n - 1):
+            b = a.copy()
+            b[where] = F.p if deg == 1 else [0, F.p, 2 * F.p, 0]
+            b[min(n - 1, where + 3)] = 0  # a later zero does not count
+            assert scan(b, F.params) == where, (deg, where)
+            if deg == 4:
+                b[where, 2] = 1  # one nonzero coefficient: not zero
+                assert scan(b, F.params) == min(n - 1, where + 3) if where + 3 < n else -1
+                assert scan(b.reshape(-1), F.params) == scan(b, F.params)  # flat words
+
+
+@pytest.mark.parametrize("F", FIELDS)
 def test_extension_square_kernel_is_the_product(F):
     p, mu, wm, _ = kernel_words(F.ext.params)
     a = words_with_zeros(F, (1001, 4), 3)

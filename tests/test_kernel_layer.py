@@ -733,9 +733,11 @@ def one_odd_argument(k, F, make):
         ("ext4_eq_split", "hi", lambda o: k.ext4_eq_split(d(4, 4), d(1), 1, d(4, 4),
                                                           o(d(4, 4)), f)),
     ]
-    if hasattr(k, "encode"):  # the CPU's conversions
+    if hasattr(k, "encode"):  # the CPU's conversions and zero scans
         calls += [("encode", "v", lambda o: k.encode(o(np.zeros(2, np.int64)), d(2), True, f)),
-                  ("decode", "out", lambda o: k.decode(d(2), o(d(2)), f))]
+                  ("decode", "out", lambda o: k.decode(d(2), o(d(2)), f)),
+                  ("base_first_zero", "a", lambda o: k.base_first_zero(o(d(3)), f)),
+                  ("ext4_first_zero", "a", lambda o: k.ext4_first_zero(o(d(3, 4)), f))]
     assert sorted(c[0] for c in calls) == sorted(k.__all__)  # every launcher
     return calls
 

