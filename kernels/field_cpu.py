@@ -562,8 +562,8 @@ def _batch_sweeps(x, y, lo, hi, p, mu, one):
     # where x[i] = 0 (zero stands aside: its factor is one); x and y do not
     # overlap.  One chain is bound by the latency of its products, so
     # BATCH_INV_LANES chains run side by side: element lo + t L + c joins
-    # chain c (the short last row, the first chains), and each sweep is a
-    # vectorized loop over the chains.
+    # chain c (a short last row extends the first chains only), and each
+    # sweep is a vectorized loop over the chains.
     acc = np.empty(BATCH_INV_LANES, np.uint32)
     acc[:] = one
     rows = (hi - lo) // BATCH_INV_LANES

@@ -33,8 +33,8 @@ from .jit import njit  # numba.njit, cache keyed on every kernel source
 
 #: The scalar functions for use in your own ``@njit`` / ``@cuda.jit`` code
 #: (see README, "The kernels in your own Numba code"), and the opcodes.
-__all__ = ["monty_reduce", "canonical", "mont_mul", "mod_add", "mod_sub", "mod_neg",
-           "to_monty", "from_monty", "mont_pow_u32", "mont_inv", "ext4_mul", "ext4_inv",
+__all__ = ["monty_reduce", "canonical", "mont_mul", "mont_mul_sub", "mod_add", "mod_sub",
+           "mod_neg", "to_monty", "from_monty", "mont_pow_u32", "mont_inv", "ext4_mul", "ext4_inv",
            "base_pow", "ext4_pow", "base_fold", "ext4_fold", "base_eq_split", "ext4_eq_split",
            "OP_ADD", "OP_SUB", "OP_MUL", "OP_NEG", "OP_SQUARE", "OP_INV"]
 

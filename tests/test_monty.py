@@ -212,7 +212,54 @@ extern "C" void ext_mul(const zorch_u32* a, const zorch_u32* b, zorch_u32* out, 
     for (long i = 0; i < n; ++i)
         zorch_ext4_store(out, i, zorch_ext4_mul(zorch_ext4_load(a, i), zorch_ext4_load(b, i)));
 }
+extern "C" void mul_sub(const zorch_u32* w, zorch_u32* out, long n) {
+    for (long i = 0; i < n; ++i)
+        out[i] = zorch_mont_mul_sub(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
+}
+extern "C" void ext_inv(const zorch_u32* a, zorch_u32* out, long n) {
+    for (long i = 0; i < n; ++i) zorch_ext4_store(out, i, zorch_ext4_inv(zorch_ext4_load(a, i)));
+}
 """
+
+
+def _extreme_words(p):
+    """Every 4-tuple of the canonical words 0, 1, p - 1 and the Montgomery
+    one: the products of ``mont_mul_sub`` and of the extension norm's sums
+    at their largest and smallest."""
+    edges = [0, 1, p - 1, R % p]
+    return [[edges[(t >> (2 * k)) & 3] for k in range(4)] for t in range(4 ** 4)]
+
+
+@pytest.mark.parametrize("field", FIELD_NAMES)
+@pytest.mark.parametrize("impl", _numba_variants("mont_mul_sub"))
+def test_mont_mul_sub_and_the_extension_inverse_at_their_bounds(field, impl):
+    """``a b - c d`` with one reduction (``a b + p**2 - c d < 2 p**2``), and
+    the extension inverse, whose norm sums up to four such terms, on every
+    element of extreme coefficients, against big ints (the Numba source and
+    monty.cuh built for the host)."""
+    pp, mu, wm = _scalars(field)
+    p, w = P[_BIG[field]], W[_BIG[field]]
+    one = np.uint32(R % p)
+    cases = _extreme_words(p)
+    lib = compile_host(field, "field_ops.cu", _HARNESS)
+    words = np.array(cases, dtype=np.uint32)
+    c_out = np.empty(len(cases), dtype=np.uint32)
+    lib.mul_sub(ptr(words), ptr(c_out), len(cases))
+    inv = _twin("ext4_inv", impl)
+    c_inv = np.empty_like(words)
+    lib.ext_inv(ptr(words), ptr(c_inv), len(cases))
+    for t, (a, b, c, d) in enumerate(cases):
+        want = (dec(a, p) * dec(b, p) - dec(c, p) * dec(d, p)) % p
+        got = impl(*(np.uint32(v) for v in (a, b, c, d)), pp, mu)
+        assert dec(int(got), p) == want and int(got) < p, (a, b, c, d)
+        assert int(c_out[t]) == int(got)
+        if not any(cases[t]):
+            continue  # zero has no inverse
+        x = [dec(v, p) for v in cases[t]]
+        y = inv(*(np.uint32(v) for v in cases[t]), pp, mu, wm, one)
+        assert all(int(v) < p for v in y)
+        assert ext_mul(x, [dec(int(v), p) for v in y], p, w) == [1, 0, 0, 0], cases[t]
+        assert [int(v) for v in c_inv[t]] == [int(v) for v in y]
 
 
 @pytest.mark.parametrize("field", FIELD_NAMES)
