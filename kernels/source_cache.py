@@ -173,18 +173,19 @@ def _remove(folder: str, names: list) -> set:
     # where Numba keeps their machine code (asked while a file of this folder
     # still exists)
     cache = _numba_cache_folder(folder, names[0])
-    gone = []
+    gone = set()
     for name in names:
         try:
             os.remove(os.path.join(folder, name))
-            gone.append(name[:-3] + ".")
+            gone.add(name)
         except OSError:  # a concurrent cleaner, or a read-only cache
             pass
     if gone:
         # Numba's files: <module>.<function>-<line>.py<ver>[.<n>].nb[ic]; and the
         # import's bytecode, <module>.cpython-<ver>.pyc
-        _delete_cached(folder, cache, lambda name: name.startswith(tuple(gone)))
-    return {name + "py" for name in gone}
+        modules = tuple(name[:-3] + "." for name in gone)
+        _delete_cached(folder, cache, lambda name: name.startswith(modules))
+    return gone
 
 
 def _prune_stale_folders(root: str, keep: str) -> None:

@@ -1002,13 +1002,18 @@ class _FieldBase:
         kind, a = _in_module(a)
         shape = _element_shape(a, self.degree, "a")
         if kind == "numpy" and a.dtype == np.uint32 and a.flags.c_contiguous and a.ndim:
-            scan = _backend.kernels_for("cpu", "field")
-            scan = scan.base_first_zero if self.degree == 1 else scan.ext4_first_zero
-            i = scan(a.reshape((-1,) + (4,) * (self.degree == 4)), self.params)
-            if i >= 0:
-                raise ValueError(f"{what}: element at index {_unravel(i, shape)} is zero and "
-                                 f"has no inverse")
-            return
+            k = _backend.kernels_for("cpu", "field")
+            i = (k.base_first_zero if self.degree == 1 else k.ext4_first_zero)(
+                a.reshape(-1), self.params)  # (the extension's as flat words)
+            idx = None if i < 0 else _unravel(i, shape)
+        else:
+            idx = _first_true(a, shape, self.degree, self._zero_test(kind), kind)
+        if idx is not None:
+            raise ValueError(f"{what}: element at index {idx} is zero and has no inverse")
+
+    def _zero_test(self, kind):
+        """Blockwise zero test for :func:`_first_true`: a block of words to a
+        bool array over its elements."""
         xp = _backend.get_xp(kind)
         p_inv, bound = _divisibility(self.p)
 
@@ -1024,10 +1029,7 @@ class _FieldBase:
             # one uint32, are 0x01010101 (10x faster than z.all(axis=-1))
             z = xp.ascontiguousarray(z)
             return z.view(np.uint32)[..., 0] == np.uint32(0x01010101)
-
-        idx = _first_true(a, shape, self.degree, zero, kind)
-        if idx is not None:
-            raise ValueError(f"{what}: element at index {idx} is zero and has no inverse")
+        return zero
 
     def inv(self, a, out=None, *, backend=None):
         """Elementwise inverse ``a**-1``; raises ``ValueError`` naming a zero entry."""
