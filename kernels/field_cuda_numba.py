@@ -22,8 +22,8 @@ from numba import cuda
 
 from .field_params import kernel_words
 from .jit import keyed_on_sources
-from .launch_checks import (BINARY, IN_PLACE_UNARY, UNARY, check_bcast, check_map,
-                            check_eq_split, check_mle_fold, check_pow)
+from .launch_checks import (BINARY, IN_PLACE_UNARY, UNARY, check_bcast, check_first_zero,
+                            check_map, check_eq_split, check_mle_fold, check_pow)
 from .launch_config import GPU_INV_BATCH_BASE, GPU_INV_BATCH_EXT, block_for, grid_for
 from .monty import base_map1 as _base1
 from .monty import base_map2 as _base2
@@ -37,7 +37,8 @@ from .monty import canonical, ext4_inv_finish, ext4_norm, mont_inv, mont_mul
 
 __all__ = ["base_map1", "base_map2", "ext4_map1", "ext4_map2", "base_map2_bcast",
            "ext4_map2_bcast", "base_pow", "ext4_pow", "base_batch_inv", "base_mle_fold",
-           "ext4_mle_fold", "base_eq_split", "ext4_eq_split"]
+           "ext4_mle_fold", "base_eq_split", "ext4_eq_split", "base_first_zero",
+           "ext4_first_zero"]
 
 _cuda_jit_cached = cuda.jit(cache=True)
 
@@ -210,6 +211,23 @@ def _ext4_inv_batched_kernel(a, p, mu, wm, one, out):
                 out[i, 3] = c[3]
             norm = kept[k, 2]
             inv = mont_mul(inv, norm if norm != 0 else unit, p, mu)
+
+
+@cached_kernel
+def _first_zero_kernel(w, deg, p, first):
+    # As kernels/cuda/field_ops.cu's zorch_first_zero: first[0] = min(first[0],
+    # i) over the elements i (deg words each of the flat w) that are 0 mod p;
+    # a thread stops at its first zero, and only such a thread does an atomic
+    n = w.shape[0] // deg
+    start, s = cuda.grid(1), cuda.gridsize(1)
+    for i in range(start, n, s):
+        j = i * deg
+        word_or = canonical(w[j], p)
+        for k in range(1, deg):
+            word_or |= canonical(w[j + k], p)
+        if word_or == 0:
+            cuda.atomic.min(first, 0, np.uint64(i))
+            break
 
 
 @cuda.jit(device=True)
@@ -438,6 +456,37 @@ def base_batch_inv(a, out, f):
     n = check_map("field_cuda_numba.base_batch_inv", f, OP_INV, None, (), 1, out, a)
     if n:
         _base_inv(a, out, n, f)
+
+
+def base_first_zero(a, f):
+    """Same contract as :func:`.field_cpu.base_first_zero`: one read pass on
+    the device, whose answer is read back (the call synchronizes)."""
+    n = check_first_zero("field_cuda_numba.base_first_zero", f, a, 1)
+    return _first_zero(a, 1, n, f)
+
+
+def ext4_first_zero(a, f):
+    """Same contract as :func:`.field_cpu.ext4_first_zero` (see
+    :func:`base_first_zero`)."""
+    n = check_first_zero("field_cuda_numba.ext4_first_zero", f, a, 4)
+    return _first_zero(a, 4, n, f)
+
+
+def _first_zero(a, deg, n, f):
+    if n == 0:
+        return -1
+    # first = n ("none": any zero is below n) on the stream the launch takes,
+    # read back on it; a plain launch() would copy a host `first` back on
+    # Numba's default stream, which a non-blocking CuPy stream does not wait on
+    stream = stream_for(a)
+    first = cuda.to_device(np.array([n], np.uint64), stream=stream)
+    _first_zero_kernel[grid_for(n), block_for(n), stream](
+        _flat(as_device(a)), np.int32(deg), kernel_words(f)[0], first)
+    host = first.copy_to_host(stream=stream)
+    if not isinstance(stream, int):  # (an async copy to pageable memory may return early)
+        stream.synchronize()
+    i = int(host[0])
+    return -1 if i == n else i
 
 
 def base_mle_fold(v, r, out, f):

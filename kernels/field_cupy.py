@@ -18,13 +18,15 @@ import numpy as np
 from .cuda_source import assemble
 from .field_params import FIELDS, FieldParams
 from .launch_checks import (BINARY, IN_PLACE_UNARY, UNARY, check_bcast, check_device_arrays,
-                            check_map, check_eq_split, check_mle_fold, check_pow)
+                            check_first_zero, check_map, check_eq_split, check_mle_fold,
+                            check_pow)
 from .launch_config import GPU_INV_BATCH_BASE, GPU_INV_BATCH_EXT, THREADS_PER_BLOCK, grid_for
 from .monty import OP_INV
 
 __all__ = ["base_map1", "base_map2", "ext4_map1", "ext4_map2", "base_map2_bcast",
            "ext4_map2_bcast", "base_pow", "ext4_pow", "base_batch_inv", "base_mle_fold",
-           "ext4_mle_fold", "base_eq_split", "ext4_eq_split"]
+           "ext4_mle_fold", "base_eq_split", "ext4_eq_split", "base_first_zero",
+           "ext4_first_zero"]
 
 _ndarray = np.ndarray  # (a module-level name for the launch path)
 
@@ -137,6 +139,30 @@ def base_batch_inv(a, out, f):
     :func:`base_map1`'s INV: Montgomery's trick per thread)."""
     n = check_map("field_cupy.base_batch_inv", f, OP_INV, None, (), 1, out, a)
     _launch(f, "zorch_base_inv_batched", n, a, out, per_thread=GPU_INV_BATCH_BASE)
+
+
+def base_first_zero(a, f):
+    """Same contract as :func:`.field_cpu.base_first_zero`: one read pass on
+    the device, whose answer is read back (the call synchronizes)."""
+    n = check_first_zero("field_cupy.base_first_zero", f, a, 1)
+    first = cupy.full((1,), n, np.uint64)  # "none": any zero is below n
+    _launch(f, "zorch_first_zero", n, a, np.int32(1), first)
+    return _read_index(first, n)
+
+
+def ext4_first_zero(a, f):
+    """Same contract as :func:`.field_cpu.ext4_first_zero` (see
+    :func:`base_first_zero`)."""
+    n = check_first_zero("field_cupy.ext4_first_zero", f, a, 4)
+    first = cupy.full((1,), n, np.uint64)
+    _launch(f, "zorch_first_zero", n, a, np.int32(4), first)
+    return _read_index(first, n)
+
+
+def _read_index(first, n):
+    # the kernel's answer, -1 where it found no zero (first still n)
+    i = int(first.get()[0])
+    return -1 if i == n else i
 
 
 def base_mle_fold(v, r, out, f):

@@ -6,7 +6,8 @@ the ``__global__`` kernels themselves with g++ under a small SIMT emulation:
 every thread of a block is a fiber (``ucontext``; ``STACK_BYTES`` of stack
 above a guard, so a kernel outgrowing it faults) run by a scheduler,
 ``__syncthreads`` is a block barrier, ``__shfl_up_sync`` / ``__shfl_down_sync``
-exchange values through a per-warp barrier, ``__shared__`` variables are
+exchange values through a per-warp barrier, ``atomicMin`` is a plain
+read-modify-write (one fiber runs at a time), ``__shared__`` variables are
 shared by the block (blocks run one after another, each starting with its
 shared memory poisoned), and ``__CUDA_ARCH__`` is defined so the 8/16-byte
 vector loads run too.  ``ZORCH_EMU_ORDER`` picks the order in which threads
@@ -250,6 +251,13 @@ T zemu_shfl(T v, long off) {
 }
 template <class T> T __shfl_down_sync(unsigned int, T v, unsigned int d) { return zemu_shfl(v, (long)d); }
 template <class T> T __shfl_up_sync(unsigned int, T v, unsigned int d) { return zemu_shfl(v, -(long)d); }
+// The fibers run one at a time and switch only at barriers, so a plain
+// read-modify-write is atomic here.
+inline unsigned long long atomicMin(unsigned long long* a, unsigned long long v) {
+    const unsigned long long old = *a;
+    if (v < old) *a = v;
+    return old;
+}
 template <class K>
 void zemu_launch(unsigned int grid, unsigned int block, K kernel) {
     if (block % 32u != 0u || block > 1024u) abort();  // the launchers use whole warps

@@ -148,6 +148,27 @@ def test_numba_cuda_batched_inverse_kernels(F):
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.cudasim
+@pytest.mark.parametrize("F", FIELDS)
+def test_numba_cuda_first_zero_kernel_on_a_small_grid(F):
+    """The Numba-CUDA zero scan (as the CUDA C one, tested in
+    test_field_cupy_emulated.py) with one block of 32 threads over 200
+    elements: several threads find zeros and the least index wins (an atomic
+    minimum)."""
+    from zorch_nb.kernels import field_cuda_numba as fcn
+    p = kernel_words(F.params)[0]
+    rng = np.random.default_rng(4)
+    n = 200
+    for deg in (1, 4):
+        a = rng.integers(1, F.p, size=(n, deg), dtype=np.int64).astype(np.uint32)
+        for zeros, want in (((), n), ((169, 73, 101, 197), 73), ((33,), 33)):
+            for i in zeros:
+                a[i] = [0, F.p, 2 * F.p, 0][:deg]
+            first = np.array([n], np.uint64)
+            fcn._first_zero_kernel[1, 32](a.reshape(-1), np.int32(deg), p, first)
+            assert first[0] == want, (deg, zeros)
+
+
 @pytest.mark.parametrize("F", FIELDS)
 def test_first_zero_scans(F):
     """The inverses' zero check on the CPU: the index of the first element

@@ -110,6 +110,31 @@ def test_batched_inverse_kernels(field_cupy, F, grid):
     np.testing.assert_array_equal(got.get(), want)
 
 
+@pytest.mark.parametrize("F", [KoalaBear, BabyBear], ids=["koalabear", "babybear"])
+def test_first_zero_kernel_on_a_small_grid(field_cupy, F):
+    """The zero scan with one block of 32 threads over 300 elements: each
+    thread walks ~10 (grid-stride) and stops at its first zero; the least
+    index among the threads' wins (an atomic minimum), whichever thread runs
+    first; extension words at every alignment (the 16-byte path and the
+    4-byte one)."""
+    rng = np.random.default_rng(3)
+    n = 300
+    for deg in (1, 4):
+        a = rng.integers(1, F.p, size=(n, deg), dtype=np.int64).astype(np.uint32)
+        zero = [0, F.p, 2 * F.p, 0][:deg]  # (words read mod p)
+        # no zero; then threads 9 and 5 find two zeros each (73 and 169, 101
+        # and 197) and 73 is the least; then thread 1's 33 is
+        for zeros, want in (((), -1), ((169, 73, 101, 197), 73), ((33,), 33)):
+            for i in zeros:
+                a[i] = zero
+            for k in ((0, 1, 2, 3) if deg == 4 else (0,)):
+                first = cuda_emu.EmuArray(np.array([n], np.uint64))
+                field_cupy._kernel(F.params, "zorch_first_zero")(
+                    (1,), (32,), (cuda_emu.EmuArray(_word_offset(a.reshape(-1), k)),
+                                  np.int32(deg), first, np.uint64(n)))
+                assert int(first.get()[0]) == (n if want < 0 else want), (deg, k, zeros)
+
+
 def _word_offset(x, k):
     """A copy of ``x`` starting ``k`` words past a 16-byte boundary (as an offset
     view of a larger device buffer may)."""

@@ -280,7 +280,7 @@ def test_sum_reduces_its_slots_before_they_could_overflow(monkeypatch):
 def test_chunked_device_paths_match_the_host_and_synchronize_once(monkeypatch):
     """On (emulated) CuPy arrays, many blocks: the hit flags stay on the device and
     are read once per check, as the whole-array check read its one flag."""
-    cuda_emu.emulate(monkeypatch, "field")
+    _, launches = cuda_emu.emulate(monkeypatch, "field")
     reads = []
     check = cuda_emu._check_sync
     monkeypatch.setattr(cuda_emu, "_check_sync", lambda what: (reads.append(what), check(what)))
@@ -292,6 +292,9 @@ def test_chunked_device_paths_match_the_host_and_synchronize_once(monkeypatch):
     vals, point = E.random(256, seed=3), E.random(8, seed=4)
     cases = [("F.inv", lambda m: F.inv(m(a)), 1), ("F.batch_inv", lambda m: F.batch_inv(m(a)), 1),
              ("E.inv", lambda m: E.inv(m(x)), 1), ("F.pow -3", lambda m: F.pow(m(a), -3), 1),
+             # (C-contiguous operands are scanned by one kernel; a strided one in blocks)
+             ("F.inv strided", lambda m: F.inv(m(a)[:, ::2]), 1),
+             ("E.inv strided", lambda m: E.inv(m(x)[::3]), 1),
              ("F.decode", lambda m: F.decode(m(a)), 1), ("E.decode", lambda m: E.decode(m(x)), 1),
              ("E.is_canonical", lambda m: E.is_canonical(m(x)), 1),
              ("F.encode", lambda m: F.encode(m(ints)), 1),
@@ -311,8 +314,12 @@ def test_chunked_device_paths_match_the_host_and_synchronize_once(monkeypatch):
             assert isinstance(got, cuda_emu.EmuArray), name
             np.testing.assert_array_equal(got.get(), want, err_msg=name)
     a[6, 10] = F.p  # block 4 of 7 (16 words each)
+    del launches[:]
     with pytest.raises(ValueError, match=r"index \(6, 10\) is zero"):
         F.inv(dev(a))
+    assert launches == ["zorch_first_zero"]  # the scan, and nothing written
+    with pytest.raises(ValueError, match=r"index \(6, 5\) is zero"):
+        F.inv(dev(a)[:, ::2])
     with pytest.raises(ValueError, match="holds values >= p"):
         F.decode(dev(a))
     assert not F.is_canonical(dev(a))

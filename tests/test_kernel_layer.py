@@ -208,6 +208,37 @@ def test_inverse_of_zero_is_zero(k):
         assert (to_host(out) == 0).all()
 
 
+@pytest.mark.parametrize("F", FIELDS)
+def test_first_zero_launchers(F, k):
+    """The inverses' zero check: the index of the first element whose words
+    are all 0 mod p (0, p, 2p), wherever the zeros lie (several zeros, so
+    the threads that find one must agree on the least), or -1; an extension
+    element with one nonzero word is not zero; both extension forms; the
+    words are only read."""
+    k, backend = k
+    f, n = F.params, small(backend)
+    base = np.asarray(rand_words(F, (n,), 5), np.uint32)
+    base[base % F.p == 0] = 1
+    ext = np.asarray(rand_words(F, (n, 4), 6), np.uint32)
+    ext[:, 0][ext[:, 0] % F.p == 0] = 1
+    cases = [(k.base_first_zero, base, F.p), (k.ext4_first_zero, ext, [0, F.p, 2 * F.p, 0])]
+    for scan, words, zero in cases:
+        assert scan(dev(words, backend), f) == -1
+        assert scan(dev(words[:0], backend), f) == -1
+        for where in ((n - 1,), (0, n - 1), (1, 3, 4), (n - 2, 2)):
+            a = words.copy()
+            for i in where:
+                a[i] = zero
+            d = dev(a, backend)
+            assert scan(d, f) == min(where), (scan.__name__, where)
+            assert np.array_equal(to_host(d), a)
+            if a.ndim == 2:
+                assert scan(dev(a.reshape(-1), backend), f) == min(where)
+                a[min(where), 3] = 1  # one nonzero coefficient: not zero
+                rest = sorted(where)[1:]
+                assert scan(dev(a, backend), f) == (rest[0] if rest else -1)
+
+
 # ---- the broadcast forms: every step / row combination --------------------------
 
 def bcast_index(n, run, step, row):
@@ -732,12 +763,12 @@ def one_odd_argument(k, F, make):
         ("base_eq_split", "r", lambda o: k.base_eq_split(d(4), o(d(1)), d(4), d(4), f)),
         ("ext4_eq_split", "hi", lambda o: k.ext4_eq_split(d(4, 4), d(1), 1, d(4, 4),
                                                           o(d(4, 4)), f)),
+        ("base_first_zero", "a", lambda o: k.base_first_zero(o(d(3)), f)),
+        ("ext4_first_zero", "a", lambda o: k.ext4_first_zero(o(d(3, 4)), f)),
     ]
-    if hasattr(k, "encode"):  # the CPU's conversions and zero scans
+    if hasattr(k, "encode"):  # the CPU's conversions
         calls += [("encode", "v", lambda o: k.encode(o(np.zeros(2, np.int64)), d(2), True, f)),
-                  ("decode", "out", lambda o: k.decode(d(2), o(d(2)), f)),
-                  ("base_first_zero", "a", lambda o: k.base_first_zero(o(d(3)), f)),
-                  ("ext4_first_zero", "a", lambda o: k.ext4_first_zero(o(d(3, 4)), f))]
+                  ("decode", "out", lambda o: k.decode(d(2), o(d(2)), f))]
     assert sorted(c[0] for c in calls) == sorted(k.__all__)  # every launcher
     return calls
 

@@ -74,7 +74,7 @@ def test_nvrtc_compiles_shipped_sources(field, kernel_file):
 def test_extension_field_kernels_have_16_byte_accesses():
     """Each extension kernel of field_ops.cu holds a path that loads and stores an
     element as one 16-byte vector (taken when its arrays are aligned; the
-    emulated tests run both paths)."""
+    emulated tests run both paths), and the zero scan one that loads so."""
     ptx = nvrtc_compile(assemble(FIELDS["koalabear"], "field_ops.cu")).decode()
     bodies = dict(re.findall(r"\.entry (\w+)\((.*?)\n\}", ptx, re.S))
     ext = [name for name in bodies if name.startswith("zorch_ext4_")]
@@ -84,6 +84,8 @@ def test_extension_field_kernels_have_16_byte_accesses():
     for name in ext:
         assert re.search(r"ld\.global(\.nc)?\.v4\.u32", bodies[name]), name
         assert re.search(r"st\.global\.v4\.u32", bodies[name]), name
+    # and the zero scan, which reads extension words only
+    assert re.search(r"ld\.global(\.nc)?\.v4\.u32", bodies["zorch_first_zero"])
 
 
 def test_nvrtc_compiles_generated_graph_kernels():

@@ -994,15 +994,20 @@ class _FieldBase:
     def _raise_if_zero(self, a, what):
         """Raise naming the first zero element of ``a``, before anything is written.
 
-        The check runs in blocks (:func:`_first_true`), so it allocates no
-        input-sized mask; a C-contiguous host array is scanned by a Numba
-        kernel instead (``field_cpu.base_first_zero``: 2-2.3x faster than
-        the blocks on 2 cores at 2**22 elements).
+        A C-contiguous array is scanned by one kernel (``base_first_zero`` /
+        ``ext4_first_zero``): on the host a Numba one, 2-2.3x faster than
+        NumPy blocks on 2 cores at 2**22 elements; on a GPU a CuPy one, one
+        read pass and one launch where the blocks made ~4 passes (a product,
+        a compare, a reduction) and several launches per block.  Other
+        layouts run in blocks (:func:`_first_true`), so the check allocates
+        no input-sized mask.
         """
         kind, a = _in_module(a)
         shape = _element_shape(a, self.degree, "a")
-        if kind == "numpy" and a.dtype == np.uint32 and a.flags.c_contiguous and a.ndim:
-            k = _backend.kernels_for("cpu", "field")
+        if a.dtype == np.uint32 and a.flags.c_contiguous and a.ndim:
+            if kind == "cupy":  # (before a launch with another device's pointer)
+                _backend.check_current_device(_backend.device_of(a), "a")
+            k = _backend.kernels_for("cpu" if kind == "numpy" else "cupy", "field")
             i = (k.base_first_zero if self.degree == 1 else k.ext4_first_zero)(
                 a.reshape(-1), self.params)  # (the extension's as flat words)
             idx = None if i < 0 else _unravel(i, shape)

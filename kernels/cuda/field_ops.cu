@@ -315,6 +315,30 @@ extern "C" __global__ void zorch_ext4_inv_batched(const zorch_u32* a, zorch_u32*
     }
 }
 
+// The inverses' zero check (kernels/field_cpu.py base_first_zero): *first =
+// min(*first, i) over the elements i of deg words (1, or 4 for the
+// extension) that are 0 mod p; the launcher sets *first = n and reads it
+// back.  One read pass: a thread stops at its first zero (its lowest index,
+// the loop going up) and only a thread that found one does an atomic, so the
+// usual case -- no zero -- writes nothing.
+extern "C" __global__ void zorch_first_zero(const zorch_u32* w, int deg, zorch_u64* first,
+                                            zorch_u64 n) {
+    const bool v = deg == 4 && zorch_aligned16(w);
+    ZORCH_GRID_STRIDE(i, n) {
+        bool zero;
+        if (deg == 1) {
+            zero = zorch_canonical(w[i]) == 0u;
+        } else {
+            const zorch_ext4 x = zorch_ext4_canonical(zorch_ext4_load_vec(w, i, v));
+            zero = (x.c0 | x.c1 | x.c2 | x.c3) == 0u;
+        }
+        if (zero) {
+            atomicMin(first, i);
+            break;
+        }
+    }
+}
+
 extern "C" __global__ void zorch_base_pow(const zorch_u32* a, zorch_u64 e_hi, zorch_u64 e_lo,
                                           int nbits, zorch_u32* out, zorch_u64 n) {
     ZORCH_GRID_STRIDE(i, n) out[i] = zorch_base_pow_e(a[i], e_hi, e_lo, nbits);
