@@ -46,8 +46,9 @@ def _kernel(f: FieldParams, name: str):
 
 
 def _launch(f, name, n, *args, per_thread=1):
-    # per_thread: elements a thread takes at once (the batched inverses), so
-    # the grid is sized for ceil(n / per_thread) threads
+    # per_thread: elements a thread takes at once (the batched inverses, the
+    # zero scan's base words), so the grid is sized for ceil(n / per_thread)
+    # threads
     for x in args:  # (the checks take NumPy arrays too: they serve the CPU)
         if isinstance(x, _ndarray):
             _refuse_host_arrays(sys._getframe(1), args)
@@ -146,7 +147,7 @@ def base_first_zero(a, f):
     the device, whose answer is read back (the call synchronizes)."""
     n = check_first_zero("field_cupy.base_first_zero", f, a, 1)
     first = cupy.full((1,), n, np.uint64)  # "none": any zero is below n
-    _launch(f, "zorch_first_zero", n, a, np.int32(1), first)
+    _launch(f, "zorch_first_zero", n, a, np.int32(1), first, per_thread=4)  # (4 to a load)
     return _read_index(first, n)
 
 

@@ -112,22 +112,24 @@ def test_batched_inverse_kernels(field_cupy, F, grid):
 
 @pytest.mark.parametrize("F", [KoalaBear, BabyBear], ids=["koalabear", "babybear"])
 def test_first_zero_kernel_on_a_small_grid(field_cupy, F):
-    """The zero scan with one block of 32 threads over 300 elements: each
-    thread walks ~10 (grid-stride) and stops at its first zero; the least
-    index among the threads' wins (an atomic minimum), whichever thread runs
-    first; extension words at every alignment (the 16-byte path and the
-    4-byte one)."""
+    """The zero scan with one block of 32 threads over 303 elements: each
+    thread walks several groups of four words (grid-stride) and stops at its
+    first zero; the least index among the threads' wins (an atomic minimum),
+    whichever thread runs first; the least of a base group's zeros; the
+    base tail past the last group; words at every alignment (the 16-byte
+    path and the 4-byte one)."""
     rng = np.random.default_rng(3)
-    n = 300
+    n = 303
     for deg in (1, 4):
         a = rng.integers(1, F.p, size=(n, deg), dtype=np.int64).astype(np.uint32)
         zero = [0, F.p, 2 * F.p, 0][:deg]  # (words read mod p)
-        # no zero; then threads 9 and 5 find two zeros each (73 and 169, 101
-        # and 197) and 73 is the least; then thread 1's 33 is
-        for zeros, want in (((), -1), ((169, 73, 101, 197), 73), ((33,), 33)):
+        # none; the tail only (base); then zeros for several threads, two in
+        # base group 18 (words 72-75); then the least
+        for zeros, want in (((), -1), ((301,), 301), ((169, 74, 73, 101, 197), 73),
+                            ((33,), 33)):
             for i in zeros:
                 a[i] = zero
-            for k in ((0, 1, 2, 3) if deg == 4 else (0,)):
+            for k in (0, 1, 2, 3):
                 first = cuda_emu.EmuArray(np.array([n], np.uint64))
                 field_cupy._kernel(F.params, "zorch_first_zero")(
                     (1,), (32,), (cuda_emu.EmuArray(_word_offset(a.reshape(-1), k)),

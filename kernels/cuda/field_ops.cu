@@ -318,25 +318,33 @@ extern "C" __global__ void zorch_ext4_inv_batched(const zorch_u32* a, zorch_u32*
 // The inverses' zero check (kernels/field_cpu.py base_first_zero): *first =
 // min(*first, i) over the elements i of deg words (1, or 4 for the
 // extension) that are 0 mod p; the launcher sets *first = n and reads it
-// back.  One read pass: a thread stops at its first zero (its lowest index,
-// the loop going up) and only a thread that found one does an atomic, so the
-// usual case -- no zero -- writes nothing.
+// back.  One read pass, in groups of four words -- an extension element or
+// four base elements, one 16-byte load where w is aligned -- since a thread
+// stops at its first zero, so its next load waits for this one's test: at
+// 4 bytes a load the resident threads would keep too few bytes in flight to
+// stream.  Only a thread that finds a zero does an atomic, so the usual
+// case (none) writes nothing.  The grid is sized for n * deg / 4 threads.
 extern "C" __global__ void zorch_first_zero(const zorch_u32* w, int deg, zorch_u64* first,
                                             zorch_u64 n) {
-    const bool v = deg == 4 && zorch_aligned16(w);
-    ZORCH_GRID_STRIDE(i, n) {
-        bool zero;
-        if (deg == 1) {
-            zero = zorch_canonical(w[i]) == 0u;
-        } else {
-            const zorch_ext4 x = zorch_ext4_canonical(zorch_ext4_load_vec(w, i, v));
-            zero = (x.c0 | x.c1 | x.c2 | x.c3) == 0u;
+    const zorch_u64 groups = n * deg / 4;
+    const bool v = zorch_aligned16(w);
+    ZORCH_GRID_STRIDE(g, groups) {
+        const zorch_ext4 x = zorch_ext4_canonical(zorch_ext4_load_vec(w, g, v));
+        zorch_u64 hit = n;
+        if (deg == 4) {
+            if ((x.c0 | x.c1 | x.c2 | x.c3) == 0u) hit = g;
+        } else {  // the least of the four base elements that is zero
+            hit = x.c0 == 0u ? 4 * g : x.c1 == 0u ? 4 * g + 1 : x.c2 == 0u ? 4 * g + 2
+                : x.c3 == 0u ? 4 * g + 3 : n;
         }
-        if (zero) {
-            atomicMin(first, i);
+        if (hit < n) {
+            atomicMin(first, hit);
             break;
         }
     }
+    // the last n % 4 base elements, one to a thread of the first block
+    const zorch_u64 i = 4 * groups + threadIdx.x;
+    if (deg == 1 && blockIdx.x == 0 && i < n && zorch_canonical(w[i]) == 0u) atomicMin(first, i);
 }
 
 extern "C" __global__ void zorch_base_pow(const zorch_u32* a, zorch_u64 e_hi, zorch_u64 e_lo,
