@@ -602,6 +602,7 @@ def test_gpu_numba_launches_follow_cupys_current_stream():
     one reading its output): the launch goes on CuPy's current stream."""
     import cupy
 
+    from zorch_nb.kernels import field_cuda_numba
     from zorch_nb.kernels.field_cuda_numba import stream_for
     from zorch_nb.logup_gkr import GkrLayer, layer_transition
     if SIMULATED:
@@ -624,6 +625,11 @@ def test_gpu_numba_launches_follow_cupys_current_stream():
         got = F.add(prod, db)                        # CuPy kernel reading the Numba output
         d_layer = layer_transition(GkrLayer(*(cupy.asarray(x) for x in layer.mles), 0),
                                    backend="numba")
+        # the Numba zero scan reads what CuPy wrote on the stream (zeros, then
+        # ones) and gives its answer back only when it has run there
+        ones = cupy.zeros(1 << 24, np.uint32)
+        cupy.add(ones, np.uint32(1), out=ones)
+        assert field_cuda_numba.base_first_zero(ones, F.params) == -1
     stream.synchronize()
     assert (got.get() == want).all()
     for x, y in zip(want_layer.mles, d_layer.mles):
