@@ -216,18 +216,35 @@ def _ext4_inv_batched_kernel(a, p, mu, wm, one, out):
 @cached_kernel
 def _first_zero_kernel(w, deg, p, first):
     # As kernels/cuda/field_ops.cu's zorch_first_zero: first[0] = min(first[0],
-    # i) over the elements i (deg words each of the flat w) that are 0 mod p;
-    # a thread stops at its first zero, and only such a thread does an atomic
+    # i) over the elements i (deg words each of the flat w) that are 0 mod p,
+    # in groups of four words (an extension element or four base elements:
+    # four independent loads in flight, as a thread stops at its first zero);
+    # only a thread that finds one does an atomic
     n = w.shape[0] // deg
+    groups = w.shape[0] // 4
     start, s = cuda.grid(1), cuda.gridsize(1)
-    for i in range(start, n, s):
-        j = i * deg
-        word_or = canonical(w[j], p)
-        for k in range(1, deg):
-            word_or |= canonical(w[j + k], p)
-        if word_or == 0:
-            cuda.atomic.min(first, 0, np.uint64(i))
+    for g in range(start, groups, s):
+        j = 4 * g
+        x0, x1 = canonical(w[j], p), canonical(w[j + 1], p)
+        x2, x3 = canonical(w[j + 2], p), canonical(w[j + 3], p)
+        hit = n
+        if deg == 4:
+            if (x0 | x1 | x2 | x3) == 0:
+                hit = g
+        elif x0 == 0:
+            hit = j
+        elif x1 == 0:
+            hit = j + 1
+        elif x2 == 0:
+            hit = j + 2
+        elif x3 == 0:
+            hit = j + 3
+        if hit < n:
+            cuda.atomic.min(first, 0, np.uint64(hit))
             break
+    i = 4 * groups + start  # the last n % 4 base elements, one to a thread
+    if deg == 1 and i < n and canonical(w[i], p) == 0:
+        cuda.atomic.min(first, 0, np.uint64(i))
 
 
 @cuda.jit(device=True)
@@ -480,7 +497,8 @@ def _first_zero(a, deg, n, f):
     # Numba's default stream, which a non-blocking CuPy stream does not wait on
     stream = stream_for(a)
     first = cuda.to_device(np.array([n], np.uint64), stream=stream)
-    _first_zero_kernel[grid_for(n), block_for(n), stream](
+    groups = -(-n * deg // 4)
+    _first_zero_kernel[grid_for(groups), block_for(groups), stream](
         _flat(as_device(a)), np.int32(deg), kernel_words(f)[0], first)
     host = first.copy_to_host(stream=stream)
     if not isinstance(stream, int):  # (an async copy to pageable memory may return early)

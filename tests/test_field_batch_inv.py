@@ -152,16 +152,17 @@ def test_numba_cuda_batched_inverse_kernels(F):
 @pytest.mark.parametrize("F", FIELDS)
 def test_numba_cuda_first_zero_kernel_on_a_small_grid(F):
     """The Numba-CUDA zero scan (as the CUDA C one, tested in
-    test_field_cupy_emulated.py) with one block of 32 threads over 200
+    test_field_cupy_emulated.py) with one block of 32 threads over 203
     elements: several threads find zeros and the least index wins (an atomic
-    minimum)."""
+    minimum); the least of a base group's four; the base tail."""
     from zorch_nb.kernels import field_cuda_numba as fcn
     p = kernel_words(F.params)[0]
     rng = np.random.default_rng(4)
-    n = 200
+    n = 203
     for deg in (1, 4):
         a = rng.integers(1, F.p, size=(n, deg), dtype=np.int64).astype(np.uint32)
-        for zeros, want in (((), n), ((169, 73, 101, 197), 73), ((33,), 33)):
+        for zeros, want in (((), n), ((201,), 201), ((169, 74, 73, 101, 197), 73),
+                            ((33,), 33)):
             for i in zeros:
                 a[i] = [0, F.p, 2 * F.p, 0][:deg]
             first = np.array([n], np.uint64)
