@@ -578,10 +578,17 @@ def test_mixed_modules_rejected():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("F", FIELDS)
-def test_gpu_numba_on_cupy_arrays_and_foreign_cuda_arrays(F):
+def test_gpu_numba_on_cupy_arrays_and_foreign_cuda_arrays(F, monkeypatch):
     """Numba-CUDA on CuPy arrays, and a non-CuPy CUDA array through the default path."""
     import cupy
     from numba import cuda
+
+    from zorch_nb._backend import kernels_for
+
+    def not_cupy(*args):
+        raise AssertionError("backend='numba' ran CuPy's zero scan")
+    for name in ("base_first_zero", "ext4_first_zero"):  # backend="numba": Numba's scans
+        monkeypatch.setattr(kernels_for("cupy", "field"), name, not_cupy)
     for E in (F, F.ext):
         a, b = E.random(1000, seed=1), E.random(1000, seed=2)
         want = E.mul(a, b)
@@ -593,6 +600,11 @@ def test_gpu_numba_on_cupy_arrays_and_foreign_cuda_arrays(F):
         assert isinstance(got, cupy.ndarray) and (got.get() == want).all()
         assert (E.inv(da, backend="numba").get() == E.inv(a)).all()
         assert (E.pow(da, 2**40 + 1).get() == E.pow(a, 2**40 + 1)).all()
+        a[7] = 0
+        for call in (lambda: E.inv(cupy.asarray(a), backend="numba"),
+                     lambda: E.pow(cupy.asarray(a), -3, backend="numba")):
+            with pytest.raises(ValueError, match=r"index \(7,\) is zero"):
+                call()
 
 
 @pytest.mark.gpu

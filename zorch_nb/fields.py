@@ -991,23 +991,25 @@ class _FieldBase:
         """Elementwise ``a * a``."""
         return self._map(monty.OP_SQUARE, out, backend, a=a)
 
-    def _raise_if_zero(self, a, what):
+    def _raise_if_zero(self, a, what, backend=None):
         """Raise naming the first zero element of ``a``, before anything is written.
 
         A C-contiguous array is scanned by one kernel (``base_first_zero`` /
-        ``ext4_first_zero``): on the host a Numba one, 2-2.3x faster than
-        NumPy blocks on 2 cores at 2**22 elements; on a GPU a CuPy one, one
-        read pass and one launch where the blocks made ~4 passes (a product,
-        a compare, a reduction) and several launches per block.  Other
-        layouts run in blocks (:func:`_first_true`), so the check allocates
-        no input-sized mask.
+        ``ext4_first_zero``): a host array by the CPU's (Numba: 2-2.3x faster
+        than NumPy blocks on 2 cores at 2**22 elements), whatever the
+        backend, as it costs no transfer; a device array by the backend's
+        (CuPy's unless ``backend="numba"``): one read pass and one launch,
+        where the blocks made ~4 passes (a product, a compare, a reduction)
+        and several launches per block.  Other layouts run in blocks
+        (:func:`_first_true`), so the check allocates no input-sized mask.
         """
         kind, a = _in_module(a)
+        # (the backend and device checks first: a scan on a device array of
+        # another device would launch with its pointer)
+        backend = _backend.resolve({"a": a}, backend)[1]
         shape = _element_shape(a, self.degree, "a")
         if a.dtype == np.uint32 and a.flags.c_contiguous and a.ndim:
-            if kind == "cupy":  # (before a launch with another device's pointer)
-                _backend.check_current_device(_backend.device_of(a), "a")
-            k = _backend.kernels_for("cpu" if kind == "numpy" else "cupy", "field")
+            k = _backend.kernels_for("cpu" if kind == "numpy" else backend, "field")
             i = (k.base_first_zero if self.degree == 1 else k.ext4_first_zero)(
                 a.reshape(-1), self.params)  # (the extension's as flat words)
             idx = None if i < 0 else _unravel(i, shape)
@@ -1066,7 +1068,7 @@ class _FieldBase:
         if self.degree == 4:
             _element_shape(a, 4, "a")
         out = _result_first(a, out)
-        self._raise_if_zero(a, what)
+        self._raise_if_zero(a, what, backend)
         return self._map(monty.OP_INV, out, backend, a=a)
 
     def batch_inv(self, a, out=None, *, backend=None):
@@ -1083,7 +1085,7 @@ class _FieldBase:
         if self.degree == 4:
             _element_shape(a, 4, "a")
         out = _result_first(a, out)
-        self._raise_if_zero(a, "batch_inv")
+        self._raise_if_zero(a, "batch_inv", backend)
         if self.degree == 4:
             return self._map(monty.OP_INV, out, backend, a=a)
         kind, backend, shape, degrees = self._prepare({"a": a}, backend)
@@ -1478,7 +1480,7 @@ class _FieldBase:
         invert = e < 0  # a ** e = inv(a) ** -e
         if invert:
             out = _result_first(a, out)
-            self._raise_if_zero(a, f"pow with e = {_int_text(e)} < 0")
+            self._raise_if_zero(a, f"pow with e = {_int_text(e)} < 0", backend)
             e = -e
         order = self.p ** self.degree - 1
         e_red = 0 if e == 0 else (e - 1) % order + 1
