@@ -81,8 +81,8 @@ SCRIPT = textwrap.dedent(r'''
                      (t.int32[::1], t.int32[::1], t.int64[:, ::1]), cc=(9, 0))
     cuda.compile_ptx(gkr_cuda_numba._chunk_scan_kernel.py_func,
                      (t.UniTuple(t.int32[::1], 4), t.int64[:, ::1]), cc=(9, 0))
-    # and the zero scan, which the object layer runs with CuPy's kernel (a
-    # CuPy array's check) or the CPU's (a host one)
+    # and the zero scan, which the object layer runs on device arrays only
+    # (the CPU scans host ones, as the launches above pass)
     from zorch_nb.kernels import field_cuda_numba
     cuda.compile_ptx(field_cuda_numba._first_zero_kernel.py_func,
                      (t.uint32[::1], t.int32, t.uint32, t.uint64[::1]), cc=(9, 0))

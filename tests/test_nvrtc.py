@@ -84,7 +84,7 @@ def test_extension_field_kernels_have_16_byte_accesses():
     for name in ext:
         assert re.search(r"ld\.global(\.nc)?\.v4\.u32", bodies[name]), name
         assert re.search(r"st\.global\.v4\.u32", bodies[name]), name
-    # and the zero scan, which reads extension words only
+    # and the zero scan, which only reads (four words a load, base or extension)
     assert re.search(r"ld\.global(\.nc)?\.v4\.u32", bodies["zorch_first_zero"])
 
 
