@@ -313,15 +313,16 @@ def _ext4_eq_split_kernel(a, r, r_deg, p, mu, wm, lo, hi):
         hi[j + 3] = c[7]
 
 
-def as_device(x):
+def as_device(x, stream=0):
     """Device view of ``x`` for a Numba launch.
 
     CUDA-array-interface arrays (CuPy) are wrapped without a stream sync
     (a plain pass would synchronise the producer stream on every launch);
-    host NumPy arrays are copied to the device; scalars pass through.
+    host NumPy arrays are copied to the device (on ``stream``, the
+    launch's); scalars pass through.
     """
     if isinstance(x, np.ndarray):
-        return cuda.to_device(x)
+        return cuda.to_device(x, stream=stream)
     if hasattr(x, "__cuda_array_interface__"):
         try:
             return cuda.as_cuda_array(x, sync=False)
@@ -353,14 +354,21 @@ def launch(kernel, n, args, out, *more):
     """Launch a grid-stride ``kernel(*args, out, *more)`` over ``n`` items.
 
     A host output array receives its result by one copy back from the device.
+    Host arrays go in and back on the launch's stream: beside CuPy arrays
+    under a non-blocking CuPy stream, copies on Numba's default stream would
+    not wait for the launch (nor it for them).
     """
     outs = (out,) + more
-    d_outs = [as_device(o) for o in outs]
-    kernel[grid_for(n), block_for(n), stream_for(*outs, *args)](
-        *[as_device(x) for x in args], *d_outs)
+    stream = stream_for(*outs, *args)
+    d_outs = [as_device(o, stream) for o in outs]
+    kernel[grid_for(n), block_for(n), stream](*[as_device(x, stream) for x in args], *d_outs)
+    copied = False
     for host, d in zip(outs, d_outs):
         if isinstance(host, np.ndarray):
-            d.copy_to_host(host)
+            d.copy_to_host(host, stream=stream)
+            copied = True
+    if copied and not isinstance(stream, int):  # (an async copy to pageable memory
+        stream.synchronize()                    # may return before it has landed)
 
 
 # The launchers check their arguments as field_cpu's do (launch_checks, the
@@ -492,19 +500,10 @@ def ext4_first_zero(a, f):
 def _first_zero(a, deg, n, f):
     if n == 0:
         return -1
-    # first = n ("none": any zero is below n) on the stream the launch takes,
-    # read back on it; a plain launch() would copy a host `first` back on
-    # Numba's default stream, which a non-blocking CuPy stream does not wait on
-    stream = stream_for(a)
-    first = cuda.to_device(np.array([n], np.uint64), stream=stream)
-    groups = -(-n * deg // 4)
-    _first_zero_kernel[grid_for(groups), block_for(groups), stream](
-        _flat(as_device(a)), np.int32(deg), kernel_words(f)[0], first)
-    host = first.copy_to_host(stream=stream)
-    if not isinstance(stream, int):  # (an async copy to pageable memory may return early)
-        stream.synchronize()
-    i = int(host[0])
-    return -1 if i == n else i
+    first = np.array([n], np.uint64)  # "none": any zero is below n
+    launch(_first_zero_kernel, -(-n * deg // 4), (_flat(a), np.int32(deg), kernel_words(f)[0]),
+           first)  # (a thread per four words: see the kernel)
+    return -1 if first[0] == n else int(first[0])
 
 
 def base_mle_fold(v, r, out, f):

@@ -862,6 +862,6 @@ def _numba_sees_emulated_arrays() -> None:
         return
     original = field_cuda_numba.as_device
 
-    def as_device(x):
-        return FakeCUDAArray(x._a) if isinstance(x, EmuArray) else original(x)
+    def as_device(x, stream=0):
+        return FakeCUDAArray(x._a) if isinstance(x, EmuArray) else original(x, stream)
     field_cuda_numba.as_device = gkr_cuda_numba.as_device = as_device
