@@ -18,7 +18,7 @@ class HostAsDevice(np.ndarray):
         return ary
 
 
-def as_device(x):
+def as_device(x, stream=0):
     return x.view(HostAsDevice) if isinstance(x, np.ndarray) else x
 
 
