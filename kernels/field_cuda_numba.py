@@ -362,13 +362,24 @@ def launch(kernel, n, args, out, *more):
     stream = stream_for(*outs, *args)
     d_outs = [as_device(o, stream) for o in outs]
     kernel[grid_for(n), block_for(n), stream](*[as_device(x, stream) for x in args], *d_outs)
+    copy_back(outs, d_outs, stream)
+
+
+def copy_back(outs, d_outs, stream):
+    """Copy each host array of ``outs`` back from its device twin in ``d_outs``
+    (``as_device(out, stream)``), on ``stream``, the launch's.
+
+    On an external (CuPy) stream the copies are waited for: an asynchronous
+    copy to pageable memory may return before it has landed, and Numba's
+    default stream would not wait for a launch on a non-blocking stream.
+    """
     copied = False
     for host, d in zip(outs, d_outs):
         if isinstance(host, np.ndarray):
             d.copy_to_host(host, stream=stream)
             copied = True
-    if copied and not isinstance(stream, int):  # (an async copy to pageable memory
-        stream.synchronize()                    # may return before it has landed)
+    if copied and not isinstance(stream, int):
+        stream.synchronize()
 
 
 # The launchers check their arguments as field_cpu's do (launch_checks, the

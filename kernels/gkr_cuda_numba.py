@@ -4,9 +4,11 @@ Same launcher contract as :mod:`.gkr_cpu` (see its docstring).  The slot
 bodies are the ones of :mod:`.gkr_scalar`, compiled as device functions; the
 kernels are grid-stride loops over output slots.  Arrays may be device arrays,
 CuPy arrays (wrapped with ``sync=False``: no stream synchronization) or host
-NumPy arrays (copied in, outputs copied back).  MLEs are passed as flat
-word arrays; each kernel compiles once per mode (base/extension numerators
-and denominators), never per field, length or schedule.
+NumPy arrays (copied in, outputs copied back, on the launch's stream:
+CuPy's current one beside CuPy arrays, see
+:func:`.field_cuda_numba.stream_for`).  MLEs are passed as flat word
+arrays; each kernel compiles once per mode (base/extension numerators and
+denominators), never per field, length or schedule.
 
 A dense pyramid runs fused (:func:`pyramid_dense`), as on the CuPy
 backend: each block carries a tile of slots down through up to
@@ -36,7 +38,7 @@ import functools
 import numpy as np
 from numba import cuda
 
-from .field_cuda_numba import as_device, cached_kernel, stream_for
+from .field_cuda_numba import as_device, cached_kernel, copy_back, stream_for
 from .field_params import kernel_words
 from .monty import canonical
 from .gkr_scalar import (MODE_BB, MODE_BE, MODE_EB, frac_bb, frac_be, frac_eb, frac_ee,
@@ -128,15 +130,11 @@ def _flat(x):
 
 
 
-def _outputs(outs):
-    """Device views of the outputs, and a function that copies host ones back."""
-    dev = [as_device(_flat(o)) for o in outs]
-
-    def copy_back():
-        for o, d in zip(outs, dev):
-            if isinstance(o, np.ndarray):
-                d.copy_to_host(_flat(o))
-    return dev, copy_back
+def _outputs(outs, stream):
+    """Flat views of the outputs, and their device views (host ones copied
+    in on ``stream``); :func:`.field_cuda_numba.copy_back` takes both."""
+    flat = [_flat(o) for o in outs]
+    return flat, [as_device(o, stream) for o in flat]
 
 
 def _on_host(*arrays):
@@ -144,13 +142,6 @@ def _on_host(*arrays):
     arrays: then the host scans them.  Else the device does, copying host
     counts in (a host ``np.cumsum`` cannot write a device ``prefix``)."""
     return all(isinstance(x, np.ndarray) for x in arrays)
-
-
-def _copy_back(d_prefix, prefix, stream):
-    # a host prefix scanned on the device: it holds the sums afterwards, as
-    # on every backend
-    if isinstance(prefix, np.ndarray):
-        d_prefix.copy_to_host(prefix, stream=stream)
 
 
 def fold_dense(n0, n1, d0, d1, on0, on1, od0, od1, f):
@@ -165,10 +156,10 @@ def fold_dense_trusted(mode, n0, n1, d0, d1, on0, on1, od0, od1, f):
     p, mu, wm, _ = kernel_words(f)
     kernel = _kernels(mode)[0]
     stream = stream_for(n0, n1, d0, d1, on0)
-    ins = [as_device(_flat(x)) for x in (n0, n1, d0, d1)]
-    outs, copy_back = _outputs((on0, on1, od0, od1))
-    kernel[grid_for(on0.shape[0]), block_for(on0.shape[0]), stream](*ins, *outs, p, mu, wm)
-    copy_back()
+    ins = [as_device(_flat(x), stream) for x in (n0, n1, d0, d1)]
+    outs, d_outs = _outputs((on0, on1, od0, od1), stream)
+    kernel[grid_for(on0.shape[0]), block_for(on0.shape[0]), stream](*ins, *d_outs, p, mu, wm)
+    copy_back(outs, d_outs, stream)
 
 
 def jagged_transition(rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f):
@@ -185,19 +176,21 @@ def jagged_transition_trusted(mode, rc, orc, prefix, n0, n1, d0, d1, on0, on1, o
     p, mu, wm, one = kernel_words(f)
     kernel = _kernels(mode)[1]
     stream = stream_for(rc, orc, prefix, n0, n1, d0, d1, on0)
-    if _on_host(rc, orc, prefix):
+    host_scan = _on_host(rc, orc, prefix)
+    if host_scan:
         np.cumsum(rc, dtype=np.int64, out=prefix[0])
         np.cumsum(orc, dtype=np.int64, out=prefix[1])
-        d_rc, d_orc, d_prefix = as_device(rc), as_device(orc), as_device(prefix)
-    else:  # (host counts are copied in; a host prefix gets the sums copied back)
-        d_rc, d_orc, d_prefix = as_device(rc), as_device(orc), as_device(prefix)
+    d_rc, d_orc, d_prefix = (as_device(x, stream) for x in (rc, orc, prefix))
+    if not host_scan:  # (host counts are copied in)
         _prefix_kernel[1, GKR_NUMBA_SCAN_THREADS, stream](d_rc, d_orc, d_prefix)
-        _copy_back(d_prefix, prefix, stream)
-    ins = [as_device(_flat(x)) for x in (n0, n1, d0, d1)]
-    outs, copy_back = _outputs((on0, on1, od0, od1))
+    ins = [as_device(_flat(x), stream) for x in (n0, n1, d0, d1)]
+    outs, d_outs = _outputs((on0, on1, od0, od1), stream)
     kernel[grid_for(on0.shape[0]), block_for(on0.shape[0]), stream](
-        d_rc, d_orc, d_prefix, *ins, *outs, p, mu, wm, one)
-    copy_back()
+        d_rc, d_orc, d_prefix, *ins, *d_outs, p, mu, wm, one)
+    # a host prefix scanned on the device holds the sums afterwards, as on
+    # every backend: copied back with the outputs
+    scanned = [] if host_scan else [(prefix, d_prefix)]
+    copy_back(outs + [h for h, _ in scanned], d_outs + [d for _, d in scanned], stream)
 
 
 @cuda.jit(device=True)
@@ -341,17 +334,17 @@ def pyramid_dense(first, buffers, f):
     p, mu, wm, _ = kernel_words(f)
     out_mode = output_mode(mode)
     stream = stream_for(*first, *buffers)
-    src = [as_device(_flat(x)) for x in first]
-    dev, copy_backs = [], []
+    src = [as_device(_flat(x), stream) for x in first]
+    flat, dev = [], []
     half, start = first[0].shape[0] // 2, 0
     for t, k in gkr_pyramid_plan(half, len(buffers), mode == MODE_BB):
         # Each launch's buffers are wrapped just before it: wrapping a CuPy
         # array (cuda.as_cuda_array) is host work per array, and the GPU
         # waits for the first launch (a 2**26 pyramid has 26 layers, its
         # first launch writes 11).
-        wrapped, copy_back = _outputs(buffers[start:start + k])
+        views, wrapped = _outputs(buffers[start:start + k], stream)
+        flat += views
         dev += wrapped
-        copy_backs.append(copy_back)
         # unused entries repeat a written buffer: never touched (l < k)
         outs = tuple(dev[start:start + k]) + (dev[start],) * (GKR_MAX_FUSED - k)
         _pyramid_kernel(mode)[half // t, GKR_PYRAMID_THREADS, stream](
@@ -360,8 +353,7 @@ def pyramid_dense(first, buffers, f):
         start += k
         src = _layer_views(dev[start - 1], 2 * half, out_mode)  # the next launch's input
         mode = out_mode
-    for copy_back in copy_backs:  # host buffers: their layers copied back once
-        copy_back()
+    copy_back(flat, dev, stream)  # host buffers: their layers copied back once
 
 
 # ---- fused jagged chunk (the twin of zorch_gkr_jagged_chunk in cuda/gkr.cu) ----
@@ -543,20 +535,20 @@ def jagged_chunk_trusted(mode, rc, prefix, first, steps, f):
     counts = [rc] + [orc for orc, _ in steps]
     stream = stream_for(prefix, *counts, *first, *(o for _, layer in steps for o in layer))
     rows = prefix.reshape(-1)[:(GKR_JAGGED_CHUNK + 1) * nb].reshape(GKR_JAGGED_CHUNK + 1, nb)
-    if _on_host(prefix, *counts):
+    host_scan = _on_host(prefix, *counts)
+    if host_scan:
         for r, c in enumerate(counts):
             np.cumsum(c, dtype=np.int64, out=rows[r])
-        d_rows = as_device(rows)
-        d_counts = tuple(as_device(c) for c in counts)
+        d_rows = as_device(rows, stream)
+        d_counts = tuple(as_device(c, stream) for c in counts)
     else:  # (as in jagged_transition_trusted)
-        d_counts = tuple(as_device(c) for c in counts)
-        d_rows = as_device(rows)
+        d_counts = tuple(as_device(c, stream) for c in counts)
+        d_rows = as_device(rows, stream)
         _chunk_scan_kernel[1, 32, stream](d_counts, d_rows)
-        _copy_back(d_rows, rows, stream)
-    outs = [o for _, layer in steps for o in layer]
-    d_outs, copy_back = _outputs(outs)
+    outs, d_outs = _outputs([o for _, layer in steps for o in layer], stream)
     items = max(layer[0].shape[0] for _, layer in steps)
     _chunk_kernel(mode)[grid_for(items), block_for(items), stream](
-        d_counts, d_rows, *(as_device(_flat(x)) for x in first), tuple(d_outs),
+        d_counts, d_rows, *(as_device(_flat(x), stream) for x in first), tuple(d_outs),
         np.int64(items), p, mu, wm, one)
-    copy_back()
+    scanned = [] if host_scan else [(rows, d_rows)]  # (as in jagged_transition_trusted)
+    copy_back(outs + [h for h, _ in scanned], d_outs + [d for _, d in scanned], stream)

@@ -614,6 +614,7 @@ def test_gpu_numba_launches_follow_cupys_current_stream():
     one reading its output): the launch goes on CuPy's current stream."""
     import cupy
 
+    from zorch_nb._backend import kernels_for
     from zorch_nb.kernels import field_cuda_numba
     from zorch_nb.kernels.field_cuda_numba import stream_for
     from zorch_nb.logup_gkr import GkrLayer, layer_transition
@@ -635,8 +636,16 @@ def test_gpu_numba_launches_follow_cupys_current_stream():
         twice = F.add(da, da)                        # CuPy kernel on `stream`
         prod = F.mul(twice, db, backend="numba")     # must wait for it
         got = F.add(prod, db)                        # CuPy kernel reading the Numba output
-        d_layer = layer_transition(GkrLayer(*(cupy.asarray(x) for x in layer.mles), 0),
-                                   backend="numba")
+        d_mles = [cupy.asarray(x) for x in layer.mles]
+        d_layer = layer_transition(GkrLayer(*d_mles, 0), backend="numba")
+        # CuPy inputs, host outputs: the copies back wait for the kernel on
+        # `stream` (they went on Numba's default stream, which does not)
+        host_outs = [np.zeros_like(x) for x in want_layer.mles]
+        d_mles = [F.add(x, x) for x in d_mles]  # CuPy kernels on `stream`
+        kernels_for("numba", "gkr").fold_dense(*d_mles, *host_outs, F.params)
+        want_doubled = layer_transition(GkrLayer(*(F.add(x, x) for x in layer.mles), 0))
+        for x, y in zip(want_doubled.mles, host_outs):
+            np.testing.assert_array_equal(x, y)
         # the Numba zero scan reads what CuPy wrote on the stream (zeros, then
         # ones) and gives its answer back only when it has run there
         ones = cupy.zeros(1 << 24, np.uint32)

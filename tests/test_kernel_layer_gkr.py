@@ -22,6 +22,7 @@ import naive_gkr
 from conftest import BACKENDS, to_backend, to_host
 from zorch_nb import BabyBear, KoalaBear
 from zorch_nb._backend import kernels_for
+from zorch_nb.kernels import monty
 from zorch_nb.kernels.launch_config import GKR_JAGGED_CHUNK
 
 MODES = [pytest.param(ne, de, id=f"{'e' if ne else 'b'}{'e' if de else 'b'}")
@@ -622,3 +623,90 @@ def test_numba_jagged_counts_and_prefix_on_different_sides(counts_on, prefix_on)
         assert_words(o, w, f"chunk layer {l + 1}")
     counts = [rc] + [sums(orc) for orc, _ in steps]
     assert sums(prefix).reshape(4, 4).tolist() == [np.cumsum(c).tolist() for c in counts]
+
+
+@pytest.mark.cudasim
+@pytest.mark.parametrize("launcher", ["field", "fold_dense", "jagged_transition",
+                                      "pyramid_dense", "jagged_chunk"])
+def test_numba_host_copies_go_on_the_launch_stream(launcher, monkeypatch):
+    """Host arrays are copied in and back on the stream the kernel runs on,
+    and that stream is waited for after the copies back.  The GKR launchers
+    copied on Numba's default stream: beside CuPy arrays under a non-blocking
+    CuPy stream (the launch's, :func:`stream_for`), a copy back did not wait
+    for the kernel.  Here ``stream_for`` hands out a Numba stream, and every
+    copy is checked to name it (the simulator has no external streams)."""
+    from numba import cuda
+
+    from zorch_nb.kernels import field_cuda_numba, gkr_cuda_numba
+    k = kernels_for("numba", "gkr")
+    stream = cuda.stream()
+    events = []
+    DevArray = type(cuda.to_device(np.zeros(1, np.uint32)))
+    to_device, to_host_ = cuda.to_device, DevArray.copy_to_host
+    sync = type(stream).synchronize
+
+    def spy_to_device(x, stream=0, **kw):
+        events.append(("in", stream))
+        return to_device(x, stream=stream, **kw)
+
+    def spy_copy_to_host(self, ary=None, stream=0):
+        events.append(("back", stream))
+        return to_host_(self, ary, stream=stream)
+
+    def spy_sync(self):
+        events.append(("sync", self))
+        return sync(self)
+
+    rc, orc = np.array([3, 0, 4, 1], np.int32), np.array([2, 1, 3, 1], np.int32)
+    # device counts with a host prefix: the prefix comes back
+    d_rc, d_orc = cuda.to_device(rc), cuda.to_device(orc)
+    chunk_rc, first, steps, chunk_want = _jagged_steps("numba", False, True)
+    d_chunk_rc, d_steps = cuda.to_device(chunk_rc), [(cuda.to_device(c), o) for c, o in steps]
+    for module in (field_cuda_numba, gkr_cuda_numba):
+        monkeypatch.setattr(module, "stream_for", lambda *arrays: stream)
+    monkeypatch.setattr(cuda, "to_device", spy_to_device)
+    monkeypatch.setattr(DevArray, "copy_to_host", spy_copy_to_host)
+    monkeypatch.setattr(type(stream), "synchronize", spy_sync)
+
+    if launcher == "field":
+        a, b = F.random(40, seed=1), F.random(40, seed=2)
+        got = np.zeros(40, np.uint32)
+        kernels_for("numba", "field").base_map2(monty.OP_MUL, a, b, got, F.params)
+        want, got = [F.mul(a, b)], [got]
+    elif launcher == "fold_dense":
+        ins = layer(F, 16, True, False, seed=3)
+        got = outs(8, True, False, "numba")
+        k.fold_dense(*ins, *got, F.params)
+        want = reference_words(F, naive_gkr.dense_transition(
+            F.name, naive_gkr.layer_from_words(F.name, *ins)))
+    elif launcher == "jagged_transition":
+        width = int(orc.sum()) + 2
+        ins = layer(F, int(rc.sum()) + 1, False, True, seed=5)
+        prefix = np.full((2, 4), -7, np.int64)
+        got = outs(width, False, True, "numba")
+        k.jagged_transition(d_rc, d_orc, prefix, *ins, *got, F.params)
+        want = reference_words(F, naive_gkr.jagged_transition(
+            F.name, naive_gkr.layer_from_words(F.name, *ins), list(rc), list(orc), width))
+        want, got = list(want) + [np.stack([np.cumsum(rc), np.cumsum(orc)])], got + [prefix]
+    elif launcher == "pyramid_dense":
+        ins = layer(F, 16, False, False, seed=7)
+        ref, want = naive_gkr.layer_from_words(F.name, *ins), []
+        for _ in range(2):
+            ref = naive_gkr.dense_transition(F.name, ref)
+            want.append(np.concatenate([w.reshape(-1) for w in reference_words(F, ref)]))
+        got = [np.zeros_like(w) for w in want]
+        k.pyramid_dense(ins, got, F.params)
+    else:
+        prefix = np.full(4 * 4, -7, np.int64)
+        k.jagged_chunk(d_chunk_rc, prefix, first, d_steps, F.params)
+        got = [x for _, o in d_steps for x in o]
+        want = [x for w in chunk_want for x in w]
+        counts = [chunk_rc] + [c for c, _ in steps]
+        want.append(np.concatenate([np.cumsum(c) for c in counts]))
+        got.append(prefix)
+    assert_words(got, want, launcher)
+    copies = [s for kind, s in events if kind != "sync"]
+    assert "back" in [kind for kind, _ in events] and len(copies) >= 2, events
+    assert all(s is stream for s in copies), events
+    last_back = max(i for i, (kind, _) in enumerate(events) if kind == "back")
+    assert ("sync", stream) in events[last_back + 1:], events
