@@ -22,8 +22,9 @@ from numba import cuda
 
 from .field_params import kernel_words
 from .jit import keyed_on_sources
-from .launch_checks import (BINARY, IN_PLACE_UNARY, UNARY, check_bcast, check_first_zero,
-                            check_map, check_eq_split, check_mle_fold, check_pow)
+from .launch_checks import (BINARY, IN_PLACE_UNARY, UNARY, check_bcast, check_decode,
+                            check_encode, check_first_zero, check_map, check_eq_split,
+                            check_mle_fold, check_pow)
 from .launch_config import GPU_INV_BATCH_BASE, GPU_INV_BATCH_EXT, block_for, grid_for
 from .monty import base_map1 as _base1
 from .monty import base_map2 as _base2
@@ -33,9 +34,9 @@ from .monty import ext4_map2 as _ext2
 from .monty import ext4_base_map2 as _ext_base2
 from .monty import base_fold as _base_fold, ext4_fold as _ext4_fold
 from .monty import base_eq_split as _base_eq_split, ext4_eq_split as _ext4_eq_split
-from .monty import canonical, ext4_inv_finish, ext4_norm, mont_inv, mont_mul
+from .monty import canonical, ext4_inv_finish, ext4_norm, mont_inv, mont_mul, monty_reduce
 
-__all__ = ["base_map1", "base_map2", "ext4_map1", "ext4_map2", "base_map2_bcast",
+__all__ = ["encode", "decode", "base_map1", "base_map2", "ext4_map1", "ext4_map2", "base_map2_bcast",
            "ext4_map2_bcast", "base_pow", "ext4_pow", "base_batch_inv", "base_mle_fold",
            "ext4_mle_fold", "base_eq_split", "ext4_eq_split", "base_first_zero",
            "ext4_first_zero"]
@@ -211,6 +212,40 @@ def _ext4_inv_batched_kernel(a, p, mu, wm, one, out):
                 out[i, 3] = c[3]
             norm = kept[k, 2]
             inv = mont_mul(inv, norm if norm != 0 else unit, p, mu)
+
+
+@cached_kernel
+def _encode_kernel(v, reduce, p, mu, r2, out, first):
+    # As kernels/cuda/field_ops.cu's zorch_encode: out[i] = v[i] 2**32 mod p;
+    # a value outside [0, p) reduced mod p (reduce) or its index folded into
+    # first[0] by an atomic minimum, its word that of 0
+    start, s = cuda.grid(1), cuda.gridsize(1)
+    pp = np.int64(p)
+    for i in range(start, v.shape[0], s):
+        x = v[i]
+        if x < 0 or x >= pp:
+            if reduce:
+                x = x % pp
+                if x < 0:  # (whichever sign convention the target's % has)
+                    x += pp
+            else:
+                cuda.atomic.min(first, 0, np.uint64(i))
+                x = 0
+        out[i] = mont_mul(np.uint32(x), r2, p, mu)
+
+
+@cached_kernel
+def _decode_kernel(w, p, mu, out, bad):
+    # As zorch_decode: out[i] = w[i] 2**-32 mod p; bad[0] = 1 where a word is
+    # >= p, stored once per thread
+    start, s = cuda.grid(1), cuda.gridsize(1)
+    seen = False
+    for i in range(start, w.shape[0], s):
+        x = w[i]
+        seen |= x >= p
+        out[i] = monty_reduce(np.uint64(x), p, mu)
+    if seen:
+        bad[0] = np.uint32(1)
 
 
 @cached_kernel
@@ -395,6 +430,30 @@ def _pairs(x, n):
 
 def _flat(x):
     return x if x.ndim == 1 else x.reshape(-1)
+
+
+def encode(v, out, reduce, f):
+    """Same contract as :func:`.field_cpu.encode`: one pass on the device,
+    whose first out-of-range index is read back (the call synchronizes)."""
+    n = check_encode("field_cuda_numba.encode", f, v, out, reduce)
+    if n == 0:
+        return -1
+    p, mu, _, _ = kernel_words(f)
+    first = np.array([n], np.uint64)  # "none": any index is below n
+    launch(_encode_kernel, n, (v, reduce, p, mu, np.uint32(f.r2_mod_p)), out, first)
+    return -1 if first[0] == n else int(first[0])
+
+
+def decode(w, out, f):
+    """Same contract as :func:`.field_cpu.decode`: one pass on the device,
+    whose flag is read back (the call synchronizes)."""
+    n = check_decode("field_cuda_numba.decode", f, w, out)
+    if n == 0:
+        return True
+    p, mu, _, _ = kernel_words(f)
+    bad = np.zeros(1, np.uint32)
+    launch(_decode_kernel, n, (w, p, mu), out, bad)
+    return not bad[0]
 
 
 def base_map1(op, a, out, f):

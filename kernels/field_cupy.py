@@ -18,12 +18,12 @@ import numpy as np
 from .cuda_source import assemble
 from .field_params import FIELDS, FieldParams
 from .launch_checks import (BINARY, IN_PLACE_UNARY, UNARY, check_bcast, check_device_arrays,
-                            check_first_zero, check_map, check_eq_split, check_mle_fold,
-                            check_pow)
+                            check_decode, check_encode, check_first_zero, check_map,
+                            check_eq_split, check_mle_fold, check_pow)
 from .launch_config import GPU_INV_BATCH_BASE, GPU_INV_BATCH_EXT, THREADS_PER_BLOCK, grid_for
 from .monty import OP_INV
 
-__all__ = ["base_map1", "base_map2", "ext4_map1", "ext4_map2", "base_map2_bcast",
+__all__ = ["encode", "decode", "base_map1", "base_map2", "ext4_map1", "ext4_map2", "base_map2_bcast",
            "ext4_map2_bcast", "base_pow", "ext4_pow", "base_batch_inv", "base_mle_fold",
            "ext4_mle_fold", "base_eq_split", "ext4_eq_split", "base_first_zero",
            "ext4_first_zero"]
@@ -72,6 +72,28 @@ def _refuse_host_arrays(frame, args):
 # operand or an unknown opcode would otherwise be read as if valid.  Element
 # counts come from the checks, so (n, 4) and flat (4 n,) extension arrays
 # launch alike.
+
+
+def encode(v, out, reduce, f):
+    """Same contract as :func:`.field_cpu.encode`: one pass on the device,
+    whose first out-of-range index (if not ``reduce``) is read back (the call
+    synchronizes; with ``reduce`` it does not)."""
+    n = check_encode("field_cupy.encode", f, v, out, reduce)
+    if reduce:  # (the kernel then never touches the index: no fill, no read)
+        _launch(f, "zorch_encode", n, v, np.int32(1), out, cupy.empty((1,), np.uint64))
+        return -1
+    first = cupy.full((1,), n, np.uint64)  # "none": any index is below n
+    _launch(f, "zorch_encode", n, v, np.int32(0), out, first)
+    return _read_index(first, n)
+
+
+def decode(w, out, f):
+    """Same contract as :func:`.field_cpu.decode`: one pass on the device,
+    whose flag is read back (the call synchronizes)."""
+    n = check_decode("field_cupy.decode", f, w, out)
+    bad = cupy.zeros((1,), np.uint32)
+    _launch(f, "zorch_decode", n, w, out, bad)
+    return not int(bad.get()[0])
 
 
 def base_map1(op, a, out, f):

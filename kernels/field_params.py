@@ -127,4 +127,5 @@ def cuda_defines(f: FieldParams) -> str:
         f"#define ZORCH_MU_NEG {f.mu_neg}u\n"
         f"#define ZORCH_R_MOD_P {f.r_mod_p}u\n"
         f"#define ZORCH_W_MONT {f.w_mont}u\n"
+        f"#define ZORCH_R2_MOD_P {f.r2_mod_p}u\n"
     )

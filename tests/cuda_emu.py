@@ -596,8 +596,14 @@ class EmuXp:
     @staticmethod
     def empty(shape, dtype):
         # filled with a marker, so a slot no kernel writes shows up
-        return EmuArray(np.full(shape, 0xA5A5A5A5 if np.dtype(dtype) == np.uint32 else -7,
-                                dtype=dtype))
+        # (every byte 0xA5: 0xA5A5A5A5 in a uint32 word, negative in signed
+        # ones, valid in every integer dtype)
+        dtype = np.dtype(dtype)
+        if dtype.kind == "b":
+            return EmuArray(np.ones(shape, dtype))
+        count = int(np.prod(shape, dtype=np.int64))
+        return EmuArray(np.full(count * dtype.itemsize, 0xA5, np.uint8).view(dtype)
+                        .reshape(shape))
 
 
 def _ctypes_arg(a):

@@ -49,8 +49,12 @@ def test_bench_cpu_writes_json(tmp_path):
     for name in ("dense fold base/base", "dense fold base/ext", "dense fold ext/ext",
                  "jagged transition base/base (1024 seg.)", "dense pyramid base/base (to floor)",
                  "jagged pyramid base/ext (1024 seg.)", "dispatch: one transition base/base",
-                 "dispatch: base mul of 8 elements", "base inv (KoalaBear)", "ext4 inv (KoalaBear)"):
+                 "dispatch: base mul of 8 elements", "base inv (KoalaBear)", "ext4 inv (KoalaBear)",
+                 "encode int64 (KoalaBear)", "decode (KoalaBear)"):
         assert name in kernels
+    for r in report["results"]:  # the conversions, beside NumPy's uint64 ops
+        if r["kernel"] in ("encode int64 (KoalaBear)", "decode (KoalaBear)"):
+            assert r["baselines"]["numpy uint64"] > 0
     for r in report["results"]:
         assert r["time_s"] > 0 and r["bytes"] > 0
         assert r["size"] == {"dispatch: base mul of 8 elements": 8,

@@ -43,11 +43,13 @@ def test_gpu_bench_runs_on_emulated_cupy(tmp_path, monkeypatch):
     kernels = {r["kernel"] for r in report["results"]}
     for name in ("base mul (KoalaBear)", "ext4 mul by one element (KoalaBear)",
                  "base x ext4 mul (KoalaBear)", "base inv (KoalaBear)", "ext4 inv (KoalaBear)",
-                 "dense fold base/base", "dense fold ext/ext",
+                 "encode int64 (KoalaBear)", "decode (KoalaBear)", "dense fold base/base", "dense fold ext/ext",
                  "jagged transition ext/ext (1024 seg.)", "dense pyramid base/ext (to floor)",
                  "jagged pyramid base/ext (1024 seg.)", "dispatch: one transition base/base"):
         assert name in kernels
     rows = {r["kernel"]: r for r in report["results"]}
+    for name in ("encode int64 (KoalaBear)", "decode (KoalaBear)"):  # against CuPy's ops
+        assert rows[name]["baselines"]["cupy uint64"] > 0
     assert rows["dense pyramid base/base (to floor)"]["extra"]["launches"] == 1
     parts = rows["dispatch: one transition base/base"]["extra"]
     assert "parts_error" not in parts, parts

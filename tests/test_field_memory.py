@@ -299,6 +299,12 @@ def test_chunked_device_paths_match_the_host_and_synchronize_once(monkeypatch):
              ("E.is_canonical", lambda m: E.is_canonical(m(x)), 1),
              ("F.encode", lambda m: F.encode(m(ints)), 1),
              ("F.encode reduce", lambda m: F.encode(m(ints - 100), reduce=True), 0),
+             # (other dtypes through int64 copies of blocks: a kernel call each)
+             ("F.encode int32 reduce", lambda m: F.encode(m((ints - 100).astype(np.int32)),
+                                                          reduce=True), 0),
+             ("F.encode uint64", lambda m: F.encode(m(ints.astype(np.uint64))), 1),
+             ("F.encode strided", lambda m: F.encode(m(ints)[:, ::2]), 1),
+             ("F.decode strided", lambda m: F.decode(m(a)[:, ::3]), 1),
              ("F.sum", lambda m: F.sum(m(a), axis=1), 0), ("E.sum", lambda m: E.sum(m(x)), 0),
              ("E.mle_eval", lambda m: E.mle_eval(m(vals), m(point)), 0),
              ("E.mle_eval base values", lambda m: E.mle_eval(m(a.reshape(-1)[:64]),
@@ -325,3 +331,13 @@ def test_chunked_device_paths_match_the_host_and_synchronize_once(monkeypatch):
     assert not F.is_canonical(dev(a))
     with pytest.raises(ValueError, match=r"must lie in \[0, p="):
         F.encode(dev(ints - 1))
+    # C-ordered arrays are converted by the kernels, one pass each
+    del launches[:]
+    F.decode(F.encode(dev(ints)))
+    E.decode(dev(x))
+    assert launches == ["zorch_encode", "zorch_decode", "zorch_decode"]
+    bad = ints.astype(np.int32)
+    bad[6, 20] = F.p  # in block 10 of the int64 copies
+    for m in (lambda v: v, dev):
+        with pytest.raises(ValueError, match=rf"ints\[6, 20\] = {F.p}; pass reduce=True"):
+            F.encode(m(bad))

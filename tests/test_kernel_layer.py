@@ -404,21 +404,49 @@ def test_in_place_where_allowed(k):
         same(lambda x, o: k.ext4_map1(op, x, o, f), [ea], f"ext4_map1 {op}")
 
 
-def test_decode_in_place_and_encode_values():
-    F = KoalaBear
-    k, ref = kernels_for("cpu", "field"), Ref(F)
-    v = np.array([0, 1, F.p - 1, F.p, -1, 2**63 - 1, -2**63, 12345], np.int64)
-    out = np.empty(v.size, np.uint32)
-    assert k.encode(v, out, False, F.params) == 3  # the first value outside [0, p)
-    assert k.encode(v, out, True, F.params) == -1
-    check_words(ref, out, [int(x) % F.p for x in v], "encode reduce")
+@pytest.mark.parametrize("F", [KoalaBear, BabyBear], ids=["koalabear", "babybear"])
+def test_encode_and_decode_match_big_ints(k, F):
+    """``encode`` / ``decode`` on every backend against Python ints: the GPU
+    conversions are kernels of their own (CuPy ops did a uint64 ``%``)."""
+    k, backend = k
+    ref = Ref(F)
+    rng = np.random.default_rng(7)
+    edges = [0, 1, F.p - 1, F.p, -1, F.p + 5, 2**63 - 1, -2**63, -F.p, 2 * F.p, 12345]
+    v = np.concatenate([np.array(edges, np.int64),
+                        rng.integers(-2**63, 2**63 - 1, 40, dtype=np.int64, endpoint=True),
+                        rng.integers(0, F.p, 600, dtype=np.int64)])
+    canon = [int(x) % F.p for x in v]
+    out = empty(v.size, backend)
+    assert k.encode(dev(v, backend), out, True, F.params) == -1
+    check_words(ref, out, canon, "encode reduce")
+    # the first value outside [0, p), wherever the bad ones are
+    for bad_at in ([3], [599, 640], [650]):
+        w = v.copy()
+        w[:] = np.abs(w) % F.p
+        w[bad_at] = [F.p + i for i in range(len(bad_at))]
+        assert k.encode(dev(w, backend), empty(v.size, backend), False, F.params) == bad_at[0]
+    good = np.abs(v) % F.p
+    out = empty(v.size, backend)
+    assert k.encode(dev(good, backend), out, False, F.params) == -1
+    check_words(ref, out, good, "encode")
     for bad in (None, "yes", np.True_, 1):  # each would compile another kernel
-        with pytest.raises(TypeError, match="field_cpu.encode: argument `reduce` must be"):
-            k.encode(v, out, bad, F.params)
-    assert F.decode(F.encode(v, reduce=np.True_)).tolist() == [int(x) % F.p for x in v]
-    w = out.copy()
+        with pytest.raises(TypeError, match=r"\.encode: argument `reduce` must be"):
+            k.encode(dev(v, backend), out, bad, F.params)
+    # decode: out = w 2**-32 mod p; False if a word is >= p (its value mod p
+    # is still written), in place too
+    words = to_host(out).copy()
+    words[[5, 70]] += np.uint32(F.p)  # non-canonical words of the same values
+    got = empty(v.size, backend)
+    assert k.decode(dev(to_host(out), backend), got, F.params)
+    np.testing.assert_array_equal(to_host(got), good.astype(np.uint32))
+    assert not k.decode(dev(words, backend), got, F.params)
+    np.testing.assert_array_equal(to_host(got), good.astype(np.uint32))
+    w = dev(to_host(out), backend)
     assert k.decode(w, w, F.params)  # in place: elementwise
-    assert w.tolist() == [int(x) % F.p for x in v]
+    np.testing.assert_array_equal(to_host(w), good.astype(np.uint32))
+    assert k.encode(dev(np.zeros(0, np.int64), backend), empty(0, backend), False,
+                    F.params) == -1
+    assert k.decode(empty(0, backend), empty(0, backend), F.params)
 
 
 # ---- misuse: refused, naming the argument ----------------------------------------
@@ -765,10 +793,9 @@ def one_odd_argument(k, F, make):
                                                           o(d(4, 4)), f)),
         ("base_first_zero", "a", lambda o: k.base_first_zero(o(d(3)), f)),
         ("ext4_first_zero", "a", lambda o: k.ext4_first_zero(o(d(3, 4)), f)),
+        ("encode", "v", lambda o: k.encode(o(make(np.zeros(2, np.int64))), d(2), True, f)),
+        ("decode", "out", lambda o: k.decode(d(2), o(d(2)), f)),
     ]
-    if hasattr(k, "encode"):  # the CPU's conversions
-        calls += [("encode", "v", lambda o: k.encode(o(np.zeros(2, np.int64)), d(2), True, f)),
-                  ("decode", "out", lambda o: k.decode(d(2), o(d(2)), f))]
     assert sorted(c[0] for c in calls) == sorted(k.__all__)  # every launcher
     return calls
 

@@ -86,7 +86,14 @@ SCRIPT = textwrap.dedent(r'''
     from zorch_nb.kernels import field_cuda_numba
     cuda.compile_ptx(field_cuda_numba._first_zero_kernel.py_func,
                      (t.uint32[::1], t.int32, t.uint32, t.uint64[::1]), cc=(9, 0))
-    print("compiled", len(compiled) + 3, "kernel signatures")
+    # and the conversions, which the object layer runs through CuPy's kernels
+    u32 = t.uint32
+    cuda.compile_ptx(field_cuda_numba._encode_kernel.py_func,
+                     (t.int64[::1], t.boolean, u32, u32, u32, u32[::1], t.uint64[::1]),
+                     cc=(9, 0))
+    cuda.compile_ptx(field_cuda_numba._decode_kernel.py_func,
+                     (u32[::1], u32, u32, u32[::1], u32[::1]), cc=(9, 0))
+    print("compiled", len(compiled) + 5, "kernel signatures")
     kernels = sorted({k[1] + "." + k[2] for k in compiled})
     print("\n".join(kernels))
 ''')

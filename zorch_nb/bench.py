@@ -333,6 +333,32 @@ def field_rows(n: int, backend: str, repeat: int, xp, timer, sync):
             timer(lambda: E._raise_if_zero(u, "bench", backend), repeat) * 1e3, 3)
         rows.append(row)
     u = None  # (the copies' memory back before the next rows)
+    # The conversions at the boundary to integers: encode reads 8-byte ints
+    # and writes words, decode reads and writes words.  They take no
+    # backend (NumPy arrays convert on the CPU, CuPy ones by CuPy's
+    # kernels), so they have no Numba-CUDA rows.  The yardstick is the same
+    # conversion in the array module's uint64 ops (on a device what the
+    # object layer ran before its kernels: `%` is a software division there)
+    if backend != "numba":
+        p, r_inv = np.uint64(F.p), np.uint64(F.params.r_inv)
+        vals = F.decode(s).astype(np.int64)
+        for name, call, plain, nbytes in (
+                ("encode int64", lambda v: F.encode(v), lambda: (vals.astype(np.uint64)
+                                                                 << np.uint64(32)) % p,
+                 vals.nbytes + s.nbytes),
+                ("decode", lambda v: F.decode(v), lambda: (s.astype(np.uint64) * r_inv) % p,
+                 2 * s.nbytes)):
+            v = vals if name.startswith("encode") else s
+            k = n if xp is np else 2  # (as above)
+            first = _first_call(lambda: call(v[:k]), sync)
+            row = Row(f"{name} (KoalaBear)", backend, n, timer(lambda: call(v), repeat),
+                      nbytes, first)
+            try:  # (the yardstick's uint64 temporaries may not fit)
+                row.baselines[f"{xp.__name__} uint64"] = timer(plain, repeat)
+            except MemoryError as exc:
+                row.extra["baseline_error"] = f"MemoryError: {exc}"
+            rows.append(row)
+        vals = None
     # The fused MLE folds (one sumcheck round): read the n values, write
     # n / 2 results (extension words where either side is an extension)
     rb = xp.asarray(random(F, (), seed=8))

@@ -449,7 +449,21 @@ class _FieldBase:
             if arr.dtype.kind not in "iu":
                 raise TypeError(f"Argument `ints` must hold integers, not {arr.dtype}")
             _element_shape(arr, self.degree, "ints")
-            words = cp.empty_like(arr, dtype=cp.uint32)
+            _backend.resolve({"ints": arr}, None)  # on the current device, where it launches
+            words = cp.empty_like(arr, dtype=cp.uint32)  # (arr's layout)
+            if arr.flags.c_contiguous and arr.dtype != cp.uint64:
+                # the conversion kernel (one pass; CuPy ops took two uint64 `%`,
+                # software divisions on a GPU): int64 in one call, other
+                # dtypes through int64 copies of a few blocks
+                k = _backend.kernels_for("cupy", "field")
+                limit = arr.size if arr.dtype == cp.int64 else _chunk_words("cupy", arr.size)
+                for prefix, lo, hi, start in _blocks(arr.shape, limit):
+                    idx = _at(prefix, lo, hi)
+                    flat = arr[idx].astype(cp.int64, copy=False).reshape(-1)
+                    first = k.encode(flat, words[idx].reshape(-1), reduce, self.params)
+                    if first >= 0:
+                        _out_of_range(arr, start + first, p)
+                return words
             bad = []  # per block, on the device: read once, as one whole-array check was
             for prefix, lo, hi, _ in _blocks(arr.shape, _chunk_words("cupy", arr.size)):
                 idx = _at(prefix, lo, hi)
@@ -519,18 +533,21 @@ class _FieldBase:
         # Chunked (see _blocks): the uint64 products stay chunk-sized.  The
         # canonical check runs per block too: on the host the first bad block
         # raises, on a device the flags are read once after the blocks.
+        if kind == "cupy":
+            _backend.resolve({"words": words}, None)  # on the current device
         out = xp.empty_like(words, dtype=np.uint32)  # the layout astype gave
         bad = []
-        # host words in C order: the CPU kernel (one Montgomery reduction per
-        # word), in one call; other layouts the NumPy path, block by block
-        kernel = kind == "numpy" and words.flags.c_contiguous
+        # words in C order: the backend's kernel (one Montgomery reduction
+        # per word, the canonical check in the same pass), in one call; other
+        # layouts the array module's ops, block by block
+        kernel = words.flags.c_contiguous
+        k = _backend.kernels_for("cpu" if kind == "numpy" else "cupy", "field")
         for prefix, lo, hi, _ in _blocks(tuple(words.shape), words.size if kernel else
                                          _chunk_words(kind, words.size)):
             idx = _at(prefix, lo, hi)
             w = words[idx]
             if kernel:  # out is C-ordered as words: the reshapes are views
-                if not _backend.kernels_for("cpu", "field").decode(
-                        w.reshape(-1), out[idx].reshape(-1), self.params):
+                if not k.decode(w.reshape(-1), out[idx].reshape(-1), self.params):
                     raise noncanonical
                 continue
             if kind == "numpy":

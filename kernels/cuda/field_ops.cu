@@ -347,6 +347,47 @@ extern "C" __global__ void zorch_first_zero(const zorch_u32* w, int deg, zorch_u
     if (deg == 1 && blockIdx.x == 0 && i < n && zorch_canonical(w[i]) == 0u) atomicMin(first, i);
 }
 
+// The conversions at the boundary to integers (kernels/field_cpu.py encode /
+// decode), so that a device array is converted in one pass of the words
+// (a uint64 `%` per value, as CuPy ops would do it, is a software division).
+//
+// out[i] = v[i] 2^32 mod p: one Montgomery product by 2^64 mod p.  A value
+// outside [0, p) is reduced mod p as Python's % does when `reduce`, else
+// *first = min(*first, i) (the launcher sets *first = n and reads it back;
+// only such a value costs an atomic) and out[i] is the word of 0.
+extern "C" __global__ void zorch_encode(const long long* v, int reduce, zorch_u32* out,
+                                        zorch_u64* first, zorch_u64 n) {
+    const long long p = (long long)ZORCH_P;
+    ZORCH_GRID_STRIDE(i, n) {
+        long long x = v[i];
+        if (x < 0 || x >= p) {
+            if (reduce) {
+                x %= p;  // C's remainder takes the sign of x: into [0, p)
+                if (x < 0) x += p;
+            } else {
+                atomicMin(first, i);
+                x = 0;
+            }
+        }
+        out[i] = zorch_mont_mul((zorch_u32)x, ZORCH_R2_MOD_P);
+    }
+}
+
+// out[i] = w[i] 2^-32 mod p: one Montgomery reduction (a word >= p gives the
+// value of w mod p).  *bad = 1 where some word is >= p (the launcher zeroes
+// it and reads it back); a thread stores it once, after its loop.  out may
+// be w.
+extern "C" __global__ void zorch_decode(const zorch_u32* w, zorch_u32* out, zorch_u32* bad,
+                                        zorch_u64 n) {
+    bool seen = false;
+    ZORCH_GRID_STRIDE(i, n) {
+        const zorch_u32 x = w[i];
+        seen |= x >= ZORCH_P;
+        out[i] = zorch_monty_reduce(x);
+    }
+    if (seen) *bad = 1u;
+}
+
 extern "C" __global__ void zorch_base_pow(const zorch_u32* a, zorch_u64 e_hi, zorch_u64 e_lo,
                                           int nbits, zorch_u32* out, zorch_u64 n) {
     ZORCH_GRID_STRIDE(i, n) out[i] = zorch_base_pow_e(a[i], e_hi, e_lo, nbits);

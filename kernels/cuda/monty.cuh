@@ -2,7 +2,8 @@
 //
 // Field constants arrive from the generated preamble (kernels/field_params.py,
 // cuda_defines): ZORCH_P, ZORCH_MU_NEG (= -p^-1 mod 2^32), ZORCH_R_MOD_P (the
-// Montgomery word of 1) and ZORCH_W_MONT (Montgomery word of W, x^4 = W).
+// Montgomery word of 1), ZORCH_W_MONT (Montgomery word of W, x^4 = W) and
+// ZORCH_R2_MOD_P (2^64 mod p: a Montgomery product by it encodes).
 // Every value is a Montgomery word in [0, p); extension elements are four
 // words, coefficients of 1, x, x^2, x^3; words read from user arrays may be
 // any uint32 and pass through zorch_canonical first (w >= p counts as the
