@@ -42,7 +42,7 @@ import types
 from .launch_config import CPU_SERIAL_WORDS
 
 __all__ = ["serialized", "sized", "tasks", "serial_twin", "layer_is_threadsafe",
-           "one_thread_set", "forked_after_gnu_omp"]
+           "one_thread_set", "forked_after_gnu_omp", "layer_running"]
 
 _STRAIGHT, _LOCKED, _FORKED_GNU_OMP = "straight", "locked", "forked after GNU OpenMP"
 _state = None  # decided on the first guarded call
@@ -95,6 +95,20 @@ def forked_after_gnu_omp() -> bool:
     """Whether this process was forked from one whose GNU OpenMP layer had
     started (its parallel kernels would be fatal here; serial twins run)."""
     return _state is _FORKED_GNU_OMP
+
+
+def layer_running() -> bool:
+    """Whether Numba's threading layer has started and parallel kernels may
+    run on it here: false before any parallel launch (asking starts
+    nothing), and in a child forked after a GNU OpenMP layer started (its
+    memory says started; its parallel kernels would be fatal)."""
+    if _state is _FORKED_GNU_OMP:
+        return False
+    try:
+        from numba.np.ufunc import parallel
+    except ImportError:  # (a Numba without it: as if not started)
+        return False
+    return bool(getattr(parallel, "_is_initialized", False))
 
 
 def _after_fork_in_child():

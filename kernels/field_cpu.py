@@ -23,15 +23,16 @@ into runs of elements (``CPU_LANE_RUN``) of serial 64-bit-lane loops
 (:mod:`.vector_width`): the extension product, the broadcast forms (one
 element, base operands, rows and columns read in runs), the inverses
 (Montgomery's batch trick, the extension's over its norms) and the powers
-(one vectorized product of a run per step of square and multiply).  ``encode``/``decode`` are serial: they
-must not start the threading layer (see :func:`_encode_kernel`).
+(one vectorized product of a run per step of square and multiply).
+``encode``/``decode`` never start the threading layer: they run serially
+until another kernel has started it (see :func:`_conversion`).
 """
 import numpy as np
 from numba import prange
 
 from .jit import closure_named, njit  # numba.njit, cache keyed on every kernel source
 
-from .cpu_threads import sized, tasks as _tasks
+from .cpu_threads import layer_running, serial_twin, sized, tasks as _tasks
 from .field_params import kernel_words
 from .monty import base_map1 as _base1
 from .monty import base_map2 as _base2
@@ -627,11 +628,15 @@ def _first_zero_in(w, deg, lo, hi, p):
     return -1
 
 
+# The conversions' loops run over whole (sliced) arrays: over range(lo, hi)
+# with signed bounds LLVM vectorized the decode loop worse (4.1 ms against
+# 2.7 ms for 2**22 words).
+
 @njit_lanes64
 def _encode_run(v, out, p, mu, r2):
     # out[i] = v[i] * 2**32 mod p = mont_mul(v[i], 2**64 mod p) for int64
     # values in [0, p): a product and a reduction instead of NumPy's uint64
-    # `%` (a division); values outside are left to _encode_kernel.
+    # `%` (a division); values outside are left to _encode_outside.
     pp = np.int64(p)
     for i in range(v.shape[0]):
         x = v[i]
@@ -639,14 +644,9 @@ def _encode_run(v, out, p, mu, r2):
 
 
 @njit(cache=True)
-def _encode_kernel(v, out, reduce, p, mu, r2):
-    # Serial on purpose (as _decode_kernel): a conversion at the boundary to
-    # integers must not start the threading layer, or a process forked
-    # after it (multiprocessing's default on Linux) could not run the
-    # parallel kernels (GNU OpenMP).  The vectorized run first, then the
-    # values out of range: reduced mod p (reduce) or the first one's index
-    # returned (else -1).
-    _encode_run(v, out, p, mu, r2)
+def _encode_outside(v, out, reduce, p, mu, r2):
+    # The values outside [0, p): reduced mod p (reduce), or the first one's
+    # index returned (else -1).
     pp = np.int64(p)
     for i in range(v.shape[0]):
         x = v[i]
@@ -657,11 +657,32 @@ def _encode_kernel(v, out, reduce, p, mu, r2):
     return -1
 
 
+@njit(parallel=True, cache=True)
+def _encode_kernel(v, out, reduce, p, mu, r2):
+    # Runs of CPU_LANE_RUN values: the vectorized conversion, then the run's
+    # values out of range while it is in cache.  Returns the first index
+    # out of range (not reduce), else -1.  Launched as its serial twin until
+    # a parallel kernel has started the threading layer (see _conversion).
+    n = v.shape[0]
+    run = CPU_LANE_RUN
+    runs = (n + run - 1) // run
+    first = np.empty(runs, np.int64)
+    for c in prange(runs):
+        lo = c * run
+        hi = min(n, lo + run)
+        _encode_run(v[lo:hi], out[lo:hi], p, mu, r2)
+        i = _encode_outside(v[lo:hi], out[lo:hi], reduce, p, mu, r2)
+        first[c] = lo + i if i >= 0 else -1
+    for c in range(runs):
+        if first[c] >= 0:
+            return first[c]
+    return -1
+
+
 @njit_lanes64
-def _decode_kernel(w, out, p, mu):
-    # out[i] = w[i] * 2**-32 mod p (one Montgomery reduction, serial as
-    # _encode_kernel); returns the count of non-canonical words (>= p),
-    # which decode refuses.
+def _decode_run(w, out, p, mu):
+    # out[i] = w[i] * 2**-32 mod p (one Montgomery reduction); returns the
+    # count of non-canonical words (>= p), which decode refuses.
     bad = 0
     for i in range(w.shape[0]):
         x = w[i]
@@ -670,26 +691,53 @@ def _decode_kernel(w, out, p, mu):
     return bad
 
 
+@njit(parallel=True, cache=True)
+def _decode_kernel(w, out, p, mu):
+    # Runs of _decode_run, their counts added (threads as _encode_kernel).
+    n = w.shape[0]
+    run = CPU_LANE_RUN
+    bad = 0
+    for c in prange((n + run - 1) // run):
+        lo = c * run
+        hi = min(n, lo + run)
+        bad += _decode_run(w[lo:hi], out[lo:hi], p, mu)
+    return bad
+
+
+def _conversion(kernel, n):
+    """The conversion ``kernel`` to launch over ``n`` values: its serial
+    twin until the threading layer runs in this process, then as
+    :func:`.cpu_threads.sized` picks.  A conversion at the boundary to
+    integers must not *start* the layer: a process forked after it
+    (multiprocessing's default on Linux) could not run the parallel kernels
+    on GNU OpenMP, and data is often built before the workers fork.  Once a
+    parallel kernel has started it, the conversions use it as well."""
+    if layer_running():
+        return sized(kernel, _tasks(n, CPU_LANE_RUN), n)
+    return serial_twin(kernel)
+
+
 def encode(v, out, reduce, f):
     """``out = v * 2**32 mod p`` (Montgomery words) for int64 ``v``; both flat
     ``(n,)``.  Values outside ``[0, p)`` are reduced mod p (as Python's ``%``)
     with ``reduce``, else the index of the first is returned (-1: none).
     Other dtypes are refused (``TypeError``): uint64 values past 2**63 would
-    read as negative.  Serial: it starts no threading layer (see
-    _encode_kernel)."""
+    read as negative.  It starts no threading layer: serial until a
+    parallel kernel has started one (see _conversion)."""
     check_encode("field_cpu.encode", f, v, out, reduce)
     p, mu, _, _ = kernel_words(f)
-    return int(_encode_kernel(v, out, reduce, p, mu, np.uint32(f.r2_mod_p)))
+    return int(_conversion(_encode_kernel, v.shape[0])(v, out, reduce, p, mu,
+                                                         np.uint32(f.r2_mod_p)))
 
 
 def decode(w, out, f):
     """``out = w * 2**-32 mod p`` (canonical values) for flat ``(n,)`` uint32
     words; ``out`` may be ``w``.  Returns whether every word was canonical
-    (``< p``; a word ``>= p`` gives that of ``w mod p``).  Serial, as
+    (``< p``; a word ``>= p`` gives that of ``w mod p``).  Threads as
     :func:`encode`."""
     check_decode("field_cpu.decode", f, w, out)
     p, mu, _, _ = kernel_words(f)
-    return _decode_kernel(w, out, p, mu) == 0
+    return _conversion(_decode_kernel, w.shape[0])(w, out, p, mu) == 0
 
 
 # Every launcher checks its arguments first (launch_checks: O(1), metadata

@@ -4,8 +4,9 @@
 cannot run the parallel kernels (``kernels/cpu_threads.serialized`` raises
 there), so a parent that only builds data must leave its forked children
 (``multiprocessing``'s default start method on Linux) free to run field ops,
-and a forked child must still convert.  Their CPU kernels are serial for
-that reason (found by review: the first, parallel version broke both).
+and a forked child must still convert.  Their CPU kernels run serially
+for that reason (found by review: the first, parallel version broke both)
+until a parallel kernel has started the layer in the process itself.
 Each case runs in a fresh interpreter that forks.
 """
 import os
@@ -61,6 +62,21 @@ def test_encode_decode_in_a_forked_child_of_a_parent_that_ran_kernels():
     parent = "a = F.encode(np.arange(1, 65)); F.mul(a, a)"
     child = ("F.decode(F.encode(np.arange(10))).tolist() == list(range(10)) "
              "and F.random(8, seed=2).shape == (8,)")
+    assert _child_status(parent, child) == "0"
+
+
+def test_large_conversions_go_parallel_only_where_the_layer_may_run():
+    """Past the serial size the conversions use the threading layer once a
+    parallel kernel has started it -- in the parent, not in a child forked
+    after GNU OpenMP started (the parent's memory says started there; a
+    parallel conversion would raise or be fatal), where they stay serial."""
+    parent = ("from numba.np.ufunc import parallel\n"
+              "from zorch_nb.kernels import cpu_threads\n"
+              "assert not cpu_threads.layer_running()\n"
+              "a = F.random(1 << 16, seed=1); F.mul(a, a)  # parallel: starts the layer\n"
+              "assert parallel._is_initialized and cpu_threads.layer_running()\n"
+              "v = np.arange(1 << 16); assert (F.decode(F.encode(v)) == v).all()")
+    child = "(F.decode(F.encode(v)) == v).all() and (F.decode(a) < F.p).all()"
     assert _child_status(parent, child) == "0"
 
 

@@ -449,6 +449,38 @@ def test_encode_and_decode_match_big_ints(k, F):
     assert k.decode(empty(0, backend), empty(0, backend), F.params)
 
 
+@pytest.mark.parametrize("threads", ["serial", "parallel"])
+def test_cpu_conversions_over_many_runs(threads, monkeypatch):
+    """The CPU conversions run in runs of CPU_LANE_RUN values, serially until
+    a parallel kernel has started the threading layer, then in parallel:
+    both give the big-int results, and the first index out of range when
+    several runs hold one, in place too."""
+    from zorch_nb.kernels import field_cpu
+    from zorch_nb.kernels.launch_config import CPU_LANE_RUN
+    monkeypatch.setattr(field_cpu, "layer_running", lambda: threads == "parallel")
+    F, k = KoalaBear, kernels_for("cpu", "field")
+    ref = Ref(F)
+    n = 3 * CPU_LANE_RUN + 5
+    v = np.random.default_rng(3).integers(0, F.p, n, dtype=np.int64)
+    for bad_at in ([n - 1], [CPU_LANE_RUN + 7, 2 * CPU_LANE_RUN, n - 2]):
+        w = v.copy()
+        w[bad_at] = -5
+        assert k.encode(w, np.empty(n, np.uint32), False, F.params) == bad_at[0]
+        out = np.empty(n, np.uint32)
+        assert k.encode(w, out, True, F.params) == -1
+        check_words(ref, out, [int(x) % F.p for x in w], f"encode reduce {bad_at}")
+    out = np.empty(n, np.uint32)
+    assert k.encode(v, out, False, F.params) == -1
+    check_words(ref, out, v, "encode")
+    words = out.copy()
+    words[[5, CPU_LANE_RUN + 1, n - 1]] += np.uint32(F.p)  # the same values, non-canonical
+    got = np.empty(n, np.uint32)
+    assert not k.decode(words, got, F.params)
+    np.testing.assert_array_equal(got, v.astype(np.uint32))
+    assert k.decode(out, out, F.params)  # in place
+    np.testing.assert_array_equal(out, v.astype(np.uint32))
+
+
 # ---- misuse: refused, naming the argument ----------------------------------------
 
 def _arr(backend, shape, dtype=np.uint32):
