@@ -36,10 +36,10 @@ from .monty import base_fold as _base_fold, ext4_fold as _ext4_fold
 from .monty import base_eq_split as _base_eq_split, ext4_eq_split as _ext4_eq_split
 from .monty import canonical, ext4_inv_finish, ext4_norm, mont_inv, mont_mul, monty_reduce
 
-__all__ = ["encode", "decode", "base_map1", "base_map2", "ext4_map1", "ext4_map2", "base_map2_bcast",
-           "ext4_map2_bcast", "base_pow", "ext4_pow", "base_batch_inv", "base_mle_fold",
-           "ext4_mle_fold", "base_eq_split", "ext4_eq_split", "base_first_zero",
-           "ext4_first_zero"]
+__all__ = ["encode", "decode", "base_map1", "base_map2", "ext4_map1", "ext4_map2",
+           "base_map2_bcast", "ext4_map2_bcast", "base_pow", "ext4_pow", "base_batch_inv",
+           "base_mle_fold", "ext4_mle_fold", "base_eq_split", "ext4_eq_split",
+           "base_first_zero", "ext4_first_zero"]
 
 _cuda_jit_cached = cuda.jit(cache=True)
 

@@ -23,10 +23,10 @@ from .launch_checks import (BINARY, IN_PLACE_UNARY, UNARY, check_bcast, check_de
 from .launch_config import GPU_INV_BATCH_BASE, GPU_INV_BATCH_EXT, THREADS_PER_BLOCK, grid_for
 from .monty import OP_INV
 
-__all__ = ["encode", "decode", "base_map1", "base_map2", "ext4_map1", "ext4_map2", "base_map2_bcast",
-           "ext4_map2_bcast", "base_pow", "ext4_pow", "base_batch_inv", "base_mle_fold",
-           "ext4_mle_fold", "base_eq_split", "ext4_eq_split", "base_first_zero",
-           "ext4_first_zero"]
+__all__ = ["encode", "decode", "base_map1", "base_map2", "ext4_map1", "ext4_map2",
+           "base_map2_bcast", "ext4_map2_bcast", "base_pow", "ext4_pow", "base_batch_inv",
+           "base_mle_fold", "ext4_mle_fold", "base_eq_split", "ext4_eq_split",
+           "base_first_zero", "ext4_first_zero"]
 
 _ndarray = np.ndarray  # (a module-level name for the launch path)
 

@@ -233,3 +233,30 @@ def test_gkr_out_on_another_device_is_refused(cp):
     got = build_pyramid(first, out=out)
     assert all(device_id(x) == 0 and np.array_equal(x.get(), y)
                for g, w in zip(got[1:], want[1:]) for x, y in zip(g.mles, w.mles))
+
+
+@pytest.mark.parametrize("F", FIELDS)
+def test_conversions_run_on_the_arrays_device(cp, F):
+    """``encode`` / ``decode`` take an array of any device
+    and convert it there (their kernels run under its device): before the
+    conversion kernels they ran CuPy ops on the current device."""
+    E = F.ext
+    ints = np.arange(-40, 200, dtype=np.int64).reshape(6, 40)
+    ext = np.arange(400, dtype=np.int32).reshape(100, 4)
+    for host, G, reduce in ((ints, F, True), (ints % F.p, F, False), (ext, E, False),
+                            (ints.astype(np.uint64) % np.uint64(F.p), F, False),
+                            (ints[:, ::3] % F.p, F, False)):  # uint64 and strided: CuPy ops
+        want = G.encode(host, reduce=reduce)
+        got = G.encode(on(cp, 1, host), reduce=reduce)
+        assert device_id(got) == 1 and np.array_equal(got.get(), want)
+        back = G.decode(got)
+        assert device_id(back) == 1 and np.array_equal(back.get(), G.decode(want))
+        back = G.decode(got[::2])
+        assert device_id(back) == 1 and np.array_equal(back.get(), G.decode(want[::2]))
+    with pytest.raises(ValueError, match=r"ints\[0, 0\] = -40"):
+        F.encode(on(cp, 1, ints))
+    bad = F.encode(ints % F.p)
+    bad[2, 3] += np.uint32(F.p)
+    with pytest.raises(ValueError, match="holds values >= p"):
+        F.decode(on(cp, 1, bad))
+    assert cp.cuda.runtime.getDevice() == 0  # (the device context was left)

@@ -444,41 +444,12 @@ class _FieldBase:
         # Chunked (see _blocks): the int64/uint64 intermediates of each block
         # stay chunk-sized, next to the uint32 result.
         if kind in ("cupy", "cuda"):
-            cp = _backend.get_xp("cupy")
-            arr = cp.asarray(ints)
+            arr = _backend.get_xp("cupy").asarray(ints)
             if arr.dtype.kind not in "iu":
                 raise TypeError(f"Argument `ints` must hold integers, not {arr.dtype}")
             _element_shape(arr, self.degree, "ints")
-            _backend.resolve({"ints": arr}, None)  # on the current device, where it launches
-            words = cp.empty_like(arr, dtype=cp.uint32)  # (arr's layout)
-            if arr.flags.c_contiguous and arr.dtype != cp.uint64:
-                # the conversion kernel (one pass; CuPy ops took two uint64 `%`,
-                # software divisions on a GPU): int64 in one call, other
-                # dtypes through int64 copies of a few blocks
-                k = _backend.kernels_for("cupy", "field")
-                limit = arr.size if arr.dtype == cp.int64 else _chunk_words("cupy", arr.size)
-                for prefix, lo, hi, start in _blocks(arr.shape, limit):
-                    idx = _at(prefix, lo, hi)
-                    flat = arr[idx].astype(cp.int64, copy=False).reshape(-1)
-                    first = k.encode(flat, words[idx].reshape(-1), reduce, self.params)
-                    if first >= 0:
-                        _out_of_range(arr, start + first, p)
-                return words
-            bad = []  # per block, on the device: read once, as one whole-array check was
-            for prefix, lo, hi, _ in _blocks(arr.shape, _chunk_words("cupy", arr.size)):
-                idx = _at(prefix, lo, hi)
-                blk = arr[idx]
-                if not reduce:
-                    bad.append(((blk < 0) | (blk >= p)).any())
-                if arr.dtype == cp.uint64:  # values >= 2**63 would wrap in int64
-                    canon = blk % cp.uint64(p)
-                else:
-                    canon = (blk.astype(cp.int64) % p).astype(cp.uint64)
-                words[idx] = ((canon << 32) % p).astype(cp.uint32)
-            if arr.size and bad and bool(cp.stack(bad).any()):
-                raise ValueError(f"Argument `ints` must lie in [0, p={p}); "
-                                 f"pass reduce=True to reduce modulo p")
-            return words
+            with arr.device:  # the words are made and written where the ints live
+                return self._encode_on_device(arr, reduce)
         xp = self._xp(xp)
         arr = np.asarray(_int_array(ints, "ints"))  # a subclass would index blocks its own way
         _element_shape(arr, self.degree, "ints")
@@ -513,6 +484,40 @@ class _FieldBase:
             words[idx] = (canon << np.uint64(32)) % np.uint64(p)  # < p: exact in uint32
         return words if xp is np else xp.asarray(words)
 
+    def _encode_on_device(self, arr, reduce):
+        """:meth:`encode` of the CuPy integer array ``arr``, under its device."""
+        cp = _backend.get_xp("cupy")
+        p = self.p
+        words = cp.empty_like(arr, dtype=cp.uint32)  # (arr's layout)
+        if arr.flags.c_contiguous and arr.dtype != cp.uint64:
+            # the conversion kernel (one pass; CuPy ops took two uint64 `%`,
+            # software divisions on a GPU): int64 in one call, other
+            # dtypes through int64 copies of a few blocks
+            k = _backend.kernels_for("cupy", "field")
+            limit = arr.size if arr.dtype == cp.int64 else _chunk_words("cupy", arr.size)
+            for prefix, lo, hi, start in _blocks(arr.shape, limit):
+                idx = _at(prefix, lo, hi)
+                flat = arr[idx].astype(cp.int64, copy=False).reshape(-1)
+                first = k.encode(flat, words[idx].reshape(-1), reduce, self.params)
+                if first >= 0:
+                    _out_of_range(arr, start + first, p)
+            return words
+        bad = []  # per block, on the device: read once, as one whole-array check was
+        for prefix, lo, hi, _ in _blocks(arr.shape, _chunk_words("cupy", arr.size)):
+            idx = _at(prefix, lo, hi)
+            blk = arr[idx]
+            if not reduce:
+                bad.append(((blk < 0) | (blk >= p)).any())
+            if arr.dtype == cp.uint64:  # values >= 2**63 would wrap in int64
+                canon = blk % cp.uint64(p)
+            else:
+                canon = (blk.astype(cp.int64) % p).astype(cp.uint64)
+            words[idx] = ((canon << 32) % p).astype(cp.uint32)
+        if arr.size and bad and bool(cp.stack(bad).any()):
+            raise ValueError(f"Argument `ints` must lie in [0, p={p}); "
+                             f"pass reduce=True to reduce modulo p")
+        return words
+
     def decode(self, words):
         """Canonical values ``w * 2**-32 mod p`` of Montgomery words.
 
@@ -521,20 +526,25 @@ class _FieldBase:
         Raises ``ValueError`` if a word is not in ``[0, p)``: the arithmetic
         reads such words mod p, but at the boundary to integers they usually
         mean corrupted data (``F.add(words, F.zeros(()))`` canonicalizes).
+        A CuPy array is decoded on its own device, into an array there.
         """
         if isinstance(words, np.generic):
             words = np.asarray(words)
         _check_words(words, "words")
         _element_shape(words, self.degree, "words")
         kind, words = _in_module(words)
-        xp = _backend.get_xp(kind)
         noncanonical = ValueError(f"Argument `words` holds values >= p={self.p}; decode "
                                   f"needs canonical Montgomery words")
+        # (a device array is decoded on its device, into an array there)
+        with words.device if kind == "cupy" else contextlib.nullcontext():
+            return self._decode_in(kind, words, noncanonical)
+
+    def _decode_in(self, kind, words, noncanonical):
+        """:meth:`decode` of checked ``words`` of array module ``kind``."""
+        xp = _backend.get_xp(kind)
         # Chunked (see _blocks): the uint64 products stay chunk-sized.  The
         # canonical check runs per block too: on the host the first bad block
         # raises, on a device the flags are read once after the blocks.
-        if kind == "cupy":
-            _backend.resolve({"words": words}, None)  # on the current device
         out = xp.empty_like(words, dtype=np.uint32)  # the layout astype gave
         bad = []
         # words in C order: the backend's kernel (one Montgomery reduction
