@@ -7,6 +7,8 @@ the other test modules check against big integers), and the results must be
 canonical; the products are also checked against big integers directly
 (``naive.dec`` of any word is the value of its residue).
 """
+import re
+
 import numpy as np
 import pytest
 
@@ -99,6 +101,8 @@ def test_decode_still_insists_on_canonical_words():
     F = KoalaBear
     with pytest.raises(ValueError, match="holds values >= p"):
         F.decode(np.array([F.p], np.uint32))
+    with pytest.raises(ValueError, match=r"\(the first: words = 2130706436\)"):
+        F.decode(np.uint32(F.p + 3))
     assert F.decode(F.add(np.array([F.p + 5], np.uint32), F.zeros(()))).tolist() == \
         [naive.dec(5, F.p)]
 
@@ -128,3 +132,25 @@ def test_gkr_reads_words_mod_p(F, backend, ne, de):
     assert_layers_equal(build_jagged_pyramid(jl(raw), sched, backend=backend)[1:],
                         build_jagged_pyramid(jl(canon), sched, backend=backend)[1:], "jagged", 1)
     assert all((x == x0).all() for x, x0 in zip(raw, raw0))  # inputs untouched
+
+
+@pytest.mark.parametrize("backend", ["cpu", pytest.param("cupy", marks=pytest.mark.gpu)])
+def test_decode_names_the_first_non_canonical_word(backend):
+    """decode's error names the first word >= p in C order (the kernels say
+    only whether there is one; the error path looks for it), whatever the
+    layout or the module."""
+    F, E = KoalaBear, KoalaBear.ext
+    w = F.random((5, 6), seed=1)
+    x = E.random((3, 5), seed=2)
+    w[4, 1] = F.p + 1
+    w[3, 4] = 2**32 - 1
+    x[1, 2, 3] = F.p
+    cases = [(F, w, "words[3, 4] = 4294967295"), (F, w[:, ::2], "words[3, 2] = 4294967295"),
+             (F, w.T, "words[1, 4] = 2130706434"), (E, x, "words[1, 2, 3] = 2130706433"),
+             (E, x[:, ::-1], "words[1, 2, 3] = 2130706433")]
+    for G, words, where in cases:
+        before = words.copy()
+        with pytest.raises(ValueError, match=rf"holds values >= p={F.p} \(the first: "
+                                             rf"{re.escape(where)}\); decode needs"):
+            G.decode(to_backend(words, backend))
+        np.testing.assert_array_equal(words, before)

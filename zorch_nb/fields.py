@@ -120,6 +120,10 @@ def _int_text(v) -> str:
     return f"{'-' if v < 0 else ''}(an integer of {abs(v).bit_length()} bits)"
 
 
+class _NonCanonical(Exception):
+    """decode met a word >= p (the caller names the first one)."""
+
+
 def _out_of_range(arr, flat_index: int, p: int):
     """Raise naming the C-order element ``flat_index`` of ``encode``'s ``arr``."""
     idx = _unravel(flat_index, arr.shape)
@@ -523,9 +527,10 @@ class _FieldBase:
 
         The inverse of :meth:`encode`; the result is a ``uint32`` array in the
         module of ``words`` (a NumPy scalar or 0-d array gives a 0-d array).
-        Raises ``ValueError`` if a word is not in ``[0, p)``: the arithmetic
-        reads such words mod p, but at the boundary to integers they usually
-        mean corrupted data (``F.add(words, F.zeros(()))`` canonicalizes).
+        Raises ``ValueError`` naming the first word (in C order) not in
+        ``[0, p)``: the arithmetic reads such words mod p, but at the boundary
+        to integers they usually mean corrupted data (``F.add(words,
+        F.zeros(()))`` canonicalizes).
         A CuPy array is decoded on its own device, into an array there.
         """
         if isinstance(words, np.generic):
@@ -533,14 +538,23 @@ class _FieldBase:
         _check_words(words, "words")
         _element_shape(words, self.degree, "words")
         kind, words = _in_module(words)
-        noncanonical = ValueError(f"Argument `words` holds values >= p={self.p}; decode "
-                                  f"needs canonical Montgomery words")
         # (a device array is decoded on its device, into an array there)
         with words.device if kind == "cupy" else contextlib.nullcontext():
-            return self._decode_in(kind, words, noncanonical)
+            try:
+                return self._decode_in(kind, words)
+            except _NonCanonical:
+                pass
+            # the error path: find the first word >= p, to name it
+            idx = _first_true(words, tuple(words.shape), 1, lambda w: w >= self.p, kind)
+            where = f"words[{', '.join(map(str, idx))}]" if idx else "words"
+            raise ValueError(f"Argument `words` holds values >= p={self.p} (the first: "
+                             f"{where} = {int(words[idx])}); decode needs canonical "
+                             f"Montgomery words")
 
-    def _decode_in(self, kind, words, noncanonical):
-        """:meth:`decode` of checked ``words`` of array module ``kind``."""
+    def _decode_in(self, kind, words):
+        """:meth:`decode` of checked ``words`` of array module ``kind``;
+        raises :class:`_NonCanonical` at a word >= p."""
+        noncanonical = _NonCanonical()
         xp = _backend.get_xp(kind)
         # Chunked (see _blocks): the uint64 products stay chunk-sized.  The
         # canonical check runs per block too: on the host the first bad block
