@@ -237,7 +237,7 @@ def test_gkr_out_on_another_device_is_refused(cp):
 
 @pytest.mark.parametrize("F", FIELDS)
 def test_conversions_run_on_the_arrays_device(cp, F):
-    """``encode`` / ``decode`` take an array of any device
+    """``encode`` / ``decode`` / ``is_canonical`` take an array of any device
     and convert it there (their kernels run under its device): before the
     conversion kernels they ran CuPy ops on the current device."""
     E = F.ext
@@ -253,10 +253,12 @@ def test_conversions_run_on_the_arrays_device(cp, F):
         assert device_id(back) == 1 and np.array_equal(back.get(), G.decode(want))
         back = G.decode(got[::2])
         assert device_id(back) == 1 and np.array_equal(back.get(), G.decode(want[::2]))
+        assert G.is_canonical(got)
     with pytest.raises(ValueError, match=r"ints\[0, 0\] = -40"):
         F.encode(on(cp, 1, ints))
     bad = F.encode(ints % F.p)
     bad[2, 3] += np.uint32(F.p)
-    with pytest.raises(ValueError, match="holds values >= p"):
+    with pytest.raises(ValueError, match=r"holds values >= p.*words\[2, 3\]"):
         F.decode(on(cp, 1, bad))
+    assert not F.is_canonical(on(cp, 1, bad))
     assert cp.cuda.runtime.getDevice() == 0  # (the device context was left)

@@ -593,8 +593,11 @@ class _FieldBase:
         kind, words = _in_module(words)
         if kind == "numpy" and words.size <= _CHUNK_WORDS["numpy"]:  # small: one pass
             return bool((words < self.p).all()) if words.size else True
-        # blockwise, without a whole-array mask (one device read, as before)
-        return _first_true(words, tuple(words.shape), 1, lambda w: w >= self.p, kind) is None
+        # blockwise, without a whole-array mask (one device read, as before;
+        # a device array's on its device, as decode's)
+        with words.device if kind == "cupy" else contextlib.nullcontext():
+            return _first_true(words, tuple(words.shape), 1, lambda w: w >= self.p,
+                               kind) is None
 
     # ---- constructors ----------------------------------------------------
     def _xp(self, xp):
