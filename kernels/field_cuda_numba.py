@@ -441,7 +441,7 @@ def encode(v, out, reduce, f):
     p, mu, _, _ = kernel_words(f)
     first = np.array([n], np.uint64)  # "none": any index is below n
     launch(_encode_kernel, n, (v, reduce, p, mu, np.uint32(f.r2_mod_p)), out, first)
-    return -1 if first[0] == n else int(first[0])
+    return _read_index(first, n)
 
 
 def decode(w, out, f):
@@ -573,6 +573,12 @@ def _first_zero(a, deg, n, f):
     first = np.array([n], np.uint64)  # "none": any zero is below n
     launch(_first_zero_kernel, -(-n * deg // 4), (_flat(a), np.int32(deg), kernel_words(f)[0]),
            first)  # (a thread per four words: see the kernel)
+    return _read_index(first, n)
+
+
+def _read_index(first, n):
+    # a kernel's answer (copied back into the host array first), -1 where
+    # it found nothing (first still n)
     return -1 if first[0] == n else int(first[0])
 
 

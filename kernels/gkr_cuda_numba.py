@@ -189,8 +189,9 @@ def jagged_transition_trusted(mode, rc, orc, prefix, n0, n1, d0, d1, on0, on1, o
         d_rc, d_orc, d_prefix, *ins, *d_outs, p, mu, wm, one)
     # a host prefix scanned on the device holds the sums afterwards, as on
     # every backend: copied back with the outputs
-    scanned = [] if host_scan else [(prefix, d_prefix)]
-    copy_back(outs + [h for h, _ in scanned], d_outs + [d for _, d in scanned], stream)
+    if not host_scan:
+        outs, d_outs = outs + [prefix], d_outs + [d_prefix]
+    copy_back(outs, d_outs, stream)
 
 
 @cuda.jit(device=True)
@@ -550,5 +551,6 @@ def jagged_chunk_trusted(mode, rc, prefix, first, steps, f):
     _chunk_kernel(mode)[grid_for(items), block_for(items), stream](
         d_counts, d_rows, *(as_device(_flat(x), stream) for x in first), tuple(d_outs),
         np.int64(items), p, mu, wm, one)
-    scanned = [] if host_scan else [(rows, d_rows)]  # (as in jagged_transition_trusted)
-    copy_back(outs + [h for h, _ in scanned], d_outs + [d for _, d in scanned], stream)
+    if not host_scan:  # (as in jagged_transition_trusted)
+        outs, d_outs = outs + [rows], d_outs + [d_rows]
+    copy_back(outs, d_outs, stream)
