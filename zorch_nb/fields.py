@@ -120,6 +120,19 @@ def _int_text(v) -> str:
     return f"{'-' if v < 0 else ''}(an integer of {abs(v).bit_length()} bits)"
 
 
+def _index_text(name: str, idx: tuple) -> str:
+    """``name[i, j]`` for an error message (``name`` alone for a 0-d index)."""
+    return f"{name}[{', '.join(map(str, idx))}]" if idx else name
+
+
+def _device_of(x, kind):
+    """Context under which work on ``x`` runs where ``x`` lives: its CuPy
+    device (whatever the current one), nothing for a host array."""
+    if kind != "cupy":
+        return contextlib.nullcontext()
+    return _backend.get_xp("cupy").cuda.Device(_backend.device_of(x))
+
+
 class _NonCanonical(Exception):
     """decode met a word >= p (the caller names the first one)."""
 
@@ -127,8 +140,7 @@ class _NonCanonical(Exception):
 def _out_of_range(arr, flat_index: int, p: int):
     """Raise naming the C-order element ``flat_index`` of ``encode``'s ``arr``."""
     idx = _unravel(flat_index, arr.shape)
-    where = f"ints[{', '.join(map(str, idx))}]" if idx else "ints"
-    raise ValueError(f"Argument `ints` must lie in [0, p={p}), but {where} = "
+    raise ValueError(f"Argument `ints` must lie in [0, p={p}), but {_index_text('ints', idx)} = "
                      f"{_int_text(arr[idx])}; pass reduce=True to reduce modulo p")
 
 
@@ -452,7 +464,7 @@ class _FieldBase:
             if arr.dtype.kind not in "iu":
                 raise TypeError(f"Argument `ints` must hold integers, not {arr.dtype}")
             _element_shape(arr, self.degree, "ints")
-            with arr.device:  # the words are made and written where the ints live
+            with _device_of(arr, "cupy"):  # the words are made and written there
                 return self._encode_on_device(arr, reduce)
         xp = self._xp(xp)
         arr = np.asarray(_int_array(ints, "ints"))  # a subclass would index blocks its own way
@@ -539,17 +551,16 @@ class _FieldBase:
         _element_shape(words, self.degree, "words")
         kind, words = _in_module(words)
         # (a device array is decoded on its device, into an array there)
-        with words.device if kind == "cupy" else contextlib.nullcontext():
+        with _device_of(words, kind):
             try:
                 return self._decode_in(kind, words)
             except _NonCanonical:
                 pass
             # the error path: find the first word >= p, to name it
             idx = _first_true(words, tuple(words.shape), 1, lambda w: w >= self.p, kind)
-            where = f"words[{', '.join(map(str, idx))}]" if idx else "words"
             raise ValueError(f"Argument `words` holds values >= p={self.p} (the first: "
-                             f"{where} = {int(words[idx])}); decode needs canonical "
-                             f"Montgomery words")
+                             f"{_index_text('words', idx)} = {int(words[idx])}); decode "
+                             f"needs canonical Montgomery words")
 
     def _decode_in(self, kind, words):
         """:meth:`decode` of checked ``words`` of array module ``kind``;
@@ -595,7 +606,7 @@ class _FieldBase:
             return bool((words < self.p).all()) if words.size else True
         # blockwise, without a whole-array mask (one device read, as before;
         # a device array's on its device, as decode's)
-        with words.device if kind == "cupy" else contextlib.nullcontext():
+        with _device_of(words, kind):
             return _first_true(words, tuple(words.shape), 1, lambda w: w >= self.p,
                                kind) is None
 
@@ -1482,8 +1493,7 @@ class _FieldBase:
         kind, point = _in_module(point)
         xp = _backend.get_xp(kind)
         # the table where the point lives (not the current device)
-        with xp.cuda.Device(_backend.device_of(point)) if kind == "cupy" \
-                else contextlib.nullcontext():
+        with _device_of(point, kind):
             table, user_out = self._out(out, kind, (1 << nv,), [point])
             work, mod = table, xp
             if backend == "cupy" and kind == "numpy":  # built on the device, as _run does
