@@ -1010,6 +1010,50 @@ def test_a_non_finite_svd_of_a_finite_matrix_is_retried_then_named(rng, monkeypa
         np.testing.assert_array_equal(g, w)
 
 
+def test_a_non_finite_product_of_finite_factors_is_recomputed(rng, monkeypatch):
+    """A BLAS that returns NaN from a product (or a QR) of finite matrices
+    (OpenBLAS has, on one call in many) made the SVD frames report that the
+    train "overflowed" -- in norm("orthogonal"), whose cores are scaled near 1
+    and cannot overflow.  Such products are now recomputed without BLAS; a
+    true overflow is still named as one."""
+    x, _ = stacked_pair(rng, X_RANKS, n=4, r=4, N=5)
+    real_matmul, real_qr, spoiled = np.matmul, np.linalg.qr, []
+
+    def nan_first(c):  # a NaN where the factors had none
+        c = np.array(c)
+        if c.dtype.kind == "f" and c.size:
+            c.flat[0] = np.nan
+            spoiled.append(c.shape)
+        return c
+
+    for dtype in (np.float64, np.float32):
+        y = UniformTuckerTensorTrain(x.tucker_supercore.astype(dtype),
+                                     x.tt_supercore.astype(dtype), x.shape, x.masks)
+        want_dense, want_norm = y.to_dense(), y.norm()
+        calls = [("svd", lambda: y.svd()[0])] + [
+            (k, lambda k=k: y.orthogonalize(k)) for k in ORTHOGONALIZE_KINDS]
+        monkeypatch.setattr(np, "matmul", lambda a, b, **kw: nan_first(real_matmul(a, b, **kw)))
+        monkeypatch.setattr(np.linalg, "qr", lambda a, *args, **kw: nan_first(real_qr(a, *args, **kw)))
+        tol = 1e-4 if dtype == np.float32 else RTOL
+        for name, call in calls:
+            spoiled.clear()
+            got = call()
+            assert spoiled, name  # the fault was met, and mended
+            assert got.tt_supercore.dtype == dtype
+            assert rel_err(got.to_dense(), want_dense) < tol, name
+        spoiled.clear()
+        assert rel_err(y.norm("orthogonal"), want_norm) < tol and spoiled
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflow stays one
+            big = UniformTuckerTensorTrain(y.tucker_supercore * dtype(1e30 if dtype == np.float32
+                                                                      else 1e200),
+                                           y.tt_supercore * dtype(1e30 if dtype == np.float32
+                                                                  else 1e200), x.shape, x.masks)
+            with pytest.raises(ValueError, match="overflowed .* rescale"):
+                big.orthogonalize("left")
+        monkeypatch.setattr(np, "matmul", real_matmul)
+        monkeypatch.setattr(np.linalg, "qr", real_qr)
+
+
 @pytest.mark.filterwarnings("error::RuntimeWarning")  # overflows are handled, not warned
 def test_overflow_in_the_last_push_is_refused_too(rng):
     """An overflow after every SVD (the remainder pushed into the cores) came

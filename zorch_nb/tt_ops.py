@@ -1403,8 +1403,11 @@ def _frame(A, row_mask, kcount, svcount, K):
         # Wide: A = R^T Q^T with R from a QR of A^T, so A's left frame and
         # singular values are those of the small R^T (LAPACK's SVD of a wide
         # matrix would also build the unneeded right vectors).  Zero rows of
-        # A stay zero rows of R^T.
-        A = np.swapaxes(np.linalg.qr(np.swapaxes(A, -1, -2), mode="r"), -1, -2)
+        # A stay zero rows of R^T.  A non-finite R of the finite A (a library
+        # fault, see _matmul) is dropped: the QR only saves time, and LAPACK's
+        # SVD would never return on it.
+        R = np.swapaxes(np.linalg.qr(np.swapaxes(A, -1, -2), mode="r"), -1, -2)
+        A = R if np.isfinite(R).all() else A
     u, s, _ = _finite_svd(xp, A)
     L = s.shape[-1]
     if L >= K:
@@ -1423,6 +1426,27 @@ def _frame(A, row_mask, kcount, svcount, K):
         Q = _repair_xp(xp, u.reshape(B, M, K), rm, kc)
     sv = xp.where(xp.asarray(_prefix(svcount, K)), s, 0)
     return Q.reshape(batch + (M, K)), sv
+
+
+def _matmul(xp, a, b):
+    """``xp.matmul(a, b)``, computed again without BLAS where NumPy's BLAS
+    returned inf or NaN for finite factors.
+
+    OpenBLAS has been seen to return NaN from a product of finite matrices on
+    one call in many (numpy issue 24067).  A float32 CI run here once met a
+    non-finite unfolding in :func:`_frame` inside ``norm("orthogonal")``,
+    whose cores are power-of-two scaled near 1 and cannot overflow, and
+    :func:`_frame` would blame the train ("overflowed, rescale").  So the
+    product is checked and, where its factors are finite, recomputed by
+    ``einsum``'s own loops, which give IEEE's answer: a true overflow stays
+    inf and is reported as one.  NumPy only: on CuPy each check would be a
+    synchronization, and cuBLAS has shown no such fault.
+    """
+    c = xp.matmul(a, b)
+    if (xp is np and not np.isfinite(c).all() and np.isfinite(a).all()
+            and np.isfinite(b).all()):
+        c = np.einsum("...ij,...jk->...ik", a, b)
+    return c
 
 
 def _finite_svd(xp, A):
@@ -1492,8 +1516,8 @@ def _tucker_down(xp, U, G, shape, mk):
     phys = np.broadcast_to(_physical_mask(shape, N)[:, None, :], (d, S, N))
     kcount = np.minimum(mk.sum(-1), np.asarray(shape)[:, None])
     P, _ = _frame(xp.swapaxes(U, -1, -2), phys, kcount, kcount, n)
-    L = xp.matmul(U, P)
-    G = xp.swapaxes(xp.matmul(xp.swapaxes(G, -1, -2), L[:, :, None]), -1, -2)
+    L = _matmul(xp, U, P)
+    G = xp.swapaxes(_matmul(xp, xp.swapaxes(G, -1, -2), L[:, :, None]), -1, -2)
     return xp.ascontiguousarray(xp.swapaxes(P, -1, -2)), G, _prefix(kcount, n)
 
 
@@ -1504,9 +1528,9 @@ def _tt_up(xp, U, G, mk, mt):
     rows = _pair_mask(mt[:-1], mt[1:])
     kcount = np.minimum(rows.sum(-1), mk.sum(-1))
     Q, _ = _frame(A, rows, kcount, kcount, n)
-    R = xp.matmul(xp.swapaxes(Q, -1, -2), A)
+    R = _matmul(xp, xp.swapaxes(Q, -1, -2), A)
     G = Q.reshape(d, S, r, r, n).transpose(0, 1, 2, 4, 3)
-    return xp.matmul(R, U), xp.ascontiguousarray(G), _prefix(kcount, n)
+    return _matmul(xp, R, U), xp.ascontiguousarray(G), _prefix(kcount, n)
 
 
 def _left_step(xp, G, mk, mt, i, max_rank=None):
@@ -1519,9 +1543,9 @@ def _left_step(xp, G, mk, mt, i, max_rank=None):
     svcount = np.minimum(rows.sum(-1), mt[i + 1].sum(-1))
     kcount = svcount if max_rank is None else np.minimum(svcount, max_rank)
     Q, sv = _frame(A, rows, kcount, svcount, r)
-    R = xp.matmul(xp.swapaxes(Q, -1, -2), A)
+    R = _matmul(xp, xp.swapaxes(Q, -1, -2), A)
     G[i] = Q.reshape(S, r, n, r)
-    G[i + 1] = xp.matmul(R, G[i + 1].reshape(S, r, n * r)).reshape(S, r, n, r)
+    G[i + 1] = _matmul(xp, R, G[i + 1].reshape(S, r, n * r)).reshape(S, r, n, r)
     mt[i + 1] = _prefix(kcount, r)
     return sv
 
@@ -1542,9 +1566,9 @@ def _right_step(xp, G, mk, mt, i):
     cols = _pair_mask(mk[i], mt[i + 1])
     kcount = np.minimum(mt[i].sum(-1), cols.sum(-1))
     P, _ = _frame(xp.swapaxes(A, -1, -2), cols, kcount, kcount, r)
-    L = xp.matmul(A, P)
+    L = _matmul(xp, A, P)
     G[i] = xp.swapaxes(P, -1, -2).reshape(S, r, n, r)
-    G[i - 1] = xp.matmul(G[i - 1].reshape(S, r * n, r), L).reshape(S, r, n, r)
+    G[i - 1] = _matmul(xp, G[i - 1].reshape(S, r * n, r), L).reshape(S, r, n, r)
     mt[i] = _prefix(kcount, r)
 
 
@@ -1646,8 +1670,8 @@ def _tucker_step(xp, U, G, mk, mt, i, max_rank=None):
     svcount = np.minimum(rows.sum(-1), mk[i].sum(-1))
     kcount = svcount if max_rank is None else np.minimum(svcount, max_rank)
     P, sv = _frame(xp.swapaxes(A, -1, -2), mk[i], kcount, svcount, n)
-    G[i] = xp.matmul(A, P).reshape(S, r, r, n).transpose(0, 1, 3, 2)
-    U[i] = xp.matmul(xp.swapaxes(P, -1, -2), U[i])
+    G[i] = _matmul(xp, A, P).reshape(S, r, r, n).transpose(0, 1, 3, 2)
+    U[i] = _matmul(xp, xp.swapaxes(P, -1, -2), U[i])
     mk[i] = _prefix(kcount, n)
     return sv
 
