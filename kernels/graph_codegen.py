@@ -142,10 +142,13 @@ def python_source(name: str, nodes, asserts, outputs, in_layouts, out_layouts) -
     """
     ins = [f"i{k}" for k in range(len(in_layouts))]
     outs = [f"o{k}" for k in range(len(out_layouts))]
+    # An input whose every stride is 0 (a file may say so) is read at the same
+    # place by every instance: a broadcast one, with no a{k} to compute.
+    spread = [bool(_terms(par)) for par, _ in in_layouts]
     fixed = [False] * len(nodes)  # the same value in every instance
     for n, (op, a, b) in enumerate(nodes):
         if op == OP_LOAD:
-            fixed[n] = not in_layouts[a][0]
+            fixed[n] = not spread[a]
         elif op == OP_CONST:
             fixed[n] = True
         elif op == OP_NEG:
@@ -163,8 +166,8 @@ def python_source(name: str, nodes, asserts, outputs, in_layouts, out_layouts) -
     for n, (op, a, b) in enumerate(nodes):
         if op == OP_LOAD:
             off = int(in_layouts[a][1][b])
-            line = (f"v{n} = i{int(a)}[{off}]" if not in_layouts[a][0]
-                    else f"v{n} = i{int(a)}[a{int(a)} + {off}]")
+            line = (f"v{n} = i{int(a)}[a{int(a)} + {off}]" if spread[a]
+                    else f"v{n} = i{int(a)}[{off}]")
         elif op == OP_CONST:
             line = f"v{n} = consts[{int(a)}]"
         elif op == OP_ADD:

@@ -13,6 +13,7 @@ from zorch_nb import BabyBear, KoalaBear
 from zorch_nb._demo_graph import add_2, add_16
 from zorch_nb.graph import (ComputationGraph, Context, In, InOut, KernelDefinitionError, Out,
                             _sources, assert_eq, kernel, run_computation_graph)
+from zorch_nb.kernels import graph_codegen
 
 P = KoalaBear.p
 
@@ -708,6 +709,58 @@ def test_hand_built_graph_is_validated_before_its_first_replay():
         ComputationGraph(*parts[:7], [(0, np.array([2**32 + 1]))], parts[8])
 
 
+@kernel
+def _pair_sum(x: In[2], out: Out[()]):
+    out[()] = x[0] + x[1]
+
+
+@kernel
+def _pair_products(x: In[2], out: Out[()]):  # 3 products for 3 accesses: interpreted
+    out[()] = x[0] * x[1] * x[0] * 3
+
+
+@pytest.mark.parametrize("k", [_pair_sum, _pair_products])  # unrolled / interpreted on the CPU
+def test_layouts_a_file_may_hold_replay_or_are_refused(k):
+    """Found by fuzzing hand-built and re-encoded graphs: a parallel input of
+    stride 0 (every instance reads one row; the file format allows it) failed
+    in Numba's typing (the CPU evaluator read an index it never computed); a
+    constant node's unused operand of 2**63 passed the check, then could not be
+    encoded; a crafted parallel size (2**70) overflowed inside the check and a
+    stride of 2**70 on a size-1 dimension passed it, then failed in Numba."""
+    ctx = Context()
+    a = ctx.copy_to_device(np.arange(1, 9).reshape(4, 2))
+    (r,) = ctx.call_kernel(k, 4, a)
+    g = ctx.generate_computation_graph([a], [r])
+    ck = g.compiled_kernels[0]
+    (par, offsets), = ck.in_layouts
+    parts = [g.field, g.kernels, g.compiled_kernels, g.buffer_points, g.templates, g.inputs,
+             g.outputs, g.constants, g.commitments]
+
+    def with_par(new_par):
+        return ComputationGraph(*parts[:2], (ck._replace(in_layouts=((new_par, offsets),)),),
+                                *parts[3:])
+
+    x = np.array([[5, 7], [1, 2], [3, 4], [6, 8]], dtype=np.uint32)
+    row0 = np.repeat(x[:1], 4, axis=0)
+    want = run_computation_graph(g, [row0])[0][0]
+    for evil in (with_par(tuple((lg, 0) for lg, _ in par)),):
+        for h in (evil, ComputationGraph.from_bytes(evil.to_bytes())):
+            np.testing.assert_array_equal(run_computation_graph(h, [x])[0][0], want)
+    assert not (run_computation_graph(g, [x])[0][0] == want).all()  # (the rows differ)
+    nodes = g.kernels[0].nodes
+    spare = tuple((op, u, 2**63 if op == graph_codegen.OP_CONST else v) for op, u, v in nodes)
+    evils = [(with_par(((2**70, 1),)), "parallel dimension over 2\\*\\*40"),
+             (with_par(((0, 2**70),) + tuple(par)), "or a stride of 2\\*\\*40 or more")]
+    if spare != nodes:
+        evils.append((ComputationGraph(parts[0], (g.kernels[0]._replace(nodes=spare),),
+                                       *parts[2:]), "node .* is malformed"))
+    assert len(evils) == 2 + (k is _pair_products)
+    for evil, match in evils:
+        for call in (evil.to_bytes, lambda: run_computation_graph(evil, [x])):
+            with pytest.raises(ValueError, match="invalid computation graph: .*" + match):
+                call()
+
+
 def test_what_a_file_cannot_hold_is_refused_before_replay_and_encoding():
     """Validation and encoding agreed only on decoded files: a hand-built graph
     replayed what ``to_bytes`` then could not encode (a constant beyond 64 bits,
@@ -1201,7 +1254,6 @@ def test_one_evaluator_serves_every_padded_size():
     assert misses[1:] == misses[:1] * 3  # (one serial form: every call here is small)
     # the outermost term's size-free mask is an identity on every valid graph
     from zorch_nb import graph_format
-    from zorch_nb.kernels import graph_codegen
     assert graph_codegen.OUTER_MASK == (1 << graph_format._MAX_LOG2) - 1
 
 

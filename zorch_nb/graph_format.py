@@ -376,10 +376,10 @@ def _validate_kernel(k, ir):
     for i, (op, a, b) in enumerate(ir.nodes):
         if op == OP_LOAD:
             ok = a < len(in_sizes) and b < in_sizes[a]
-        elif op == OP_CONST:
-            ok = a < len(ir.consts)
+        elif op == OP_CONST:  # (an unused operand is 0: one encoding per kernel)
+            ok = a < len(ir.consts) and b == 0
         elif op == OP_NEG:
-            ok = a < i
+            ok = a < i and b == 0
         else:
             ok = op <= 5 and a < i and b < i
         if not ok:
@@ -393,9 +393,8 @@ def _validate_kernel(k, ir):
     return in_sizes, out_sizes
 
 
-def _span(par, offsets, what):
-    if any(lg > _MAX_LOG2 for lg, _ in par):
-        _bad(f"{what} has a parallel dimension over 2**{_MAX_LOG2}")
+def _span(par, offsets):
+    """The last element a layout reaches (``lg`` bounded by the caller)."""
     return sum(((1 << lg) - 1) * st for lg, st in par) + (max(offsets) if offsets else 0)
 
 
@@ -531,6 +530,14 @@ def validate(g) -> None:
         ins, outs = sizes[ck.kernel]
         if len(ck.in_layouts) != len(ins) or len(ck.out_layouts) != len(outs):
             _bad(f"compiled kernel {c} has the wrong number of operand layouts")
+        for par, _ in (*ck.in_layouts, *ck.out_layouts):
+            # Bounded before any arithmetic on them (1 << lg of a crafted lg
+            # ran out of memory).  A stride of 2**40 or more no buffer needs:
+            # only a size-1 dimension's escapes the span check, and past 2**63
+            # the evaluators' int64 index arithmetic is typed float.
+            if any(lg > _MAX_LOG2 or st >= 1 << _MAX_LOG2 for lg, st in par):
+                _bad(f"compiled kernel {c} has a parallel dimension over 2**{_MAX_LOG2} "
+                     f"or a stride of 2**{_MAX_LOG2} or more")
         for (par, offsets), s in zip(ck.in_layouts, ins):
             if len(offsets) != s:
                 _bad(f"compiled kernel {c} has an input layout of {len(offsets)} elements")
@@ -543,7 +550,7 @@ def validate(g) -> None:
 
     def span(c, j, par, offsets, ti):
         if (c, j) not in spans:
-            spans[c, j] = _span(par, offsets, f"template {ti}")
+            spans[c, j] = _span(par, offsets)
         return spans[c, j]
 
     def tiles(c, j, par, slots, n):
