@@ -14,6 +14,7 @@ kernels, and through the array-module path that CuPy supercores take.
 import functools
 import math
 import os
+import re
 import signal
 import string
 import threading
@@ -1094,6 +1095,16 @@ def test_bad_arguments_are_named(rng):
     # a dict passed len() and gave its keys as vectors: "`vectors[0]` must have shape (3,), not ()"
     with pytest.raises(TypeError, match="`vectors` must be a sequence of 2 arrays, not dict"):
         x.apply({0: np.ones(3), 1: np.ones(4)})
+    with pytest.raises(ValueError, match=r"`vectors\[0\]` must be a rectangular .* ragged"):
+        x.apply([[[1.0, 2.0, 3.0], [1.0]], np.ones(4)])
+    for stack in (UniformTuckerTensorTrain.stack, tt_ops.ut3_stack):  # (not an iterable)
+        with pytest.raises(TypeError, match="`trains` must be a sequence of trains, not int"):
+            stack(3)
+    # padding past the memory was allocated (MemoryError, or the OOM killer)
+    with pytest.raises(ValueError, match=r"`from_t3` has supercores of shapes \(2, 3, 4\) and "
+                                         r"\(2, 1000000, 3, 1000000\) .* too large to "
+                                         r"allocate; ask for smaller `n`, `r`, `N`"):
+        UniformTuckerTensorTrain.from_t3(x.to_t3(), n=3, r=10**6, N=4)
     import collections  # any sequence with a length will do, as before
     assert np.allclose(x.apply(collections.deque([np.ones(3), np.ones(4)])),
                        x.apply([np.ones(3), np.ones(4)]))
@@ -1443,6 +1454,16 @@ def test_division_by_zero_as_numpy(rng):
                                   (pair * [0.5, 0.25]).tt_supercore)
     np.testing.assert_array_equal((pair / (2, 4)).tt_supercore,
                                   (pair / np.array([2, 4])).tt_supercore)
+    # every real zero as 0 (Fraction's raised ZeroDivisionError); a value that
+    # is not real is named as given (the message showed its inverse)
+    from decimal import Decimal
+    from fractions import Fraction
+    with np.errstate(divide="ignore", invalid="ignore"):
+        np.testing.assert_array_equal((x / Fraction(0)).tt_supercore, (x / 0.0).tt_supercore)
+    np.testing.assert_array_equal((x / Fraction(1, 4)).tt_supercore, (x * 4).tt_supercore)
+    for bad in (Decimal(2), Decimal(0), 1j, np.complex128(0), np.array([1j])):
+        with pytest.raises(TypeError, match=f"`alpha` must be a real .*not {re.escape(repr(bad))}"):
+            x / bad
     for op in (lambda: pair * [1, [2, 3]], lambda: pair / [1, [2, 3]]):
         with pytest.raises(ValueError, match="`alpha` must be a scalar or a rectangular"):
             op()
@@ -1775,6 +1796,33 @@ def test_load_refuses_what_is_not_a_ut3_file(tmp_path):
     y = UniformTuckerTensorTrain.load(tmp_path / "swapped.npz")
     assert y.dtype == np.float64 and y.masks == x.masks
     np.testing.assert_array_equal(y.tt_supercore, x.tt_supercore)
+    # found by fuzzing: an entry whose .npy header claims a huge shape made
+    # NumPy allocate it first (MemoryError: 7.28 TiB for a file of 1 KiB)
+    import io
+    import zipfile
+    for key in ("shape", "tt_supercore"):
+        header = io.BytesIO()
+        np.lib.format.write_array_header_1_0(
+            header, {"descr": "<i8", "fortran_order": False, "shape": (10**12,)})
+        with zipfile.ZipFile(good) as src, zipfile.ZipFile(tmp_path / "claims.npz", "w") as out:
+            for member in src.namelist():
+                out.writestr(member, header.getvalue() + bytes(16) if member == key + ".npy"
+                             else src.read(member))
+        with pytest.raises(ValueError, match=rf"entry `{key}` claims 8000000000000 bytes of "
+                                             rf"int64 data of shape \(1000000000000,\), but "
+                                             f"holds 16"):
+            UniformTuckerTensorTrain.load(tmp_path / "claims.npz")
+    # neither a name nor a binary file: NumPy's errors named no argument
+    with open(tmp_path / "t.txt", "w") as text:
+        for bad, what in ((None, "not NoneType"), (3, "not int"),
+                          (text, "opened in binary mode, not the text-mode file")):
+            for call in (x.save, UniformTuckerTensorTrain.load):
+                with pytest.raises(TypeError, match=f"Argument `path` must be a file name .*{what}"):
+                    call(bad)
+    buffer = io.BytesIO()
+    x.save(buffer)
+    buffer.seek(0)
+    assert UniformTuckerTensorTrain.load(buffer).masks == x.masks
 
 
 def test_functional_layer_on_data(xy):

@@ -64,14 +64,15 @@ Every operation exists as a method and as a functional ``ut3_*`` function of
 ``.data``; see :mod:`zorch_nb.tt_ops`.
 """
 import dataclasses
+import numbers
 
 import numpy as np
 
 from .tt_masks import UT3Masks, kernel_cache_clear, kernel_cache_info
 from .tt_ops import (
-    NORM_METHODS, ORTHOGONALIZE_KINDS, _alpha_array, _t3_check, t3_from_dense, t3_to_dense,
-    ut3_add, ut3_apply, ut3_apply_masks, ut3_check, ut3_entries, ut3_from_t3, ut3_hadamard,
-    ut3_inner, ut3_load, ut3_neg, ut3_norm, ut3_orthogonalize, ut3_reverse, ut3_save, ut3_scale,
+    NORM_METHODS, ORTHOGONALIZE_KINDS, _alpha_array, _t3_check, _train_list, t3_from_dense,
+    t3_to_dense, ut3_add, ut3_apply, ut3_apply_masks, ut3_check, ut3_entries, ut3_from_t3,
+    ut3_hadamard, ut3_inner, ut3_load, ut3_neg, ut3_norm, ut3_orthogonalize, ut3_reverse, ut3_save, ut3_scale,
     ut3_squash_tails, ut3_stack, ut3_sub, ut3_svd, ut3_to_dense, ut3_to_t3, ut3_unstack,
 )
 
@@ -302,7 +303,7 @@ class UniformTuckerTensorTrain:
     @staticmethod
     def stack(trains):
         """Stack trains along a new leading stack axis."""
-        trains = list(trains)
+        trains = _train_list(trains)
         for k, t in enumerate(trains):
             if not isinstance(t, UniformTuckerTensorTrain):
                 raise TypeError(f"Argument `trains` must hold UniformTuckerTensorTrains, but "
@@ -343,13 +344,21 @@ class UniformTuckerTensorTrain:
         """``x / alpha``: ``x * (1 / alpha)`` for a scalar or per-stack array ``alpha``."""
         if isinstance(alpha, UniformTuckerTensorTrain):
             raise TypeError("`/` divides a train by a scalar; trains do not divide elementwise.")
-        if isinstance(alpha, (int, float)) and alpha == 0:
-            # as a NumPy array divides: by 0 (or False) gives inf/nan with a
-            # RuntimeWarning (Python's 1 / 0 raised ZeroDivisionError); -0.0
-            # keeps its sign (-inf)
-            alpha = np.float64(alpha)
-        elif isinstance(alpha, (list, tuple)):  # per-stack factors, as `*` takes them
+        if isinstance(alpha, (list, tuple)):  # per-stack factors, as `*` takes them
             alpha = _alpha_array(alpha)
+        # `*`'s check of alpha, here on what the user passed (not its inverse)
+        if isinstance(alpha, numbers.Number):
+            real = isinstance(alpha, numbers.Real)  # (not complex, not Decimal)
+        else:  # (other objects: `1 / alpha` decides)
+            real = not hasattr(alpha, "dtype") or alpha.dtype.kind in "biuf"
+        if not real:
+            raise TypeError(f"Argument `alpha` must be a real number or an array of reals, "
+                            f"not {alpha!r}.")
+        if isinstance(alpha, numbers.Number) and alpha == 0:
+            # as a NumPy array divides: by 0 (or False) gives inf/nan with a
+            # RuntimeWarning (Python's 1 / 0, Fraction's, raised ZeroDivisionError);
+            # -0.0 keeps its sign (-inf)
+            alpha = np.float64(alpha)
         try:
             inverse = 1 / alpha
         except TypeError:  # not a number: Python's own "unsupported operand" error

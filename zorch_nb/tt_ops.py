@@ -10,6 +10,7 @@ See :mod:`zorch_nb.tt` for the data model and the compile-cache rule.
 """
 import collections.abc
 import concurrent.futures
+import io
 import math
 import numbers
 import os
@@ -505,7 +506,10 @@ def ut3_from_t3(t3, n=None, r=None, N=None):
         raise TypeError(f"Argument `t3` has cores of dtype {dtype}: a uniform train holds "
                         f"float32 or float64 (cast the cores first).")
     stack = nest + leaf_stack
-    L, Sl = len(leaves), int(np.prod(leaf_stack, dtype=np.int64))
+    L, Sl = len(leaves), math.prod(leaf_stack)
+    # (a MemoryError, or an OOM kill on the first write past the RAM, before)
+    _check_result_size(xp, "from_t3", [(d, *stack, n, N), (d, *stack, r, n, r)],
+                       np.dtype(dtype).itemsize, "ask for smaller `n`, `r`, `N`")
     U = xp.zeros((d, L, Sl, n, N), dtype=dtype)
     G = xp.zeros((d, L, Sl, r, n, r), dtype=dtype)
     mk = np.zeros((d, L, Sl, n), dtype=bool)
@@ -588,7 +592,8 @@ def _too_large(xp, nbytes, span=None):
     return span > np.iinfo(np.intp).max or (xp is np and nbytes > (_backend.physical_memory() or math.inf))
 
 
-def _check_result_size(xp, what, shapes, itemsize):
+def _check_result_size(xp, what, shapes, itemsize,
+                       hint="truncate the trains first (`svd` with max ranks)"):
     """Refuse, before any work, supercores of ``shapes`` (the result of
     operation ``what``) that cannot be allocated (see :func:`_too_large`).
 
@@ -601,7 +606,7 @@ def _check_result_size(xp, what, shapes, itemsize):
     if _too_large(xp, nbytes):
         raise ValueError(f"the result of `{what}` has supercores of shapes "
                          f"{' and '.join(map(str, shapes))} ({nbytes / 2**30:.3g} GiB), too "
-                         f"large to allocate; truncate the trains first (`svd` with max ranks)")
+                         f"large to allocate; {hint}")
 
 
 def _check_dense_size(xp, stack, shape, rank, itemsize):
@@ -841,13 +846,22 @@ def ut3_squash_tails(data):
     return _pack(p.xp, U, G, p.shape, p.mk, mt, p.stack)
 
 
+def _train_list(trains):
+    """``trains`` of :func:`ut3_stack` as a list; a non-iterable (a train's
+    int or a single array) is a TypeError naming the argument."""
+    if not isinstance(trains, collections.abc.Iterable) or isinstance(trains, (str, bytes)):
+        raise TypeError(f"Argument `trains` must be a sequence of trains, not "
+                        f"{type(trains).__name__}.")
+    return list(trains)
+
+
 def ut3_stack(trains):
     """Stack trains of one shape along a new leading stack axis.
 
     Trains may have different padded sizes; the result is padded to the
     largest.  Their stack shapes must agree.
     """
-    ps = [_parts(t, f"trains[{k}]") for k, t in enumerate(trains)]
+    ps = [_parts(t, f"trains[{k}]") for k, t in enumerate(_train_list(trains))]
     if not ps:
         raise ValueError("Argument `trains` must hold at least one train, not none.")
     p0 = ps[0]
@@ -1324,9 +1338,14 @@ def ut3_apply(data, vectors):
                             vectors, "__next__") else "."))
     if len(vectors) != p.d:
         raise ValueError(f"Argument `vectors` must hold {p.d} arrays, not {len(vectors)}.")
+    vs = []
     for i, v in enumerate(vectors):
         _not_on_device(v, f"vectors[{i}]", xp)
-    vs = [xp.asarray(v) for v in vectors]
+        try:
+            vs.append(xp.asarray(v))
+        except ValueError:  # NumPy's "inhomogeneous shape" names no argument
+            raise ValueError(f"Argument `vectors[{i}]` must be a rectangular array of reals, "
+                             f"not a ragged sequence.") from None
     batch = tuple(vs[0].shape[:-1])
     for i, v in enumerate(vs):
         if v.dtype.kind not in "biuf":
@@ -1806,12 +1825,91 @@ def ut3_save(path, data):
     ``path`` is a file name or an open binary file, as for ``np.savez``: a
     name without the ``.npz`` suffix gets it appended; :func:`ut3_load` takes
     the same name back."""
+    _check_path(path, "write")
     U, G, shape, masks = ut3_check(data)
     host = (lambda a: a) if isinstance(U, np.ndarray) else (lambda a: a.get())
     np.savez(
         path, format_version=np.int64(_FORMAT_VERSION), tucker_supercore=host(U), tt_supercore=host(G),
         shape=np.asarray(shape, dtype=np.int64), tucker_edge_mask=masks[0], tt_edge_mask=masks[1],
     )
+
+
+def _check_path(path, method):
+    """Refuse a ``path`` that is neither a file name nor a binary file object
+    with ``method`` (NumPy's errors named no argument: "expected str, bytes
+    or os.PathLike object", or "write() argument must be str, not bytes" for
+    a text-mode file)."""
+    if isinstance(path, (str, bytes, os.PathLike)):
+        return
+    if isinstance(path, io.TextIOBase):
+        raise TypeError(f"Argument `path` must be a file name or a file opened in binary "
+                        f"mode, not the text-mode file {getattr(path, 'name', path)!r}.")
+    if not callable(getattr(path, method, None)):
+        raise TypeError(f"Argument `path` must be a file name (str or os.PathLike) or a "
+                        f"binary file object, not {type(path).__name__}.")
+
+
+def _npy_size_mismatch(z, key):
+    """What is wrong with entry ``key`` of the ``.npz`` ``z`` if its ``.npy``
+    header claims more (or fewer) data bytes than the entry holds, else None.
+
+    NumPy allocates the array its header describes before reading the data,
+    so a corrupted shape in a small file raised MemoryError (or allocated
+    terabytes of address space).  A zip entry's size is itself a claim, hence
+    MemoryError is caught too; this check names the entry when the two
+    disagree, as they always do for a corrupted shape.
+    """
+    info = z.zip.getinfo(key + ".npy")
+    with z.zip.open(info) as f:
+        major, _ = np.lib.format.read_magic(f)
+        read = (np.lib.format.read_array_header_1_0 if major == 1
+                else np.lib.format.read_array_header_2_0)
+        shape, _, dtype = read(f)
+        if dtype.hasobject:  # (np.load refuses it, with its own message)
+            return None
+        claimed = math.prod(shape) * dtype.itemsize  # Python ints: no wrap-around
+        if f.tell() + claimed != info.file_size:
+            return (f"entry `{key}` claims {claimed} bytes of {dtype} data of shape "
+                    f"{shape}, but holds {info.file_size - f.tell()}")
+    return None
+
+
+_UT3_KEYS = ("format_version", "tucker_supercore", "tt_supercore", "shape",
+             "tucker_edge_mask", "tt_edge_mask")
+
+
+def _read_ut3_arrays(source, name, bad):
+    """The entries of a UT3 ``.npz`` (an open binary file), checked as archive
+    members; ``bad(what)`` makes the error (``name``: the file's, or None)."""
+    keys = _UT3_KEYS
+    try:  # (a .npy file is read whole: MemoryError for a crafted shape, as below)
+        z = np.load(source, allow_pickle=False)
+    except OSError:  # missing file, a directory, no permission: the OS says it best
+        raise
+    except ValueError:
+        # NumPy takes a file that is neither .npy nor .npz for pickled data and
+        # says so ("allow_pickle=False"): misleading for a text file.  (NumPy
+        # < 1.25 says the same of an empty file, later ones raise EOFError.)
+        if isinstance(name, str) and os.path.isfile(name) and os.path.getsize(name) == 0:
+            raise bad("an empty, truncated or corrupted .npz archive (empty file)") from None
+        raise bad("neither a .npz archive nor a .npy file") from None
+    except (EOFError, zipfile.BadZipFile, MemoryError) as exc:
+        raise bad(f"an empty, truncated or corrupted .npz archive ({exc})") from None
+    if not isinstance(z, np.lib.npyio.NpzFile):
+        raise bad(f"a single .npy array of shape {getattr(z, 'shape', '?')}, not a .npz archive")
+    with z:
+        missing = [k for k in keys if k not in z.files]
+        if missing:
+            raise bad(f"it lacks {missing}")
+        try:
+            wrong = next(filter(None, (_npy_size_mismatch(z, k) for k in keys)), None)
+            arrays = None if wrong else {k: z[k] for k in keys}
+        except (ValueError, EOFError, OSError, zipfile.BadZipFile, zlib.error,
+                MemoryError) as exc:  # (a size claim past the memory: see _npy_size_mismatch)
+            raise bad(f"an entry is corrupted or holds Python objects ({exc})") from None
+        if wrong:
+            raise bad(wrong)
+    return arrays
 
 
 def ut3_load(path):
@@ -1830,6 +1928,7 @@ def ut3_load(path):
     OSError
         If the file cannot be opened (``FileNotFoundError`` and the like).
     """
+    _check_path(path, "read")
     name = os.fspath(path) if isinstance(path, (str, os.PathLike)) else None
     if (isinstance(name, str) and not name.endswith(".npz") and not os.path.exists(name)
             and os.path.exists(name + ".npz")):
@@ -1839,30 +1938,11 @@ def ut3_load(path):
     def bad(what):
         return ValueError(f"Argument `path` ({where}) is not a zorch_nb UT3 file: {what}.")
 
-    keys = ("format_version", "tucker_supercore", "tt_supercore", "shape", "tucker_edge_mask", "tt_edge_mask")
-    try:
-        z = np.load(path, allow_pickle=False)
-    except OSError:  # missing file, a directory, no permission: the OS says it best
-        raise
-    except ValueError:
-        # NumPy takes a file that is neither .npy nor .npz for pickled data and
-        # says so ("allow_pickle=False"): misleading for a text file.  (NumPy
-        # < 1.25 says the same of an empty file, later ones raise EOFError.)
-        if isinstance(name, str) and os.path.isfile(name) and os.path.getsize(name) == 0:
-            raise bad("an empty, truncated or corrupted .npz archive (empty file)") from None
-        raise bad("neither a .npz archive nor a .npy file") from None
-    except (EOFError, zipfile.BadZipFile) as exc:
-        raise bad(f"an empty, truncated or corrupted .npz archive ({exc})") from None
-    if not isinstance(z, np.lib.npyio.NpzFile):
-        raise bad(f"a single .npy array of shape {getattr(z, 'shape', '?')}, not a .npz archive")
-    with z:
-        missing = [k for k in keys if k not in z.files]
-        if missing:
-            raise bad(f"it lacks {missing}")
-        try:
-            arrays = {k: z[k] for k in keys}
-        except (ValueError, EOFError, OSError, zipfile.BadZipFile, zlib.error) as exc:
-            raise bad(f"an entry is corrupted or holds Python objects ({exc})") from None
+    if name is None:  # an open file: the caller's to close
+        arrays = _read_ut3_arrays(path, name, bad)
+    else:  # opened here, so that a corrupted archive leaves no file open (np.load's did)
+        with open(name, "rb") as fh:  # (OSError: missing file, a directory, no permission)
+            arrays = _read_ut3_arrays(fh, name, bad)
     version, shape = arrays["format_version"], arrays["shape"]
     # int() of a float or of a 1-element array would truncate or raise TypeError
     if version.shape != () or version.dtype.kind not in "iu":
