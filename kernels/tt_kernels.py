@@ -30,6 +30,7 @@ Nothing here imports from the object layer (``zorch_nb``).
 """
 import base64
 import hashlib
+import math
 import zlib
 
 import numba
@@ -65,6 +66,51 @@ def mask_index_table(mask):
 # Products with at least this many multiply-adds go to BLAS (np.dot with
 # ``out``, no allocation); smaller ones are cheaper as plain loops.
 BLAS_MIN_WORK = 8192
+
+
+@njit(cache=True)
+def _core_exponent(core, big):
+    # Largest of big and the magnitudes of one core (2-d or 3-d); -1.0 at the
+    # first inf or NaN
+    if core.ndim == 2:
+        for a in range(core.shape[0]):
+            for b in range(core.shape[1]):
+                v = abs(core[a, b])
+                if not math.isfinite(v):
+                    return -1.0
+                big = max(big, v)
+    else:
+        for a in range(core.shape[0]):
+            for j in range(core.shape[1]):
+                for b in range(core.shape[2]):
+                    v = abs(core[a, j, b])
+                    if not math.isfinite(v):
+                        return -1.0
+                    big = max(big, v)
+    return big
+
+
+@njit(cache=True)
+def core_exponent_span(U, G):
+    """``max_s sum_i (|e(U[i, s])| + |e(G[i, s])|)`` with ``e(core)`` the
+    ``frexp`` exponent of the core's largest magnitude (0 for a zero core),
+    over the supercores ``U (d, S, n, N)`` and ``G (d, S, r, n, r)`` read
+    whole, padding too (any layout); -1 if an entry is inf or NaN.
+
+    How far from 1 the products of a chain over the cores can stray: the
+    object layer rescales the cores where this is large (``tt_ops._in_range``).
+    """
+    worst = 0
+    for s in range(U.shape[1]):
+        span = 0
+        for i in range(U.shape[0]):
+            for big in (_core_exponent(U[i, s], 0.0), _core_exponent(G[i, s], 0.0)):
+                if big < 0:
+                    return -1
+                if big > 0:
+                    span += abs(math.frexp(big)[1])
+        worst = max(worst, span)
+    return worst
 
 
 @njit(cache=True)

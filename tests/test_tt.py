@@ -629,6 +629,34 @@ def test_inner_norm_entries_apply(xy, path, rng):
 
 
 @pytest.mark.filterwarnings("error::RuntimeWarning")  # overflows are handled, not warned
+def test_dense_entries_and_apply_keep_their_range(xy, path):
+    """Cores far from 1 whose products fit (2**600 twice, 2**-600 twice) made to_dense,
+    entries and apply inf or NaN (norm and inner gave the value): the chain
+    now runs on power-of-two scaled cores, exactly, so such a train gives the
+    bytes of the train it equals, padding of inf, NaN or 1e300 included."""
+    x, _, _, _, _, _ = xy
+    mU, mG = full_masks(x)
+    idx = np.stack(np.unravel_index(np.arange(0, math.prod(x.shape), 7), x.shape), axis=-1)
+    for dtype, k in ((np.float64, 600), (np.float32, 70)):
+        near = UniformTuckerTensorTrain(x.tucker_supercore.astype(dtype),
+                                        x.tt_supercore.astype(dtype), x.shape, x.masks)
+        vs = [np.linspace(-1, 2, n).astype(dtype) for n in x.shape]
+        want = (near.to_dense(), near.entries(idx), near.apply(vs))
+        U, G = np.array(near.tucker_supercore), np.array(near.tt_supercore)
+        U[0] *= dtype(2.0**k)  # partial products near 2**(2k): past the range
+        G[0] *= dtype(2.0**k)
+        U[-1] *= dtype(2.0**-k)
+        G[-1] *= dtype(2.0**-k)
+        for pad in (0, np.inf, np.nan, 1e300):
+            with np.errstate(over="ignore"):
+                far = UniformTuckerTensorTrain(np.where(mU, U, dtype(pad)),
+                                               np.where(mG, G, dtype(pad)), x.shape, x.masks)
+            got = (far.to_dense(), far.entries(idx), far.apply(vs))
+            for w, g in zip(want, got):
+                assert np.isfinite(w).all() and g.dtype == w.dtype
+                np.testing.assert_array_equal(g, w, err_msg=f"{dtype.__name__}, pad {pad}")
+
+
 def test_norm_and_inner_keep_their_range_and_digits(xy, path):
     """Both norm methods agree with the dense norm; entries far from 1 (squares
     or partial products past the dtype's range: the chain gave NaN or 0) give

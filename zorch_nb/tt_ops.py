@@ -747,7 +747,10 @@ def ut3_to_dense(data):
     """Dense tensors ``stack + shape`` of a uniform train.
 
     On NumPy supercores a structure-specialized Numba kernel does the work;
-    on CuPy a chain of batched ``einsum``/``matmul`` calls.
+    on CuPy a chain of batched ``einsum``/``matmul`` calls.  Cores far from
+    1 are scaled by powers of two first (exact), so entries that fit the
+    dtype are returned even where the plain chain's partial products would
+    leave its range (as :func:`ut3_entries` and :func:`ut3_apply`).
 
     Raises
     ------
@@ -758,6 +761,7 @@ def ut3_to_dense(data):
     """
     p = _parts(data)
     _check_dense_size(p.xp, p.stack, p.shape, p.r, p.U.dtype.itemsize)
+    p = _in_range(p)
     if _use_numba(p.xp):
         return _to_dense_numba(p).reshape(p.stack + p.shape)
     return _to_dense_xp(p).reshape(p.stack + p.shape)
@@ -1111,6 +1115,39 @@ def _power_scaled(p, only=None):
     return _Parts(xp, U, G, p.shape, p.masks, p.stack, p.mk, p.mt), e
 
 
+def _in_range(p):
+    """``p``, or where its chain could leave the dtype's range while the
+    result fits, the same train with its cores power-of-two scaled (their
+    largest live entries in ``[0.5, 1)``) and the scale folded back into
+    the last TT core, for :func:`ut3_to_dense`, :func:`ut3_entries` and
+    :func:`ut3_apply`.
+
+    The chain's partial products multiply core after core: cores of 1e160
+    and 1e-160 made inf where the tensor was [[1.0]] (norm and inner rescue
+    such trains; these returned inf).  Scaled cores keep every partial
+    product near the result's own size.  Powers of two are exact, so the
+    result is bitwise the one the plain chain gives wherever that one stays
+    in range.  NumPy scales only when the cores' exponents (frexp of their
+    largest entries, padding too unless it is inf or NaN: padding can only
+    make it scale, which changes nothing) add up to more than a quarter of
+    the dtype's exponent range; CuPy always does (deciding would synchronize; it costs copies of
+    the cores, not a pass over the result).
+    """
+    xp = p.xp
+    if xp is np:
+        limit = np.finfo(p.U.dtype).maxexp // 4
+        span = _k.core_exponent_span(p.U, p.G)  # (whole cores: microseconds)
+        if span < 0:  # an inf or NaN, which may be padding: the live entries decide
+            U, G = _masked(p)
+            span = int((np.abs(_exponents(np, U)).sum(axis=0)
+                        + np.abs(_exponents(np, G)).sum(axis=0)).max(initial=0))
+        if span <= limit:
+            return p
+    ps, e = _power_scaled(p)  # (fresh supercores: the last core is written in place)
+    ps.G[-1] = xp.ldexp(ps.G[-1], e[:, None, None, None])
+    return ps
+
+
 def _exponents(xp, a):
     """``frexp`` exponents ``(d, S)`` of the largest magnitude of each core of
     ``a (d, S, ...)`` (0 for an all-zero, empty or non-finite core)."""
@@ -1300,6 +1337,7 @@ def ut3_entries(data, indices):
     flat = idx.reshape(-1, p.d).astype(np.int64)
     if flat.size and ((flat < 0).any() or (flat >= np.asarray(p.shape)).any()):
         raise ValueError(f"Argument `indices` must lie in [0, shape) with shape {p.shape}.")
+    p = _in_range(p)
     xp = p.xp
     U, _ = _masked(p)
     cols = xp.asarray(flat)
@@ -1352,6 +1390,7 @@ def ut3_apply(data, vectors):
             raise TypeError(f"Argument `vectors[{i}]` must hold real numbers, not dtype {v.dtype}.")
         if tuple(v.shape) != batch + (p.shape[i],):
             raise ValueError(f"Argument `vectors[{i}]` must have shape {batch + (p.shape[i],)}, not {v.shape}.")
+    p = _in_range(p)
     U, _ = _masked(p)
     rows = [v.reshape(-1, p.shape[i]) for i, v in enumerate(vs)]
 
