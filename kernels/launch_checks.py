@@ -103,8 +103,9 @@ def check_field(where, f, name="f"):
 
 def _op(where, op, ops):
     # an integer, not a bool (np.True_ == 1 would run OP_SUB) nor a float
-    # (2.0 == OP_MUL would compile another specialisation)
-    if isinstance(op, (bool, np.bool_)) or not isinstance(op, (int, np.integer)):
+    # (2.0 == OP_MUL would compile another specialisation), nor a
+    # np.timedelta64 (NumPy's integer subclass: equal to an opcode too)
+    if isinstance(op, (bool, np.bool_, np.timedelta64)) or not isinstance(op, (int, np.integer)):
         raise TypeError(f"{where}: argument `op` must be an integer opcode ({_names(ops)}), "
                         f"not {type(op).__name__}")
     if op not in ops:

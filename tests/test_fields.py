@@ -235,6 +235,39 @@ def test_div_is_mul_by_the_inverse_with_broadcasting(F):
     assert E.div(out, b, out=out) is out and (E.decode(out) == E.decode(E.div(a, b))).all()
 
 
+def test_fuzzed_arguments_are_named_before_any_work():
+    """Found by fuzzing the CPU path: div inverted all of `b` and then
+    reported a shape mismatch as a zero divisor; a shape no array can have
+    gave NumPy's messages ("Maximum allowed dimension exceeded", "array is
+    too big"), which name no argument; np.timedelta64, which NumPy types as
+    an integer, passed as an exponent, an axis or a shape."""
+    F, E = KoalaBear, KoalaBear.ext
+    for div, a in ((F.div, F.random(3)), (E.div, E.random(3))):
+        with pytest.raises(ValueError, match=r"do not broadcast: `a` \(3,\), `b` \(5,\)"):
+            div(a, F.zeros(5))
+    for make, shape in ((F.random, 2**70), (F.zeros, (2**40, 2**40)), (E.ones, 2**62)):
+        with pytest.raises(ValueError, match=r"Argument `shape`: an array of shape .* is larger "
+                                             r"than any array can be"):
+            make(shape)
+    one = F.ones(())
+    with pytest.raises(ValueError, match=r"the result of the operands' \(broadcast\) shape: an "
+                                         r"array of shape \(2147483648, 2147483648\)"):
+        F.add(np.broadcast_to(one, (2**31, 1)), np.broadcast_to(one, (1, 2**31)))
+    with pytest.raises(ValueError, match=r"the extension elements of `a`: an array of shape "
+                                         r"\(1073741824, 1073741824, 4\)"):
+        E.from_base(np.broadcast_to(one, (2**30, 2**30)))
+    td = np.timedelta64(3, "D")
+    for call, match in ((lambda: F.pow(F.random(2), td), "`e` must be an integer"),
+                        (lambda: F.encode([td]), "`ints` must hold integers, not timedelta64"),
+                        (lambda: F.sum(F.random((2, 3)), axis=np.timedelta64(1)),
+                         "`axis` must be None, an int"),
+                        (lambda: F.random(td), "`shape` must be an int"),
+                        (lambda: F.sum(F.random(2), keepdims=np.timedelta64(1)),
+                         "`keepdims` must be True or False")):
+        with pytest.raises(TypeError, match=match):
+            call()
+
+
 def test_bad_input_errors():
     F = KoalaBear
     a = F.random(4, seed=0)

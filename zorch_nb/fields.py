@@ -43,6 +43,7 @@ import textwrap
 import numpy as np
 
 from . import _backend
+from ._ints import is_int, is_int_type
 from .kernels import monty
 from .kernels.field_params import BABYBEAR, KOALABEAR, FieldParams
 from .kernels.launch_checks import check_field
@@ -177,7 +178,7 @@ def _int_array(values, name: str):
             if issubclass(t, (list, tuple, np.ndarray)):
                 # NumPy 2 keeps a ragged nesting as an object array of sequences
                 raise ragged
-            if issubclass(t, (bool, np.bool_)) or not issubclass(t, (int, np.integer)):
+            if not is_int_type(t):
                 v = next(v for v in flat if type(v) is t)
                 raise TypeError(f"Argument `{name}` must hold integers, not "
                                 f"{t.__name__} ({v!r})")
@@ -280,6 +281,22 @@ def _resolve_values_point(values, point, backend):
 _RESULT_FIRST_SIZE = 1 << 20
 
 
+def _check_size(shape, what, itemsize=4):
+    """Refuse an array of ``shape`` that no array can be (past the address
+    space), naming ``what`` sets it: NumPy's own refusal ("array is too big",
+    "Maximum allowed dimension exceeded") names no argument."""
+    nbytes = math.prod(shape) * itemsize  # Python ints: no wrap-around
+    if nbytes > np.iinfo(np.intp).max:
+        raise ValueError(f"{what}: an array of shape {tuple(shape)} ({nbytes} bytes) is "
+                         f"larger than any array can be")
+
+
+def _new_words(xp, shape, what):
+    """``xp.empty(shape, uint32)``, checked by :func:`_check_size`."""
+    _check_size(shape, what)
+    return xp.empty(shape, dtype=np.uint32)
+
+
 def _result_first(a, out):
     """``out``, or where it is None and ``a`` is a large NumPy array, a new
     result array of ``a``'s shape: allocated before a zero check reads ``a``,
@@ -287,7 +304,7 @@ def _result_first(a, out):
     at once rather than after a pass over every element.  Small arrays are
     left to the op (the ``out`` path's checks cost microseconds)."""
     if out is None and isinstance(a, np.ndarray) and a.size >= _RESULT_FIRST_SIZE:
-        return np.empty(a.shape, np.uint32)
+        return _new_words(np, a.shape, "the result of `a`'s shape")
     return out
 
 
@@ -624,17 +641,24 @@ class _FieldBase:
 
     def zeros(self, shape, xp=np):
         """Array of zeros (all words 0) of element shape ``shape``."""
-        return self._xp(xp).zeros(_shape_tuple(shape) + self._trail(), dtype=np.uint32)
+        return self._xp(xp).zeros(self._full_shape(shape), dtype=np.uint32)
 
     def ones(self, shape, xp=np):
         """Array of ones (Montgomery word ``2**32 mod p``) of element shape ``shape``."""
         xp = self._xp(xp)
-        out = xp.zeros(_shape_tuple(shape) + self._trail(), dtype=np.uint32)
+        out = xp.zeros(self._full_shape(shape), dtype=np.uint32)
         if self.degree == 1:
             out[...] = self.params.r_mod_p
         else:
             out[..., 0] = self.params.r_mod_p
         return out
+
+    def _full_shape(self, shape, itemsize=4):
+        """The words' shape of element shape ``shape`` (checked by
+        :func:`_shape_tuple` and :func:`_check_size`)."""
+        full = _shape_tuple(shape) + self._trail()
+        _check_size(full, "Argument `shape`", itemsize)
+        return full
 
     def random(self, shape, seed=None, xp=np):
         """Uniformly random elements of element shape ``shape``.
@@ -648,7 +672,7 @@ class _FieldBase:
             raise type(exc)(f"Argument `seed` must be None, a non-negative int (or a "
                             f"sequence of them) or a NumPy SeedSequence / BitGenerator / "
                             f"Generator, not {seed!r} ({exc})") from None
-        vals = rng.integers(0, self.p, size=_shape_tuple(shape) + self._trail(), dtype=np.int64)
+        vals = rng.integers(0, self.p, size=self._full_shape(shape, 8), dtype=np.int64)
         return self.encode(vals, xp=self._xp(xp))
 
     # ---- dispatch --------------------------------------------------------
@@ -751,6 +775,7 @@ class _FieldBase:
         n = math.prod(shape)
         if degree == 1 and self.degree == 4:
             # Promotion: embed a as (a, 0, 0, 0); byte-identical by construction.
+            _check_size(shape + (4,), "the base operand embedded in the extension")
             emb = xp.zeros(shape + (4,), dtype=np.uint32)
             emb[..., 0] = x
             return emb.reshape(n, 4)
@@ -772,8 +797,8 @@ class _FieldBase:
         """
         full = shape + self._trail()
         xp = _backend.get_xp(kind)
-        if out is None:
-            return xp.empty(full, dtype=np.uint32), None
+        if out is None:  # (a broadcast of cheap views can ask for any size)
+            return _new_words(xp, full, "the result of the operands' (broadcast) shape"), None
         if isinstance(out, np.generic):
             raise TypeError(f"Argument `out` must be an array the result is written into, "
                             f"not a NumPy scalar ({type(out).__name__}); for a 0-d result "
@@ -804,7 +829,7 @@ class _FieldBase:
             # kernels, which flatten, wrote every element from the first one.
             # _finish hands back the caller's object.
             return out.view(np.ndarray), out
-        return xp.empty(full, dtype=np.uint32), out
+        return _new_words(xp, full, "the result of the operands' (broadcast) shape"), out
 
     def _finish(self, result, user_out):
         if user_out is None:
@@ -1107,6 +1132,10 @@ class _FieldBase:
         """
         # a checked before b is inverted (a marker only where it belongs)
         _check_words(a.words if type(a) is BaseOperand and self.degree == 4 else a, "a")
+        # and the pair's shapes, backend and devices: a mismatch was reported as
+        # a zero divisor, or only after all of b was inverted (a throwaway dict:
+        # _prepare rewrites its entries)
+        self._prepare({"a": a, "b": b}, backend)
         if type(b) is BaseOperand and self.degree == 4:
             # marked base words: inverted in the base field, still marked
             return self.mul(a, BaseOperand(self.base._inv(b.words, None, backend, "div: `b`")),
@@ -1187,7 +1216,7 @@ class _FieldBase:
         a = np.asarray(a) if isinstance(a, np.generic) else a
         elem = _element_shape(a, self.degree, "a")
         if not (isinstance(keepdims, (bool, np.bool_))
-                or isinstance(keepdims, (int, np.integer)) and keepdims in (0, 1)):
+                or is_int(keepdims) and keepdims in (0, 1)):
             raise TypeError(f"Argument `keepdims` must be True or False, not {keepdims!r}")
         keepdims = bool(keepdims)
         if isinstance(axis, np.ndarray) and axis.ndim == 0 and axis.dtype.kind in "iu":
@@ -1197,8 +1226,7 @@ class _FieldBase:
             axes = tuple(range(nd))
         else:
             raw = axis if isinstance(axis, tuple) else (axis,)
-            if not all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
-                       for v in raw):
+            if not all(is_int(v) for v in raw):
                 raise TypeError(f"Argument `axis` must be None, an int or a tuple of ints, "
                                 f"not {axis!r}")
             axes = tuple(int(v) + nd if -nd <= v < 0 else int(v) for v in raw)
@@ -1239,8 +1267,9 @@ class _FieldBase:
             if not keepdims:
                 total = total.reshape(tuple(d for i, d in enumerate(a.shape) if i not in axes))
             return xp.asarray(total).astype(np.uint32)
-        total = xp.zeros(tuple(1 if i in axes else d for i, d in enumerate(a.shape)),
-                         dtype=np.uint64)
+        kept = tuple(1 if i in axes else d for i, d in enumerate(a.shape))
+        _check_size(kept, "the sum of `a` over `axis`", 8)
+        total = xp.zeros(kept, dtype=np.uint64)
         pending = 0
         for prefix, lo, hi, _ in _blocks(elem, limit):
             block = a[_at(prefix, lo, hi)]
@@ -1525,7 +1554,7 @@ class _FieldBase:
         """
         if isinstance(e, np.ndarray) and e.ndim == 0 and e.dtype.kind in "iu":
             e = e.item()  # a 0-d integer array, as NumPy's power takes one
-        if isinstance(e, (bool, np.bool_)) or not isinstance(e, (int, np.integer)):
+        if not is_int(e):
             raise TypeError(f"Argument `e` must be an integer, not {type(e).__name__}")
         e = int(e)
         _check_words(a, "a")
@@ -1588,7 +1617,7 @@ class _FieldBase:
 
 def _shape_tuple(shape):
     def dim(s):
-        if isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, np.integer)):
+        if not is_int(s):
             raise TypeError(f"Argument `shape` must be an int or a tuple of ints, "
                             f"not {shape!r}")
         if s < 0:
@@ -1720,6 +1749,7 @@ class ExtensionField(_FieldBase):
         a = np.asarray(a) if isinstance(a, np.generic) else a
         kind = "numpy" if _backend.array_kind(a) == "numpy" else "cupy"
         xp = _backend.get_xp(kind)
+        _check_size(tuple(a.shape) + (4,), "the extension elements of `a`")
         out = xp.zeros(tuple(a.shape) + (4,), dtype=np.uint32)
         xp.remainder(_backend.to_module(a, kind), np.uint32(self.p), out=out[..., 0])
         return out

@@ -47,6 +47,7 @@ from typing import NamedTuple
 import numpy as np
 
 from . import _backend
+from ._ints import is_int
 from .fields import BabyBear, KoalaBear, PrimeField
 from .graph_format import _MAX_LOG2, _MAX_NDIM
 from .graph_layout import (ViewForm, _jit_disabled, apply_history, axis_dims, dims_of,
@@ -1076,8 +1077,7 @@ class Context:
         if not isinstance(kernel, Kernel):
             raise TypeError(f"Argument `kernel` must be a @kernel-decorated function, "
                             f"not {type(kernel).__name__}")
-        if isinstance(num_parallel, (bool, np.bool_)) or \
-                not isinstance(num_parallel, (int, np.integer)):
+        if not is_int(num_parallel):
             raise TypeError(f"Argument `num_parallel` must be a positive integer, not "
                             f"{type(num_parallel).__name__} {num_parallel!r}")
         if num_parallel < 1:

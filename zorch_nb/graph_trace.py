@@ -27,6 +27,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ._ints import is_int
 from .kernels.graph_codegen import OP_ADD, OP_CONST, OP_LOAD, OP_MUL, OP_NEG, OP_SUB
 
 __all__ = ["In", "Out", "InOut", "ParamSpec", "Kernel", "KernelIR", "kernel", "assert_eq",
@@ -61,7 +62,7 @@ def _shape_key(kind: str, item) -> ParamSpec:
     label = {"in": "In", "out": "Out", "inout": "InOut"}[kind]
     shape = []
     for d in items:
-        if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)) or d < 1:
+        if not is_int(d) or d < 1:
             raise TypeError(f"{label}[...] takes positive integer dimensions "
                             f"(e.g. {label}[16], {label}[4, 8], {label}[()]), not {item!r}")
         shape.append(int(d))
@@ -232,7 +233,7 @@ class _Tracer:
         return self.memo[key]
 
     def const(self, value, context: str) -> int:
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        if not is_int(value):
             self.fail(f"{context}: constant {_text(value)} must be an integer "
                       f"(field elements are integers modulo p), not {type(value).__name__}")
         value = int(value)
@@ -345,7 +346,7 @@ class _Value:
         if modulus is not None:
             self._tr.fail(f"`pow({self._label}, {_text(e)}, {_text(modulus)})`: field "
                           f"arithmetic is already modulo p; use `{self._label} ** {_text(e)}`")
-        if isinstance(e, (bool, np.bool_)) or not isinstance(e, (int, np.integer)) or e < 0:
+        if not is_int(e) or e < 0:
             self._tr.fail(f"`{self._label} ** {_text(e)}`: the exponent must be a Python "
                           f"integer >= 0 (it is unrolled into multiplications)")
         if e == 0:
@@ -432,7 +433,7 @@ class _TracedArray:
             if isinstance(i, _Value):
                 self._tr.fail(f"`{self._name}` is indexed with the field value "
                               f"`{i._label}`; indices must be Python integers")
-            if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
+            if not is_int(i):
                 self._tr.fail(f"`{shown}`: indices of `{self._name}` must be integers, "
                               f"not {type(i).__name__} (slices are not supported)")
             i = int(i)

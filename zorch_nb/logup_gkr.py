@@ -50,6 +50,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import _backend
+from ._ints import is_int
 from .fields import KoalaBear, PrimeField, _check_words, _int_array
 from .kernels.launch_checks import as_int, check_gkr_disjoint
 
@@ -1281,7 +1282,7 @@ def _step(entry):
     if isinstance(entry, tuple) and len(entry) == 2 and _sequence_like(entry[0]):
         return entry
     if (isinstance(entry, list) and len(entry) == 2 and _sequence_like(entry[0])
-            and isinstance(entry[1], (int, np.integer)) and not isinstance(entry[1], bool)):
+            and is_int(entry[1])):
         return entry[0], entry[1]
     if isinstance(entry, list) and len(entry) == 2 and _sequence_like(entry[0]) \
             and entry[1] is None:
@@ -1352,8 +1353,7 @@ def build_jagged_pyramid(first: JaggedGkrLayer, schedules, *,
                         f"halving_schedule), not {type(schedules).__name__}") from None
     # A bare integer entry is a step's count or width: one step was passed
     # unwrapped, ([2, 3], 5) or [2, 3] (a step's counts are one per segment).
-    if any(isinstance(e, (int, np.integer)) and not isinstance(e, (bool, np.bool_))
-           for e in entries):
+    if any(is_int(e) for e in entries):
         raise one_step
     steps = [_step(entry) for entry in entries]
     _check_fused(fused)

@@ -24,6 +24,7 @@ from zorch_nb.kernels import launch_config as _config
 from zorch_nb.kernels import tt_kernels as _k
 
 from . import _backend
+from ._ints import is_int
 from .tt_masks import KERNELS, UT3Masks, array_module
 
 __all__ = [
@@ -1694,7 +1695,7 @@ def ut3_orthogonalize(data, kind="left"):
 
 def _is_int(v) -> bool:
     """An integer, not a bool (``int()`` would truncate floats and parse strings)."""
-    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+    return is_int(v)
 
 
 def _max_ranks(value, count, name):
