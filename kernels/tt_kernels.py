@@ -69,9 +69,10 @@ BLAS_MIN_WORK = 8192
 
 
 @njit(cache=True)
-def _core_exponent(core, big):
-    # Largest of big and the magnitudes of one core (2-d or 3-d); -1.0 at the
+def _core_max_abs(core):
+    # Largest magnitude in one core (2-d or 3-d; 0.0 if empty); -1.0 at the
     # first inf or NaN
+    big = 0.0
     if core.ndim == 2:
         for a in range(core.shape[0]):
             for b in range(core.shape[1]):
@@ -104,7 +105,7 @@ def core_exponent_span(U, G):
     for s in range(U.shape[1]):
         span = 0
         for i in range(U.shape[0]):
-            for big in (_core_exponent(U[i, s], 0.0), _core_exponent(G[i, s], 0.0)):
+            for big in (_core_max_abs(U[i, s]), _core_max_abs(G[i, s])):
                 if big < 0:
                     return -1
                 if big > 0:

@@ -283,8 +283,8 @@ _RESULT_FIRST_SIZE = 1 << 20
 
 def _check_size(shape, what, itemsize=4):
     """Refuse an array of ``shape`` that no array can be (past the address
-    space), naming ``what`` sets it: NumPy's own refusal ("array is too big",
-    "Maximum allowed dimension exceeded") names no argument."""
+    space), naming ``what`` asked for it: NumPy's own refusal ("array is too
+    big", "Maximum allowed dimension exceeded") names no argument."""
     nbytes = math.prod(shape) * itemsize  # Python ints: no wrap-around
     if nbytes > np.iinfo(np.intp).max:
         raise ValueError(f"{what}: an array of shape {tuple(shape)} ({nbytes} bytes) is "

@@ -133,7 +133,7 @@ def ut3_check(data, name="x"):
             f"`tucker_supercore` of shape {U.shape}, not {G.shape}."
         )
     if not isinstance(shape, (tuple, list, np.ndarray)) or getattr(shape, "ndim", 1) != 1 \
-            or not all(_is_int(s) for s in shape):
+            or not all(is_int(s) for s in shape):
         # (a 1-d integer NumPy array is a sequence of ints as well)
         raise TypeError(f"Argument `shape` must be a tuple of ints, not {shape!r}.")
     shape = tuple(int(s) for s in shape)
@@ -492,7 +492,7 @@ def ut3_from_t3(t3, n=None, r=None, N=None):
     n_max = max(u.shape[-2] for tk, _ in leaves for u in tk)
     r_max = max(max(g.shape[-3], g.shape[-1]) for _, tt in leaves for g in tt)
     for name, v in (("n", n), ("r", r), ("N", N)):
-        if v is not None and not _is_int(v):
+        if v is not None and not is_int(v):
             raise TypeError(f"Argument `{name}` must be an int or None, not {v!r}.")
     n = n_max if n is None else int(n)
     r = r_max if r is None else int(r)
@@ -1131,8 +1131,8 @@ def _in_range(p):
     in range.  NumPy scales only when the cores' exponents (frexp of their
     largest entries, padding too unless it is inf or NaN: padding can only
     make it scale, which changes nothing) add up to more than a quarter of
-    the dtype's exponent range; CuPy always does (deciding would synchronize; it costs copies of
-    the cores, not a pass over the result).
+    the dtype's exponent range; CuPy always does (deciding would
+    synchronize; it costs copies of the cores, not a pass over the result).
     """
     xp = p.xp
     if xp is np:
@@ -1693,11 +1693,6 @@ def ut3_orthogonalize(data, kind="left"):
     return _pack(xp, U, G, p.shape, mk, mt, p.stack)
 
 
-def _is_int(v) -> bool:
-    """An integer, not a bool (``int()`` would truncate floats and parse strings)."""
-    return is_int(v)
-
-
 def _max_ranks(value, count, name):
     if value is None:
         return [None] * count
@@ -1706,12 +1701,12 @@ def _max_ranks(value, count, name):
             f"int{'s' if count != 1 else ''}")
     if isinstance(value, np.ndarray) and value.ndim == 0:  # a NumPy scalar in array form
         value = value[()]
-    if _is_int(value):
+    if is_int(value):
         value = [value] * count
     if not isinstance(value, (tuple, list, np.ndarray)) or getattr(value, "ndim", 1) != 1:
         raise TypeError(f"Argument `{name}` must be {what}, not {given!r}.")
     value = list(value)
-    if len(value) != count or any(not _is_int(v) or v < 1 for v in value):
+    if len(value) != count or any(not is_int(v) or v < 1 for v in value):
         raise ValueError(f"Argument `{name}` must be {what}, not {given!r}.")
     # A limit past int64 limits nothing (ranks are array sizes), and NumPy
     # would raise OverflowError when comparing it with the rank counts.
@@ -1921,7 +1916,6 @@ _UT3_KEYS = ("format_version", "tucker_supercore", "tt_supercore", "shape",
 def _read_ut3_arrays(source, name, bad):
     """The entries of a UT3 ``.npz`` (an open binary file), checked as archive
     members; ``bad(what)`` makes the error (``name``: the file's, or None)."""
-    keys = _UT3_KEYS
     try:  # (a .npy file is read whole: MemoryError for a crafted shape, as below)
         z = np.load(source, allow_pickle=False)
     except OSError:  # missing file, a directory, no permission: the OS says it best
@@ -1938,12 +1932,12 @@ def _read_ut3_arrays(source, name, bad):
     if not isinstance(z, np.lib.npyio.NpzFile):
         raise bad(f"a single .npy array of shape {getattr(z, 'shape', '?')}, not a .npz archive")
     with z:
-        missing = [k for k in keys if k not in z.files]
+        missing = [k for k in _UT3_KEYS if k not in z.files]
         if missing:
             raise bad(f"it lacks {missing}")
         try:
-            wrong = next(filter(None, (_npy_size_mismatch(z, k) for k in keys)), None)
-            arrays = None if wrong else {k: z[k] for k in keys}
+            wrong = next(filter(None, (_npy_size_mismatch(z, k) for k in _UT3_KEYS)), None)
+            arrays = None if wrong else {k: z[k] for k in _UT3_KEYS}
         except (ValueError, EOFError, OSError, zipfile.BadZipFile, zlib.error,
                 MemoryError) as exc:  # (a size claim past the memory: see _npy_size_mismatch)
             raise bad(f"an entry is corrupted or holds Python objects ({exc})") from None
