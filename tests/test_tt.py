@@ -18,6 +18,7 @@ import re
 import signal
 import string
 import threading
+import warnings
 
 import numba
 import numpy as np
@@ -484,6 +485,12 @@ def test_entries_and_apply_take_their_queries_in_chunks(rng, monkeypatch):
     # their bounds check, the result
     assert pk_e < 2 * chunk + 3 * idx.nbytes + got_e.nbytes + 65536, pk_e
     assert pk_a < 2 * chunk + got_a.nbytes + 65536, pk_a
+    # vectors far from 1 are scaled a chunk at a time (the chunk's scaled
+    # rows, each query's exponents, their sum)
+    far = [v * 2.0**(300 if i % 2 else -300) for i, v in enumerate(vecs)]
+    pk_f, got_f = peak_bytes(lambda: x.apply(far))
+    np.testing.assert_array_equal(got_f, whole[1])
+    assert pk_f < 3 * chunk + got_f.nbytes + (d + 2) * K * 8 + 65536, pk_f
 
 
 def test_reverse_squash_apply_masks(xy):
@@ -655,6 +662,40 @@ def test_dense_entries_and_apply_keep_their_range(xy, path):
             for w, g in zip(want, got):
                 assert np.isfinite(w).all() and g.dtype == w.dtype
                 np.testing.assert_array_equal(g, w, err_msg=f"{dtype.__name__}, pad {pad}")
+
+
+def test_apply_keeps_its_range_with_vectors_far_from_1(xy, path, monkeypatch):
+    """Vectors of 2**k, 2**k, 2**-k (a contraction of 2**k times the unscaled
+    one, which fits) made apply inf: the chain's partial products, core by
+    core, reached 2**(2k).  Each query's vectors are now power-of-two scaled
+    and the scale given back to its result, exactly, so the result is the
+    bytes of the unscaled query times 2**k;
+    integer and bool vectors give the dtype NumPy's promotion gives."""
+    x = xy[0]
+    rng = np.random.default_rng(5)
+    for dtype, k in ((np.float64, 600), (np.float32, 70)):
+        t = UniformTuckerTensorTrain(x.tucker_supercore.astype(dtype),
+                                     x.tt_supercore.astype(dtype), x.shape, x.masks)
+        vs = [rng.standard_normal((3, n)).astype(dtype) for n in x.shape]
+        near = t.apply(vs)
+        scales = (k, k) + (-k,) * (x.d - 2)
+        up = [v * dtype(2.0**s) for v, s in zip(vs, scales)]
+        want = np.ldexp(near, sum(scales))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)  # overflows are handled, not warned
+            got = t.apply(up)
+        assert np.isfinite(want).all() and got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want, err_msg=dtype.__name__)
+        # one query far, one near: each query keeps its own scale
+        mixed = [np.stack([u[0], v[1]]) for u, v in zip(up, vs)]
+        np.testing.assert_array_equal(t.apply(mixed), np.stack([want[:, 0], near[:, 1]], 1))
+        ints = [np.arange(n) - 2 for n in x.shape]
+        np.testing.assert_array_equal(
+            t.apply(ints), t.apply([v.astype(np.result_type(dtype, np.int64)) for v in ints]))
+        assert t.apply([v > 0 for v in ints]).dtype == dtype
+        with monkeypatch.context() as m, np.errstate(all="ignore"):  # (what it gave before)
+            m.setattr(tt_ops, "_row_scales", lambda xp, rows, dt: None)
+            assert not np.isfinite(t.apply(up)).all()
 
 
 def test_norm_and_inner_keep_their_range_and_digits(xy, path):

@@ -1394,12 +1394,57 @@ def ut3_apply(data, vectors):
     p = _in_range(p)
     U, _ = _masked(p)
     rows = [v.reshape(-1, p.shape[i]) for i, v in enumerate(vs)]
+    dt = np.result_type(U.dtype, *(v.dtype for v in vs))
+    exps = _row_scales(xp, rows, dt)
 
     def vectors(a, b):
-        return xp.stack([xp.einsum("sjo,ko->skj", U[i][..., : p.shape[i]], v[a:b])
-                         for i, v in enumerate(rows)])
+        # (scaled chunk by chunk: a whole scaled copy of the vectors would
+        # undo the chunking's bound on memory)
+        part = [v[a:b] if exps is None else xp.ldexp(v[a:b].astype(dt, copy=False),
+                                                     -exps[i][a:b, None])
+                for i, v in enumerate(rows)]
+        return xp.stack([xp.einsum("sjo,ko->skj", U[i][..., : p.shape[i]], v)
+                         for i, v in enumerate(part)])
 
-    return _chain_queries(p, math.prod(batch), vectors).reshape(p.stack + batch)
+    out = _chain_queries(p, math.prod(batch), vectors)
+    if exps is not None:
+        out = xp.ldexp(out, sum(exps)[None, :])
+    return out.reshape(p.stack + batch)
+
+
+def _row_scales(xp, rows, dt):
+    """``None``, or where the query vectors' magnitudes could take
+    :func:`ut3_apply`'s chain past the range of its result dtype ``dt``,
+    the ``frexp`` exponents ``(k,)`` of the largest entry of each row (query)
+    of each ``rows[i] (k, N_i)`` (0 for a zero or non-finite row): ``apply``
+    is linear in each vector, so each query runs on rows scaled into
+    ``[0.5, 1)`` and its result is scaled back by the exponents' sum.
+
+    What :func:`_in_range` does for the cores: vectors of 2**600, 2**600
+    and 2**-600 made inf where the contraction fits.  The same rule decides
+    (NumPy scales where the exponents add up to more than a quarter of the
+    range, CuPy always), and the result is likewise bitwise the plain one
+    wherever that stays in range.  NumPy decides on each vector's largest
+    magnitude, which bounds each of its rows' (two whole-array reductions:
+    per row, rows 6 wide cost 40 us per 1000).  Row extremes come from max
+    and min, so no temporary is as large as the vectors."""
+    if xp is np:
+        span = 0
+        for r in rows:
+            if r.size:  # (Python floats: near enough for an exponent, or inf)
+                big = max(float(r.max()), -float(r.min()))
+                span += abs(math.frexp(big)[1]) if math.isfinite(big) else math.inf
+        if span <= np.finfo(dt).maxexp // 4:
+            return None
+    exps = []
+    for r in rows:
+        if r.size == 0:
+            exps.append(xp.zeros(r.shape[:1], dtype=np.int32))
+            continue
+        big = xp.maximum(r.max(axis=-1).astype(dt), -(r.min(axis=-1).astype(dt)))
+        _, e = xp.frexp(big)
+        exps.append(xp.where(xp.isfinite(big), e, 0).astype(np.int32))
+    return exps
 
 
 # ---------------------------------------------------------------------------
