@@ -19,10 +19,13 @@ Vocabulary
 from __future__ import annotations
 
 import hashlib
+import math
 import struct
 from typing import NamedTuple
 
 import numpy as np
+
+from ._ints import is_int
 
 __all__ = ["ViewForm", "initial_view", "reshape_view", "transpose_view", "parallel_sizes",
            "prefix_points", "merge_points", "dims_of", "padded_dims", "padded_strides",
@@ -32,21 +35,58 @@ __all__ = ["ViewForm", "initial_view", "reshape_view", "transpose_view", "parall
 
 def pow2(n: int) -> int:
     """Smallest power of two ``>= n`` (``n >= 1``)."""
+    _check_count(n, "n")
     return 1 << (int(n) - 1).bit_length()
+
+
+def _check_count(v, name, least=1):
+    """Refuse ``v`` unless it is an integer ``>= least`` (a bool, a float or a
+    time span was truncated into a size: ``pow2(4.5)`` was 4)."""
+    if not is_int(v):
+        raise TypeError(f"Argument `{name}` must be an integer, not {type(v).__name__}")
+    if v < least:
+        raise ValueError(f"Argument `{name}` must be at least {least}, not {v}")
+
+
+def _check_shape(shape, name="shape"):
+    """A tuple of the positive integer sizes ``shape`` holds (a layout has no
+    empty axis: a 0 made split points that divide by zero)."""
+    try:
+        dims = tuple(shape)
+    except TypeError:
+        raise TypeError(f"Argument `{name}` must be a sequence of sizes, not "
+                        f"{type(shape).__name__}") from None
+    for k, d in enumerate(dims):
+        _check_count(d, f"{name}[{k}]")
+    return tuple(int(d) for d in dims)
+
+
+def _check_points(points, name="points"):
+    """A list of the split points ``points``: ``1 = s_0 < s_1 < ...``, each
+    dividing the next (the module docstring's chain)."""
+    pts = list(_check_shape(points, name))
+    if not pts or pts[0] != 1:
+        raise ValueError(f"Argument `{name}` must be a chain of split points starting at 1, "
+                         f"not {pts}")
+    for lo, hi in zip(pts, pts[1:]):
+        if hi <= lo or hi % lo:
+            raise ValueError(f"Argument `{name}` must be a chain of split points, each a "
+                             f"larger multiple of the one before, not {pts}")
+    return pts
 
 
 def prefix_points(shape) -> list:
     """Split points of a row-major shape: ``[1, d0, d0 d1, ...]`` without repeats."""
     pts = [1]
-    for d in shape:
+    for d in _check_shape(shape):
         if d != 1:
-            pts.append(pts[-1] * int(d))
+            pts.append(pts[-1] * d)
     return pts
 
 
 def merge_points(a, b):
     """Sorted union of two split-point sets, or ``None`` if it is not a divisibility chain."""
-    pts = sorted(set(a) | set(b))
+    pts = sorted(set(_check_shape(a, "a")) | set(_check_shape(b, "b")))
     for lo, hi in zip(pts, pts[1:]):
         if hi % lo:
             return None
@@ -86,8 +126,9 @@ def _groups_for(pshape, shape):
 
 def initial_view(shape) -> ViewForm:
     """View of a fresh buffer created with row-major ``shape``."""
-    base = tuple(int(d) for d in shape if d != 1)
-    return ViewForm(base, tuple(range(len(base))), _groups_for(base, tuple(shape)))
+    shape = _check_shape(shape)
+    base = tuple(d for d in shape if d != 1)
+    return ViewForm(base, tuple(range(len(base))), _groups_for(base, shape))
 
 
 def reshape_view(v: ViewForm, old_shape, new_shape) -> ViewForm:
@@ -158,10 +199,25 @@ def transpose_view(v: ViewForm, axes) -> ViewForm:
     return ViewForm(v.base, tuple(perm), tuple(v.groups[k] for k in axes))
 
 
+def _steps(history):
+    """The ``(op, arg)`` steps of ``history``, each op checked (a misspelt
+    "tranpose" was taken for a transpose)."""
+    try:
+        steps = [tuple(step) for step in history]
+    except TypeError:
+        raise TypeError("Argument `history` must be a sequence of (op, arg) steps") from None
+    for k, step in enumerate(steps):
+        if len(step) != 2 or not isinstance(step[0], str) or \
+                step[0] not in ("reshape", "transpose"):
+            raise ValueError(f"Argument `history`: step {k} must be (\"reshape\", shape) or "
+                             f"(\"transpose\", axes), not {step!r}")
+    return steps
+
+
 def apply_history(arr, history):
     """Apply a recorded shape history (``("reshape", shape)`` / ``("transpose",
     axes)``) to the flat logical array ``arr`` of a buffer."""
-    for op, arg in history:
+    for op, arg in _steps(history):
         arr = arr.reshape(arg) if op == "reshape" else arr.transpose(arg)
     return arr
 
@@ -169,11 +225,22 @@ def apply_history(arr, history):
 def history_shapes(n: int, history) -> list:
     """Shapes of a buffer of ``n`` elements before and after each history step.
 
-    ``[(n,), shape after step 0, ...]``; the last is the view's shape.
+    ``[(n,), shape after step 0, ...]``; the last is the view's shape.  Each
+    step is taken as :func:`apply_history` takes it (a ``-1`` size, negative
+    axes), on an array of ``n`` zero-stride elements (no memory), so a step
+    NumPy refuses is refused here, naming it.
     """
-    shapes = [(int(n),)]
-    for op, arg in history:
-        shapes.append(tuple(arg) if op == "reshape" else tuple(shapes[-1][a] for a in arg))
+    _check_count(n, "n", 0)
+    arr = np.lib.stride_tricks.as_strided(np.zeros(1, np.uint8), (int(n),), (0,),
+                                          writeable=False)
+    shapes = [arr.shape]
+    for k, (op, arg) in enumerate(_steps(history)):
+        try:
+            arr = arr.reshape(arg) if op == "reshape" else arr.transpose(arg)
+        except (TypeError, ValueError) as exc:  # (NumPy's AxisError is a ValueError)
+            raise ValueError(f"Argument `history`: step {k}, {op} {arg!r}, does not apply to "
+                             f"shape {shapes[-1]}: {exc}") from None
+        shapes.append(arr.shape)
     return shapes
 
 
@@ -186,8 +253,17 @@ def unapply_history(view, history, n: int):
     reshape needs.
     """
     shapes = history_shapes(n, history)
-    for (op, arg), before in zip(reversed(history), reversed(shapes[:-1])):
-        view = view.reshape(before) if op == "reshape" else view.transpose(np.argsort(arg))
+    if tuple(view.shape) != shapes[-1]:
+        raise ValueError(f"Argument `view` must have the shape {shapes[-1]} the history "
+                         f"gives, not {tuple(view.shape)}")
+    for (op, arg), before in zip(reversed(_steps(history)), reversed(shapes[:-1])):
+        if op == "reshape":
+            view = view.reshape(before)
+        else:  # the axes as apply_history's transpose read them (None, negatives)
+            nd = len(before)
+            axes = range(nd)[::-1] if arg is None else \
+                [int(a) % nd for a in (arg if np.ndim(arg) else (arg,))]
+            view = view.transpose(np.argsort(axes))
     return view.reshape(n)
 
 
@@ -195,6 +271,7 @@ def unapply_history(view, history, n: int):
 
 def dims_of(points) -> tuple:
     """Buffer dimensions (outer first) of a split-point chain."""
+    points = _check_points(points)
     return tuple(hi // lo for lo, hi in zip(points, points[1:]))
 
 
@@ -217,10 +294,14 @@ def axis_dims(v: ViewForm, points) -> list:
 
     Every prefix point of ``v.base`` must be one of ``points``.
     """
-    pos = {s: i for i, s in enumerate(points)}
+    pos = {s: i for i, s in enumerate(_check_points(points))}
     base_dims = []
     cum = 1
     for b in v.base:
+        if cum not in pos or cum * b not in pos:  # (was a bare KeyError)
+            raise ValueError(f"Argument `points` {list(pos)} must hold every split point of "
+                             f"the view's shape {list(v.base)} (row-major), and lacks "
+                             f"{cum if cum not in pos else cum * b}")
         lo, hi = pos[cum], pos[cum * b]
         base_dims.append(list(range(lo, hi)))
         cum *= b
@@ -302,6 +383,10 @@ def logical_instance(points, num_parallel: int, shape, t: int) -> int:
     dims = dims_of(points)
     ax = axis_dims(initial_view((num_parallel,) + tuple(shape)), points)[0]
     bits = [pow2(dims[i]).bit_length() - 1 for i in ax]
+    _check_count(t, "t", 0)
+    if t >> sum(bits):  # (a bit field past the padded instances wrapped around)
+        raise ValueError(f"Argument `t` must lie in [0, {1 << sum(bits)}) (the padded "
+                         f"instances), not {t}")
     shift, j = sum(bits), 0
     for i, b in zip(ax, bits):
         shift -= b
@@ -310,8 +395,13 @@ def logical_instance(points, num_parallel: int, shape, t: int) -> int:
 
 
 def pad(xp, flat, points):
-    """Padded copy of a buffer's logical ``flat`` values (replicating last rows)."""
+    """Padded values of a buffer's logical ``flat`` values (replicating last
+    rows): a new array, or where no dimension needs padding, ``flat`` itself
+    as a contiguous vector (a view of it where it is one already)."""
     dims = dims_of(points)
+    if flat.size != points[-1]:
+        raise ValueError(f"Argument `flat` must hold the buffer's {points[-1]} values, not "
+                         f"{flat.size}")
     arr = flat.reshape(dims) if dims else flat.reshape(())
     for axis, d in enumerate(dims):
         pd = pow2(d)
@@ -324,7 +414,11 @@ def pad(xp, flat, points):
 def unpad(padded, points):
     """Logical flat values of a padded buffer."""
     dims = dims_of(points)
-    arr = padded.reshape(padded_dims(dims)) if dims else padded.reshape(())
+    pd = padded_dims(dims)
+    if padded.size != math.prod(pd):
+        raise ValueError(f"Argument `padded` must hold the {math.prod(pd)} words of the padded "
+                         f"buffer {list(pd)}, not {padded.size}")
+    arr = padded.reshape(pd) if dims else padded.reshape(())
     return arr[tuple(slice(0, d) for d in dims)].reshape(-1)
 
 
@@ -393,10 +487,16 @@ def merkle_root(words) -> bytes:
     is a uint32 buffer of 32 leaves or more, all full; otherwise, and for
     NumPy buffers, on the CPU.
 
+    Integer arrays of another dtype (and lists) are hashed as the uint32
+    words they hold.
+
     Raises
     ------
+    TypeError
+        If ``words`` holds anything but integers.
     ValueError
-        If the number of leaves is not a power of two (a padded buffer's always is).
+        If a value lies outside ``[0, 2**32)``, or the number of leaves is
+        not a power of two (a padded buffer's always is).
     """
     if type(words).__module__.startswith("cupy"):
         n = int(words.size)
@@ -409,7 +509,7 @@ def merkle_root(words) -> bytes:
                 flat = flat.copy()
             return _commitment(n, kernels_for("cupy", "merkle").merkle_root_words(flat))
         words = words.get()
-    arr = np.ascontiguousarray(words, dtype="<u4").reshape(-1)
+    arr = np.ascontiguousarray(_uint32_words(words), dtype="<u4").reshape(-1)
     # The leaves are read through a byte view: ``tobytes()`` was a copy of the buffer.
     data = memoryview(arr.view(np.uint8))
     n = arr.size
@@ -425,6 +525,25 @@ def merkle_root(words) -> bytes:
     else:
         root = _root_hashlib(data, step, end)
     return _commitment(n, root)
+
+
+def _uint32_words(words):
+    """``words`` as uint32 words: integers of another dtype (or a list) are
+    taken where each fits; anything else is refused (it was cast: 2**32 + w,
+    w + 0.5 and -1 hashed as w, w and 2**32 - 1)."""
+    if getattr(words, "dtype", None) == np.uint32:
+        return words
+    try:
+        arr = np.asarray(words)
+    except ValueError:  # a ragged nesting
+        raise ValueError("Argument `words` must be a rectangular array of uint32 words") \
+            from None
+    if arr.size and arr.dtype.kind not in "iu":
+        raise TypeError(f"Argument `words` must hold uint32 words (integers), not {arr.dtype} "
+                        f"values")
+    if arr.size and not (int(arr.min()) >= 0 and int(arr.max()) < 1 << 32):
+        raise ValueError("Argument `words` must hold uint32 words, in [0, 2**32)")
+    return arr.astype(np.uint32, copy=False)
 
 
 def _commitment(n: int, root: bytes) -> bytes:
