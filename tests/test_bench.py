@@ -322,14 +322,23 @@ def test_outputs_are_checked_before_measuring(tmp_path, monkeypatch, capsys):
     real_open = open
 
     def refusing(path, *a, **k):
-        if str(path).endswith(".zorch-probe"):
+        if ".zorch-bench-" in str(path):  # (the temporary the writer makes)
             raise OSError(30, "Read-only file system")
         return real_open(path, *a, **k)
     monkeypatch.setattr("builtins.open", refusing)
-    assert main(["bench", "--sizes", "8", "--json", str(tmp_path / "r.json")]) == 2
-    assert "r.json' cannot be written: [Errno 30] Read-only file system" in \
-        capsys.readouterr().err
+    (tmp_path / "old.json").write_text("{}")  # an existing file is replaced the same way
+    for name in ("r.json", "old.json"):
+        assert main(["bench", "--sizes", "8", "--json", str(tmp_path / name)]) == 2
+        assert f"{name}' cannot be written: [Errno 30] Read-only file system" in \
+            capsys.readouterr().err
     monkeypatch.setattr("builtins.open", real_open)
+    if os.path.isfile("/proc/version"):  # a stream, refused at its first write
+        assert main(["bench", "--sizes", "8", "--json", "/proc/version"]) == 2
+        assert "'/proc/version' cannot be written" in capsys.readouterr().err
+    # the plot would have replaced the report
+    assert main(["bench", "--sizes", "16", "--json", str(tmp_path / "p.png"),
+                 "--plot", str(tmp_path / "." / "p.png")]) == 2
+    assert "--json and --plot name the same file" in capsys.readouterr().err
     # a CPU size past the memory (the OOM killer ended it silently, minutes in)
     monkeypatch.setattr(bench, "_available_memory", lambda: 2 << 30)
     assert main(["bench", "--sizes", "8", "24"]) == 2
@@ -378,15 +387,11 @@ def test_a_json_file_that_cannot_be_written_is_reported_and_measuring_goes_on(
     from zorch_nb import bench
     monkeypatch.setattr(bench, "_gkr_rows", lambda *args: [])
     monkeypatch.setattr(bench, "second_process", lambda backend, xp: {"backend": backend})
-    real_open = open
-
     monkeypatch.chdir(tmp_path)
 
-    def full_disk(path, *a, **k):
-        if str(path) in ("r.json", "r.json.tmp"):  # the report or its temporary
-            raise OSError(28, "No space left on device", str(path))
-        return real_open(path, *a, **k)
-    monkeypatch.setattr("builtins.open", full_disk)
+    def full_disk(path, text):
+        raise OSError(28, "No space left on device", bench._temporary_beside(path))
+    monkeypatch.setattr(bench, "_replace_file", full_disk)
     args = argparse.Namespace(device="cpu", sizes=[8, 9], repeat=1, json="r.json", plot=None)
     assert bench.main(args) == 1
     out, err = capsys.readouterr()
@@ -394,6 +399,52 @@ def test_a_json_file_that_cannot_be_written_is_reported_and_measuring_goes_on(
     assert out.count("dispatch: base mul of 8 elements") == 4
     assert err.count("--json 'r.json' could not be written: [Errno 28] No space left") == 2
     assert ".tmp" not in err  # the user's file is named, not the temporary
+
+
+def _quick_bench(monkeypatch, json_path, **extra):
+    import argparse
+
+    from zorch_nb import bench
+    monkeypatch.setattr(bench, "_gkr_rows", lambda *args: [])
+    monkeypatch.setattr(bench, "graph_rows", lambda *args: [])
+    monkeypatch.setattr(bench, "second_process", lambda backend, xp: {"backend": backend})
+    args = argparse.Namespace(device="cpu", sizes=[8, 9], repeat=1, json=json_path, plot=None,
+                              **extra)
+    return bench.main(args)
+
+
+def test_json_reaches_pipes_links_and_long_names_as_one_document(tmp_path, monkeypatch):
+    """A pipe (``--json >(cat > r.json)``, /dev/fd/N) got a document per
+    section, back to back; a link was replaced by a file (its target left
+    stale); a valid 250-byte name was refused (its temporary's name was
+    past the limit); an existing report lost its permissions."""
+    import threading
+    r, w = os.pipe()
+    got = []
+    reader = threading.Thread(target=lambda: got.append(os.fdopen(r, "rb").read()))
+    reader.start()
+    try:
+        assert _quick_bench(monkeypatch, f"/dev/fd/{w}") == 0
+    finally:
+        os.close(w)
+        reader.join()
+    report = json.loads(got[0])  # (one document: json.loads refuses "extra data")
+    assert len(report["copy"]) == 2  # both sizes, in the one document written at the end
+
+    target = tmp_path / "reports" / "target.json"
+    target.parent.mkdir()
+    target.write_text("{}")
+    target.chmod(0o600)
+    link = tmp_path / "latest.json"
+    link.symlink_to(target)
+    assert _quick_bench(monkeypatch, str(link)) == 0
+    assert link.is_symlink() and json.loads(target.read_text())["copy"]
+    assert target.stat().st_mode & 0o777 == 0o600
+    long_name = tmp_path / ("r" * 245 + ".json")
+    assert _quick_bench(monkeypatch, str(long_name)) == 0
+    assert json.loads(long_name.read_text())["copy"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["reports", "latest.json", long_name.name])  # (no temporary left)
 
 
 def test_an_interrupted_run_keeps_every_finished_section(tmp_path, monkeypatch, capsys):

@@ -36,11 +36,12 @@ def test_gpu_bench_runs_on_emulated_cupy(tmp_path, monkeypatch):
     monkeypatch.setattr(_bench_gkr, "IN_L2_CALLS", 2)
     out = tmp_path / "gpu.json"
     args = argparse.Namespace(device="gpu", sizes=[11], repeat=1, json=str(out), plot=None,
-                              backends=["cupy"])
+                              backends=["cupy", "cupy"])  # (measured twice, was)
     assert bench.main(args) == 0
     report = json.loads(out.read_text())
     assert report["errors"] == [] and report["device"].startswith("host emulation")
     kernels = {r["kernel"] for r in report["results"]}
+    assert len(kernels) == len(report["results"])
     for name in ("base mul (KoalaBear)", "ext4 mul by one element (KoalaBear)",
                  "base x ext4 mul (KoalaBear)", "base inv (KoalaBear)", "ext4 inv (KoalaBear)",
                  "encode int64 (KoalaBear)", "decode (KoalaBear)", "dense fold base/base", "dense fold ext/ext",

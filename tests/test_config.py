@@ -99,3 +99,29 @@ def test_a_closed_output_pipe_ends_a_command_quietly(unbuffered):
     finally:
         os.close(write)
     assert (res.returncode, res.stderr) == (1, "")
+
+
+def test_a_closed_standard_output_is_said_not_a_traceback():
+    """``python -m zorch_nb info >&-`` ended in AttributeError ('NoneType' has
+    no 'flush'): Python sets sys.stdout to None for a closed descriptor 1."""
+    res = subprocess.run([sys.executable, "-m", "zorch_nb", "info"],
+                         preexec_fn=lambda: os.close(1), stderr=subprocess.PIPE, text=True,
+                         timeout=300)
+    assert res.returncode == 1 and res.stderr.strip() == \
+        "python -m zorch_nb info: standard output is closed", res.stderr
+
+
+def test_printed_report_escapes_what_the_output_cannot_encode(monkeypatch):
+    """An environment value of undecodable bytes (held as surrogates) or a
+    non-ASCII one under an ASCII locale was a UnicodeEncodeError: the report
+    is never refused for its environment."""
+    import io
+    monkeypatch.setenv("ZORCH_BYTES", "caf\udce9")  # os.environ's form of b"caf\xe9"
+    monkeypatch.setenv("ZORCH_ACCENT", "caf\u00e9")
+    for encoding, accent in (("utf-8", "caf\u00e9"), ("ascii", "caf\\xe9")):
+        out = io.TextIOWrapper(io.BytesIO(), encoding=encoding)  # (strict, as a locale's is)
+        monkeypatch.setattr(sys, "stdout", out)
+        assert zorch_nb.show_config() is None
+        out.flush()
+        text = out.buffer.getvalue().decode(encoding)
+        assert "ZORCH_BYTES:" in text and "caf\\udce9" in text and accent in text

@@ -174,9 +174,13 @@ def main(argv=None) -> int:
         d.error(f"--gpu means --backend cupy; it contradicts --backend {args.backend}")
     if args.command == "bench" and args.backends and args.device != "gpu":
         b.error("--backends picks GPU backends; it needs --device gpu")
+    if sys.stdout is None and args.command in ("info", "demo"):  # (`>&-`: prints were lost)
+        print(f"{prog} {args.command}: standard output is closed", file=sys.stderr)
+        return 1
     try:
         status = args.func(args)
-        sys.stdout.flush()  # (a pipe closed early fails here, not at exit)
+        if sys.stdout is not None:  # (bench writes its --json file either way)
+            sys.stdout.flush()  # (a pipe closed early fails here, not at exit)
         return status
     except BrokenPipeError:
         # The reader of the output went away (`... | head`): stop quietly, as

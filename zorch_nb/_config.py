@@ -217,13 +217,19 @@ def show_config(mode: str = "stdout"):
     -----
     Every probe is guarded: a dependency that fails to import shows as its
     error.  Nothing is started that the process keeps (not Numba's threading
-    layer, which matters before a ``fork``; no cache folder is created or
-    pruned), but the CUDA driver is asked for its devices.
+    layer, which matters before a ``fork``; no cache folder is pruned, nor
+    created but Numba's, which importing the kernels creates anyway), but
+    the CUDA driver is asked for its devices.  Printed, a character the
+    output's encoding lacks (an environment value of undecodable bytes, a
+    non-ASCII path under an ASCII locale) shows as its backslash escape.
     """
     if not isinstance(mode, str) or mode not in ("stdout", "dicts"):
         raise ValueError(f"Argument `mode` must be 'stdout' or 'dicts', not {mode!r}")
     report = _report()
     if mode == "dicts":
         return report
-    print(_text(report))
+    text = _text(report)
+    encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+    # (was a UnicodeEncodeError: os.environ holds undecodable bytes as surrogates)
+    print(text.encode(encoding, "backslashreplace").decode(encoding, "replace"))
     return None

@@ -32,6 +32,7 @@ import math
 import os
 import platform
 import shlex
+import stat
 import subprocess
 import sys
 import time
@@ -625,25 +626,94 @@ def plot(rows, copy_row, path: str, title: str) -> None:
     fig.savefig(path, dpi=120)
 
 
-def _output_problem(path: str, what: str):
-    """Why ``path`` cannot be written (checked before any measuring), or None."""
+def _json_sink(path: str) -> str:
+    """How the report reaches ``--json path``: "stdout" (``-``, or a name of
+    this process's standard output: /dev/stdout, /dev/fd/1, the file it is
+    redirected to), "stream" (a pipe, FIFO or device, anything under /dev or
+    /proc: written once, at the end, appended -- rewritten after every
+    section, a pipe held a document per section, and replacing a file behind
+    /dev/fd/N cut it from the shell's redirection) or "file" (replaced whole
+    after every section, see :func:`_replace_file`)."""
+    if path == "-":
+        return "stdout"
+    try:
+        st = os.stat(path)
+    except OSError:  # a new file (or a link to one)
+        return "file"
+    try:
+        if os.path.samestat(st, os.fstat(sys.stdout.fileno())):
+            return "stdout"
+    except (AttributeError, OSError, ValueError):  # no stdout, or not a file descriptor
+        pass
+    real = os.path.realpath(path)
+    if not stat.S_ISREG(st.st_mode) or real.startswith(("/dev/", "/proc/")):
+        return "stream"
+    return "file"
+
+
+def _temporary_beside(target: str) -> str:
+    """The temporary name a report written to ``target`` goes through: short
+    (``target + ".tmp"`` was past the 255-byte limit of a long valid name)
+    and this process's own."""
+    return os.path.join(os.path.dirname(target), f".zorch-bench-{os.getpid()}.tmp")
+
+
+def _replace_file(path: str, text: str) -> None:
+    """Write ``text`` to the regular file ``path`` (or where its link points)
+    whole: through a temporary beside it, so a kill mid-write leaves the last
+    report, not a truncated one; an existing file keeps its permissions."""
+    target = os.path.realpath(path)  # (replacing the link itself left its target stale)
+    tmp = _temporary_beside(target)
+    try:
+        with open(tmp, "w") as fh:
+            fh.write(text)
+        try:
+            os.chmod(tmp, stat.S_IMODE(os.stat(target).st_mode))
+        except FileNotFoundError:
+            pass
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
+
+
+def _output_problem(path: str, what: str, sink: str = "file"):
+    """Why ``path`` cannot be written (checked before any measuring), or None.
+    A stream is opened for appending, and closed, unless it is a pipe or a
+    socket (whose reader would see the end of its input)."""
     if os.path.isdir(path):
         return f"{what} {path!r} is a directory; give a file name"
-    parent = os.path.dirname(os.path.abspath(path))
+    if sink != "file":
+        try:
+            mode = os.stat(path).st_mode
+            if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
+                open(path, "a").close()
+        except OSError as exc:
+            return f"{what} {path!r} cannot be written: {_os_reason(exc)}"
+        return None
+    parent = os.path.dirname(os.path.realpath(path))
     if not os.path.isdir(parent):
         return f"{what} {path!r}: the folder {parent!r} does not exist"
     if not os.access(parent, os.W_OK):
         return f"{what} {path!r}: the folder {parent!r} is not writable"
-    if not os.path.exists(path):
-        # os.access trusts the mode bits, which root passes everywhere (/proc,
-        # a read-only mount): create a file beside it, as the writer will
-        probe = path + ".zorch-probe"
-        try:
-            open(probe, "w").close()
-            os.remove(probe)
-        except OSError as exc:
-            return f"{what} {path!r} cannot be written: {_os_reason(exc)}"
+    # os.access trusts the mode bits, which root passes everywhere (/proc, a
+    # read-only mount): create the file the writer will create beside it
+    probe = _temporary_beside(os.path.realpath(path))
+    try:
+        open(probe, "w").close()
+        os.remove(probe)
+    except OSError as exc:
+        return f"{what} {path!r} cannot be written: {_os_reason(exc)}"
     return None
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Whether two output names reach one file (existing or not)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
 
 
 #: Peak resident memory of one ``--device cpu`` size, for the check before
@@ -721,10 +791,15 @@ def main(args) -> int:
     sizes = sorted(set(args.sizes or ([26] if device == "gpu" else [22])))
     # --json to standard output ("-", /dev/stdout): one document, written at
     # the end, and the tables go to stderr -- else the stream is not JSON
-    json_stdout = args.json in ("-", "/dev/stdout")
-    problems = [p for p in (args.json and not json_stdout and _output_problem(args.json, "--json"),
+    sink = _json_sink(args.json) if args.json else None
+    json_stdout = sink == "stdout"
+    problems = [p for p in (args.json and not json_stdout
+                            and _output_problem(args.json, "--json", sink),
                             args.plot and (_output_problem(args.plot, "--plot")
                                            or _plot_problem(args.plot))) if p]
+    if args.json and args.plot and not json_stdout and _same_file(args.json, args.plot):
+        problems.append(f"--json and --plot name the same file ({args.json!r}): the plot "
+                        f"would overwrite the report")
     if device == "cpu":
         problems += [p for p in (_memory_problem(sizes),) if p]
     if args.plot and max(sizes) < MIN_FRACTION_LOG2:
@@ -748,7 +823,8 @@ def main(args) -> int:
             return 2
         xp, timer = cupy, _time_gpu
         sync = cupy.cuda.get_current_stream().synchronize
-        backends = list(getattr(args, "backends", None) or ["cupy", "numba"])
+        # (in order, once each: `--backends cupy cupy` measured twice)
+        backends = list(dict.fromkeys(getattr(args, "backends", None) or ["cupy", "numba"]))
     else:
         xp, timer, sync, backends = np, _time_cpu, None, ["cpu"]
     software = _software(device)
@@ -804,16 +880,14 @@ def main(args) -> int:
                 real_stdout.write("\n")
                 real_stdout.flush()
             return
-        if args.json and not json_failed:
-            path = args.json
-            # a regular file is replaced whole (a kill mid-dump leaves the last
-            # report, not a truncated one); a device (/dev/stdout) is written
-            tmp = path + ".tmp" if os.path.isfile(path) or not os.path.exists(path) else None
+        if args.json and not json_failed and (final or sink == "file"):
+            text = json.dumps(_strict(report()), indent=1, allow_nan=False) + "\n"
             try:
-                with open(tmp or path, "w") as fh:
-                    json.dump(_strict(report()), fh, indent=1, allow_nan=False)
-                if tmp:
-                    os.replace(tmp, path)
+                if sink == "file":
+                    _replace_file(args.json, text)
+                else:
+                    with open(args.json, "a") as fh:
+                        fh.write(text)
             except OSError as exc:  # a full disk, /dev/full: measuring goes on
                 json_failed.append(True)
                 msg = f"--json {args.json!r} could not be written: {_os_reason(exc)}"
