@@ -1202,9 +1202,10 @@ class _FieldBase:
             complete before ``out`` is written.
         backend : {None, "cpu", "cupy", "numba"}, optional
             Checked as the other operations' (``"cpu"`` with CuPy arrays is
-            an error).  The words are added by the array module's own
-            reductions: ``"cupy"`` on NumPy arrays adds them on the device and
-            returns NumPy; ``"numba"`` adds them where they are.
+            an error), but ``"numba"`` needs no CUDA device: no kernel runs.
+            The words are added by the array module's own reductions:
+            ``"cupy"`` on NumPy arrays adds them on the device and returns
+            NumPy; ``"numba"`` adds them where they are.
 
         Returns
         -------
@@ -1643,8 +1644,9 @@ Parameters
     through :meth:`encode` first.
 out : uint32 array, optional
     Of the result's shape, in the operands' module; written and returned.
-    It may be an operand itself (written in place, no temporary) or overlap
-    one (the result then goes through a temporary).
+    It may be an operand itself (written in place, no temporary; ``inv``
+    excepted, whose kernels assume no aliasing: there it goes through a
+    temporary) or overlap one (the result then goes through a temporary).
 backend : {{None, "cpu", "cupy", "numba"}}, optional
     ``None`` follows the arrays (NumPy: Numba CPU kernels; CuPy: CUDA C
     RawKernels); ``"numba"``: the Numba-CUDA kernels.
@@ -1693,8 +1695,10 @@ class PrimeField(_FieldBase):
     ``out``
         A writeable uint32 array of the result's shape in the operands' module,
         written and returned.  It may be an operand itself (``E.add(acc, x,
-        out=acc)`` is written in place, with no temporary) or overlap one
-        (the result then goes through a temporary).
+        out=acc)`` is written in place, with no temporary; ``inv``,
+        ``batch_inv`` and ``pow``, whose kernels assume no aliasing, write it
+        through a temporary) or overlap one (the result then goes through a
+        temporary).
     ``backend``
         ``None`` (follow the arrays: NumPy -> Numba CPU, CuPy -> CuPy
         RawKernels), ``"cpu"``, ``"cupy"`` or ``"numba"`` (Numba-CUDA).

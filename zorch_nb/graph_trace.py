@@ -611,7 +611,9 @@ def kernel(fn) -> Kernel:
     TypeError
         For ``fn`` that is not a function; ``In[...]`` / ``Out[...]`` with a
         dimension that is not a positive integer raise it already where the
-        annotation is evaluated (when the ``def`` runs).
+        annotation is evaluated (when the ``def`` runs; under ``from
+        __future__ import annotations``, in ``@kernel``, which reports it as
+        a KernelDefinitionError naming the parameter).
 
     Examples
     --------
