@@ -159,6 +159,11 @@ def _shape(where, name, x, dtype, writes):
     if dt is None or shape is None or isinstance(x, np.generic):
         raise TypeError(f"{where}: argument `{name}` must be a NumPy, CuPy or Numba "
                         f"device array, not {type(x).__name__}")
+    if isinstance(x, (np.matrix, np.ma.MaskedArray)):
+        # a matrix's reshape(-1) stays 2-d, so the kernels' word indices read
+        # and wrote whole rows (past the end of `out`); a mask would be ignored
+        raise TypeError(f"{where}: argument `{name}` must be a plain NumPy array, not a "
+                        f"{type(x).__module__}.{type(x).__name__}; pass numpy.asarray({name})")
     if dt != dtype:
         if dtype == _U32:
             hint = " (Montgomery words)"
@@ -285,7 +290,8 @@ def _fast_elements(where, x, deg, writes=False):
         if not flags.c_contiguous or writes and not flags.writeable:
             return -1
     else:
-        if where.startswith(HOST_LAUNCHERS):  # (a CuPy array, on a CPU launcher)
+        # (a CuPy array on a CPU launcher; a NumPy subclass, np.matrix: _shape says)
+        if where.startswith(HOST_LAUNCHERS) or isinstance(x, _ndarray):
             return -1
         try:
             if x.dtype is not _U32:
@@ -313,7 +319,12 @@ def _fast_disjoint(out, x):
     return lo_o + out.nbytes <= lo_x or lo_x + x.nbytes <= lo_o
 
 
-def check_map(where, f, op, ops, in_place, deg, out, a, b=None, name="a"):
+#: ``check_map``'s ``b`` of a one-operand launcher (a binary one's ``b=None``
+#: was read as "no b", and its kernel then failed on None, naming nothing).
+_NO_B = object()
+
+
+def check_map(where, f, op, ops, in_place, deg, out, a, b=_NO_B, name="a"):
     """Elementwise ``out = op(a)`` or ``op(a, b)``: ``op`` in ``ops``, the arrays
     base (``deg`` 1) or extension (``deg`` 4) of one element count, which is
     returned; ``out`` may be an operand itself where ``op`` is in ``in_place``.
@@ -324,18 +335,18 @@ def check_map(where, f, op, ops, in_place, deg, out, a, b=None, name="a"):
     if id(f) in _SHIPPED and type(op) is int and (ops is None or op in ops):
         n = _fast_elements(where, out, deg, True)
         if n >= 0 and _fast_elements(where, a, deg) == n and _fast_disjoint(out, a) and (
-                b is None or _fast_elements(where, b, deg) == n and _fast_disjoint(out, b)):
+                b is _NO_B or _fast_elements(where, b, deg) == n and _fast_disjoint(out, b)):
             return n
     check_field(where, f)
     if ops is not None:
         _op(where, op, ops)
     n = _elements(where, "out", out, deg, True)
     _same(where, name, _elements(where, name, a, deg), n)
-    if b is not None:
+    if b is not _NO_B:
         _same(where, "b", _elements(where, "b", b, deg), n)
     alias = op in in_place
     _overlap(where, out, a, name, alias)
-    if b is not None:
+    if b is not _NO_B:
         _overlap(where, out, b, "b", alias)
     return n
 
@@ -683,6 +694,15 @@ _IN = ("n0", "n1", "d0", "d1")
 _OUT = ("on0", "on1", "od0", "od1")
 
 
+def _plain(*xs):
+    """Whether no array of ``xs`` is a NumPy subclass (np.matrix indexes by
+    rows, a masked array would lose its mask): :func:`_shape` refuses them."""
+    for x in xs:  # (a loop: a generator cost a microsecond on the hot path)
+        if type(x) is not _ndarray and isinstance(x, _ndarray):
+            return False
+    return True
+
+
 def _fast_ins(n0, n1, d0, d1):
     """``(mode, length)`` of an input layer of C-contiguous uint32 NumPy or
     CuPy arrays of the documented forms, else None: the hot path's test, in
@@ -693,7 +713,7 @@ def _fast_ins(n0, n1, d0, d1):
     if n1.shape != sn or d1.shape != sd or n0.dtype is not _U32 or n1.dtype is not _U32 or \
             d0.dtype is not _U32 or d1.dtype is not _U32 or not (
             n0.flags.c_contiguous and n1.flags.c_contiguous and d0.flags.c_contiguous and
-            d1.flags.c_contiguous):
+            d1.flags.c_contiguous) or not _plain(n0, n1, d0, d1):
         return None
     ne, de = len(sn) == 2, len(sd) == 2
     if sd[0] != sn[0] or not (ne and sn[1] == 4 or len(sn) == 1) or \
@@ -709,7 +729,7 @@ def _fast_outs(on0, on1, od0, od1, mode, n):
     sd = (n, 4) if mode & 1 else (n,)
     if on0.shape != sn or on1.shape != sn or od0.shape != sd or od1.shape != sd or \
             on0.dtype is not _U32 or on1.dtype is not _U32 or od0.dtype is not _U32 or \
-            od1.dtype is not _U32:
+            od1.dtype is not _U32 or not _plain(on0, on1, od0, od1):
         return False
     for x in (on0, on1, od0, od1):
         # NumPy: carray = C-contiguous, aligned and writeable in one read;
@@ -759,6 +779,7 @@ def check_gkr_jagged(where, f, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, o
         if got is not None and len(sc) == 1 and sc[0] and orc.shape == sc and \
                 prefix.shape == (2, sc[0]) and rc.dtype is _I32 and orc.dtype is _I32 and \
                 prefix.dtype is _I64 and rc.flags.c_contiguous and orc.flags.c_contiguous and \
+                _plain(rc, orc, prefix) and \
                 (prefix.flags.carray if type(prefix) is _ndarray
                  else prefix.flags.c_contiguous) and \
                 _fast_outs(on0, on1, od0, od1, got[0], on0.shape[0]):

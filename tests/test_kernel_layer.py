@@ -748,6 +748,50 @@ def test_misuse_is_refused_naming_the_argument(k, case):
         assert w in msg, msg
 
 
+@pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
+@pytest.mark.parametrize("backend", ["cpu", pytest.param("numba", marks=pytest.mark.cudasim)])
+def test_numpy_subclasses_and_a_missing_operand_are_refused(backend):
+    """An np.matrix passed every check (C-contiguous uint32 of the right shape),
+    then its reshape(-1) stayed 2-d and the kernels' word indices wrote whole
+    rows: 992 words past an ext4_eq_split `lo` (heap corruption), 240 past a
+    fold's output, nothing at all from ext4_map2.  A masked array's mask
+    would be ignored; ``b=None`` failed inside Numba, naming nothing."""
+    k, g, f = kernels_for(backend, "field"), kernels_for(backend, "gkr"), KoalaBear.params
+    n, G = 8, np.uint32(0xDEADBEEF)
+    rng = np.random.default_rng(0)
+
+    def ext(m=n):
+        return rng.integers(0, f.p, (m, 4), dtype=np.uint32)
+
+    buf = np.full(4 * n + 1024, G, np.uint32)
+    mat = np.asmatrix(buf[:4 * n].reshape(n, 4))  # (guard words after it)
+    half = np.asmatrix(buf[:2 * n].reshape(n // 2, 4))
+    cases = [
+        ("out", lambda: k.ext4_map2(OP_MUL, ext(), ext(), mat, f)),
+        ("a", lambda: k.ext4_map2(OP_MUL, np.asmatrix(ext()), ext(), ext(), f)),
+        ("lo", lambda: k.ext4_eq_split(ext(), ext(1), 4, mat, ext(), f)),
+        ("out", lambda: k.ext4_mle_fold(ext(2 * n), 4, ext(1), 4, mat, f)),
+        ("out", lambda: k.ext4_map2_bcast(OP_ADD, ext(), 1, 4, ext(1), 0, 4, mat, f)),
+        ("on0", lambda: g.fold_dense(*[ext() for _ in range(4)], half,
+                                     *[ext(n // 2) for _ in range(3)], f)),
+        ("on0", lambda: g.jagged_transition(
+            np.array([n], np.int32), np.array([n // 2], np.int32), np.zeros((2, 1), np.int64),
+            *[ext() for _ in range(4)], half, *[ext(n // 2) for _ in range(3)], f)),
+    ]
+    for name, call in cases:
+        with pytest.raises(TypeError, match=f"argument `{name}` must be a plain NumPy array, "
+                                            f"not a numpy.matrix"):
+            call()
+        assert (buf[4 * n:] == G).all() and (buf[:4 * n] == G).all(), name
+    a = np.ma.masked_array(rng.integers(0, f.p, n, dtype=np.uint32))
+    with pytest.raises(TypeError, match="`a` must be a plain NumPy array, not a "
+                                        "numpy.ma.MaskedArray"):
+        k.base_map2(OP_ADD, a, a.data, np.zeros(n, np.uint32), f)
+    for launcher, shape in ((k.base_map2, (n,)), (k.ext4_map2, (n, 4))):
+        with pytest.raises(TypeError, match="argument `b` must be"):
+            launcher(OP_ADD, np.zeros(shape, np.uint32), None, np.zeros(shape, np.uint32), f)
+
+
 def test_read_only_out_refused():
     # (CuPy arrays have no read-only flag; host arrays on the CPU and Numba paths do)
     k = kernels_for("cpu", "field")
