@@ -121,7 +121,14 @@ def node_digests(payload, swap, prefix, out, k, h0):
     first where ``swap``: little-endian data), for ``i < out.shape[0]``;
     serial, in lanes of LANES nodes.  All payloads of a lane batch are read
     before any digest is written, so ``out`` may overlap ``payload`` as one
-    tree level over the one below (``out`` rows at or before the payload's)."""
+    tree level over the one below (``out`` rows at or before the payload's).
+
+    Raises ValueError where ``out`` is not ``(n, 8)`` or ``payload`` holds
+    fewer than ``16 n`` words (it read and wrote past them)."""
+    if out.shape[1] != 8 or payload.shape[0] < 16 * out.shape[0]:
+        raise ValueError("node_digests: `out` must be (n, 8) and `payload` hold 16 n words")
+    if k.shape[0] != 64 or h0.shape[0] != 8:
+        raise ValueError("node_digests: `k` must be ROUND_CONSTANTS and `h0` INITIAL_HASH")
     st = np.empty((8, LANES), dtype=np.uint32)
     w = np.empty((64, LANES), dtype=np.uint32)
     a_ = np.empty((8, LANES), dtype=np.uint32)
@@ -162,8 +169,11 @@ def node_digests(payload, swap, prefix, out, k, h0):
 @njit(cache=True)
 def reduce_levels(level, k, h0):
     """Hash the ``(m, 8)`` digests ``level`` (``m`` a power of two) up to
-    their root, in place, level by level: the root ends in ``level[0]``."""
+    their root, in place, level by level: the root ends in ``level[0]``.
+    Raises ValueError for another ``m`` (it hashed a partial tree)."""
     m = level.shape[0]
+    if m < 1 or m & (m - 1) or level.shape[1] != 8:
+        raise ValueError("reduce_levels: `level` must be (m, 8) with m a power of two")
     flat = level.reshape(-1)
     while m > 1:
         m //= 2
@@ -175,7 +185,13 @@ def subtree_roots(words, leaves, out, k, h0):
     """``out[t]`` = root (8 big-endian words) of the Merkle subtree over
     leaves ``[t leaves, (t + 1) leaves)`` of the little-endian data
     ``words`` (16 words a leaf; ``leaves`` a power of two); subtrees in
-    parallel, each with a scratch of ``leaves`` digests."""
+    parallel, each with a scratch of ``leaves`` digests.  Raises ValueError
+    where ``out`` is not ``(n, 8)`` or ``words`` holds fewer than
+    ``16 leaves n`` words."""
+    if leaves < 1 or leaves & (leaves - 1) or out.shape[1] != 8 or \
+            words.shape[0] < 16 * leaves * out.shape[0]:
+        raise ValueError("subtree_roots: `leaves` must be a power of two, `out` (n, 8) and "
+                         "`words` hold 16 leaves n words")
     for t in prange(out.shape[0]):
         level = np.empty((leaves, 8), dtype=np.uint32)
         node_digests(words[16 * leaves * t:16 * leaves * (t + 1)], True, 0, level, k, h0)

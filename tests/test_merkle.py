@@ -76,6 +76,31 @@ def test_subtree_roots_equal_hashlib_trees():
         assert out[t].astype(">u4").tobytes() == hashlib.sha256(b"\x01" + left + right).digest()
 
 
+def test_raw_kernels_refuse_shapes_they_would_read_or_write_past():
+    """The kernels are in merkle_cpu.__all__ and their docstrings state the
+    shapes; called against them, node_digests hashed the words past a short
+    payload and wrote past an (n, 4) out, reduce_levels hashed a partial
+    tree.  A ValueError now, before anything is written."""
+    G = np.uint32(0xDEADBEEF)
+    buf = np.full(64 + 64, G, np.uint32)
+    out = np.full((6, 8), G, np.uint32)
+    with pytest.raises(ValueError, match="`payload` hold 16 n words"):
+        merkle_cpu.node_digests(buf[:64], True, 0, out, K, H0)  # 4 nodes, 6 asked
+    narrow = buf[64:].copy()
+    with pytest.raises(ValueError, match=r"`out` must be \(n, 8\)"):
+        merkle_cpu.node_digests(buf[:64], True, 0, narrow[:16].reshape(4, 4), K, H0)
+    assert (out == G).all() and (narrow == G).all()
+    with pytest.raises(ValueError, match="`k` must be ROUND_CONSTANTS"):
+        merkle_cpu.node_digests(buf[:64], True, 0, out[:4], K[:8], H0)
+    for m in (0, 3, 6):
+        with pytest.raises(ValueError, match="m a power of two"):
+            merkle_cpu.reduce_levels(np.zeros((m, 8), np.uint32), K, H0)
+    # 64 words are 4 leaves: two subtrees of 4 leaves, 3 leaves a subtree, 4-word roots
+    for leaves, roots in ((4, (2, 8)), (3, (1, 8)), (2, (2, 4))):
+        with pytest.raises(ValueError, match="subtree_roots"):
+            merkle_cpu.subtree_roots(buf[:64], leaves, np.zeros(roots, np.uint32), K, H0)
+
+
 @pytest.mark.skipif(numba.config.DISABLE_JIT, reason="the hashlib path runs without the JIT")
 @pytest.mark.parametrize("n", [16 * 16, 1 << 12, 1 << 13, 1 << 16, 1 << 18])
 @pytest.mark.parametrize("threads", ["serial", "parallel"])
