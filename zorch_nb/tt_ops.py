@@ -1149,12 +1149,17 @@ def _in_range(p):
     return ps
 
 
-def _exponents(xp, a):
+def _exponents(xp, a, dt=None):
     """``frexp`` exponents ``(d, S)`` of the largest magnitude of each core of
-    ``a (d, S, ...)`` (0 for an all-zero, empty or non-finite core)."""
+    ``a (d, S, ...)`` (0 for an all-zero, empty or non-finite core), measured
+    in the float dtype ``dt`` (``a``'s own by default; integer vectors' ``-min``
+    is taken after the cast, so it cannot wrap).  The magnitude comes from
+    ``max`` and ``min``: no temporary as large as ``a``."""
     if a.size == 0:
         return xp.zeros(a.shape[:2], dtype=np.int32)
-    big = xp.abs(a.reshape(a.shape[:2] + (-1,))).max(axis=-1)
+    flat = a.reshape(a.shape[:2] + (-1,))
+    dt = a.dtype if dt is None else dt
+    big = xp.maximum(flat.max(axis=-1).astype(dt), -(flat.min(axis=-1).astype(dt)))
     _, e = xp.frexp(big)
     return xp.where(xp.isfinite(big), e, 0).astype(np.int32)
 
@@ -1426,8 +1431,8 @@ def _row_scales(xp, rows, dt):
     range, CuPy always), and the result is likewise bitwise the plain one
     wherever that stays in range.  NumPy decides on each vector's largest
     magnitude, which bounds each of its rows' (two whole-array reductions:
-    per row, rows 6 wide cost 40 us per 1000).  Row extremes come from max
-    and min, so no temporary is as large as the vectors."""
+    per row, rows 6 wide cost 40 us per 1000); the rows' exponents are
+    :func:`_exponents` of each vector as one core of ``k`` stack elements."""
     if xp is np:
         span = 0
         for r in rows:
@@ -1436,15 +1441,7 @@ def _row_scales(xp, rows, dt):
                 span += abs(math.frexp(big)[1]) if math.isfinite(big) else math.inf
         if span <= np.finfo(dt).maxexp // 4:
             return None
-    exps = []
-    for r in rows:
-        if r.size == 0:
-            exps.append(xp.zeros(r.shape[:1], dtype=np.int32))
-            continue
-        big = xp.maximum(r.max(axis=-1).astype(dt), -(r.min(axis=-1).astype(dt)))
-        _, e = xp.frexp(big)
-        exps.append(xp.where(xp.isfinite(big), e, 0).astype(np.int32))
-    return exps
+    return [_exponents(xp, r[None], dt)[0] for r in rows]
 
 
 # ---------------------------------------------------------------------------
