@@ -347,6 +347,58 @@ def test_outputs_are_checked_before_measuring(tmp_path, monkeypatch, capsys):
             in capsys.readouterr().err)
 
 
+def _fake_root(tmp_path, cgroup, files, meminfo_kib=8 << 20):
+    """A file tree with /proc/meminfo, /proc/self/cgroup and cgroup files."""
+    (tmp_path / "proc/self").mkdir(parents=True)
+    (tmp_path / "proc/meminfo").write_text(f"MemTotal: 9 kB\nMemAvailable: {meminfo_kib} kB\n")
+    (tmp_path / "proc/self/cgroup").write_text(cgroup)
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    return str(tmp_path)
+
+
+def test_available_memory_respects_cgroup_limits(tmp_path):
+    """A container's limit, not the host's MemAvailable, bounds the CPU sizes."""
+    from zorch_nb.bench import _available_memory
+    gib = 1 << 30
+    v2 = "sys/fs/cgroup/"
+    # cgroup v2: the tightest of the process's cgroup and its ancestors, with
+    # inactive page cache counted as room; "max" is no limit
+    root = _fake_root(tmp_path / "v2", "0::/box/job\n", {
+        v2 + "box/memory.max": f"{3 * gib}\n", v2 + "box/memory.current": f"{2 * gib}\n",
+        v2 + "box/memory.stat": f"anon 5\ninactive_file {gib // 2}\n",
+        v2 + "box/job/memory.max": "max\n", v2 + "box/job/memory.current": "7\n"})
+    assert _available_memory(root) == 3 * gib - (2 * gib - gib // 2)
+    # the host's MemAvailable when it is the smaller
+    root = _fake_root(tmp_path / "v2small", "0::/box/job\n", {
+        v2 + "box/job/memory.max": f"{64 * gib}\n", v2 + "box/job/memory.current": "0\n"},
+        meminfo_kib=1 << 20)
+    assert _available_memory(root) == gib
+    # a namespace whose own cgroup shows as "/" reads the mount's root
+    root = _fake_root(tmp_path / "ns", "0::/\n", {
+        v2 + "memory.max": f"{gib}\n", v2 + "memory.current": f"{gib // 4}\n"})
+    assert _available_memory(root) == gib - gib // 4
+    # cgroup v1: hierarchical_memory_limit covers the ancestors
+    v1 = "sys/fs/cgroup/memory/"
+    root = _fake_root(tmp_path / "v1", "4:memory:/docker/abc\n1:cpu:/\n", {
+        v1 + "docker/abc/memory.stat":
+            f"cache 1\nhierarchical_memory_limit {2 * gib}\ntotal_inactive_file {gib // 4}\n",
+        v1 + "docker/abc/memory.usage_in_bytes": f"{gib}\n"})
+    assert _available_memory(root) == 2 * gib - (gib - gib // 4)
+    # v1's "no limit" (the largest page-aligned int64) and no cgroup files at all
+    root = _fake_root(tmp_path / "v1none", "4:memory:/\n", {
+        v1 + "memory.stat": "hierarchical_memory_limit 9223372036854771712\n",
+        v1 + "memory.usage_in_bytes": "5\n"})
+    assert _available_memory(root) == 8 * gib
+    root = _fake_root(tmp_path / "bare", "0::/gone\n", {})
+    assert _available_memory(root) == 8 * gib
+    # usage past the limit leaves no room (not a negative size)
+    root = _fake_root(tmp_path / "full", "0::/\n", {
+        v2 + "memory.max": f"{gib}\n", v2 + "memory.current": f"{2 * gib}\n"})
+    assert _available_memory(root) == 0
+
+
 def _has_matplotlib():
     import importlib.util
     return importlib.util.find_spec("matplotlib") is not None

@@ -727,20 +727,90 @@ CPU_PEAK_BASE_BYTES = 300 << 20
 CPU_PEAK_BYTES_PER_ELEMENT = 500
 
 
-def _available_memory():
-    """Bytes of memory available to a new allocation now (Linux's
-    MemAvailable, else the free pages), or None where unknown."""
+def _available_memory(root="/"):
+    """Bytes of memory available to a new allocation now, or None where unknown:
+    Linux's MemAvailable (else the free pages), capped by the room left under
+    this process's cgroup memory limits (a container's: /proc/meminfo shows
+    the host's memory, and past the limit the OOM killer ends the run)."""
+    avail = None
     try:
-        with open("/proc/meminfo") as fh:
+        with open(os.path.join(root, "proc/meminfo")) as fh:
             for line in fh:
                 if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+                    avail = int(line.split()[1]) * 1024
+                    break
     except (OSError, ValueError, IndexError):
         pass
+    if avail is None and root == "/":
+        try:
+            avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            pass
+    room = _cgroup_room(root)
+    if room is None:
+        return avail
+    return room if avail is None else min(avail, room)
+
+
+def _read_text(path):
     try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
+        with open(path) as fh:
+            return fh.read()
+    except (OSError, UnicodeDecodeError):
         return None
+
+
+def _stat_value(text, key):
+    """``key``'s value in a cgroup memory.stat text, or 0."""
+    for line in (text or "").splitlines():
+        name, _, value = line.partition(" ")
+        if name == key and value.strip().isdigit():
+            return int(value)
+    return 0
+
+
+def _cgroup_room(root="/"):
+    """Bytes left under the tightest cgroup memory limit over this process
+    (its own cgroup and every ancestor; v2 and v1), or None where there is no
+    limit or no cgroup to read.  Reclaimable page cache (inactive files)
+    counts as room, as in MemAvailable."""
+    text = _read_text(os.path.join(root, "proc/self/cgroup"))
+    if text is None:
+        return None
+    rooms = []
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, path = parts
+        if controllers == "":      # v2: memory.max at every level up to the root
+            base = os.path.normpath(os.path.join(root, "sys/fs/cgroup"))
+            here = os.path.normpath(os.path.join(base, path.strip("/")))
+            if not os.path.isdir(here):    # a namespace's root shows "/"
+                here = base
+            while True:
+                limit = (_read_text(os.path.join(here, "memory.max")) or "").strip()
+                used = (_read_text(os.path.join(here, "memory.current")) or "").strip()
+                if limit.isdigit() and used.isdigit():
+                    cache = _stat_value(_read_text(os.path.join(here, "memory.stat")),
+                                        "inactive_file")
+                    rooms.append(int(limit) - max(0, int(used) - cache))
+                if here == base or not here.startswith(base + os.sep):
+                    break
+                here = os.path.dirname(here)
+        elif "memory" in controllers.split(","):   # v1: the hierarchy's limit
+            base = os.path.join(root, "sys/fs/cgroup/memory")
+            here = os.path.join(base, path.strip("/"))
+            if not os.path.isdir(here):
+                here = base
+            stat = _read_text(os.path.join(here, "memory.stat"))
+            limit = _stat_value(stat, "hierarchical_memory_limit")
+            used = (_read_text(os.path.join(here, "memory.usage_in_bytes")) or "").strip()
+            # "no limit" is the largest page-aligned int64 (9223372036854771712)
+            if 0 < limit < 1 << 62 and used.isdigit():
+                cache = _stat_value(stat, "total_inactive_file")
+                rooms.append(limit - max(0, int(used) - cache))
+    return max(0, min(rooms)) if rooms else None
 
 
 def _memory_problem(sizes):
