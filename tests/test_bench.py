@@ -278,6 +278,7 @@ def test_a_failing_section_is_reported_not_fatal(tmp_path, monkeypatch):
     (["--sizes", "40"], "--sizes: 40 is not a log2 element count in 1..32"),
     (["--sizes", "0"], "--sizes: 0 is not a log2 element count in 1..32"),
     (["--repeat", "0"], "--repeat: 0 is not a positive number of repetitions"),
+    (["--repeat", "1001"], "--repeat: 1001 repetitions is more than 1000"),
 ])
 def test_bench_rejects_sizes_and_repeats_it_cannot_measure(argv, message, capsys):
     from zorch_nb.__main__ import main

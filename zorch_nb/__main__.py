@@ -100,11 +100,21 @@ def _log2_size(text: str) -> int:
     return value
 
 
+#: Most timed repetitions ``--repeat`` takes: the best of them is reported, so
+#: more buys little past a few dozen, and a typo's extra zeros would run a
+#: 2**26 GPU size (or a 2**22 CPU one) for hours without a word.
+BENCH_MAX_REPEAT = 1000
+
+
 def _positive_int(text: str) -> int:
-    """argparse type of ``--repeat``: an int >= 1."""
+    """argparse type of ``--repeat``: an int in 1..:data:`BENCH_MAX_REPEAT`."""
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is not a positive number of repetitions")
+    if value > BENCH_MAX_REPEAT:
+        raise argparse.ArgumentTypeError(
+            f"{value} repetitions is more than {BENCH_MAX_REPEAT} (the best is reported: "
+            "a few dozen are plenty)")
     return value
 
 
@@ -156,7 +166,7 @@ def main(argv=None) -> int:
     b.add_argument("--plot", metavar="FILE.png", type=_file_name,
                    help="bar chart of each kernel's fraction of the copy bandwidth (matplotlib)")
     b.add_argument("--repeat", type=_positive_int, default=5,
-                   help="timed repetitions, the best reported (default 5; pyramids: half as many, "
+                   help="timed repetitions, the best reported (1..1000, default 5; pyramids: half as many, "
                         "at least 1; the CPU fold's alternation with the copy: 3x, at "
                         "least 15)")
     b.add_argument("--backends", nargs="+", choices=("cupy", "numba"), default=None,
