@@ -11,6 +11,7 @@ References, all independent of the code under test:
 The ``path`` fixture runs a test twice on NumPy supercores: through the Numba
 kernels, and through the array-module path that CuPy supercores take.
 """
+import concurrent.futures
 import functools
 import math
 import os
@@ -18,6 +19,7 @@ import re
 import signal
 import string
 import threading
+import time
 import warnings
 
 import numba
@@ -26,7 +28,7 @@ import pytest
 
 from peak_memory import peak_bytes
 
-from zorch_nb import tt_ops
+from zorch_nb import tt_masks, tt_ops
 from zorch_nb.kernels import tt_kernels
 from zorch_nb.tt_masks import KERNELS
 from zorch_nb.tt import (
@@ -265,7 +267,10 @@ def test_masks_hash_and_compare_by_content(rng):
     np.testing.assert_array_equal(a.tt_ranks, mt.sum(-1))
     assert (a.d, a.stack_shape, a.n, a.r) == (3, (2,), 4, 5)
     tk_mask, tt_mask = a  # unpacks as the pair of masks
-    assert tk_mask is a.tucker_edge_mask and tt_mask is a.tt_edge_mask
+    # (views of one stored pair: see test_masks_views_cannot_reshape_the_structure)
+    for got, prop, want in ((tk_mask, a.tucker_edge_mask, mk), (tt_mask, a.tt_edge_mask, mt)):
+        np.testing.assert_array_equal(got, want)
+        assert np.shares_memory(got, prop) and got.base is prop.base
 
 
 def test_masks_keep_read_only_copies():
@@ -289,6 +294,37 @@ def test_masks_keep_read_only_copies():
         assert isinstance(base, bytes)
     with pytest.raises(AttributeError):
         a.foo = 1
+
+
+def test_masks_views_cannot_reshape_the_structure(rng):
+    """NumPy lets anyone assign .shape, .dtype or .strides of an array it
+    cannot write: done to the stored mask, the structure changed behind its
+    cached hash (an equal fresh holder compared unequal) and a train kept
+    the kernel compiled for its old masks (a wrong to_dense).  Every route
+    out hands a view; changing one changes that view only."""
+    mk = np.array([[[1, 0], [1, 0]], [[1, 0], [1, 0]]], bool)
+    mt = np.ones((3, 2, 1), bool)
+    U, G = rng.standard_normal((2, 2, 2, 2)), rng.standard_normal((2, 2, 1, 2, 1))
+    x = UniformTuckerTensorTrain(U, G, (2, 2), (mk, mt))
+    want = x.to_dense()
+    before = hash(x.masks)
+    a, b = x.masks
+    a.shape = (2, 4)
+    x.masks[1].shape = (3, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # deprecated in NumPy 2.4
+        x.masks.tucker_edge_mask.strides = (4, 2, 0)  # would read every slot as True
+        x.masks.tt_edge_mask.dtype = np.uint8
+    x.masks[:][0].shape = (4, 2)
+    assert x.masks.stack_shape == (2,) and x.masks[0].shape == (2, 2, 2)
+    assert x.masks[1].dtype == bool and hash(x.masks) == before
+    fresh = UT3Masks(mk, mt)
+    assert x.masks == fresh and fresh == x.masks and hash(fresh) == before
+    np.testing.assert_array_equal(x.to_dense(), want)
+    np.testing.assert_array_equal(
+        UniformTuckerTensorTrain(U, G, (2, 2), fresh).to_dense(), want)
+    for m in (*x.masks, *x.masks[:], x.masks.tucker_edge_mask, x.masks.tt_edge_mask):
+        assert not m.flags.writeable
 
 
 def test_masks_store_true_as_byte_one(rng):
@@ -1571,7 +1607,7 @@ def test_read_only_supercores_reuse_the_compiled_kernel(rng):
     p = tt_ops._parts(x.data)
     sizes = (p.n, p.r)  # (the padded N is no part of a key)
     keys = [("to_dense", x.shape, sizes, x.masks), ("inner", x.shape, sizes + sizes, x.masks, x.masks),
-            ("chain", x.shape, sizes, x.masks)]
+            ("chain", sizes, x.masks)]
     kernels = [KERNELS._store[k] for k in keys]
     counts = [len(getattr(k, "signatures", ())) for k in kernels]
     frozen = []
@@ -1779,6 +1815,76 @@ def test_kernel_cache_lock_held_at_a_fork(rng):
                 ok = x.to_dense().tobytes() == want.tobytes()
             finally:
                 os._exit(0 if ok else 3)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+def test_kernel_cache_builds_each_key_once_across_threads():
+    """Threads meeting a new structure at once each built (and, without a
+    writable disk cache, compiled) their own kernel; the last one stored won
+    and every thread counted a miss.  One build per key; the others wait and
+    count hits; a failed build lets a waiter try again."""
+    cache = tt_masks.KernelCache()
+    calls, ready = [], threading.Event()
+
+    def factory():
+        calls.append(threading.get_ident())
+        ready.wait(5)  # every thread reaches get while this build runs
+        return object()
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        futures = [pool.submit(cache.get, "k", factory) for _ in range(8)]
+        time.sleep(0.2)
+        ready.set()
+        got = {id(f.result()) for f in futures}
+    assert len(calls) == 1 and len(got) == 1
+    assert cache.info()[:2] == (7, 1) and cache._building == {}
+
+    tries, release = [], threading.Event()
+
+    def failing_once():
+        tries.append(1)
+        if len(tries) == 1:
+            release.wait(5)
+            raise RuntimeError("first build fails")
+        return "kernel"
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        first = pool.submit(cache.get, "f", failing_once)
+        time.sleep(0.1)
+        second = pool.submit(cache.get, "f", failing_once)
+        time.sleep(0.1)
+        release.set()
+        with pytest.raises(RuntimeError, match="first build fails"):
+            first.result()
+        assert second.result() == "kernel"
+    assert len(tries) == 2 and cache._building == {}
+
+
+def test_kernel_cache_build_running_at_a_fork(rng):
+    """A child forked while another thread of the parent was building a
+    kernel would wait for a build that never ends there."""
+    if not hasattr(os, "fork"):
+        pytest.skip("needs os.fork")
+    from zorch_nb.tt_masks import KERNELS
+    x = random_stack(rng, 3)
+    want = x.to_dense()
+    p = tt_ops._parts(x.data)
+    key = ("to_dense", x.shape, (p.n, p.r), x.masks.stack_flat())
+    kernel = KERNELS._store.pop(key)
+    KERNELS._building[key] = threading.Event()  # (as by another thread at the fork)
+    try:
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child's coverage is not collected
+            ok = False
+            try:
+                signal.alarm(60)  # a hang ends the child, not the suite
+                ok = x.to_dense().tobytes() == want.tobytes()
+            finally:
+                os._exit(0 if ok else 3)
+    finally:
+        KERNELS._building.pop(key).set()
+        KERNELS._store[key] = kernel
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 

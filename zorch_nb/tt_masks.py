@@ -49,7 +49,7 @@ def _host_bool_mask(mask, name):
     if mask.dtype != np.bool_:
         raise TypeError(
             f"Argument `{name}` must have dtype bool, not {mask.dtype}; "
-            f"pass `{name} != 0` (True marks a real slot)."
+            f"pass `numpy.asarray({name}) != 0` (True marks a real slot)."
         )
     # Bytes other than 0 and 1 are True to NumPy's logic but hash differently:
     # an equal structure would compare unequal and miss the kernel cache.
@@ -68,7 +68,9 @@ class UT3Masks(tuple):
     A 2-tuple ``(tucker_edge_mask, tt_edge_mask)`` that hashes and compares by
     content (shape, dtype and bytes of both masks), with an identity fast
     path and a cached hash.  It keeps immutable copies of the masks (backed
-    by ``bytes``; no route makes them writeable), every True stored as byte 1.
+    by ``bytes``; no route makes them writeable), every True stored as byte 1,
+    and hands out read-only views of them: assigning a view's ``shape``,
+    ``dtype`` or ``strides`` changes that view only, never the structure.
     A plain tuple of arrays compares unequal.  There is no order: ``<``,
     ``<=``, ``>``, ``>=`` raise ``TypeError``, and so do ``in``,
     ``.index()`` and ``.count()`` (tuple's own compared the masks
@@ -145,13 +147,24 @@ class UT3Masks(tuple):
     def __setattr__(self, name, value):
         raise AttributeError("UT3Masks is immutable")
 
+    # Every route out -- indexing, iteration (unpacking), the properties --
+    # gives a fresh view: NumPy lets anyone assign .shape, .dtype or .strides
+    # of an array it cannot write, and on the stored array that changed the
+    # structure behind its cached hash and the kernels compiled for it.
+    def __getitem__(self, index):
+        got = tuple.__getitem__(self, index)
+        return tuple(m.view() for m in got) if isinstance(index, slice) else got.view()
+
+    def __iter__(self):
+        return (m.view() for m in tuple.__iter__(self))
+
     def __reduce__(self):
         return (UT3Masks, (self[0], self[1]))
 
     def __hash__(self):
         h = self.__dict__["_hash"]
         if h is None:
-            h = hash(tuple((m.shape, m.dtype.str, m.tobytes()) for m in self))
+            h = hash(tuple((m.shape, m.dtype.str, m.tobytes()) for m in tuple.__iter__(self)))
             object.__setattr__(self, "_hash", h)
         return h
 
@@ -166,7 +179,7 @@ class UT3Masks(tuple):
             return False
         return all(
             a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
-            for a, b in zip(self, other)
+            for a, b in zip(tuple.__iter__(self), tuple.__iter__(other))
         )
 
     def __ne__(self, other):
@@ -207,32 +220,32 @@ class UT3Masks(tuple):
     @property
     def d(self):
         """Number of cores."""
-        return self[0].shape[0]
+        return tuple.__getitem__(self, 0).shape[0]
 
     @property
     def stack_shape(self):
         """Shape of the stack of trains."""
-        return self[0].shape[1:-1]
+        return tuple.__getitem__(self, 0).shape[1:-1]
 
     @property
     def n(self):
         """Padded Tucker rank."""
-        return self[0].shape[-1]
+        return tuple.__getitem__(self, 0).shape[-1]
 
     @property
     def r(self):
         """Padded TT rank."""
-        return self[1].shape[-1]
+        return tuple.__getitem__(self, 1).shape[-1]
 
     @property
     def tucker_ranks(self):
         """Tucker ranks, ``(d,) + stack`` ints (per stack element)."""
-        return self[0].sum(axis=-1)
+        return tuple.__getitem__(self, 0).sum(axis=-1)
 
     @property
     def tt_ranks(self):
         """TT ranks including both boundary bonds, ``(d + 1,) + stack`` ints."""
-        return self[1].sum(axis=-1)
+        return tuple.__getitem__(self, 1).sum(axis=-1)
 
 
 KernelCacheInfo = collections.namedtuple("KernelCacheInfo", ["hits", "misses", "maxsize", "currsize"])
@@ -256,9 +269,10 @@ class KernelCache:
     ``sys.modules`` for Numba's cache loads, its index tables with it: at
     most 1 MB a table) nor its machine code: Numba never unloads code it has
     compiled, so every compiled kernel (per operation, structure and dtype)
-    costs memory (about 2 MiB, measured for ``to_dense``) for the life of
-    the process, whether or not its entry is evicted, besides its compile
-    time (about 0.4 s).
+    costs memory for the life of the process, whether or not its entry is
+    evicted (measured for ``to_dense``, resident memory per new structure:
+    about 3 MiB compiled in the process, 1 MiB loaded from Numba's on-disk
+    cache), besides its compile time (about 0.4 s).
     A loop whose structures keep changing (ranks chosen per iteration)
     grows the process by that much per new structure; reuse structures,
     e.g. pad to fixed ranks, to keep it bounded.  An evicted structure met
@@ -271,23 +285,42 @@ class KernelCache:
         self._maxsize = maxsize
         self._store = collections.OrderedDict()
         self._lock = threading.Lock()
+        self._building = {}   # key -> Event set when its one build ends
         self.hits = 0
         self.misses = 0
 
     def get(self, key, factory):
-        """Return the kernel stored under ``key``, building it on a miss."""
-        with self._lock:
-            kernel = self._store.get(key)
-            if kernel is not None:
-                self.hits += 1
-                self._store.move_to_end(key)
-                return kernel
-            self.misses += 1
-        kernel = factory()
-        with self._lock:
-            self._store[key] = kernel
-            while len(self._store) > self._maxsize:
-                self._store.popitem(last=False)
+        """Return the kernel stored under ``key``, building it on a miss.
+
+        One build per key: threads meeting a new structure at once wait for
+        the first one's kernel (and count as hits) instead of each building
+        -- and, without a writable disk cache, compiling -- their own."""
+        while True:
+            with self._lock:
+                kernel = self._store.get(key)
+                if kernel is not None:
+                    self.hits += 1
+                    self._store.move_to_end(key)
+                    return kernel
+                done = self._building.get(key)
+                if done is None:
+                    done = self._building[key] = threading.Event()
+                    self.misses += 1
+                    break
+            # the factory runs outside the lock (a compile takes a second);
+            # after its end the entry is there -- or the build failed, or it
+            # was evicted at once, and this thread tries itself
+            done.wait()
+        try:
+            kernel = factory()
+            with self._lock:
+                self._store[key] = kernel
+                while len(self._store) > self._maxsize:
+                    self._store.popitem(last=False)
+        finally:
+            with self._lock:
+                self._building.pop(key, None)
+            done.set()
         return kernel
 
     def info(self):
@@ -315,6 +348,8 @@ def _after_fork_in_child():
     # lookup, kernel_cache_info): in the child no thread would release it
     # and the first train op hung; the stored kernels stay usable
     KERNELS._lock = threading.Lock()
+    # and a build running in another thread at the fork never ends here
+    KERNELS._building = {}
 
 
 if hasattr(os, "register_at_fork"):
@@ -336,7 +371,8 @@ def kernel_cache_info():
     -----
     Entries beyond ``maxsize`` are evicted, but the machine code Numba
     compiled for them stays in memory for the life of the process (about
-    2 MiB per compiled kernel); see :class:`KernelCache`.
+    3 MiB per compiled kernel, 1 MiB per one loaded from disk); see
+    :class:`KernelCache`.
     """
     return KERNELS.info()
 

@@ -1263,7 +1263,8 @@ def _chain(p, V):
     CuPy: batched ``einsum`` on the masked TT supercore."""
     G = p.G
     if _use_numba(p.xp):
-        key = ("chain", p.shape, (p.n, p.r), p.masks.stack_flat())
+        # (nor the mode sizes: the chain reads the vectors as they come)
+        key = ("chain", (p.n, p.r), p.masks.stack_flat())
         kernel = KERNELS.get(key, lambda: _k.build_ut3_chain(*_tables(p)))
         dt = np.result_type(V.dtype, G.dtype)
         out = np.empty((p.S, V.shape[2]), dtype=dt)
