@@ -12,6 +12,7 @@ The ``path`` fixture runs a test twice on NumPy supercores: through the Numba
 kernels, and through the array-module path that CuPy supercores take.
 """
 import concurrent.futures
+import contextlib
 import functools
 import math
 import os
@@ -1797,28 +1798,6 @@ def test_threaded_stack_in_a_forked_child(rng, monkeypatch):
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 
-def test_kernel_cache_lock_held_at_a_fork(rng):
-    """A child forked while another thread of the parent held the kernel
-    cache's lock (a lookup, ``kernel_cache_info``) hung in its first train op:
-    no thread of the child would release it.  The child gets a lock of its own."""
-    if not hasattr(os, "fork"):
-        pytest.skip("needs os.fork")
-    from zorch_nb.tt_masks import KERNELS
-    x = random_stack(rng, 3)
-    want = x.to_dense()
-    with KERNELS._lock:  # (held as by another thread at the fork)
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child's coverage is not collected
-            ok = False
-            try:
-                signal.alarm(60)  # a hang ends the child, not the suite
-                ok = x.to_dense().tobytes() == want.tobytes()
-            finally:
-                os._exit(0 if ok else 3)
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
-
-
 def test_kernel_cache_builds_each_key_once_across_threads():
     """Threads meeting a new structure at once each built (and, without a
     writable disk cache, compiled) their own kernel; the last one stored won
@@ -1861,19 +1840,33 @@ def test_kernel_cache_builds_each_key_once_across_threads():
     assert len(tries) == 2 and cache._building == {}
 
 
-def test_kernel_cache_build_running_at_a_fork(rng):
-    """A child forked while another thread of the parent was building a
-    kernel would wait for a build that never ends there."""
-    if not hasattr(os, "fork"):
-        pytest.skip("needs os.fork")
-    from zorch_nb.tt_masks import KERNELS
-    x = random_stack(rng, 3)
-    want = x.to_dense()
+@contextlib.contextmanager
+def _kernel_build_in_flight(x):
+    """The state of another thread building ``x``'s to_dense kernel."""
     p = tt_ops._parts(x.data)
     key = ("to_dense", x.shape, (p.n, p.r), x.masks.stack_flat())
     kernel = KERNELS._store.pop(key)
-    KERNELS._building[key] = threading.Event()  # (as by another thread at the fork)
+    KERNELS._building[key] = threading.Event()
     try:
+        yield
+    finally:
+        KERNELS._building.pop(key).set()
+        KERNELS._store[key] = kernel
+
+
+@pytest.mark.parametrize("held", ["lock", "build"])
+def test_kernel_cache_state_at_a_fork(rng, held):
+    """A child forked while another thread of the parent held the kernel
+    cache's lock (a lookup, ``kernel_cache_info``) hung in its first train op:
+    no thread of the child would release it; so would one forked while
+    another thread was building a kernel (a build that never ends there).
+    The child gets a lock and a table of builds of its own."""
+    if not hasattr(os, "fork"):
+        pytest.skip("needs os.fork")
+    x = random_stack(rng, 3)
+    want = x.to_dense()
+    # (held as by another thread at the fork)
+    with KERNELS._lock if held == "lock" else _kernel_build_in_flight(x):
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child's coverage is not collected
             ok = False
@@ -1882,9 +1875,6 @@ def test_kernel_cache_build_running_at_a_fork(rng):
                 ok = x.to_dense().tobytes() == want.tobytes()
             finally:
                 os._exit(0 if ok else 3)
-    finally:
-        KERNELS._building.pop(key).set()
-        KERNELS._store[key] = kernel
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 
