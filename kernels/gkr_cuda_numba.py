@@ -44,8 +44,8 @@ from .monty import canonical
 from .gkr_scalar import (MODE_BB, MODE_BE, MODE_EB, frac_bb, frac_be, frac_eb, frac_ee,
                          make_node_functions, make_slot_functions, mle_words,
                          output_mode)
-from .launch_checks import (check_gkr_fold, check_gkr_jagged, check_gkr_pyramid_flat,
-                            check_gkr_steps)
+from .launch_checks import (check_count_values, check_gkr_fold, check_gkr_jagged,
+                            check_gkr_pyramid_flat, check_gkr_steps)
 from .launch_config import (GKR_JAGGED_CHUNK, GKR_MAX_FUSED, GKR_NUMBA_SCAN_THREADS,
                             GKR_PYRAMID_THREADS, GKR_TILE_SLOTS_BASE, GKR_TILE_SLOTS_EXT,
                             block_for, gkr_pyramid_plan, grid_for)
@@ -164,9 +164,14 @@ def fold_dense_trusted(mode, n0, n1, d0, d1, on0, on1, od0, od1, f):
 
 def jagged_transition(rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f):
     """Jagged transition on the GPU (see :func:`.gkr_cpu.jagged_transition` for
-    the contract)."""
-    mode = check_gkr_jagged("gkr_cuda_numba.jagged_transition", f, rc, orc, prefix, n0, n1,
-                            d0, d1, on0, on1, od0, od1)
+    the contract).  Host counts are refused where the CPU kernel's scan
+    refuses them (a negative count, ``sum(rc)`` past the input: reads
+    outside it); device counts are the caller's obligation (reading them
+    would synchronize)."""
+    where = "gkr_cuda_numba.jagged_transition"
+    mode = check_gkr_jagged(where, f, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1)
+    if _on_host(rc, orc):
+        check_count_values(where, rc, n0.shape[0], [("orc", orc, on0.shape[0])])
     jagged_transition_trusted(mode, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f)
 
 
@@ -331,7 +336,8 @@ def pyramid_dense(first, buffers, f):
     Launches follow :func:`~.launch_config.gkr_pyramid_plan`; host buffers
     are copied back once at the end.
     """
-    mode = check_gkr_pyramid_flat("gkr_cuda_numba.pyramid_dense", f, first, buffers)
+    mode, first, buffers = check_gkr_pyramid_flat("gkr_cuda_numba.pyramid_dense", f, first,
+                                                  buffers)
     p, mu, wm, _ = kernel_words(f)
     out_mode = output_mode(mode)
     stream = stream_for(*first, *buffers)
@@ -520,10 +526,20 @@ def jagged_chunk(rc, prefix, first, steps, f):
     ``(orc, (on0, on1, od0, od1))`` of layer ``l + 1``; ``prefix`` int64
     scratch of at least ``(GKR_JAGGED_CHUNK + 1) * nb``.  Host counts and
     ``prefix`` are scanned on the host; else a one-block kernel scans them
-    on the device (no sync).
+    on the device (no sync).  Host counts outside the schedule's contract
+    are refused (:func:`.launch_checks.check_count_values`: a negative
+    count, ``sum(rc)`` past the input, a step's ``orc[s] < ceil(c[s] / 2)``
+    or ``sum(orc)`` past its width -- the fused kernel would write past an
+    output or leave live slots unwritten); device counts are the caller's
+    obligation, as on the CuPy backend.
     """
-    mode = check_gkr_steps("gkr_cuda_numba.jagged_chunk", f, rc, prefix, first, steps,
-                           GKR_JAGGED_CHUNK, GKR_JAGGED_CHUNK + 1)
+    where = "gkr_cuda_numba.jagged_chunk"
+    mode, first, steps = check_gkr_steps(where, f, rc, prefix, first, steps,
+                                         GKR_JAGGED_CHUNK, GKR_JAGGED_CHUNK + 1)
+    if _on_host(rc, *(orc for orc, _ in steps)):
+        check_count_values(where, rc, first[0].shape[0],
+                           [(f"steps[{l}][0]", orc, outs[0].shape[0])
+                            for l, (orc, outs) in enumerate(steps)], fused=True)
     jagged_chunk_trusted(mode, rc, prefix, first, steps, f)
 
 

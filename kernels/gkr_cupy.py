@@ -205,7 +205,8 @@ def jagged_tail(rc, prefix, first, steps, f):
     ``2 nb``.  One launch per ``GKR_MAX_TAIL`` layers.  Checked as
     :func:`jagged_chunk` (any number of steps).
     """
-    mode = check_gkr_steps("gkr_cupy.jagged_tail", f, rc, prefix, first, steps, None, 2)
+    mode, first, steps = check_gkr_steps("gkr_cupy.jagged_tail", f, rc, prefix, first, steps,
+                                         None, 2)
     _check_steps_on_device("gkr_cupy.jagged_tail", rc, prefix, first, steps)
     jagged_tail_trusted(mode, rc, prefix, first, steps, f)
 
@@ -240,8 +241,8 @@ def jagged_chunk(rc, prefix, first, steps, f):
     The counts' values are the caller's obligation (see
     :func:`.gkr_cpu.jagged_transition`): they are never read back.
     """
-    mode = check_gkr_steps("gkr_cupy.jagged_chunk", f, rc, prefix, first, steps,
-                           GKR_JAGGED_CHUNK, GKR_JAGGED_CHUNK + 1)
+    mode, first, steps = check_gkr_steps("gkr_cupy.jagged_chunk", f, rc, prefix, first, steps,
+                                         GKR_JAGGED_CHUNK, GKR_JAGGED_CHUNK + 1)
     _check_steps_on_device("gkr_cupy.jagged_chunk", rc, prefix, first, steps)
     jagged_chunk_trusted(mode, rc, prefix, first, steps, f)
 

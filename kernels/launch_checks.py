@@ -47,7 +47,7 @@ __all__ = ["UNARY", "BINARY", "IN_PLACE_UNARY", "check_map", "check_bcast", "che
            "check_encode", "check_decode", "check_gkr_fold", "check_gkr_jagged",
            "check_gkr_pyramid", "check_gkr_pyramid_flat", "check_gkr_steps",
            "check_gkr_disjoint", "check_field", "check_host_arrays", "check_device_arrays",
-           "as_int"]
+           "check_count_values", "as_int"]
 
 _U32 = np.dtype(np.uint32)
 _I64 = np.dtype(np.int64)
@@ -568,7 +568,8 @@ def check_decode(where, f, w, out):
 # within the output) are the caller's obligation: reading device counts would
 # synchronize, and host ones cost O(nb); the object layer checks them.  (The
 # CPU jagged kernel's own scan refuses counts that would read outside its
-# inputs: see gkr_cpu.jagged_transition.)
+# inputs: see gkr_cpu.jagged_transition; the Numba-CUDA launchers, which take
+# host counts too, refuse those with check_count_values.)
 #
 # No written array (an output, the prefix scratch) may share memory with any
 # other argument: every slot reads its inputs in an order no launch fixes,
@@ -740,6 +741,7 @@ def _fast_outs(on0, on1, od0, od1, mode, n):
 
 
 _NOT_FAST = (AttributeError, IndexError, TypeError, ValueError)
+_SEQ = (list, tuple)
 
 
 def check_gkr_fold(where, f, n0, n1, d0, d1, on0, on1, od0, od1, disjoint=True):
@@ -837,6 +839,12 @@ def check_gkr_pyramid(where, f, first, layers, disjoint=True):
     """``pyramid_dense`` (CPU, CuPy): ``layers[l]`` = the four outputs of
     layer ``l + 1``, ``L >> (l + 1)`` elements each in the output mode.
     Returns ``(mode, first, layers)`` as lists.  O(number of layers)."""
+    # an iterator is read once: the hot path's unpacking would leave the
+    # general check (and the launch) an exhausted one
+    if type(first) not in _SEQ:
+        first = _four(where, "first", first)
+    if type(layers) not in _SEQ:
+        layers = _sequence(where, "layers", layers)
     try:  # the hot path: lists of NumPy or CuPy arrays of the documented forms
         got = _fast_ins(*first) if id(f) in _SHIPPED else None
         if got is not None:
@@ -845,7 +853,7 @@ def check_gkr_pyramid(where, f, first, layers, disjoint=True):
             if n and not n & (n - 1) and nl < n.bit_length():
                 for layer in layers:
                     n >>= 1
-                    if not _fast_outs(*layer, mode, n):
+                    if type(layer) not in _SEQ or not _fast_outs(*layer, mode, n):
                         break
                 else:
                     first, layers = list(first), [list(x) for x in layers]
@@ -874,7 +882,8 @@ def check_gkr_pyramid_flat(where, f, first, buffers):
     """``gkr_cuda_numba.pyramid_dense``: ``buffers[l]`` one flat uint32 array of
     ``on0 | on1 | od0 | od1`` of layer ``l + 1``: ``(L >> (l + 1)) * (2 nw + 2 dw)``
     words (``nw``/``dw``: 4 for extension numerators / denominators, else 1).
-    Returns the input mode."""
+    Returns ``(mode, first, buffers)``, the sequences as lists (an iterator is
+    read once, here)."""
     buffers = _sequence(where, "buffers", buffers)
     mode, n, first = _pyramid_first(where, f, first, len(buffers))
     nw = 4 if mode else 1
@@ -889,15 +898,16 @@ def check_gkr_pyramid_flat(where, f, first, buffers):
                              f"{nw} and {dw} words per numerator and denominator, not {s}")
     check_gkr_disjoint(where, [(f"buffers[{l}]", x) for l, x in enumerate(buffers)],
                        [(f"first[{i}]", x) for i, x in enumerate(first)])
-    return mode
+    return mode, first, buffers
 
 
 def check_gkr_steps(where, f, rc, prefix, first, steps, depth, rows):
     """``jagged_chunk`` / ``jagged_tail``: ``steps[l]`` = ``(orc, (on0, on1,
     od0, od1))`` of layer ``l + 1`` -- ``orc`` int32 ``(nb,)``, four outputs of
     one width in the output mode -- exactly ``depth`` steps (None: any
-    number), ``prefix`` int64 of at least ``rows * nb`` elements.  Returns the
-    input mode."""
+    number), ``prefix`` int64 of at least ``rows * nb`` elements.  Returns
+    ``(mode, first, steps)``: the sequences as lists, each step as ``(orc,
+    [on0, on1, od0, od1])`` (an iterator is read once, here)."""
     check_field(where, f)
     steps = _sequence(where, "steps", steps)
     if depth is not None and len(steps) != depth:
@@ -913,6 +923,7 @@ def check_gkr_steps(where, f, rc, prefix, first, steps, depth, rows):
     mode, _ = _layer_in(where, [f"first[{i}]" for i in range(4)], first)
     written, read = [("prefix", prefix)], [("rc", rc)]
     read += [(f"first[{i}]", x) for i, x in enumerate(first)]
+    checked = []
     for l, step in enumerate(steps):
         try:
             orc, outs = step
@@ -927,6 +938,48 @@ def check_gkr_steps(where, f, rc, prefix, first, steps, depth, rows):
                    "one width for a step's four outputs")
         read.append((f"steps[{l}][0]", orc))
         written += list(zip(names, outs))
+        checked.append((orc, outs))
     check_gkr_disjoint(where, written, read)
-    return mode
+    return mode, first, checked
+
+
+def check_count_values(where, rc, length, steps=(), fused=False):
+    """Refuse host row counts a GPU kernel would take outside its arrays.
+
+    ``rc``: the input layer's counts over ``length`` elements; ``steps``:
+    ``(name, orc, width)`` per output layer.  Every count must be ``>= 0``
+    and ``sum(rc) <= length`` (else the kernels read past the inputs, as the
+    CPU kernel's scan refuses).  ``fused`` (a jagged chunk, which stores
+    every node of a slot's subtree): also ``orc[s] >= ceil(c[s] / 2)`` of
+    the layer below and ``sum(orc) <= width`` -- a truncating schedule left
+    live slots unwritten there, an overrunning one wrote past the width.
+    O(nb) per layer; device counts are not read (that would synchronize).
+    """
+    layers = [("rc", np.asarray(rc), length)] + [(n, np.asarray(c), w) for n, c, w in steps]
+    # the first negative count slot by slot, rc before the steps (the CPU scan's order)
+    negative = [(int(np.argmax(c < 0)), l) for l, (_, c, _) in enumerate(layers)
+                if c.size and c.min() < 0]
+    if negative:
+        s, l = min(negative)
+        name = layers[l][0]
+        raise ValueError(f"{where}: argument `{name}` must hold counts >= 0, but "
+                         f"{name}[{s}] = {int(layers[l][1][s])}")
+    total = int(layers[0][1].sum(dtype=np.int64))
+    if total > length:
+        raise ValueError(f"{where}: argument `rc` sums to {total}, more than the input "
+                         f"length {length}")
+    if not fused:
+        return
+    for (below, c, _), (name, orc, width) in zip(layers, layers[1:]):
+        short = orc.astype(np.int64) < (c.astype(np.int64) + 1) // 2
+        if short.any():
+            s = int(np.argmax(short))
+            raise ValueError(f"{where}: argument `{name}` must hold at least ceil({below}[s] "
+                             f"/ 2) rows per segment (the fused kernel writes every live "
+                             f"slot of the layer), but {name}[{s}] = {int(orc[s])} < "
+                             f"ceil({int(c[s])} / 2)")
+        total = int(orc.sum(dtype=np.int64))
+        if total > width:
+            raise ValueError(f"{where}: argument `{name}` sums to {total}, more than its "
+                             f"outputs' width {width}")
 

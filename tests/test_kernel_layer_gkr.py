@@ -111,10 +111,9 @@ def _flat_buffers(layers, backend):
             for o in layers]
 
 
-@pytest.mark.parametrize("ne,de", MODES)
-def test_pyramid_dense_matches_big_ints(k, ne, de):
-    k, backend = k
-    n, depth = 16, 3  # fewer layers than log2(16): a pyramid may stop early
+def _check_pyramid(k, backend, ne, de, n, depth, seq=list):
+    """A dense pyramid of ``depth`` layers against the big ints, its sequence
+    arguments passed through ``seq`` (``iter``: read once)."""
     ins = layer(F, n, ne, de, seed=2)
     want, ref = [], naive_gkr.layer_from_words(F.name, *ins)
     for _ in range(depth):
@@ -123,15 +122,21 @@ def test_pyramid_dense_matches_big_ints(k, ne, de):
     layers = [outs(n >> (l + 1), ne, de, backend) for l in range(depth)]
     if backend == "numba":
         bufs = _flat_buffers(layers, backend)
-        k.pyramid_dense(dev(ins, backend), bufs, F.params)
+        k.pyramid_dense(seq(dev(ins, backend)), seq(bufs), F.params)
         got = [to_host(b) for b in bufs]
         want = [np.concatenate([w.reshape(-1) for w in ws]) for ws in want]
         for g, w in zip(got, want):
             np.testing.assert_array_equal(g, w)
     else:
-        k.pyramid_dense(dev(ins, backend), layers, F.params)
+        k.pyramid_dense(seq(dev(ins, backend)), seq([seq(o) for o in layers]), F.params)
         for l, (g, w) in enumerate(zip(layers, want)):
             assert_words(g, w, f"layer {l + 1}")
+
+
+@pytest.mark.parametrize("ne,de", MODES)
+def test_pyramid_dense_matches_big_ints(k, ne, de):
+    k, backend = k
+    _check_pyramid(k, backend, ne, de, 16, 3)  # fewer layers than log2(16): it may stop early
 
 
 def _jagged_steps(backend, ne, de, nb_counts=((5, 2, 0, 7), (3, 1, 0, 4), (2, 1, 0, 2),
@@ -363,6 +368,7 @@ def test_refused_calls_write_nothing(k):
     assert (to_host(buf) == 7).all()
 
 
+@pytest.mark.parametrize("backend", ["cpu", pytest.param("numba", marks=pytest.mark.cudasim)])
 @pytest.mark.parametrize("rc, orc, message", [
     ([3, -1], [2, 1], r"`rc` must hold counts >= 0, but rc\[1\] = -1"),
     ([3, 2], [2, -1], r"`orc` must hold counts >= 0, but orc\[1\] = -1"),
@@ -370,22 +376,72 @@ def test_refused_calls_write_nothing(k):
     ([-4, 9], [0, 5], r"`rc` must hold counts >= 0, but rc\[0\] = -4"),  # (the sum fits)
     ([0, -1], [-1, 0], r"`orc` must hold counts >= 0, but orc\[0\] = -1"),  # the scan's first
 ])
-def test_cpu_jagged_counts_that_would_read_out_of_bounds_are_refused(rc, orc, message):
+def test_jagged_host_counts_that_would_read_out_of_bounds_are_refused(backend, rc, orc, message):
     """The CPU kernel indexes with the counts unchecked: its own scan refuses
     values that would read outside the inputs (a direct caller's rc summing
-    past the input read past it), writing no output; truncating schedules
-    and sum(orc) past the width stay in bounds and keep their per-slot
-    meaning (tests/test_gkr_cpu_fast.py)."""
-    from zorch_nb.kernels import gkr_cpu
+    past the input read past it), writing no output.  Host counts cost the
+    Numba-CUDA launcher an O(nb) look and no sync: it refuses the same
+    (rc past the input read past it on the GPU, a negative count ran
+    silently).  Truncating schedules and sum(orc) past the width stay in
+    bounds and keep their per-slot meaning (tests/test_gkr_cpu_fast.py)."""
+    k = kernels_for(backend, "gkr")
     outs_ = outs(3, False, True, "cpu")
     for o in outs_:
         o.fill(7)
-    with pytest.raises(ValueError, match="gkr_cpu.jagged_transition: argument " + message):
-        _jagged(gkr_cpu, "cpu", rc=np.array(rc, np.int32), orc=np.array(orc, np.int32),
-                outs_=outs_)
+    where = {"cpu": "gkr_cpu", "numba": "gkr_cuda_numba"}[backend]
+    with pytest.raises(ValueError, match=where + ".jagged_transition: argument " + message):
+        _jagged(k, "cpu", rc=np.array(rc, np.int32), orc=np.array(orc, np.int32), outs_=outs_)
     assert all((o == 7).all() for o in outs_)
-    _jagged(gkr_cpu, "cpu", rc=np.array([3, 2], np.int32), orc=np.array([1, 3], np.int32),
+    _jagged(k, "cpu", rc=np.array([3, 2], np.int32), orc=np.array([1, 3], np.int32),
             outs_=outs_)  # truncating, sum(orc) past the width 3: runs
+
+
+@pytest.mark.cudasim
+@pytest.mark.parametrize("step, counts, message", [
+    (None, (6, 2, 0, 7), r"`rc` sums to 15, more than the input length 14"),
+    (0, (3, 1, 0, -4), r"`steps\[0\]\[0\]` must hold counts >= 0, but steps\[0\]\[0\]\[3\] = -4"),
+    # truncating: layer 1's live slots were left unwritten by the fused kernel
+    (0, (3, 1, 0, 3), r"`steps\[0\]\[0\]` must hold at least ceil\(rc\[s\] / 2\) rows .* "
+                      r"steps\[0\]\[0\]\[3\] = 3 < ceil\(7 / 2\)"),
+    (2, (1, 0, 0, 1), r"`steps\[2\]\[0\]` must hold at least ceil\(steps\[1\]\[0\]\[s\] / 2\)"),
+    # past the width (sum + 1): the fused kernel wrote past the outputs
+    (1, (2, 1, 0, 4), r"`steps\[1\]\[0\]` sums to 7, more than its outputs' width 6"),
+])
+def test_numba_fused_chunk_host_counts_outside_the_schedule_are_refused(step, counts, message):
+    """The fused chunk stores every node of a slot's subtree at
+    prefix - count + i: host counts overrunning a step's width wrote past
+    its outputs (an IndexError under the simulator, memory corruption on a
+    GPU), truncating ones left live slots unwritten.  Refused before any
+    launch, naming the step; device counts stay the caller's obligation."""
+    from zorch_nb.kernels import gkr_cuda_numba
+    rc, ins, steps, want = _jagged_steps("cpu", False, True)
+    if step is None:
+        rc = np.array(counts, np.int32)
+    else:
+        steps[step] = (np.array(counts, np.int32), steps[step][1])
+    for _, layer_ in steps:
+        for o in layer_:
+            o.fill(7)
+    with pytest.raises(ValueError, match="gkr_cuda_numba.jagged_chunk: argument " + message):
+        gkr_cuda_numba.jagged_chunk(rc, np.zeros(16, np.int64), ins, steps, F.params)
+    assert all((o == 7).all() for _, layer_ in steps for o in layer_)
+
+
+@pytest.mark.parametrize("ne,de", MODES[::3])
+def test_sequences_may_be_iterators(k, ne, de):
+    """The checks read the sequence arguments once (an iterator is exhausted
+    after it) and the launchers used the caller's again: a TypeError
+    ('list_iterator' is not subscriptable), 'max() arg is an empty
+    sequence', or a kernel launched with its arguments shifted."""
+    k, backend = k
+    _check_pyramid(k, backend, ne, de, 16, 2, seq=iter)
+    if backend == "cpu":
+        return
+    rc, ins, steps, want = _jagged_steps(backend, ne, de)
+    k.jagged_chunk(rc, zeros(16, backend, np.int64), iter(ins),
+                   iter([(orc, iter(o)) for orc, o in steps]), F.params)
+    for l, ((_, got), w) in enumerate(zip(steps, want)):
+        assert_words(got, w, f"chunk layer {l + 1}")
 
 
 def test_read_only_outputs_refused():
