@@ -636,6 +636,28 @@ def test_crafted_graph_with_valid_checksum_is_refused():
     assert fmt.FORMAT_VERSION == 1
 
 
+def test_broadcast_flags_other_than_0_and_1_are_refused(monkeypatch):
+    """A flag byte of 2..255 decoded as True and encoded back as 1: a file
+    (with a valid checksum) that did not round-trip."""
+    from zorch_nb import graph_format as fmt
+    ctx = Context()
+    a, c = reference_program(ctx)
+    g = ctx.generate_computation_graph([a], [c])
+    real = fmt._Writer.arr
+
+    def odd_flags(self, values, dtype):
+        if dtype == "<u1" and len(values):
+            values = [2 + int(values[0]) * 7] + list(values[1:])
+        return real(self, values, dtype)
+
+    with monkeypatch.context() as m:
+        m.setattr(fmt._Writer, "arr", odd_flags)
+        data = g.to_bytes()
+    with pytest.raises(ValueError, match="corrupted graph: a broadcast flag is (2|9), not 0 or 1"):
+        ComputationGraph.from_bytes(data)
+    assert ComputationGraph.from_bytes(g.to_bytes()).to_bytes() == g.to_bytes()
+
+
 def test_hand_built_graph_is_validated_before_its_first_replay():
     """The constructor is public and the evaluators index unchecked: a graph built
     by hand is checked as a decoded file is (an offset past its buffer segfaulted,

@@ -1819,18 +1819,19 @@ def test_kernel_cache_builds_each_key_once_across_threads():
     assert len(calls) == 1 and len(got) == 1
     assert cache.info()[:2] == (7, 1) and cache._building == {}
 
-    tries, release = [], threading.Event()
+    tries, building, release = [], threading.Event(), threading.Event()
 
     def failing_once():
         tries.append(1)
         if len(tries) == 1:
+            building.set()
             release.wait(5)
             raise RuntimeError("first build fails")
         return "kernel"
 
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         first = pool.submit(cache.get, "f", failing_once)
-        time.sleep(0.1)
+        assert building.wait(5)  # the first call is the builder
         second = pool.submit(cache.get, "f", failing_once)
         time.sleep(0.1)
         release.set()
@@ -1977,6 +1978,17 @@ def test_load_refuses_what_is_not_a_ut3_file(tmp_path):
                                              rf"int64 data of shape \(1000000000000,\), but "
                                              f"holds 16"):
             UniformTuckerTensorTrain.load(tmp_path / "claims.npz")
+    # found by fuzzing: one flipped field of an entry's central-directory
+    # record (encrypted, an unknown compression method or zip version) raised
+    # zipfile's RuntimeError / NotImplementedError
+    import struct
+    record = raw.index(b"PK\x01\x02")
+    for offset, value in ((8, 1), (10, 99), (6, 255), (8, 0x20)):
+        bad = bytearray(raw)
+        bad[record + offset:record + offset + 2] = struct.pack("<H", value)
+        with pytest.raises(ValueError, match="not a zorch_nb UT3 file: (an entry is corrupted"
+                                             "|an empty, truncated or corrupted)"):
+            UniformTuckerTensorTrain.load(io.BytesIO(bytes(bad)))
     # neither a name nor a binary file: NumPy's errors named no argument
     with open(tmp_path / "t.txt", "w") as text:
         for bad, what in ((None, "not NoneType"), (3, "not int"),

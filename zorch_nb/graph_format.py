@@ -346,7 +346,7 @@ def graph_from_bytes(data) -> "object":
             tuple(int(b) for b in r.arr("<u4", "template inputs")),
             tuple(int(b) for b in r.arr("<u4", "template outputs")),
             r.u64("template"), r.u64("template"),
-            tuple(bool(x) for x in r.arr("<u1", "broadcast flags"))))
+            _flags(r.arr("<u1", "broadcast flags"))))
     specs = []
     for what in ("inputs", "outputs"):
         specs.append(tuple((r.u32(what), _read_history(r)) for _ in range(r.count(what))))
@@ -357,6 +357,15 @@ def graph_from_bytes(data) -> "object":
         raise ValueError(f"corrupted graph: {len(r.data) - r.pos} bytes left after the payload")
     return ComputationGraph(field, kernels, compiled, points, templates, specs[0], specs[1],
                             constants, commitments)._checked()
+
+
+def _flags(raw):
+    """Broadcast flags as bools: bytes 0 and 1 only (any other byte decoded
+    as True and encoded back as 1: a file that did not round-trip)."""
+    odd = [int(x) for x in raw if x > 1]
+    if odd:
+        raise ValueError(f"corrupted graph: a broadcast flag is {odd[0]}, not 0 or 1")
+    return tuple(bool(x) for x in raw)
 
 
 def _bad(msg):

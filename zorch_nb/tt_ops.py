@@ -1970,7 +1970,8 @@ def _read_ut3_arrays(source, name, bad):
         if isinstance(name, str) and os.path.isfile(name) and os.path.getsize(name) == 0:
             raise bad("an empty, truncated or corrupted .npz archive (empty file)") from None
         raise bad("neither a .npz archive nor a .npy file") from None
-    except (EOFError, zipfile.BadZipFile, MemoryError) as exc:
+    except (EOFError, zipfile.BadZipFile, MemoryError, RuntimeError,
+            NotImplementedError) as exc:  # (zipfile's, as below)
         raise bad(f"an empty, truncated or corrupted .npz archive ({exc})") from None
     if not isinstance(z, np.lib.npyio.NpzFile):
         raise bad(f"a single .npy array of shape {getattr(z, 'shape', '?')}, not a .npz archive")
@@ -1981,8 +1982,11 @@ def _read_ut3_arrays(source, name, bad):
         try:
             wrong = next(filter(None, (_npy_size_mismatch(z, k) for k in _UT3_KEYS)), None)
             arrays = None if wrong else {k: z[k] for k in _UT3_KEYS}
-        except (ValueError, EOFError, OSError, zipfile.BadZipFile, zlib.error,
-                MemoryError) as exc:  # (a size claim past the memory: see _npy_size_mismatch)
+        # (MemoryError: a size claim past the memory, see _npy_size_mismatch;
+        # RuntimeError / NotImplementedError: zipfile's for an entry marked
+        # encrypted, or with an unknown compression method or zip version)
+        except (ValueError, EOFError, OSError, zipfile.BadZipFile, zlib.error, MemoryError,
+                RuntimeError, NotImplementedError) as exc:
             raise bad(f"an entry is corrupted or holds Python objects ({exc})") from None
         if wrong:
             raise bad(wrong)
