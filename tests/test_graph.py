@@ -887,6 +887,14 @@ def test_crafted_counts_shapes_and_sizes_are_refused(monkeypatch):
     monkeypatch.setattr(graph_mod._backend, "physical_memory", lambda: 100)
     with pytest.raises(MemoryError, match=r"needs 0\.0 GiB for its 2 padded buffers"):
         run_computation_graph(g, [np.arange(32).reshape(16, 2)])
+    monkeypatch.undo()
+    # ... and in a container its memory limit is the machine's memory (the
+    # OOM killer ends a process past it; the host's RAM was read)
+    monkeypatch.setattr(graph_mod._backend, "cgroup_memory_limits",
+                        lambda root="/": [(3 << 30, 0), (100, 7)])
+    assert graph_mod._backend.physical_memory() == 100
+    with pytest.raises(MemoryError, match=r"needs 0\.0 GiB .* this machine has 0\.0 GiB"):
+        run_computation_graph(g, [np.arange(32).reshape(16, 2)])
 
 
 def test_output_layout_must_write_every_padded_slot_once():

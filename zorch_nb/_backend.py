@@ -316,13 +316,80 @@ def _require_cuda_target():
 
 
 def physical_memory():
-    """Bytes of RAM on this machine, or None where the OS does not say.
+    """Bytes of memory this process can have: the machine's RAM, or the
+    tightest cgroup memory limit over the process where that is smaller (a
+    container's), or None where neither is known.
 
     The guards that refuse host allocations no machine could hold (graph
     replays and calls, dense tensor trains) read it here: an overcommitting
-    OS grants such an allocation and then kills the process filling it.
+    OS grants such an allocation and then kills the process filling it (the
+    OOM killer does the same at a container's limit).
     """
     try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (AttributeError, ValueError, OSError):  # no sysconf (Windows) or no such name
+        ram = None
+    limits = [limit for limit, _ in cgroup_memory_limits()]
+    if ram is not None:
+        limits.append(ram)
+    return min(limits) if limits else None
+
+
+def _read_text(path):
+    try:
+        with open(path) as fh:
+            return fh.read()
+    except (OSError, UnicodeDecodeError):
         return None
+
+
+def _stat_value(text, key):
+    """``key``'s value in a cgroup memory.stat text, or 0."""
+    for line in (text or "").splitlines():
+        name, _, value = line.partition(" ")
+        if name == key and value.strip().isdigit():
+            return int(value)
+    return 0
+
+
+def cgroup_memory_limits(root="/"):
+    """``[(limit, used), ...]`` bytes of every cgroup memory limit over this
+    process: its own cgroup and every ancestor on cgroup v2, the hierarchy's
+    limit on v1; ``used`` without reclaimable page cache (inactive files, as
+    MemAvailable counts them).  Empty where there is no limit or no cgroup
+    to read (not Linux).  ``root``: where ``/proc`` and ``/sys`` are (tests)."""
+    text = _read_text(os.path.join(root, "proc/self/cgroup"))
+    found = []
+    for line in (text or "").splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, path = parts
+        if controllers == "":      # v2: memory.max at every level up to the root
+            base = os.path.normpath(os.path.join(root, "sys/fs/cgroup"))
+            here = os.path.normpath(os.path.join(base, path.strip("/")))
+            if not os.path.isdir(here):    # a namespace's root shows "/"
+                here = base
+            while True:
+                limit = (_read_text(os.path.join(here, "memory.max")) or "").strip()
+                used = (_read_text(os.path.join(here, "memory.current")) or "").strip()
+                if limit.isdigit() and used.isdigit():
+                    cache = _stat_value(_read_text(os.path.join(here, "memory.stat")),
+                                        "inactive_file")
+                    found.append((int(limit), max(0, int(used) - cache)))
+                if here == base or not here.startswith(base + os.sep):
+                    break
+                here = os.path.dirname(here)
+        elif "memory" in controllers.split(","):   # v1: the hierarchy's limit
+            base = os.path.join(root, "sys/fs/cgroup/memory")
+            here = os.path.join(base, path.strip("/"))
+            if not os.path.isdir(here):
+                here = base
+            stat = _read_text(os.path.join(here, "memory.stat"))
+            limit = _stat_value(stat, "hierarchical_memory_limit")
+            used = (_read_text(os.path.join(here, "memory.usage_in_bytes")) or "").strip()
+            # "no limit" is the largest page-aligned int64 (9223372036854771712)
+            if 0 < limit < 1 << 62 and used.isdigit():
+                cache = _stat_value(stat, "total_inactive_file")
+                found.append((limit, max(0, int(used) - cache)))
+    return found

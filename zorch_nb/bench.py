@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
+from . import _backend
 from .fields import KoalaBear
 
 
@@ -752,65 +753,11 @@ def _available_memory(root="/"):
     return room if avail is None else min(avail, room)
 
 
-def _read_text(path):
-    try:
-        with open(path) as fh:
-            return fh.read()
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
-def _stat_value(text, key):
-    """``key``'s value in a cgroup memory.stat text, or 0."""
-    for line in (text or "").splitlines():
-        name, _, value = line.partition(" ")
-        if name == key and value.strip().isdigit():
-            return int(value)
-    return 0
-
-
 def _cgroup_room(root="/"):
-    """Bytes left under the tightest cgroup memory limit over this process
-    (its own cgroup and every ancestor; v2 and v1), or None where there is no
-    limit or no cgroup to read.  Reclaimable page cache (inactive files)
-    counts as room, as in MemAvailable."""
-    text = _read_text(os.path.join(root, "proc/self/cgroup"))
-    if text is None:
-        return None
-    rooms = []
-    for line in text.splitlines():
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        _, controllers, path = parts
-        if controllers == "":      # v2: memory.max at every level up to the root
-            base = os.path.normpath(os.path.join(root, "sys/fs/cgroup"))
-            here = os.path.normpath(os.path.join(base, path.strip("/")))
-            if not os.path.isdir(here):    # a namespace's root shows "/"
-                here = base
-            while True:
-                limit = (_read_text(os.path.join(here, "memory.max")) or "").strip()
-                used = (_read_text(os.path.join(here, "memory.current")) or "").strip()
-                if limit.isdigit() and used.isdigit():
-                    cache = _stat_value(_read_text(os.path.join(here, "memory.stat")),
-                                        "inactive_file")
-                    rooms.append(int(limit) - max(0, int(used) - cache))
-                if here == base or not here.startswith(base + os.sep):
-                    break
-                here = os.path.dirname(here)
-        elif "memory" in controllers.split(","):   # v1: the hierarchy's limit
-            base = os.path.join(root, "sys/fs/cgroup/memory")
-            here = os.path.join(base, path.strip("/"))
-            if not os.path.isdir(here):
-                here = base
-            stat = _read_text(os.path.join(here, "memory.stat"))
-            limit = _stat_value(stat, "hierarchical_memory_limit")
-            used = (_read_text(os.path.join(here, "memory.usage_in_bytes")) or "").strip()
-            # "no limit" is the largest page-aligned int64 (9223372036854771712)
-            if 0 < limit < 1 << 62 and used.isdigit():
-                cache = _stat_value(stat, "total_inactive_file")
-                rooms.append(limit - max(0, int(used) - cache))
-    return max(0, min(rooms)) if rooms else None
+    """Bytes left under the tightest cgroup memory limit over this process,
+    or None where there is none (see :func:`._backend.cgroup_memory_limits`)."""
+    limits = _backend.cgroup_memory_limits(root)
+    return max(0, min(limit - used for limit, used in limits)) if limits else None
 
 
 def _memory_problem(sizes):
