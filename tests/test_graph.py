@@ -892,9 +892,15 @@ def test_crafted_counts_shapes_and_sizes_are_refused(monkeypatch):
     # OOM killer ends a process past it; the host's RAM was read)
     monkeypatch.setattr(graph_mod._backend, "cgroup_memory_limits",
                         lambda root="/": [(3 << 30, 0), (100, 7)])
-    assert graph_mod._backend.physical_memory() == 100
-    with pytest.raises(MemoryError, match=r"needs 0\.0 GiB .* this machine has 0\.0 GiB"):
-        run_computation_graph(g, [np.arange(32).reshape(16, 2)])
+    cap = graph_mod._backend._memory_cap  # (read once per process: again here)
+    cap.cache_clear()
+    try:
+        assert graph_mod._backend.physical_memory() == 100
+        with pytest.raises(MemoryError, match=r"needs 0\.0 GiB .* this machine has 0\.0 GiB"):
+            run_computation_graph(g, [np.arange(32).reshape(16, 2)])
+    finally:
+        monkeypatch.undo()
+        cap.cache_clear()
 
 
 def test_output_layout_must_write_every_padded_slot_once():
