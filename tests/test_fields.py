@@ -547,6 +547,26 @@ def test_pickle_keeps_fields_and_their_constants():
         PrimeField("Mine", (BABYBEAR.p,))
 
 
+def test_fields_are_immutable():
+    """`KoalaBear.params = BabyBear.params` was accepted: "KoalaBear" then
+    computed in BabyBear beside an extension still in KoalaBear, and its hash
+    changed inside every dict holding it; a rename broke its pickling as the
+    module's singleton."""
+    import pickle
+    h, want = hash(KoalaBear), KoalaBear.mul(KoalaBear.encode([5]), KoalaBear.encode([7]))
+    for F in (KoalaBear, KoalaBear.ext):
+        for name, value in (("params", BabyBear.params), ("name", "X"), ("ext", BabyBear.ext),
+                            ("cache", {})):
+            with pytest.raises(AttributeError, match="KoalaBear(.ext)? is immutable"):
+                setattr(F, name, value)
+        with pytest.raises(AttributeError, match="is immutable"):
+            del F.params
+    assert hash(KoalaBear) == h and KoalaBear.ext.p == KoalaBear.p == 2**31 - 2**24 + 1
+    assert pickle.loads(pickle.dumps(KoalaBear)) is KoalaBear
+    np.testing.assert_array_equal(
+        KoalaBear.mul(KoalaBear.encode([5]), KoalaBear.encode([7])), want)
+
+
 def test_numba_backend_without_a_gpu_is_a_clear_error():
     """No driver and no simulator: a ValueError naming `backend`, not Numba's own error."""
     import os

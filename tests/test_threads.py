@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
 _CHILD = textwrap.dedent("""
@@ -315,11 +316,22 @@ def test_context_in_a_child_forked_while_another_thread_records():
     assert codes <= {"10", "11"} and "11" in codes, res.stdout + res.stderr
 
 
-def test_context_is_not_pickled():
+def test_context_and_handles_are_not_pickled():
+    """A Handle's pickle or deepcopy went on to its Context, whose message
+    named only the Context; a shallow copy is the same immutable view."""
+    import copy
     import pickle
     from zorch_nb.graph import Context
-    with pytest.raises(TypeError, match="cannot be pickled.*generate_computation_graph"):
-        pickle.dumps(Context())
+    ctx = Context()
+    with pytest.raises(TypeError, match="Context holds live buffers and cannot be pickled.*"
+                                        "generate_computation_graph"):
+        pickle.dumps(ctx)
+    h = ctx.copy_to_device(np.arange(4))
+    for call in (pickle.dumps, copy.deepcopy):
+        with pytest.raises(TypeError, match=r"Handle is a view .* cannot be pickled or "
+                                            r"deep-copied; .*ctx\.copy_to_host\(handle\)"):
+            call(h)
+    assert copy.copy(h) is h
 
 
 def test_context_in_use_at_fork_survives_a_second_fork():

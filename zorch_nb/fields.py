@@ -1598,6 +1598,18 @@ class _FieldBase:
     def __repr__(self):
         return f"zorch_nb.{self.name}"
 
+    # Immutable, as the layers, graphs and tensor trains are: a field is a
+    # dict key by value (its hash), the kernels trust its params, and its
+    # extension copied them when it was built -- `KoalaBear.params =
+    # BabyBear.params` made "KoalaBear" compute in BabyBear beside an
+    # extension still in KoalaBear, and changed its hash inside every dict.
+    def __setattr__(self, name, value):
+        raise AttributeError(f"{self!r} is immutable: make another field with "
+                             f"PrimeField(name, params)")
+
+    def __delattr__(self, name):
+        raise AttributeError(f"{self!r} is immutable")
+
     def __reduce__(self):
         if _FIELDS_BY_NAME.get(self.name) is self:  # the module's instances stay singletons
             return (_field_by_name, (self.name,))
@@ -1714,9 +1726,9 @@ class PrimeField(_FieldBase):
 
     def __init__(self, name: str, params: FieldParams):
         check_field("PrimeField", params, "params")  # the kernels rely on its constants
-        self.name = name
-        self.params = params
-        self.ext = ExtensionField(self)
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "params", params)
+        object.__setattr__(self, "ext", ExtensionField(self))
 
     @property
     def one(self):
@@ -1740,9 +1752,9 @@ class ExtensionField(_FieldBase):
     degree = 4
 
     def __init__(self, base: PrimeField):
-        self.base = base
-        self.name = base.name + ".ext"
-        self.params = base.params
+        object.__setattr__(self, "base", base)
+        object.__setattr__(self, "name", base.name + ".ext")
+        object.__setattr__(self, "params", base.params)
 
     def from_base(self, a):
         """Embed base-field words ``a`` (any shape ``S``) as ``(a, 0, 0, 0)``, shape ``S + (4,)``.

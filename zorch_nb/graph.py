@@ -153,6 +153,16 @@ class Handle:
         """The view's shape."""
         return self._shape
 
+    def __copy__(self):
+        return self  # (immutable: a copy would be the same view)
+
+    def __reduce__(self):
+        # (pickling and deepcopy went on to the Context and named only that)
+        raise TypeError("A graph Handle is a view into its Context's live buffers and cannot "
+                        "be pickled or deep-copied; pickle its values (ctx.copy_to_host("
+                        "handle)) or the graph (generate_computation_graph(...), whose "
+                        "to_bytes() is a portable file)")
+
     @property
     def buffer_id(self) -> int:
         """The buffer, numbered in creation order within its context."""
