@@ -75,6 +75,26 @@ def test_monty_reduce_sum4_whole_range(field, impl):
         assert got == x * pow(R, -1, p) % p, x
 
 
+@pytest.mark.parametrize("field", FIELD_NAMES)
+@pytest.mark.parametrize("add, sub, neg", [
+    pytest.param(*(v.values[0] for v in vs), id=vs[0].id)
+    for vs in zip(*(_numba_variants(n) for n in ("mod_add", "mod_sub", "mod_neg")))])
+def test_modular_add_sub_neg_at_their_bounds(field, add, sub, neg):
+    """Canonical words in, canonical words out: a sum reaching p exactly
+    (1 + (p - 1)) and the negation of 0 must give 0, not p (the field and
+    graph kernels reach them through whole kernels, where no test met
+    either edge: a `>` for `>=` in mod_add, or mod_neg without its zero
+    case, passed every other test)."""
+    p = FIELDS[field].p
+    rng = np.random.default_rng(3)
+    vals = [0, 1, 2, p // 2, p // 2 + 1, p - 2, p - 1] + [int(v) for v in rng.integers(0, p, 8)]
+    for a in vals:
+        assert int(neg(np.uint32(a), np.uint32(p))) == -a % p, a
+        for b in vals:
+            assert int(add(np.uint32(a), np.uint32(b), np.uint32(p))) == (a + b) % p, (a, b)
+            assert int(sub(np.uint32(a), np.uint32(b), np.uint32(p))) == (a - b) % p, (a, b)
+
+
 def _words(p, seed=2):
     """Edge uint32 words around 0, p, 2p and 2**32, and a random spread."""
     edges = [0, 1, p - 1, p, p + 1, 2 * p - 1, 2 * p, 2 * p + 1, R - p - 1, R - p, R - 2, R - 1]
