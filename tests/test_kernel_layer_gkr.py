@@ -111,6 +111,32 @@ def _flat_buffers(layers, backend):
             for o in layers]
 
 
+@pytest.mark.parametrize("ne,de", MODES)
+def test_fold_dense_of_the_largest_words_matches_big_ints(k, ne, de):
+    """Every input word p - 1 (the largest sums of products; random words
+    almost never reach them): frac_ee's last numerator coefficient
+    overflowed with one reduction removed, and passed every other test."""
+    k, backend = k
+    ins = [np.full(s, F.p - 1, np.uint32) for s in out_shapes(2, ne, de)]
+    if not ne and de:  # the base numerators of a mixed layer
+        ins[:2] = [np.full(2, F.p - 1, np.uint32)] * 2
+    got = outs(1, ne, de, backend)
+    k.fold_dense(*dev(ins, backend), *got, F.params)
+    ref = naive_gkr.dense_transition(F.name, naive_gkr.layer_from_words(F.name, *ins))
+    assert_words(got, reference_words(F, ref))
+
+
+def test_touching_arrays_are_not_overlapping():
+    """The GPU launchers' overlap check: an output ending where an input
+    starts (adjacent slices of one buffer) shares no memory and is accepted."""
+    from zorch_nb.kernels.launch_checks import check_gkr_disjoint
+    buf = np.zeros(8, np.uint32)
+    check_gkr_disjoint("t", [("on0", buf[:4])], [("n0", buf[4:])])
+    check_gkr_disjoint("t", [("on0", buf[4:])], [("n0", buf[:4])])
+    with pytest.raises(ValueError, match="`on0`.*overlaps.*`n0`|`n0`.*`on0`"):
+        check_gkr_disjoint("t", [("on0", buf[:5])], [("n0", buf[4:])])
+
+
 def _check_pyramid(k, backend, ne, de, n, depth, seq=list):
     """A dense pyramid of ``depth`` layers against the big ints, its sequence
     arguments passed through ``seq`` (``iter``: read once)."""

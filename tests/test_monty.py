@@ -10,7 +10,7 @@ the host, each against Python big integers.
 import numpy as np
 import pytest
 
-from naive import P, W, dec, enc, ext_mul
+from naive import P, W, dec, enc, ext_mul, ext_pow
 from zorch_nb.kernels import monty
 from zorch_nb.kernels.field_params import FIELDS
 from cuda_host import compile_host, ptr
@@ -313,3 +313,44 @@ def test_broken_field_constants_are_refused(field):
                          (f._replace(p=f.p + 2), "prime|4 does not divide")]:
         with pytest.raises(RuntimeError, match=f"{field}: .*({what})"):
             field_params._check(broken)
+
+
+@pytest.mark.parametrize("field", FIELD_NAMES)
+def test_scalar_powers_and_folds_at_the_words_that_overflow(field):
+    """Inputs found by mutation testing, each of which passed every other
+    test with one reduction or bound removed: a 32-bit exponent's top bit
+    (mont_pow_u32), bit 128 of a 128-bit exponent (exponent_bit: 0, a shift
+    by 64 read it as bit 64), and non-canonical words whose sums overflow
+    64 bits unless ext4_fold reduces r and ext4_pow reduces a[3] first (the
+    Numba-CUDA kernels pass them raw)."""
+    f = FIELDS[field]
+    p, w = f.p, W[_BIG[field]]
+    pp, mu, wm, one = np.uint32(p), np.uint32(f.mu_neg), np.uint32(f.w_mont), np.uint32(f.r_mod_p)
+    for impl in (monty.mont_pow_u32, getattr(monty.mont_pow_u32, "py_func", None)):
+        if impl is not None:
+            for e in (2**31, 2**32 - 1, 2**31 + 1):
+                got = impl(np.uint32(enc(2, p)), np.uint32(e), pp, mu, one)
+                assert dec(int(got), p) == pow(2, e, p), e
+    bit = monty.exponent_bit
+    for impl in (bit, getattr(bit, "py_func", bit)):
+        for hi, lo, k, want in ((1, 0, 128, 0), (1, 0, 64, 1), (0, 1, 64, 0), (2**63, 0, 127, 1),
+                                (0, 2**63, 63, 1), (2**64 - 1, 2**64 - 1, 129, 0)):
+            assert int(impl(np.uint64(hi), np.uint64(lo), k)) == want, (hi, lo, k)
+    # r = (2**32 - 1, rj, rj, rj) with W * rj the word p - 1; lo 0, hi p - 1
+    rj = enc(dec(p - 1, p) * pow(w, -1, p) % p, p)
+    lo, hi, r = [0] * 4, [p - 1] * 4, [R - 1, rj, rj, rj]
+    vals = [[dec(x % p, p) for x in v] for v in (lo, hi, r)]
+    want = [(x + y) % p for x, y in zip(
+        vals[0], ext_mul([(x - y) % p for x, y in zip(vals[1], vals[0])], vals[2], p, w))]
+    for fold in (monty.ext4_fold, getattr(monty.ext4_fold, "py_func", None)):
+        if fold is not None:
+            got = fold(*(np.uint32(x) for x in lo + hi + r), 4, 4, pp, mu, wm)
+            assert [dec(int(g), p) for g in got] == want
+    a = [p - 46, p - 7, p - 49, R - 1]
+    for e in (35, 2**64 + 35):
+        want = ext_pow([dec(x % p, p) for x in a], e, p, w)
+        for pw in (monty.ext4_pow, getattr(monty.ext4_pow, "py_func", None)):
+            if pw is not None:
+                got = pw(*(np.uint32(x) for x in a), np.uint64(e >> 64), np.uint64(e % 2**64),
+                         e.bit_length(), pp, mu, wm, one)
+                assert [dec(int(g), p) for g in got] == want, e
