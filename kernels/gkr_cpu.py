@@ -104,8 +104,8 @@ from .cpu_threads import sized, tasks
 from .field_params import kernel_words
 from .launch_config import (CPU_LANE_RUN, GKR_CPU_JAGGED_CHUNK, GKR_CPU_SHORT_SEGMENT,
                             gkr_cpu_pyramid_plan)
-from .launch_checks import (check_gkr_disjoint, check_gkr_fold, check_gkr_jagged,
-                            check_gkr_pyramid, check_host_arrays)
+from .launch_checks import (check_count_values, check_gkr_disjoint, check_gkr_fold,
+                            check_gkr_jagged, check_gkr_pyramid, check_host_arrays)
 from .vector_width import njit_lanes64
 
 # The launchers, and the mode numbering their kernels take (callers of the
@@ -600,18 +600,6 @@ def pyramid_dense(first, layers, f):
         src, half, start, mode = outs[k - 1], half >> k, start + k, out_mode
 
 
-def _refuse_counts(where, rc, orc, length):
-    """The ValueError of counts the jagged kernel refused: the first violation
-    of its scan (slot by slot, rc before orc; then the sum)."""
-    for s in range(rc.shape[0]):
-        for name, counts in (("rc", rc), ("orc", orc)):
-            if counts[s] < 0:
-                raise ValueError(f"{where}: argument `{name}` must hold counts >= 0, but "
-                                 f"{name}[{s}] = {int(counts[s])}")
-    raise ValueError(f"{where}: argument `rc` sums to {int(rc.sum(dtype=np.int64))}, more "
-                     f"than the input length {length}")
-
-
 def jagged_transition(rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f):
     """Jagged transition on the CPU (see the module docstring).
 
@@ -646,7 +634,8 @@ def jagged_transition_trusted(mode, rc, orc, prefix, n0, n1, d0, d1, on0, on1, o
         mode, rc_ro, orc_ro, prefix, *_flat8(mode, n0, n1, d0, d1, on0, on1, od0, od1),
         p, mu, wm, one, chunk)
     if status == 2:
-        _refuse_counts(_JAGGED, rc, orc, d0.shape[0])
+        # the scan's own tests (a negative count, sum(rc) past the input), so it raises
+        check_count_values(_JAGGED, rc, d0.shape[0], [("orc", orc, on0.shape[0])])
     if status:
         _refuse_overlap(_JAGGED, [("prefix", prefix)] + list(zip(("on0", "on1", "od0", "od1"),
                                                                  (on0, on1, od0, od1))),
