@@ -328,6 +328,32 @@ def test_masks_views_cannot_reshape_the_structure(rng):
         assert not m.flags.writeable
 
 
+def test_masks_concatenations_hand_out_views():
+    """tuple's + and * copied the stored arrays themselves into the result
+    (`masks + ()` then `.shape = ...` reshaped the structure behind its
+    hash); they give plain tuples of views, as indexing does."""
+    mk = np.array([[[1, 0], [1, 0]], [[1, 0], [1, 0]]], bool)
+    mt = np.ones((3, 2, 1), bool)
+    a = UT3Masks(mk, mt)
+    before = hash(a)
+    made = (a + (), () + a, (7,) + a, a + (7,), a * 2, 2 * a, a.__getnewargs__()[0])
+    for t in made:
+        assert type(t) is tuple
+        for m in t:
+            if isinstance(m, np.ndarray):
+                m.shape = (m.size,)
+    assert [len(t) for t in made] == [2, 2, 3, 3, 4, 4, 2]
+    assert a.stack_shape == (2,) and a[0].shape == (2, 2, 2) and a[1].shape == (3, 2, 1)
+    assert hash(a) == before and a == UT3Masks(mk, mt)
+    assert a * 0 == () and a + () is not a
+    with pytest.raises(TypeError):
+        a + [mk]
+    with pytest.raises(TypeError):
+        [mk] + a
+    with pytest.raises(TypeError):
+        a * 1.5
+
+
 def test_masks_store_true_as_byte_one(rng):
     """Bool bytes other than 0 / 1 are True to NumPy but hashed differently:
     equal structures compared unequal and missed the kernel cache."""

@@ -69,7 +69,8 @@ class UT3Masks(tuple):
     content (shape, dtype and bytes of both masks), with an identity fast
     path and a cached hash.  It keeps immutable copies of the masks (backed
     by ``bytes``; no route makes them writeable), every True stored as byte 1,
-    and hands out read-only views of them: assigning a view's ``shape``,
+    and hands out read-only views of them (indexing, unpacking, ``+`` and
+    ``*``, which give plain tuples): assigning a view's ``shape``,
     ``dtype`` or ``strides`` changes that view only, never the structure.
     A plain tuple of arrays compares unequal.  There is no order: ``<``,
     ``<=``, ``>``, ``>=`` raise ``TypeError``, and so do ``in``,
@@ -157,6 +158,27 @@ class UT3Masks(tuple):
 
     def __iter__(self):
         return (m.view() for m in tuple.__iter__(self))
+
+    # tuple's concatenation and repetition copy the stored items themselves
+    # (`masks + ()`, `() + masks`, `masks * 2`); hand out views there too.
+    # Both give plain tuples, as tuple's do: a concatenation is no structure.
+    def __add__(self, other):
+        if not isinstance(other, tuple):
+            return NotImplemented
+        return tuple(self) + other
+
+    def __radd__(self, other):
+        if not isinstance(other, tuple):
+            return NotImplemented
+        return other + tuple(self)
+
+    def __mul__(self, times):
+        return tuple(self) * times
+
+    __rmul__ = __mul__
+
+    def __getnewargs__(self):
+        return (tuple(self),)
 
     def __reduce__(self):
         return (UT3Masks, (self[0], self[1]))
