@@ -133,6 +133,13 @@ def gkr_pyramid_plan(half: int, num_layers: int, base_outputs: bool) -> list:
 
 
 def _tile_plan(half, num_layers, cap, most):
+    # Layer l of the launches has half >> l slots: more layers than that
+    # halves would leave a launch of zero slots and zero layers, and this
+    # loop would append such launches until memory ran out.  The launchers'
+    # checks refuse those shapes first; this is the plan's own guard.
+    if num_layers > 0 and (half < 1 or half >> (num_layers - 1) == 0):
+        raise ValueError(f"a pyramid plan of {num_layers} layers needs a first output layer "
+                         f"of at least 2**{num_layers - 1} slots, not {half}")
     plan = []
     while num_layers > 0:
         t = min(cap, half)

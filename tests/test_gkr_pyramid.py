@@ -126,6 +126,18 @@ def test_plan_covers_every_layer_within_tiles(nv, nbv, base, device):
         assert plan[-1][0] * 2 <= 2 * GKR_TILE_SLOTS_BASE  # the tail is one block
 
 
+@pytest.mark.parametrize("device", sorted(_PLANS))
+@pytest.mark.parametrize("half,layers", [(4, 4), (1, 2), (0, 1), (2**20, 22)])
+def test_plan_of_more_layers_than_halvings_is_refused(device, half, layers):
+    """A plan deeper than its first layer's halvings raises (mutation
+    testing: with a launcher's layer-count check weakened, the plan looped
+    appending empty launches until the process was killed for memory)."""
+    plan_of = _PLANS[device][0]
+    with pytest.raises(ValueError, match=f"plan of {layers} layers needs"):
+        plan_of(half, layers, True)
+    assert sum(k for _, k in plan_of(half, layers - 1, False)) == layers - 1  # the deepest plan
+
+
 def test_fused_true_needs_a_row_variable():
     layer = GkrLayer(*_mles(KoalaBear, 0, 0, 8, 1), 0)
     assert len(build_pyramid(layer, fused=True)) == len(build_pyramid(layer, fused=False)) == 4
