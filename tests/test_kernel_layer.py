@@ -841,6 +841,28 @@ def test_numba_launchers_take_device_arrays():
         k.ext4_map2(OP_MUL, da, cuda.to_device(b.astype(np.int64)), do, F.params)
 
 
+@pytest.mark.cudasim
+def test_numba_launchers_take_touching_device_slices():
+    """Device arrays are compared by address range: an `out` ending exactly
+    where an operand starts, or starting where it ends (adjacent slices of
+    one device buffer), shares no memory and is accepted (found by mutation
+    testing: the first refused with `<=` read as `<` passed every other
+    test -- NumPy arrays never reach the address comparison)."""
+    from numba import cuda
+    k, F = kernels_for("numba", "field"), KoalaBear
+    ref = Ref(F)
+    a, b = rand_words(F, (8,), 1), rand_words(F, (8,), 2)
+    want = ref.base(OP_MUL, ref.dec(a), ref.dec(b))
+    for out_first in (True, False):
+        host = np.concatenate([np.zeros(8, np.uint32), a] if out_first else
+                              [a, np.zeros(8, np.uint32)])
+        buf = cuda.to_device(host)
+        out, da = (buf[:8], buf[8:]) if out_first else (buf[8:], buf[:8])
+        k.base_map2(OP_MUL, da, cuda.to_device(b), out, F.params)
+        check_words(ref, out.copy_to_host(), want, f"out first: {out_first}")
+        np.testing.assert_array_equal(da.copy_to_host(), a)  # the operand is untouched
+
+
 def one_odd_argument(k, F, make):
     """``(launcher, argument, call(odd))`` for every launcher of the field
     kernel module ``k``: ``call`` runs the launcher on small arrays

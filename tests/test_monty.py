@@ -224,6 +224,27 @@ def test_eq_splits_read_any_words(field, split):
         assert [dec(int(c), p) for c in got] == [(a[0] - h) % p, h], words
 
 
+@pytest.mark.parametrize("field", FIELD_NAMES)
+@pytest.mark.parametrize("split", _numba_variants("ext4_eq_split"))
+def test_eq_split_reduces_a_noncanonical_r_before_its_sums(field, split):
+    """An extension ``r`` with one word ``2**32 - 1`` (not canonical) and every
+    other word of ``a`` and ``r`` ``p - 1``: ``a[i] r[j]`` is near ``p 2**32``
+    and with three ``(p - 1)**2`` beside it a coefficient sum of ``ext4_dot``
+    passes ``2 p 2**32`` unless ``r`` is reduced first (found by mutation
+    testing: ext4_eq_split passing ``r[1]`` raw passed every other test -- the
+    random words of test_eq_splits_read_any_words never reach such sums)."""
+    p, w, (pp, mu, wm) = P[_BIG[field]], W[_BIG[field]], _scalars(field)
+    for j in range(4):
+        words = [p - 1] * 8
+        words[4 + j] = R - 1
+        a, r = ([dec(x % p, p) for x in words[i:i + 4]] for i in (0, 4))
+        h = ext_mul(a, r, p, w)
+        want = [(x - y) % p for x, y in zip(a, h)] + h
+        got = split(*(np.uint32(x) for x in words), 4, pp, mu, wm)
+        assert [dec(int(c), p) for c in got] == want, j
+        assert all(int(c) < p for c in got), j
+
+
 _HARNESS = r"""
 extern "C" void reduce_sum4(const zorch_u64* x, zorch_u32* out, long n) {
     for (long i = 0; i < n; ++i) out[i] = zorch_monty_reduce_sum4(x[i]);
