@@ -420,6 +420,22 @@ def _broadcast_runs(shape, elems):
     return None
 
 
+def _unbroadcast(x, degree):
+    """``x`` with each broadcast axis (stride 0, length > 1) cut to length 1
+    (a view; ``x`` itself where it has none).  An operand made by
+    ``broadcast_to`` then reaches the broadcast kernels as what it repeats,
+    read in place, not as a copy of its full shape: ``F.add(broadcast_to(s,
+    (2**31, 1)), ...)`` copied 8 GiB before the result's size was refused.
+    An extension element's own axis stays (it says the operand's degree)."""
+    strides = getattr(x, "strides", None)
+    if not strides or 0 not in strides:
+        return x
+    axes = len(strides) - (1 if degree == 4 else 0)
+    cut = tuple(slice(0, 1) if i < axes and st == 0 and d > 1 else slice(None)
+                for i, (st, d) in enumerate(zip(strides, x.shape)))
+    return x[cut]
+
+
 class _FieldBase:
     """Shared machinery of the prime field and its extension."""
 
@@ -882,6 +898,7 @@ class _FieldBase:
         """
         (na, a), (nb, b) = operands.items()
         da, db = degrees[na], degrees[nb]
+        a, b = _unbroadcast(a, da), _unbroadcast(b, db)
         if da == db == self.degree and a.shape == b.shape:
             return None  # the common plain case, decided first: it pays for every step
         n = math.prod(shape)
