@@ -13,7 +13,7 @@ import naive
 from zorch_nb import BabyBear, KoalaBear
 from zorch_nb.kernels import field_cpu
 from zorch_nb.kernels.field_params import kernel_words
-from zorch_nb.kernels.launch_config import BATCH_INV_CHUNK, BATCH_INV_LANES
+from zorch_nb.kernels.launch_config import BATCH_INV_CHUNK, BATCH_INV_LANES, CPU_LANE_RUN
 from zorch_nb.kernels.monty import (OP_INV, OP_SQUARE, base_map1, base_pow, ext4_inv, ext4_mul,
                                     ext4_pow)
 
@@ -275,3 +275,18 @@ def test_scalar_pow_reads_bits_past_128_as_zero(F, ext):
             np.testing.assert_array_equal(got, want, err_msg=f"e={e}, nbits={nbits}")
         for i in range(0, 64, 9):  # big ints
             assert got[i].tolist() == _big_pow(F, a[i], e), (e, i)
+
+
+@pytest.mark.parametrize("F", FIELDS)
+def test_extension_pow_zero_writes_every_word(F):
+    """a ** 0 is (1, 0, 0, 0) whatever out held before, across a run
+    boundary: the kernel writes the three zero coefficients too (the test
+    above caught their omission only through what np.empty_like happened to
+    hold; from mutation testing)."""
+    n = CPU_LANE_RUN + 3
+    a = words_with_zeros(F, (n, 4), 7)
+    one = [naive.enc(1, F.p), 0, 0, 0]
+    for nbits in (0, 3):  # e = 0, with and without leading zero bits
+        out = np.full((n, 4), 0xFFFFFFFF, np.uint32)
+        field_cpu.ext4_pow(a, np.uint64(0), np.uint64(0), np.int64(nbits), out, F.ext.params)
+        assert (out == np.array(one, np.uint32)).all(), nbits

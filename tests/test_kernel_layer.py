@@ -941,3 +941,33 @@ def test_launchers_say_their_contract(name, k):
             assert "(4 n,)" in doc and "(n, 4)" in doc, (name, doc)
     else:
         assert f"field_cpu.{name}" in doc, (name, doc)
+
+
+@pytest.mark.parametrize("ext", [False, True], ids=["base", "ext"])
+def test_bcast_rows_whose_last_task_is_one_element(ext):
+    """Several rows of CPU_LANE_RUN + 1 elements: each row's last task holds
+    one element (a task count per row rounded down left it unwritten; from
+    mutation testing), against big ints."""
+    F, k = KoalaBear, kernels_for("cpu", "field")
+    ref, f, n_rows, run = Ref(F), KoalaBear.params, 2, CPU_LANE_RUN + 1
+    n = n_rows * run
+    degs = [(4, 4), (4, 1), (1, 4)] if ext else [(1, 1)]
+    for da, db in degs:
+        wa = rand_words(F, (n, 4) if da == 4 else (n,), 31)
+        wb = rand_words(F, (n, 4) if db == 4 else (n,), 32)
+        for op in (OP_SUB, OP_MUL):
+            # (steps, rows): a runs along, b one per row; the reverse; both along
+            for sa, sb, ra, rb in ((1, 0, run, 1), (0, 1, 1, run), (1, 1, run, 0)):
+                ja, jb = bcast_index(n, run, sa, ra), bcast_index(n, run, sb, rb)
+                x, y = ref.dec(wa)[ja], ref.dec(wb)[jb]
+                out = np.full(4 * n if ext else n, 0xFFFFFFFF, np.uint32)
+                if ext:
+                    k.ext4_map2_bcast(op, wa, sa, da, wb, sb, db, out, f, run=run, a_row=ra,
+                                      b_row=rb)
+                    x, y = (np.stack([v] + [v * 0] * 3, axis=1) if v.ndim == 1 else v
+                            for v in (x, y))
+                    got, want = out.reshape(n, 4), ref.ext(op, x, y)
+                else:
+                    k.base_map2_bcast(op, wa, sa, wb, sb, out, f, run=run, a_row=ra, b_row=rb)
+                    got, want = out, ref.base(op, x, y)
+                check_words(ref, got, want, f"deg {da}{db} op {op} steps {sa}{sb} rows {ra} {rb}")

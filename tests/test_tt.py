@@ -2078,3 +2078,86 @@ def test_cupy_supercores_match_numpy(xy):
     for g, c in (((gx * np.asarray(2.0)).to_dense(), (x * 2.0).to_dense()),
                  (gx.apply(vectors), x.apply(vectors))):
         assert isinstance(g, cp.ndarray) and rel_err(cp.asnumpy(g), c) < 1e-9
+
+
+def test_mask_index_table_is_its_definition(rng):
+    """idx[..., :cnt] the True positions in order, the rest 0 (documented;
+    the padding slot at position cnt was left unzeroed by a `>` for `>=`:
+    from mutation testing), cnt the count; for any mask, all-False and
+    all-True rows included."""
+    mask = rng.random((3, 5, 6)) < 0.5
+    mask[0, 0], mask[0, 1] = False, True
+    idx, cnt = tt_kernels.mask_index_table(mask)
+    assert idx.dtype == cnt.dtype == np.int64 and idx.shape == mask.shape
+    for pos in np.ndindex(mask.shape[:-1]):
+        real = np.flatnonzero(mask[pos])
+        assert cnt[pos] == len(real)
+        assert idx[pos].tolist() == real.tolist() + [0] * (mask.shape[-1] - len(real)), pos
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # overflows are handled, not warned
+def test_range_is_kept_where_only_one_stack_element_is_far(xy, path):
+    """The scaling decision takes the worst stack element: cores of 2**600
+    and 2**-600 in element 0 only, element 1 (the last) near 1, gave inf
+    where it looked at the last element alone (from mutation testing)."""
+    x = xy[0]
+    idx = np.stack(np.unravel_index(np.arange(0, math.prod(x.shape), 7), x.shape), axis=-1)
+    vs = [np.linspace(-1, 2, n) for n in x.shape]
+    want = (x.to_dense(), x.entries(idx), x.apply(vs))
+    U, G = np.array(x.tucker_supercore), np.array(x.tt_supercore)
+    k = 600
+    U[0, 0] *= 2.0**k  # (d, S, ...): core 0 of element 0 up, its last core down
+    G[0, 0] *= 2.0**k
+    U[-1, 0] *= 2.0**-k
+    G[-1, 0] *= 2.0**-k
+    far = UniformTuckerTensorTrain(U, G, x.shape, x.masks)
+    got = (far.to_dense(), far.entries(idx), far.apply(vs))
+    for w, g in zip(want, got):
+        assert np.isfinite(w).all()
+        np.testing.assert_array_equal(g, w)
+
+
+def test_frame_repair_reorthogonalizes_a_long_candidate():
+    """A candidate mostly along an earlier vector (1e6 q0 + 0.8 w, w a unit
+    vector orthogonal to q0) keeps 0.8 of norm after one Gram-Schmidt pass,
+    with the rounding of 1e6 q0 left along q0; the second pass removes it
+    (a single pass left |q0 . q1| ~ 4e-10: from mutation testing)."""
+    M = 6
+    q0 = np.ones(M) / np.sqrt(M)
+    w = np.array([1.0, -1.0, 2.0, -2.0, 0.5, -0.5])
+    w /= np.linalg.norm(w)
+    F = np.stack([q0, 1e6 * q0 + 0.8 * w])[None].copy()
+    tt_kernels.orthonormal_frame_repair(F, np.ones((1, M), bool), np.array([2]))
+    np.testing.assert_allclose(F[0] @ F[0].T, np.eye(2), atol=1e-14)
+    assert abs(F[0, 1] @ w) > 1 - 1e-9  # (the sign: w sums to 0, so either)
+
+
+def test_to_dense_scratch_where_the_last_bond_has_no_live_slot(rng):
+    """With no live slot on bond d the last core's H still holds its
+    tt_cnt[d - 1] * N bond sums (the zero tensor), the widest scratch here:
+    sized by tt_cnt[d] alone it was 0 and the kernel wrote past a shorter H
+    (no bounds checks; from mutation testing)."""
+    shape, n, r = (2, 9), 3, 4
+    U = rng.standard_normal((2, n, 9))
+    G = rng.standard_normal((2, r, n, r))
+    mk = np.ones((2, n), bool)
+    mt = np.ones((3, r), bool)
+    mt[0, 1:] = False
+    mt[2, :] = False  # bond d: no live slot
+    x = UniformTuckerTensorTrain(U, G, shape, (mk, mt))
+    p = tt_ops._parts(x.data)
+    tables = tt_ops._tables(p)
+    # P: ones (1); Q: after core 0 (2 * 4); H: core 1's 4 * 9 bond sums;
+    # Uc: 3 * 9 factor rows; Gc: core 0's live block (1 * 3 * 4)
+    lengths = tt_kernels.ut3_to_dense_scratch(shape, tables[1], tables[3])
+    assert lengths == (1, 8, 36, 27, 12)
+    kernel = tt_kernels.build_ut3_to_dense(shape, *tables)
+    guard = 64
+    bufs = [np.full(k + guard, np.nan) for k in lengths]
+    out = np.full((1, math.prod(shape)), np.nan)
+    assert p.U.shape == (2, 1, n, 9)  # the stack axis (here of one) as the kernel takes it
+    kernel(np.ascontiguousarray(p.U), np.ascontiguousarray(p.G), out,
+           *(b[:k] for b, k in zip(bufs, lengths)), 0, 1)
+    assert all(np.isnan(b[k:]).all() for b, k in zip(bufs, lengths))
+    np.testing.assert_array_equal(out, 0.0)
+    np.testing.assert_array_equal(x.to_dense(), np.zeros(shape))
