@@ -448,6 +448,18 @@ def test_to_dense_matches_naive(xy, path):
     assert rel_err(t.to_dense(), naive_dense(*t.data)) < RTOL
 
 
+def _guarded_to_dense(x, shape):
+    """``(parts, scratch lengths, kernel, buffers, out)`` of the Numba to_dense
+    of ``x``: each scratch buffer its length plus a guard zone of 64, and
+    ``out``, filled with NaN (a write past a buffer shows in its guard)."""
+    p = tt_ops._parts(x.data)
+    tables = tt_ops._tables(p)
+    lengths = tt_kernels.ut3_to_dense_scratch(shape, tables[1], tables[3])
+    kernel = tt_kernels.build_ut3_to_dense(shape, *tables)
+    bufs = [np.full(k + 64, np.nan) for k in lengths]
+    return p, lengths, kernel, bufs, np.full((p.S, math.prod(shape)), np.nan)
+
+
 def test_to_dense_scratch_is_exact_where_an_inner_bond_is_widest(rng):
     """The Numba kernel's scratch follows the live ranks, and an inner bond can
     need the most: a too-short bound would let the kernel (no bounds checks)
@@ -459,17 +471,11 @@ def test_to_dense_scratch_is_exact_where_an_inner_bond_is_widest(rng):
     t3s = (rand_t3(rng, shape, (2, 3, 2), (1, 2, 12, 1)), rand_t3(rng, shape, (1, 2, 2), (2, 3, 8, 3)))
     prefix = UniformTuckerTensorTrain.from_t3(t3s, n=3, r=14)
     for x in (prefix, gappy(prefix, rng)):
-        p = tt_ops._parts(x.data)
-        tables = tt_ops._tables(p)
         # P: the ones vector (2), then after core 1 (18 * 12); Q: after core 0
         # (2 * 3); H: core 1 times its factor (2 * 9 * 12); Uc: core 1's live
         # factor rows (3 * 9); Gc: core 1's live block (2 * 3 * 12)
-        lengths = tt_kernels.ut3_to_dense_scratch(shape, tables[1], tables[3])
+        _, lengths, kernel, bufs, out = _guarded_to_dense(x, shape)
         assert lengths == (216, 6, 216, 27, 72)
-        kernel = tt_kernels.build_ut3_to_dense(shape, *tables)
-        guard = 64
-        bufs = [np.full(n + guard, np.nan) for n in lengths]
-        out = np.full((2, math.prod(shape)), np.nan)
         U, G = np.ascontiguousarray(x.tucker_supercore), np.ascontiguousarray(x.tt_supercore)
         for k in range(5):
             with pytest.raises(ValueError, match="scratch shorter"):
@@ -2145,16 +2151,10 @@ def test_to_dense_scratch_where_the_last_bond_has_no_live_slot(rng):
     mt[0, 1:] = False
     mt[2, :] = False  # bond d: no live slot
     x = UniformTuckerTensorTrain(U, G, shape, (mk, mt))
-    p = tt_ops._parts(x.data)
-    tables = tt_ops._tables(p)
     # P: ones (1); Q: after core 0 (2 * 4); H: core 1's 4 * 9 bond sums;
     # Uc: 3 * 9 factor rows; Gc: core 0's live block (1 * 3 * 4)
-    lengths = tt_kernels.ut3_to_dense_scratch(shape, tables[1], tables[3])
+    p, lengths, kernel, bufs, out = _guarded_to_dense(x, shape)
     assert lengths == (1, 8, 36, 27, 12)
-    kernel = tt_kernels.build_ut3_to_dense(shape, *tables)
-    guard = 64
-    bufs = [np.full(k + guard, np.nan) for k in lengths]
-    out = np.full((1, math.prod(shape)), np.nan)
     assert p.U.shape == (2, 1, n, 9)  # the stack axis (here of one) as the kernel takes it
     kernel(np.ascontiguousarray(p.U), np.ascontiguousarray(p.G), out,
            *(b[:k] for b, k in zip(bufs, lengths)), 0, 1)
