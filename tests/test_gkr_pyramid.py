@@ -252,3 +252,45 @@ def test_gpu_numba_fused_on_cupy_arrays(ne, de):
                 assert isinstance(y, cupy.ndarray)
                 np.testing.assert_array_equal(x, y.get())
                 np.testing.assert_array_equal(x, z.get())
+
+
+@pytest.mark.parametrize("ne,de", MODES)
+def test_tile_buffers_fit_the_kernels_shared_array(ne, de):
+    """The serial tile twin given the shared array of zorch_gkr_pyramid_dense
+    (3 t / 2 slots: A holds t, B t / 2) followed by a canary: no step writes
+    past the array, and every layer equals the big-int pyramid.  (Found by
+    mutation testing: B laid out with t slots, its MLEs past the array,
+    passed every other test -- the tile harness above gives 2 t slots of
+    scratch, and the emulation cannot see an overrun of a __shared__ static.)"""
+    import naive_gkr as ng
+    F = KoalaBear if ne == de else BabyBear
+    lib = compile_host(F.params.name, "gkr.cu", HARNESS)
+    oe = ne or de
+    words = 2 * (4 if oe else 1) + 2 * (4 if de else 1)  # a slot of mode <oe, de>
+    nv = 12  # a full tile, then a smaller one, in every mode
+    first = _mles(F, ne, de, 2**nv, seed=3)
+    shape = lambda n, e: (n, 4) if e else (n,)  # noqa: E731
+    layers, length = [], 2**nv
+    for _ in range(nv):
+        length //= 2
+        layers.append([np.full(shape(length, e), 0xDEADBEEF, np.uint32)
+                       for e in (oe, oe, de, de)])
+    src, mode, start, half = first, (ne, de), 0, 2**(nv - 1)
+    plan = gkr_pyramid_plan(half, nv, not oe)
+    assert max(k for _, k in plan) >= 3  # step 1 keeps its slots: B is written
+    for t, k in plan:
+        ptrs = np.zeros(4 * GKR_MAX_FUSED, np.uint64)
+        ptrs[:4 * k] = [a.ctypes.data for layer in layers[start:start + k] for a in layer]
+        size = 3 * t * words // 2  # the kernel's __shared__ smem, for a tile of t slots
+        scratch = np.full(2 * t * words, 0xC0FFEE, np.uint32)  # the rest: a canary
+        getattr(lib, f"host_pyramid_{mode[0]}{mode[1]}")(
+            *map(ptr, src), ptr(ptrs), ctypes.c_uint(t), ctypes.c_uint(k),
+            ctypes.c_long(half // t), ptr(scratch))
+        assert (scratch[size:] == 0xC0FFEE).all(), f"a tile of {t} slots wrote past 1.5 t slots"
+        src, mode = layers[start + k - 1], (int(oe), de)
+        start, half = start + k, half >> k
+    ref = ng.layer_from_words(F.name, *first)
+    for l, got in enumerate(layers):
+        ref = ng.dense_transition(F.name, ref)
+        for a, b in zip(got, ng.layer_words(F.name, ref)):
+            np.testing.assert_array_equal(a, b, err_msg=f"layer {l + 1}")
