@@ -336,7 +336,7 @@ def test_masks_concatenations_hand_out_views():
     mt = np.ones((3, 2, 1), bool)
     a = UT3Masks(mk, mt)
     before = hash(a)
-    made = (a + (), () + a, (7,) + a, a + (7,), a * 2, 2 * a, a.__getnewargs__()[0])
+    made = (a + (), () + a, (7,) + a, a + (7,), a * 2, 2 * a, a.__getnewargs__())
     for t in made:
         assert type(t) is tuple
         for m in t:
@@ -345,7 +345,7 @@ def test_masks_concatenations_hand_out_views():
     assert [len(t) for t in made] == [2, 2, 3, 3, 4, 4, 2]
     assert a.stack_shape == (2,) and a[0].shape == (2, 2, 2) and a[1].shape == (3, 2, 1)
     assert hash(a) == before and a == UT3Masks(mk, mt)
-    assert a * 0 == () and a + () is not a
+    assert a * 0 == () and a + () is not a and UT3Masks(*a.__getnewargs__()) == a
     with pytest.raises(TypeError):
         a + [mk]
     with pytest.raises(TypeError):

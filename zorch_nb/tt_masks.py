@@ -177,8 +177,8 @@ class UT3Masks(tuple):
 
     __rmul__ = __mul__
 
-    def __getnewargs__(self):
-        return (tuple(self),)
+    def __getnewargs__(self):  # (tuple's gave its stored items, in one tuple)
+        return (self[0], self[1])
 
     def __reduce__(self):
         return (UT3Masks, (self[0], self[1]))
