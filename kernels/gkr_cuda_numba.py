@@ -76,10 +76,11 @@ def _kernels(mode):
     @cached_kernel
     def jagged(rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm, one):
         start, stride = cuda.grid(1), cuda.gridsize(1)
+        in_nodes = d0.shape[0] // dw  # (input denominators have the output's words)
         for q in range(start, od0.shape[0] // dw, stride):
             s = _find_segment(prefix, 1, q)
-            _jagged_slot(mode, q, s, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1,
-                         p, mu, wm, one)
+            _jagged_slot(mode, q, s, rc, orc, prefix, in_nodes, n0, n1, d0, d1, on0, on1, od0,
+                         od1, p, mu, wm, one)
 
     return dense, jagged
 
@@ -167,7 +168,8 @@ def jagged_transition(rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f):
     the contract).  Host counts are refused where the CPU kernel's scan
     refuses them (a negative count, ``sum(rc)`` past the input: reads
     outside it); device counts are the caller's obligation (reading them
-    would synchronize)."""
+    would synchronize): outside it they give unspecified words, never an
+    access outside the arrays."""
     where = "gkr_cuda_numba.jagged_transition"
     mode = check_gkr_jagged(where, f, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1)
     if _on_host(rc, orc):
@@ -404,15 +406,21 @@ def _chunk_scan_kernel(cnts, prefix):
 # on-disk cache key is the same in every process.  (Closures over device
 # functions, as this kernel first had, pickle with a per-process UUID.)
 
+# Counts outside the contract (device counts are never read on the host)
+# must still not touch memory outside the layers -- Numba-CUDA checks no
+# index, and wraps a negative one: a node outside [0, width) of its layer is
+# read as neutral and not stored.  Within the contract every node is inside,
+# so these tests change no byte.
+
 @cuda.jit(device=True)
 def _chunk_leaf(mode, in_nw, dw, cnts, prefix, s, i, n0, n1, d0, d1, p, mu, wm, one):
     """``F_0(i)``: the fold of input node ``i`` of segment ``s``, or neutral."""
     z = np.uint32(0)
     cnt = np.int64(cnts[0][s])
-    if i >= cnt:
+    e = prefix[0, s] - cnt + i
+    if i >= cnt or e < 0 or e >= d0.shape[0] // dw:  # (input denominators: dw words)
         return z, z, z, z, one, z, z, z
-    return _fold_input(mode, in_nw, dw, n0, n1, d0, d1, np.uint64(prefix[0, s] - cnt + i),
-                       p, mu, wm)
+    return _fold_input(mode, in_nw, dw, n0, n1, d0, d1, np.uint64(e), p, mu, wm)
 
 
 @cuda.jit(device=True)
@@ -431,8 +439,10 @@ def _chunk_store(nw, dw, c0, c1, gn0, gn1, gd0, gd1, k):
 def _chunk_stored(r, out_mode, nw, dw, c0, c1, cnt, i, s, prefix, outs, p, mu, wm):
     """Node ``i`` of output layer ``r`` holds ``(c0, c1)``: stored at its slot
     (``outs[4 (r - 1) ...]``), and its fraction sum ``F_r(i)`` returned."""
-    _chunk_store(nw, dw, c0, c1, outs[4 * r - 4], outs[4 * r - 3], outs[4 * r - 2],
-                 outs[4 * r - 1], np.uint64(prefix[r, s] - cnt + i))
+    k = prefix[r, s] - cnt + i
+    if k >= 0 and k < outs[4 * r - 4].shape[0] // nw:
+        _chunk_store(nw, dw, c0, c1, outs[4 * r - 4], outs[4 * r - 3], outs[4 * r - 2],
+                     outs[4 * r - 1], np.uint64(k))
     return _fold16(out_mode, c0[0], c0[1], c0[2], c0[3], c1[0], c1[1], c1[2], c1[3],
                    c0[4], c0[5], c0[6], c0[7], c1[4], c1[5], c1[6], c1[7], p, mu, wm)
 
@@ -506,7 +516,7 @@ def _chunk_kernel(mode):
                 _chunk_dead_fill(nw, dw, outs, 4, gg)
             if q >= prefix[3, nb - 1] and q < outs[8].shape[0] // nw:
                 _chunk_dead_fill(nw, dw, outs, 8, gg)
-            if q < prefix[3, nb - 1]:
+            if q < prefix[3, nb - 1] and q < outs[8].shape[0] // nw:
                 s = _find_segment(prefix, 3, q)
                 cnt = np.int64(cnts[3][s])
                 j = q - (prefix[3, s] - cnt)
@@ -531,7 +541,7 @@ def jagged_chunk(rc, prefix, first, steps, f):
     count, ``sum(rc)`` past the input, a step's ``orc[s] < ceil(c[s] / 2)``
     or ``sum(orc)`` past its width -- the fused kernel would write past an
     output or leave live slots unwritten); device counts are the caller's
-    obligation, as on the CuPy backend.
+    obligation, as on the CuPy backend, and likewise stay inside the arrays.
     """
     where = "gkr_cuda_numba.jagged_chunk"
     mode, first, steps = check_gkr_steps(where, f, rc, prefix, first, steps,

@@ -63,10 +63,12 @@ _LAYERS = np.dtype([("p", np.uint64, (GKR_MAX_FUSED * 4,))])
 #: output pointers and the width (six 8-byte words, no padding).
 _TAIL = np.dtype([("l", np.uint64, (GKR_MAX_TAIL, 6))])
 #: Host image of ``struct zorch_gkr_chunk``: the counts pointers of the input
-#: and the C output layers, the output pointers, the widths (8-byte words).
+#: and the C output layers, the output pointers, the output widths, the input
+#: width (8-byte words).
 _CHUNK = np.dtype([("cnt", np.uint64, (GKR_JAGGED_CHUNK + 1,)),
                    ("p", np.uint64, (4 * GKR_JAGGED_CHUNK,)),
-                   ("width", np.uint64, (GKR_JAGGED_CHUNK,))])
+                   ("width", np.uint64, (GKR_JAGGED_CHUNK,)),
+                   ("in_width", np.uint64)])
 
 
 @cupy.memoize(for_each_device=True)
@@ -143,7 +145,8 @@ def jagged_transition_trusted(mode, rc, orc, prefix, n0, n1, d0, d1, on0, on1, o
     arrays = (n0, n1, d0, d1, on0, on1, od0, od1)
     width = on0.shape[0]
     fn = _function(f.name, "zorch_gkr_jagged", mode, _vec(arrays))
-    fn((grid_for(width),), (THREADS_PER_BLOCK,), (rc, orc, prefix, nb) + arrays + (np.uint64(width),))
+    fn((grid_for(width),), (THREADS_PER_BLOCK,),
+       (rc, orc, prefix, nb) + arrays + (np.uint64(width), np.uint64(n0.shape[0])))
 
 
 def pyramid_dense(first, layers, f):
@@ -224,7 +227,8 @@ def jagged_tail_trusted(mode, rc, prefix, first, steps, f):
             desc["l"][0, l] = [orc.data.ptr] + [a.data.ptr for a in outs] + [outs[0].shape[0]]
         vec = _vec(src + tuple(a for _, outs in chunk for a in outs))
         fn = _function(f.name, "zorch_gkr_jagged_tail", mode, vec)
-        fn((1,), (GKR_TAIL_THREADS,), (rc, prefix, nb) + src + (desc, np.uint32(len(chunk))))
+        fn((1,), (GKR_TAIL_THREADS,),
+           (rc, prefix, nb) + src + (np.uint64(src[0].shape[0]), desc, np.uint32(len(chunk))))
         rc, src, mode = chunk[-1][0], tuple(chunk[-1][1]), out_mode
 
 
@@ -239,7 +243,10 @@ def jagged_chunk(rc, prefix, first, steps, f):
     :func:`.gkr_cpu.fold_dense` (outputs of each step of one width); no
     written array (outputs, ``prefix``) sharing memory with another argument.
     The counts' values are the caller's obligation (see
-    :func:`.gkr_cpu.jagged_transition`): they are never read back.
+    :func:`.gkr_cpu.jagged_transition`): they are never read back.  Counts
+    outside it give unspecified words, but every read and store is bounded
+    by its layer's width (the input's travels in the descriptor), and the
+    slots walked by the last output's width.
     """
     mode, first, steps = check_gkr_steps("gkr_cupy.jagged_chunk", f, rc, prefix, first, steps,
                                          GKR_JAGGED_CHUNK, GKR_JAGGED_CHUNK + 1)
@@ -259,6 +266,7 @@ def jagged_chunk_trusted(mode, rc, prefix, first, steps, f):
     desc["p"][0] = [a.data.ptr for _, outs in steps for a in outs]
     widths = [outs[0].shape[0] for _, outs in steps]
     desc["width"][0] = widths
+    desc["in_width"][0] = first[0].shape[0]
     scan = _function(f.name, "zorch_gkr_jagged_chunk_scan")
     scan((1,), (GKR_SCAN_THREADS,), (desc, prefix, nb))
     vec = _vec(tuple(first) + tuple(a for _, outs in steps for a in outs))

@@ -281,24 +281,31 @@ def find_segment(prefix, row, q):
     return lo
 
 
-def jagged_source(q, s, rc, orc, prefix):
+def jagged_source(q, s, rc, orc, prefix, in_nodes):
     """Kind of output slot ``q`` of segment ``s`` and the first node it folds.
 
     ``prefix[0]`` / ``prefix[1]`` are the inclusive prefix sums of ``rc`` /
-    ``orc`` (int64).  Returns ``(kind, e, partner)``: ``kind`` is
-    :data:`SLOT_DEAD` when ``q >= sum(orc)``; else with
-    ``j = q - (cum[s] - orc[s])``, :data:`SLOT_LIVE` when
-    ``j < ceil(rc[s] / 2)`` -- then ``e = base[s] + 2 j`` (uint64) and
-    ``partner`` tells whether node ``e + 1`` is live (``2 j + 1 < rc[s]``) --
-    and :data:`SLOT_PAD` (neutral padding) otherwise.
+    ``orc`` (int64); the input has ``in_nodes`` slots.  Returns
+    ``(kind, e, partner)``: ``kind`` is :data:`SLOT_DEAD` when
+    ``q >= sum(orc)``; else with ``j = q - (cum[s] - orc[s])``,
+    :data:`SLOT_LIVE` when ``j < ceil(rc[s] / 2)`` -- then
+    ``e = base[s] + 2 j`` (uint64) and ``partner`` tells whether node
+    ``e + 1`` is live (``2 j + 1 < rc[s]``) -- and :data:`SLOT_PAD` (neutral
+    padding) otherwise.
+
+    Counts outside the contract (the GPU launchers never read device counts)
+    must still not read outside the input: a node ``e`` outside
+    ``[0, in_nodes)`` is read as padding, a partner past it as absent.
+    Within the contract every node is inside, so no byte changes.
     """
     nb = prefix.shape[1]
     if q >= prefix[1, nb - 1]:
         return SLOT_DEAD, _U0, False
     rows = np.int64(rc[s])
     j = q - (prefix[1, s] - np.int64(orc[s]))
-    if j < (rows + 1) // 2:
-        return SLOT_LIVE, np.uint64(prefix[0, s] - rows + 2 * j), 2 * j + 1 < rows
+    e = prefix[0, s] - rows + 2 * j
+    if j < (rows + 1) // 2 and e >= 0 and e < in_nodes:
+        return SLOT_LIVE, np.uint64(e), 2 * j + 1 < rows and e + 1 < in_nodes
     return SLOT_PAD, _U0, False
 
 
@@ -309,11 +316,12 @@ def dense_slot(mode, k, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm):
     fold_node(mode, n0, n1, d0, d1, e + _U1, on1, od1, k, p, mu, wm)
 
 
-def jagged_slot(mode, q, s, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1,
+def jagged_slot(mode, q, s, rc, orc, prefix, in_nodes, n0, n1, d0, d1, on0, on1, od0, od1,
                 p, mu, wm, one):
-    """Jagged output slot ``q`` (int64) of segment ``s`` (the slot meanings are
-    in :mod:`.gkr_cpu`'s contract of ``jagged_transition``)."""
-    kind, e, partner = jagged_source(q, s, rc, orc, prefix)
+    """Jagged output slot ``q`` (int64) of segment ``s`` of an input of
+    ``in_nodes`` slots (the slot meanings are in :mod:`.gkr_cpu`'s contract
+    of ``jagged_transition``)."""
+    kind, e, partner = jagged_source(q, s, rc, orc, prefix, in_nodes)
     k = np.uint64(q)
     zero = np.uint32(0)
     if kind == SLOT_LIVE:

@@ -566,7 +566,10 @@ def check_decode(where, f, w, out):
 # sum); prefix scratch is C-contiguous writeable int64.  The counts' *values*
 # (``sum(rc)`` within the input, ``orc[s] >= ceil(rc[s] / 2)``, ``sum(orc)``
 # within the output) are the caller's obligation: reading device counts would
-# synchronize, and host ones cost O(nb); the object layer checks them.  (The
+# synchronize, and host ones cost O(nb); the object layer checks them.  The
+# GPU kernels bound every node they read or write by its layer's width, so
+# counts outside the contract give unspecified words, never an access outside
+# the arrays, and their loops by the output widths.  (The
 # CPU jagged kernel's own scan refuses counts that would read outside its
 # inputs: see gkr_cpu.jagged_transition; the Numba-CUDA launchers, which take
 # host counts too, refuse those with check_count_values.)

@@ -284,9 +284,9 @@ void zemu_launch(unsigned int grid, unsigned int block, K kernel) {
 # passed by value (the wrapper receives a pointer to its host image)
 KERNELS = {
     "zorch_gkr_fold_dense": ["P"] * 8 + ["u64"],
-    "zorch_gkr_jagged": ["P", "P", "P", "u32"] + ["P"] * 8 + ["u64"],
+    "zorch_gkr_jagged": ["P", "P", "P", "u32"] + ["P"] * 8 + ["u64", "u64"],
     "zorch_gkr_pyramid_dense": ["P"] * 4 + ["S:zorch_gkr_layers", "u32", "u32"],
-    "zorch_gkr_jagged_tail": ["P", "P", "u32"] + ["P"] * 4 + ["S:zorch_gkr_tail", "u32"],
+    "zorch_gkr_jagged_tail": ["P", "P", "u32"] + ["P"] * 4 + ["u64", "S:zorch_gkr_tail", "u32"],
     "zorch_gkr_jagged_chunk": ["S:zorch_gkr_chunk", "P", "u32"] + ["P"] * 4 + ["u64"],
 }
 _C = {"P": "void*", "i32": "int", "u32": "unsigned int", "u64": "unsigned long long"}

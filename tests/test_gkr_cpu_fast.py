@@ -27,9 +27,10 @@ MODES = [pytest.param(ne, de, id=f"{'E' if ne else 'B'}{'E' if de else 'B'}")
 @njit
 def _per_slot(mode, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm, one):
     width = od0.shape[0] // (4 if mode & 1 else 1)
+    in_nodes = d0.shape[0] // (4 if mode & 1 else 1)
     for q in range(width):
         s = gkr_cpu._find_segment(prefix, 1, q)
-        gkr_cpu._jagged_slot(mode, q, s, rc, orc, prefix, n0, n1, d0, d1,
+        gkr_cpu._jagged_slot(mode, q, s, rc, orc, prefix, in_nodes, n0, n1, d0, d1,
                              on0, on1, od0, od1, p, mu, wm, one)
 
 

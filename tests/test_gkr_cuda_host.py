@@ -29,10 +29,10 @@ extern "C" void host_dense_{ne}{de}({_PTRS}, long half) {{
         zorch_gkr_dense_slot<{ne}, {de}, false>(k, n0, n1, d0, d1, on0, on1, od0, od1);
 }}
 extern "C" void host_jagged_{ne}{de}(const int* rc, const int* orc, const long long* prefix,
-                                     unsigned int nb, {_PTRS}, long width) {{
+                                     unsigned int nb, {_PTRS}, long width, long in_width) {{
     for (long q = 0; q < width; ++q)
-        zorch_gkr_jagged_slot<{ne}, {de}, false>(q, rc, orc, prefix, nb, n0, n1, d0, d1,
-                                                 on0, on1, od0, od1);
+        zorch_gkr_jagged_slot<{ne}, {de}, false>(q, rc, orc, prefix, nb, in_width, n0, n1, d0,
+                                                 d1, on0, on1, od0, od1);
 }}
 """ for ne, de in MODES)
 
@@ -85,7 +85,8 @@ def test_jagged_slot_on_host(field, ne, de):
     ins = _mles(F, ne, de, width, seed=9)
     outs = _outputs(ne, de, out_width)
     getattr(lib, f"host_jagged_{ne}{de}")(ptr(rc), ptr(orc), ptr(prefix), ctypes.c_uint(8),
-                                          *map(ptr, ins + outs), ctypes.c_long(out_width))
+                                          *map(ptr, ins + outs), ctypes.c_long(out_width),
+                                          ctypes.c_long(width))
     ref = ng.jagged_transition(F.name, ng.layer_from_words(F.name, *ins), list(rc), list(orc),
                                out_width)
     for got, want in zip(outs, ng.layer_words(F.name, ref)):

@@ -38,13 +38,14 @@ extern "C" void host_chunk_{ne}{de}(const unsigned long long* desc, long long* p
                                     const zorch_u32* d0, const zorch_u32* d1,
                                     unsigned long long items, unsigned int nthreads) {{
     zorch_gkr_chunk c;
-    static_assert(sizeof(zorch_gkr_chunk) == 8 * (6 * ZORCH_GKR_CHUNK + 1), "layout");
+    static_assert(sizeof(zorch_gkr_chunk) == 8 * (6 * ZORCH_GKR_CHUNK + 2), "layout");
     for (int m = 0; m <= ZORCH_GKR_CHUNK; ++m) c.cnt[m] = (const int*)desc[m];
     for (int m = 0; m < ZORCH_GKR_CHUNK; ++m) {{
         for (int k = 0; k < 4; ++k)
             c.p[m][k] = (zorch_u32*)desc[ZORCH_GKR_CHUNK + 1 + 4 * m + k];
         c.width[m] = desc[5 * ZORCH_GKR_CHUNK + 1 + m];
     }}
+    c.in_width = desc[6 * ZORCH_GKR_CHUNK + 1];
     zorch_gkr_chunk_serial<{ne}, {de}>(&c, prefix, nb, n0, n1, d0, d1, items, nthreads);
 }}
 """ for ne, de in MODES) + """
@@ -76,7 +77,7 @@ def _host_chunks(lib, layer, steps, nthreads=1024):
                    for e in (oe, oe, de, de)] for _, w in chunk]
         desc = np.array([c.ctypes.data for c in counts]
                         + [a.ctypes.data for mles in layers for a in mles]
-                        + [w for _, w in chunk], np.uint64)
+                        + [w for _, w in chunk] + [src[0].shape[0]], np.uint64)
         keep.append(counts)
         prefix = np.full((C + 1) * nb, -1, np.int64)
         items = max(w for _, w in chunk)
@@ -134,7 +135,7 @@ def test_chunk_on_host_matches_cpu_pyramid(field, ne, de):
 def test_chunk_constants_reach_the_cuda_source():
     lib = compile_host("koalabear", "gkr.cu", HARNESS)
     assert lib.host_chunk() == GKR_JAGGED_CHUNK
-    assert lib.host_chunk_desc_words() == 6 * GKR_JAGGED_CHUNK + 1  # the launcher's image
+    assert lib.host_chunk_desc_words() == 6 * GKR_JAGGED_CHUNK + 2  # the launcher's image
 
 
 # ---------------------------------------------------------------------------
@@ -146,12 +147,13 @@ _PTRS = ", ".join(f"{c} zorch_u32* {n}" for c, n in
                    ("", "on0"), ("", "on1"), ("", "od0"), ("", "od1")])
 ORCHESTRATION = HARNESS + TAIL_HARNESS + "".join(f"""
 extern "C" void host_transition_{ne}{de}(const int* rc, const int* orc, long long* prefix,
-                                         unsigned int nb, {_PTRS}, long width) {{
+                                         unsigned int nb, {_PTRS}, long width,
+                                         long in_width) {{
     zorch_gkr_scan_serial(rc, prefix, nb, 1024);
     zorch_gkr_scan_serial(orc, prefix + nb, nb, 1024);
     for (long q = 0; q < width; ++q)
-        zorch_gkr_jagged_slot<{ne}, {de}, false>(q, rc, orc, prefix, nb, n0, n1, d0, d1,
-                                                 on0, on1, od0, od1);
+        zorch_gkr_jagged_slot<{ne}, {de}, false>(q, rc, orc, prefix, nb, in_width, n0, n1, d0,
+                                                 d1, on0, on1, od0, od1);
 }}
 """ for ne, de in MODES)
 
@@ -174,7 +176,8 @@ class HostLaunchers:
         counts = [rc] + [orc for orc, _ in steps]
         desc = np.array([c.ctypes.data for c in counts]
                         + [a.ctypes.data for _, outs in steps for a in outs]
-                        + [outs[0].shape[0] for _, outs in steps], np.uint64)
+                        + [outs[0].shape[0] for _, outs in steps] + [first[0].shape[0]],
+                        np.uint64)
         ne, de = self._mode(first)
         getattr(self.lib, f"host_chunk_{ne}{de}")(
             ptr(desc), ptr(prefix), ctypes.c_uint(rc.size), *map(ptr, first),
@@ -185,7 +188,8 @@ class HostLaunchers:
         ne, de = self._mode((n0, n1, d0, d1))
         getattr(self.lib, f"host_transition_{ne}{de}")(
             ptr(rc), ptr(orc), ptr(prefix), ctypes.c_uint(rc.size),
-            *map(ptr, (n0, n1, d0, d1, on0, on1, od0, od1)), ctypes.c_long(on0.shape[0]))
+            *map(ptr, (n0, n1, d0, d1, on0, on1, od0, od1)), ctypes.c_long(on0.shape[0]),
+            ctypes.c_long(n0.shape[0]))
 
     # The object layer calls the trusted launchers, given the input mode:
     # the same launches, with the mode it passes checked against the data.
@@ -214,8 +218,9 @@ class HostLaunchers:
             for l, (orc, outs) in enumerate(part):
                 desc[l] = [orc.ctypes.data] + [a.ctypes.data for a in outs] + [outs[0].shape[0]]
             getattr(self.lib, f"host_tail_{ne}{de}")(
-                ptr(rc), ptr(prefix), ctypes.c_uint(rc.size), *map(ptr, first), ptr(desc),
-                ctypes.c_uint(len(part)), ctypes.c_uint(512))
+                ptr(rc), ptr(prefix), ctypes.c_uint(rc.size), *map(ptr, first),
+                ctypes.c_ulonglong(first[0].shape[0]), ptr(desc), ctypes.c_uint(len(part)),
+                ctypes.c_uint(512))
             rc, first = part[-1][0], part[-1][1]
             ne = int(ne or de)
 

@@ -35,6 +35,7 @@ HARNESS = "".join(f"""
 extern "C" void host_tail_{ne}{de}(const int* rc, long long* prefix, unsigned int nb,
                                    const zorch_u32* n0, const zorch_u32* n1,
                                    const zorch_u32* d0, const zorch_u32* d1,
+                                   unsigned long long in_width,
                                    const unsigned long long* desc, unsigned int nlayers,
                                    unsigned int nthreads) {{
     zorch_gkr_tail tail;
@@ -44,7 +45,8 @@ extern "C" void host_tail_{ne}{de}(const int* rc, long long* prefix, unsigned in
         for (int m = 0; m < 4; ++m) tail.l[l].p[m] = (zorch_u32*)w[1 + m];
         tail.l[l].width = w[5];
     }}
-    zorch_gkr_tail_serial<{ne}, {de}>(rc, prefix, nb, n0, n1, d0, d1, &tail, nlayers, nthreads);
+    zorch_gkr_tail_serial<{ne}, {de}>(rc, prefix, nb, in_width, n0, n1, d0, d1, &tail, nlayers,
+                                      nthreads);
 }}
 """ for ne, de in MODES) + """
 extern "C" unsigned int host_max_tail() { return ZORCH_GKR_MAX_TAIL; }
@@ -78,7 +80,8 @@ def _host_tail(lib, layer, steps, nthreads):
             desc[l] = [orc.ctypes.data] + [a.ctypes.data for a in mles] + [width]
         prefix = np.full(2 * nb, -1, np.int64)
         getattr(lib, f"host_tail_{mode[0]}{mode[1]}")(
-            ptr(rc), ptr(prefix), ctypes.c_uint(nb), *map(ptr, src), ptr(desc),
+            ptr(rc), ptr(prefix), ctypes.c_uint(nb), *map(ptr, src),
+            ctypes.c_ulonglong(src[0].shape[0]), ptr(desc),
             ctypes.c_uint(len(chunk)), ctypes.c_uint(nthreads))
         outs += [m for _, m in layers]
         rc, src, mode = layers[-1][0], layers[-1][1], (oe, de)

@@ -453,6 +453,99 @@ def test_numba_fused_chunk_host_counts_outside_the_schedule_are_refused(step, co
     assert all((o == 7).all() for _, layer_ in steps for o in layer_)
 
 
+# ---- device counts outside the contract -----------------------------------------
+# Device counts are never read on the host (that would synchronize), so their
+# values stay the caller's obligation: counts outside the contract give
+# unspecified words, but no kernel may read or write outside the arrays it
+# was given, or run on for 2**31 slots.  Outputs are views into buffers with
+# canary words either side; the simulator raises IndexError on an index past
+# a device array, and CI's sanitized emulation stage reports a CUDA C read
+# past an input (AddressSanitizer).
+
+GPU_BACKENDS = [pytest.param("numba", id="numba", marks=pytest.mark.cudasim),
+                pytest.param("cupy", id="cupy", marks=pytest.mark.gpu)]
+CANARY, GUARD = 0xC0FFEE11, 8
+BIG = 2**31 - 1
+
+
+def _on_device(x, backend):
+    """Counts as device arrays, which no launcher reads on the host."""
+    if backend == "numba":
+        from numba import cuda
+        return cuda.to_device(np.ascontiguousarray(x, np.int32))
+    return to_backend(np.ascontiguousarray(x, np.int32), backend)
+
+
+def _guarded_outs(n, ne, de, backend):
+    """``(buffers, outputs)``: outputs of ``n`` slots, views of buffers with
+    ``GUARD`` canary slots before and after them."""
+    bufs = [to_backend(np.full((n + 2 * GUARD,) + s[1:], CANARY, np.uint32), backend)
+            for s in out_shapes(n, ne, de)]
+    return bufs, [b[GUARD:GUARD + n] for b in bufs]
+
+
+def _assert_guards(bufs, what):
+    for b in bufs:
+        h = to_host(b)
+        assert (h[:GUARD] == CANARY).all() and (h[-GUARD:] == CANARY).all(), what
+
+
+@pytest.mark.parametrize("backend", GPU_BACKENDS)
+@pytest.mark.parametrize("rc, orc", [
+    ([6, 9], [3, 2]),                  # sum(rc) past the input (8 slots): read past it
+    ([-6, 9], [1, 4]),                 # a negative count: its nodes before the input
+    ([3, 5], [-4, 9]),                 # a negative output count
+    ([BIG, BIG], [2**30, 2**30]),      # counts near 2**31
+    ([3, 5], [1, 1]),                  # truncating
+], ids=["past-input", "negative-rc", "negative-orc", "huge", "truncating"])
+def test_jagged_device_counts_outside_the_contract_stay_in_bounds(backend, rc, orc):
+    k = kernels_for(backend, "gkr")
+    for ne, de in ((False, False), (True, True)):
+        bufs, got = _guarded_outs(5, ne, de, backend)
+        k.jagged_transition(_on_device(rc, backend), _on_device(orc, backend),
+                            zeros((2, 2), backend, np.int64),
+                            *dev(layer(F, 8, ne, de, seed=2), backend), *got, F.params)
+        _assert_guards(bufs, f"{rc} {orc}")
+
+
+def _bad_steps(backend, ne, de, which, counts):
+    """``_jagged_steps`` (widths 9, 6, 5 after an input of 14 slots) with the
+    counts of ``which`` (0 the input, l the output layer l) replaced, every
+    count on the device, the outputs guarded."""
+    rc, ins, steps, _ = _jagged_steps("cpu", ne, de)
+    all_counts = [rc] + [orc for orc, _ in steps]
+    all_counts[which] = np.array(counts, np.int32)
+    guarded = [_guarded_outs(o[0].shape[0], ne, de, backend) for _, o in steps]
+    steps = [(_on_device(c, backend), g[1]) for c, g in zip(all_counts[1:], guarded)]
+    return (_on_device(all_counts[0], backend), dev(ins, backend), steps,
+            [b for bufs, _ in guarded for b in bufs])
+
+
+@pytest.mark.parametrize("backend", GPU_BACKENDS)
+@pytest.mark.parametrize("which, counts", [
+    (0, (40, 2, 0, 7)),                # sum(rc) 49 past the input (14 slots)
+    (0, (-9, 2, 0, 30)),               # a negative input count
+    (1, (9, 9, 9, 9)),                 # layer 1 sums to 36 past its width 9
+    (2, (-3, 1, 0, 4)),                # a negative count in layer 2
+    (1, (1, 1, 0, 1)),                 # truncating: layer 1 below ceil(rc / 2)
+    (3, (BIG, BIG, 0, 1)),             # the last layer's total near 2**32
+], ids=["past-input", "negative-input", "past-width", "negative", "truncating", "huge"])
+def test_fused_jagged_device_counts_outside_the_contract_stay_in_bounds(backend, which, counts):
+    """The fused chunk stores every node of a slot's subtree at
+    prefix - count + i, and walked the last layer's total count: such counts
+    wrote past the outputs (IndexError under the simulator) and a total near
+    2**32 ran 2**34 lane items (a hang under the emulation)."""
+    k = kernels_for(backend, "gkr")
+    for ne, de in ((False, True), (True, True)):
+        rc, ins, steps, bufs = _bad_steps(backend, ne, de, which, counts)
+        k.jagged_chunk(rc, zeros(16, backend, np.int64), ins, steps, F.params)
+        _assert_guards(bufs, f"chunk {which} {counts}")
+        if hasattr(k, "jagged_tail"):
+            rc, ins, steps, bufs = _bad_steps(backend, ne, de, which, counts)
+            k.jagged_tail(rc, zeros(8, backend, np.int64), ins, steps, F.params)
+            _assert_guards(bufs, f"tail {which} {counts}")
+
+
 @pytest.mark.parametrize("ne,de", MODES[::3])
 def test_sequences_may_be_iterators(k, ne, de):
     """The checks read the sequence arguments once (an iterator is exhausted

@@ -350,7 +350,9 @@ class JaggedGkrLayer(_Layer):
         One count per batch element; the length ``nb`` must be a power of two.
         Host counts are checked (``>= 0``, ``sum <= width``) and stored as a
         read-only int32 array; a device array (CuPy data only) is kept as is
-        and is the caller's obligation (checking it would synchronize).
+        and is the caller's obligation (checking it would synchronize):
+        device counts outside the contract give unspecified words in the
+        results, but no kernel reads or writes outside the layers' arrays.
     field : PrimeField, optional
         :data:`~zorch_nb.KoalaBear` (default) or :data:`~zorch_nb.BabyBear`;
         as for :class:`GkrLayer`, BabyBear data needs ``field=BabyBear``.
@@ -1111,6 +1113,8 @@ def jagged_layer_transition(layer: JaggedGkrLayer, out_row_counts, out_width=Non
         or a pair ``(counts, width)`` (an entry of :func:`halving_schedule`,
         as :func:`build_jagged_pyramid` takes them) gives both arguments:
         ``for step in halving_schedule(L): L = jagged_layer_transition(L, step)``.
+        Device counts outside the constraints give unspecified words, never
+        an access outside the layers' arrays.
     out_width : int, optional
         Capacity of the output layer, ``>= sum(orc)``.  Defaults to
         ``sum(orc)`` for host counts; required for device counts; not with a

@@ -273,11 +273,16 @@ ZORCH_HD unsigned int zorch_gkr_find_segment(const long long* cum, unsigned int 
 }
 
 // Jagged output slot q (slot meanings: gkr_cpu.py, jagged_transition).  rc_cum / orc_cum hold the
-// inclusive prefix sums of rc / orc (nb each).
+// inclusive prefix sums of rc / orc (nb each); the input has in_width slots.  Counts outside
+// the contract (device counts are never checked: that would synchronize) must still not read
+// outside the input: a node at or past in_width (or before 0: a negative count's offsets
+// wrap to huge unsigned values) is read as the neutral fraction instead.  Within the contract
+// every node is below in_width, so this changes no byte.
 template <int NE, int DE, bool VEC>
 ZORCH_HD void zorch_gkr_jagged_slot_at(zorch_u64 q, const int* rc, const int* orc,
                                        const long long* rc_cum, const long long* orc_cum,
-                                       unsigned int nb, const zorch_u32* n0, const zorch_u32* n1,
+                                       unsigned int nb, zorch_u64 in_width,
+                                       const zorch_u32* n0, const zorch_u32* n1,
                                        const zorch_u32* d0, const zorch_u32* d1, zorch_u32* on0,
                                        zorch_u32* on1, zorch_u32* od0, zorch_u32* od1) {
     const long long qq = (long long)q;
@@ -289,10 +294,11 @@ ZORCH_HD void zorch_gkr_jagged_slot_at(zorch_u64 q, const int* rc, const int* or
         const long long j = qq - (orc_cum[s] - orc[s]);
         c0 = neutral;  // live neutral padding unless j names a node pair
         c1 = neutral;
-        if (j < (rows + 1) / 2) {
-            const zorch_u64 e = (zorch_u64)(rc_cum[s] - rows + 2 * j);
+        const zorch_u64 e = (zorch_u64)(rc_cum[s] - rows + 2 * j);
+        if (j < (rows + 1) / 2 && e < in_width) {
             c0 = zorch_gkr_fold_node<NE, DE, VEC>(e, n0, n1, d0, d1);
-            if (2 * j + 1 < rows) c1 = zorch_gkr_fold_node<NE, DE, VEC>(e + 1, n0, n1, d0, d1);
+            if (2 * j + 1 < rows && e + 1 < in_width)
+                c1 = zorch_gkr_fold_node<NE, DE, VEC>(e + 1, n0, n1, d0, d1);
         }
     }
     zorch_gkr_store_slot<NE, DE, VEC>(q, c0, c1, on0, on1, od0, od1);
@@ -302,11 +308,11 @@ ZORCH_HD void zorch_gkr_jagged_slot_at(zorch_u64 q, const int* rc, const int* or
 template <int NE, int DE, bool VEC>
 ZORCH_HD void zorch_gkr_jagged_slot(zorch_u64 q, const int* rc, const int* orc,
                                     const long long* prefix, unsigned int nb,
-                                    const zorch_u32* n0, const zorch_u32* n1,
+                                    zorch_u64 in_width, const zorch_u32* n0, const zorch_u32* n1,
                                     const zorch_u32* d0, const zorch_u32* d1, zorch_u32* on0,
                                     zorch_u32* on1, zorch_u32* od0, zorch_u32* od1) {
-    zorch_gkr_jagged_slot_at<NE, DE, VEC>(q, rc, orc, prefix, prefix + nb, nb, n0, n1, d0, d1,
-                                          on0, on1, od0, od1);
+    zorch_gkr_jagged_slot_at<NE, DE, VEC>(q, rc, orc, prefix, prefix + nb, nb, in_width, n0, n1,
+                                          d0, d1, on0, on1, od0, od1);
 }
 
 // ---- block prefix sums ---------------------------------------------------
@@ -369,40 +375,42 @@ struct zorch_gkr_tail_layer {
 };
 struct zorch_gkr_tail { zorch_gkr_tail_layer l[ZORCH_GKR_MAX_TAIL]; };
 
-// Slots first, first + stride, ... of tail layer l, whose input has counts rc
-// and MLEs in[0..4) in mode <NE, DE>.  rc_cum / orc_cum: inclusive sums.
+// Slots first, first + stride, ... of tail layer l, whose input has counts rc,
+// in_width slots and MLEs in[0..4) in mode <NE, DE>.  rc_cum / orc_cum: inclusive sums.
 template <int NE, int DE, bool VEC>
 ZORCH_HD void zorch_gkr_tail_slots(unsigned int first, unsigned int stride,
                                    const zorch_gkr_tail_layer& out, const int* rc,
                                    const long long* rc_cum, const long long* orc_cum,
-                                   unsigned int nb, const zorch_u32* n0, const zorch_u32* n1,
-                                   const zorch_u32* d0, const zorch_u32* d1) {
+                                   unsigned int nb, zorch_u64 in_width, const zorch_u32* n0,
+                                   const zorch_u32* n1, const zorch_u32* d0,
+                                   const zorch_u32* d1) {
     for (zorch_u64 q = first; q < out.width; q += stride)
-        zorch_gkr_jagged_slot_at<NE, DE, VEC>(q, rc, out.orc, rc_cum, orc_cum, nb, n0, n1, d0,
-                                              d1, out.p[0], out.p[1], out.p[2], out.p[3]);
+        zorch_gkr_jagged_slot_at<NE, DE, VEC>(q, rc, out.orc, rc_cum, orc_cum, nb, in_width, n0,
+                                              n1, d0, d1, out.p[0], out.p[1], out.p[2],
+                                              out.p[3]);
 }
 
-// Step l >= 0 of a tail: layer 0 reads the launch's input (mode <NE, DE>),
-// layer l > 0 reads layer l - 1 (numerators extension if either input pair
-// was: mode <NE || DE, DE>).  The prefix scratch holds two rows of nb:
+// Step l >= 0 of a tail: layer 0 reads the launch's input (mode <NE, DE>,
+// in_width slots), layer l > 0 reads layer l - 1 (numerators extension if
+// either input pair was: mode <NE || DE, DE>).  The prefix scratch holds two rows of nb:
 // layer l's input sums are row l & 1 and its output sums row (l + 1) & 1, so
 // layer l's output sums are layer l + 1's input sums.
 template <int NE, int DE, bool VEC>
 ZORCH_HD void zorch_gkr_tail_step(unsigned int l, unsigned int first, unsigned int stride,
                                   const int* rc, long long* prefix, unsigned int nb,
-                                  const zorch_u32* n0, const zorch_u32* n1,
+                                  zorch_u64 in_width, const zorch_u32* n0, const zorch_u32* n1,
                                   const zorch_u32* d0, const zorch_u32* d1,
                                   const zorch_gkr_tail& tail) {
     const long long* rc_cum = prefix + (l & 1u) * (zorch_u64)nb;
     const long long* orc_cum = prefix + ((l + 1u) & 1u) * (zorch_u64)nb;
     if (l == 0) {
-        zorch_gkr_tail_slots<NE, DE, VEC>(first, stride, tail.l[0], rc, rc_cum, orc_cum, nb, n0,
-                                          n1, d0, d1);
+        zorch_gkr_tail_slots<NE, DE, VEC>(first, stride, tail.l[0], rc, rc_cum, orc_cum, nb,
+                                          in_width, n0, n1, d0, d1);
     } else {
         const zorch_gkr_tail_layer& in = tail.l[l - 1];
         zorch_gkr_tail_slots<NE || DE, DE, VEC>(first, stride, tail.l[l], in.orc, rc_cum,
-                                                orc_cum, nb, in.p[0], in.p[1], in.p[2],
-                                                in.p[3]);
+                                                orc_cum, nb, in.width, in.p[0], in.p[1],
+                                                in.p[2], in.p[3]);
     }
 }
 
@@ -410,7 +418,7 @@ ZORCH_HD void zorch_gkr_tail_step(unsigned int l, unsigned int first, unsigned i
 // `nthreads` runs like the block's threads (host tests only).
 template <int NE, int DE>
 ZORCH_HD void zorch_gkr_tail_serial(const int* rc, long long* prefix, unsigned int nb,
-                                    const zorch_u32* n0, const zorch_u32* n1,
+                                    zorch_u64 in_width, const zorch_u32* n0, const zorch_u32* n1,
                                     const zorch_u32* d0, const zorch_u32* d1,
                                     const zorch_gkr_tail* tail, unsigned int nlayers,
                                     unsigned int nthreads) {
@@ -419,7 +427,7 @@ ZORCH_HD void zorch_gkr_tail_serial(const int* rc, long long* prefix, unsigned i
         zorch_gkr_scan_serial(tail->l[l].orc, prefix + ((l + 1u) & 1u) * (zorch_u64)nb, nb,
                               nthreads);
         zorch_gkr_tail_step<NE, DE, false>(l, 0u, 1u, l ? tail->l[l - 1].orc : rc, prefix, nb,
-                                           n0, n1, d0, d1, *tail);
+                                           in_width, n0, n1, d0, d1, *tail);
     }
 }
 
@@ -454,13 +462,30 @@ ZORCH_HD void zorch_gkr_tail_serial(const int* rc, long long* prefix, unsigned i
 #define ZORCH_GKR_CHUNK_LANES (1 << (ZORCH_GKR_CHUNK - 1))
 
 // Counts of the input layer (cnt[0]) and of output layers 1..C; the output
-// MLEs (n0, n1, d0, d1) and width of output layer m at p[m - 1], width[m - 1].
-// Passed by value; prefix row m (nb int64) holds the inclusive sums of cnt[m].
+// MLEs (n0, n1, d0, d1) and width of output layer m at p[m - 1], width[m - 1];
+// the input layer's width.  Passed by value; prefix row m (nb int64) holds
+// the inclusive sums of cnt[m].
+//
+// Counts outside the contract (device counts are never checked: that would
+// synchronize) must still not touch memory outside the layers: a node at or
+// past its layer's width -- or before 0, whose offset wraps to a huge
+// unsigned value -- is read as neutral and not stored, and the live slots
+// walked are cut to the last layer's width.  Within the contract every node
+// is below its width, so these tests change no byte.
 struct zorch_gkr_chunk {
     const int* cnt[ZORCH_GKR_CHUNK + 1];
     zorch_u32* p[ZORCH_GKR_CHUNK][4];
     zorch_u64 width[ZORCH_GKR_CHUNK];
+    zorch_u64 in_width;
 };
+
+// Live slots of the last layer to walk: its total count, cut to [0, width].
+ZORCH_HD long long zorch_gkr_chunk_total(const zorch_gkr_chunk& c, const long long* prefix,
+                                         unsigned int nb) {
+    const long long total = prefix[(zorch_u64)ZORCH_GKR_CHUNK * nb + nb - 1];
+    const zorch_u64 width = c.width[ZORCH_GKR_CHUNK - 1];
+    return total < 0 ? 0 : ((zorch_u64)total < width ? total : (long long)width);
+}
 
 // Where last-layer slot q sits: its segment s and position j (q < total).
 ZORCH_HD void zorch_gkr_chunk_locate(const zorch_gkr_chunk& c, const long long* prefix,
@@ -482,14 +507,15 @@ ZORCH_HD zorch_gkr_frac zorch_gkr_chunk_level1(const zorch_gkr_chunk& c, const l
     const long long cnt1 = c.cnt[1][s];
     if (p1 >= cnt1) return zorch_gkr_neutral();
     const long long cnt0 = c.cnt[0][s];
-    const long long base0 = prefix[s] - cnt0;  // input slot of position 0
+    const zorch_u64 e = (zorch_u64)(prefix[s] - cnt0 + 2 * p1);  // input slot of node 2 p1
     zorch_gkr_frac f0 = zorch_gkr_neutral(), f1 = zorch_gkr_neutral();
-    if (2 * p1 < cnt0) f0 = zorch_gkr_fold_node<NE, DE, VEC>((zorch_u64)(base0 + 2 * p1), n0, n1, d0, d1);
-    if (2 * p1 + 1 < cnt0)
-        f1 = zorch_gkr_fold_node<NE, DE, VEC>((zorch_u64)(base0 + 2 * p1 + 1), n0, n1, d0, d1);
+    if (2 * p1 < cnt0 && e < c.in_width) f0 = zorch_gkr_fold_node<NE, DE, VEC>(e, n0, n1, d0, d1);
+    if (2 * p1 + 1 < cnt0 && e < c.in_width && e + 1 < c.in_width)
+        f1 = zorch_gkr_fold_node<NE, DE, VEC>(e + 1, n0, n1, d0, d1);
     zorch_u32* const* out = c.p[0];
-    zorch_gkr_store_slot<NE || DE, DE, VEC>((zorch_u64)(prefix[(zorch_u64)nb + s] - cnt1 + p1),
-                                            f0, f1, out[0], out[1], out[2], out[3]);
+    const zorch_u64 slot = (zorch_u64)(prefix[(zorch_u64)nb + s] - cnt1 + p1);
+    if (slot < c.width[0])
+        zorch_gkr_store_slot<NE || DE, DE, VEC>(slot, f0, f1, out[0], out[1], out[2], out[3]);
     return zorch_gkr_fold<NE || DE, DE>(f0.n, f1.n, f0.d, f1.d);
 }
 
@@ -503,8 +529,9 @@ ZORCH_HD zorch_gkr_frac zorch_gkr_chunk_up(const zorch_gkr_chunk& c, const long 
     const long long cnt = c.cnt[m][s];
     if (p >= cnt) return zorch_gkr_neutral();
     zorch_u32* const* out = c.p[m - 1];
-    zorch_gkr_store_slot<OE, DE, VEC>((zorch_u64)(prefix[(zorch_u64)m * nb + s] - cnt + p), f0,
-                                      f1, out[0], out[1], out[2], out[3]);
+    const zorch_u64 slot = (zorch_u64)(prefix[(zorch_u64)m * nb + s] - cnt + p);
+    if (slot < c.width[m - 1])
+        zorch_gkr_store_slot<OE, DE, VEC>(slot, f0, f1, out[0], out[1], out[2], out[3]);
     if (m == ZORCH_GKR_CHUNK) return f0;  // the last layer's value is not needed
     return zorch_gkr_fold<OE, DE>(f0.n, f1.n, f0.d, f1.d);
 }
@@ -532,7 +559,7 @@ ZORCH_HD void zorch_gkr_chunk_serial(const zorch_gkr_chunk* c, long long* prefix
     constexpr int OE = NE || DE, G = ZORCH_GKR_CHUNK_LANES;
     for (int m = 0; m <= ZORCH_GKR_CHUNK; ++m)
         zorch_gkr_scan_serial(c->cnt[m], prefix + (zorch_u64)m * nb, nb, nthreads);
-    const long long total = prefix[(zorch_u64)ZORCH_GKR_CHUNK * nb + nb - 1];
+    const long long total = zorch_gkr_chunk_total(*c, prefix, nb);
     for (long long q = 0; q < total; ++q) {
         unsigned int s;
         long long j;
@@ -600,7 +627,8 @@ __global__ void zorch_gkr_pyramid_dense(const zorch_u32* __restrict__ n0,
     }
 }
 
-// Jagged transition over width output slots; prefix from zorch_gkr_jagged_scan.
+// Jagged transition over width output slots of an input of in_width slots;
+// prefix from zorch_gkr_jagged_scan.
 template <int NE, int DE, bool VEC>
 __global__ void zorch_gkr_jagged(const int* __restrict__ rc, const int* __restrict__ orc,
                                  const long long* __restrict__ prefix, unsigned int nb,
@@ -610,10 +638,10 @@ __global__ void zorch_gkr_jagged(const int* __restrict__ rc, const int* __restri
                                  const zorch_u32* __restrict__ d1,
                                  zorch_u32* __restrict__ on0, zorch_u32* __restrict__ on1,
                                  zorch_u32* __restrict__ od0, zorch_u32* __restrict__ od1,
-                                 zorch_u64 width) {
+                                 zorch_u64 width, zorch_u64 in_width) {
     ZORCH_GKR_GRID_STRIDE(q, width) {
-        zorch_gkr_jagged_slot<NE, DE, VEC>(q, rc, orc, prefix, nb, n0, n1, d0, d1, on0, on1,
-                                           od0, od1);
+        zorch_gkr_jagged_slot<NE, DE, VEC>(q, rc, orc, prefix, nb, in_width, n0, n1, d0, d1,
+                                           on0, on1, od0, od1);
     }
 }
 
@@ -669,15 +697,15 @@ template <int NE, int DE, bool VEC>
 __global__ void __launch_bounds__(ZORCH_GKR_TAIL_THREADS)
 zorch_gkr_jagged_tail(const int* rc, long long* prefix, unsigned int nb, const zorch_u32* n0,
                       const zorch_u32* n1, const zorch_u32* d0, const zorch_u32* d1,
-                      const zorch_gkr_tail tail, unsigned int nlayers) {
+                      zorch_u64 in_width, const zorch_gkr_tail tail, unsigned int nlayers) {
     zorch_gkr_block_scan(rc, prefix, nb);
     for (unsigned int l = 0; l < nlayers; ++l) {
         // Layer l - 1's slots (which read row (l + 1) & 1 as their input
         // sums) all finished before the __syncthreads() ending the last step.
         zorch_gkr_block_scan(tail.l[l].orc, prefix + ((l + 1u) & 1u) * (zorch_u64)nb, nb);
         zorch_gkr_tail_step<NE, DE, VEC>(l, threadIdx.x, blockDim.x,
-                                         l ? tail.l[l - 1].orc : rc, prefix, nb, n0, n1, d0,
-                                         d1, tail);
+                                         l ? tail.l[l - 1].orc : rc, prefix, nb, in_width, n0,
+                                         n1, d0, d1, tail);
         __syncthreads();  // layer l is written before layer l + 1 reads it
     }
 }
@@ -717,8 +745,7 @@ __global__ void zorch_gkr_jagged_chunk(const zorch_gkr_chunk c,
                                        const zorch_u32* __restrict__ d0,
                                        const zorch_u32* __restrict__ d1, zorch_u64 items) {
     constexpr int OE = NE || DE, G = ZORCH_GKR_CHUNK_LANES;
-    const long long total = prefix[(zorch_u64)ZORCH_GKR_CHUNK * nb + nb - 1];
-    const zorch_u64 lane_items = (zorch_u64)total * G;
+    const zorch_u64 lane_items = (zorch_u64)zorch_gkr_chunk_total(c, prefix, nb) * G;
     const unsigned int sub = threadIdx.x % G;
     const zorch_u64 stride = (zorch_u64)blockDim.x * gridDim.x;
     for (zorch_u64 t0 = (zorch_u64)blockIdx.x * blockDim.x + (threadIdx.x & ~31u);
@@ -754,14 +781,15 @@ __global__ void zorch_gkr_jagged_chunk(const zorch_gkr_chunk c,
         const int* __restrict__, const int* __restrict__, const long long* __restrict__,     \
         unsigned int, const zorch_u32* __restrict__, const zorch_u32* __restrict__,           \
         const zorch_u32* __restrict__, const zorch_u32* __restrict__, zorch_u32* __restrict__, \
-        zorch_u32* __restrict__, zorch_u32* __restrict__, zorch_u32* __restrict__, zorch_u64); \
+        zorch_u32* __restrict__, zorch_u32* __restrict__, zorch_u32* __restrict__, zorch_u64, \
+        zorch_u64);                                                                          \
     template __global__ void zorch_gkr_pyramid_dense<NE, DE, VEC>(                           \
         const zorch_u32* __restrict__, const zorch_u32* __restrict__,                       \
         const zorch_u32* __restrict__, const zorch_u32* __restrict__,                       \
         const zorch_gkr_layers, unsigned int, unsigned int);                                 \
     template __global__ void zorch_gkr_jagged_tail<NE, DE, VEC>(                             \
         const int*, long long*, unsigned int, const zorch_u32*, const zorch_u32*,            \
-        const zorch_u32*, const zorch_u32*, const zorch_gkr_tail, unsigned int);             \
+        const zorch_u32*, const zorch_u32*, zorch_u64, const zorch_gkr_tail, unsigned int);  \
     template __global__ void zorch_gkr_jagged_chunk<NE, DE, VEC>(                            \
         const zorch_gkr_chunk, const long long* __restrict__, unsigned int,                  \
         const zorch_u32* __restrict__, const zorch_u32* __restrict__,                       \
