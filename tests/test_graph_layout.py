@@ -132,3 +132,23 @@ def test_merkle_root_hashes_integer_words_and_refuses_the_rest():
                             ([[1, 2], [3]], ValueError, "rectangular")):
         with pytest.raises(exc, match="`words`.*" + match):
             merkle_root(bad)
+
+
+def test_split_points_may_not_repeat():
+    # a repeated point is an empty dimension of length 1: [1, 3, 3, 12] is not [3, 1, 4]
+    for points in ([1, 1, 12], [1, 3, 3, 12], [1, 12, 12]):
+        with pytest.raises(ValueError, match="`points` must be a chain of split points, each "
+                                             "a larger multiple"):
+            dims_of(points)
+    assert dims_of([1]) == () and dims_of([1, 3, 12]) == (3, 4)
+
+
+def test_merkle_root_refuses_the_first_word_past_uint32():
+    w = np.arange(16, dtype=np.int64)
+    assert merkle_root(np.full(16, 2**32 - 1, np.int64)) == \
+        merkle_root(np.full(16, 2**32 - 1, np.uint32))
+    for top in (np.int64(2**32), 2**32):  # (hashed as the word 0)
+        bad = w.copy() if isinstance(top, np.integer) else list(range(16))
+        bad[5] = top
+        with pytest.raises(ValueError, match=r"`words` must hold uint32 words, in \[0, 2\*\*32\)"):
+            merkle_root(bad)

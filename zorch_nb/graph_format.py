@@ -606,7 +606,7 @@ def validate(g) -> None:
             try:
                 logical_instance(g.buffer_points[t.outputs[0]], t.num_parallel,
                                  g.kernels[t.kernel].out_params[0][2], 0)
-            except KeyError:
+            except ValueError:  # (axis_dims: points that lack a split of the view)
                 _bad(f"template {ti}'s first output buffer does not split its "
                      f"{t.num_parallel} instances apart")
         for j, (b, (par, offsets), bc) in enumerate(zip(t.inputs, ck.in_layouts, t.broadcast)):
