@@ -38,6 +38,11 @@ def four(length, ext=(False, False)):
     (lambda a: a.__setitem__(2, list(a[2])), TypeError, "must be a uint32 array"),
     (lambda a: a.__setitem__(3, np.zeros((8, 3), np.uint32)), ValueError, r"\(L, 4\)"),
     (lambda a: a.__setitem__(1, np.zeros((8, 4), np.uint32)), ValueError, "same field"),
+    (lambda a: a.__setitem__(3, np.zeros((8, 4), np.uint32)), ValueError,
+     "`denominator_1` must be in the same field as `denominator_0`"),
+    (lambda a: [a.__setitem__(i, np.zeros((8, 5), np.uint32)) for i in range(4)], ValueError,
+     r"`numerator_0` must have shape \(L,\) \(base field\) or \(L, 4\) \(extension\), "
+     r"not \(8, 5\)"),
 ])
 def test_dense_construction_errors(mutate, exc, match):
     arrays = four(8)
@@ -101,6 +106,7 @@ def test_dense_floor_errors():
     ((c for c in [4, 4]), TypeError, r"`row_counts` must be a sequence.*not an iterator"),
     ([2**63, 1], ValueError, r"row_counts\[0\] = 9223372036854775808"),  # was float64
     ([2**64, 1], ValueError, r"row_counts\[0\] = 18446744073709551616"),  # was OverflowError
+    ([1, 2**40], ValueError, r"row_counts\[1\] = 1099511627776"),  # the count out of range
 ])
 def test_jagged_construction_errors(counts, exc, match):
     with pytest.raises(exc, match=match):
@@ -899,3 +905,58 @@ def test_layers_repr_is_a_summary():
     odd = GkrLayer(x.copy(), x, x, x)
     odd.numerator_0.shape = (4, 4)  # reshaped in place: the repr still works
     assert "numerators extension (4, 4)/(16,)" in repr(odd)
+
+
+def test_from_segments_width_may_equal_the_rows_the_segments_need():
+    """``width >= total`` (the rows the segments need): the bound itself is a width."""
+    segs = [(F.random(5, seed=1), F.random(5, seed=2)), (F.random(2, seed=3), F.random(2, seed=4))]
+    jag = JaggedGkrLayer.from_segments(segs, width=4)  # 3 + 1 rows: no dead slot
+    assert jag.width == 4 and jag.row_counts.tolist() == [3, 1]
+    default = JaggedGkrLayer.from_segments(segs)
+    for a, b in zip(jag.mles, default.mles):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("Fi", [KoalaBear, BabyBear], ids=["koalabear", "babybear"])
+@pytest.mark.parametrize("ext", [False, True], ids=["base", "extension"])
+def test_from_segments_closes_odd_segments_with_the_fields_one(Fi, ext):
+    """An odd segment's last row gets the neutral 0/1 as its second child: 1 is
+    the Montgomery one of ``field`` (BabyBear's differs from KoalaBear's), for
+    base denominators as for extension ones."""
+    D = Fi.ext if ext else Fi
+    segs = [(Fi.random(3, seed=1), D.random(3, seed=2)), (Fi.random(1, seed=3), D.random(1, seed=4))]
+    jag = JaggedGkrLayer.from_segments(segs, field=Fi)
+    assert jag.row_counts.tolist() == [2, 1] and jag.field is Fi
+    one = [1, 0, 0, 0] if ext else 1
+    assert D.decode(jag.denominator_1[[1, 2]]).tolist() == [one, one]  # rows 1 and 2 close
+    assert not jag.numerator_1[[1, 2]].any()
+    np.testing.assert_array_equal(jag.denominator_1[0], segs[0][1][1])
+
+
+def test_jagged_floor_with_an_empty_segment_is_refused():
+    """Width == nb is not enough for a floor: a 0 count (an empty segment, no
+    neutral row yet) is refused as well as a count above 1."""
+    floor = JaggedGkrLayer(*four(2), [1, 0])
+    with pytest.raises(ValueError, match=r"every row count to be 1, but row_counts\[1\] = 0"):
+        extract_jagged_outputs(floor)
+    (step,) = halving_schedule(floor)  # one step gives segment 1 its neutral row
+    assert step.row_counts.tolist() == [1, 1]
+    assert len(extract_jagged_outputs(jagged_layer_transition(floor, step))) == 2
+
+
+@pytest.mark.gpu
+def test_gpu_jagged_pyramid_of_numpy_data_on_the_cupy_backend():
+    """``backend="cupy"`` on NumPy data: every step runs on the GPU and comes
+    back as NumPy arrays (the fused steps need CuPy arrays: the pyramid goes
+    one transition at a time), byte for byte the CPU pyramid."""
+    host = four(16, (False, True))
+    first = JaggedGkrLayer(*host, [9, 7])
+    steps = halving_schedule(first)
+    want = build_jagged_pyramid(first, steps)
+    for fused in (None, False):
+        got = build_jagged_pyramid(first, steps, backend="cupy", fused=fused)
+        assert len(got) == len(want) == len(steps) + 1
+        for a, b in zip(want, got):
+            for x, y in zip(a.mles, b.mles):
+                assert type(y) is np.ndarray
+                np.testing.assert_array_equal(x, y)
