@@ -1193,6 +1193,54 @@ def test_a_non_finite_product_of_finite_factors_is_recomputed(rng, monkeypatch):
         monkeypatch.setattr(np.linalg, "qr", real_qr)
 
 
+def test_float32_trains_that_meet_inf_are_computed_again_in_float64(rng, monkeypatch):
+    """A float32 product that comes back as *finite* garbage passes the
+    non-finite guard of _matmul, and a later product turns it into inf: the
+    CI flake of test_float32[xp] ("overflowed float32" in ut3_svd's first
+    right step, after both guards held).  Such a float32 computation is run
+    once more in float64 and the result rounded to float32; a result that
+    does not fit float32 is still refused as the train's overflow."""
+    x, _ = stacked_pair(rng, X_RANKS, n=4, r=4, N=5)
+    y = UniformTuckerTensorTrain(x.tucker_supercore.astype(np.float32),
+                                 x.tt_supercore.astype(np.float32), x.shape, x.masks)
+    want_dense, want_norm = y.to_dense(), y.norm()
+    real_matmul, spoiled = np.matmul, []
+
+    def garbage_first(a, b, **kw):  # the first float32 product of each call: huge, finite
+        c = real_matmul(a, b, **kw)
+        if c.dtype == np.float32 and c.size and not spoiled:
+            c = np.array(c)
+            c.flat[0] = np.float32(3e38)
+            spoiled.append(c.shape)
+        return c
+
+    monkeypatch.setattr(np, "matmul", garbage_first)
+    calls = [("svd", lambda: y.svd()[0])] + [
+        (k, lambda k=k: y.orthogonalize(k)) for k in ORTHOGONALIZE_KINDS]
+    for name, call in calls:
+        spoiled.clear()
+        with np.errstate(over="ignore", invalid="ignore"):
+            got = call()
+        assert spoiled, name  # the garbage was met
+        assert got.tucker_supercore.dtype == got.tt_supercore.dtype == np.float32, name
+        assert rel_err(got.to_dense(), want_dense) < 1e-5, name
+    spoiled.clear()
+    with np.errstate(over="ignore", invalid="ignore"):
+        norm = y.norm("orthogonal")
+    assert spoiled and norm.dtype == np.float32 and rel_err(norm, want_norm) < 1e-5
+    (tr, (tsv, ttsv)) = tt_ops.ut3_svd(y.data)
+    assert all(a.dtype == np.float32 for a in (tr[0], tr[1], tsv, ttsv))
+    monkeypatch.setattr(np, "matmul", real_matmul)
+    # float64 has no wider retry, and a float32 result past float32 stays refused
+    for dtype, big in ((np.float64, 1e200), (np.float32, 1e30)):
+        z = UniformTuckerTensorTrain((big * x.tucker_supercore).astype(dtype),
+                                     (big * x.tt_supercore).astype(dtype), x.shape, x.masks)
+        with np.errstate(over="ignore", invalid="ignore"):
+            for call in (z.svd, lambda: z.orthogonalize("left")):
+                with pytest.raises(ValueError, match=f"overflowed {np.dtype(dtype).name} "):
+                    call()
+
+
 @pytest.mark.filterwarnings("error::RuntimeWarning")  # overflows are handled, not warned
 def test_overflow_in_the_last_push_is_refused_too(rng):
     """An overflow after every SVD (the remainder pushed into the cores) came

@@ -10,6 +10,7 @@ See :mod:`zorch_nb.tt` for the data model and the compile-cache rule.
 """
 import collections.abc
 import concurrent.futures
+import functools
 import io
 import math
 import numbers
@@ -174,6 +175,63 @@ def _pack(xp, U, G, shape, mk, mt, stack):
     G = xp.ascontiguousarray(G.reshape((d,) + stack + G.shape[-3:]))
     masks = UT3Masks(mk.reshape((d,) + stack + mk.shape[-1:]), mt.reshape((d + 1,) + stack + mt.shape[-1:]))
     return (U, G, tuple(shape), masks)
+
+
+def _float64_retry(check_result):
+    """Decorate ``op(data, ...)``: a float32 train whose computation met inf or
+    NaN (:func:`_overflowed`) is computed once more in float64 and the result
+    rounded to float32.
+
+    float32 runs out of exponent long before float64, and the float32 BLAS /
+    LAPACK kernels are where the faults of :func:`_matmul` and
+    :func:`_finite_svd` were seen (a CI run here met an inf in ``ut3_svd`` of
+    a small float32 train whose products cannot overflow, after both guards
+    held: a product's *finite* garbage is not detected).  The retry costs
+    nothing on the usual path.  With ``check_result`` a result that does not
+    fit float32 (inf after rounding) is refused with the first error, as an
+    overflow of the train; without it (the norm) inf is the answer.
+    """
+    def decorate(op):
+        @functools.wraps(op)
+        def run(data, *args, **kwargs):
+            try:
+                return op(data, *args, **kwargs)
+            except _Overflow as first:
+                U, G, shape, masks = ut3_check(data)  # (op checked it: no error here)
+                if U.dtype != np.float32:
+                    raise
+                xp = array_module(U)
+                try:
+                    wide = op((U.astype(np.float64), G.astype(np.float64), shape, masks),
+                              *args, **kwargs)
+                except _Overflow:
+                    raise first from None
+                result = _to_float32(wide)
+                if check_result and not _finite(xp, *_float_arrays(result)):
+                    raise first from None
+                return result
+        return run
+    return decorate
+
+
+def _to_float32(x):
+    """``x`` (an op's result: arrays in nested tuples) with float64 arrays
+    rounded to float32; masks, shapes and other leaves as they are."""
+    if isinstance(x, UT3Masks):
+        return x
+    if isinstance(x, tuple):
+        return tuple(_to_float32(v) for v in x)
+    if getattr(x, "dtype", None) == np.float64:
+        return x.astype(np.float32)
+    return x
+
+
+def _float_arrays(x):
+    if isinstance(x, UT3Masks):
+        return []
+    if isinstance(x, tuple):
+        return [a for v in x for a in _float_arrays(v)]
+    return [x] if getattr(x, "dtype", None) == np.float32 else []
 
 
 def _physical_mask(shape, N):
@@ -1203,6 +1261,7 @@ def _inner_numba(p, q):
 NORM_METHODS = ("inner", "orthogonal")
 
 
+@_float64_retry(check_result=False)
 def ut3_norm(data, method="inner"):
     """Frobenius norms per stack element: shape ``stack`` (a 0-d array, not a
     scalar, for an unstacked train).
@@ -1249,6 +1308,8 @@ def ut3_norm(data, method="inner"):
     U, G, mk = _sweep_left(xp, U, G, p.shape, mk, mt)
     last = G[-1].reshape(p.S, -1)
     norm = xp.sqrt((last * last).sum(axis=-1))
+    if not _finite(xp, norm):  # the cores are scaled near 1: a fault, retried in float64
+        _overflowed(norm.dtype)
     return xp.ldexp(norm, e).reshape(p.stack)
 
 
@@ -1579,8 +1640,12 @@ def _finite_svd(xp, A):
         f"another BLAS build)")
 
 
+class _Overflow(ValueError):
+    """inf or NaN met in a computation on finite entries (see :func:`_float64_retry`)."""
+
+
 def _overflowed(dtype):
-    raise ValueError(
+    raise _Overflow(
         f"the train's live entries are finite, but a product of them overflowed {dtype} "
         f"to inf or NaN during its SVD / orthogonalization; rescale the train (e.g. "
         f"`x * 2.0**-k`, exact in binary floating point) and scale the result back")
@@ -1674,6 +1739,7 @@ def _right_step(xp, G, mk, mt, i):
     mt[i] = _prefix(kcount, r)
 
 
+@_float64_retry(check_result=True)
 def ut3_orthogonalize(data, kind="left"):
     """Orthogonalize a train with pad-safe SVDs (no truncation).
 
@@ -1704,7 +1770,9 @@ def ut3_orthogonalize(data, kind="left"):
     ValueError
         If ``kind`` is unknown, if a live entry is inf or NaN, or if finite
         entries overflow the dtype during the computation (the message says
-        which; rescale the train).
+        which; rescale the train).  A float32 train whose computation meets
+        inf or NaN is computed again in float64 and refused only if the
+        result does not fit float32.
 
     Notes
     -----
@@ -1810,6 +1878,7 @@ def _bond_bound(xp, G, mk, mt, i):
     return True
 
 
+@_float64_retry(check_result=True)
 def ut3_svd(data, max_tucker_ranks=None, max_tt_ranks=None):
     """Max-rank truncating T3-SVD.
 
@@ -1855,7 +1924,9 @@ def ut3_svd(data, max_tucker_ranks=None, max_tt_ranks=None):
     ------
     ValueError
         If a live entry is inf or NaN, or if finite entries overflow the
-        dtype during the computation (the message says which; rescale).
+        dtype during the computation (the message says which; rescale).  A
+        float32 train whose computation meets inf or NaN is computed again in
+        float64 and refused only if the result does not fit float32.
 
     Notes
     -----
