@@ -34,7 +34,11 @@ extern "C" void host_jagged_{ne}{de}(const int* rc, const int* orc, const long l
         zorch_gkr_jagged_slot<{ne}, {de}, false>(q, rc, orc, prefix, nb, in_width, n0, n1, d0,
                                                  d1, on0, on1, od0, od1);
 }}
-""" for ne, de in MODES)
+""" for ne, de in MODES) + """
+extern "C" unsigned int host_find_segment(const long long* cum, unsigned int nb, long long q) {
+    return zorch_gkr_find_segment(cum, nb, q);
+}
+"""
 
 FIELD_OBJ = {"koalabear": KoalaBear, "babybear": BabyBear}
 
@@ -91,3 +95,23 @@ def test_jagged_slot_on_host(field, ne, de):
                                out_width)
     for got, want in zip(outs, ng.layer_words(F.name, ref)):
         np.testing.assert_array_equal(got, want)
+
+
+def test_find_segment_on_every_backend():
+    """The segment of output slot q: the first s with cum[s] > q (inclusive
+    prefix sums; empty segments repeat a sum), and nb - 1 for every slot past
+    the total -- the dead slots, whose segment index the jagged slot bodies
+    still read rc[s] / orc[s] with, so it must stay below nb.  The CUDA C
+    binary search, the Numba one (compiled, and as plain Python) agree with
+    a linear scan."""
+    from zorch_nb.kernels import gkr_cpu, gkr_scalar
+    lib = compile_host("koalabear", "gkr.cu", HARNESS)
+    lib.host_find_segment.restype = ctypes.c_uint
+    for counts in ([0], [3], [0, 0, 5, 0], [2, 0, 0, 1, 4, 0, 0, 0], [1] * 7, [0, 9, 0, 0, 0]):
+        cum = np.cumsum(np.array(counts, np.int64))
+        prefix = np.stack([cum, cum])  # (row 1 is searched, as in the transition)
+        for q in range(int(cum[-1]) + 4):
+            want = next((s for s, c in enumerate(cum) if c > q), len(cum) - 1)
+            got = (lib.host_find_segment(ptr(cum), ctypes.c_uint(len(cum)), ctypes.c_longlong(q)),
+                   gkr_cpu._find_segment(prefix, 1, q), gkr_scalar.find_segment(prefix, 1, q))
+            assert got == (want,) * 3, (counts, q)
