@@ -181,3 +181,20 @@ def test_broadcast_to_views_are_not_copied(F):
     big = (np.broadcast_to(s, (2**31, 1)), np.broadcast_to(s, (1, 2**31)))
     peak, _ = peak_bytes(lambda: pytest.raises(ValueError, F.add, *big))
     assert peak < 65536, peak
+
+
+@pytest.mark.parametrize("F", FIELDS)
+def test_extension_operand_repeating_along_its_coefficients(F):
+    """An extension operand broadcast along its own coefficient axis (stride 0
+    there: ``broadcast_to(w[:, None], (n, 4))`` is the elements (w, w, w, w))
+    keeps that axis: only element axes are cut to the words they repeat."""
+    E, rng = F.ext, np.random.default_rng(11)
+    w, y = raw_words(rng, (70,)), raw_words(rng, (70, 4))
+    ey = elements(F, y, 4)
+    for x in (np.broadcast_to(w[:, None], (70, 4)), np.broadcast_to(w[:1, None], (70, 4))):
+        ex = elements(F, np.ascontiguousarray(x), 4)
+        for name, ref in OPS.items():
+            for got, pairs in ((getattr(E, name)(x, y), zip(ex, ey)),
+                               (getattr(E, name)(y, x), zip(ey, ex))):
+                want = [naive.enc(c, F.p) for u, v in pairs for c in ref(u, v, F.p, F.W)]
+                assert got.reshape(-1).tolist() == want, name

@@ -341,3 +341,18 @@ def test_chunked_device_paths_match_the_host_and_synchronize_once(monkeypatch):
     for m in (lambda v: v, dev):
         with pytest.raises(ValueError, match=rf"ints\[6, 20\] = {F.p}; pass reduce=True"):
             F.encode(m(bad))
+
+
+@pytest.mark.parametrize("F", FIELDS)
+def test_blocked_ops_with_out_under_a_transposed_operand(monkeypatch, F):
+    """An operand that is ``out`` transposed (same first word, same size, not
+    C-ordered) is not ``out`` itself: the blocks, which read its columns while
+    writing rows of ``out``, go through a temporary."""
+    monkeypatch.setattr(fields, "_MAP_BLOCK", 64)
+    for G, shape, axes in ((F, (16, 16), (1, 0)), (F.ext, (16, 16), (1, 0, 2))):
+        buf, b = G.random(shape, seed=1), G.random(shape, seed=2)
+        vals = [naive.dec(int(v), F.p) for v in buf.transpose(axes).reshape(-1)]
+        bv = [naive.dec(int(v), F.p) for v in b.reshape(-1)]
+        want = [naive.enc((u + v) % F.p, F.p) for u, v in zip(vals, bv)]
+        assert G.add(buf.transpose(axes), b, out=buf) is buf
+        assert buf.reshape(-1).tolist() == want

@@ -973,3 +973,113 @@ def test_elementwise_docstrings_state_their_parameters():
         doc = method.__doc__
         for part in ("Parameters", "out : uint32 array", "backend : {None", "Returns"):
             assert part in doc, (method.__name__, part)
+
+
+@pytest.mark.parametrize("F", FIELDS)
+def test_pow_out_overlapping_its_operand_gives_the_same_result(F):
+    """pow's kernels assume no aliasing: an ``out`` overlapping ``a`` shifted
+    by one element goes through a temporary, as the elementwise ops' does."""
+    p, w = F.p, F.W
+    for E, e in ((F, 5), (F.ext, 3)):
+        buf = E.random(1025, seed=9)
+        vals = [naive.dec(int(v), p) for v in buf[:-1].reshape(-1)]
+        if E is F:
+            want = [naive.enc(pow(v, e, p), p) for v in vals]
+        else:
+            want = [naive.enc(c, p) for i in range(0, len(vals), 4)
+                    for c in naive.ext_pow(vals[i:i + 4], e, p, w)]
+        got = E.pow(buf[:-1], e, out=buf[1:])
+        assert got.reshape(-1).tolist() == want and buf[1:].reshape(-1).tolist() == want
+
+
+@pytest.mark.parametrize("F", FIELDS)
+def test_pow_exponents_past_64_bits_against_big_ints(F):
+    """The kernels take the reduced exponent as two 64-bit limbs: every bit of
+    the low limb (bit 63 too) and the high limb count."""
+    p, w = F.p, F.W
+    vals = sample(F, 20, seed=3, ext=True)
+    x = words(F, vals)
+    for e in (2**63, 2**63 + 3, 2**64 - 1, 2**100 + 2**63 + 7, -(2**63 + 1)):
+        got = F.ext.pow(x, e) if e > 0 else F.ext.pow(x[np.any(vals != 0, axis=1)], e)
+        rows = [[int(v) for v in r] for r in vals if e > 0 or any(r)]
+        want = [[naive.enc(c, p) for c in (naive.ext_pow(r, e, p, w) if e > 0 else
+                                           naive.ext_pow(naive.ext_inv(r, p, w), -e, p, w))]
+                for r in rows]
+        assert got.tolist() == want, e
+        base = F.pow(x[:, 0], e) if e > 0 else None
+        if base is not None:
+            assert base.tolist() == [naive.enc(pow(int(r[0]), e, p), p) for r in vals], e
+
+
+@pytest.mark.parametrize("F", FIELDS)
+def test_sum_takes_every_negative_axis(F):
+    """``axis=-ndim`` is the first axis, as in NumPy (not an error)."""
+    vals = sample(F, 15, seed=5).reshape(3, 5)
+    a = words(F, vals.reshape(-1)).reshape(3, 5)
+    for axis in (-2, -1, (-2, -1), (-1, -2)):
+        got = F.sum(a, axis=axis)
+        want = np.asarray(vals.sum(axis=axis) % F.p).reshape(-1)
+        assert F.decode(got).reshape(-1).tolist() == want.tolist(), axis
+    x = F.ext.random((2, 3), seed=1)
+    assert (F.ext.sum(x, axis=-2) == F.ext.sum(x, axis=0)).all()
+    with pytest.raises(ValueError, match="`axis` must name distinct element axes"):
+        F.sum(a, axis=-3)
+
+
+@pytest.mark.parametrize("F", FIELDS)
+def test_encode_refuses_p_and_bools_on_every_input_path(F):
+    """Integers outside [0, p) are refused, naming the first, on the NumPy
+    paths too (uint64, strided, beyond int64), not only in the kernel's; bool
+    arrays are not integers."""
+    p = F.p
+    with pytest.raises(ValueError, match=rf"ints\[1\] = {p};"):
+        F.encode(np.array([p - 1, p, 2**64 - 1], dtype=np.uint64))
+    with pytest.raises(ValueError, match=rf"ints\[1, 0\] = {p};"):
+        F.encode(np.array([[1, p], [2, 3]], dtype=np.int64).T)  # strided: the NumPy path
+    with pytest.raises(ValueError, match=rf"ints\[0\] = {p};"):
+        F.encode([p, 2**70])  # beyond int64: object values
+    assert F.decode(F.encode(np.array([p - 1, 0], dtype=np.uint64))).tolist() == [p - 1, 0]
+    for bools in (np.array([True, False]), np.zeros((2, 4), dtype=bool)):
+        with pytest.raises(TypeError, match="`ints` must hold integers, not bool"):
+            (F if bools.ndim == 1 else F.ext).encode(bools)
+
+
+def test_read_only_or_repeating_out_is_refused_before_any_work():
+    """A read-only ``out`` is refused by the field layer on the paths that
+    write it through a temporary too (strided, ``sum``), and a view
+    repeating one word twice as much as four times."""
+    F = KoalaBear
+    a = F.random((4, 2), seed=0)
+    strided = np.zeros(16, np.uint32)[::2].reshape(4, 2)
+    contiguous = np.zeros(2, np.uint32)
+    for ro in (strided, contiguous):
+        ro.flags.writeable = False
+    with pytest.raises(ValueError, match="`out` must be writeable"):
+        F.mul(a, a, out=strided)
+    with pytest.raises(ValueError, match="`out` must be writeable"):
+        F.sum(a, axis=0, out=contiguous)
+    with pytest.raises(ValueError, match="`out` must be writeable"):
+        F.pow(a, -1, out=strided)
+    word = np.zeros(1, np.uint32)
+    for shape, strides in (((2,), (0,)), ((2, 2), (0, 0)), ((2, 1), (0, 4))):
+        repeating = np.lib.stride_tricks.as_strided(word, shape, strides)
+        with pytest.raises(ValueError, match="`out` must be writeable .* broadcast view"):
+            F.add(F.random(shape, seed=1), F.random(shape, seed=2), out=repeating)
+    assert word[0] == 0
+
+
+@pytest.mark.parametrize("F", FIELDS)
+def test_extension_ops_refuse_zero_d_words_naming_the_trailing_axis(F):
+    """A 0-d array or NumPy scalar is no extension element: a ValueError
+    naming the trailing axis of 4, not an IndexError from ``shape[-1]``."""
+    E = F.ext
+    calls = {"neg": lambda w: E.neg(w), "inv": lambda w: E.inv(w),
+             "batch_inv": lambda w: E.batch_inv(w), "pow": lambda w: E.pow(w, 3),
+             "pow<0": lambda w: E.pow(w, -1), "sum": lambda w: E.sum(w),
+             "decode": lambda w: E.decode(w), "is_canonical": lambda w: E.is_canonical(w)}
+    for w in (np.array(F.one), F.one):
+        for name, call in calls.items():
+            with pytest.raises(ValueError, match="trailing axis of length 4"):
+                call(w)
+    with pytest.raises(ValueError, match="`ints` must have a trailing axis of length 4"):
+        E.encode(5)

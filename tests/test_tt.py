@@ -2209,3 +2209,206 @@ def test_to_dense_scratch_where_the_last_bond_has_no_live_slot(rng):
     assert all(np.isnan(b[k:]).all() for b, k in zip(bufs, lengths))
     np.testing.assert_array_equal(out, 0.0)
     np.testing.assert_array_equal(x.to_dense(), np.zeros(shape))
+
+
+# ---------------------------------------------------------------------------
+# from mutation testing of tt_masks, tt_ops and tt
+# ---------------------------------------------------------------------------
+
+def test_kernel_cache_holds_maxsize_entries():
+    """Eviction starts past maxsize, not at it (a `>=` kept maxsize - 1
+    entries and evicted the kernel just built when maxsize was 1)."""
+    cache = tt_masks.KernelCache(maxsize=2)
+    for key in "ab":
+        assert cache.get(key, lambda key=key: key.upper()) == key.upper()
+    assert cache.info() == (0, 2, 2, 2)
+    assert cache.get("a", lambda: "built again") == "A"  # a hit; "b" is now the oldest
+    cache.get("c", lambda: "C")
+    assert cache.info() == (1, 3, 2, 2)
+    assert cache.get("a", lambda: "built again") == "A"  # kept
+    assert cache.get("b", lambda: "B again") == "B again"  # evicted, built anew
+    one = tt_masks.KernelCache(maxsize=1)
+    one.get("k", lambda: "K")
+    assert one.info().currsize == 1 and one.get("k", lambda: "again") == "K"
+
+
+def test_supercore_shapes_and_dtypes_are_checked_against_each_other(rng):
+    """Each of these mismatches passed ut3_check (a mode size 0, a TT
+    supercore whose two bond axes differ, supercores of two dtypes, a tt mask
+    of another padded r) and failed later, or computed on garbage."""
+    x = UniformTuckerTensorTrain.from_t3(rand_t3(rng, (3, 2), (2, 2), (1, 2, 1)), n=2, r=3)
+    U, G, shape, (mk, mt) = x.data
+    with pytest.raises(ValueError, match=r"`shape` must be 2 ints in \[1, 3\] .*not \(0, 2\)"):
+        UniformTuckerTensorTrain(U, G, (0, 2), x.masks)
+    wide = np.concatenate([G, np.zeros(G.shape[:-1] + (1,))], axis=-1)  # (d, r, n, r + 1)
+    for masks in ((mk, np.concatenate([mt, np.zeros(mt.shape[:-1] + (1,), bool)], axis=-1)),
+                  x.masks):
+        with pytest.raises(ValueError, match=r"`tt_supercore` must have shape \(2, 'r', 2, 'r'\)"):
+            UniformTuckerTensorTrain(U, wide, shape, masks)
+    with pytest.raises(TypeError, match="must have the same dtype, not float64 and float32"):
+        UniformTuckerTensorTrain(U, G.astype(np.float32), shape, x.masks)
+    with pytest.raises(TypeError, match="must have the same dtype, not float32 and float64"):
+        UniformTuckerTensorTrain(U.astype(np.float32), G, shape, x.masks)
+    wider_mt = np.concatenate([mt, np.ones(mt.shape[:-1] + (1,), bool)], axis=-1)  # r + 1 slots
+    with pytest.raises(ValueError, match=r"`masks` must hold masks of shapes \(2, 2\) and "
+                                         r"\(3, 3\) for these supercores, not \(2, 2\) and \(3, 4\)"):
+        UniformTuckerTensorTrain(U, G, shape, (mk, wider_mt))
+
+
+def test_from_dense_rtol_below_one(rng):
+    """rtol must lie in [0, 1): 1 itself is refused as 2.0 is (from mutation
+    testing: `<= 1` passed every test)."""
+    dense = rng.standard_normal((3, 4))
+    for bad in (1, 1.0, np.float64(1.0), -0.1):
+        with pytest.raises(ValueError, match=r"`rtol` must be a number in \[0, 1\)"):
+            TuckerTensorTrain.from_dense(dense, rtol=bad)
+    assert TuckerTensorTrain.from_dense(dense, rtol=0.999).tucker_ranks == (1, 1)
+
+
+def test_add_of_float32_and_float64_is_float64(rng, path):
+    """A sum of trains of two dtypes takes NumPy's promotion, whichever comes
+    first (taking the first one's dtype rounded the float64 train to float32)."""
+    x = UniformTuckerTensorTrain.from_t3(rand_t3(rng, SHAPE, (2, 3, 2), (1, 2, 2, 1)))
+    y = UniformTuckerTensorTrain.from_t3(rand_t3(rng, SHAPE, (1, 2, 2), (1, 2, 1, 1)))
+    y32 = UniformTuckerTensorTrain(y.tucker_supercore.astype(np.float32),
+                                   y.tt_supercore.astype(np.float32), y.shape, y.masks)
+    xd = x.to_dense()
+    yd = UniformTuckerTensorTrain(y32.tucker_supercore.astype(np.float64),  # y32's values
+                                  y32.tt_supercore.astype(np.float64), y.shape, y.masks).to_dense()
+    for got, want in ((x + y32, xd + yd), (y32 + x, xd + yd), (x - y32, xd - yd),
+                      (y32 - x, yd - xd)):
+        assert got.dtype == got.tt_supercore.dtype == np.float64
+        dense = got.to_dense()
+        assert dense.dtype == np.float64 and rel_err(dense, want) < RTOL
+
+
+def test_entries_refuse_negative_indices(rng, path):
+    """A negative index is out of range, as one past the end is (without the
+    check -1 read the last padded slot of N: a padding value, not x[..., -1])."""
+    x = UniformTuckerTensorTrain.from_t3(rand_t3(rng, SHAPE, (2, 3, 2), (1, 2, 2, 1)), N=6)
+    for bad in ([0, -1, 0], [-3, 0, 0], [[0, 0, 0], [2, 3, -1]]):
+        with pytest.raises(ValueError, match=r"`indices` must lie in \[0, shape\) with shape \(3, 4, 2\)"):
+            x.entries(np.array(bad))
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # overflows are handled, not warned
+def test_partial_range_rescue_leaves_the_supercores_alone(rng, path):
+    """norm and inner rescale (by powers of two) only the stack elements whose
+    plain Gram chain left the range, in copies of the stack; written into the
+    caller's supercores instead (a mutant of the copy passed every test),
+    element 1 of the train came back with its cores scaled."""
+    x, x3 = stacked_pair(rng, X_RANKS, n=4, r=4, N=5)
+    U, G = np.array(x.tucker_supercore), np.array(x.tt_supercore)
+    k = 600
+    G[0, 1] *= 2.0**-k  # element 1: its Gram 2**-1200 underflows; element 0 stays plain
+    tiny = UniformTuckerTensorTrain(U, G, x.shape, x.masks)
+    want = np.array([np.linalg.norm(naive_dense(*t.data)) for t in x3])
+    got = tiny.norm()
+    assert rel_err(got * np.array([1, 2.0**k]), want) < RTOL
+    assert tiny.tucker_supercore is U and tiny.tt_supercore is G
+    np.testing.assert_array_equal(U, x.tucker_supercore)
+    np.testing.assert_array_equal(G[:, 0], x.tt_supercore[:, 0])
+    np.testing.assert_array_equal(G[1:, 1], x.tt_supercore[1:, 1])
+    np.testing.assert_array_equal(tiny.norm(), got)  # the same train, the same values
+
+
+def test_functional_errors_name_the_argument_at_fault(rng):
+    """The two-train functions name which train is malformed (ut3_add read
+    both as `x` in a mutant that passed every test)."""
+    x = UniformTuckerTensorTrain.from_t3(rand_t3(rng, SHAPE, (2, 2, 2), (1, 2, 2, 1)))
+    bad = x.data[:3]
+    for func in (tt_ops.ut3_add, tt_ops.ut3_sub, tt_ops.ut3_hadamard, tt_ops.ut3_inner):
+        with pytest.raises(TypeError, match=r"Argument `y` must be a 4-tuple .* of length 3"):
+            func(x.data, bad)
+        with pytest.raises(TypeError, match=r"Argument `x` must be a 4-tuple .* of length 3"):
+            func(bad, x.data)
+    with pytest.raises(TypeError, match=r"Argument `trains\[1\]` must be a 4-tuple"):
+        tt_ops.ut3_stack([x.data, bad])
+
+
+def test_from_dense_pads_to_the_asked_n_and_r(rng):
+    """UniformTuckerTensorTrain.from_dense's `n` pads the Tucker ranks and `r`
+    the TT ranks (the existing test asked n = r = 4, so a swap passed)."""
+    dense = TuckerTensorTrain([rng.standard_normal((2, 5)), rng.standard_normal((2, 4))],
+                              [rng.standard_normal((1, 2, 2)), rng.standard_normal((2, 2, 1))]).to_dense()
+    u = UniformTuckerTensorTrain.from_dense(dense, n=3, r=6)
+    assert u.padded_sizes == (3, 6, 5)
+    assert u.tucker_supercore.shape == (2, 3, 5) and u.tt_supercore.shape == (2, 6, 3, 6)
+    np.testing.assert_allclose(u.to_dense(), dense, rtol=0, atol=1e-12 * np.abs(dense).max())
+    with pytest.raises(ValueError, match="at least"):
+        UniformTuckerTensorTrain.from_dense(dense, n=3, r=1)  # r below the TT rank 2
+
+
+def test_to_t3_refuses_a_rank_zero_row_among_live_ones(rng):
+    """One all-False mask row (core 1 of stack element 1) is enough to make
+    the train zero and the ragged form impossible; the check looked at
+    every row at once in a mutant that passed (the existing case had one row)."""
+    x, _ = stacked_pair(rng, X_RANKS, n=4, r=4, N=5)
+    mk, mt = (np.array(m) for m in x.masks)
+    mk[1, 1] = False
+    z = UniformTuckerTensorTrain(x.tucker_supercore, x.tt_supercore, x.shape, (mk, mt))
+    with pytest.raises(ValueError, match=r"rank 0 where `tucker_edge_mask`\[1, 1\] is all False"):
+        z.to_t3()
+    assert not z.to_dense()[1].any() and rel_err(z.to_dense()[0], x.to_dense()[0]) == 0
+    mt2 = np.array(x.masks[1])
+    mt2[2, 0] = False
+    with pytest.raises(ValueError, match=r"rank 0 where `tt_edge_mask`\[2, 0\] is all False"):
+        UniformTuckerTensorTrain(x.tucker_supercore, x.tt_supercore, x.shape,
+                                 (x.masks[0], mt2)).to_t3()
+
+
+def test_norm_of_a_near_cancellation_is_never_nan(path):
+    """The Gram chain of x - x * (1 + 2**-40) is rounding noise of either sign
+    (here -1.6e-12, -7.1e-15, ... for some of the 16 elements, in both
+    paths); norm("inner") clamps it at 0: the square root of the raw value
+    gave NaN (a mutant without the clamp passed every test)."""
+    rng = np.random.default_rng(20240605)
+    x = UniformTuckerTensorTrain.from_t3(rand_t3(rng, SHAPE, (2, 3, 2), (1, 2, 2, 1), stack=(16,)))
+    w = x - x * (1 + 2.0**-40)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # (sqrt of a negative warns)
+        got = w.norm()
+    assert got.shape == (16,) and np.isfinite(got).all() and (got >= 0).all()
+    # the noise bound of the method: about sqrt(eps) of the terms' norms
+    assert (got <= 1e-5 * x.norm()).all()
+    assert rel_err(w.norm("orthogonal"), 2.0**-40 * x.norm()) < 1e-2
+
+
+def test_load_refuses_an_entry_holding_more_than_its_header_claims(tmp_path):
+    """An entry whose .npy header claims fewer bytes than it holds is corrupted
+    as surely as one claiming more; NumPy reads the claimed prefix and drops
+    the rest, so only the size check tells (a `>` for `!=` passed every test:
+    this file loaded as a valid train)."""
+    import io
+    import zipfile
+    x = UniformTuckerTensorTrain.from_t3(rand_t3(np.random.default_rng(2), SHAPE, (2, 2, 2),
+                                                 (1, 2, 2, 1)))
+    good = tmp_path / "good.npz"
+    x.save(good)
+    for key, extra in (("format_version", 8), ("tt_supercore", 16)):
+        with zipfile.ZipFile(good) as src, zipfile.ZipFile(tmp_path / "long.npz", "w") as out:
+            for member in src.namelist():
+                data = src.read(member)
+                out.writestr(member, data + bytes(extra) if member == key + ".npy" else data)
+        with pytest.raises(ValueError, match=rf"not a zorch_nb UT3 file: entry `{key}` claims "
+                                             rf"\d+ bytes of .* but holds \d+"):
+            UniformTuckerTensorTrain.load(tmp_path / "long.npz")
+        with open(tmp_path / "long.npz", "rb") as fh:
+            with pytest.raises(ValueError, match=rf"entry `{key}` claims"):
+                UniformTuckerTensorTrain.load(io.BytesIO(fh.read()))
+
+
+def test_a_singular_value_past_the_range_is_an_overflow_not_a_lapack_fault():
+    """Finite entries whose norm exceeds float64 (three of 1.2e308: 2.08e308)
+    make every SVD try return inf; _finite_svd said "this is a LAPACK/BLAS
+    fault, not the train's" where the documented error is the overflow one
+    ("rescale the train").  A power-of-two scaled SVD that comes back finite
+    now names the overflow.  float32 was right: its float64 retry succeeds
+    and the overflow is found on the cast back."""
+    x = UniformTuckerTensorTrain.from_t3(TuckerTensorTrain([np.eye(3)], [np.full((1, 3, 1), 1.2e308)]))
+    calls = (x.svd, lambda: x.orthogonalize("tt_up"),
+             lambda: TuckerTensorTrain.from_dense(np.full(3, 1.2e308)))
+    with np.errstate(over="ignore", invalid="ignore"):
+        for call in calls:
+            with pytest.raises(ValueError, match="overflowed float64 .* rescale"):
+                call()

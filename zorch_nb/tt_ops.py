@@ -1633,6 +1633,14 @@ def _finite_svd(xp, A):
             return tuple(f.astype(A.dtype, copy=False) for f in (u, s, vh))
     if not _finite(xp, A):  # an overflowed unfolding (t3_from_dense's later ones)
         _overflowed(A.dtype)
+    # Finite entries whose singular values pass the dtype's range (three of
+    # 1.2e308) give inf on every try: the same matrix scaled by a power of two
+    # (exact) has finite factors, so the overflow is the train's, not LAPACK's.
+    peak = float(xp.abs(A).max()) if A.size else 0.0
+    if peak > 1:
+        scaled = xp.ldexp(A, -int(np.frexp(peak)[1])).astype(A.dtype, copy=False)
+        if _finite(xp, *xp.linalg.svd(scaled, full_matrices=False)):
+            _overflowed(A.dtype)
     raise ValueError(
         f"the linear-algebra library's SVD ({xp.__name__}.linalg.svd) returned inf or NaN "
         f"for finite {A.dtype} matrices of shape {tuple(A.shape)}, {len(tries)} times; "
