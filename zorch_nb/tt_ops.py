@@ -227,6 +227,7 @@ def _to_float32(x):
 
 
 def _float_arrays(x):
+    """The float32 arrays of ``x`` (an op's rounded result), in a flat list."""
     if isinstance(x, UT3Masks):
         return []
     if isinstance(x, tuple):
@@ -1280,7 +1281,8 @@ def ut3_norm(data, method="inner"):
           times those norms, at 7-30 times the cost (pad-safe SVDs of every
           core; on CuPy one synchronization per step).  A live inf or NaN
           entry is a ValueError here (LAPACK cannot take it), where
-          ``"inner"`` returns inf or NaN.
+          ``"inner"`` returns inf or NaN.  A float32 train whose sweep meets
+          inf or NaN is computed again in float64 and rounded back.
 
     Both keep entries far from 1 from overflowing or underflowing on the way
     (cores are scaled by powers of two): a norm that fits in the dtype is
