@@ -384,6 +384,47 @@ def test_replays_run_serial_and_parallel_evaluators_alike(work, monkeypatch):
         assert fn.py_func.__name__.endswith("__serial") and not fn.targetoptions.get("parallel")
 
 
+def test_serial_evaluators_up_to_exactly_the_work_threshold(monkeypatch):
+    """use_serial: ``n_inst * max(nodes, 1) <= GRAPH_CPU_SERIAL_WORK`` runs serially,
+    one unit of work more runs in parallel (on a machine with several threads)."""
+    from zorch_nb.kernels import graph_cpu, launch_config
+    monkeypatch.setattr(graph_cpu, "one_thread_set", lambda: False)
+    w = launch_config.GRAPH_CPU_SERIAL_WORK
+    assert graph_cpu.use_serial(w, 1) and graph_cpu.use_serial(w // 4, 4)
+    assert graph_cpu.use_serial(w, 0)  # (no nodes count as one)
+    assert not graph_cpu.use_serial(w + 1, 1) and not graph_cpu.use_serial(w // 4, 5)
+    monkeypatch.setattr(graph_cpu, "one_thread_set", lambda: True)
+    assert graph_cpu.use_serial(w + 1, 1)
+
+
+@kernel
+def skew_2x2(x: In[2, 2], out: Out[()]):
+    out[()] = x[0, 1] * 3 - x[1, 0]
+
+
+@pytest.mark.parametrize("parallel", [True, False], ids=["parallel", "broadcast"])
+def test_calls_differing_only_in_element_offsets_get_their_own_evaluators(parallel):
+    """The same kernel over a buffer and over its transpose: the IR and the
+    parallel layout are the same, only the element offsets differ.  The
+    generated text reads at those offsets, so the two calls must not share a
+    source (its memo key holds the offsets), nor its replay the values."""
+    n = 4
+    shape = (n, 2, 2) if parallel else (2, 2)
+    ctx = Context()
+    x = ctx.copy_to_device(np.arange(int(np.prod(shape))).reshape(shape))
+    (a,) = ctx.call_kernel(skew_2x2, n, x)
+    (b,) = ctx.call_kernel(skew_2x2, n, x.transpose(0, 2, 1) if parallel else x.transpose())
+    g = ctx.generate_computation_graph([x], [a, b])
+    assert len({g.sources(c)[2] for c in range(len(g.compiled_kernels))}) == 2
+    vals = np.random.default_rng(11).integers(0, P, size=shape)
+    (got_a, got_b), _ = run_computation_graph(g, [vals])
+    v = vals.astype(object)
+    if not parallel:
+        v = np.broadcast_to(v, (n, 2, 2))
+    assert got_a.tolist() == ((v[:, 0, 1] * 3 - v[:, 1, 0]) % P).tolist()
+    assert got_b.tolist() == ((v[:, 1, 0] * 3 - v[:, 0, 1]) % P).tolist()
+
+
 def test_replay_without_a_writable_cache_folder_compiles_in_memory(tmp_path, monkeypatch):
     from zorch_nb.kernels import graph_cpu
     blocker = tmp_path / "a-file"
@@ -1291,6 +1332,30 @@ def test_one_evaluator_serves_every_padded_size():
     # the outermost term's size-free mask is an identity on every valid graph
     from zorch_nb import graph_format
     assert graph_codegen.OUTER_MASK == (1 << graph_format._MAX_LOG2) - 1
+
+
+def test_skeleton_keeps_everything_the_generated_text_depends_on():
+    """skeleton() keys the memo of generated sources: layouts of one IR whose
+    texts differ must not share a key.  Only the outermost parallel size goes
+    (its mask is OUTER_MASK); inner sizes, strides and offsets or slots stay.
+    (Recorded layouts tie inner sizes to strides; a graph file need not.)"""
+    nodes = ((graph_codegen.OP_LOAD, 0, 0), (graph_codegen.OP_LOAD, 0, 1),
+             (graph_codegen.OP_SUB, 0, 1))
+    ins, out = (((1, 4), (1, 2)), (0, 1)), (((1, 2), (1, 1)), ((0, 0),))
+    variants = [(ins, out),
+                ((((3, 4), (1, 2)), (0, 1)), out),  # outer size: the same text
+                ((((1, 4), (2, 2)), (0, 1)), out),  # inner size
+                ((((1, 4), (1, 8)), (0, 1)), out),  # inner stride
+                ((((1, 4), (1, 2)), (1, 0)), out),  # offsets
+                (ins, (((0, 2), (2, 1)), ((0, 0),))),  # output inner size
+                (ins, (((1, 2), (1, 1)), ((1, 0),)))]  # output slots
+    texts = {}
+    for i, o in variants:
+        text = (graph_codegen.python_source("k", nodes, (), ((2,),), [i], [o]),
+                graph_codegen.cuda_source("k", nodes, (), ((2,),), [i], [o]))
+        key = (graph_codegen.skeleton([i]), graph_codegen.skeleton([o]))
+        assert texts.setdefault(key, text) == text, (i, o)
+    assert len(texts) == len(variants) - 1 == len({t for t, _ in texts.values()})
 
 
 def test_replay_assert_values_match_the_eager_ones_through_every_operation():

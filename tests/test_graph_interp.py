@@ -209,6 +209,75 @@ def test_slots_are_reused_once_values_are_dead():
     assert graph_interp.program(dead, (), ((0,),), [], [((), ((0, 0),))]).n_slots == 2
 
 
+def test_asserted_values_free_their_slots_after_the_assertion():
+    """A value last read by an assertion (its later side here) frees its slot
+    on the next row: a kernel checking many fresh products needs a handful of
+    slots, not one per assertion."""
+    checks = 50
+    nodes = [(graph_codegen.OP_LOAD, 0, 0)]
+    asserts = []
+    for k in range(checks):
+        nodes.append((graph_codegen.OP_CONST, k, 0))
+        nodes.append((graph_codegen.OP_MUL, 0, len(nodes) - 1))
+        asserts.append((0, len(nodes) - 1))
+    prog = graph_interp.program(tuple(nodes), tuple(asserts), ((0,),), [((), (0,))],
+                                [((), ((0, 0),))])
+    assert prog.n_slots <= 4
+    rows = prog.rows.tolist()
+    assert [r[1] for r in rows if r[0] == graph_interp.ROW_ASSERT] == \
+        list(range(1, checks + 1))
+    # the values: x * 1 == x holds, x * 2 == x only for x == 0
+    consts = KoalaBear.encode(np.array([1] + [2] * (checks - 1)))
+    words = KoalaBear.encode(np.array([5]))
+    fail = np.zeros(1, np.uint32)
+    out = np.zeros(1, np.uint32)
+    graph_interp.run_program(prog, [words], [out], consts, fail, 1, KoalaBear.params.p,
+                             KoalaBear.params.mu_neg)
+    assert fail.tolist() == [2] and KoalaBear.decode(out).tolist() == [5]
+
+
+def test_interpreter_copies_strided_inputs_and_refuses_strided_outputs():
+    """Buffers of one call must be one Numba type: a strided input is copied
+    (next to a contiguous one), never modified; a strided output cannot be
+    copied back, so it is refused before anything runs."""
+    nodes = ((graph_codegen.OP_LOAD, 0, 0), (graph_codegen.OP_LOAD, 1, 0),
+             (graph_codegen.OP_SUB, 0, 1))
+    par = ((3, 1),)
+    prog = graph_interp.program(nodes, (), ((2,),), [(par, (0,)), (par, (0,))],
+                                [(par, ((0, 0),))])
+    p, mu = KoalaBear.params.p, KoalaBear.params.mu_neg
+    wide = KoalaBear.encode(np.arange(16) * 7)
+    before = wide.copy()
+    strided, plain = wide[::2], KoalaBear.encode(np.arange(8))
+    assert not strided.flags.c_contiguous
+    out = np.zeros(8, np.uint32)
+    fail = np.zeros(8, np.uint32)
+    graph_interp.run_program(prog, [strided, plain], [out], KoalaBear.encode([0]), fail, 8, p, mu)
+    assert KoalaBear.decode(out).tolist() == [(14 * v - v) % P for v in range(8)]
+    assert wide.tolist() == before.tolist() and not fail.any()
+    G = np.uint32(0xDEADBEEF)
+    target = np.full(16, G, np.uint32)
+    with pytest.raises(TypeError, match="outputs must be writable C-contiguous"):
+        graph_interp.run_program(prog, [plain, plain], [target[::2]], KoalaBear.encode([0]),
+                                 fail, 8, p, mu)
+    assert (target == G).all()
+
+
+def test_kernels_past_exactly_the_row_limit_are_interpreted(monkeypatch):
+    """interprets: a kernel of exactly GRAPH_CPU_UNROLL_MAX_ROWS rows (nodes,
+    two per assertion, one per stored padded slot) is unrolled, one row more
+    is interpreted; neither has a product."""
+    monkeypatch.setattr(launch_config, "GRAPH_CPU_UNROLL_MAX_ROWS", 6)
+    nodes = ((graph_codegen.OP_LOAD, 0, 0), (graph_codegen.OP_LOAD, 0, 1),
+             (graph_codegen.OP_ADD, 0, 1))
+    slots = [((), ((0, 0), (1, 0), (2, 0)))]  # 3 nodes + 3 stored slots: 6 rows
+    assert not graph_interp.interprets(nodes, (), ((2,),), slots)
+    assert graph_interp.interprets(nodes, (), ((2,),), [((), slots[0][1] + ((3, 0),))])
+    assert graph_interp.interprets(nodes, ((0, 1),), ((2,),), slots)  # 8 rows
+    monkeypatch.setattr(launch_config, "GRAPH_CPU_UNROLL_MAX_ROWS", 8)
+    assert not graph_interp.interprets(nodes, ((0, 1),), ((2,),), slots)
+
+
 def test_interpreter_leaves_its_inputs_and_refuses_read_only_outputs():
     nodes = ((graph_codegen.OP_LOAD, 0, 0), (graph_codegen.OP_NEG, 0, 0))
     prog = graph_interp.program(nodes, (), ((1,),), [(((3, 1),), (0,))], [(((3, 1),), ((0, 0),))])

@@ -101,6 +101,37 @@ def test_raw_kernels_refuse_shapes_they_would_read_or_write_past():
             merkle_cpu.subtree_roots(buf[:64], leaves, np.zeros(roots, np.uint32), K, H0)
 
 
+@pytest.mark.parametrize("count", [1, 2, merkle_cpu.LANES + 1])
+@pytest.mark.parametrize("short", [1, 16], ids=["a-word", "a-node"])
+def test_node_digests_refuses_a_payload_one_word_or_one_node_short(count, short):
+    """``payload`` must hold all ``16 n`` words: one word or one whole node
+    fewer is refused before anything is read or written."""
+    G = np.uint32(0xDEADBEEF)
+    payload = random_words(16 * count, count)[:16 * count - short].copy()
+    out = np.full((count, 8), G, np.uint32)
+    with pytest.raises(ValueError, match="`payload` hold 16 n words"):
+        merkle_cpu.node_digests(payload, True, 0, out, K, H0)
+    assert (out == G).all()
+
+
+def test_node_digests_refuses_an_initial_hash_of_another_length():
+    """``h0`` must be the 8 words of INITIAL_HASH (a shorter one was read past)."""
+    words = random_words(16, 2)
+    out = np.zeros((1, 8), np.uint32)
+    for h0 in (H0[:7], H0[:1], np.concatenate([H0, H0])):
+        with pytest.raises(ValueError, match="`h0` INITIAL_HASH"):
+            merkle_cpu.node_digests(words, True, 0, out, K, h0)
+
+
+@pytest.mark.parametrize("shape", [(1, 4), (2, 4), (4, 16), (1, 7)])
+def test_reduce_levels_refuses_rows_that_are_not_8_words(shape):
+    """reduce_levels names its own argument: a single row of 4 words was
+    returned as a "root", 2 rows of 4 failed inside node_digests."""
+    level = np.zeros(shape, np.uint32)
+    with pytest.raises(ValueError, match="reduce_levels: `level` must be \\(m, 8\\)"):
+        merkle_cpu.reduce_levels(level, K, H0)
+
+
 @pytest.mark.skipif(numba.config.DISABLE_JIT, reason="the hashlib path runs without the JIT")
 @pytest.mark.parametrize("n", [16 * 16, 1 << 12, 1 << 13, 1 << 16, 1 << 18])
 @pytest.mark.parametrize("threads", ["serial", "parallel"])
