@@ -609,6 +609,42 @@ def test_kernels_differing_only_in_constants_share_an_evaluator():
     assert names[0] == names[1]  # constants are runtime arguments: one compile
 
 
+@kernel
+def _sum_then_product(x: In[2], out: Out[2]):
+    s = x[0] + x[1]
+    d = x[0] * x[1]
+    out[0] = s
+    out[1] = d
+
+
+@kernel
+def _product_then_sum(x: In[2], out: Out[2]):
+    s = x[0] + x[1]
+    d = x[0] * x[1]
+    out[0] = d
+    out[1] = s
+
+
+def test_kernels_differing_only_in_their_outputs_replay_apart():
+    """Same nodes, same operand layouts, the outputs swapped: each call keeps its
+    own compiled kernel and its own evaluator (the outputs are part of both keys)."""
+    assert _sum_then_product.ir.nodes == _product_then_sum.ir.nodes
+    vals = np.arange(1, 9).reshape(4, 2)
+    ctx = Context()
+    x = ctx.copy_to_device(vals)
+    (sp,) = ctx.call_kernel(_sum_then_product, 4, x)
+    (ps,) = ctx.call_kernel(_product_then_sum, 4, x)
+    g = ctx.generate_computation_graph([x], [sp, ps])
+    assert [t.compiled for t in g.templates] == [0, 1]
+    assert g.sources(0)[2] != g.sources(1)[2]
+    new = vals * 3 + 1
+    want = np.stack([new.sum(axis=1), new.prod(axis=1)], axis=1)
+    (got_sp, got_ps), commitments = run_computation_graph(g, [new])
+    np.testing.assert_array_equal(got_sp, want)
+    np.testing.assert_array_equal(got_ps, want[:, ::-1])
+    assert run_computation_graph(g, [vals])[1] == g.commitments
+
+
 def test_serialization_is_deterministic():
     graphs = []
     for _ in range(2):
@@ -770,6 +806,41 @@ def test_hand_built_graph_is_validated_before_its_first_replay():
         assert run_computation_graph(twin, [x])[1] == g.commitments
     with pytest.raises(ValueError, match="`constants` must hold canonical values"):
         ComputationGraph(*parts[:7], [(0, np.array([2**32 + 1]))], parts[8])
+
+
+@pytest.mark.parametrize("dtype", [np.uint32, np.int64, np.uint8])
+def test_graph_constants_are_read_only_copies_whatever_the_integer_dtype(dtype):
+    """A uint32 array is copied too (only a graph's own frozen constants are
+    taken as they are): the caller changing it reaches nothing."""
+    ctx = Context()
+    a, c = reference_program(ctx)
+    g = ctx.generate_computation_graph([a], [c])
+    parts = [g.field, g.kernels, g.compiled_kernels, g.buffer_points, g.templates, g.inputs,
+             g.outputs]
+    mine = np.array([5, 6], dtype=dtype)
+    held = ComputationGraph(*parts, [(0, mine)], g.commitments).constants[0][1]
+    mine[0] = 9
+    assert held.dtype == np.uint32 and held.tolist() == [5, 6] and not held.flags.writeable
+
+
+def test_graph_constants_must_be_integers_below_2_32():
+    ctx = Context()
+    a, c = reference_program(ctx)
+    g = ctx.generate_computation_graph([a], [c])
+    parts = [g.field, g.kernels, g.compiled_kernels, g.buffer_points, g.templates, g.inputs,
+             g.outputs]
+
+    def held(values):
+        return ComputationGraph(*parts, [(0, values)], g.commitments).constants[0][1]
+
+    assert held(np.array([2**32 - 1, 0])).tolist() == [2**32 - 1, 0]  # (>= p: validation's)
+    for wraps in ([2**32], [-1, 3]):
+        with pytest.raises(ValueError, match="`constants` must hold canonical values"):
+            held(np.array(wraps))
+    for bad in (np.array([5.0, 6.0]), np.array([True, False])):
+        with pytest.raises(TypeError, match=rf"`constants` must hold integer arrays, "
+                                            rf"not {bad.dtype}$"):
+            held(bad)
 
 
 @kernel
@@ -1086,26 +1157,28 @@ def test_padding_repeats_last_element_and_row():
     np.testing.assert_array_equal(pr, np.append(vals.sum(axis=1), vals[2].sum()))
 
 
+@kernel
+def _pair_add(a: In[2], b: In[2], out: Out[2]):
+    out[0] = a[0] + b[0]
+    out[1] = a[1] * b[1]
+
+
+@kernel
+def _block_sum(a: In[3, 2], out: Out[()]):
+    out[()] = a[0, 0] + a[1, 0] + a[2, 0] + a[0, 1] + a[1, 1] + a[2, 1]
+
+
 def test_parallel_boundary_splits_propagate_to_a_fixed_point():
     # x is also used as [2, 3, 2] (instances split 2 x 3); y only as [6, 2].  The
     # call over both must give y the same instance split, or the padded
     # instances of x (2 x 4) and y (8) would not line up.
-    @kernel
-    def pair_add(a: In[2], b: In[2], out: Out[2]):
-        out[0] = a[0] + b[0]
-        out[1] = a[1] * b[1]
-
-    @kernel
-    def block_sum(a: In[3, 2], out: Out[()]):
-        out[()] = a[0, 0] + a[1, 0] + a[2, 0] + a[0, 1] + a[1, 1] + a[2, 1]
-
     xv = np.arange(12).reshape(6, 2) + 1
     yv = np.arange(12).reshape(6, 2) * 3 + 5
     ctx = Context()
     x = ctx.copy_to_device(xv)
     y = ctx.copy_to_device(yv)
-    (s,) = ctx.call_kernel(block_sum, 2, x.reshape([2, 3, 2]))
-    (z,) = ctx.call_kernel(pair_add, 6, x, y)
+    (s,) = ctx.call_kernel(_block_sum, 2, x.reshape([2, 3, 2]))
+    (z,) = ctx.call_kernel(_pair_add, 6, x, y)
     g = ctx.generate_computation_graph([x, y], [s, z])
     assert g.buffer_points[x.buffer_id] == (1, 2, 6, 12)
     assert g.buffer_points[y.buffer_id] == (1, 2, 6, 12)  # propagated
@@ -1116,6 +1189,40 @@ def test_parallel_boundary_splits_propagate_to_a_fixed_point():
     np.testing.assert_array_equal(oz, expect)
     np.testing.assert_array_equal(os_, xv.reshape(2, 6).sum(axis=1))
     assert commitments == g.commitments
+
+
+@pytest.mark.parametrize("order", ["split_first", "split_after"])
+def test_a_call_seen_changing_nothing_before_still_propagates_new_splits(order):
+    """A call whose views over buffers of the same split points changed nothing
+    is not propagated again.  Seen before over unsplit buffers, `_pair_add(x, y)`
+    after x was split 2 x 3 must still split y (the points are part of that
+    memo); seen before as a no-op, `_block_sum` splitting x must still reach
+    the earlier `_pair_add(x, y)` (a call that changes a buffer is propagated)."""
+    xv = np.arange(12).reshape(6, 2) + 1
+    yv = np.arange(12).reshape(6, 2) * 3 + 5
+    ctx = Context()
+    u, v = ctx.copy_to_device(xv + 7), ctx.copy_to_device(yv + 7)
+    for _ in range(2):  # the second time: a call that changes nothing
+        if order == "split_first":
+            ctx.call_kernel(_pair_add, 6, u, v)
+        else:
+            ctx.call_kernel(_block_sum, 2, u.reshape(2, 3, 2))
+    x, y = ctx.copy_to_device(xv), ctx.copy_to_device(yv)
+    if order == "split_first":
+        (s,) = ctx.call_kernel(_block_sum, 2, x.reshape(2, 3, 2))
+        (z,) = ctx.call_kernel(_pair_add, 6, x, y)
+    else:
+        (z,) = ctx.call_kernel(_pair_add, 6, x, y)
+        (s,) = ctx.call_kernel(_block_sum, 2, x.reshape(2, 3, 2))
+    g = ctx.generate_computation_graph([x, y], [s, z])
+    for h in (x, y, z):
+        assert g.buffer_points[h.buffer_id] == (1, 2, 6, 12)
+    new_x, new_y = xv * 5 + 2, yv + 11
+    (got_s, got_z), commitments = run_computation_graph(g, [new_x, new_y])
+    np.testing.assert_array_equal(got_s, new_x.reshape(2, 6).sum(axis=1))
+    np.testing.assert_array_equal(got_z, np.stack([new_x[:, 0] + new_y[:, 0],
+                                                   new_x[:, 1] * new_y[:, 1]], axis=1))
+    assert run_computation_graph(g, [xv, yv])[1] == g.commitments
 
 
 def test_view_histories_fold_and_keep_numpy_semantics():
@@ -1209,6 +1316,22 @@ def test_views_reshape_and_transpose_honoured():
     g = ctx.generate_computation_graph([y], [sums])
     new = cube ** 3 + 5
     np.testing.assert_array_equal(run_computation_graph(g, [new])[0][0], want(new))
+
+
+def test_views_take_numpys_most_dimensions_and_every_negative_axis():
+    from zorch_nb.graph_format import _MAX_NDIM
+    ctx = Context()
+    vals = np.arange(24).reshape(2, 3, 4)
+    x = ctx.copy_to_device(vals)
+    deep = (1,) * (_MAX_NDIM - 1) + (24,)  # NumPy's most dimensions (one more is refused)
+    assert ctx.copy_to_host(x.reshape(deep)).shape == deep
+    for axes in ((-3, -1, -2), (-1, -3, 1), (2, -2, -3), (-3, -2, -1)):
+        h = x.transpose(*axes)
+        assert h.shape == vals.transpose(axes).shape
+        np.testing.assert_array_equal(ctx.copy_to_host(h), vals.transpose(axes))
+    for axes in ((-4, 1, 2), (3, 1, 0)):
+        with pytest.raises(ValueError, match=r"`axes` must be a permutation of \[0, 1, 2\]"):
+            x.transpose(*axes)
 
 
 def test_broadcast_matrix_operand_over_64_rows():
@@ -1619,6 +1742,37 @@ def test_load_names_a_layout_difference():
         again.load_computation_graph(g)
 
 
+def test_load_names_a_graph_input_the_recording_computes_and_a_broadcast_flag():
+    def record(computed):
+        ctx = Context()
+        a = ctx.copy_to_device(np.arange(32).reshape(16, 2))
+        b = ctx.call_kernel(add_2, 16, a)[0] if computed else ctx.copy_to_device(np.arange(16))
+        (c,) = ctx.call_kernel(add_xy, 16, b, b)
+        return ctx, a, b, c
+
+    ctx, a, b, c = record(False)
+    g = ctx.generate_computation_graph([a, b], [c])
+    assert record(False)[0].load_computation_graph(g) == g.commitments
+    with pytest.raises(ValueError, match=r"does not match the graph: graph input 1 is buffer "
+                                         r"1, which this recording computes$"):
+        record(True)[0].load_computation_graph(g)
+
+    # one instance: a [2] view is broadcast, a [1, 2] view of the same buffer is
+    # not; the layouts agree, the templates do not
+    def one(parallel):
+        ctx = Context()
+        x = ctx.copy_to_device([3, 4])
+        (y,) = ctx.call_kernel(add_2, 1, x.reshape(1, 2) if parallel else x)
+        return ctx, x, y
+
+    ctx, x, y = one(False)
+    g = ctx.generate_computation_graph([x], [y])
+    assert one(False)[0].load_computation_graph(g) == g.commitments
+    with pytest.raises(ValueError, match=r"call 0 \(kernel `add_2`\) has broadcast \(True,\) "
+                                         r"in the graph but \(False,\) here$"):
+        one(True)[0].load_computation_graph(g)
+
+
 # ------------------------------------------------------------- errors ------
 
 def test_call_errors_name_both_accepted_shapes():
@@ -1645,6 +1799,33 @@ def test_call_errors_name_both_accepted_shapes():
         ctx.generate_computation_graph([y], [y])
     with pytest.raises(ValueError, match="backend"):
         Context(backend="tpu")
+
+
+def test_recording_refuses_empty_arrays_and_2_40_instances():
+    ctx = Context()
+    for empty in ([], np.zeros(0, dtype=np.int64), np.zeros((3, 0), dtype=np.int64)):
+        with pytest.raises(ValueError, match=r"`ints` must hold at least one element, not "
+                                             rf"shape \({np.shape(empty)[0]},"):
+            ctx.copy_to_device(empty)
+    with pytest.raises(ValueError, match=r"`num_parallel` must be below 2\*\*40 \(a graph "
+                                         r"file's limit on instances\), not 1099511627776$"):
+        ctx.call_kernel(add_2, 2**40, ctx.copy_to_device([1, 2]))
+
+
+def test_replay_inputs_must_match_the_graph_inputs_in_number_and_shape():
+    ctx = Context()
+    a, c = reference_program(ctx)
+    g = ctx.generate_computation_graph([a], [c])
+    x = np.arange(1, 33).reshape(16, 2)
+    assert int(run_computation_graph(g, [x])[0][0]) == 528
+    for bad in ([], [x, x]):
+        with pytest.raises(ValueError, match=rf"`inputs` must hold 1 arrays \(one per graph "
+                                             rf"input\), not {len(bad)}$"):
+            run_computation_graph(g, bad)
+    for wrong in (x.T, x.reshape(32), x.reshape(1, 16, 2)):  # the same 32 elements
+        with pytest.raises(ValueError, match=rf"`inputs\[0\]` must have shape \[16, 2\], "
+                                             rf"not {re.escape(str(list(wrong.shape)))}$"):
+            run_computation_graph(g, [wrong])
 
 
 FACTORY = """
@@ -1956,7 +2137,10 @@ def cube_plus_1(x: In[()], out: Out[()]):
 
 
 def _recorded_state(ctx):
-    return (len(ctx._calls), [(b.source, tuple(b.points), tuple(b.uses)) for b in ctx._buffers])
+    # (fixed and calls too: a call's propagation reads them, and an interrupted
+    # call must leave them as they were)
+    return (len(ctx._calls), [(b.source, tuple(b.points), tuple(b.uses), tuple(b.fixed),
+                               tuple(b.calls)) for b in ctx._buffers])
 
 
 def test_ctrl_c_at_any_line_leaves_the_context_before_or_after_each_call():
@@ -2273,6 +2457,16 @@ def test_a_buffer_cannot_be_a_graph_input_twice():
                             g.templates, g.inputs * 2, g.outputs, g.constants, g.commitments)
     with pytest.raises(ValueError, match=f"buffer {a.buffer_id} is a graph input twice"):
         evil.to_bytes()
+
+
+def test_building_or_loading_with_a_buffer_named_twice_as_input_is_refused():
+    ctx = Context()
+    a, c = reference_program(ctx)
+    with pytest.raises(ValueError, match=r"Argument `inputs` names a buffer twice"):
+        ctx.generate_computation_graph([a, a.reshape(32)], [c])
+    g = ctx.generate_computation_graph([a], [c])
+    with pytest.raises(ValueError, match=r"Argument `inputs` names a buffer twice"):
+        ctx.load_computation_graph(g, inputs=[a, a])
 
 
 def test_tiling_refuses_layouts_that_write_a_slot_twice():

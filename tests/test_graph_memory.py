@@ -77,6 +77,28 @@ def test_the_evaluation_plan_is_made_once_per_kernel(monkeypatch):
     assert made == ["chain", "chain"]
 
 
+@pytest.mark.parametrize("eager", ["interpreted", "walk"])
+def test_a_kernel_given_another_ir_is_evaluated_by_that_ir(eager, monkeypatch):
+    """The plan and the eager program are kept per kernel together with the IR
+    they were made from: ``ir`` is a plain attribute, and one replaced is
+    planned anew, not run with the old plan."""
+    monkeypatch.setattr(G, "_EAGER_INTERPRETER", eager == "interpreted")
+
+    @kernel
+    def twice(x: In[()], out: Out[()]):
+        out[()] = x[()] + x[()]
+
+    @kernel
+    def square(x: In[()], out: Out[()]):
+        out[()] = x[()] * x[()]
+
+    ctx = Context()
+    a = ctx.copy_to_device([3, 5])
+    assert ctx.copy_to_host(ctx.call_kernel(twice, 2, a)[0]).tolist() == [6, 10]
+    twice.ir = square.ir
+    assert ctx.copy_to_host(ctx.call_kernel(twice, 2, a)[0]).tolist() == [9, 25]
+
+
 def test_building_loading_and_replaying_walk_a_shared_layout_once(monkeypatch):
     """Calls that share a compiled kernel share its layouts: the build made
     each layout per call, the sources' key (a walk of the whole layout) was
