@@ -1,4 +1,5 @@
 """Deferred-graph recorder (DESIGN.md §3): recording, layouts, replay, serialization."""
+import copy
 import json
 import os
 import re
@@ -821,6 +822,27 @@ def test_graph_constants_are_read_only_copies_whatever_the_integer_dtype(dtype):
     held = ComputationGraph(*parts, [(0, mine)], g.commitments).constants[0][1]
     mine[0] = 9
     assert held.dtype == np.uint32 and held.tolist() == [5, 6] and not held.flags.writeable
+
+
+@pytest.mark.parametrize("shape", [(2,), (2, 3), (), (0,)])
+def test_a_graphs_own_constants_are_shared_not_copied_again(shape):
+    """Constants a graph froze are immutable: a graph made from another's
+    (``__eq__``'s bare copies, pickling, ``copy``) holds the same arrays, of
+    every shape, instead of copying each one again."""
+    ctx = Context()
+    a, c = reference_program(ctx)
+    g = ctx.generate_computation_graph([a], [c])
+    parts = [g.field, g.kernels, g.compiled_kernels, g.buffer_points, g.templates, g.inputs,
+             g.outputs]
+    values = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
+    first = ComputationGraph(*parts, [(0, values)], g.commitments).constants[0][1]
+    again = ComputationGraph(*parts, [(0, first)], g.commitments).constants[0][1]
+    assert again is first
+    assert first.shape == shape and first.tolist() == values.tolist()
+    with pytest.raises(ValueError):
+        first.setflags(write=True)  # frozen for good: nothing can change it later
+    assert copy.copy(ComputationGraph(*parts, [(0, first)], g.commitments)).constants[0][1] \
+        is first
 
 
 def test_graph_constants_must_be_integers_below_2_32():

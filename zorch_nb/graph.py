@@ -363,7 +363,10 @@ def _frozen_words(values) -> np.ndarray:
     if arr.size and (int(arr.min()) < 0 or int(arr.max()) >= 1 << 32):
         raise ValueError("Argument `constants` must hold canonical values (a cast to uint32 "
                          "would wrap these)")
-    return np.frombuffer(arr.astype(np.uint32).tobytes(), dtype=np.uint32).reshape(arr.shape)
+    # (the array made over the bytes directly, not a reshaped view of a flat
+    # one: a view's base is that array, and the check above would copy the
+    # graph's own constants again every time a graph is rebuilt from them)
+    return np.ndarray(arr.shape, dtype=np.uint32, buffer=arr.astype(np.uint32).tobytes())
 
 
 def _frozen(obj):
