@@ -400,6 +400,21 @@ def test_available_memory_respects_cgroup_limits(tmp_path):
     assert _available_memory(root) == 0
 
 
+def test_cgroup_v1_without_a_limit_lists_no_limit(tmp_path):
+    """cgroup v1 writes "no limit" as the largest page-aligned int64: no limit
+    is listed for it (a limit of 8 EiB is none), while a real one is."""
+    from zorch_nb import _backend
+    v1 = "sys/fs/cgroup/memory/"
+    root = _fake_root(tmp_path / "none", "4:memory:/\n", {
+        v1 + "memory.stat": "hierarchical_memory_limit 9223372036854771712\n",
+        v1 + "memory.usage_in_bytes": "5\n"})
+    assert _backend.cgroup_memory_limits(root) == []
+    root = _fake_root(tmp_path / "some", "4:memory:/\n", {
+        v1 + "memory.stat": "hierarchical_memory_limit 4096\ntotal_inactive_file 1\n",
+        v1 + "memory.usage_in_bytes": "5\n"})
+    assert _backend.cgroup_memory_limits(root) == [(4096, 4)]
+
+
 def _has_matplotlib():
     import importlib.util
     return importlib.util.find_spec("matplotlib") is not None

@@ -125,3 +125,49 @@ def test_printed_report_escapes_what_the_output_cannot_encode(monkeypatch):
         out.flush()
         text = out.buffer.getvalue().decode(encoding)
         assert "ZORCH_BYTES:" in text and "caf\\udce9" in text and accent in text
+
+
+def test_the_environment_section_lists_the_variables_that_matter(monkeypatch):
+    """Every prefix of the variables that change what zorch_nb, Numba or CuPy
+    do is reported (the GPUs a process sees, OpenMP's threads, the cache
+    root); others are not."""
+    wanted = {"CUDA_VISIBLE_DEVICES": "1", "NVIDIA_VISIBLE_DEVICES": "all",
+              "OMP_NUM_THREADS": "3", "XDG_CACHE_HOME": "/nowhere/cache",
+              "NUMBA_ZORCH_TEST": "x", "CUPY_ZORCH_TEST": "y", "ZORCH_ZORCH_TEST": "z"}
+    for name, value in wanted.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("ZZ_NOT_REPORTED", "no")
+    env = _config._environment()
+    assert {k: env.get(k) for k in wanted} == wanted
+    assert "ZZ_NOT_REPORTED" not in env
+    assert list(env) == sorted(env)
+
+
+def test_a_distribution_is_looked_up_under_each_of_its_names():
+    """CuPy installs as cupy-cuda12x, cupy-cuda13x, ...: a name not installed
+    moves on to the next one."""
+    assert _config._distribution("zorch-nb-no-such-dist", "numpy") == np.__version__
+    assert _config._distribution("zorch-nb-no-such-dist", "zorch-nb-nor-this") == "not installed"
+
+
+def test_every_cuda_device_is_reported(monkeypatch):
+    import types
+    props = {0: {"name": b"GPU zero", "major": 9, "minor": 0, "totalGlobalMem": 80 * 2**30},
+             1: {"name": "GPU one", "major": 8, "minor": 6, "totalGlobalMem": 24 * 2**30}}
+    runtime = types.SimpleNamespace(runtimeGetVersion=lambda: 12040, driverGetVersion=lambda: 12050,
+                                    getDeviceCount=lambda: 2, getDeviceProperties=props.__getitem__,
+                                    getDevice=lambda: 1)
+    fake = types.ModuleType("cupy")
+    fake.__version__ = "0.0-test"
+    fake.cuda = types.SimpleNamespace(runtime=runtime)
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    info = _config._cupy()
+    assert info["importable"] == "yes, 0.0-test"
+    assert info["devices"] == ["0: GPU zero, compute capability 9.0, 80.0 GiB",
+                               "1: GPU one, compute capability 8.6, 24.0 GiB"]
+    assert info["current device"] == 1
+
+
+def test_an_empty_section_is_printed_as_none_set():
+    assert _config._text({"environment": {}, "cpu": {"cores": 2}}) == \
+        "environment:\n  (none set)\ncpu:\n  cores: 2"

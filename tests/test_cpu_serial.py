@@ -148,6 +148,14 @@ def test_the_size_rule():
     assert not enough(CPU_SERIAL_WORDS + 1, CPU_SERIAL_WORDS + 1)
 
 
+def test_tasks_counts_a_partial_run_as_a_task():
+    # the prange trip count over runs: a last, partial run is a task of its
+    # own (else a call of 1.5 runs would count one task and run serially)
+    tasks = cpu_threads.tasks
+    assert [tasks(n, 4) for n in (0, 1, 3, 4, 5, 8, 9)] == [0, 1, 1, 1, 2, 2, 3]
+    assert tasks(4097, 4096) == 2 and not cpu_threads._one_thread_enough(tasks(4097, 4096), None)
+
+
 @pytest.mark.skipif(not JIT, reason="needs compiled kernels")
 def test_a_twin_is_serial_memoized_and_cached_apart():
     from zorch_nb.kernels import field_cpu

@@ -69,3 +69,15 @@ def test_a_launch_over_few_items_gets_the_warps_that_cover_them():
         assert block_for(n) == threads, n
         if n <= THREADS_PER_BLOCK:  # one block, a thread for every item
             assert grid_for(n, block_for(n)) == 1 and block_for(n) >= n, n
+
+
+def test_a_grid_covers_every_item_up_to_the_block_cap():
+    # a grid-stride loop over n items: one thread an item while the blocks
+    # needed fit under MAX_BLOCKS, then MAX_BLOCKS
+    from zorch_nb.kernels.launch_config import MAX_BLOCKS, grid_for
+    for n, threads, blocks in ((0, 256, 1), (1, 256, 1), (256, 256, 1), (257, 256, 2),
+                               (511, 256, 2), (513, 256, 3), (33, 32, 2), (100, 64, 2),
+                               (256 * MAX_BLOCKS - 1, 256, MAX_BLOCKS),
+                               (256 * MAX_BLOCKS + 1, 256, MAX_BLOCKS)):
+        assert grid_for(n, threads) == blocks, (n, threads)
+    assert grid_for(257) == 2  # THREADS_PER_BLOCK by default

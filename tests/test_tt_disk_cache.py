@@ -311,3 +311,55 @@ def test_a_structure_kernel_copies_and_pickles(fresh_folder):
         np.testing.assert_array_equal(out.reshape(want.shape), want)
     with pytest.raises(AttributeError):
         tt_kernels.StructureKernel.__new__(tt_kernels.StructureKernel).signatures
+
+
+def test_the_cache_folder_is_named_by_the_sources_under_xdg_cache_home(tmp_path, monkeypatch):
+    """Without ZORCH_NB_CACHE_DIR the folder is $XDG_CACHE_HOME/zorch_nb/, and
+    its name carries the kernel sources' hash: a changed callee never meets
+    an old cache."""
+    monkeypatch.delenv("ZORCH_NB_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    path = source_cache.cache_path()
+    assert os.path.dirname(path) == str(tmp_path / "xdg" / "zorch_nb")
+    assert os.path.basename(path) == "graph-evaluators-" + kernels.SOURCES_DIGEST[:16]
+    assert len(kernels.SOURCES_DIGEST) >= 16 and not os.path.exists(tmp_path / "xdg")
+
+
+def test_a_recent_folder_of_other_sources_is_kept(tmp_path):
+    """Only folders of other sources unused for STALE_FOLDER_DAYS go: another
+    version's process may be using a recent one."""
+    recent, stale = tmp_path / "graph-evaluators-1111", tmp_path / "graph-evaluators-2222"
+    recent.mkdir()
+    stale.mkdir()
+    old = time.time() - (source_cache.STALE_FOLDER_DAYS + 1) * 86400
+    os.utime(stale, (old, old))
+    source_cache._prune_stale_folders(str(tmp_path), keep="graph-evaluators-3333")
+    assert recent.is_dir() and not stale.exists()
+
+
+def test_a_file_of_other_bytes_is_rewritten_not_reused(tmp_path):
+    """A damaged or edited generated file never runs: source_file reuses a file
+    only when its bytes are exactly the text."""
+    target = tmp_path / "zorch_tt_k_0123.py"
+    target.write_text("x = 2\n")
+    path, written = source_cache.source_file(str(tmp_path), target.name, "x = 1\n")
+    assert (path, written) == (str(target), True) and target.read_text() == "x = 1\n"
+    assert source_cache.source_file(str(tmp_path), target.name, "x = 1\n") == (str(target), False)
+
+
+def test_pruning_a_kernel_leaves_the_cache_of_one_whose_name_it_begins(tmp_path, monkeypatch):
+    """A graph evaluator's serial twin is the module zorch_graph_<name>__serial:
+    pruning zorch_graph_<name> deletes its own cached code, not the twin's."""
+    monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path / "nc"))
+    folder = tmp_path / "gen"
+    (folder / "__pycache__").mkdir(parents=True)
+    (folder / "zorch_graph_k.py").write_text("x = 1\n")
+    (folder / "zorch_graph_k__serial.py").write_text("x = 2\n")
+    pyc = folder / "__pycache__"
+    for name in ("zorch_graph_k.cpython-311.pyc", "zorch_graph_k__serial.cpython-311.pyc"):
+        (pyc / name).write_text("")
+    old = time.time() - (source_cache.STALE_FOLDER_DAYS + 1) * 86400
+    os.utime(folder / "zorch_graph_k.py", (old, old))
+    source_cache._prune_stale_files(str(folder))
+    assert sorted(os.listdir(folder)) == ["__pycache__", "zorch_graph_k__serial.py"]
+    assert os.listdir(pyc) == ["zorch_graph_k__serial.cpython-311.pyc"]
