@@ -8,6 +8,7 @@
   on machines without a GPU.
 """
 import ctypes
+import os
 
 import numpy as np
 import pytest
@@ -15,7 +16,7 @@ import pytest
 import naive
 from cuda_host import compile_host, nvcc_ptx, ptr
 from zorch_nb.kernels import monty
-from zorch_nb.kernels.cuda_source import assemble, kernel_sources
+from zorch_nb.kernels.cuda_source import assemble, emit_all, kernel_sources
 from zorch_nb.kernels.field_params import FIELDS
 
 
@@ -126,3 +127,19 @@ def test_cuda_c_field_arithmetic_on_host(field):
     lib.host_base_pow(ptr(base), ctypes.c_ulonglong(e >> 64), ctypes.c_ulonglong(e & (2**64 - 1)),
                       ctypes.c_int(e.bit_length()), ptr(bout), ctypes.c_long(n))
     assert [naive.dec(int(v), p) for v in bout] == [pow(int(u), e, p) for u in nz[:, 0]]
+
+
+def test_emit_all_writes_every_field_and_kernel_file(tmp_path):
+    """CI's ``--emit DIR`` (what nvcc compiles): one file per field and kernel
+    file, each the assembled unit, plus the extra sources given; none
+    overwrites another."""
+    extra = {"zorch_graph_example.cu": "// a generated evaluator\n"}
+    paths = emit_all(str(tmp_path), extra)
+    want = {f"{f.name}_{kf}" for f in FIELDS.values() for kf in kernel_sources()}
+    assert len(want) == len(FIELDS) * len(kernel_sources())
+    assert sorted(os.path.basename(p) for p in paths) == sorted(want | set(extra))
+    assert {p.name for p in tmp_path.iterdir()} == want | set(extra)
+    for f in FIELDS.values():
+        for kf in kernel_sources():
+            assert (tmp_path / f"{f.name}_{kf}").read_text() == assemble(f, kf)
+    assert (tmp_path / "zorch_graph_example.cu").read_text() == extra["zorch_graph_example.cu"]

@@ -377,3 +377,20 @@ def test_an_edited_functions_old_data_file_goes(tmp_path, monkeypatch):
             first = data[0]
     assert out.tolist() == [2.0, 3.0] and caches[0] == caches[1]
     assert len(data) == 1 and data[0] != first
+
+
+def test_a_numba_cuda_stamp_is_keyed_too():
+    """numba-cuda's index stamps a kernel's file as ``(mtime, size)``: a pair,
+    like a keyed stamp.  keyed_on_sources still adds the digest to it (a
+    pair counts as keyed only when its second item is this process's
+    digest), and only once."""
+    import types
+
+    from zorch_nb.kernels import SOURCES_DIGEST, jit
+    raw = (1733390000.25, 4096)
+    index = types.SimpleNamespace(_source_stamp=raw)
+    dispatcher = types.SimpleNamespace(_cache=types.SimpleNamespace(_cache_file=index))
+    assert jit.keyed_on_sources(dispatcher) is dispatcher
+    assert index._source_stamp == (raw, SOURCES_DIGEST)
+    jit.keyed_on_sources(dispatcher)
+    assert index._source_stamp == (raw, SOURCES_DIGEST)

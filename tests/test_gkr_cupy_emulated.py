@@ -63,7 +63,8 @@ def _cpu_outs(ne, de, width):
     return [np.empty((width, 4) if e else (width,), np.uint32) for e in (oe, oe, de, de)]
 
 
-@pytest.mark.parametrize("offset", [0, 1], ids=["vector", "scalar"])
+# offset 2: 8-byte aligned, not 16: still the scalar variant (16-byte extension loads)
+@pytest.mark.parametrize("offset", [0, 1, 2], ids=["vector", "scalar", "scalar8"])
 @pytest.mark.parametrize("ne,de", MODES)
 def test_dense_fold_and_jagged_transition(emu, ne, de, offset):
     gkr_cupy, launches = emu
@@ -311,3 +312,87 @@ def test_jagged_out_over_device_counts_is_refused(emu):
                                              r"argument `schedules\[1\]`"):
             build_jagged_pyramid(jdev, dsteps, fused=fused, out=out)
     assert not launches
+
+
+def _offset_outs(ne, de, width, offset):
+    """Fresh device outputs of ``width`` slots, each ``offset`` words into a
+    buffer of its own (an offset view, as a caller's buffer may give)."""
+    oe = ne or de
+    return [cuda_emu.EmuXp.empty(width * (4 if e else 1) + offset, np.uint32)[offset:]
+            .reshape((width, 4) if e else (width,)) for e in (oe, oe, de, de)]
+
+
+def _cpu_chain(F, ne, de, rc, host, steps):
+    """The output layers of ``steps`` (``(orc, width)``) by gkr_cpu's jagged
+    transition, one step at a time: the reference of the fused launchers."""
+    layers = []
+    for orc, width in steps:
+        out = _cpu_outs(ne, de, width)
+        gkr_cpu.jagged_transition(rc, orc, np.empty((2, rc.size), np.int64), *host, *out,
+                                  F.params)
+        layers.append(out)
+        rc, host = orc, out
+    return layers
+
+
+@pytest.mark.parametrize("ne,de", [(0, 0), (1, 1)])
+def test_fused_dense_pyramid_into_offset_outputs(emu, ne, de):
+    """Aligned inputs, output layers a word into their buffers: the launch
+    takes the 4-byte variant (the 16-byte stores need every output address
+    aligned, not only the inputs) and writes what the CPU does."""
+    gkr_cupy, launches = emu
+    F = KoalaBear
+    nv = 6  # one launch of six layers
+    host = _mles(F, ne, de, 2**nv, seed=11)
+    want = build_pyramid(GkrLayer(*host, 0, F), backend="cpu", fused=False)
+    outs = [_offset_outs(ne, de, 2**nv >> (l + 1), 1) for l in range(nv)]
+    gkr_cupy.pyramid_dense([_device(x) for x in host], outs, F.params)
+    assert launches == [f"zorch_gkr_pyramid_dense<{ne}, {de}, false>"]
+    assert_layers_equal(outs, want[1:], first=1)
+
+
+@pytest.mark.parametrize("ne,de", [(0, 0), (1, 1)])
+@pytest.mark.parametrize("kernel", ["jagged_chunk", "jagged_tail"])
+def test_fused_jagged_launchers_into_offset_outputs(emu, kernel, ne, de):
+    """jagged_chunk and jagged_tail called directly, aligned inputs and the
+    output layers a word into their buffers: the 4-byte variant runs (every
+    output's address decides, not only the inputs'), and the layers equal
+    gkr_cpu's transitions step by step."""
+    gkr_cupy, launches = emu
+    F = KoalaBear
+    rc = np.array([9, 0, 17, 1, 32, 5, 2, 3], np.int32)
+    host = random_jagged_layer(F, ne, de, rc, int(rc.sum()) + 3, seed=7).mles
+    steps = [(s.row_counts, s.width + 2) for s in halving_schedule(
+        JaggedGkrLayer(*host, rc, F))][:launch_config.GKR_JAGGED_CHUNK]
+    want = _cpu_chain(F, ne, de, rc, host, steps)
+    dsteps = [(cuda_emu.EmuArray(np.array(c, np.int32)), _offset_outs(ne, de, w, 1))
+              for c, w in steps]
+    prefix = cuda_emu.EmuXp.empty((launch_config.GKR_JAGGED_CHUNK + 1) * rc.size, np.int64)
+    getattr(gkr_cupy, kernel)(cuda_emu.EmuArray(rc.copy()), prefix,
+                              [_device(x) for x in host], dsteps, F.params)
+    assert f"zorch_gkr_{kernel}<{ne}, {de}, false>" in launches
+    assert not any(n.endswith("true>") for n in launches)
+    assert_layers_equal([outs for _, outs in dsteps], want, first=1)
+
+
+@pytest.mark.parametrize("ne,de", [(0, 1), (1, 1)])
+def test_jagged_tail_longer_than_one_launch(emu, ne, de):
+    """More steps than GKR_MAX_TAIL: the second launch reads the last layer
+    of the first, with that layer's counts (here no longer the input's: the
+    segments reach their floor after a few steps, then fold on)."""
+    gkr_cupy, launches = emu
+    F = BabyBear
+    rc = np.array([5, 0, 3, 1, 8, 2, 0, 1], np.int32)
+    host = random_jagged_layer(F, ne, de, rc, int(rc.sum()) + 1, seed=13).mles
+    steps, cur = [], rc
+    for _ in range(launch_config.GKR_MAX_TAIL + 3):
+        cur = ((cur + 1) // 2).astype(np.int32)
+        steps.append((cur, int(cur.sum()) + 1))
+    assert not np.array_equal(steps[launch_config.GKR_MAX_TAIL - 1][0], rc)
+    want = _cpu_chain(F, ne, de, rc, host, steps)
+    dsteps = [(cuda_emu.EmuArray(c.copy()), _outs(ne, de, w)) for c, w in steps]
+    gkr_cupy.jagged_tail(cuda_emu.EmuArray(rc.copy()), cuda_emu.EmuXp.empty(2 * rc.size, np.int64),
+                         [_device(x) for x in host], dsteps, F.params)
+    assert launches == [f"zorch_gkr_jagged_tail<{ne}, {de}, true>",
+                        f"zorch_gkr_jagged_tail<{ne or de}, {de}, true>"]
+    assert_layers_equal([outs for _, outs in dsteps], want, first=1)

@@ -175,3 +175,27 @@ def test_parallel_loops_compiled_in_forked_children_stay_apart(tmp_path):
     assert res.returncode == 0, res.stderr
     a = np.arange(8.0)
     assert [float(x) for x in res.stdout.split()] == [*(a + 1), *(a * 2)]
+
+
+def test_the_function_counter_starts_apart_in_each_process_and_forked_child():
+    """Numba's per-process function counter (in every symbol) starts at a
+    random point: in two processes, and in a forked child against its
+    parent, the next counts differ (kernels/jit.py's guard; counting from 1
+    alike, two processes' closures could share a symbol)."""
+    script = ("import zorch_nb.kernels.jit\n"
+              "from numba.core.bytecode import FunctionIdentity as F\n"
+              "print(next(F._unique_ids))")
+    counts = [int(subprocess.run([sys.executable, "-c", script], capture_output=True,
+                                 text=True, check=True, timeout=300).stdout)
+              for _ in range(2)]
+    assert counts[0] != counts[1], counts
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next count, then leave at once
+        os.write(write, str(next(bytecode.FunctionIdentity._unique_ids)).encode())
+        os._exit(0)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    child = int(os.read(read, 64))
+    os.close(read)
+    assert status == 0 and child != next(bytecode.FunctionIdentity._unique_ids)

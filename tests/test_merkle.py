@@ -189,3 +189,26 @@ def test_device_roots_equal_the_host_ones_emulated(monkeypatch):
 def test_device_roots_equal_the_host_ones():
     cupy = pytest.importorskip("cupy")
     check_device_roots_equal_the_host_ones(cupy)
+
+
+def test_device_root_refuses_malformed_buffers_emulated(monkeypatch):
+    """merkle_root_words (a public launcher; graph_layout.merkle_root never
+    hands it these) refuses, before any launch, a buffer its kernels would
+    misread: strided, a leaf count not a power of two (the tree would lose
+    leaves), a partial last leaf, fewer than 32 leaves, another dtype."""
+    import cuda_emu
+    module, launches = cuda_emu.emulate(monkeypatch, "merkle")
+    dev = lambda x: cuda_emu.EmuArray(x)  # noqa: E731
+    bad = [dev(random_words(2 * 16 * 32, 1))[::2],   # 32 leaves, every other word
+           dev(random_words(16 * 96, 2)),            # 96 leaves
+           dev(random_words(16 * 64 + 5, 3)),        # 64 leaves and 5 words
+           dev(random_words(16 * 16, 4)),            # 16 leaves
+           dev(random_words(16 * 32, 5).astype(np.int32))]
+    for words in bad:
+        with pytest.raises(ValueError, match="C-contiguous uint32 vector of 16 \\* 2\\*\\*k"):
+            module.merkle_root_words(words)
+    assert not launches
+    words = random_words(16 * 32, 6)  # the smallest accepted buffer
+    root = module.merkle_root_words(dev(words.copy()))
+    assert hashlib.sha256(b"zorch_nb merkle v1" + (words.size).to_bytes(8, "little") + root) \
+        .digest() == naive_merkle_root(words)
