@@ -117,6 +117,21 @@ def test_extension_inverse_kernel_equals_fermat_each(F, n):
         assert naive.ext_mul(x, y, F.p, F.W) == [1, 0, 0, 0]
 
 
+def _one_block_inverses(G, a):
+    """``a``'s inverses by the Numba-CUDA batched kernel of ``G`` on one block
+    of 4 threads (over a dirty output), and by the CPU kernel."""
+    from zorch_nb.kernels import field_cuda_numba as fcn
+    p, mu, wm, one = kernel_words(G.params)
+    want = np.empty_like(a)
+    (field_cpu.base_map1 if G.degree == 1 else field_cpu.ext4_map1)(OP_INV, a, want, G.params)
+    got = np.full_like(a, 7)
+    if G.degree == 1:
+        fcn._base_inv_batched_kernel[1, 4](a, p, mu, one, got)
+    else:
+        fcn._ext4_inv_batched_kernel[1, 4](a, p, mu, wm, one, got)
+    return got, want
+
+
 @pytest.mark.cudasim
 @pytest.mark.parametrize("F", FIELDS)
 def test_numba_cuda_batched_inverse_kernels(F):
@@ -127,17 +142,10 @@ def test_numba_cuda_batched_inverse_kernels(F):
     Under the simulator: small inputs."""
     from zorch_nb.kernels import field_cuda_numba as fcn
     for G in (F, F.ext):
-        p, mu, wm, one = kernel_words(G.params)
         for n in (1, 3, 70):
             a = words_with_zeros(F, (n,) if G is F else (n, 4), n + 7)
             a[n // 2] = 0
-            want = np.empty_like(a)
-            (field_cpu.base_map1 if G is F else field_cpu.ext4_map1)(OP_INV, a, want, G.params)
-            got = np.full_like(a, 7)
-            if G is F:
-                fcn._base_inv_batched_kernel[1, 4](a, p, mu, one, got)
-            else:
-                fcn._ext4_inv_batched_kernel[1, 4](a, p, mu, wm, one, got)
+            got, want = _one_block_inverses(G, a)
             np.testing.assert_array_equal(got, want, err_msg=f"degree {G.degree}, n={n}")
         # and through the launchers (their own grid)
         a = words_with_zeros(F, (9,) if G is F else (9, 4), 5)
@@ -146,6 +154,52 @@ def test_numba_cuda_batched_inverse_kernels(F):
         want = np.empty_like(a)
         (field_cpu.base_map1 if G is F else field_cpu.ext4_map1)(OP_INV, a, want, G.params)
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.cudasim
+@pytest.mark.parametrize("F", FIELDS)
+def test_numba_cuda_batched_inverse_reads_words_mod_p(F):
+    """A word that is a nonzero multiple of p (p, 2 p, ... below 2**32) is the
+    zero element: its thread's batch must set it aside as for the word 0.
+    Taken as a nonzero factor it turned the batch's product to 0 and every
+    other inverse of that batch with it (random words are such multiples
+    with probability ~1e-9; the zeros of the test above are rarely p).  One
+    block of 4 threads, 40 elements: batches of three threads hold one
+    beside nonzero elements."""
+    multiples = [k * F.p for k in range(1, 2**32 // F.p + 1)]
+    for G in (F, F.ext):
+        rng = np.random.default_rng(9)
+        shape = (40,) if G is F else (40, 4)
+        a = rng.integers(1, F.p, size=shape, dtype=np.int64).astype(np.uint32)
+        zeros = [1, 6, 19, 35]  # (thread, batch slot): (1, 0), (2, 1), (3, 4), (3, 0)
+        for j, i in enumerate(zeros):
+            a[i] = multiples[j % len(multiples)]
+        got, want = _one_block_inverses(G, a)
+        assert not want[zeros].any()
+        np.testing.assert_array_equal(got, want, err_msg=f"degree {G.degree}")
+
+
+@pytest.mark.cudasim
+@pytest.mark.parametrize("F", FIELDS)
+def test_numba_cuda_first_zero_finds_every_base_tail_element(F):
+    """The last n % 4 base elements are scanned one to a thread after the
+    groups of four: a zero at each of them alone is found, the first of the
+    tail (index 4 (n // 4)) included, by the kernel on a small grid and by
+    the launcher."""
+    from zorch_nb.kernels import field_cuda_numba as fcn
+    p = kernel_words(F.params)[0]
+    rng = np.random.default_rng(5)
+    for n in (201, 202, 203):
+        a = rng.integers(1, F.p, size=n, dtype=np.int64).astype(np.uint32)
+        assert fcn.base_first_zero(a, F.params) == -1
+        for i in range(4 * (n // 4), n):
+            for zero in (0, F.p):
+                b = a.copy()
+                b[i] = zero
+                first = np.array([n], np.uint64)
+                fcn._first_zero_kernel[1, 32](b, np.int32(1), p, first)
+                assert first[0] == i, (n, i)
+                assert fcn.base_first_zero(b, F.params) == i, (n, i)
 
 
 @pytest.mark.cudasim

@@ -446,6 +446,22 @@ def test_encode_and_decode_match_big_ints(k, F):
     np.testing.assert_array_equal(to_host(w), good.astype(np.uint32))
     assert k.encode(dev(np.zeros(0, np.int64), backend), empty(0, backend), False,
                     F.params) == -1
+
+
+@pytest.mark.parametrize("F", FIELDS)
+def test_decode_flags_the_word_p_itself(k, F):
+    """The word p is not canonical (the element 0 is the word 0): decode
+    returns False for it as for any word >= p, and still writes its value
+    mod p.  The test above adds p to canonical words, never giving p
+    itself: a kernel testing ``> p`` passed it."""
+    k, backend = k
+    ref = Ref(F)
+    for w, ok in (([F.p], False), ([F.p - 1], True), ([7, F.p, 3, 1], False),
+                  ([7, F.p - 1, 3, 1], True)):
+        w = np.array(w, np.uint32)
+        got = empty(w.size, backend)
+        assert k.decode(dev(w, backend), got, F.params) == ok, w
+        np.testing.assert_array_equal(to_host(got), ref.dec(w).astype(np.uint32))
     assert k.decode(empty(0, backend), empty(0, backend), F.params)
 
 

@@ -800,6 +800,34 @@ def test_numba_jagged_counts_and_prefix_on_different_sides(counts_on, prefix_on)
 
 
 @pytest.mark.cudasim
+def test_numba_device_scan_of_more_segments_than_scan_threads():
+    """Device counts are scanned by one block of GKR_NUMBA_SCAN_THREADS threads,
+    each summing a run of ceil(nb / threads) segments before a scan of the
+    per-thread totals.  The tests above have 4 segments, one per thread: a
+    run length rounded down (segments past threads * floor(nb / threads)
+    never scanned) passed them.  Here nb = 2 threads + 45: runs of 3, the
+    last ones short or empty; against the CPU launcher (host scan)."""
+    from numba import cuda
+
+    from zorch_nb.kernels.launch_config import GKR_NUMBA_SCAN_THREADS
+    k = kernels_for("numba", "gkr")
+    nb = 2 * GKR_NUMBA_SCAN_THREADS + 45
+    rng = np.random.default_rng(3)
+    rc = rng.integers(0, 4, nb).astype(np.int32)
+    orc = ((rc + 1) // 2).astype(np.int32)
+    width = int(orc.sum()) + 1
+    ins = layer(F, int(rc.sum()), False, True, seed=4)
+    got = outs(width, False, True, "numba")
+    prefix = cuda.to_device(np.full((2, nb), -7, np.int64))
+    k.jagged_transition(cuda.to_device(rc), cuda.to_device(orc), prefix, *ins, *got, F.params)
+    assert prefix.copy_to_host().tolist() == [np.cumsum(rc).tolist(), np.cumsum(orc).tolist()]
+    want = outs(width, False, True, "cpu")
+    kernels_for("cpu", "gkr").jagged_transition(rc, orc, np.zeros((2, nb), np.int64), *ins,
+                                                *want, F.params)
+    assert_words(got, want)
+
+
+@pytest.mark.cudasim
 @pytest.mark.parametrize("launcher", ["field", "fold_dense", "jagged_transition",
                                       "pyramid_dense", "jagged_chunk"])
 def test_numba_host_copies_go_on_the_launch_stream(launcher, monkeypatch):

@@ -81,3 +81,63 @@ def test_a_grid_covers_every_item_up_to_the_block_cap():
                                (256 * MAX_BLOCKS + 1, 256, MAX_BLOCKS)):
         assert grid_for(n, threads) == blocks, (n, threads)
     assert grid_for(257) == 2  # THREADS_PER_BLOCK by default
+
+
+@pytest.mark.parametrize("F", [KoalaBear, BabyBear], ids=["koalabear", "babybear"])
+def test_every_field_launcher_spans_blocks(F, small_blocks):
+    """Every field launcher of ``field_cuda_numba`` over more items than the
+    3 x 32 threads (so every grid-stride loop takes several rounds), against
+    the CPU launchers (``field_cpu``, the same contract).  The test above
+    covers add/sub/mul/square only: a grid-stride step of another kernel
+    (pow, the broadcast forms, the folds, the eq splits, NEG, the
+    conversions) could skip elements and pass every simulator test."""
+    from zorch_nb._backend import kernels_for
+    from zorch_nb.kernels.monty import OP_INV, OP_MUL, OP_NEG, OP_SUB
+    g, c = kernels_for("numba", "field"), kernels_for("cpu", "field")
+    f, fe = F.params, F.ext.params
+    a, b = F.random(300, seed=11), F.random(300, seed=12)
+    x, y = F.ext.random(150, seed=13), F.ext.random(150, seed=14)
+    r, re = F.random(1, seed=15), F.ext.random(1, seed=16)
+
+    def same(call, *shapes):
+        got = [np.full(s, 7, np.uint32) for s in shapes]
+        want = [np.full(s, 7, np.uint32) for s in shapes]
+        call(g, *got)
+        call(c, *want)
+        for i, (u, v) in enumerate(zip(got, want)):
+            np.testing.assert_array_equal(u, v, err_msg=f"output {i}")
+    same(lambda k, o: k.base_map1(OP_NEG, a, o, f), 300)
+    same(lambda k, o: k.base_map1(OP_INV, a, o, f), 300)
+    same(lambda k, o: k.ext4_map1(OP_NEG, x, o, fe), (150, 4))
+    same(lambda k, o: k.ext4_map1(OP_INV, x, o, fe), (150, 4))
+    same(lambda k, o: k.base_pow(a, 0, 2**40 + 3, 41, o, f), 300)
+    same(lambda k, o: k.ext4_pow(x, 0, 2**20 + 3, 21, o, fe), (150, 4))
+    same(lambda k, o: k.base_map2_bcast(OP_SUB, a, 1, b[:1], 0, o, f), 300)
+    same(lambda k, o: k.base_map2_bcast(OP_SUB, a, 1, b, 1, o, f, run=100, a_row=100,
+                                        b_row=0), 300)
+    same(lambda k, o: k.ext4_map2_bcast(OP_MUL, x, 1, 4, y[:1], 0, 4, o, fe), (150, 4))
+    same(lambda k, o: k.ext4_map2_bcast(OP_SUB, a[:150], 1, 1, y, 1, 4, o, fe), (150, 4))
+    same(lambda k, o: k.base_mle_fold(a, r, o, f), 150)
+    same(lambda k, o: k.ext4_mle_fold(a, 1, re, 4, o, fe), (150, 4))
+    same(lambda k, o: k.ext4_mle_fold(np.concatenate([x, y]), 4, r, 1, o, fe), (150, 4))
+    same(lambda k, lo, hi: k.base_eq_split(a, r, lo, hi, f), 300, 300)
+    same(lambda k, lo, hi: k.ext4_eq_split(x, re, 4, lo, hi, fe), (150, 4), (150, 4))
+    v = np.arange(-150, 150, dtype=np.int64) * 7919
+    for k in (g, c):  # encode (a value outside [0, p) reduced), decode, back to v mod p
+        enc, dec = np.zeros(300, np.uint32), np.zeros(300, np.uint32)
+        assert k.encode(v, enc, True, f) == -1
+        assert k.decode(enc, dec, f)
+        np.testing.assert_array_equal(dec, v % F.p)
+    w = v % F.p
+    w[[250, 290]] = F.p  # the first value outside [0, p), found by a late thread round
+    assert g.encode(w, np.zeros(300, np.uint32), False, f) == 250
+    bad = enc.copy()
+    bad[299] = 2**32 - 1  # a non-canonical word in the last round
+    assert not g.decode(bad, np.zeros(300, np.uint32), f)
+    for i in (299, 263, 201):  # a zero seen only by a later round of the scan
+        z = a.copy()
+        z[i] = 0
+        assert g.base_first_zero(z, f) == i
+        e = x.copy()
+        e[i % 150] = 0
+        assert g.ext4_first_zero(e, fe) == i % 150
