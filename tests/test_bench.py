@@ -593,12 +593,7 @@ def test_a_size_that_does_not_fit_stops_the_sizes_with_a_clear_error(tmp_path, m
 
 def test_sass_stats_counts_opcode_classes():
     """benchmarks/sass_stats.py (run on the GPU machine's cubin) parses cuobjdump's text."""
-    import importlib.util
-    import pathlib
-    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "sass_stats.py"
-    spec = importlib.util.spec_from_file_location("sass_stats", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _script("sass_stats")
     text = """
 	code for sm_90
 		Function : kern_a
@@ -646,7 +641,7 @@ def _fixed_timer(seconds):
 
 
 def _script(name):
-    """benchmarks/<name>.py as a module (as test_bench_cupy_emulated loads targets.py)."""
+    """benchmarks/<name>.py as a module (the scripts are not part of the package)."""
     import importlib.util
     spec = importlib.util.spec_from_file_location(f"bench_script_{name}", BENCHMARKS / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)

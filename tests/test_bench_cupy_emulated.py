@@ -6,10 +6,10 @@ the CUDA C kernels (``cuda_emu.py``): every CuPy row, the report and its
 JSON.  Timings mean nothing here (host clock, emulated kernels)."""
 import argparse
 import json
-import pathlib
 import sys
 
 import cuda_emu
+from test_bench import BENCHMARKS, _script
 
 
 def test_gpu_bench_runs_on_emulated_cupy(tmp_path, monkeypatch):
@@ -62,7 +62,7 @@ def test_gpu_bench_runs_on_emulated_cupy(tmp_path, monkeypatch):
     assert report["copy"][0]["kernel"] == "copy (device to device, 4n words)"
     assert report["copy"][0]["size"] == 4 * 2**11
     # the note's target table reads every GPU target off this report
-    table = _targets_module().targets(report)
+    table = _script("targets").targets(report)
     for what in ("dense fold base/ext (of copy)", "jagged pyramid base/ext (1024 seg.) (of copy)",
                  "dispatch: one transition base/base", "peak memory / first layer"):
         assert what in table, what
@@ -70,7 +70,7 @@ def test_gpu_bench_runs_on_emulated_cupy(tmp_path, monkeypatch):
     import importlib.util
     import subprocess
     png = tmp_path / "gpu.png"
-    res = subprocess.run([sys.executable, str(_BENCHMARKS / "plot_report.py"), str(out), str(png)],
+    res = subprocess.run([sys.executable, str(BENCHMARKS / "plot_report.py"), str(out), str(png)],
                          capture_output=True, text=True)
     if importlib.util.find_spec("matplotlib") is None:
         assert res.returncode == 1 and "--plot needs matplotlib" in res.stderr
@@ -78,13 +78,3 @@ def test_gpu_bench_runs_on_emulated_cupy(tmp_path, monkeypatch):
         assert res.returncode == 0 and png.stat().st_size > 0, res.stderr
 
 
-_BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
-
-
-def _targets_module():
-    import importlib.util
-    path = _BENCHMARKS / "targets.py"
-    spec = importlib.util.spec_from_file_location("bench_targets", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod

@@ -809,17 +809,23 @@ def test_hand_built_graph_is_validated_before_its_first_replay():
         ComputationGraph(*parts[:7], [(0, np.array([2**32 + 1]))], parts[8])
 
 
+def _with_constant(values):
+    """The reference program's graph holding ``values`` as its one constant
+    (a graph built by hand), and the array the graph keeps for it."""
+    ctx = Context()
+    a, c = reference_program(ctx)
+    g = ctx.generate_computation_graph([a], [c])
+    graph = ComputationGraph(g.field, g.kernels, g.compiled_kernels, g.buffer_points,
+                             g.templates, g.inputs, g.outputs, [(0, values)], g.commitments)
+    return graph, graph.constants[0][1]
+
+
 @pytest.mark.parametrize("dtype", [np.uint32, np.int64, np.uint8])
 def test_graph_constants_are_read_only_copies_whatever_the_integer_dtype(dtype):
     """A uint32 array is copied too (only a graph's own frozen constants are
     taken as they are): the caller changing it reaches nothing."""
-    ctx = Context()
-    a, c = reference_program(ctx)
-    g = ctx.generate_computation_graph([a], [c])
-    parts = [g.field, g.kernels, g.compiled_kernels, g.buffer_points, g.templates, g.inputs,
-             g.outputs]
     mine = np.array([5, 6], dtype=dtype)
-    held = ComputationGraph(*parts, [(0, mine)], g.commitments).constants[0][1]
+    _, held = _with_constant(mine)
     mine[0] = 9
     assert held.dtype == np.uint32 and held.tolist() == [5, 6] and not held.flags.writeable
 
@@ -829,31 +835,19 @@ def test_a_graphs_own_constants_are_shared_not_copied_again(shape):
     """Constants a graph froze are immutable: a graph made from another's
     (``__eq__``'s bare copies, pickling, ``copy``) holds the same arrays, of
     every shape, instead of copying each one again."""
-    ctx = Context()
-    a, c = reference_program(ctx)
-    g = ctx.generate_computation_graph([a], [c])
-    parts = [g.field, g.kernels, g.compiled_kernels, g.buffer_points, g.templates, g.inputs,
-             g.outputs]
     values = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
-    first = ComputationGraph(*parts, [(0, values)], g.commitments).constants[0][1]
-    again = ComputationGraph(*parts, [(0, first)], g.commitments).constants[0][1]
+    _, first = _with_constant(values)
+    graph, again = _with_constant(first)
     assert again is first
     assert first.shape == shape and first.tolist() == values.tolist()
     with pytest.raises(ValueError):
         first.setflags(write=True)  # frozen for good: nothing can change it later
-    assert copy.copy(ComputationGraph(*parts, [(0, first)], g.commitments)).constants[0][1] \
-        is first
+    assert copy.copy(graph).constants[0][1] is first
 
 
 def test_graph_constants_must_be_integers_below_2_32():
-    ctx = Context()
-    a, c = reference_program(ctx)
-    g = ctx.generate_computation_graph([a], [c])
-    parts = [g.field, g.kernels, g.compiled_kernels, g.buffer_points, g.templates, g.inputs,
-             g.outputs]
-
     def held(values):
-        return ComputationGraph(*parts, [(0, values)], g.commitments).constants[0][1]
+        return _with_constant(values)[1]
 
     assert held(np.array([2**32 - 1, 0])).tolist() == [2**32 - 1, 0]  # (>= p: validation's)
     for wraps in ([2**32], [-1, 3]):
