@@ -968,8 +968,7 @@ class _FieldBase:
             if kind is not getattr(xp, "ndarray", None):
                 return None
             backend = "cupy"
-        if a.dtype is not _U32 or not a.flags.c_contiguous or not a.size or \
-                op == monty.OP_INV:
+        if a.dtype is not _U32 or not a.flags.c_contiguous or not a.size:
             return None
         shape = a.shape
         if len(xs) == 2:
