@@ -408,7 +408,7 @@ def test_masks_errors_say_what_to_pass():
         with pytest.raises(ValueError, match="no zero-length axis"):
             UT3Masks(np.ones(mk, bool), np.ones(mt, bool))
     x = UniformTuckerTensorTrain.from_t3(rand_t3(np.random.default_rng(1), SHAPE, (2, 2, 2), (1, 2, 2, 1)))
-    with pytest.raises(ValueError, match="masks"):
+    with pytest.raises(ValueError, match=r"`tucker_edge_mask` must have shape \(3, 2\)"):
         UniformTuckerTensorTrain(x.tucker_supercore, x.tt_supercore, x.shape,
                                  (x.masks[0][:, :1], x.masks[1]))
 
@@ -2253,6 +2253,21 @@ def test_supercore_shapes_and_dtypes_are_checked_against_each_other(rng):
     with pytest.raises(ValueError, match=r"`masks` must hold masks of shapes \(2, 2\) and "
                                          r"\(3, 3\) for these supercores, not \(2, 2\) and \(3, 4\)"):
         UniformTuckerTensorTrain(U, G, shape, (mk, wider_mt))
+
+
+def test_a_bad_tucker_mask_is_the_one_blamed(rng):
+    """A Tucker mask of the wrong stack, given as a pair, is named as the
+    argument at fault (a user review: the pair's own check blamed the sound
+    `tt_edge_mask` for not matching it)."""
+    t3 = rand_t3(rng, (3, 2), (2, 2), (1, 2, 1))
+    x = UniformTuckerTensorTrain.from_t3(((t3, t3), (t3, t3)), n=2, r=3)
+    U, G, shape, (mk, mt) = x.data
+    with pytest.raises(ValueError, match=r"`tucker_edge_mask` must have shape \(2, 2, 2, 2\) "
+                                         r"for these supercores, not \(2, 1, 2, 2\)"):
+        UniformTuckerTensorTrain(U, G, shape, (mk[:, :1], mt))
+    with pytest.raises(ValueError, match=r"`tucker_edge_mask` must have shape \(2, 2, 2, 2\) "
+                                         r"for these supercores, not \(2, 2, 2, 3\)"):
+        UniformTuckerTensorTrain(U, G, shape, (np.ones((2, 2, 2, 3), bool), mt))
 
 
 def test_from_dense_rtol_below_one(rng):

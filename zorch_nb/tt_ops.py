@@ -146,6 +146,15 @@ def ut3_check(data, name="x"):
                 "Argument `masks` must be a UT3Masks or a pair (tucker_edge_mask, tt_edge_mask), "
                 f"not {type(masks).__name__}."
             )
+        # the Tucker mask against the supercores first: UT3Masks alone can only
+        # judge each mask by the other, and blamed `tt_edge_mask` for a bad
+        # `tucker_edge_mask`
+        tk_shape = getattr(masks[0], "shape", None)
+        if tk_shape is not None and tuple(tk_shape) != (d,) + stack + (n,):
+            raise ValueError(
+                f"Argument `tucker_edge_mask` must have shape {(d,) + stack + (n,)} for these "
+                f"supercores, not {tuple(tk_shape)}."
+            )
         masks = UT3Masks(*masks)
     r = G.shape[-1]
     if masks[0].shape != (d,) + stack + (n,) or masks[1].shape != (d + 1,) + stack + (r,):
