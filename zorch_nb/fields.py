@@ -1668,8 +1668,9 @@ Parameters
 {names} : uint32 array of Montgomery words (NumPy or CuPy), or a NumPy uint32 scalar
     Elements of this field: ``(...)`` base, ``(..., 4)`` extension (on
     ``F.ext`` a base operand is embedded as ``(a, 0, 0, 0)``, see
-    :meth:`ExtensionField.as_base`).  Any word, read mod p; integers go
-    through :meth:`encode` first.
+    :meth:`ExtensionField.as_base`).  Any word, read mod p.  Python
+    integers and canonical values are not words: convert them with
+    :meth:`encode` first (a Python int is refused).
 out : uint32 array, optional
     Of the result's shape, in the operands' module; written and returned.
     It may be an operand itself (written in place, no temporary; ``inv``

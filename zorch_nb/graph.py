@@ -1013,7 +1013,9 @@ class Context:
     def copy_to_device(self, ints, *, reduce: bool = False) -> Handle:
         """Copy canonical integers (any shape, at least one element) into a new buffer.
 
-        ``reduce=True`` reduces any integer (negative or ``>= p``) modulo ``p``
+        Values, not Montgomery words: the field ops' words (``F.mul`` results)
+        go through :meth:`~zorch_nb.fields.PrimeField.decode` first, or they
+        are read as the integers they spell.  ``reduce=True`` reduces any integer (negative or ``>= p``) modulo ``p``
         instead of raising, as in :meth:`~zorch_nb.fields.PrimeField.encode`.
         """
         try:
@@ -1031,7 +1033,10 @@ class Context:
             return self._new_buffer(words.reshape(-1), shape)
 
     def copy_to_host(self, handle) -> np.ndarray:
-        """Canonical values (uint32 NumPy array) of ``handle`` in its view's shape."""
+        """Canonical values (uint32 NumPy array) of ``handle`` in its view's shape.
+
+        Values, not Montgomery words: :meth:`~zorch_nb.fields.PrimeField.encode`
+        them before passing them to a field op (which reads words)."""
         h = self._own(handle, "handle")
         with self._lock:
             values = self._buffers[h.buffer_id].values
