@@ -173,13 +173,15 @@ def _shape(where, name, x, dtype, writes):
         else:  # counts, prefix scratch: the kernels' index types
             hint = f" (cast with .astype(numpy.{dtype}))"
         raise TypeError(f"{where}: argument `{name}` must have dtype {dtype}{hint}, not {dt}")
+    # writeable first: a broadcast `out` is strided too, and a contiguous copy
+    # (the other message's advice) would take the results away from the caller
+    if writes and not _flag(x, "WRITEABLE", "writeable", True):
+        raise ValueError(f"{where}: argument `{name}` must be writeable (it is read-only "
+                         f"or a broadcast view)")
     if not _flag(x, "C_CONTIGUOUS", "c_contiguous", False):
         raise ValueError(f"{where}: argument `{name}` must be C-contiguous (the kernels "
                          f"index its words directly), not a strided view of shape "
                          f"{tuple(shape)}; pass a contiguous copy")
-    if writes and not _flag(x, "WRITEABLE", "writeable", True):
-        raise ValueError(f"{where}: argument `{name}` must be writeable (it is read-only "
-                         f"or a broadcast view)")
     return tuple(shape)
 
 

@@ -819,6 +819,12 @@ def test_read_only_out_refused():
     with pytest.raises(ValueError, match="`out`.*writeable"):
         k.ext4_map2_bcast(OP_ADD, np.zeros(4, np.uint32), 1, 4, np.zeros(1, np.uint32), 0, 1,
                           out, KoalaBear.params)
+    # a broadcast out is strided as well: its fault is that it cannot be
+    # written (a user review: it was told to pass a contiguous copy)
+    out = np.broadcast_to(np.zeros(1, np.uint32), (4,))
+    with pytest.raises(ValueError, match="`out` must be writeable .*broadcast view"):
+        k.base_map2(OP_ADD, np.zeros(4, np.uint32), np.zeros(4, np.uint32), out,
+                    KoalaBear.params)
 
 
 def test_encode_refuses_other_dtypes_and_overlap():
