@@ -29,6 +29,7 @@ import pytest
 
 from peak_memory import peak_bytes
 
+import zorch_nb.tt
 from zorch_nb import tt_masks, tt_ops
 from zorch_nb.kernels import tt_kernels
 from zorch_nb.tt_masks import KERNELS
@@ -1090,8 +1091,12 @@ def test_overflow_during_svd_is_not_blamed_on_the_input(rng):
         for call in (y.svd, lambda: y.orthogonalize("left")):
             with np.errstate(over="ignore", invalid="ignore"):
                 with pytest.raises(ValueError, match=f"entries are finite, but a product of them "
-                                                     f"overflowed {np.dtype(dtype).name} .* rescale"):
+                                                     f"overflowed {np.dtype(dtype).name} .* rescale"
+                                   ) as caught:
                     call()
+                # a public class to catch it by (a user review: the traceback
+                # named the private tt_ops._Overflow)
+                assert caught.type is zorch_nb.tt.TrainOverflowError
 
 
 def test_a_non_finite_svd_of_a_finite_matrix_is_retried_then_named(rng, monkeypatch):

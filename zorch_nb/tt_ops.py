@@ -33,7 +33,7 @@ __all__ = [
     "ut3_reverse", "ut3_squash_tails", "ut3_stack", "ut3_unstack", "ut3_add", "ut3_sub",
     "ut3_neg", "ut3_scale", "ut3_hadamard", "ut3_inner", "ut3_norm", "ut3_orthogonalize",
     "ut3_svd", "ut3_entries", "ut3_apply", "ut3_save", "ut3_load", "t3_to_dense",
-    "t3_from_dense", "ORTHOGONALIZE_KINDS", "NORM_METHODS",
+    "t3_from_dense", "ORTHOGONALIZE_KINDS", "NORM_METHODS", "TrainOverflowError",
 ]
 
 ORTHOGONALIZE_KINDS = ("tucker_down", "tt_up", "left", "right")
@@ -205,7 +205,7 @@ def _float64_retry(check_result):
         def run(data, *args, **kwargs):
             try:
                 return op(data, *args, **kwargs)
-            except _Overflow as first:
+            except TrainOverflowError as first:
                 U, G, shape, masks = ut3_check(data)  # (op checked it: no error here)
                 if U.dtype != np.float32:
                     raise
@@ -213,7 +213,7 @@ def _float64_retry(check_result):
                 try:
                     wide = op((U.astype(np.float64), G.astype(np.float64), shape, masks),
                               *args, **kwargs)
-                except _Overflow:
+                except TrainOverflowError:
                     raise first from None
                 result = _to_float32(wide)
                 if check_result and not _finite(xp, *_float_arrays(result)):
@@ -1659,12 +1659,15 @@ def _finite_svd(xp, A):
         f"another BLAS build)")
 
 
-class _Overflow(ValueError):
-    """inf or NaN met in a computation on finite entries (see :func:`_float64_retry`)."""
+class TrainOverflowError(ValueError):
+    """inf or NaN met in a computation on a train's finite entries: the SVD,
+    the orthogonalizations and ``norm("orthogonal")`` (float32 trains are
+    retried in float64 first, see :func:`_float64_retry`).  A ``ValueError``,
+    so that ``except ValueError`` still catches it; rescale the train."""
 
 
 def _overflowed(dtype):
-    raise _Overflow(
+    raise TrainOverflowError(
         f"the train's live entries are finite, but a product of them overflowed {dtype} "
         f"to inf or NaN during its SVD / orthogonalization; rescale the train (e.g. "
         f"`x * 2.0**-k`, exact in binary floating point) and scale the result back")
@@ -1789,9 +1792,9 @@ def ut3_orthogonalize(data, kind="left"):
     ValueError
         If ``kind`` is unknown, if a live entry is inf or NaN, or if finite
         entries overflow the dtype during the computation (the message says
-        which; rescale the train).  A float32 train whose computation meets
-        inf or NaN is computed again in float64 and refused only if the
-        result does not fit float32.
+        which; rescale the train; that one a :class:`TrainOverflowError`).
+        A float32 train whose computation meets inf or NaN is computed again
+        in float64 and refused only if the result does not fit float32.
 
     Notes
     -----
@@ -1943,9 +1946,10 @@ def ut3_svd(data, max_tucker_ranks=None, max_tt_ranks=None):
     ------
     ValueError
         If a live entry is inf or NaN, or if finite entries overflow the
-        dtype during the computation (the message says which; rescale).  A
-        float32 train whose computation meets inf or NaN is computed again in
-        float64 and refused only if the result does not fit float32.
+        dtype during the computation (the message says which; rescale; that
+        one a :class:`TrainOverflowError`).  A float32 train whose
+        computation meets inf or NaN is computed again in float64 and refused
+        only if the result does not fit float32.
 
     Notes
     -----
