@@ -520,6 +520,13 @@ def test_mle_eval_matches_the_sum_over_the_hypercube(F):
         F.mle_eval(F.random(8, seed=1), F.random(2, seed=1))
     with pytest.raises(ValueError, match="an extension point needs F.ext.mle_eval"):
         F.mle_eval(F.random(8, seed=1), F.ext.random(3, seed=1))
+    # one extension element as the values is 4 base values: the error says so
+    # (a user review: it spoke of nv = 2 without saying why)
+    with pytest.raises(ValueError, match=r"nv = 2 elements .*not shape \(0, 4\); `values` "
+                                         r"of shape \(4,\) are 4 base values .*shape \(1, 4\)"):
+        F.ext.mle_eval(F.ext.random((), seed=1), F.ext.random(0, seed=1))
+    with pytest.raises(ValueError, match=r"not shape \(1, 4\)$"):  # no hint for 4 base values
+        F.ext.mle_eval(F.random(8, seed=1), F.ext.random(1, seed=1))
 
 
 def test_pickle_keeps_fields_and_their_constants():

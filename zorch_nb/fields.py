@@ -1332,7 +1332,7 @@ class _FieldBase:
         One element: a 0-d base array, or shape ``(4,)`` on the extension.
         """
         n, nv, embed = self._mle_values(values)
-        p_ext = self._mle_point(point, "mle_eval", nv)
+        p_ext = self._mle_point(point, "mle_eval", nv, tuple(values.shape))
         shape = (4,) if self.degree == 4 else ()
         if embed and not p_ext:  # a base point too: the folds stay in the base field
             return self.from_base(self.base.mle_eval(values, point, backend=backend))
@@ -1440,15 +1440,20 @@ class _FieldBase:
                              + f", not {tuple(values.shape)}")
         return n, n.bit_length() - 1, self.degree == 4 and values.ndim == 1
 
-    def _mle_point(self, point, method, nv=None):
+    def _mle_point(self, point, method, nv=None, values_shape=None):
         """Whether ``point`` of :meth:`mle_eval` / :meth:`eq_table` (``method``)
         holds extension words: one element per variable (``nv`` of them, where
-        given), base ``(nv,)`` or (extension field) ``(nv, 4)``."""
+        given), base ``(nv,)`` or (extension field) ``(nv, 4)``; ``values_shape``
+        (mle_eval's values) only shapes the error's hint."""
         _check_words(point, "point")
         p_ext = self.degree == 4 and point.ndim == 2 and point.shape[-1] == 4
         if point.ndim != 1 + p_ext or nv is not None and point.shape[0] != nv:
             hint = (f"; an extension point needs F.ext.{method}"
                     if self.degree == 1 and point.ndim == 2 else "")
+            if self.degree == 4 and nv == 2 and values_shape == (4,):
+                # one extension element's words look like 4 base values
+                hint = ("; `values` of shape (4,) are 4 base values (nv = 2): one "
+                        "extension element is shape (1, 4)")
             what = (f"one element per variable, shape (nv,)"
                     f"{' or (nv, 4)' if self.degree == 4 else ''}" if nv is None else
                     f"nv = {nv} {'base ' if self.degree == 1 else ''}elements (one per variable)")
