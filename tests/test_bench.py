@@ -36,6 +36,10 @@ def test_bench_cpu_writes_json(tmp_path):
     small = [r for r in report["results"]
              if r["size"] == 2**10 and not r["kernel"].startswith("dispatch")]
     assert small
+    # 1024 segments over 2^10 rows are their own floor: no pyramid row, a note
+    # (a user review: a row of 0 layers and a "speedup" of nothing)
+    assert "jagged pyramid base/ext (1024 seg.)" not in {r["kernel"] for r in small}
+    assert "(no jagged pyramid at 2^10: 1024 segments over 1024 rows" in res.stdout
     report["results"] = [r for r in report["results"] if r not in small]
     for r in small:  # launch-bound: times only (a fraction there was noise, up to 295x)
         assert r["fraction_of_copy"] is None and "paired_fraction" not in r["extra"]
@@ -270,7 +274,7 @@ def test_a_failing_section_is_reported_not_fatal(tmp_path, monkeypatch):
     report = json.loads(out.read_text())
     assert report["errors"] == ["cpu jagged transitions: RuntimeError: planted failure"]
     kernels = {r["kernel"] for r in report["results"]}
-    assert "dense fold base/base" in kernels and "jagged pyramid base/ext (1024 seg.)" in kernels
+    assert "dense fold base/base" in kernels and "dense pyramid base/ext (to floor)" in kernels
     assert not any(k.startswith("jagged transition") for k in kernels)
 
 

@@ -301,6 +301,10 @@ def _jagged_pyramid_row(n, backend, repeat, xp, timer, sync):
     from .bench import Row, _first_call
     jfirst = JaggedGkrLayer(*_mles(xp, False, True, n), jagged_counts(n))
     schedule = halving_schedule(jfirst)
+    if not schedule:  # n <= 1024: every segment holds one row, the layer is its floor
+        print(f"  (no jagged pyramid at 2^{n.bit_length() - 1}: {JAGGED_SEGMENTS} segments "
+              f"over {n} rows are their own floor)", flush=True)
+        return []
     built = []
     first_s = _first_call(
         lambda: built.append(build_jagged_pyramid(jfirst, schedule, backend=backend)), sync)
