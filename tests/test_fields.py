@@ -1,4 +1,5 @@
 """Field ops on every backend against Python big integers (tests/naive.py)."""
+import copy
 import types
 
 import numpy as np
@@ -629,6 +630,18 @@ def test_gpu_array_without_cupy_says_which_extra(monkeypatch):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("F", FIELDS)
+def test_random_on_the_device_is_the_hosts(F):
+    """random(xp=cupy) holds the host's elements for the seed, in CuPy."""
+    import cupy
+    for E, shape in ((F, (3, 5)), (F.ext, 7)):
+        for xp in (cupy, "cupy"):
+            got = E.random(shape, seed=4, xp=xp)
+            assert isinstance(got, cupy.ndarray)
+            np.testing.assert_array_equal(got.get(), E.random(shape, seed=4))
+
+
+@pytest.mark.gpu
 def test_mixed_modules_rejected():
     import cupy
     a = KoalaBear.random(4, seed=0)
@@ -788,6 +801,28 @@ def test_scalars_zero_d_and_empty(F):
     assert F.ext.mul(np.zeros((0, 4), np.uint32), e).shape == (0, 4)
     assert F.random((2, 0)).shape == (2, 0)
     assert F.ext.decode(F.ext.mul(F.ext.encode([1, 2, 3, 4]), F.encode(2))).tolist() == [2, 4, 6, 8]
+
+
+@pytest.mark.parametrize("F", FIELDS)
+def test_random_is_one_draw_without_its_int64_copy(F):
+    """random draws and encodes a chunk at a time (a whole-shape int64 draw
+    was twice the result's memory beside it); its values stay those of one
+    ``integers(0, p, dtype=int64)`` draw of the coefficients in C order, for
+    any bit generator (each keeps its spare 32 bits between calls)."""
+    from peak_memory import peak_bytes
+    p = naive.P[F.name]
+    n = (1 << 20) + 3  # 17 chunks of 2**16 values, the last of 3
+    for seed in (11, np.random.Generator(np.random.MT19937(4)),
+                 np.random.Generator(np.random.SFC64(4))):
+        want = np.random.default_rng(copy.deepcopy(seed)).integers(0, p, n, dtype=np.int64)
+        got = F.random(n, seed=seed)
+        assert got.shape == (n,) and [naive.dec(int(w), p) for w in got[-5:]] == \
+            want[-5:].tolist()
+        np.testing.assert_array_equal(got, F.encode(want))
+    want = np.random.default_rng(5).integers(0, p, (n // 4, 4), dtype=np.int64)
+    np.testing.assert_array_equal(F.ext.random(n // 4, seed=5), F.ext.encode(want))
+    peak, got = peak_bytes(lambda: F.random(1 << 20, seed=1))
+    assert peak < 1.5 * got.nbytes, peak  # was 3x: the int64 draw beside the words
 
 
 @pytest.mark.parametrize("F", FIELDS)

@@ -680,7 +680,9 @@ class _FieldBase:
         """Uniformly random elements of element shape ``shape``.
 
         Values are drawn on the host from ``numpy.random.default_rng(seed)``
-        and moved to ``xp``, so a seed gives the same elements in every module.
+        (``integers(0, p, dtype=int64)``, coefficient by coefficient in C
+        order) and moved to ``xp``, so a seed gives the same elements in every
+        module.
         """
         try:
             rng = np.random.default_rng(seed)
@@ -688,8 +690,20 @@ class _FieldBase:
             raise type(exc)(f"Argument `seed` must be None, a non-negative int (or a "
                             f"sequence of them) or a NumPy SeedSequence / BitGenerator / "
                             f"Generator, not {seed!r} ({exc})") from None
-        vals = rng.integers(0, self.p, size=self._full_shape(shape, 8), dtype=np.int64)
-        return self.encode(vals, xp=self._xp(xp))
+        full = self._full_shape(shape)
+        xp = self._xp(xp)
+        words = np.empty(full, np.uint32)
+        flat = words.reshape(-1)
+        # Drawn and encoded a chunk at a time: one int64 draw of the whole
+        # shape was twice the result's memory beside it.  The values are those
+        # of one draw: every NumPy bit generator keeps its spare 32 bits in its
+        # state between calls, so consecutive draws continue one stream.
+        step = _chunk_words("numpy", flat.size, launches=True)
+        encode = _backend.kernels_for("cpu", "field").encode
+        for lo in range(0, flat.size, step):
+            vals = rng.integers(0, self.p, size=min(step, flat.size - lo), dtype=np.int64)
+            encode(vals, flat[lo:lo + vals.size], False, self.params)
+        return words if xp is np else xp.asarray(words)
 
     # ---- dispatch --------------------------------------------------------
     def _prepare(self, operands: dict, backend):
