@@ -250,6 +250,79 @@ def test_numpy_yardsticks_compute_the_pyramids_they_time(ne, de):
         _equal_layers(g, x)
 
 
+# ---- tests from mutation testing of the NumPy yardstick (_numpy_gkr): the
+# tests above use KoalaBear alone (W = 3) and layers with rows to spare
+
+@pytest.mark.parametrize("name", ["KoalaBear", "BabyBear"])
+def test_numpy_yardstick_products_match_big_ints(name):
+    """``ext_mul``, ``times`` (every operand combination) and ``node`` against
+    Python big integers, at both fields (a W of 3 written in place of ``w``
+    passed with KoalaBear alone) and at the largest entries, ``p - 1``:
+    ``times`` returns reduced values whichever operand is the base one (the
+    numerator path reduced a missing ``% p`` later, and the bench timed one
+    reduction too few)."""
+    from naive import P, W, ext_mul
+
+    from zorch_nb import _numpy_gkr
+    p, w = P[name], W[name]
+    rng = np.random.default_rng(7)
+    n = 6
+    base = [rng.integers(0, p, n, dtype=np.uint64) for _ in range(4)]
+    ext = [rng.integers(0, p, (n, 4), dtype=np.uint64) for _ in range(4)]
+    for arrays in (base, ext):
+        for a in arrays:
+            a[0] = p - 1  # the largest products
+    big = {1: lambda a, k: [int(a[k])] * 4, 2: lambda a, k: [int(v) for v in a[k]]}
+
+    def want_times(x, d):  # a base operand multiplies every coefficient
+        rows = []
+        for k in range(n):
+            xs, ds = big[x.ndim](x, k), big[d.ndim](d, k)
+            if x.ndim == d.ndim == 2:
+                rows.append(ext_mul(xs, ds, p, w))
+            else:
+                rows.append([a * b % p for a, b in zip(xs, ds)])
+        return [r[0] for r in rows] if x.ndim == d.ndim == 1 else rows
+
+    def as_list(v):
+        return [int(c) for c in v] if v.ndim == 1 else [[int(c) for c in row] for row in v]
+    pw = (np.uint64(p), np.uint64(w))
+    assert as_list(_numpy_gkr.ext_mul(ext[0], ext[1], *pw)) == want_times(ext[0], ext[1])
+    for x in (base[0], ext[0]):
+        for d in (base[1], ext[1]):
+            got = _numpy_gkr.times(x, d, *pw)
+            assert got.dtype == np.uint64 and as_list(got) == want_times(x, d), (x.ndim, d.ndim)
+    for n0, n1 in ((base[0], base[1]), (ext[0], ext[1])):
+        for d0, d1 in ((base[2], base[3]), (ext[2], ext[3])):
+            if n0.ndim > d0.ndim:
+                continue  # (no LogUp layer has an extension numerator over base denominators)
+            num, den = _numpy_gkr.node(n0, n1, d0, d1, *pw)
+            a, b = want_times(n0, d1), want_times(n1, d0)
+            want_num = ([(u + v) % p for u, v in zip(a, b)] if num.ndim == 1 else
+                        [[(u + v) % p for u, v in zip(ra, rb)] for ra, rb in zip(a, b)])
+            assert as_list(num) == want_num and as_list(den) == want_times(d0, d1)
+
+
+def test_numpy_jagged_transition_of_a_full_layer():
+    """Every row used (no slack past the last segment), an odd last segment and
+    dead slots: the padding and dead slots must read no row past the array
+    (a slot's row index computed unmasked ran past it: an IndexError)."""
+    from zorch_nb import KoalaBear as F
+    from zorch_nb import _numpy_gkr
+    from zorch_nb.logup_gkr import JaggedGkrLayer, jagged_layer_transition
+    p, w = np.uint64(F.p), np.uint64(F.params.w)
+    for ne, de in ((False, False), (False, True), (True, True)):
+        fields = [F.ext if e else F for e in (ne, ne, de, de)]
+        mles = [E.random(64, seed=k) for k, E in enumerate(fields)]
+        canon = [E.decode(x).astype(np.uint64) for E, x in zip(fields, mles)]
+        rc = np.array([5, 8, 20, 31], np.int32)  # 64 rows of 64
+        jagged = JaggedGkrLayer(*mles, rc)
+        for orc, width in (([3, 4, 10, 16], 40), ([4, 4, 12, 17], 40)):
+            orc = np.array(orc, np.int32)  # exact outputs (7 dead slots), then padding (3)
+            _equal_layers(_numpy_gkr.jagged_transition(canon, rc, orc, width, p, w),
+                          jagged_layer_transition(jagged, orc, width))
+
+
 def test_bench_plot_needs_matplotlib_or_draws(tmp_path):
     pytest.importorskip("matplotlib")
     from zorch_nb.bench import Row, plot
@@ -303,6 +376,150 @@ def test_cli_contradictions_are_usage_errors(argv, message, capsys):
     with pytest.raises(SystemExit) as exc:
         main(argv)
     assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+# ---- tests from mutation testing of the command line (zorch_nb/__main__.py):
+# what reaches the bench and the demo sections, with both replaced by
+# recorders (nothing below measures or runs a demo)
+
+def _bench_args(monkeypatch, argv, status=0):
+    """The namespace ``main(argv)`` hands ``bench.main``, and main's return."""
+    from zorch_nb import bench
+    from zorch_nb.__main__ import main
+    seen = []
+    monkeypatch.setattr(bench, "main", lambda args: (seen.append(args), status)[1])
+    returned = main(argv)
+    (args,) = seen
+    return args, returned
+
+
+def test_bench_defaults_and_bounds_reach_the_bench(monkeypatch):
+    """The documented defaults (cpu, the size chosen per device, 5 repetitions),
+    the bounds accepted at both ends (sizes 1 and 32, --repeat 1 and 1000),
+    the command as given (the report's "command"), and the bench's status."""
+    monkeypatch.setattr(sys, "argv", ["/somewhere/bin/python", "-m", "zorch_nb"])
+    args, status = _bench_args(monkeypatch, ["bench"], status=3)
+    assert status == 3
+    assert (args.device, args.sizes, args.repeat, args.json, args.plot, args.backends) == \
+        ("cpu", None, 5, None, None, None)
+    assert args.argv == ["bench"] and args.prog == "python -m zorch_nb"
+    argv = ["bench", "--device", "gpu", "--sizes", "1", "32", "--repeat", "1000",
+            "--backends", "numba"]
+    args, _ = _bench_args(monkeypatch, argv)
+    assert (args.device, args.sizes, args.repeat, args.backends) == ("gpu", [1, 32], 1000, ["numba"])
+    assert args.argv == argv  # not the test runner's own sys.argv
+    args, _ = _bench_args(monkeypatch, ["bench", "--repeat", "1"])
+    assert args.repeat == 1
+
+
+@pytest.mark.parametrize("argv0, prog", [
+    ("/home/u/.venv/bin/zorch_nb", "zorch_nb"),  # the console script, by its full path
+    ("zorch_nb", "zorch_nb"),
+    ("/usr/lib/python3/site-packages/zorch_nb/__main__.py", "python -m zorch_nb"),
+    ("/home/u/bin/zorch_nb_old", "python -m zorch_nb"),
+])
+def test_the_program_name_follows_how_it_was_started(monkeypatch, argv0, prog):
+    monkeypatch.setattr(sys, "argv", [argv0, "bench"])
+    args, _ = _bench_args(monkeypatch, ["bench"])
+    assert args.prog == prog
+
+
+def test_sizes_needs_at_least_one_value(monkeypatch, capsys):
+    from zorch_nb import bench
+    from zorch_nb.__main__ import main
+    monkeypatch.setattr(bench, "main", lambda args: pytest.fail(f"bench ran with {args.sizes}"))
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "--sizes", "--repeat", "1"])
+    assert exc.value.code == 2 and "--sizes: expected at least one argument" in \
+        capsys.readouterr().err
+
+
+@pytest.fixture
+def demo_sections(monkeypatch, tmp_path):
+    """Replace the demo's sections by recorders: a section that records the
+    backend it ran on, one whose module does not exist (skipped), and, when
+    asked, one whose module fails importing a missing dependency."""
+    import types
+
+    from zorch_nb import __main__ as cli
+    ran = []
+    mod = types.ModuleType("zorch_nb_test_demo_section")
+    mod.run = lambda backend, out: (ran.append(backend), out("section ran"))
+    monkeypatch.setitem(sys.modules, mod.__name__, mod)
+    (tmp_path / "zorch_nb_test_demo_needs_dep.py").write_text("import zorch_nb_no_such_dependency\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sections = [("Recorded", mod.__name__), ("Absent", "zorch_nb_test_no_such_section")]
+    monkeypatch.setattr(cli, "DEMO_SECTIONS", tuple(sections))
+
+    def with_broken_section():
+        monkeypatch.setattr(cli, "DEMO_SECTIONS",
+                            tuple(sections + [("Broken", "zorch_nb_test_demo_needs_dep")]))
+    return cli, ran, with_broken_section
+
+
+def test_demo_runs_each_section_on_the_backend_asked_for(demo_sections, monkeypatch, capsys):
+    cli, ran, with_broken_section = demo_sections
+    monkeypatch.setattr(cli, "_gpu_available", lambda: True)
+    monkeypatch.setattr(cli, "_numba_cuda_available", lambda: True)
+    for argv, backend in ((["demo"], "cpu"), (["demo", "--gpu"], "cupy"),
+                          (["demo", "--backend", "cupy"], "cupy"),
+                          (["demo", "--gpu", "--backend", "cupy"], "cupy"),
+                          (["demo", "--backend", "numba"], "numba")):
+        del ran[:]
+        assert cli.main(argv) == 0, argv
+        out = capsys.readouterr().out
+        assert ran == [backend], argv  # the present section ran once, the absent one was skipped
+        assert f"backend: {backend}" in out and "== Recorded ==" in out and "Absent" not in out
+        assert "all demo checks passed" in out
+    # a section whose own import fails (a missing dependency) is an error, not skipped
+    with_broken_section()
+    with pytest.raises(ModuleNotFoundError, match="zorch_nb_no_such_dependency"):
+        cli.main(["demo"])
+
+
+@pytest.mark.parametrize("argv, gpu, numba_cuda, message", [
+    (["demo", "--gpu"], False, True, "GPU requested but CuPy or a CUDA GPU is not available"),
+    (["demo", "--backend", "cupy"], False, True, "GPU requested but CuPy"),
+    (["demo", "--backend", "numba"], True, False, "NUMBA_ENABLE_CUDASIM=1 python -m zorch_nb demo"),
+])
+def test_demo_without_its_device_says_so(demo_sections, monkeypatch, capsys, argv, gpu,
+                                         numba_cuda, message):
+    cli, ran, _ = demo_sections
+    monkeypatch.setattr(cli, "_gpu_available", lambda: gpu)
+    monkeypatch.setattr(cli, "_numba_cuda_available", lambda: numba_cuda)
+    assert cli.main(argv) == 2
+    assert message in capsys.readouterr().err and ran == []
+
+
+def test_demo_with_standard_output_closed_says_so(demo_sections, monkeypatch, capsys):
+    """``python -m zorch_nb demo >&-``: Python's sys.stdout is None; the demo's
+    prints would be lost (info's case is run in tests/test_config.py)."""
+    cli, ran, _ = demo_sections
+    monkeypatch.setattr(sys, "stdout", None)
+    assert cli.main(["demo"]) == 1
+    assert "demo: standard output is closed" in capsys.readouterr().err and ran == []
+
+
+def test_device_probes(monkeypatch):
+    """CuPy with no device is no GPU; the CUDA simulator counts as Numba-CUDA."""
+    import types
+
+    from zorch_nb import __main__ as cli
+    count = [0]
+    runtime = types.SimpleNamespace(getDeviceCount=lambda: count[0])
+    fake = types.ModuleType("cupy")
+    fake.cuda = types.SimpleNamespace(runtime=runtime)
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    assert cli._gpu_available() is False
+    count[0] = 1
+    assert cli._gpu_available() is True
+    pytest.importorskip("numba.cuda")
+    from numba import cuda
+    monkeypatch.setattr(cuda, "is_available", lambda: False)
+    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")
+    assert cli._numba_cuda_available() is True
+    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "0")
+    assert cli._numba_cuda_available() is False
 
 
 def test_outputs_are_checked_before_measuring(tmp_path, monkeypatch, capsys):

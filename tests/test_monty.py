@@ -336,6 +336,57 @@ def test_broken_field_constants_are_refused(field):
             field_params._check(broken)
 
 
+# Records no shipped field reaches, each failing exactly one of the checks,
+# so every check must hold on its own (found by mutation testing: a check
+# dropped or weakened passed every other test, as both shipped fields pass
+# all of them).  Each prime and its non-square w are spelled out.
+_SQUARE_OF_PRIME = 46337 ** 2  # 2147117569: a prime above 2**15 squared, below 2**31
+
+
+@pytest.mark.parametrize("p, w, what", [
+    # 3p < 2**32 (every check but the bounds holds): a 32-bit word needs a third subtraction
+    (1431655661, 2, "a 32-bit word must lie below 3p"),
+    # 3p > 2**32 but (2**32 - p - 1)**2 >= p 2**32: a word reduced once no longer
+    # multiplies into Montgomery reduction's range
+    (1431655777, 5, "reduce_once bounds"),
+    # the square of a prime: every divisor below it but not its root, and a
+    # divisor above 2**15 (Euler's criterion cannot hold mod a square: that
+    # check fails too, but later)
+    (_SQUARE_OF_PRIME, 3, "p is not prime"),
+    # 2**31 - 1: a prime, all bounds hold, but 4 does not divide p - 1 (3 is a non-square)
+    ((1 << 31) - 1, 3, "4 does not divide p - 1"),
+    # w = 0 (or any multiple of p): x**4 - w = x**4 is reducible, and w**((p-1)/2) is 0, not -1
+    ((1 << 31) - (1 << 24) + 1, 0, "x\\^4 - 0 is reducible"),
+])
+def test_each_field_check_refuses_on_its_own(p, w, what):
+    from zorch_nb.kernels import field_params
+    f = field_params._make("mine", p=p, w=w)  # every derived constant consistent
+    with pytest.raises(RuntimeError, match=f"^zorch_nb field constants of mine: {what}$"):
+        field_params._check(f)
+
+
+@pytest.mark.parametrize("shipped, wrong, what", [
+    pytest.param("p=(1 << 31) - (1 << 24) + 1, w=3)", "p=(1 << 31) - (1 << 24) + 1, w=4)",
+                 "koalabear: x\\^4 - 4 is reducible", id="koalabear-w"),
+    pytest.param("p=(1 << 31) - (1 << 27) + 1, w=11)", "p=(1 << 31) - (1 << 27) + 3, w=11)",
+                 "babybear: (p is not prime|4 does not divide)", id="babybear-p"),
+])
+def test_a_wrong_shipped_constant_fails_the_import(shipped, wrong, what):
+    """The checks run when the module is imported, on every shipped field: the
+    module's own source with one constant changed does not import (the tests
+    above call ``_check`` themselves, which passed with the import's loop gone)."""
+    import types
+
+    from zorch_nb.kernels import field_params
+    with open(field_params.__file__) as fh:
+        source = fh.read()
+    assert source.count(shipped) == 1, shipped
+    module = types.ModuleType("field_params_with_a_wrong_constant")
+    code = compile(source.replace(shipped, wrong), field_params.__file__, "exec")
+    with pytest.raises(RuntimeError, match=f"^zorch_nb field constants of {what}"):
+        exec(code, module.__dict__)
+
+
 @pytest.mark.parametrize("field", FIELD_NAMES)
 def test_scalar_powers_and_folds_at_the_words_that_overflow(field):
     """Inputs found by mutation testing, each of which passed every other

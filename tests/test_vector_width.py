@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 _PROGRAM = """
@@ -46,3 +47,92 @@ def test_cold_compiles_print_no_remarks_and_the_width_does_not_leak(tmp_path):
     assert "width" in run.stdout
     remarks = [line for line in run.stderr.splitlines() if "remark" in line]
     assert not remarks, remarks[:5]
+
+
+# ---- tests from mutation testing: which width is pinned, and that it is
+# cleared, decided without an AVX-512 host (the development CPU may lack it,
+# and then the pinned path never runs in the test above)
+
+class _Features:
+    def __init__(self, text):
+        self.text = text
+
+    def flatten(self):
+        return self.text
+
+
+@pytest.mark.parametrize("cpu_name, cpu_features, host, want", [
+    ("skylake-avx512", "+avx2,+avx512f,+avx512bw", None, 8),  # 512 bits / 64
+    ("sapphirerapids", "+avx512fp16,-avx512f", None, 0),  # a feature *named* like it
+    ("znver4", None, None, 0),  # a cross-target name without explicit features
+    ("znver4", "", "+avx512f", 0),  # a cross target never reads the host's
+    (None, "", "+avx2,+avx512f", 8),  # the host's own features
+    ("host", "", "+avx2,+avx512f", 8),  # NUMBA_CPU_NAME=host is the host too
+    ("host", "", "+avx2,-avx512f", 0),
+    (None, "", RuntimeError("cannot tell"), 0),  # LLVM cannot tell: LLVM chooses
+])
+def test_the_pinned_width_follows_the_targets_features(monkeypatch, cpu_name, cpu_features,
+                                                      host, want):
+    from numba.core import config
+
+    from zorch_nb.kernels import vector_width
+
+    def host_features():
+        if isinstance(host, Exception):
+            raise host
+        if host is None:
+            pytest.fail("a cross-target build read the host's features")
+        return _Features(host)
+    monkeypatch.setattr(config, "CPU_NAME", cpu_name)
+    monkeypatch.setattr(config, "CPU_FEATURES", cpu_features)
+    monkeypatch.setattr(vector_width.llvm, "get_host_cpu_features", host_features)
+    assert vector_width.lanes64_width() == want
+
+
+def test_the_pinned_width_is_cleared_after_every_compile(monkeypatch):
+    """The forced width holds for the pinned compilation alone: cleared after
+    it, a failed one included (a leaked width printed remarks for every
+    later unvectorizable loop of the process)."""
+    import numba
+
+    from zorch_nb.kernels import vector_width
+    widths = []
+    monkeypatch.setattr(vector_width, "_WIDTH", 8)
+    monkeypatch.setattr(vector_width, "_set_width", widths.append)
+
+    def fill(a):
+        for i in range(a.shape[0]):
+            a[i] = i
+    compiled = numba.njit(pipeline_class=vector_width._Lanes64Compiler)(fill)
+    a = np.zeros(3)
+    compiled(a)
+    assert widths == [8, 0] and list(a) == [0, 1, 2]
+
+    def broken(a):
+        return a.no_such_attribute
+    del widths[:]
+    with pytest.raises(numba.core.errors.TypingError):
+        numba.njit(pipeline_class=vector_width._Lanes64Compiler)(broken)(a)
+    assert widths == [8, 0]
+
+
+def test_the_noalias_compiler_marks_the_array_arguments():
+    """NoaliasCompiler's compilation marks its arrays ``noalias`` (Numba's
+    default pipeline does not): without it LLVM guards the loop with a
+    runtime overlap test, which an in-place call fails (tests/test_cpu_serial.py
+    checks the serial twins use this pipeline)."""
+    import numba
+    from numba.core.compiler import Compiler
+
+    from zorch_nb.kernels.vector_width import NoaliasCompiler
+
+    def add(a, b):
+        for i in range(a.shape[0]):
+            a[i] += b[i]
+
+    def noalias_count(pipeline):
+        f = numba.njit(pipeline_class=pipeline)(add)
+        f(np.zeros(4), np.ones(4))
+        (ir,) = f.inspect_llvm().values()
+        return sum(line.count("noalias") for line in ir.splitlines() if line.startswith("define"))
+    assert noalias_count(NoaliasCompiler) > noalias_count(Compiler)
