@@ -101,6 +101,14 @@ def _check(f: FieldParams) -> None:
         # x^4 - w is irreducible over F_p iff 4 | p - 1 and w is a non-square.
         ((p - 1) % 4 == 0, "4 does not divide p - 1"),
         (pow(f.w, (p - 1) // 2, p) == p - 1, f"x^4 - {f.w} is reducible"),
+        # The derived words, each against its definition (the product check
+        # above holds for r_mod_p = r_inv = 1 too); canonical, as every word
+        # the kernels are handed.
+        (0 < f.w < p, "w must lie in [1, p)"),
+        (f.r_mod_p == _R % p, "r_mod_p != 2^32 mod p"),
+        (f.r_inv == pow(_R, -1, p), "r_inv != 2^-32 mod p"),
+        (f.r2_mod_p == (_R * _R) % p, "r2_mod_p != 2^64 mod p"),
+        (f.w_mont == (f.w * _R) % p, "w_mont != w 2^32 mod p"),
     ]
     for ok, what in checks:
         if not ok:

@@ -331,7 +331,15 @@ def test_broken_field_constants_are_refused(field):
     for broken, what in [(f._replace(mu_neg=f.mu_neg ^ 2), "mu_neg"),
                          (f._replace(r_inv=f.r_inv + 1), "r_inv"),
                          (f._replace(w=4), "reducible"),
-                         (f._replace(p=f.p + 2), "prime|4 does not divide")]:
+                         (f._replace(p=f.p + 2), "prime|4 does not divide"),
+                         # the derived words, each on its own (r_mod_p = r_inv = 1
+                         # passed the product check; none was compared with its
+                         # definition)
+                         (f._replace(r_mod_p=1, r_inv=1), "r_mod_p != 2\\^32"),
+                         (f._replace(r_mod_p=f.r_mod_p + f.p), "r_mod_p != 2\\^32"),
+                         (f._replace(r2_mod_p=f.r2_mod_p + 1), "r2_mod_p"),
+                         (f._replace(w_mont=f.w), "w_mont"),
+                         (f._replace(w=f.w + f.p), "w must lie in")]:
         with pytest.raises(RuntimeError, match=f"{field}: .*({what})"):
             field_params._check(broken)
 
