@@ -1908,6 +1908,28 @@ def test_kernel_factories_work_under_postponed_annotations():
         kernel(ns["undecorated"](5))
 
 
+def test_definition_errors_quote_the_current_line(tmp_path):
+    """(a user review) A kernel redefined after its file changed, as in a
+    notebook or REPL, quoted the file's old line (linecache's stale copy); an
+    error the body raised on its own (a NumPy function on a traced value)
+    named no line at all."""
+    path = tmp_path / "mykernels.py"
+    body = ("from zorch_nb.graph import In, Out, kernel\n"
+            "@kernel\n"
+            "def k(x: In[2], out: Out[()]):\n"
+            "    out[()] = {}\n")
+    for expr, what in (("x[0] / x[1]", "`/`"), ("x[0] % x[1] % x[0]", "`%`")):
+        path.write_text(body.format(expr))
+        with pytest.raises(KernelDefinitionError, match=re.escape(
+                f"line 4 (`out[()] = {expr}`): {what} is not supported")):
+            exec(compile(path.read_text(), str(path), "exec"), {})
+    path.write_text(body.format("np.add(x[0], x[1])"))
+    with pytest.raises(KernelDefinitionError, match=re.escape(
+            "kernel `k`, line 4 (`out[()] = np.add(x[0], x[1])`) cannot be traced: TypeError")
+            + ".*NumPy functions do not take traced field values: use \\+ - \\*"):
+        exec(compile(path.read_text(), str(path), "exec"), {"np": np})
+
+
 def test_definition_errors_name_the_variable():
     with pytest.raises(KernelDefinitionError, match=r"output `out`.*out\[1\] unassigned"):
         @kernel

@@ -214,8 +214,24 @@ class _Tracer:
             frame = frame.f_back
         if frame is None:
             return "in the body"
-        text = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
-        return f"line {frame.f_lineno} (`{text}`)" if text else f"line {frame.f_lineno}"
+        return self._line(frame.f_lineno)
+
+    def where_raised(self, exc) -> str | None:
+        """``line N (`source`)`` of the body line ``exc`` was raised through, or None."""
+        lineno, tb = None, exc.__traceback__
+        while tb is not None:
+            if tb.tb_frame.f_code is self.code:
+                lineno = tb.tb_lineno
+            tb = tb.tb_next
+        return None if lineno is None else self._line(lineno)
+
+    def _line(self, lineno: int) -> str:
+        filename = self.code.co_filename
+        # the file as it is now (tracebacks do the same): a kernel redefined
+        # after an edit, in a notebook or REPL, quoted the old line
+        linecache.checkcache(filename)
+        text = linecache.getline(filename, lineno).strip()
+        return f"line {lineno} (`{text}`)" if text else f"line {lineno}"
 
     def fail(self, message: str, cls=KernelDefinitionError):
         exc = cls(f"kernel `{self.name}`, {self.where()}: {message}")
@@ -553,8 +569,13 @@ def _trace(fn, scope=None) -> KernelIR:
     except Exception as exc:
         if tr.refusal is not None:  # the body turned a refusal into another error
             raise tr.refusal from None
+        where = tr.where_raised(exc)
+        hint = ("; NumPy functions do not take traced field values: use + - * and ** "
+                "with an integer exponent" if isinstance(exc, TypeError)
+                and "__array_ufunc__" in str(exc) else "")
         raise KernelDefinitionError(
-            f"kernel `{name}` cannot be traced: {type(exc).__name__}: {exc}") from exc
+            f"kernel `{name}`{', ' + where if where else ''} cannot be traced: "
+            f"{type(exc).__name__}: {exc}{hint}") from exc
     finally:
         _state.tracer = None
     if tr.refusal is not None:  # raised into the body and caught there
