@@ -1685,8 +1685,26 @@ def test_load_computation_graph_checks_the_rerecorded_program():
     short = Context()
     x = short.copy_to_device(np.arange(1, 65).reshape(32, 2))
     short.call_kernel(add_2, 32, x)
-    with pytest.raises(ValueError, match="graph has 3 buffers, this recording 2"):
+    # a buffer count apart names the first call that differs (a user review:
+    # the counts alone said nothing of where)
+    with pytest.raises(ValueError, match=r"graph has 3 buffers, this recording 2; first "
+                                         r"difference: call 1 \(kernel `add_16`\) of the "
+                                         r"graph is not in this recording$"):
         short.load_computation_graph(g)
+    x = short.copy_to_device(np.arange(1, 17))
+    short.call_kernel(add_16, 1, x)
+    short.call_kernel(add_16, 1, x)
+    with pytest.raises(ValueError, match=r"graph has 3 buffers, this recording 5; first "
+                                         r"difference: call 2 \(kernel `add_16`\) of this "
+                                         r"recording is not in the graph$"):
+        short.load_computation_graph(g)
+    swapped = Context()
+    x = swapped.copy_to_device(np.arange(1, 65).reshape(32, 2))
+    swapped.call_kernel(add_16, 4, x.reshape([4, 16]))
+    with pytest.raises(ValueError, match=r"graph has 3 buffers, this recording 2; first "
+                                         r"difference: call 0 runs kernel `add_2` in the "
+                                         r"graph but `add_16` here$"):
+        swapped.load_computation_graph(g)
 
 
 def test_load_checks_the_graph_inputs_and_outputs_against_handles_given():

@@ -1586,8 +1586,9 @@ class Context:
         if graph.field != self.field.params.name:
             diff = f"the graph is over {graph.field}, this context over {self.field.params.name}"
         elif len(graph.buffer_points) != len(self._buffers):
+            calls = _first_call_difference(graph, self._calls)
             diff = (f"the graph has {len(graph.buffer_points)} buffers, this recording "
-                    f"{len(self._buffers)}")
+                    f"{len(self._buffers)}" + (f"; first difference: {calls}" if calls else ""))
         else:
             diff = (self._view_difference(graph, "inputs", in_specs)
                     or self._view_difference(graph, "outputs", out_specs))
@@ -1618,6 +1619,23 @@ class Context:
                         f"`{kind}[{k}]` is buffer {b} viewed as {list(mine)}"
                         + (" (through other views)" if (b, mine) == (gb, shape) else ""))
         return None
+
+
+def _first_call_difference(graph: ComputationGraph, calls) -> str | None:
+    """Text of the first call where ``graph`` and a recording's ``calls`` run
+    different kernels, or one has a call the other lacks (``None`` if none):
+    what to name where their buffers differ in number and no layout compares."""
+    from .graph_format import kernel_fingerprint
+    for k in range(max(len(graph.templates), len(calls))):
+        ours = graph.kernels[graph.templates[k].kernel] if k < len(graph.templates) else None
+        theirs = calls[k].kernel.ir if k < len(calls) else None
+        if ours is None:
+            return f"call {k} (kernel `{theirs.name}`) of this recording is not in the graph"
+        if theirs is None:
+            return f"call {k} (kernel `{ours.name}`) of the graph is not in this recording"
+        if kernel_fingerprint(ours) != kernel_fingerprint(theirs):
+            return f"call {k} runs kernel `{ours.name}` in the graph but `{theirs.name}` here"
+    return None
 
 
 def _first_difference(g: ComputationGraph, h: ComputationGraph):
