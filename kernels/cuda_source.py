@@ -17,9 +17,10 @@ import sys
 
 from . import monty
 from .field_params import FIELDS, FieldParams, cuda_defines
+from .launch_checks import check_field
 from .launch_config import gkr_cuda_defines
 
-__all__ = ["kernel_sources", "read_source", "assemble", "emit_all"]
+__all__ = ["kernel_sources", "read_source", "assemble", "arithmetic_header", "emit_all"]
 
 
 def kernel_sources() -> tuple:
@@ -50,6 +51,23 @@ def assemble(field: FieldParams, kernel_file: str) -> str:
         + "\n"
         + read_source(kernel_file)
     )
+
+
+def arithmetic_header(field: FieldParams) -> str:
+    """The CUDA C field arithmetic, as a header for your own kernels.
+
+    ``field``'s ``#define`` preamble (``ZORCH_P``, ``ZORCH_MU_NEG``,
+    ``ZORCH_R_MOD_P``, ``ZORCH_W_MONT``, ``ZORCH_R2_MOD_P``) followed by
+    ``monty.cuh``: ``zorch_mont_mul``, ``zorch_add``, ``zorch_sub``,
+    ``zorch_neg``, ``zorch_inv``, ``zorch_canonical``, the extension's
+    ``zorch_ext4_mul`` / ``zorch_ext4_add`` / ... on ``zorch_ext4`` structs,
+    all ``__host__ __device__``, on Montgomery words in ``[0, p)`` (words
+    read from arrays go through ``zorch_canonical`` first).  Append your
+    kernels and compile the text as C++ (CuPy's ``RawModule(code=...,
+    options=("-std=c++17",))``, NVRTC or ``nvcc``; ``g++`` for the host).
+    """
+    check_field("cuda_source.arithmetic_header", field, "field")
+    return cuda_defines(field) + read_source("monty.cuh") + "\n"
 
 
 def emit_all(directory: str, extra: dict | None = None) -> list:

@@ -64,3 +64,41 @@ def test_ci_runs_the_readme_test_command():
     assert command, block.group(1)
     assert command in [line.strip() for line in ci.read_text().splitlines()], \
         f"README's test command {command!r} is not a line of .ci/run"
+
+
+def _cuda_example():
+    """The README's CUDA C example: (its namespace, the block's own text)."""
+    blocks = _blocks()
+    (k,) = [k for k, b in enumerate(blocks) if "arithmetic_header" in b]
+    ns = {}
+    exec(compile(blocks[0], "README.md python block 0", "exec"), ns)  # F
+    exec(compile(blocks[k], f"README.md python block {k}", "exec"), ns)
+    return ns, blocks[k]
+
+
+@pytest.mark.gpu
+def test_readme_cuda_c_example_runs_as_its_comments_say():
+    """The commented launch of the README's own CUDA C kernel (on the GPU
+    machine through NVRTC; in CI through the host emulation of CuPy) gives
+    F.pow(a, 3), words >= p included."""
+    import cupy
+    ns, text = _cuda_example()
+    F, n = ns["F"], 1000
+    a = F.random(n, seed=3)
+    a[:3] = [F.p, 2**32 - 1, 0]  # read mod p
+    a_dev, out_dev = cupy.asarray(a), cupy.empty(n, dtype=cupy.uint32)
+    launch = [line[2:] for line in text.splitlines() if line.startswith("# cube")]
+    assert len(launch) == 2, launch
+    exec("\n".join(launch), {**ns, "cupy": cupy, "np": np, "n": n, "a_dev": a_dev,
+                             "out_dev": out_dev})
+    np.testing.assert_array_equal(cupy.asnumpy(out_dev), F.pow(a, 3))
+
+
+def test_arithmetic_header_is_a_shipped_fields():
+    from zorch_nb import BabyBear
+    from zorch_nb.kernels.cuda_source import arithmetic_header
+    ns, _ = _cuda_example()
+    assert ns["source"].startswith(arithmetic_header(ns["F"].params))
+    assert f"#define ZORCH_P {BabyBear.p}u" in arithmetic_header(BabyBear.params)
+    with pytest.raises(TypeError, match="argument `field` must be a FieldParams"):
+        arithmetic_header("koalabear")
