@@ -1948,6 +1948,22 @@ def test_definition_errors_quote_the_current_line(tmp_path):
         exec(compile(path.read_text(), str(path), "exec"), {"np": np})
 
 
+def test_negative_indices_count_from_the_end():
+    """As documented (graph_trace): ``x[-1]`` is the last element, in reads and
+    in assignments, every dimension; ``-n - 1`` reads past the shape."""
+    @kernel
+    def ends(x: In[2, 3], out: Out[2]):
+        out[-1] = x[-1, -1] - x[0, -3]
+        out[0] = x[-2, 1]
+    ctx = Context()
+    (y,) = ctx.call_kernel(ends, 2, ctx.copy_to_device(np.arange(12).reshape(2, 2, 3)))
+    np.testing.assert_array_equal(ctx.copy_to_host(y), [[1, 5], [7, 5]])
+    with pytest.raises(KernelDefinitionError, match=r"`x\[-3\]` reads past the shape"):
+        @kernel
+        def past(x: In[2], out: Out[()]):
+            out[()] = x[-3]
+
+
 def test_definition_errors_name_the_variable():
     with pytest.raises(KernelDefinitionError, match=r"output `out`.*out\[1\] unassigned"):
         @kernel

@@ -933,6 +933,20 @@ def test_from_segments_closes_odd_segments_with_the_fields_one(Fi, ext):
     np.testing.assert_array_equal(jag.denominator_1[0], segs[0][1][1])
 
 
+def test_from_segments_takes_empty_segments_in_their_fields():
+    """An empty segment has no rows and the neutral sum; an empty extension
+    segment is spelled (0, 4), and a plain empty array there is refused with
+    that spelling in the message (a user review found it undocumented)."""
+    E = F.ext
+    segs = [(F.random(3, seed=1), E.random(3, seed=2)), (np.zeros(0, np.uint32), E.zeros(0))]
+    jag = JaggedGkrLayer.from_segments(segs)
+    assert jag.row_counts.tolist() == [2, 0] and jag.width == 2
+    with pytest.raises(ValueError, match=r"`segments\[1\]` denominators must be in the field "
+                                         r"of segment 0's .*an empty extension segment is "
+                                         r"\(0, 4\)"):
+        JaggedGkrLayer.from_segments([segs[0], (segs[1][0], np.zeros(0, np.uint32))])
+
+
 def test_jagged_floor_with_an_empty_segment_is_refused():
     """Width == nb is not enough for a floor: a 0 count (an empty segment, no
     neutral row yet) is refused as well as a count above 1."""

@@ -434,3 +434,35 @@ def test_scalar_powers_and_folds_at_the_words_that_overflow(field):
                 got = pw(*(np.uint32(x) for x in a), np.uint64(e >> 64), np.uint64(e % 2**64),
                          e.bit_length(), pp, mu, wm, one)
                 assert [dec(int(g), p) for g in got] == want, e
+
+
+@pytest.mark.parametrize("field", FIELD_NAMES)
+def test_inlined_arithmetic_holds_every_public_function(field):
+    """``gkr_scalar.inlined_arithmetic()`` (the README's way to keep your hot
+    loops vectorizable) has every function of ``monty.__all__``, and the
+    copies a user review found missing compute what their originals do
+    (against big ints)."""
+    from naive import ext_inv
+
+    from zorch_nb.kernels.gkr_scalar import inlined_arithmetic
+    inl = inlined_arithmetic()
+    assert {n for n in monty.__all__ if not n.startswith("OP_")} <= set(inl)
+    f = FIELDS[field]
+    p, w = f.p, W[_BIG[field]]
+    pp, mu, wm, one = np.uint32(p), np.uint32(f.mu_neg), np.uint32(f.w_mont), np.uint32(f.r_mod_p)
+    u = np.uint32
+    assert int(inl["to_monty"](u(R - 1), pp, mu, u(f.r2_mod_p))) == enc((R - 1) % p, p)
+    assert int(inl["from_monty"](u(enc(7, p)), pp, mu)) == 7
+    assert dec(int(inl["mod_neg"](u(enc(7, p)), pp)), p) == p - 7
+    assert dec(int(inl["mont_pow_u32"](u(enc(2, p)), u(2**31 + 1), pp, mu, one)), p) == \
+        pow(2, 2**31 + 1, p)
+    assert dec(int(inl["mont_inv"](u(enc(3, p)), pp, mu, one)), p) == pow(3, -1, p)
+    a = [5, p - 1, 12345, 2]
+    got = inl["ext4_inv"](*(u(enc(x, p)) for x in a), pp, mu, wm, one)
+    assert [dec(int(g), p) for g in got] == ext_inv(a, p, w)
+    e = 2**64 + 35
+    assert dec(int(inl["base_pow"](u(enc(3, p)), np.uint64(1), np.uint64(35), e.bit_length(),
+                                   pp, mu, one)), p) == pow(3, e, p)
+    got = inl["ext4_pow"](*(u(enc(x, p)) for x in a), np.uint64(1), np.uint64(35),
+                          e.bit_length(), pp, mu, wm, one)
+    assert [dec(int(g), p) for g in got] == ext_pow(a, e, p, w)

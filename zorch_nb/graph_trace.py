@@ -8,7 +8,8 @@ A kernel is a Python function over fixed-shape arrays of field elements::
 
 Decorating runs the body once on tracer objects and records an SSA IR
 (:class:`KernelIR`); the body is never run again.  Inside the body, inputs
-are indexed with integers, elements combine with ``+``, ``-``, ``*``,
+are indexed with integers (one per dimension; negative ones count from the
+end, as in Python: ``x[-1]`` is the last), elements combine with ``+``, ``-``, ``*``,
 unary ``-`` (integer constants allowed) and ``**`` by a Python integer
 (unrolled into multiplications), :func:`assert_eq` records an
 equality the values must satisfy, and outputs are assigned by item.  Plain

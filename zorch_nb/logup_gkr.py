@@ -371,9 +371,11 @@ class JaggedGkrLayer(_Layer):
         ``(m_b, 4)`` (every segment in the same fields).  Segment ``b`` gets
         ``ceil(m_b / 2)`` rows, leaf ``2 j + c`` as child ``c`` of row ``j``;
         an odd segment's last row gets the neutral fraction ``0 / 1`` as its
-        second child, so every segment's fraction sum is unchanged.
-        ``width`` (default: the rows' total) adds dead slots (zero);
-        ``field`` as in the constructor.
+        second child, so every segment's fraction sum is unchanged.  A
+        segment may be empty (no rows; its sum is the neutral ``0 / 1``),
+        spelled in its fields like the others: ``(0,)`` base, ``(0, 4)``
+        extension.  ``width`` (default: the rows' total) adds dead slots
+        (zero); ``field`` as in the constructor.
         """
         _check_field(field)  # before its constants are read below
         try:
@@ -392,7 +394,8 @@ class JaggedGkrLayer(_Layer):
                 _check_leaves(x, f"segments[{b}] {name}", even=False, host=True)
                 if x.ndim != segments[0][name == "denominators"].ndim:
                     raise ValueError(f"Argument `segments[{b}]` {name} must be in the field of "
-                                     f"segment 0's (base (m,) or extension (m, 4))")
+                                     f"segment 0's (base (m,) or extension (m, 4); an empty "
+                                     f"extension segment is (0, 4))")
             if seg[0].shape[0] != seg[1].shape[0]:
                 raise ValueError(f"Argument `segments[{b}]` must hold as many numerators as "
                                  f"denominators, not {seg[0].shape[0]} and {seg[1].shape[0]}")
@@ -1517,7 +1520,10 @@ def halving_schedule(layer: JaggedGkrLayer, max_row_count: int | None = None) ->
     ----------
     layer : JaggedGkrLayer
     max_row_count : int, optional
-        Only for device row counts: an upper bound ``M`` on every count.  The
+        Only for device row counts: an upper bound ``M`` on every count (of
+        *rows*, not leaves: a segment of ``m`` leaves from
+        :meth:`JaggedGkrLayer.from_segments` has ``ceil(m / 2)`` rows; a
+        looser bound adds steps and changes the floor's split, not its sums).  The
         steps are then computed on the device (no synchronization) with widths
         ``min(nb * ceil(M / 2**t), floor(w / 2) + nb)`` that bound the live
         rows; the last width is ``nb``.  There is always at least one step
