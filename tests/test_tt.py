@@ -734,6 +734,33 @@ def test_dense_entries_and_apply_keep_their_range(xy, path):
                 np.testing.assert_array_equal(g, w, err_msg=f"{dtype.__name__}, pad {pad}")
 
 
+def test_dense_entries_and_apply_near_the_top_of_the_range(xy, path):
+    """(a user review) Entries that fit the dtype came back NaN where the
+    product of the cores' maxima passed it: the scale of the range rescue
+    was folded back into the last TT core, which became inf (inf - inf).  The
+    scale now goes back on the result: the bytes of ldexp(the plain result),
+    inf exactly where an entry does not fit."""
+    x = xy[0]
+    idx = np.stack(np.unravel_index(np.arange(0, math.prod(x.shape), 5), x.shape), axis=-1)
+    for dtype in (np.float64, np.float32):
+        base = UniformTuckerTensorTrain(x.tucker_supercore.astype(dtype),
+                                        x.tt_supercore.astype(dtype), x.shape, x.masks)
+        vs = [np.linspace(-1, 1, n).astype(dtype) for n in x.shape]
+        plain = (base.to_dense(), base.entries(idx), base.apply(vs))
+        top = int(np.frexp(max(float(np.abs(w).max()) for w in plain))[1])  # all < 2**top
+        for k in (np.finfo(dtype).maxexp - top, np.finfo(dtype).maxexp - top + 1):
+            U = np.array(base.tucker_supercore)
+            U[0] = np.ldexp(U[0], k)  # exact: the train times 2**k
+            far = UniformTuckerTensorTrain(U, base.tt_supercore, x.shape, x.masks)
+            with np.errstate(over="ignore"):  # (an overflow warns, as NumPy's does)
+                want = [np.ldexp(w, k) for w in plain]
+                got = (far.to_dense(), far.entries(idx), far.apply(vs))
+            assert np.isinf(want[0]).any() == (k > np.finfo(dtype).maxexp - top)
+            for w, g in zip(want, got):
+                assert not np.isnan(g).any() and g.dtype == w.dtype
+                np.testing.assert_array_equal(g, w, err_msg=f"{dtype.__name__}, 2**{k}")
+
+
 def test_apply_keeps_its_range_with_vectors_far_from_1(xy, path, monkeypatch):
     """Vectors of 2**k, 2**k, 2**-k (a contraction of 2**k times the unscaled
     one, which fits) made apply inf: the chain's partial products, core by

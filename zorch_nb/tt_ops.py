@@ -830,10 +830,9 @@ def ut3_to_dense(data):
     """
     p = _parts(data)
     _check_dense_size(p.xp, p.stack, p.shape, p.r, p.U.dtype.itemsize)
-    p = _in_range(p)
-    if _use_numba(p.xp):
-        return _to_dense_numba(p).reshape(p.stack + p.shape)
-    return _to_dense_xp(p).reshape(p.stack + p.shape)
+    p, e = _in_range(p)
+    out = _to_dense_numba(p) if _use_numba(p.xp) else _to_dense_xp(p)
+    return _scaled_back(p.xp, out.reshape((p.S, -1)), e).reshape(p.stack + p.shape)
 
 
 def _to_dense_xp(p):
@@ -1185,11 +1184,14 @@ def _power_scaled(p, only=None):
 
 
 def _in_range(p):
-    """``p``, or where its chain could leave the dtype's range while the
-    result fits, the same train with its cores power-of-two scaled (their
-    largest live entries in ``[0.5, 1)``) and the scale folded back into
-    the last TT core, for :func:`ut3_to_dense`, :func:`ut3_entries` and
-    :func:`ut3_apply`.
+    """``(p, None)``, or where its chain could leave the dtype's range while
+    the result fits, ``(p', e)``: the same train with its cores power-of-two
+    scaled (their largest live entries in ``[0.5, 1)``) and the exponents
+    ``e (S,)`` of the scale, which the caller puts back on the *result*
+    (:func:`_scaled_back`), for :func:`ut3_to_dense`, :func:`ut3_entries`
+    and :func:`ut3_apply`.  (Folded back into the last TT core, the scale
+    made that core inf wherever the product of the cores' maxima passed the
+    dtype's, though entries fit: inf - inf gave NaN for them.)
 
     The chain's partial products multiply core after core: cores of 1e160
     and 1e-160 made inf where the tensor was [[1.0]] (norm and inner rescue
@@ -1211,10 +1213,17 @@ def _in_range(p):
             span = int((np.abs(_exponents(np, U)).sum(axis=0)
                         + np.abs(_exponents(np, G)).sum(axis=0)).max(initial=0))
         if span <= limit:
-            return p
-    ps, e = _power_scaled(p)  # (fresh supercores: the last core is written in place)
-    ps.G[-1] = xp.ldexp(ps.G[-1], e[:, None, None, None])
-    return ps
+            return p, None
+    return _power_scaled(p)
+
+
+def _scaled_back(xp, out, e):
+    """``out (S, ...)`` times ``2**e (S,)`` (exact where the result is a normal
+    number; inf where it does not fit, as the plain chain would give), or
+    ``out`` itself where :func:`_in_range` did not scale."""
+    if e is None:
+        return out
+    return xp.ldexp(out, e.reshape(e.shape + (1,) * (out.ndim - 1)))
 
 
 def _exponents(xp, a, dt=None):
@@ -1416,7 +1425,7 @@ def ut3_entries(data, indices):
     flat = idx.reshape(-1, p.d).astype(np.int64)
     if flat.size and ((flat < 0).any() or (flat >= np.asarray(p.shape)).any()):
         raise ValueError(f"Argument `indices` must lie in [0, shape) with shape {p.shape}.")
-    p = _in_range(p)
+    p, e = _in_range(p)
     xp = p.xp
     U, _ = _masked(p)
     cols = xp.asarray(flat)
@@ -1424,7 +1433,8 @@ def ut3_entries(data, indices):
     def vectors(a, b):
         return xp.stack([xp.swapaxes(U[i][:, :, cols[a:b, i]], 1, 2) for i in range(p.d)])
 
-    return _chain_queries(p, flat.shape[0], vectors).reshape(p.stack + batch)
+    out = _chain_queries(p, flat.shape[0], vectors)
+    return _scaled_back(xp, out, e).reshape(p.stack + batch)
 
 
 def ut3_apply(data, vectors):
@@ -1469,7 +1479,7 @@ def ut3_apply(data, vectors):
             raise TypeError(f"Argument `vectors[{i}]` must hold real numbers, not dtype {v.dtype}.")
         if tuple(v.shape) != batch + (p.shape[i],):
             raise ValueError(f"Argument `vectors[{i}]` must have shape {batch + (p.shape[i],)}, not {v.shape}.")
-    p = _in_range(p)
+    p, e = _in_range(p)
     U, _ = _masked(p)
     rows = [v.reshape(-1, p.shape[i]) for i, v in enumerate(vs)]
     dt = np.result_type(U.dtype, *(v.dtype for v in vs))
@@ -1486,7 +1496,9 @@ def ut3_apply(data, vectors):
 
     out = _chain_queries(p, math.prod(batch), vectors)
     if exps is not None:
-        out = xp.ldexp(out, sum(exps)[None, :])
+        out = xp.ldexp(out, sum(exps)[None, :] + (0 if e is None else e[:, None]))
+    else:
+        out = _scaled_back(xp, out, e)
     return out.reshape(p.stack + batch)
 
 
