@@ -734,6 +734,57 @@ def test_dense_entries_and_apply_keep_their_range(xy, path):
                 np.testing.assert_array_equal(g, w, err_msg=f"{dtype.__name__}, pad {pad}")
 
 
+def test_compact_puts_live_slots_first_and_cuts_the_padding(xy, path):
+    """compact: prefix masks, the same tensor, padding zero and of the size
+    asked (default: the largest live ranks), the input left alone; sizes
+    below the live ranks are refused."""
+    x, y, dx, dy, _, _ = xy
+    for t, dense in ((x, dx), (x + y, [a + b for a, b in zip(dx, dy)])):
+        keep = (np.array(t.tucker_supercore), np.array(t.tt_supercore))
+        c = t.compact()
+        n, r = int(t.tucker_ranks.max()), int(t.tt_ranks.max())
+        assert c.padded_sizes == (n, r, t.padded_sizes[2])
+        np.testing.assert_array_equal(c.tucker_ranks, t.tucker_ranks)
+        np.testing.assert_array_equal(c.tt_ranks, t.tt_ranks)
+        mk, mt = c.masks
+        assert (mk == (np.arange(n) < c.tucker_ranks[..., None])).all()  # prefixes
+        assert (mt == (np.arange(r) < c.tt_ranks[..., None])).all()
+        for got, want in zip(c.to_dense(), dense):
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+        mU, mG = full_masks(c)
+        assert not c.tucker_supercore[~mU].any() and not c.tt_supercore[~mG].any()
+        np.testing.assert_array_equal(t.tucker_supercore, keep[0])
+        np.testing.assert_array_equal(t.tt_supercore, keep[1])
+        wide = t.compact(n=n + 2, r=r + 3)  # past the old padding too: zeros
+        assert wide.padded_sizes == (n + 2, r + 3, t.padded_sizes[2])
+        np.testing.assert_allclose(wide.to_dense(), c.to_dense(), rtol=1e-12, atol=1e-12)
+        with pytest.raises(ValueError, match=f"`n` must be at least {n}, the largest live "
+                                             f"Tucker rank"):
+            t.compact(n=n - 1)
+        with pytest.raises(ValueError, match=f"`r` must be at least {r}"):
+            t.compact(r=r - 1)
+        with pytest.raises(TypeError, match="`r` must be an int, not float"):
+            t.compact(r=float(r))
+
+
+def test_an_optimizer_loop_that_compacts_compiles_once(rng):
+    """(a user review) x = svd(x + step) grew the padding every iteration --
+    sums add padded sizes, svd keeps them: 6, 9, 12, ..., a new structure and
+    a compile each time.  Compacted after each svd, the loop keeps one
+    structure: no cache miss after its first iteration."""
+    x, _ = stacked_pair(rng, X_RANKS, n=3, r=3)
+    y, _ = stacked_pair(rng, Y_RANKS, n=3, r=3)
+    sizes, misses = [], []
+    for it in range(6):
+        x, _ = (x + 0.1 * y).svd(max_tucker_ranks=3, max_tt_ranks=3)
+        x = x.compact(n=3, r=3)
+        float(x.norm().sum())  # the kernels of a step
+        sizes.append(x.padded_sizes)
+        misses.append(kernel_cache_info().misses)
+    assert sizes == [(3, 3, 4)] * 6
+    assert misses[1:] == [misses[1]] * 5, misses
+
+
 def test_dense_entries_and_apply_near_the_top_of_the_range(xy, path):
     """(a user review) Entries that fit the dtype came back NaN where the
     product of the cores' maxima passed it: the scale of the range rescue
@@ -2144,6 +2195,7 @@ def test_cupy_supercores_match_numpy(xy):
         (gx.entries(idx), x.entries(idx)), ((gx + gy).to_dense(), (x + y).to_dense()),
         (gx.hadamard(gy).to_dense(), x.hadamard(y).to_dense()),
         (gx.svd(2, 2)[0].to_dense(), x.svd(2, 2)[0].to_dense()),
+        ((gx + gy).compact(r=7).tt_supercore, (x + y).compact(r=7).tt_supercore),
     ]
     for kind in ORTHOGONALIZE_KINDS:
         pairs.append((gx.orthogonalize(kind).tt_supercore, x.orthogonalize(kind).tt_supercore))

@@ -25,7 +25,9 @@ Numba kernels are compiled per structure -- the masks become index tables
 frozen into the machine code -- and memoized in a cache keyed by
 ``(operation, shape, padded sizes, UT3Masks)``.  :class:`UT3Masks` compares
 and hashes by content, so a loop that rebuilds an identical structure every
-iteration (as a manifold optimizer does) compiles once -- once per
+iteration (as a manifold optimizer does) compiles once (padded sizes are part
+of the structure: sums add them and ``svd`` keeps them, so such a loop
+compacts after its ``svd``, see :meth:`UniformTuckerTensorTrain.compact`) -- once per
 supercore dtype, that is: a float32 and a float64 train of one structure
 share a cache entry and compile one machine-code version each (read-only
 supercores, e.g. from ``np.frombuffer`` or ``np.load(mmap_mode='r')``, are
@@ -72,7 +74,7 @@ from .tt_masks import UT3Masks, kernel_cache_clear, kernel_cache_info
 from .tt_ops import (
     NORM_METHODS, ORTHOGONALIZE_KINDS, TrainOverflowError, _alpha_array, _t3_check,
     _train_list, t3_from_dense, t3_to_dense, ut3_add, ut3_apply, ut3_apply_masks, ut3_check,
-    ut3_entries, ut3_from_t3, ut3_hadamard, ut3_inner, ut3_load, ut3_neg, ut3_norm, ut3_orthogonalize, ut3_reverse,
+    ut3_compact, ut3_entries, ut3_from_t3, ut3_hadamard, ut3_inner, ut3_load, ut3_neg, ut3_norm, ut3_orthogonalize, ut3_reverse,
     ut3_save, ut3_scale, ut3_squash_tails, ut3_stack, ut3_sub, ut3_svd, ut3_to_dense, ut3_to_t3,
     ut3_unstack,
 )
@@ -81,7 +83,7 @@ __all__ = [
     "TuckerTensorTrain", "UniformTuckerTensorTrain", "UT3Masks", "kernel_cache_info",
     "kernel_cache_clear", "ORTHOGONALIZE_KINDS", "NORM_METHODS", "TrainOverflowError",
     "t3_from_dense", "t3_to_dense", "ut3_add", "ut3_apply",
-    "ut3_apply_masks", "ut3_check", "ut3_entries", "ut3_from_t3", "ut3_hadamard", "ut3_inner",
+    "ut3_apply_masks", "ut3_check", "ut3_compact", "ut3_entries", "ut3_from_t3", "ut3_hadamard", "ut3_inner",
     "ut3_load", "ut3_neg", "ut3_norm", "ut3_orthogonalize", "ut3_reverse", "ut3_save", "ut3_scale",
     "ut3_squash_tails", "ut3_stack", "ut3_sub", "ut3_svd", "ut3_to_dense", "ut3_to_t3",
     "ut3_unstack",
@@ -301,6 +303,14 @@ class UniformTuckerTensorTrain:
     def squash_tails(self):
         """The same tensor with the boundary bonds summed, so ``r_0 = r_d = 1``."""
         return type(self)(*ut3_squash_tails(self.data))
+
+    def compact(self, n=None, r=None):
+        """The same tensor with live slots first and padding ``n``, ``r``
+        (default: the largest live ranks); see :func:`~zorch_nb.tt_ops.ut3_compact`.
+        In an optimizer loop, ``x = (x + step).svd(...)[0].compact(n, r)``
+        keeps one structure (``svd`` keeps its input's padded sizes, and
+        every sum adds them)."""
+        return type(self)(*ut3_compact(self.data, n, r))
 
     @staticmethod
     def stack(trains):

@@ -34,6 +34,7 @@ __all__ = [
     "ut3_neg", "ut3_scale", "ut3_hadamard", "ut3_inner", "ut3_norm", "ut3_orthogonalize",
     "ut3_svd", "ut3_entries", "ut3_apply", "ut3_save", "ut3_load", "t3_to_dense",
     "t3_from_dense", "ORTHOGONALIZE_KINDS", "NORM_METHODS", "TrainOverflowError",
+    "ut3_compact",
 ]
 
 ORTHOGONALIZE_KINDS = ("tucker_down", "tt_up", "left", "right")
@@ -890,6 +891,74 @@ def ut3_reverse(data):
     U, G = _masked(p)
     return _pack(p.xp, U[::-1], G[::-1].transpose(0, 1, 4, 3, 2), p.shape[::-1],
                  p.mk[::-1], p.mt[::-1], p.stack)
+
+
+def ut3_compact(data, n=None, r=None):
+    """The same train with its live slots first and its padding cut (or grown).
+
+    Every core's live Tucker slots and every bond's live slots move to the
+    front, in their order (the masks become prefixes; the cores sharing a
+    bond or a Tucker slot are permuted alike, so the tensor is unchanged up
+    to the rounding of a reordered sum), then the supercores are padded to
+    ``n`` Tucker slots and ``r`` bond slots.
+
+    Sums and products pad to the sum and product of their operands'
+    padded sizes, and :func:`ut3_svd` keeps its input's, so an optimizer
+    loop ``x = svd(x + step)`` grew its padding -- and compiled a new
+    structure -- every iteration.  ``svd(...)`` then ``compact(n, r)`` keeps
+    both fixed: the same structure, compiled once.
+
+    Parameters
+    ----------
+    n, r : int, optional
+        The new padded Tucker and TT ranks, at least the largest live rank
+        (over every core or bond and stack element), which is the default.
+
+    Returns
+    -------
+    tuple
+        ``.data`` of the compacted train (padding zero).
+
+    Raises
+    ------
+    ValueError
+        If ``n`` or ``r`` is below the largest live rank (or below 1).
+    """
+    p = _parts(data)
+    xp = p.xp
+    U, G = _masked(p)
+    live_n = int(p.mk.sum(axis=-1).max(initial=0))
+    live_r = int(p.mt.sum(axis=-1).max(initial=0))
+    sizes = []
+    for value, name, live in ((n, "n", live_n), (r, "r", live_r)):
+        if value is None:
+            sizes.append(max(live, 1))
+            continue
+        if not is_int(value):
+            raise TypeError(f"Argument `{name}` must be an int, not {type(value).__name__}.")
+        if value < max(live, 1):
+            raise ValueError(f"Argument `{name}` must be at least {max(live, 1)}, the largest "
+                             f"live {'Tucker' if name == 'n' else 'TT'} rank (and >= 1), "
+                             f"not {value}.")
+        sizes.append(int(value))
+    n2, r2 = sizes
+    # live slots first, in order (a stable sort of the dead-slot flags)
+    ok = np.argsort(~p.mk, axis=-1, kind="stable")[..., :n2]  # (d, S, <= n2)
+    ot = np.argsort(~p.mt, axis=-1, kind="stable")[..., :r2]  # (d + 1, S, <= r2)
+    k, t = xp.asarray(ok), xp.asarray(ot)
+    U = xp.take_along_axis(U, k[..., None], axis=2)
+    G = xp.take_along_axis(G, t[:-1, :, :, None, None], axis=2)
+    G = xp.take_along_axis(G, k[:, :, None, :, None], axis=3)
+    G = xp.take_along_axis(G, t[1:, :, None, None, :], axis=4)
+    mk = np.take_along_axis(p.mk, ok, axis=-1)
+    mt = np.take_along_axis(p.mt, ot, axis=-1)
+    grow_n, grow_r = n2 - mk.shape[-1], r2 - mt.shape[-1]  # (slots past the old padding)
+    if grow_n or grow_r:
+        U = xp.pad(U, ((0, 0), (0, 0), (0, grow_n), (0, 0)))
+        G = xp.pad(G, ((0, 0), (0, 0), (0, grow_r), (0, grow_n), (0, grow_r)))
+        mk = np.pad(mk, ((0, 0), (0, 0), (0, grow_n)))
+        mt = np.pad(mt, ((0, 0), (0, 0), (0, grow_r)))
+    return _pack(xp, U, G, p.shape, mk, mt, p.stack)
 
 
 def _squash(G, mt):
@@ -1937,9 +2006,10 @@ def ut3_svd(data, max_tucker_ranks=None, max_tt_ranks=None):
     Returns
     -------
     data : tuple
-        ``.data`` of the truncated train: same padded sizes, prefix masks,
-        ``r_0 = r_d = 1``, Tucker cores orthonormal, TT cores ``0..d-2``
-        left-orthonormal.
+        ``.data`` of the truncated train: same padded sizes (in a loop,
+        :func:`ut3_compact` cuts them to the new ranks, or the padding
+        grows with every sum), prefix masks, ``r_0 = r_d = 1``, Tucker
+        cores orthonormal, TT cores ``0..d-2`` left-orthonormal.
     singular_values : tuple
         ``(tucker_svs, tt_svs)`` of shapes ``(d,) + stack + (n,)`` and
         ``(d - 1,) + stack + (r,)``: all singular values met at each
