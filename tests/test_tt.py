@@ -785,6 +785,37 @@ def test_an_optimizer_loop_that_compacts_compiles_once(rng):
     assert misses[1:] == [misses[1]] * 5, misses
 
 
+def test_hadamard_and_scale_keep_cores_in_range(xy, path):
+    """(a user review) A product of finite cores past the dtype's range made
+    an inf core, and norm() NaN, though the tensor fit: a train whose first
+    core holds 2**600 and second 2**-600 (the same tensor), squared by
+    hadamard; a float32 one times 2**60 with 2**100 in its first core.  The
+    products are now taken of power-of-two scaled cores, the scale spread
+    over the TT cores; a tensor that does not fit gives inf, not NaN."""
+    x = xy[0]
+    for dtype, k in ((np.float64, 600), (np.float32, 100)):
+        base = UniformTuckerTensorTrain(x.tucker_supercore.astype(dtype),
+                                        x.tt_supercore.astype(dtype), x.shape, x.masks)
+        G = np.array(base.tt_supercore)
+        G[0], G[1] = np.ldexp(G[0], k), np.ldexp(G[1], -k)
+        far = UniformTuckerTensorTrain(base.tucker_supercore, G, x.shape, x.masks)
+        rtol = 1e-12 if dtype is np.float64 else 1e-5
+        sq = far.hadamard(far)
+        assert np.isfinite(sq.tt_supercore).all()
+        np.testing.assert_allclose(sq.to_dense(), base.hadamard(base).to_dense(), rtol=rtol,
+                                   atol=rtol * float(np.abs(base.hadamard(base).to_dense()).max()))
+        np.testing.assert_allclose(sq.norm(), base.hadamard(base).norm(), rtol=rtol)
+        if dtype is np.float32:
+            times = far * 2.0**60
+            assert np.isfinite(times.tt_supercore).all()
+            want = np.ldexp(base.to_dense(), 60)
+            np.testing.assert_allclose(times.to_dense(), want, rtol=rtol,
+                                       atol=rtol * float(np.abs(want).max()))
+        big = base * (2.0 ** (np.finfo(dtype).maxexp - 2))  # its square cannot fit
+        with np.errstate(over="ignore"):
+            assert np.isinf(big.hadamard(big).norm()).all()
+
+
 def test_dense_entries_and_apply_near_the_top_of_the_range(xy, path):
     """(a user review) Entries that fit the dtype came back NaN where the
     product of the cores' maxima passed it: the scale of the range rescue
@@ -2197,6 +2228,13 @@ def test_cupy_supercores_match_numpy(xy):
         (gx.svd(2, 2)[0].to_dense(), x.svd(2, 2)[0].to_dense()),
         ((gx + gy).compact(r=7).tt_supercore, (x + y).compact(r=7).tt_supercore),
     ]
+    G = np.array(x.tt_supercore)  # the same tensor, cores far from 1: products rebalanced
+    G[0], G[1] = np.ldexp(G[0], 600), np.ldexp(G[1], -600)
+    far = UniformTuckerTensorTrain(x.tucker_supercore, G, x.shape, x.masks)
+    gfar = UniformTuckerTensorTrain(cp.asarray(x.tucker_supercore), cp.asarray(G), x.shape,
+                                    x.masks)
+    pairs += [(gfar.hadamard(gfar).tt_supercore, far.hadamard(far).tt_supercore),
+              ((gfar * 2.0**500).tt_supercore, (far * 2.0**500).tt_supercore)]
     for kind in ORTHOGONALIZE_KINDS:
         pairs.append((gx.orthogonalize(kind).tt_supercore, x.orthogonalize(kind).tt_supercore))
     for g, c in pairs:

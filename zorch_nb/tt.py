@@ -58,7 +58,9 @@ Backends:
   synchronize with the device: every SVD step of ``svd`` and
   ``orthogonalize``, and their entry (each reads back one bool, whether
   its matrix is finite: LAPACK's SVD never returns on inf, and a NaN would
-  spread silently),
+  spread silently), ``hadamard`` and scaling (one bool each, whether a
+  product of finite cores left the range: then the cores are recomputed
+  power-of-two scaled, the scale spread over the TT cores),
   ``entries`` with CuPy ``indices`` (bounds-checked on the host), ``save``,
   and ``TuckerTensorTrain.from_dense`` (its ranks depend on singular values).
 

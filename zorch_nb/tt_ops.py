@@ -1104,7 +1104,10 @@ def _alpha_array(alpha):
 
 def ut3_scale(data, alpha):
     """Multiply the train by ``alpha`` (a real scalar or an array broadcastable
-    to the stack shape); the first TT core carries the factor."""
+    to the stack shape); the first TT core carries the factor.  Where that
+    core would leave the dtype's range with finite entries and a finite
+    factor, the scale is spread evenly over the TT cores instead (powers of
+    two, exact): inf only where the tensor's own entries overflow."""
     p = _parts(data)
     xp = p.xp
     U, G = _masked(p)
@@ -1112,7 +1115,7 @@ def ut3_scale(data, alpha):
         if not isinstance(alpha, numbers.Real):  # complex, Decimal
             raise TypeError(f"Argument `alpha` must be a real number, not {alpha!r}.")
         try:
-            G[0] *= float(alpha)  # Fractions too
+            a = xp.full(p.S, float(alpha), dtype=G.dtype)  # Fractions too
         except OverflowError:
             raise ValueError("Argument `alpha` is too large for a float.") from None
     else:
@@ -1128,7 +1131,19 @@ def ut3_scale(data, alpha):
             raise ValueError(
                 f"Argument `alpha` must be a scalar or broadcast to the stack shape {p.stack}, not shape {a.shape}."
             ) from None
-        G[0] *= a[:, None, None, None]
+    with np.errstate(over="ignore", invalid="ignore"):  # (checked next: no false alarm)
+        G0 = G[0] * a[:, None, None, None]
+    if _overflowed_from_finite(xp, (G0,), (G[0], a)):
+        # the factor and the first core past the range together (a float32
+        # train of norm 1e20 in one core, times 1e20): the scaled train's
+        # mantissas, the exponents spread evenly over the TT cores
+        ps, e = _power_scaled(p)
+        m, ea = xp.frexp(a)
+        U, G = ps.U, ps.G  # (the Tucker cores' scale is in e too)
+        G[0] *= m[:, None, None, None]
+        _spread(xp, G, e + ea)
+    else:
+        G[0] = G0
     return _pack(xp, U, G, p.shape, p.mk, p.mt, p.stack)
 
 
@@ -1149,7 +1164,10 @@ def ut3_hadamard(x, y):
     ``G[(a, c), (j, k), (b, e)] = Gx[a, j, b] Gy[c, k, e]``; the masks combine
     the same way.  Same requirements as :func:`ut3_add`; the padded ranks
     multiply (``nx ny``, ``rx ry``), and the same ``ValueError`` refuses,
-    before any allocation, a result too large to allocate.
+    before any allocation, a result too large to allocate.  Where a product
+    of finite cores leaves the dtype's range, the products of the cores
+    scaled by powers of two are taken and the scale spread evenly over the TT
+    cores: inf only where the tensor's own entries overflow.
     """
     p, q = _parts(x, "x"), _parts(y, "y")
     _check_same(p, q, "ut3_hadamard")
@@ -1160,9 +1178,41 @@ def ut3_hadamard(x, y):
     Ux, Gx = _masked(p)
     Uy, Gy = _masked(q)
     d, S = p.d, p.S
-    U = xp.einsum("dsjo,dsko->dsjko", Ux, Uy).reshape(d, S, p.n * q.n, p.N)
-    G = xp.einsum("dsajb,dscke->dsacjkbe", Gx, Gy).reshape(d, S, p.r * q.r, p.n * q.n, p.r * q.r)
+
+    def kron(Ux, Gx, Uy, Gy):
+        U = xp.einsum("dsjo,dsko->dsjko", Ux, Uy).reshape(d, S, p.n * q.n, p.N)
+        G = xp.einsum("dsajb,dscke->dsacjkbe", Gx, Gy).reshape(d, S, r, n, r)
+        return U, G
+
+    with np.errstate(over="ignore", invalid="ignore"):  # (checked next: no false alarm)
+        U, G = kron(Ux, Gx, Uy, Gy)
+    if _overflowed_from_finite(xp, (U, G), (Ux, Gx, Uy, Gy)):
+        # a core product past the range (x * 1e160 squared; a float32 train
+        # whose norm, in its last core after an svd, passes 2**64): the
+        # products of power-of-two scaled cores, the scale spread evenly
+        # over the TT cores -- inf only where the tensor itself overflows
+        (ps, ep), (qs, eq) = _power_scaled(p), _power_scaled(q)
+        U, G = kron(ps.U, ps.G, qs.U, qs.G)
+        _spread(xp, G, ep + eq)
     return _pack(xp, U, G, p.shape, _pair_mask(p.mk, q.mk), _pair_mask(p.mt, q.mt), p.stack)
+
+
+def _overflowed_from_finite(xp, results, inputs) -> bool:
+    """Whether ``results`` hold inf or NaN though every one of the (masked)
+    ``inputs`` is finite: a product left the dtype's range (one bool read back
+    on CuPy, twice where it did).  A non-finite input's results are its own."""
+    return not _finite(xp, *results) and _finite(xp, *inputs)
+
+
+def _spread(xp, G, e):
+    """Multiply the train of TT cores ``G (d, S, ...)`` by ``2**e`` (``e (S,)``),
+    in place, a near-equal share of ``e`` on each core: no core leaves the
+    range unless a share must."""
+    d = G.shape[0]
+    e = np.asarray(e if xp is np else xp.asnumpy(e), dtype=np.int64)
+    for i in range(d):
+        share = e // d + (i < e % d)  # (floor division: the shares add up to e)
+        G[i] = xp.ldexp(G[i], xp.asarray(share.astype(np.int32))[:, None, None, None])
 
 
 def ut3_inner(x, y):
