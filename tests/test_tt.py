@@ -785,6 +785,38 @@ def test_an_optimizer_loop_that_compacts_compiles_once(rng):
     assert misses[1:] == [misses[1]] * 5, misses
 
 
+def test_sums_with_other_things_are_refused_by_name(xy):
+    """(a user review) ``train + array`` was NumPy's "does not support ufuncs
+    (__array_ufunc__=None)", and a padded N mismatch said nothing of how to
+    make them agree."""
+    x = xy[0]
+    for call, op in ((lambda: x + np.ones(3), "+"), (lambda: np.ones(3) + x, "+"),
+                     (lambda: x - 2, "-"), (lambda: 2.0 - x, "-"), (lambda: [1] + x, "+")):
+        with pytest.raises(TypeError, match=f"`\\{op}` takes two UniformTuckerTensorTrains "
+                                            f".*not (ndarray|int|float|list); .*x.to_dense"):
+            call()
+    wide = UniformTuckerTensorTrain.from_t3(x.to_t3(), N=7)
+    with pytest.raises(ValueError, match=r"same padded N, not 5 and 7; re-pad one, e\.g\. "
+                                         r"UniformTuckerTensorTrain\.from_t3\(t\.to_t3\(\), N=7\)"):
+        x + wide
+
+
+def test_after_squash_tails_the_left_sweeps_last_core_holds_the_norm(xy):
+    """As ut3_orthogonalize documents (a user review followed its "the last
+    core carries the weight" on a sum, whose boundary ranks exceed 1, and got
+    another number): squash_tails first, and the last core's norm is the
+    train's."""
+    x, y, _, _, _, _ = xy
+    s = x + y
+    assert (s.tt_ranks[..., 0] > 1).any()
+    o = s.squash_tails().orthogonalize("left")
+    mU, mG = full_masks(o)
+    last = np.where(mG[-1], o.tt_supercore[-1], 0)
+    want = s.norm("orthogonal")
+    got = np.sqrt((last ** 2).sum(axis=(-3, -2, -1)))
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
 def test_hadamard_and_scale_keep_cores_in_range(xy, path):
     """(a user review) A product of finite cores past the dtype's range made
     an inf core, and norm() NaN, though the tensor fit: a train whose first

@@ -92,6 +92,14 @@ __all__ = [
 ]
 
 
+def _not_a_train(op, other):
+    """Refuse ``train op other`` for ``other`` not a train (NumPy's refusal of
+    ``train + array`` named only ``__array_ufunc__``)."""
+    raise TypeError(f"`{op}` takes two UniformTuckerTensorTrains (same shape, stack shape and "
+                    f"padded N), not {type(other).__name__}; for a dense result, use the dense "
+                    f"tensor `x.to_dense()`")
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class TuckerTensorTrain:
     """A ragged Tucker tensor train.
@@ -336,13 +344,20 @@ class UniformTuckerTensorTrain:
 
     def __add__(self, other):
         if not isinstance(other, UniformTuckerTensorTrain):
-            return NotImplemented
+            _not_a_train("+", other)
         return type(self)(*ut3_add(self.data, other.data))
 
     def __sub__(self, other):
         if not isinstance(other, UniformTuckerTensorTrain):
-            return NotImplemented
+            _not_a_train("-", other)
         return type(self)(*ut3_sub(self.data, other.data))
+
+    # (array + train: NumPy defers here, as __array_ufunc__ is None)
+    def __radd__(self, other):
+        _not_a_train("+", other)
+
+    def __rsub__(self, other):
+        _not_a_train("-", other)
 
     def __neg__(self):
         return type(self)(*ut3_neg(self.data))

@@ -281,7 +281,9 @@ def _check_same(p, q, what, need_n=True):
             f"Arguments of `{what}` must have the same stack_shape, not {p.stack} and {q.stack}."
         )
     if need_n and p.N != q.N:
-        raise ValueError(f"Arguments of `{what}` must have the same padded N, not {p.N} and {q.N}.")
+        raise ValueError(f"Arguments of `{what}` must have the same padded N, not {p.N} and "
+                         f"{q.N}; re-pad one, e.g. UniformTuckerTensorTrain.from_t3(t.to_t3(), "
+                         f"N={max(p.N, q.N)}).")
     if p.xp is not q.xp:
         raise TypeError(f"Arguments of `{what}` must live on the same array module.")
 
@@ -1414,7 +1416,9 @@ def ut3_norm(data, method="inner"):
           test) can come out far too large or 0: at a relative difference of
           1e-10 (float64) or 1e-4 (float32) the result is noise.
         * ``"orthogonal"`` -- the norm of the last TT core after
-          ``ut3_orthogonalize(data, "left")``: accurate to about ``eps``
+          ``ut3_squash_tails`` and ``ut3_orthogonalize(data, "left")``
+          (without the squash, a sum's boundary slots would be missed):
+          accurate to about ``eps``
           times those norms, at 7-30 times the cost (pad-safe SVDs of every
           core; on CuPy one synchronization per step).  A live inf or NaN
           entry is a ValueError here (LAPACK cannot take it), where
@@ -1909,6 +1913,12 @@ def ut3_orthogonalize(data, kind="left"):
           ``0..d-2`` left-orthonormal, the last core carries the weight.
         * ``"right"`` -- ``"tucker_down"``, then a right-to-left sweep: cores
           ``1..d-1`` right-orthonormal, the first core carries the weight.
+
+        The weight is the train's norm only where both boundary ranks are 1:
+        a train with ``r_0`` or ``r_d`` above 1 (a sum's, a Hadamard
+        product's) sums its boundary slots against ones, which the sweep
+        leaves as they are.  :meth:`squash_tails` (``ut3_squash_tails``)
+        first, where the carrying core's norm is wanted.
 
     Returns
     -------
