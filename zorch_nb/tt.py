@@ -205,7 +205,10 @@ class UniformTuckerTensorTrain:
 
     Notes
     -----
-    Frozen; ``.data`` is the tuple the functional ``ut3_*`` functions take.
+    Frozen (its fields cannot be reassigned; the supercores are the arrays
+    you passed, not copies: write to them and the train changes -- the
+    masks are read-only copies); ``.data`` is the tuple the functional
+    ``ut3_*`` functions take.
     ``+``, ``-`` and :meth:`hadamard` need equal ``shape``, ``stack_shape``
     and padded ``N``.  ``*`` multiplies by a scalar, or by an array that
     broadcasts to ``stack_shape`` (one factor per train), in either order.

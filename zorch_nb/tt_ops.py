@@ -1002,7 +1002,8 @@ def ut3_stack(trains):
     """Stack trains of one shape along a new leading stack axis.
 
     Trains may have different padded sizes; the result is padded to the
-    largest.  Their stack shapes must agree.
+    largest.  Their stack shapes must agree.  Mixed dtypes promote as NumPy
+    does (float32 with float64 stacks as float64).
     """
     ps = [_parts(t, f"trains[{k}]") for k, t in enumerate(_train_list(trains))]
     if not ps:
