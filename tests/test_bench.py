@@ -406,7 +406,8 @@ def test_bench_defaults_and_bounds_reach_the_bench(monkeypatch):
     argv = ["bench", "--device", "gpu", "--sizes", "1", "32", "--repeat", "1000",
             "--backends", "numba"]
     args, _ = _bench_args(monkeypatch, argv)
-    assert (args.device, args.sizes, args.repeat, args.backends) == ("gpu", [1, 32], 1000, ["numba"])
+    assert (args.device, args.sizes, args.repeat, args.backends) == \
+        ("gpu", [1, 32], 1000, ["numba"])
     assert args.argv == argv  # not the test runner's own sys.argv
     args, _ = _bench_args(monkeypatch, ["bench", "--repeat", "1"])
     assert args.repeat == 1
@@ -446,7 +447,8 @@ def demo_sections(monkeypatch, tmp_path):
     mod = types.ModuleType("zorch_nb_test_demo_section")
     mod.run = lambda backend, out: (ran.append(backend), out("section ran"))
     monkeypatch.setitem(sys.modules, mod.__name__, mod)
-    (tmp_path / "zorch_nb_test_demo_needs_dep.py").write_text("import zorch_nb_no_such_dependency\n")
+    (tmp_path / "zorch_nb_test_demo_needs_dep.py").write_text(
+        "import zorch_nb_no_such_dependency\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     sections = [("Recorded", mod.__name__), ("Absent", "zorch_nb_test_no_such_section")]
     monkeypatch.setattr(cli, "DEMO_SECTIONS", tuple(sections))

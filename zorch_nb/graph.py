@@ -1015,8 +1015,9 @@ class Context:
 
         Values, not Montgomery words: the field ops' words (``F.mul`` results)
         go through :meth:`~zorch_nb.fields.PrimeField.decode` first, or they
-        are read as the integers they spell.  ``reduce=True`` reduces any integer (negative or ``>= p``) modulo ``p``
-        instead of raising, as in :meth:`~zorch_nb.fields.PrimeField.encode`.
+        are read as the integers they spell.  ``reduce=True`` reduces any
+        integer (negative or ``>= p``) modulo ``p`` instead of raising, as in
+        :meth:`~zorch_nb.fields.PrimeField.encode`.
         """
         try:
             shape = tuple(int(d) for d in np.shape(ints))

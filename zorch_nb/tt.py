@@ -76,7 +76,8 @@ from .tt_masks import UT3Masks, kernel_cache_clear, kernel_cache_info
 from .tt_ops import (
     NORM_METHODS, ORTHOGONALIZE_KINDS, TrainOverflowError, _alpha_array, _t3_check,
     _train_list, t3_from_dense, t3_to_dense, ut3_add, ut3_apply, ut3_apply_masks, ut3_check,
-    ut3_compact, ut3_entries, ut3_from_t3, ut3_hadamard, ut3_inner, ut3_load, ut3_neg, ut3_norm, ut3_orthogonalize, ut3_reverse,
+    ut3_compact, ut3_entries, ut3_from_t3, ut3_hadamard, ut3_inner, ut3_load, ut3_neg,
+    ut3_norm, ut3_orthogonalize, ut3_reverse,
     ut3_save, ut3_scale, ut3_squash_tails, ut3_stack, ut3_sub, ut3_svd, ut3_to_dense, ut3_to_t3,
     ut3_unstack,
 )
@@ -85,8 +86,8 @@ __all__ = [
     "TuckerTensorTrain", "UniformTuckerTensorTrain", "UT3Masks", "kernel_cache_info",
     "kernel_cache_clear", "ORTHOGONALIZE_KINDS", "NORM_METHODS", "TrainOverflowError",
     "t3_from_dense", "t3_to_dense", "ut3_add", "ut3_apply",
-    "ut3_apply_masks", "ut3_check", "ut3_compact", "ut3_entries", "ut3_from_t3", "ut3_hadamard", "ut3_inner",
-    "ut3_load", "ut3_neg", "ut3_norm", "ut3_orthogonalize", "ut3_reverse", "ut3_save", "ut3_scale",
+    "ut3_apply_masks", "ut3_check", "ut3_compact", "ut3_entries", "ut3_from_t3",
+    "ut3_hadamard", "ut3_inner", "ut3_load", "ut3_neg", "ut3_norm", "ut3_orthogonalize", "ut3_reverse", "ut3_save", "ut3_scale",
     "ut3_squash_tails", "ut3_stack", "ut3_sub", "ut3_svd", "ut3_to_dense", "ut3_to_t3",
     "ut3_unstack",
 ]
