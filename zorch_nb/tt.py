@@ -59,8 +59,9 @@ Backends:
   ``orthogonalize``, and their entry (each reads back one bool, whether
   its matrix is finite: LAPACK's SVD never returns on inf, and a NaN would
   spread silently), ``hadamard`` and scaling (one bool each, whether a
-  product of finite cores left the range: then the cores are recomputed
-  power-of-two scaled, the scale spread over the TT cores),
+  product of the cores could leave the range, read off their largest
+  entries: then the products are taken of power-of-two scaled cores, the
+  scale spread over the TT cores),
   ``entries`` with CuPy ``indices`` (bounds-checked on the host), ``save``,
   and ``TuckerTensorTrain.from_dense`` (its ranks depend on singular values).
 

@@ -1108,9 +1108,10 @@ def _alpha_array(alpha):
 def ut3_scale(data, alpha):
     """Multiply the train by ``alpha`` (a real scalar or an array broadcastable
     to the stack shape); the first TT core carries the factor.  Where that
-    core would leave the dtype's range with finite entries and a finite
-    factor, the scale is spread evenly over the TT cores instead (powers of
-    two, exact): inf only where the tensor's own entries overflow."""
+    core could leave the dtype's range (its largest entry's exponent and the
+    factor's add up past the dtype's), the scale is spread evenly over the
+    TT cores instead (powers of two, exact): inf only where the tensor's own
+    entries overflow."""
     p = _parts(data)
     xp = p.xp
     U, G = _masked(p)
@@ -1134,19 +1135,17 @@ def ut3_scale(data, alpha):
             raise ValueError(
                 f"Argument `alpha` must be a scalar or broadcast to the stack shape {p.stack}, not shape {a.shape}."
             ) from None
-    with np.errstate(over="ignore", invalid="ignore"):  # (checked next: no false alarm)
-        G0 = G[0] * a[:, None, None, None]
-    if _overflowed_from_finite(xp, (G0,), (G[0], a)):
-        # the factor and the first core past the range together (a float32
-        # train of norm 1e20 in one core, times 1e20): the scaled train's
-        # mantissas, the exponents spread evenly over the TT cores
+    if _may_overflow(xp, G.dtype, _exponents(xp, G[:1])[0], _exponents(xp, a[None, :, None])[0]):
+        # the factor and the first core could pass the range together (a
+        # float32 train of norm 1e20 in one core, times 1e20): the scaled
+        # train's mantissas, the exponents spread evenly over the TT cores
         ps, e = _power_scaled(p)
         m, ea = xp.frexp(a)
         U, G = ps.U, ps.G  # (the Tucker cores' scale is in e too)
         G[0] *= m[:, None, None, None]
         _spread(xp, G, e + ea)
     else:
-        G[0] = G0
+        G[0] *= a[:, None, None, None]
     return _pack(xp, U, G, p.shape, p.mk, p.mt, p.stack)
 
 
@@ -1168,7 +1167,8 @@ def ut3_hadamard(x, y):
     the same way.  Same requirements as :func:`ut3_add`; the padded ranks
     multiply (``nx ny``, ``rx ry``), and the same ``ValueError`` refuses,
     before any allocation, a result too large to allocate.  Where a product
-    of finite cores leaves the dtype's range, the products of the cores
+    of two cores could leave the dtype's range (the exponents of their
+    largest entries add up past the dtype's), the products of the cores
     scaled by powers of two are taken and the scale spread evenly over the TT
     cores: inf only where the tensor's own entries overflow.
     """
@@ -1187,24 +1187,34 @@ def ut3_hadamard(x, y):
         G = xp.einsum("dsajb,dscke->dsacjkbe", Gx, Gy).reshape(d, S, r, n, r)
         return U, G
 
-    with np.errstate(over="ignore", invalid="ignore"):  # (checked next: no false alarm)
-        U, G = kron(Ux, Gx, Uy, Gy)
-    if _overflowed_from_finite(xp, (U, G), (Ux, Gx, Uy, Gy)):
-        # a core product past the range (x * 1e160 squared; a float32 train
-        # whose norm, in its last core after an svd, passes 2**64): the
+    dt = np.result_type(Ux.dtype, Uy.dtype)
+    if _may_overflow(xp, dt, _exponents(xp, Ux, dt), _exponents(xp, Uy, dt),
+                     _exponents(xp, Gx, dt), _exponents(xp, Gy, dt)):
+        # a core product could pass the range (x * 1e160 squared; a float32
+        # train whose norm, in its last core after an svd, passes 2**64): the
         # products of power-of-two scaled cores, the scale spread evenly
         # over the TT cores -- inf only where the tensor itself overflows
         (ps, ep), (qs, eq) = _power_scaled(p), _power_scaled(q)
         U, G = kron(ps.U, ps.G, qs.U, qs.G)
         _spread(xp, G, ep + eq)
+    else:
+        U, G = kron(Ux, Gx, Uy, Gy)
     return _pack(xp, U, G, p.shape, _pair_mask(p.mk, q.mk), _pair_mask(p.mt, q.mt), p.stack)
 
 
-def _overflowed_from_finite(xp, results, inputs) -> bool:
-    """Whether ``results`` hold inf or NaN though every one of the (masked)
-    ``inputs`` is finite: a product left the dtype's range (one bool read back
-    on CuPy, twice where it did).  A non-finite input's results are its own."""
-    return not _finite(xp, *results) and _finite(xp, *inputs)
+def _may_overflow(xp, dtype, *exponents) -> bool:
+    """Whether an entrywise product of two cores could pass ``dtype``'s range:
+    ``exponents`` are pairs ``(ex, ey)`` of ``frexp`` exponents (``(d, S)``,
+    :func:`_exponents`) of the largest entries of the cores multiplied, and a
+    product of entries below ``2**ex`` and ``2**ey`` is below
+    ``2**(ex + ey)`` (one bool read back on CuPy).  Read off the inputs: no
+    pass over the product.  A non-finite core counts as 0: its products are
+    its own."""
+    limit = np.finfo(dtype).maxexp
+    hits = [(ex + ey >= limit).any() for ex, ey in zip(exponents[::2], exponents[1::2])]
+    for h in hits[1:]:  # (combined where they live: one read back)
+        hits[0] = hits[0] | h
+    return bool(hits[0])
 
 
 def _spread(xp, G, e):
