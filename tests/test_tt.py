@@ -765,6 +765,10 @@ def test_compact_puts_live_slots_first_and_cuts_the_padding(xy, path):
             t.compact(r=r - 1)
         with pytest.raises(TypeError, match="`r` must be an int, not float"):
             t.compact(r=float(r))
+        # growth is checked as from_t3's padding is, before any allocation
+        with pytest.raises(ValueError, match="the result of `ut3_compact` has supercores .* "
+                                             "too large to allocate; ask for smaller `n`, `r`"):
+            t.compact(r=2**20)
 
 
 def test_an_optimizer_loop_that_compacts_compiles_once(rng):

@@ -88,7 +88,8 @@ __all__ = [
     "kernel_cache_clear", "ORTHOGONALIZE_KINDS", "NORM_METHODS", "TrainOverflowError",
     "t3_from_dense", "t3_to_dense", "ut3_add", "ut3_apply",
     "ut3_apply_masks", "ut3_check", "ut3_compact", "ut3_entries", "ut3_from_t3",
-    "ut3_hadamard", "ut3_inner", "ut3_load", "ut3_neg", "ut3_norm", "ut3_orthogonalize", "ut3_reverse", "ut3_save", "ut3_scale",
+    "ut3_hadamard", "ut3_inner", "ut3_load", "ut3_neg", "ut3_norm", "ut3_orthogonalize",
+    "ut3_reverse", "ut3_save", "ut3_scale",
     "ut3_squash_tails", "ut3_stack", "ut3_sub", "ut3_svd", "ut3_to_dense", "ut3_to_t3",
     "ut3_unstack",
 ]

@@ -924,7 +924,9 @@ def ut3_compact(data, n=None, r=None):
     Raises
     ------
     ValueError
-        If ``n`` or ``r`` is below the largest live rank (or below 1).
+        If ``n`` or ``r`` is below the largest live rank (or below 1), or,
+        before any allocation, if the padded supercores would be too large
+        to allocate.
     """
     p = _parts(data)
     xp = p.xp
@@ -944,6 +946,9 @@ def ut3_compact(data, n=None, r=None):
                              f"not {value}.")
         sizes.append(int(value))
     n2, r2 = sizes
+    _check_result_size(xp, "ut3_compact", [(p.d,) + p.stack + (n2, p.N),
+                                           (p.d,) + p.stack + (r2, n2, r2)],
+                       p.U.dtype.itemsize, "ask for smaller `n`, `r`")
     # live slots first, in order (a stable sort of the dead-slot flags)
     ok = np.argsort(~p.mk, axis=-1, kind="stable")[..., :n2]  # (d, S, <= n2)
     ot = np.argsort(~p.mt, axis=-1, kind="stable")[..., :r2]  # (d + 1, S, <= r2)
