@@ -1545,6 +1545,12 @@ class _FieldBase:
         point : uint32 words, ``nv`` elements, base ``(nv,)`` or (extension field) ``(nv, 4)``
         out : array of shape ``(2**nv,)`` (base field) or ``(2**nv, 4)``, optional
         backend : {None, "cpu", "cupy", "numba"}, optional
+
+        Returns
+        -------
+        uint32 array of Montgomery words: a new ``(2**nv,)`` array on the base
+        field, ``(2**nv, 4)`` on the extension (a base ``point`` included), on
+        the point's device; ``out`` itself when given.
         """
         self._mle_point(point, "eq_table")
         nv = point.shape[0]

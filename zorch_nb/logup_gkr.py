@@ -274,7 +274,8 @@ class GkrLayer(_Layer):
     ------
     TypeError
         Non-uint32 data, non-array data, arrays from different modules, a
-        field that is not a PrimeField.
+        field that is not a PrimeField, a ``num_batch_variables`` that is not
+        an integer (a bool included).
     ValueError
         Different lengths, a length that is not a power of two, a wrong
         trailing axis, mixed fields inside a pair, ``num_batch_variables`` out

@@ -376,7 +376,12 @@ class UniformTuckerTensorTrain:
     __rmul__ = __mul__
 
     def __truediv__(self, alpha):
-        """``x / alpha``: ``x * (1 / alpha)`` for a scalar or per-stack array ``alpha``."""
+        """``x / alpha``: ``x * (1 / alpha)`` for a scalar or per-stack array ``alpha``.
+
+        Dividing by 0 (as multiplying by inf) puts the infinite factor on one
+        TT core, so an entry the dense ``x.to_dense() / 0`` would give as
+        +-inf comes out NaN wherever the train's sum mixes terms of both
+        signs (or a zero factor)."""
         if isinstance(alpha, UniformTuckerTensorTrain):
             raise TypeError("`/` divides a train by a scalar; trains do not divide elementwise.")
         if isinstance(alpha, (list, tuple)):  # per-stack factors, as `*` takes them

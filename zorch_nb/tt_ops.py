@@ -1116,7 +1116,9 @@ def ut3_scale(data, alpha):
     core could leave the dtype's range (its largest entry's exponent and the
     factor's add up past the dtype's), the scale is spread evenly over the
     TT cores instead (powers of two, exact): inf only where the tensor's own
-    entries overflow."""
+    entries overflow.  A non-finite ``alpha`` (inf, or ``1 / 0`` from ``x /
+    0``) stays on the first TT core: the contraction then gives NaN, not
+    +-inf, where it adds terms of opposite sign or multiplies inf by 0."""
     p = _parts(data)
     xp = p.xp
     U, G = _masked(p)
