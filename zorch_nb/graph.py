@@ -189,7 +189,7 @@ class Handle:
                              f"the view {list(self.shape)}, not {list(shape)}")
         return Handle(self._ctx, self.buffer_id, shape,
                       reshape_view(self._view, self.shape, shape),
-                      _extended(self._history, "reshape", shape))
+                      _extended(self._history, "reshape", shape, self.shape))
 
     def transpose(self, *axes) -> "Handle":
         """View with axes permuted (default: reversed), like ``numpy.transpose``."""
@@ -207,7 +207,7 @@ class Handle:
         axes = norm
         return Handle(self._ctx, self.buffer_id, tuple(self.shape[a] for a in axes),
                       transpose_view(self._view, axes),
-                      _extended(self._history, "transpose", axes))
+                      _extended(self._history, "transpose", axes, self.shape))
 
     @property
     def T(self) -> "Handle":
@@ -238,21 +238,32 @@ class Handle:
         return f"<zorch_nb graph handle: buffer {self.buffer_id}, shape {list(self.shape)}>"
 
 
-def _extended(history: tuple, op: str, arg: tuple) -> tuple:
-    """``history`` followed by the view step ``(op, arg)``, folded into its last
-    step where they compose: a reshape of a reshape is one reshape (both act
-    on the row-major order), a transpose of a transpose one transpose, and
-    the identity transpose is no step.  Each handle holds its whole history,
-    so alternating reshape(2, 4) and reshape(8) 21,000 times took 12 s and
-    1.8 GB; folded, a history is as long as its alternations of the two."""
+def _history_shape(history: tuple) -> tuple:
+    """The shape a view history ends in (its first step is a reshape)."""
+    shape = ()
+    for op, arg in history:
+        shape = arg if op == "reshape" else tuple(shape[a] for a in arg)
+    return shape
+
+
+def _extended(history: tuple, op: str, arg: tuple, shape: tuple) -> tuple:
+    """``history`` (ending in ``shape``) followed by the view step ``(op,
+    arg)``, folded into its last step where they compose: a reshape of a
+    reshape is one reshape (both act on the row-major order), a transpose of
+    a transpose one transpose, and an identity step -- a reshape to the shape
+    it starts from, the identity transpose -- is no step.  Each handle holds
+    its whole history, so alternating reshape(2, 4) and reshape(8) 21,000
+    times took 12 s and 1.8 GB, and ``h = h.T.reshape(4, 4)`` 32,000 times
+    12 s; folded, a history is as long as its alternations of the two."""
     last_op, last_arg = history[-1] if history else (None, None)
-    if op == "transpose" and arg == tuple(range(len(arg))):
+    if arg == (tuple(range(len(arg))) if op == "transpose" else shape):
         return history
     if op == last_op == "reshape" and len(history) > 1 or op == last_op == "transpose":
         # (the first step, the buffer's own shape, stays)
         arg = arg if op == "reshape" else tuple(last_arg[a] for a in arg)
         history = history[:-1]
-        if op == "transpose" and arg == tuple(range(len(arg))):
+        if arg == (tuple(range(len(arg))) if op == "transpose"
+                   else _history_shape(history)):
             return history
     return history + ((op, arg),)
 
