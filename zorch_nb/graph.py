@@ -238,6 +238,16 @@ class Handle:
         return f"<zorch_nb graph handle: buffer {self.buffer_id}, shape {list(self.shape)}>"
 
 
+def _call_list(calls) -> str:
+    """Call indices for a message: all of a few, the ends of many (a clash on a
+    buffer 5,000 calls read listed all 5,000)."""
+    calls = list(calls)
+    if len(calls) <= 8:
+        return str(calls)
+    return (f"[{', '.join(map(str, calls[:3]))}, ..., {', '.join(map(str, calls[-2:]))}] "
+            f"({len(calls)} calls)")
+
+
 def _history_shape(history: tuple) -> tuple:
     """The shape a view history ends in (its first step is a reshape)."""
     shape = ()
@@ -282,6 +292,7 @@ class _Buffer:
         # into this buffer (parallel operand or output): kept up to date call
         # by call, so a call that would make the graph impossible is refused.
         self.fixed = points
+        self.fixed_by = None  # the call whose recording last changed `fixed` (for errors)
         self.calls = []  # ascending; appended to (a rollback truncates it)
 
 
@@ -1181,25 +1192,28 @@ class Context:
         # split points no recorded call asked for, would break every later graph.
         for j, buf in enumerate(new_buffers):
             buf.fixed = fixed.get(first + j, buf.points)
+            buf.fixed_by = call_index if first + j in fixed else None
             buf.calls = [call_index]
         parallel = {op.buffer_id for op in operands if not op.broadcast}
         touched = sorted(b for b in parallel | set(fixed) if b < first)
         saved = [(self._buffers[bid], self._buffers[bid].points, self._buffers[bid].uses,
-                  self._buffers[bid].fixed, len(self._buffers[bid].calls))
+                  self._buffers[bid].fixed, self._buffers[bid].fixed_by,
+                  len(self._buffers[bid].calls))
                  for bid in sorted(set(layouts) | set(touched))]
         try:
             for bid, (points, uses) in layouts.items():
                 self._buffers[bid].points, self._buffers[bid].uses = points, uses
             for bid in touched:
                 buf = self._buffers[bid]
-                buf.fixed = fixed.get(bid, buf.fixed)
+                if bid in fixed and list(fixed[bid]) != list(buf.fixed):
+                    buf.fixed, buf.fixed_by = fixed[bid], call_index
                 if bid in parallel and (not buf.calls or buf.calls[-1] != call_index):
                     buf.calls.append(call_index)  # O(1): calls come in ascending order
             self._buffers.extend(new_buffers)
             self._calls.append(call)
         except BaseException:
-            for buf, points, uses, fixed_points, ncalls in saved:
-                buf.points, buf.uses, buf.fixed = points, uses, fixed_points
+            for buf, points, uses, fixed_points, fixed_by, ncalls in saved:
+                buf.points, buf.uses, buf.fixed, buf.fixed_by = points, uses, fixed_points, fixed_by
                 del buf.calls[ncalls:]
             del self._buffers[first:], self._calls[call_index:]
             raise
@@ -1237,11 +1251,16 @@ class Context:
             bid = op.buffer_id
             merged = merge_points(over[bid], pending[bid])
             if merged is None:
-                by = list(self._buffers[bid].calls)
+                buf = self._buffers[bid]
+                origin = ""
+                if bid < first and buf.fixed_by is not None and list(buf.fixed) == list(over[bid]):
+                    k = buf.fixed_by  # (over[bid] may hold this call's own refinement)
+                    origin = f", last refined by call {k} (kernel `{self._calls[k].kernel.ir.name}`)"
                 raise ValueError(f"illegal shape operation: buffer {bid} used as "
                                  f"{_describe(op)} clashes with the layout the recorded calls "
-                                 f"fixed for it (split points {list(over[bid])}"
-                                 + (f", through calls {by}" if by else "")
+                                 f"fixed for it (split points {list(over[bid])}{origin}"
+                                 + (f", through calls {_call_list(buf.calls)}" if buf.calls
+                                    else "")
                                  + "); the call was not recorded")
             if list(merged) != list(over[bid]):
                 over[bid] = merged
