@@ -48,6 +48,9 @@ def _check_count(v, name, least=1):
         raise ValueError(f"Argument `{name}` must be at least {least}, not {v}")
 
 
+_PLAIN_INT = {int}
+
+
 def _check_shape(shape, name="shape"):
     """A tuple of the positive integer sizes ``shape`` holds (a layout has no
     empty axis: a 0 made split points that divide by zero)."""
@@ -56,6 +59,11 @@ def _check_shape(shape, name="shape"):
     except TypeError:
         raise TypeError(f"Argument `{name}` must be a sequence of sizes, not "
                         f"{type(shape).__name__}") from None
+    # The recorder checks its own shapes and points on every propagation step
+    # (a third of recording a call went here): plain positive ints, the usual
+    # case, pass without naming each element.
+    if not dims or set(map(type, dims)) == _PLAIN_INT and min(dims) >= 1:
+        return dims
     for k, d in enumerate(dims):
         _check_count(d, f"{name}[{k}]")
     return tuple(int(d) for d in dims)
