@@ -323,6 +323,29 @@ def test_replay_in_a_new_process_loads_the_compiled_evaluators(tmp_path):
     assert len(list((tmp_path / "zc").glob("graph-evaluators-*/zorch_graph_*.py"))) == 2
 
 
+def test_padded_lengths_are_made_once_per_graph(monkeypatch):
+    """Each replay asked for ``padded_lengths`` twice, walking every buffer's
+    points each time (a quarter of a 10,000-call replay); a graph is
+    immutable, so they are made once.  Its pickle makes them again, equal."""
+    import zorch_nb.graph as graph_module
+
+    ctx = Context()
+    x = ctx.copy_to_device(np.arange(6).reshape(3, 2))
+    (o,) = ctx.call_kernel(add_2, 3, x)
+    g = ctx.generate_computation_graph([x], [o])
+    (first,), _ = run_computation_graph(g, [np.arange(6).reshape(3, 2)])
+    walked = []
+    original = graph_module.padded_dims
+    monkeypatch.setattr(graph_module, "padded_dims",
+                        lambda dims: walked.append(dims) or original(dims))
+    for _ in range(3):
+        (again,), _ = run_computation_graph(g, [np.arange(6).reshape(3, 2)])
+    assert again.tolist() == first.tolist() and walked == []
+    assert g.padded_lengths is g.padded_lengths
+    copied = copy.deepcopy(g)
+    assert copied.padded_lengths == g.padded_lengths == (8, 4) and len(walked) == 2
+
+
 def test_a_replay_encodes_each_kernels_constants_once(monkeypatch):
     """A replay of many small calls encoded the same constants once per call
     (with padded_lengths' np.prod, 60% of a 1000-call replay's time)."""

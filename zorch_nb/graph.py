@@ -494,7 +494,13 @@ class ComputationGraph:
     @property
     def padded_lengths(self) -> tuple:
         """Length of every padded buffer (a power of two)."""
-        return tuple(math.prod(padded_dims(dims_of(p))) for p in self.buffer_points)
+        # Made once per graph (it is immutable): each replay asked twice, and
+        # walking every buffer's points was a quarter of a 10,000-call replay.
+        lengths = getattr(self, "_padded_lengths", None)
+        if lengths is None:
+            lengths = tuple(math.prod(padded_dims(dims_of(p))) for p in self.buffer_points)
+            object.__setattr__(self, "_padded_lengths", lengths)
+        return lengths
 
     def sources(self, index: int) -> tuple:
         """``(python_source, cuda_source, name)`` of compiled kernel ``index``."""
