@@ -177,6 +177,9 @@ def check_cupy_replay_is_byte_identical_to_cpu(field):
     for a, b in zip(outs_cpu + pad_cpu, outs_gpu + pad_gpu):
         assert a.tobytes() == b.tobytes()
     assert com_cpu == com_gpu
+    # without commitments each device buffer is freed after its last reader
+    lean, none = run_computation_graph(g, ins, backend="cupy", commitments=False)
+    assert none is None and all(a.tobytes() == b.tobytes() for a, b in zip(outs_cpu, lean))
 
 
 def check_cupy_context_records_and_replays_the_reference_program():

@@ -383,3 +383,50 @@ def test_a_memo_drops_its_least_recently_used_entry():
     assert memo.get_or_make("c", make("c")) == "c"  # "b" was used least recently
     assert list(memo) == ["a", "c"]
     assert memo.get_or_make("b", make("b2")) == "b2" and list(memo) == ["c", "b"]
+
+
+@kernel
+def square_plus_1(x: In[()], out: Out[()]):
+    out[()] = x[()] * x[()] + 1
+
+
+def test_replay_without_commitments_frees_each_buffer_after_its_last_read(monkeypatch):
+    """A replay kept every buffer for the commitments, so its memory grew with
+    the number of calls (64 calls on 2 MiB buffers: 134 MiB), and hashing was
+    90% of its time.  ``commitments=False`` hashes nothing and frees each
+    buffer after its last reader; outputs (and ``padded``) are unchanged, and
+    the memory guard counts the buffers alive at once."""
+    n, calls = 1 << 15, 24
+    ctx = Context()
+    x = h = ctx.copy_to_device(np.arange(n))
+    kept = []
+    for k in range(calls):
+        (h,) = ctx.call_kernel(square_plus_1, n, h)
+        if k == 5:
+            kept.append(h)  # an output in the middle stays alive to the end
+    g = ctx.generate_computation_graph([x], kept + [h])
+    new = np.arange(n) + 3
+    full = run_computation_graph(g, [new])
+    pk_full, _ = peak_bytes(lambda: run_computation_graph(g, [new]))
+    pk_lean, lean = peak_bytes(lambda: run_computation_graph(g, [new], commitments=False))
+    assert lean[1] is None and len(full[1]) == len(g.commitments) == calls + 1
+    for a, b in zip(lean[0], full[0]):
+        np.testing.assert_array_equal(a, b)
+    want = new.astype(object)
+    for _ in range(calls):
+        want = (want * want + 1) % KoalaBear.p
+    np.testing.assert_array_equal(lean[0][1].astype(object), want)
+    words = 4 * n
+    assert pk_full > calls * words  # every buffer alive
+    assert pk_lean < 6 * words  # input, two outputs, a call's in and out (+ decoding)
+    padded = run_computation_graph(g, [new], padded=True, commitments=False)
+    assert padded[1] is None and len(padded[2]) == calls + 1
+    np.testing.assert_array_equal(padded[2][-1], full[0][1])
+    # the guard: enough memory for the lean replay, not for every buffer
+    monkeypatch.setattr(G._backend, "physical_memory", lambda: 8 * words)
+    with pytest.raises(MemoryError, match="padded buffers"):
+        run_computation_graph(g, [new])
+    (a, b), none = run_computation_graph(g, [new], commitments=False)
+    assert none is None and (b == full[0][1]).all()
+    with pytest.raises(TypeError, match="Argument `commitments` must be True or False"):
+        run_computation_graph(g, [new], commitments="no")

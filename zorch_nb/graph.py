@@ -1723,19 +1723,56 @@ def _first_difference(g: ComputationGraph, h: ComputationGraph):
     return None
 
 
-def _check_host_memory(graph: ComputationGraph, padded: bool) -> None:
+def _dropped_after(graph: ComputationGraph) -> list:
+    """``drop[k]``: the buffers no later call reads and no output is, freed after
+    call ``k`` (``drop[-1]``: inputs and constants no call reads) when a replay
+    keeps no commitments."""
+    last = {}
+    for ti, t in enumerate(graph.templates):
+        for b in t.inputs:
+            last[b] = ti
+        for b in t.outputs:
+            last.setdefault(b, ti)  # (written, never read: dropped at once)
+    kept = {b for b, _ in graph.outputs}
+    drop = [[] for _ in range(len(graph.templates) + 1)]
+    for b in [b for b, _ in graph.inputs] + [b for b, _ in graph.constants]:
+        if b not in last and b not in kept:
+            drop[-1].append(b)
+    for b in kept:
+        last.pop(b, None)
+    for b, ti in last.items():
+        drop[ti].append(b)
+    return drop
+
+
+def _live_words(graph: ComputationGraph, drop) -> int:
+    """The most padded words a replay that frees ``drop`` holds at once."""
+    lengths = graph.padded_lengths
+    placed = {b for b, _ in graph.inputs} | {b for b, _ in graph.constants}
+    live = sum(lengths[b] for b in placed)
+    peak = live
+    live -= sum(lengths[b] for b in drop[-1])
+    for t, gone in zip(graph.templates, drop):
+        live += sum(lengths[b] for b in t.outputs)
+        peak = max(peak, live)
+        live -= sum(lengths[b] for b in gone)
+    return peak
+
+
+def _check_host_memory(graph: ComputationGraph, padded: bool, drop=None) -> None:
     """``MemoryError`` up front when a replay cannot fit: a graph file may
     declare buffers of up to 2**40 words, and list one buffer as an output any
     number of times, which an overcommitting OS would grant and then kill the
-    process filling.  Counted in words: every padded buffer (all stay alive;
-    device buffers hashed on the host come there for their commitments),
-    every output's decoded values, and the largest of what lives for a
-    moment beside them (one output's copy, one call's assertion flags) or,
-    with ``padded``, the decoded padded buffers."""
+    process filling.  Counted in words: every padded buffer (all stay alive
+    unless ``drop`` frees them; device buffers hashed on the host come there
+    for their commitments), every output's decoded values, and the largest of
+    what lives for a moment beside them (one output's copy, one call's
+    assertion flags) or, with ``padded``, the decoded padded buffers."""
     lengths = graph.padded_lengths
     outputs = [graph.buffer_points[b][-1] for b, _ in graph.outputs]
     passing = max(outputs + [t.padded_parallel for t in graph.templates], default=0)
-    need = 4 * (sum(lengths) + sum(outputs) + max(passing, sum(lengths) if padded else 0))
+    held = sum(lengths) if drop is None else _live_words(graph, drop)
+    need = 4 * (held + sum(outputs) + max(passing, sum(lengths) if padded else 0))
     have = _backend.physical_memory()
     if have is not None and need > have:
         raise MemoryError(f"replaying this graph needs {need / 2**30:.1f} GiB for its "
@@ -1744,7 +1781,8 @@ def _check_host_memory(graph: ComputationGraph, padded: bool) -> None:
 
 
 def run_computation_graph(graph: ComputationGraph, inputs, backend=None, *,
-                          padded: bool = False, reduce: bool = False) -> tuple:
+                          padded: bool = False, reduce: bool = False,
+                          commitments: bool = True) -> tuple:
     """Evaluate a saved graph on new inputs, without the program that made it.
 
     Parameters
@@ -1764,6 +1802,11 @@ def run_computation_graph(graph: ComputationGraph, inputs, backend=None, *,
         Reduce any integer input (negative or ``>= p``) modulo ``p``, as
         :meth:`Context.copy_to_device` does; by default such a value is a
         ValueError naming its input and index.
+    commitments : bool, optional
+        Hash every padded buffer (the default).  ``False`` skips the hashing
+        (most of a replay's time on large buffers) and, unless ``padded``,
+        frees each buffer after the last call that reads it: memory then
+        grows with the buffers alive at once, not with the number of calls.
 
     Returns
     -------
@@ -1771,7 +1814,8 @@ def run_computation_graph(graph: ComputationGraph, inputs, backend=None, *,
         ``outputs``: NumPy uint32 arrays of canonical values, one per graph
         output in its view shape; ``commitments``: the Merkle root (bytes) of
         every padded buffer of this run, over its Montgomery words (encode
-        the ``padded`` values to check one).
+        the ``padded`` values to check one), or ``None`` under
+        ``commitments=False``.
 
     Raises
     ------
@@ -1786,7 +1830,7 @@ def run_computation_graph(graph: ComputationGraph, inputs, backend=None, *,
         raise TypeError(f"Argument `graph` must be a ComputationGraph, not "
                         f"{type(graph).__name__}")
     graph._checked()
-    for name, flag in (("reduce", reduce), ("padded", padded)):
+    for name, flag in (("reduce", reduce), ("padded", padded), ("commitments", commitments)):
         if not isinstance(flag, (bool, np.bool_)):
             raise TypeError(f"Argument `{name}` must be True or False, not {flag!r}")
     backend = _check_backend(backend)
@@ -1809,7 +1853,8 @@ def run_computation_graph(graph: ComputationGraph, inputs, backend=None, *,
                          f"graph input), not {len(inputs)}")
     points = graph.buffer_points
     lengths = graph.padded_lengths
-    _check_host_memory(graph, bool(padded))
+    drop = None if commitments or padded else _dropped_after(graph)
+    _check_host_memory(graph, bool(padded), drop)
     bufs: list = [None] * len(points)
 
     def place(bid, history, values, name, reduce=False):
@@ -1842,6 +1887,8 @@ def run_computation_graph(graph: ComputationGraph, inputs, backend=None, *,
         place(bid, history, values, f"inputs[{k}]", bool(reduce))
     for bid, values in graph.constants:
         place(bid, (("reshape", (points[bid][-1],)),), values, f"constant {bid}")
+    for b in drop[-1] if drop else ():
+        bufs[b] = None
     for ti, t in enumerate(graph.templates):
         ck = graph.compiled_kernels[t.compiled]
         outs = [xp.empty(lengths[b], dtype=np.uint32) for b in t.outputs]
@@ -1849,14 +1896,18 @@ def run_computation_graph(graph: ComputationGraph, inputs, backend=None, *,
                       t, ti, [bufs[b] for b in t.inputs], outs, points[t.outputs[0]])
         for b, o in zip(t.outputs, outs):
             bufs[b] = o
+        del outs
+        for b in drop[ti] if drop else ():
+            bufs[b] = None
     results = []
     for bid, history in graph.outputs:
         words = apply_history(unpad(bufs[bid], points[bid]), history)
         results.append(_to_host(F.decode(words.copy())))
-    commitments = tuple(merkle_root(b) for b in bufs)  # (device buffers hashed there)
+    # (device buffers are hashed there)
+    roots = tuple(merkle_root(b) for b in bufs) if commitments else None
     if padded:
         host = [_to_host(b) for b in bufs]
         exported = tuple(F.decode(b).reshape(padded_dims(dims_of(pts)))
                          for b, pts in zip(host, points))
-        return tuple(results), commitments, exported
-    return tuple(results), commitments
+        return tuple(results), roots, exported
+    return tuple(results), roots
