@@ -1290,8 +1290,8 @@ def test_view_histories_fold_and_keep_numpy_semantics():
     """Each handle held its whole view history: alternating reshape(2, 4) and
     reshape(8) 21,000 times took 12 s and 1.8 GB.  Reshapes of reshapes and
     transposes of transposes fold into one step (the identity transpose and a
-    reshape to the shape it starts from into none); random chains of both still give NumPy's views, eagerly and as
-    graph outputs replayed."""
+    reshape to the shape it starts from into none); random chains of both
+    still give NumPy's views, eagerly and as graph outputs replayed."""
     ctx = Context()
     h = a = ctx.copy_to_device(np.arange(8))
     for _ in range(1000):

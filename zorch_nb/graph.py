@@ -1261,7 +1261,8 @@ class Context:
                 origin = ""
                 if bid < first and buf.fixed_by is not None and list(buf.fixed) == list(over[bid]):
                     k = buf.fixed_by  # (over[bid] may hold this call's own refinement)
-                    origin = f", last refined by call {k} (kernel `{self._calls[k].kernel.ir.name}`)"
+                    origin = (f", last refined by call {k} "
+                              f"(kernel `{self._calls[k].kernel.ir.name}`)")
                 raise ValueError(f"illegal shape operation: buffer {bid} used as "
                                  f"{_describe(op)} clashes with the layout the recorded calls "
                                  f"fixed for it (split points {list(over[bid])}{origin}"
