@@ -293,6 +293,13 @@ def test_save_replaces_the_file_whole_and_refuses_descriptors(tmp_path, monkeypa
     buf = io.BytesIO()
     g.save(buf)
     assert buf.getvalue() == good and ComputationGraph.load(io.BytesIO(good)) == g
+    # a text-mode file: io's "write() argument must be str" / a UnicodeDecodeError
+    with open(tmp_path / "t.txt", "w") as fh, pytest.raises(TypeError, match=r"`path` must be "
+                                                            r".* binary mode \(open\(\.\.\., 'wb'\)"):
+        g.save(fh)
+    with open(tmp_path / "g.zgraph") as fh, pytest.raises(TypeError, match="'rb'"):
+        ComputationGraph.load(fh)
+    os.remove(tmp_path / "t.txt")
     g.save(os.fsencode(tmp_path / "b.zgraph"))
     assert ComputationGraph.load(str(tmp_path / "b.zgraph")) == g
     with pytest.raises(IsADirectoryError):
@@ -986,7 +993,7 @@ def test_what_a_file_cannot_hold_is_refused_before_replay_and_encoding():
             with pytest.raises(ValueError, match="invalid computation graph: .*" + re.escape(
                     match)):
                 what()
-    with pytest.raises(ValueError, match=r"constant buffer 2 holds \(1, 3\) values"):
+    with pytest.raises(ValueError, match=r"constant buffer 2 holds values of shape \(1, 3\)"):
         c = ctx.copy_to_device([1, 2, 3])
         (d,) = ctx.call_kernel(affine, 3, c)
         h = ctx.generate_computation_graph([a], [d])
@@ -2523,9 +2530,12 @@ def test_constants_must_be_canonical_and_fill_their_buffer_exactly():
                                 g.commitments)
 
     assert with_values([0, 1, 2, P - 1]).to_bytes()  # p - 1 is canonical
-    for v in ([0, 1, 2, P], [0, 1, 2, 3, 4], [0, 1, 2]):
-        with pytest.raises(ValueError, match=rf"constant buffer {bid} holds \({len(v)},\) "
-                                             "values or values >= p"):
+    with pytest.raises(ValueError, match=rf"constant buffer {bid} holds a word >= p "
+                                         rf"\({P}\), not canonical words"):
+        with_values([0, 1, 2, P]).to_bytes()
+    for v in ([0, 1, 2, 3, 4], [0, 1, 2]):  # (the message said "values or values >= p")
+        with pytest.raises(ValueError, match=rf"constant buffer {bid} holds values of shape "
+                                             rf"\({len(v)},\), not its 4 canonical words"):
             with_values(v).to_bytes()
 
 

@@ -36,6 +36,7 @@ import collections
 import contextlib
 import hashlib
 import heapq
+import io
 import itertools
 import math
 import operator
@@ -412,6 +413,14 @@ def _describe(op: _Operand) -> str:
     return f"{list(op.shape)} (transposed, over {list(op.view.base)})"
 
 
+def _check_binary_file(fh, mode: str) -> None:
+    """Refuse a text-mode file object (a graph is bytes: writing one failed
+    with io's "write() argument must be str", reading with a UnicodeDecodeError)."""
+    if isinstance(fh, io.TextIOBase):
+        raise TypeError(f"Argument `path` must be a file name or a file opened in binary mode "
+                        f"(open(..., {mode!r})), not a text file")
+
+
 class ComputationGraph:
     """A recorded program with its layouts; replay with :func:`run_computation_graph`.
 
@@ -538,6 +547,7 @@ class ComputationGraph:
         """
         data = self.to_bytes()
         if hasattr(path, "write") and not isinstance(path, (str, bytes, os.PathLike)):
+            _check_binary_file(path, "wb")
             path.write(data)
             return
         name = _file_name(path)
@@ -565,6 +575,7 @@ class ComputationGraph:
         """Read a graph written by :meth:`save` (checked as :meth:`from_bytes`)
         from a file name or an open binary file."""
         if hasattr(path, "read") and not isinstance(path, (str, bytes, os.PathLike)):
+            _check_binary_file(path, "rb")
             return cls.from_bytes(path.read())
         with open(_file_name(path), "rb") as fh:
             return cls.from_bytes(fh.read())

@@ -580,10 +580,12 @@ def validate(g) -> None:
     for bid, values in g.constants:
         if bid >= len(defined) or defined[bid]:
             _bad(f"constant buffer {bid} is out of range or defined twice")
-        if values.ndim != 1 or values.size != g.buffer_points[bid][-1] or (
-                values.size and values.max() >= p):
-            _bad(f"constant buffer {bid} holds {values.shape} values or values >= p, not "
-                 f"its {g.buffer_points[bid][-1]} canonical words in a row")
+        if values.ndim != 1 or values.size != g.buffer_points[bid][-1]:
+            _bad(f"constant buffer {bid} holds values of shape {values.shape}, not its "
+                 f"{g.buffer_points[bid][-1]} canonical words in a row")
+        if values.size and values.max() >= p:
+            _bad(f"constant buffer {bid} holds a word >= p ({int(values.max())}), not "
+                 f"canonical words")
         defined[bid] = True
     for ti, t in enumerate(g.templates):
         if t.compiled >= len(g.compiled_kernels) or \
