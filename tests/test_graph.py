@@ -294,8 +294,8 @@ def test_save_replaces_the_file_whole_and_refuses_descriptors(tmp_path, monkeypa
     g.save(buf)
     assert buf.getvalue() == good and ComputationGraph.load(io.BytesIO(good)) == g
     # a text-mode file: io's "write() argument must be str" / a UnicodeDecodeError
-    with open(tmp_path / "t.txt", "w") as fh, pytest.raises(TypeError, match=r"`path` must be "
-                                                            r".* binary mode \(open\(\.\.\., 'wb'\)"):
+    binary = r"`path` must be .* binary mode \(open\(\.\.\., 'wb'\)"
+    with open(tmp_path / "t.txt", "w") as fh, pytest.raises(TypeError, match=binary):
         g.save(fh)
     with open(tmp_path / "g.zgraph") as fh, pytest.raises(TypeError, match="'rb'"):
         ComputationGraph.load(fh)
