@@ -220,6 +220,67 @@ def test_small_call_path_matches_the_general_path(F, monkeypatch):
     np.testing.assert_array_equal(F.mul(a, a), plain(F, 2, {"a": a, "b": a}, None))
 
 
+@pytest.mark.parametrize("F", [K, K.ext], ids=["base", "ext"])
+def test_small_call_path_takes_out(F, monkeypatch):
+    """With ``out`` the small-call path was not taken: ``F.mul(a, b, out=o)``
+    of 8 elements took 23 us against 8 us without ``out``.  A plain ``out``
+    (disjoint from the operands, or exactly one of them, not for the
+    inverse) now takes it, with the general path's bytes; every other
+    ``out`` reaches the general path, which copies or names the error."""
+    shape = (3, 5) if F is K else (3, 5, 4)
+    n = 15
+    ops = [("add", 2), ("sub", 2), ("mul", 2), ("neg", 1), ("square", 1), ("inv", 1)]
+    calls = []
+    monkeypatch.setattr(fields._FieldBase, "_prepare",
+                        lambda self, *args, _p=fields._FieldBase._prepare:
+                        calls.append(1) or _p(self, *args))
+
+    def general(op, *args):
+        with monkeypatch.context() as m:
+            m.setattr(fields._FieldBase, "_map_plain", lambda *args: None)
+            return getattr(F, op)(*args)
+
+    for op, arity in ops:
+        a, b = F.random(n, seed=1).reshape(shape), F.random(n, seed=2).reshape(shape)
+        want = general(op, *(a, b)[:arity])
+        calls.clear()
+        o = np.empty(shape, np.uint32)
+        assert getattr(F, op)(*(a, b)[:arity], out=o) is o
+        np.testing.assert_array_equal(o, want, err_msg=op)
+        if op != "inv":  # in place on an operand: the kernel contract allows it
+            for k in range(arity):
+                xs = [x.copy() for x in (a, b)[:arity]]
+                assert getattr(F, op)(*xs, out=xs[k]) is xs[k]
+                np.testing.assert_array_equal(xs[k], want, err_msg=f"{op} out=operand {k}")
+        assert calls == [], op  # all of the above took the small-call path
+        # declined: the general path runs (and gives the same bytes)
+        buf = np.concatenate([a.reshape(-1), a.reshape(-1)])
+        shifted = buf[:a.size].reshape(shape)
+        later = buf[(4 if F is not K else 1):][:a.size].reshape(shape)  # overlaps `shifted`
+        declined = [(shifted, later), (np.asfortranarray(np.empty(shape, np.uint32)), None)]
+        if op == "inv":
+            declined.append((a.copy(), "self"))
+        for x, o in declined:
+            calls.clear()
+            x0 = x.copy()
+            o = x if isinstance(o, str) else (np.empty(shape, np.uint32) if o is None else o)
+            assert getattr(F, op)(*(x, b)[:arity], out=o) is o
+            np.testing.assert_array_equal(o, general(op, *(x0, b)[:arity]), err_msg=op)
+            assert calls, op
+    calls.clear()
+    a = F.random(n, seed=1).reshape(shape)
+    for o, err in [(np.empty(shape, np.int32), TypeError),
+                   (np.empty(shape, np.uint32)[:1], ValueError),
+                   (np.broadcast_to(np.empty(shape[-1:], np.uint32), shape), ValueError)]:
+        with pytest.raises(err, match="Argument `out`"):
+            F.add(a, a, out=o)
+    ro = np.empty(shape, np.uint32)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="Argument `out` must be writeable"):
+        F.add(a, a, out=ro)
+    assert len(calls) == 4
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("F", [K, K.ext], ids=["base", "ext"])
 def test_small_call_path_on_cupy_arrays(F, monkeypatch):
@@ -240,6 +301,9 @@ def test_small_call_path_on_cupy_arrays(F, monkeypatch):
             got = getattr(F, op)(*(da, db)[:arity], backend=backend)
             assert isinstance(got, cupy.ndarray) and got.shape == shape
             np.testing.assert_array_equal(got.get(), getattr(F, op)(*(a, b)[:arity]))
+        o = cupy.empty_like(da)
+        assert getattr(F, op)(*(da, db)[:arity], out=o) is o
+        np.testing.assert_array_equal(o.get(), getattr(F, op)(*(a, b)[:arity]))
     assert calls == []  # every call above took the plain path
     want = F.mul(a[::2], b[::2])
     calls.clear()

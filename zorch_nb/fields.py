@@ -954,15 +954,17 @@ class _FieldBase:
         return lambda k, a, b, o: k.ext4_map2_bcast(op, a.reshape(-1), sa, da, b.reshape(-1),
                                                      sb, db, o.reshape(-1), f, **rows)
 
-    def _map_plain(self, op, operands, backend):
-        """The result of an elementwise ``op`` without ``out`` on operands
-        that need nothing of :meth:`_prepare`: C-contiguous native uint32
-        arrays of one module, device and shape (extension elements ``(...,
-        4)`` on the extension), NumPy on the CPU backend or CuPy on the CuPy
-        one and its current device; else None.  Small calls are dominated
-        by the general path's validation and dispatch (~8 of a 10 us
-        ``F.mul`` of 8 elements on the CPU); the launcher still checks what
-        it is given."""
+    def _map_plain(self, op, operands, backend, out=None):
+        """The result of an elementwise ``op`` on operands that need nothing
+        of :meth:`_prepare`: C-contiguous native uint32 arrays of one module,
+        device and shape (extension elements ``(..., 4)`` on the extension),
+        NumPy on the CPU backend or CuPy on the CuPy one and its current
+        device, and an ``out`` (if any) of the same kind, writeable, sharing
+        no words with them or exactly an operand's (not the inverse's);
+        else None.  Small calls are dominated by the general path's
+        validation and dispatch (~8 of a 10 us ``F.mul`` of 8 elements on the
+        CPU, ~15 us more with ``out``); the launcher still checks what it is
+        given."""
         if backend is not None and type(backend) is not str:
             return None  # (the general path says what `backend` must be)
         xs = tuple(operands.values())
@@ -997,18 +999,28 @@ class _FieldBase:
                 return None
         if self.degree == 4 and (not shape or shape[-1] != 4):
             return None  # base words on the extension: embedded by the general path
-        result = xp.empty(shape, np.uint32)
-        out, flat = result, (-1, 4) if self.degree == 4 else (-1,)
+        if out is None:
+            result = xp.empty(shape, np.uint32)
+        elif type(out) is not kind or out.dtype is not _U32 or out.shape != shape or \
+                not out.flags.c_contiguous or not getattr(out.flags, "writeable", True) or \
+                xp is not np and _backend._cupy_device(out) != _backend.current_device():
+            return None  # (the general path says what is wrong, or copies)
+        else:
+            for x in xs:  # an operand may be `out` itself (the kernel contract), not overlap it
+                if xp.may_share_memory(out, x) and (op == monty.OP_INV
+                                                    or not _same_words(out, x, xs)):
+                    return None
+            result = out
+        res, flat = result, (-1, 4) if self.degree == 4 else (-1,)
         if len(shape) != len(flat):  # the launchers take (n,) / (n, 4): views
-            xs, out = [x.reshape(flat) for x in xs], result.reshape(flat)
-        self._map_call(op, len(xs))(_backend.kernels_for(backend, "field"), *xs, out)
+            xs, res = [x.reshape(flat) for x in xs], result.reshape(flat)
+        self._map_call(op, len(xs))(_backend.kernels_for(backend, "field"), *xs, res)
         return result
 
     def _map(self, op, out, backend, **operands):
-        if out is None:
-            result = self._map_plain(op, operands, backend)
-            if result is not None:
-                return result
+        result = self._map_plain(op, operands, backend, out)
+        if result is not None:
+            return result
         kind, backend, shape, degrees = self._prepare(operands, backend)
         lean = self._lean(operands, kind, backend, shape, degrees) if len(operands) == 2 \
             else None
