@@ -14,7 +14,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from targets import load_report  # noqa: E402
 
-from zorch_nb.bench import Row, plot
+from zorch_nb.bench import MIN_FRACTION_LOG2, Row, _output_problem, _plot_problem, plot
 
 
 def rows_of(report: dict):
@@ -24,11 +24,27 @@ def rows_of(report: dict):
     return rows, copy
 
 
-if __name__ == "__main__":
-    if len(sys.argv) != 3:
+def main(argv) -> int:
+    """Draw ``argv[2]`` from the report ``argv[1]``; the bench's own checks of
+    ``--plot`` first (a directory, a missing folder, a format matplotlib
+    cannot write, a report without a bandwidth row), each a message and 2."""
+    if len(argv) != 3:
         print(__doc__.strip().splitlines()[-1], file=sys.stderr)
-        raise SystemExit(2)
-    report = load_report(sys.argv[:2], __doc__)
-    rows, copy = rows_of(report)
-    plot(rows, copy, sys.argv[2], f"zorch_nb bench — {report['device']}")
-    print(f"wrote {sys.argv[2]}")
+        return 2
+    report = load_report(argv[:2], __doc__)
+    problem = _output_problem(argv[2], "CHART") or _plot_problem(argv[2])
+    rows, _ = rows_of(report)
+    if not problem and not any(r.fraction_of_copy is not None for r in rows):
+        problem = (f"{argv[1]!r} has no row with a fraction of the copy (sizes below "
+                   f"2^{MIN_FRACTION_LOG2} report times only): nothing to draw")
+    if problem:
+        print(problem.replace("--plot", "CHART"), file=sys.stderr)
+        return 2
+    plot(rows, [Row(**c) for c in report["copy"]], argv[2],
+         f"zorch_nb bench — {report['device']}")
+    print(f"wrote {argv[2]}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv))

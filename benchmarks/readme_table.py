@@ -2,7 +2,8 @@
 
 "of copy" compares a row with the best copy of its size in the run; "of copy,
 paired" (CPU folds) with the copy timed alternately with it, which on a
-shared machine is the robust figure.
+shared machine is the robust figure.  A time marked `` ?`` belongs to a size
+the bench flagged as measured beside a busy process (a footnote says so).
 
 Usage: ``python benchmarks/readme_table.py benchmarks/results/<report>.json``
 """
@@ -13,6 +14,11 @@ import sys
 # it) Python does not put the script's folder on sys.path by itself
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from targets import load_report  # noqa: E402
+
+from zorch_nb.bench import _ratio  # noqa: E402  (slowdowns to 2 digits, not "0.0x")
+
+#: Marks a figure the bench flagged (``extra["implausible"]``), with its footnote.
+FLAG = " ?"
 
 
 def table(report: dict, path: str | None = None) -> str:
@@ -27,19 +33,33 @@ def table(report: dict, path: str | None = None) -> str:
         "speedup vs baselines |",
         "|---|---|---:|---:|---:|---:|---:|---|",
     ]
+    flagged = False
+
+    def flag(row) -> str:
+        nonlocal flagged
+        if row.get("extra", {}).get("implausible"):
+            flagged = True
+            return FLAG
+        return ""
+
     for size, c in sorted(copies.items()):
         lines.append(f"| {c['kernel']} | {c['backend']} | 2^{size.bit_length() - 1} | "
-                     f"{c['time_s'] * 1e3:.3f} ms | {c['gbps']:.1f} | 1.00 | | |")
+                     f"{c['time_s'] * 1e3:.3f} ms{flag(c)} | {c['gbps']:.1f} | 1.00 | | |")
     for r in report["results"]:
-        base = ", ".join(f"{name} {secs / r['time_s']:.1f}x" for name, secs in r["baselines"].items())
+        base = ", ".join(f"{name} {_ratio(secs / r['time_s'])}"
+                         for name, secs in r["baselines"].items())
         paired = r.get("extra", {}).get("paired_fraction")  # CPU folds: timed alternately
         frac = r["fraction_of_copy"]  # None: not a bandwidth row (dispatch), or old NaN
         frac = "" if frac is None or frac != frac else f"{frac:.2f}"
         lines.append(f"| {r['kernel']} | {r['backend']} | 2^{r['size'].bit_length() - 1} | "
-                     f"{r['time_s'] * 1e3:.3f} ms | "
+                     f"{r['time_s'] * 1e3:.3f} ms{flag(r)} | "
                      f"{'' if r['gbps'] is None else format(r['gbps'], '.1f')} | "
                      f"{frac} | {'' if paired is None else f'{paired:.2f}'} | "
                      f"{base} |")
+    if flagged:
+        lines += ["", f"`{FLAG.strip()}`: the bench flagged this size as measured while another "
+                      f"process was busy on the same cores (the report's `implausible` note "
+                      f"says how); not a figure to rely on."]
     return "\n".join(lines)
 
 

@@ -1309,6 +1309,13 @@ def test_readme_table_columns():
                        gbps=1234.56),
                   dict(_result("dispatch: one transition base/base", "cupy", 10,
                                time_s=1.5e-5, us_per_call=15.0), gbps=None)]}
+    # a flagged size is marked and footnoted; a slowdown keeps 2 digits ("0.0x" before)
+    flagged = dict(_result("jagged pyramid base/ext", "cpu", 20, 0.02, time_s=0.1,
+                           baselines={"numpy uint64": 0.0025}, implausible="busy"), gbps=0.9)
+    lines = _script("readme_table").table(dict(report, results=[flagged]), "r.json").splitlines()
+    assert lines[5] == ("| jagged pyramid base/ext | cpu | 2^20 | 100.000 ms ? | 0.9 | 0.02 |  | "
+                        "numpy uint64 0.025x |")
+    assert lines[-1].startswith("`?`: the bench flagged this size as measured while another")
     lines = _script("readme_table").table(report, "r.json").splitlines()
     assert lines[0] == "Measured 2025-01-02 on H200 with `bench` (the report: `r.json`)."
     assert lines[2] == ("| kernel | backend | elements | time | GB/s | of copy | of copy, paired "
@@ -1329,6 +1336,45 @@ def test_plot_report_draws_against_the_last_copy():
     rows, last = _script("plot_report").rows_of(report)
     assert isinstance(last, Row) and (last.size, last.gbps) == (2**28, 20.0)
     assert [(r.kernel, r.fraction_of_copy) for r in rows] == [("k", 0.5)]
+
+
+def test_plot_report_checks_its_chart_and_marks_busy_rows(tmp_path, capsys, monkeypatch):
+    """plot_report.py skipped the bench's checks of --plot (a .txt name gave
+    matplotlib's traceback, a folder wrote a hidden '.png', a report of small
+    sizes an empty chart and exit 0), and both charts drew flagged rows like
+    the rest, with the last size's copy as the only speed named."""
+    pytest.importorskip("matplotlib")
+    from zorch_nb import bench
+    script = _script("plot_report")
+    copy = {"kernel": "copy", "backend": "cpu", "time_s": 1.0, "bytes": 8}
+    row = {"kernel": "k", "backend": "cpu", "size": 2**16, "time_s": 1.0, "bytes": 8,
+           "gbps": 8e-9, "fraction_of_copy": 0.5}
+    report = {"date": "2026-12-05", "device": "cpu", "command": "bench",
+              "copy": [dict(copy, size=2**18, gbps=10.0), dict(copy, size=2**20, gbps=20.0)],
+              "results": [row, dict(row, kernel="flagged", extra={"implausible": "busy"})]}
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(report))
+    for chart, says in [("c.txt", "must end in one of"), ("", "is a directory"),
+                        ("no/c.png", "does not exist")]:
+        assert script.main(["plot_report.py", str(path), str(tmp_path / chart)]) == 2
+        assert says in capsys.readouterr().err
+    small = tmp_path / "s.json"
+    small.write_text(json.dumps(dict(report, results=[dict(row, fraction_of_copy=None)])))
+    assert script.main(["plot_report.py", str(small), str(tmp_path / "c.png")]) == 2
+    assert "nothing to draw" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json", "s.json"]
+    drawn = {}
+    real = bench.plot
+
+    def spy(rows, copies, out, title):
+        import matplotlib.pyplot as plt
+        real(rows, copies, out, title)
+        ax = plt.gcf().axes[0]
+        drawn.update(hatches=[b.get_hatch() for b in ax.patches], xlabel=ax.get_xlabel())
+    monkeypatch.setattr(script, "plot", spy)
+    assert script.main(["plot_report.py", str(path), str(tmp_path / "c.png")]) == 0
+    assert (tmp_path / "c.png").stat().st_size > 0
+    assert drawn["hatches"] == [None, "//"] and "(10-20 GB/s across the sizes)" in drawn["xlabel"]
 
 
 def test_a_dense_folds_first_call_compiles_before_the_timed_calls(monkeypatch):

@@ -604,28 +604,43 @@ def _commit(here: str | None = None) -> str | None:
         return None
 
 
-def plot(rows, copy_row, path: str, title: str) -> None:
+def plot(rows, copies, path: str, title: str) -> None:
+    """Bar chart of each bandwidth row's fraction of its size's copy, to
+    ``path``; ``copies``: the run's copy rows (or one).  Rows the bench
+    flagged as measured beside a busy process are drawn hatched, in grey."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         raise SystemExit("--plot needs matplotlib: pip install 'zorch_nb[bench]'")
+    copies = [c for c in (copies if isinstance(copies, (list, tuple)) else [copies]) if c]
     rows = [r for r in rows if r.fraction_of_copy is not None]  # bandwidth rows only
     labels = [f"{r.kernel}\n[{r.backend}, n={r.size}]" for r in rows]
     fig, ax = plt.subplots(figsize=(10, 0.45 * len(rows) + 1.5))
-    ax.barh(range(len(rows)), [r.fraction_of_copy for r in rows], color="tab:blue")
+    busy_rows = [bool(r.extra.get("implausible")) for r in rows]
+    bars = ax.barh(range(len(rows)), [r.fraction_of_copy for r in rows], color=[
+        "tab:gray" if b else "tab:blue" for b in busy_rows])
+    for bar, b in zip(bars, busy_rows):
+        if b:
+            bar.set_hatch("//")
+    if any(busy_rows):
+        bars[busy_rows.index(True)].set_label("measured beside a busy process: not reliable")
     paired = [(i, r.extra["paired_fraction"]) for i, r in enumerate(rows)
               if "paired_fraction" in r.extra]
     if paired:  # the fold timed alternately with the copy (see paired_cpu)
         ax.plot([v for _, v in paired], [i for i, _ in paired], "D", color="tab:orange",
                 label="timed alternately with a copy of its own bytes")
+    if paired or any(busy_rows):
         ax.legend(loc="lower right", fontsize=8)
     ax.axvline(1.0, color="k", lw=1)
     ax.set_yticks(range(len(rows)), labels, fontsize=7)
     ax.invert_yaxis()
+    speeds = sorted(c.gbps for c in copies if c.gbps is not None)
     ax.set_xlabel("fraction of the copy bandwidth of the same size in the same run"
-                  + (f" ({copy_row.gbps:.0f} GB/s at one size)" if copy_row else ""))
+                  + ("" if not speeds else f" ({speeds[0]:.0f} GB/s)" if len(speeds) == 1
+                     or f"{speeds[0]:.0f}" == f"{speeds[-1]:.0f}" else
+                     f" ({speeds[0]:.0f}-{speeds[-1]:.0f} GB/s across the sizes)"))
     ax.set_title(title)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -999,7 +1014,7 @@ def main(args) -> int:
         guard.errors.append(f"--plot {args.plot!r} not drawn: no row has a fraction of the "
                             f"copy (sizes below 2^{MIN_FRACTION_LOG2} report times only)")
     elif args.plot:
-        plot(all_rows, copies[-1], args.plot, f"zorch_nb bench — {device_name}")
+        plot(all_rows, copies, args.plot, f"zorch_nb bench — {device_name}")
     for msg in guard.errors:
         print(f"FAILED {msg}", file=sys.stderr)
     return 1 if guard.errors else 0
