@@ -28,6 +28,10 @@ def test_bench_cpu_writes_json(tmp_path):
         raise AssertionError(f"{name} in the report")
     report = json.loads(out.read_text(), parse_constant=no_nan)
     assert {"date", "device", "command", "copy", "results", "second_process"} <= set(report)
+    # self-describing: layout version, units, what the fractions depend on
+    assert report["schema"] == 1 and set(report["units"]) >= {"time_s", "size", "baselines"}
+    assert all(set(c) == {"level", "type", "size"} for c in report["cpu_caches"])
+    assert set(report["load_average"]) == {"start", "end"}
     assert report["command"].endswith(f"bench --device cpu --sizes 10 16 --repeat 1 "
                                       f"--json {out}")
     assert report["command"].startswith("python -m zorch_nb bench")

@@ -546,6 +546,47 @@ def _device_name(device: str) -> str:
     return f"{_cpu_model()} ({os.cpu_count()} cores)"
 
 
+#: Version of the report's layout (the keys below and each row's fields).
+REPORT_SCHEMA = 1
+#: What the report's numbers count.
+REPORT_UNITS = {
+    "time_s": "seconds per call, the best of --repeat (first_call_s: the first call alone)",
+    "bytes": "bytes read plus bytes written by one call",
+    "gbps": "bytes / time_s / 1e9",
+    "fraction_of_copy": "gbps / the gbps of the same size's copy row (sizes >= 2^16)",
+    "size": "kernel rows: the elements n of each MLE; copy rows: the uint32 words "
+            "copied, 4 n",
+    "baselines": "seconds per call of each baseline (speedup = baseline / time_s)",
+}
+
+
+def _cpu_caches() -> list:
+    """``[{"level", "type", "size"}, ...]`` of CPU 0's caches (Linux sysfs;
+    empty elsewhere): in-cache rows and the fractions of small sizes depend
+    on them."""
+    caches = []
+    root = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for name in sorted(os.listdir(root)):
+            if name.startswith("index"):
+                fields = {}
+                for key in ("level", "type", "size"):
+                    with open(os.path.join(root, name, key)) as fh:
+                        fields[key] = fh.read().strip()
+                caches.append(fields)
+    except (OSError, ValueError):
+        return []
+    return caches
+
+
+def _load_average():
+    """The 1-minute load average (None where the OS has none)."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (OSError, AttributeError):
+        return None
+
+
 def _cpu_model() -> str:
     """The CPU's model name (``/proc/cpuinfo`` on Linux; ``platform`` elsewhere,
     which on Linux says only "x86_64")."""
@@ -888,14 +929,21 @@ def main(args) -> int:
     device_name = _device_name(device)
 
     config: dict = {}
+    load_at_start = _load_average()
 
     def report() -> dict:
         if not config:  # once, after the first section: its kernels started the threading layer
             from ._config import show_config
             config.update(show_config("dicts"))
         return {
+            "schema": REPORT_SCHEMA,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "device": device_name,
+            "units": REPORT_UNITS,
+            # what the fractions depend on beside the kernels (CPU rows: the
+            # caches a size fits in; any row: other work on the machine)
+            "cpu_caches": _cpu_caches(),
+            "load_average": {"start": load_at_start, "end": _load_average()},
             "command": getattr(args, "prog", "python -m zorch_nb") + " " + shlex.join(argv),
             "python": sys.version.split()[0],
             "software": software,
