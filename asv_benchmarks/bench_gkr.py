@@ -54,8 +54,10 @@ def _counts(total):
 # ---------------------------------------------------------------------------
 
 class DenseTransition:
-    # 2**10: a layer this small measures the object layer's dispatch overhead
-    params = ([2**10, 2**14, 2**18], list(MODES))
+    # 2**10: a layer this small measures the object layer's dispatch overhead;
+    # 2**22: past the caches (2**18 of extension data, 24 MiB, fits a 32 MiB L3,
+    # where a regression that only adds memory traffic would barely show)
+    params = ([2**10, 2**14, 2**18, 2**22], list(MODES))
     param_names = ["n", "mode"]
 
     def setup(self, n, mode):
@@ -106,6 +108,8 @@ class JaggedTransition:
 
 
 class DensePyramid:
+    """64 batches (``num_batch_variables`` 6): the pyramid ends at 64 rows, one
+    per batch, where ``python -m zorch_nb bench``'s pyramid goes to one row."""
     params = [2**14, 2**18]
     param_names = ["n"]
 
