@@ -1040,7 +1040,13 @@ def _interleave(a, b):
 
 
 def extract_outputs(floor: GkrLayer) -> LogUpGkrOutput:
-    """Interleave the two children of a floor (``nrv == 0``) into the outputs."""
+    """Interleave the two children of a floor (``nrv == 0``) into the outputs.
+
+    The words are copied as the floor holds them: a transition's outputs are
+    canonical (``< p``), but a layer built as a floor (no transition ran, so
+    ``build_pyramid`` returned it alone) hands back its own words, any
+    non-canonical ones (``>= p``, read mod p) included.
+    """
     _require(floor, GkrLayer, "floor", "extract_jagged_outputs")
     if floor.num_row_variables != 0:
         raise ValueError(f"extract_outputs needs a floor (no row variable left), but the "
@@ -1485,7 +1491,9 @@ def extract_jagged_outputs(floor: JaggedGkrLayer) -> LogUpGkrOutput:
 
     Host row counts are checked to be all 1; device counts are not read (that
     would synchronize), so for them this is the caller's obligation, as for
-    the transitions.
+    the transitions.  Words are copied as the floor holds them (see
+    :func:`extract_outputs`: a layer that never went through a transition
+    keeps any non-canonical words).
     """
     _require(floor, JaggedGkrLayer, "floor", "extract_outputs")
     if floor.width != floor.num_batches:
