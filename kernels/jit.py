@@ -58,6 +58,8 @@ fork waits for a running compile to end (:func:`_before_fork`).
 import hashlib
 import itertools
 import os
+import pickle
+import re
 import secrets
 import threading
 import time
@@ -80,8 +82,10 @@ def keyed_on_sources(dispatcher):
     if stamp is not None and not _keyed(stamp):
         index._source_stamp = (stamp, SOURCES_DIGEST)
         if all(hasattr(index, a) for a in ("_index_name", "_load_index", "_save_index",
-                                           "_save_data", "_cache_path")):
+                                           "_dump", "_open_for_write", "_data_path",
+                                           "_load_data", "_cache_path")):
             index.save = types.MethodType(_save_by_key, index)
+            index._load_data = types.MethodType(_load_checked, index)
         load = getattr(dispatcher._cache, "load_overload", None)
         if load is not None:
             dispatcher._cache.load_overload = _damage_is_a_miss(load)
@@ -90,9 +94,10 @@ def keyed_on_sources(dispatcher):
 
 def _damage_is_a_miss(load_overload):
     """Numba's ``load_overload``, a damaged entry (a truncated or overwritten
-    index or data file: an unpickling error) taken as a miss -- compiled, and
-    saved over it -- where it failed every later call of the kernel, in every
-    process, until the file was deleted by hand."""
+    index or data file: an unpickling error, or data whose digest is not the
+    one its name holds, see :func:`_load_checked`) taken as a miss --
+    compiled, and saved over it -- where it failed every later call of the
+    kernel, in every process, until the file was deleted by hand."""
     def load(sig, target_context):
         try:
             return load_overload(sig, target_context)
@@ -101,13 +106,28 @@ def _damage_is_a_miss(load_overload):
     return load
 
 
+#: A data file's name: ``<function>.<key digest>.<content digest>.nbc``.
+_DATA_NAME = re.compile(r"\.[0-9a-f]{20}\.([0-9a-f]{16})\.nbc\Z")
+
+
+class DamagedEntry(Exception):
+    """A cache data file whose bytes are not those its name's digest records."""
+
+
+def _content_digest(blob: bytes) -> str:
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
 def _save_by_key(self, key, data):
     """``IndexDataCacheFile.save`` (numba and numba-cuda), the data file named by
     a hash of ``key`` rather than by the first number the index leaves free
-    (module docstring), and written before the index names it."""
+    (module docstring) and by a hash of its bytes (checked when it is loaded),
+    and written before the index names it."""
+    blob = self._dump(data)
     digest = hashlib.sha256(repr(key).encode()).hexdigest()[:20]
-    name = f"{self._index_name[:-len('.nbi')]}.{digest}.nbc"
-    self._save_data(name, data)
+    name = f"{self._index_name[:-len('.nbi')]}.{digest}.{_content_digest(blob)}.nbc"
+    with self._open_for_write(self._data_path(name)) as fh:
+        fh.write(blob)
     try:
         overloads = self._load_index()
     except Exception:  # a damaged index (see _damage_is_a_miss): replaced
@@ -116,6 +136,23 @@ def _save_by_key(self, key, data):
         overloads[key] = name
         self._save_index(overloads)
         _drop_unlisted(self, set(overloads.values()))
+
+
+def _load_checked(self, name):
+    """``IndexDataCacheFile._load_data``, refusing (:class:`DamagedEntry`, a
+    miss for :func:`_damage_is_a_miss`) a file whose bytes do not hash to the
+    digest in its name.  Only damage that broke the unpickling was caught: 64
+    bytes overwritten inside the machine code unpickled fine and the kernel's
+    first call died of SIGILL or SIGSEGV, in every process, until the file
+    was deleted by hand.  (Files named before the digest are loaded as they
+    were.)"""
+    path = self._data_path(name)
+    with open(path, "rb") as fh:
+        blob = fh.read()
+    named = _DATA_NAME.search(name)
+    if named and _content_digest(blob) != named.group(1):
+        raise DamagedEntry(f"{path}: its bytes do not match the digest in its name")
+    return pickle.loads(blob)
 
 
 #: A data file no index lists is deleted once this old (younger ones may be
