@@ -26,7 +26,9 @@ file of the other, every later process was served the other signature's
 machine code for it (arrays: "can't unbox array" TypeErrors until the cache
 was deleted; tests/test_environment.py replays the interleaving).  A file
 named by its key only ever holds that key's code; the worst a race does is
-drop an index entry, compiled again later.
+drop an index entry, compiled again later.  The name also carries a digest
+of the file's bytes, checked on load (:func:`_load_checked`): a file damaged
+in place is a miss, not machine code run as it is.
 
 A cached *closure* (a factory's function, one per constant it holds) must
 carry a name of its own (:func:`closure_named`; :func:`njit` refuses one
