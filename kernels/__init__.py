@@ -128,9 +128,14 @@ def _ensure_numba_cache_folder() -> None:
     if not _private_folder(folder):
         folder = tempfile.mkdtemp(prefix="zorch_nb-numba-cache-")
     numba.config.CACHE_DIR = folder
+    # (Numba reads no cache it cannot write: a read-only NUMBA_CACHE_DIR shipped
+    # full of entries is compiled all over again, which the warning says)
+    given = os.environ.get("NUMBA_CACHE_DIR")
     warnings.warn(f"Numba found no cache folder it can write (beside the package, in "
                   f"the home directory or in NUMBA_CACHE_DIR); zorch_nb's kernels are "
-                  f"cached under {folder} -- set NUMBA_CACHE_DIR to choose another",
+                  f"cached under {folder} -- set NUMBA_CACHE_DIR to choose another"
+                  + (f" (Numba uses no entry in a folder it cannot write, so those in "
+                     f"NUMBA_CACHE_DIR={given} are compiled again)" if given else ""),
                   RuntimeWarning, stacklevel=2)
 
 

@@ -53,6 +53,26 @@ def test_import_without_a_writable_numba_cache_folder(tmp_path):
 
 
 @pytest.mark.skipif(not _JIT, reason="nothing is cached")
+def test_the_warning_says_a_read_only_numba_cache_dir_is_compiled_again(tmp_path):
+    """A NUMBA_CACHE_DIR shipped full but read-only is not read by Numba (it
+    uses no folder it cannot write): every kernel compiled again (36 s in a
+    review) under a warning that did not say the shipped entries go unused."""
+    script = _NO_LOCATOR.replace("print(any(\"NUMBA_CACHE_DIR\" in str(w.message) for w "
+                                 "in caught))", "print(repr(' '.join(str(w.message) for w in "
+                                 "caught)))")
+    # (root writes anywhere: a folder under a file is one nobody can write)
+    (tmp_path / "a-file").write_text("")
+    shipped = tmp_path / "a-file" / "shipped"
+    env = dict(os.environ, TMPDIR=str(tmp_path), NUMBA_CACHE_DIR=str(shipped))
+    res = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr
+    folder, message, right = res.stdout.splitlines()
+    assert right == "True" and folder.startswith(str(tmp_path / "zorch_nb-numba-cache-"))
+    assert f"those in NUMBA_CACHE_DIR={shipped} are compiled again" in message
+
+
+@pytest.mark.skipif(not _JIT, reason="nothing is cached")
 @pytest.mark.parametrize("planted", ["world-writable", "another owner", "a file"])
 def test_a_planted_cache_folder_is_not_used(tmp_path, planted):
     """The predictable folder name, made first by someone else, is passed over
