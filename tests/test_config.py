@@ -171,3 +171,22 @@ def test_every_cuda_device_is_reported(monkeypatch):
 def test_an_empty_section_is_printed_as_none_set():
     assert _config._text({"environment": {}, "cpu": {"cores": 2}}) == \
         "environment:\n  (none set)\ncpu:\n  cores: 2"
+
+
+def test_a_threading_layer_that_needs_a_missing_tbb_is_said(monkeypatch):
+    """NUMBA_THREADING_LAYER=tbb (or safe) without TBB: small calls ran serially
+    and passed, large ones raised "No threading layer could be loaded" -- a
+    pipeline tested on small arrays failed at scale.  The report says so
+    while no layer has started (checking loads TBB's library, starts nothing)."""
+    from numba.np.ufunc import parallel
+
+    def no_tbb():
+        raise ImportError("Problem with TBB. Reason: libtbb.so.12: cannot open shared object")
+    monkeypatch.setattr(parallel, "_check_tbb_version_compatible", no_tbb)
+    for requested in ("tbb", "safe", "SAFE"):
+        note = _config._missing_tbb(requested)
+        assert "it needs TBB, which does not load here" in note and "libtbb.so.12" in note
+        assert "every parallel kernel will raise" in note
+    assert _config._missing_tbb("omp") == _config._missing_tbb("default") == ""
+    monkeypatch.setattr(parallel, "_check_tbb_version_compatible", lambda: None)
+    assert _config._missing_tbb("tbb") == ""  # TBB loads: nothing to say

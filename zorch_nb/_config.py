@@ -68,6 +68,24 @@ def _dependencies() -> dict:
     return deps
 
 
+def _missing_tbb(requested: str) -> str:
+    """Where the requested threading layer needs TBB ("tbb", "safe") and TBB
+    does not load: a note saying so.  Numba finds out only at the first
+    parallel kernel, so small (serial) calls passed and large ones raised
+    "No threading layer could be loaded"; loading the library starts nothing."""
+    if requested.lower() not in ("tbb", "safe"):
+        return ""
+    try:
+        from numba.np.ufunc import parallel
+        parallel._check_tbb_version_compatible()
+        return ""
+    except ImportError as exc:
+        return (f"; it needs TBB, which does not load here ({_error(exc)}): every "
+                f"parallel kernel will raise, while small calls run serially")
+    except Exception:  # (a Numba without this internal: nothing to say)
+        return ""
+
+
 def _cpu() -> dict:
     from .bench import _cpu_model
     from .kernels.vector_width import lanes64_width
@@ -80,7 +98,8 @@ def _cpu() -> dict:
             info["numba threads"] = numba.get_num_threads()
         except ValueError:
             layer = (f"not started yet (Numba picks one at the first parallel kernel; "
-                     f"NUMBA_THREADING_LAYER={numba.config.THREADING_LAYER})")
+                     f"NUMBA_THREADING_LAYER={numba.config.THREADING_LAYER})"
+                     + _missing_tbb(str(numba.config.THREADING_LAYER)))
             info["numba threads"] = numba.config.NUMBA_NUM_THREADS
         info["threading layer"] = layer
     except Exception as exc:
