@@ -1381,6 +1381,77 @@ def test_plot_report_checks_its_chart_and_marks_busy_rows(tmp_path, capsys, monk
     assert drawn["hatches"] == [None, "//"] and "(10-20 GB/s across the sizes)" in drawn["xlabel"]
 
 
+def test_plot_draws_busy_rows_grey_with_a_legend_and_one_copy_speed(tmp_path):
+    """A flagged row is grey and hatched and the legend says why, also in a
+    chart with no paired row (the legend was drawn for paired rows only);
+    copy speeds that round alike are named once, not as a range."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.colors
+    import matplotlib.pyplot as plt
+
+    from zorch_nb.bench import Row, plot
+    copies = [Row("copy", "cpu", 4 * 2**16, 1.0, 8, gbps=10.2),
+              Row("copy", "cpu", 4 * 2**18, 1.0, 8, gbps=9.9)]
+    rows = [Row("k", "cpu", 2**16, 1.0, 8, fraction_of_copy=0.5),
+            Row("k", "cpu", 2**18, 1.0, 8, fraction_of_copy=0.4, extra={"implausible": "busy"})]
+    plot(rows, copies, str(tmp_path / "c.png"), "t")
+    ax = plt.gcf().axes[0]
+    colours = [matplotlib.colors.to_hex(b.get_facecolor()) for b in ax.patches]
+    assert colours == [matplotlib.colors.to_hex("tab:blue"), matplotlib.colors.to_hex("tab:gray")]
+    assert [b.get_hatch() for b in ax.patches] == [None, "//"]
+    legend = ax.get_legend()
+    assert legend is not None and [t.get_text() for t in legend.get_texts()] == [
+        "measured beside a busy process: not reliable"]
+    (handle,) = getattr(legend, "legend_handles", None) or legend.legendHandles
+    assert matplotlib.colors.to_hex(handle.get_facecolor()) == colours[1]  # a flagged bar's
+    assert ax.get_xlabel().endswith("in the same run (10 GB/s)")
+    plt.close(ax.figure)
+
+
+def test_cpu_caches_and_load_average_of_the_report(monkeypatch):
+    """The report's ``cpu_caches`` lists CPU 0's ``index*`` folders only (sysfs
+    puts a ``uevent`` file beside them, whose level cannot be read: taking it
+    lost every cache) and ``load_average`` is the 1-minute figure, rounded."""
+    import os
+
+    from zorch_nb import bench
+    root = "/sys/devices/system/cpu/cpu0/cache"
+    if os.path.isdir(root):
+        names = sorted(n for n in os.listdir(root) if n.startswith("index"))
+        want = []
+        for n in names:
+            with open(os.path.join(root, n, "level")) as fh:
+                want.append(fh.read().strip())
+        assert [c["level"] for c in bench._cpu_caches()] == want and (want or not names)
+    monkeypatch.setattr(bench.os, "getloadavg", lambda: (1.234, 5.0, 6.0))
+    assert bench._load_average() == 1.23
+    monkeypatch.setattr(bench.os, "getloadavg", lambda: (_ for _ in ()).throw(OSError()))
+    assert bench._load_average() is None
+
+
+def test_readme_table_marks_a_flagged_copy_and_plot_report_draws_a_mixed_report(tmp_path):
+    """The flag mark is on a flagged size's copy row too (the bench flags the
+    copy with its rows), and plot_report.py draws a report where only some
+    rows have a fraction of the copy (a small size beside a large one)."""
+    copy = {"kernel": "copy", "backend": "cpu", "size": 2**18, "time_s": 2e-3, "gbps": 4.0,
+            "bytes": 8, "extra": {"implausible": "busy"}}
+    lines = _script("readme_table").table(
+        {"date": "2025-01-02", "device": "cpu", "command": "bench", "copy": [copy],
+         "results": []}).splitlines()
+    assert lines[4] == "| copy | cpu | 2^18 | 2.000 ms ? | 4.0 | 1.00 | | |"
+    assert lines[-1].startswith("`?`: the bench flagged this size")
+    pytest.importorskip("matplotlib")
+    row = {"kernel": "k", "backend": "cpu", "size": 2**16, "time_s": 1.0, "bytes": 8,
+           "gbps": 8e-9, "fraction_of_copy": 0.5}
+    report = {"date": "2025-01-02", "device": "cpu", "command": "bench",
+              "copy": [dict(copy, extra={})],
+              "results": [row, dict(row, size=2**10, gbps=None, fraction_of_copy=None)]}
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(report))
+    assert _script("plot_report").main(["plot_report.py", str(path), str(tmp_path / "c.png")]) == 0
+    assert (tmp_path / "c.png").stat().st_size > 0
+
+
 def test_a_dense_folds_first_call_compiles_before_the_timed_calls(monkeypatch):
     """The first call (compile or cache load) is the row's first_call_s and comes
     before the timer, so the steady-state time never holds it."""

@@ -281,6 +281,37 @@ def test_small_call_path_takes_out(F, monkeypatch):
     assert len(calls) == 4
 
 
+@pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
+@pytest.mark.parametrize("F", [K, K.ext], ids=["base", "ext"])
+def test_small_call_path_declines_every_out_it_cannot_write_in_place(F):
+    """The small-call path writes ``out`` directly, so it must decline an
+    ``out`` overlapping the *second* operand one element off (either way: a
+    kernel writing ahead of its reads, or behind them), one of another shape
+    with the same size, another unsigned dtype and (on the base field) an
+    ndarray subclass: each gets the general path's bytes or error."""
+    shape = (3, 5) if F is K else (3, 5, 4)
+    step = 1 if F is K else 4
+    a, b = F.random(15, seed=1).reshape(shape), F.random(15, seed=2).reshape(shape)
+    for op in ("add", "sub", "mul"):
+        want = getattr(F, op)(a, b)
+        for lead in (0, step):  # out one element after b, or one before it
+            buf = np.empty(2 * b.size, np.uint32)
+            bv = buf[lead:][:b.size].reshape(shape)
+            bv[...] = b
+            o = buf[step - lead:][:b.size].reshape(shape)
+            assert getattr(F, op)(a, bv, out=o) is o
+            np.testing.assert_array_equal(o, want, err_msg=f"{op} lead {lead}")
+        with pytest.raises(ValueError, match="Argument `out`"):
+            getattr(F, op)(a, b, out=np.empty(shape[::-1] if F is K else (5, 3, 4),
+                                              np.uint32))
+        with pytest.raises(TypeError, match="Argument `out`"):
+            getattr(F, op)(a, b, out=np.empty(shape, np.uint64))
+        if F is K:
+            m = np.asmatrix(np.zeros(shape, np.uint32))
+            assert getattr(F, op)(a, b, out=m) is m
+            np.testing.assert_array_equal(np.asarray(m), want, err_msg=op)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("F", [K, K.ext], ids=["base", "ext"])
 def test_small_call_path_on_cupy_arrays(F, monkeypatch):

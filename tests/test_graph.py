@@ -1,5 +1,6 @@
 """Deferred-graph recorder (DESIGN.md §3): recording, layouts, replay, serialization."""
 import copy
+import io
 import json
 import os
 import re
@@ -328,6 +329,19 @@ def test_replay_in_a_new_process_loads_the_compiled_evaluators(tmp_path):
     assert runs[0]["misses"] == 2 and runs[0]["hits"] == 0  # two evaluators compiled
     assert runs[1]["misses"] == 0 and runs[1]["hits"] == 2  # and loaded from disk
     assert len(list((tmp_path / "zc").glob("graph-evaluators-*/zorch_graph_*.py"))) == 2
+
+
+def test_save_and_load_refuse_any_text_stream():
+    """A graph is bytes: a text stream that is not a file (``io.StringIO``) is
+    refused by save and load as a text file is, naming the binary mode."""
+    ctx = Context()
+    x = ctx.copy_to_device(np.arange(6).reshape(3, 2))
+    (o,) = ctx.call_kernel(add_2, 3, x)
+    g = ctx.generate_computation_graph([x], [o])
+    with pytest.raises(TypeError, match=r"`path` must be .* binary mode \(open\(\.\.\., 'wb'\)"):
+        g.save(io.StringIO())
+    with pytest.raises(TypeError, match=r"binary mode \(open\(\.\.\., 'rb'\)"):
+        ComputationGraph.load(io.StringIO("text"))
 
 
 def test_padded_lengths_are_made_once_per_graph(monkeypatch):
@@ -1209,6 +1223,45 @@ def test_clash_through_many_calls_names_the_refining_call_briefly():
     assert len(message) < 300
 
 
+def test_a_clash_after_an_interrupted_call_names_the_call_that_refined_the_points():
+    """``last refined by`` names the call whose recording changed the buffer's
+    split points, not a call whose recording was interrupted: the rollback
+    restores the earlier call (the rolled-back index names no call, or a
+    later one).  Eight calls are listed whole, nine by their ends and count."""
+    from zorch_nb.graph import _call_list
+
+    @kernel
+    def s2(x: In[2], out: Out[()]):
+        out[()] = x[0] * x[1]
+
+    @kernel
+    def s3(x: In[3], out: Out[()]):
+        out[()] = x[0] + x[1] + x[2]
+
+    @kernel
+    def s4(x: In[4], out: Out[()]):
+        out[()] = x[0] + x[3]
+
+    class Interrupted(list):
+        def append(self, call):
+            raise KeyboardInterrupt  # "Ctrl-C" as the call is committed
+
+    ctx = Context()
+    a, b = ctx.copy_to_device(np.arange(12)), ctx.copy_to_device(np.arange(12) + 5)
+    ctx.call_kernel(add_xy, 12, a, b)
+    ctx.call_kernel(s2, 6, a.reshape(6, 2))  # call 1 splits a (and b, through add) as 6 x 2
+    ctx._calls = Interrupted(ctx._calls)
+    with pytest.raises(KeyboardInterrupt):
+        ctx.call_kernel(s4, 3, a.reshape(3, 4))  # would split both further, as 3 x 2 x 2
+    ctx._calls = list(ctx._calls)
+    assert [list(buf.fixed) for buf in ctx._buffers[:2]] == [[1, 6, 12]] * 2
+    with pytest.raises(ValueError, match=r"split points \[1, 6, 12\], last refined by call 1 "
+                                         r"\(kernel `s2`\), through calls \[0\]\)"):
+        ctx.call_kernel(s3, 4, b.reshape(4, 3))
+    assert _call_list(range(8)) == "[0, 1, 2, 3, 4, 5, 6, 7]"
+    assert _call_list(range(9)) == "[0, 1, 2, ..., 7, 8] (9 calls)"
+
+
 def test_padding_repeats_last_element_and_row():
     ctx = Context()
     vals = np.arange(15).reshape(3, 5) + 100
@@ -1307,7 +1360,7 @@ def test_view_histories_fold_and_keep_numpy_semantics():
     assert len(h.reshape(2, 4).T.T._history) == 2  # T.T: no step
     # a reshape to the view's own shape is no step either, so transposes around
     # it meet and cancel: h.T.reshape(4, 4) 32,000 times held 64,001 steps (12 s)
-    h = b = ctx.copy_to_device(np.arange(16).reshape(4, 4))
+    h = ctx.copy_to_device(np.arange(16).reshape(4, 4))
     for _ in range(1001):
         h = h.T.reshape(4, 4)
     assert h._history == (("reshape", (4, 4)), ("transpose", (1, 0)))
@@ -1332,6 +1385,37 @@ def test_view_histories_fold_and_keep_numpy_semantics():
         g = ctx.generate_computation_graph([a], [h, c])
         (got, _), _ = run_computation_graph(g, [values + 1])
         np.testing.assert_array_equal(got, want + 1, err_msg=str(trial))
+
+
+def test_reshapes_after_a_transpose_fold_against_the_transposed_shape():
+    """A reshape folded into the reshape before it is no step when it returns
+    to the shape *before* that reshape, which a transpose in between changes:
+    ``b.T.reshape(6).reshape(2, 3)`` of a 2 x 3 buffer is b.T's words read as
+    2 x 3.  Taking the transpose as keeping the shape dropped both reshapes
+    and left a 3 x 2 history under a 2 x 3 handle (wrong values eagerly and
+    replayed).  Every permutation and target, against NumPy; an identity
+    transpose is no step."""
+    from zorch_nb import graph as G
+
+    values = np.arange(24).reshape(2, 3, 4)
+    ctx = Context()
+    a = ctx.copy_to_device(values)
+    assert a.transpose(0, 1, 2).history == a.history  # identity transpose: no step
+    assert a.reshape(4, 6).transpose(0, 1).history == a.reshape(4, 6).history
+    for axes in [(0, 1, 2), (0, 2, 1), (1, 0, 2), (1, 2, 0), (2, 0, 1), (2, 1, 0)]:
+        for target in [(2, 3, 4), (4, 3, 2), (3, 2, 4), (4, 2, 3), (2, 12), (24,)]:
+            h = a.transpose(*axes).reshape(24).reshape(*target)
+            want = values.transpose(axes).reshape(target)
+            assert h.shape == target and G._history_shape(h.history) == target, (axes, target)
+            np.testing.assert_array_equal(ctx.copy_to_host(h), want, err_msg=f"{axes} {target}")
+    small = np.arange(6).reshape(2, 3)
+    b = ctx.copy_to_device(small)
+    h = b.T.reshape(6).reshape(2, 3)
+    assert h.history == (("reshape", (2, 3)), ("transpose", (1, 0)), ("reshape", (2, 3)))
+    (c,) = ctx.call_kernel(add_2, 3, b.reshape(3, 2))
+    g = ctx.generate_computation_graph([b], [h, c])
+    (got, _), _ = run_computation_graph(g, [small + 1])
+    np.testing.assert_array_equal(got, small.T.reshape(2, 3) + 1)
 
 
 def test_views_reshape_and_transpose_honoured():

@@ -94,6 +94,25 @@ def test_sizes_and_points_must_be_positive_integer_chains():
         output_layout([1, 2, 12], 3, (4,))  # (was a KeyError)
 
 
+def test_shape_check_passes_only_plain_positive_ints_unnamed():
+    """The shape check's fast path (recording called it on every propagation
+    step) takes a tuple of plain ``int`` >= 1 only: a bool, a float, a zero, a
+    negative size or a mix of them with ints still take the checked path and
+    are refused by position, and NumPy integers come back as Python ints."""
+    from zorch_nb.graph_layout import _check_shape
+    assert _check_shape([3, 1, 4]) == (3, 1, 4) and _check_shape(()) == ()
+    got = _check_shape((np.int64(3), np.uint32(4)))
+    assert got == (3, 4) and [type(d) for d in got] == [int, int]
+    got = _check_shape((5, np.int64(2)))
+    assert got == (5, 2) and [type(d) for d in got] == [int, int]
+    for bad, exc, k in [((True, 3), TypeError, 0), ((3, False), TypeError, 1),
+                        ((True,), TypeError, 0), ((2, 3.0), TypeError, 1),
+                        ((3, 0), ValueError, 1), ((4, -2), ValueError, 1),
+                        ((-1, -2), ValueError, 0), ((0,), ValueError, 0)]:
+        with pytest.raises(exc, match=rf"`shape\[{k}\]`"):
+            _check_shape(bad)
+
+
 def test_logical_instance_takes_only_padded_instances():
     # points [1, 3, 12]: 3 calls of shape (4,), padded to 4 instances
     assert [logical_instance([1, 3, 12], 3, (4,), t) for t in range(4)] == [0, 1, 2, 2]

@@ -430,3 +430,51 @@ def test_replay_without_commitments_frees_each_buffer_after_its_last_read(monkey
     assert none is None and (b == full[0][1]).all()
     with pytest.raises(TypeError, match="Argument `commitments` must be True or False"):
         run_computation_graph(g, [new], commitments="no")
+
+
+@kernel
+def mul_add(x: In[()], y: In[()], k: In[()], out: Out[()]):
+    out[()] = x[()] * y[()] + k[()]
+
+
+def test_replay_without_commitments_frees_a_buffer_after_its_last_reader_only():
+    """Freeing after a buffer's *last* reader: ``c1`` is read by calls 1 and 2,
+    a graph input that is also an output and read by no call stays, an input
+    or constant no call reads is freed at once.  The memory guard counts the padded words
+    alive at once, exactly: its peak is the placed inputs and constants before
+    the unread input goes (with it) or the third call's (without it)."""
+    n = 1 << 10
+    vals = np.arange(n)
+    for unread in (True, False):
+        ctx = Context()
+        x, z = ctx.copy_to_device(vals), ctx.copy_to_device(vals + 1)
+        u = ctx.copy_to_device(np.arange(4 * n).reshape(n, 4)) if unread else None
+        k = ctx.copy_to_device(vals + 7)  # a constant of the graph
+        ctx.copy_to_device(vals + 9)  # one no call reads: freed at once
+        (c1,) = ctx.call_kernel(square_plus_1, n, x)
+        (c2,) = ctx.call_kernel(square_plus_1, n, c1)
+        (c3,) = ctx.call_kernel(mul_add, n, c1, c2, k)
+        g = ctx.generate_computation_graph([x, z] + [u] * unread, [c3, z])
+        assert len(g.constants) == 2
+        new = [vals + 3, vals + 5] + [np.zeros((n, 4), np.int64)] * unread
+        full, roots = run_computation_graph(g, new)
+        lean, none = run_computation_graph(g, new, commitments=False)
+        assert roots is not None and none is None
+        for a, b in zip(lean, full):
+            np.testing.assert_array_equal(a, b)
+        w1 = (new[0].astype(object) ** 2 + 1) % P
+        np.testing.assert_array_equal(lean[0].astype(object), (w1 * ((w1 * w1 + 1) % P)
+                                                               + vals + 7) % P)
+        np.testing.assert_array_equal(lean[1], new[1])
+        # padded words alive at once: x, z, u and the constants placed (8n; u
+        # and the unread constant go at once), or the third call's z, k, c1,
+        # c2, c3 (5n); then the two outputs' values and one output's copy
+        need = 4 * ((8 * n if unread else 5 * n) + 2 * n + n)
+        for have, fits in [(need, True), (need - 1, False)]:
+            with pytest.MonkeyPatch.context() as m:
+                m.setattr(G._backend, "physical_memory", lambda: have)
+                if fits:
+                    run_computation_graph(g, new, commitments=False)
+                else:
+                    with pytest.raises(MemoryError, match="padded buffers"):
+                        run_computation_graph(g, new, commitments=False)
