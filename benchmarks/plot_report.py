@@ -38,7 +38,8 @@ def main(argv) -> int:
         problem = (f"{argv[1]!r} has no row with a fraction of the copy (sizes below "
                    f"2^{MIN_FRACTION_LOG2} report times only): nothing to draw")
     if problem:
-        print(problem.replace("--plot", "CHART"), file=sys.stderr)
+        print(problem.replace("--plot needs", "plot_report.py needs").replace("--plot", "CHART"),
+              file=sys.stderr)
         return 2
     plot(rows, [Row(**c) for c in report["copy"]], argv[2],
          f"zorch_nb bench — {report['device']}")
