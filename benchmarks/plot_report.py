@@ -14,7 +14,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from targets import load_report  # noqa: E402
 
-from zorch_nb.bench import MIN_FRACTION_LOG2, Row, _output_problem, _plot_problem, plot
+from zorch_nb.bench import Row, _nothing_to_plot, _output_problem, _plot_problem, plot
 
 
 def rows_of(report: dict):
@@ -34,9 +34,9 @@ def main(argv) -> int:
     report = load_report(argv[:2], __doc__)
     problem = _output_problem(argv[2], "CHART") or _plot_problem(argv[2])
     rows, _ = rows_of(report)
-    if not problem and not any(r.fraction_of_copy is not None for r in rows):
-        problem = (f"{argv[1]!r} has no row with a fraction of the copy (sizes below "
-                   f"2^{MIN_FRACTION_LOG2} report times only): nothing to draw")
+    empty = not problem and _nothing_to_plot(rows)
+    if empty:
+        problem = f"{argv[1]!r}: {empty}: nothing to draw"
     if problem:
         print(problem.replace("--plot needs", "plot_report.py needs").replace("--plot", "CHART"),
               file=sys.stderr)

@@ -645,6 +645,14 @@ def _commit(here: str | None = None) -> str | None:
         return None
 
 
+def _nothing_to_plot(rows) -> str | None:
+    """Why ``rows`` make no chart (no bandwidth row), or None."""
+    if any(r.fraction_of_copy is not None for r in rows):
+        return None
+    return (f"no row has a fraction of the copy (sizes below 2^{MIN_FRACTION_LOG2} report "
+            f"times only)")
+
+
 def plot(rows, copies, path: str, title: str) -> None:
     """Bar chart of each bandwidth row's fraction of its size's copy, to
     ``path``; ``copies``: the run's copy rows (or one).  Rows the bench
@@ -677,11 +685,10 @@ def plot(rows, copies, path: str, title: str) -> None:
     ax.axvline(1.0, color="k", lw=1)
     ax.set_yticks(range(len(rows)), labels, fontsize=7)
     ax.invert_yaxis()
-    speeds = sorted(c.gbps for c in copies if c.gbps is not None)
+    speeds = sorted({f"{c.gbps:.0f}" for c in copies if c.gbps is not None}, key=float)
     ax.set_xlabel("fraction of the copy bandwidth of the same size in the same run"
-                  + ("" if not speeds else f" ({speeds[0]:.0f} GB/s)" if len(speeds) == 1
-                     or f"{speeds[0]:.0f}" == f"{speeds[-1]:.0f}" else
-                     f" ({speeds[0]:.0f}-{speeds[-1]:.0f} GB/s across the sizes)"))
+                  + ("" if not speeds else f" ({speeds[0]} GB/s)" if len(speeds) == 1 else
+                     f" ({speeds[0]}-{speeds[-1]} GB/s across the sizes)"))
     ax.set_title(title)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -1058,9 +1065,9 @@ def main(args) -> int:
             print(f"FAILED {msg}", file=sys.stderr)
         return 130
     write_json(final=True)
-    if args.plot and not any(r.fraction_of_copy is not None for r in all_rows):
-        guard.errors.append(f"--plot {args.plot!r} not drawn: no row has a fraction of the "
-                            f"copy (sizes below 2^{MIN_FRACTION_LOG2} report times only)")
+    empty = args.plot and _nothing_to_plot(all_rows)
+    if empty:
+        guard.errors.append(f"--plot {args.plot!r} not drawn: {empty}")
     elif args.plot:
         plot(all_rows, copies, args.plot, f"zorch_nb bench — {device_name}")
     for msg in guard.errors:
