@@ -49,6 +49,11 @@ def test_bench_cpu_writes_json(tmp_path):
         assert r["fraction_of_copy"] is None and "paired_fraction" not in r["extra"]
         assert r["gbps"] is None
     assert "launch-bound: times only" in res.stdout
+    for r in report["copy"] + report["results"] + small:  # how steady: --repeat 1 sample
+        if r["kernel"].startswith("dispatch"):  # 5 rounds of back-to-back calls
+            assert r["samples"] == 5 and r["max_s"] >= r["median_s"] >= r["time_s"], r
+        else:
+            assert (r["samples"], r["median_s"], r["max_s"]) == (1, r["time_s"], r["time_s"]), r
     for r in report["results"]:  # compile time apart from the steady state, for every row
         assert r["first_call_s"] is not None and r["first_call_s"] > 0, r["kernel"]
         assert (r["fraction_of_copy"] is None) == r["kernel"].startswith("dispatch")
@@ -935,7 +940,10 @@ def test_gpu_copy_yardstick_and_timer(monkeypatch):
         clock["ms"] += 1000.0 if clock["calls"] == 1 else (3.0 if clock["calls"] == 2 else 2.0)
     assert bench._time_gpu(fn, 1) == pytest.approx(3e-3) and clock["calls"] == 2
     clock.update(ms=0.0, calls=0)
-    assert bench._time_gpu(fn, 3) == pytest.approx(2e-3) and clock["calls"] == 4
+    t = bench._time_gpu(fn, 3)
+    assert t == pytest.approx(2e-3) and clock["calls"] == 4
+    # the untimed warm-up call is no sample; the three timed ones are
+    assert (t.samples, t.median, t.worst) == (3, pytest.approx(2e-3), pytest.approx(3e-3))
     monkeypatch.setattr(bench, "_time_gpu", _fixed_timer(1e-6))
     row = bench.gpu_copy_gbps(2**10, 1)
     assert (row.size, row.bytes, row.time_s) == (4 * 2**10, 2 * 4 * 4 * 2**10, 1e-6)
@@ -951,7 +959,47 @@ def test_cpu_timer_keeps_the_best_repetition():
         calls.append(1)
         if len(calls) == 1:
             time.sleep(0.2)
-    assert _time_cpu(fn, 3) < 0.1 and len(calls) == 3
+    t = _time_cpu(fn, 3)
+    assert t < 0.1 and len(calls) == 3
+    # the slow sample is not lost: it is the row's max_s, beside the median
+    assert (t.samples, t.median < 0.1, t.worst >= 0.2) == (3, True, True)
+
+
+def test_timing_carries_the_samples_spread():
+    """A Timing is its best sample (a plain float to arithmetic) with the
+    median, the slowest and the count; a Row built from one keeps those as
+    median_s / max_s / samples and its time_s a plain float."""
+    import dataclasses
+
+    from zorch_nb.bench import Row, Timing
+    t = Timing.of([3.0, 1.0, 2.0, 10.0])
+    assert (float(t), t.median, t.worst, t.samples) == (1.0, 2.5, 10.0, 4)
+    assert type(t * 2) is float and t * 2 == 2.0
+    with pytest.raises(ValueError, match="samples"):
+        Timing.of([])
+    row = Row("k", "cpu", 4, t, 8)
+    assert type(row.time_s) is float and row.time_s == 1.0
+    assert (row.median_s, row.max_s, row.samples) == (2.5, 10.0, 4)
+    assert json.loads(json.dumps(dataclasses.asdict(row)))["median_s"] == 2.5
+    again = dataclasses.replace(row)  # as the bench copies the copy row
+    assert (again.time_s, again.median_s, again.samples) == (1.0, 2.5, 4)
+    plain = Row("k", "cpu", 4, 1e-3, 8)  # a time from elsewhere: no spread claimed
+    assert (plain.median_s, plain.max_s, plain.samples) == (None, None, None)
+
+
+def test_table_marks_rows_whose_median_is_far_from_the_best():
+    from zorch_nb.bench import UNSTEADY_MEDIAN, Row, Timing, _table
+    copy = Row("copy", "cpu", 4 * 2**20, Timing.of([1e-3, 1e-3, 1e-3]), 1 << 23).finish(8.0)
+    steady = Row("steady", "cpu", 2**20, Timing.of([1e-3, 1.1e-3, 1.2e-3]), 1 << 22)
+    edge = Row("edge", "cpu", 2**20, Timing.of([1e-3, UNSTEADY_MEDIAN * 1e-3, 9e-3]), 1 << 22)
+    shaky = Row("shaky", "cpu", 2**20, Timing.of([1e-3, 2e-3, 3e-3]), 1 << 22)
+    lines = _table([r.finish(8.0) for r in (steady, edge, shaky)], copy).splitlines()
+    line = {name: next(x for x in lines if x.startswith(name)) for name in
+            ("copy", "steady", "edge", "shaky")}
+    assert "1.000 ms~" in line["shaky"]
+    assert all("1.000 ms " in line[k] for k in ("copy", "steady", "edge"))
+    assert any(x.startswith("~ the median call took more than") for x in lines)
+    assert not any(x.startswith("~ ") for x in _table([steady], copy).splitlines())
 
 
 def test_paired_copy_moves_the_kernels_bytes(monkeypatch):

@@ -36,6 +36,7 @@ import os
 import platform
 import shlex
 import stat
+import statistics
 import subprocess
 import sys
 import time
@@ -50,6 +51,11 @@ from .fields import KoalaBear
 
 #: Smallest log2 size whose rows get a fraction of the copy (see the module doc).
 MIN_FRACTION_LOG2 = 16
+
+#: A row whose median sample is more than this many times its best is marked
+#: ``~`` in the table: the samples disagreed, so the best is the least
+#: disturbed call of an unsteady machine rather than a typical one.
+UNSTEADY_MEDIAN = 1.5
 
 #: A fraction above this is flagged in the table: the data stayed in a cache
 #: the copy's did not fit, or the copy was timed in a busy moment.
@@ -73,6 +79,17 @@ class Row:
     #: False for rows that measure something else than bandwidth (the dispatch
     #: of a 2**10 layer): no fraction of the copy of the run's size
     vs_copy: bool = True
+    #: the median and the slowest of the samples ``time_s`` is the best of, and
+    #: how many there were; None where the time is not a :class:`Timing`
+    median_s: float | None = None
+    max_s: float | None = None
+    samples: int | None = None
+
+    def __post_init__(self):
+        if isinstance(self.time_s, Timing):
+            self.median_s, self.max_s = self.time_s.median, self.time_s.worst
+            self.samples = self.time_s.samples
+            self.time_s = float(self.time_s)
 
     def finish(self, copy_gbps: float | None) -> "Row":
         """Bandwidth and fraction of ``copy_gbps``; ``None`` (below
@@ -129,27 +146,56 @@ def _strict(obj):
 
 # ---------------------------------------------------------------- timers
 
-def _time_cpu(fn, repeat: int) -> float:
-    best = float("inf")
+class Timing(float):
+    """The best of several timed samples, in seconds, which also carries
+    their median (``median``), the slowest (``worst``) and their number
+    (``samples``).
+
+    The best is the row's figure -- what the hardware allows once nothing
+    else is in the way -- and arithmetic on a ``Timing`` gives plain floats.
+    The median and the slowest say how steady the machine was: a median far
+    above the best means the samples disagreed, and the best is the figure
+    least disturbed rather than a typical one.
+    """
+
+    median: float
+    worst: float
+    samples: int
+
+    @classmethod
+    def of(cls, samples) -> "Timing":
+        """The ``Timing`` of a non-empty sequence of times in seconds."""
+        ordered = sorted(samples)
+        if not ordered:
+            raise ValueError("samples: expected at least one time")
+        timing = cls(ordered[0])
+        timing.median = statistics.median(ordered)
+        timing.worst = ordered[-1]
+        timing.samples = len(ordered)
+        return timing
+
+
+def _time_cpu(fn, repeat: int) -> Timing:
+    samples = []
     for _ in range(repeat):
         t0 = time.perf_counter()
         fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+        samples.append(time.perf_counter() - t0)
+    return Timing.of(samples)
 
 
-def _time_gpu(fn, repeat: int) -> float:
+def _time_gpu(fn, repeat: int) -> Timing:
     import cupy
     start, stop = cupy.cuda.Event(), cupy.cuda.Event()
     fn()
-    best = float("inf")
+    samples = []
     for _ in range(repeat):
         start.record()
         fn()
         stop.record()
         stop.synchronize()
-        best = min(best, cupy.cuda.get_elapsed_time(start, stop) / 1e3)
-    return best
+        samples.append(cupy.cuda.get_elapsed_time(start, stop) / 1e3)
+    return Timing.of(samples)
 
 
 def _first_call(fn, sync=None) -> float:
@@ -160,22 +206,22 @@ def _first_call(fn, sync=None) -> float:
     return time.perf_counter() - t0
 
 
-def _dispatch_time(fn, sync, calls=200, rounds=5):
-    """Host wall time per call of ``calls`` back-to-back calls (best round).
+def _dispatch_time(fn, sync, calls=200, rounds=5) -> Timing:
+    """Host wall time per call of ``calls`` back-to-back calls (the best
+    round, with the rounds' median and slowest).
 
     On the GPU this is what a small layer costs a caller: Python, argument
     handling and the launch, as long as the device keeps up.
     """
-    import time
-    best = float("inf")
+    samples = []
     for _ in range(rounds):
         t0 = time.perf_counter()
         for _ in range(calls):
             fn()
         if sync:
             sync()
-        best = min(best, (time.perf_counter() - t0) / calls)
-    return best
+        samples.append((time.perf_counter() - t0) / calls)
+    return Timing.of(samples)
 
 
 # ---------------------------------------------------------------- copy ceilings
@@ -465,7 +511,7 @@ def _table(rows, copy_row) -> str:
     head = (f"{'kernel':<46} {'backend':<7} {'size':>10} {'time':>11} {'GB/s':>8} "
             f"{'of copy':>8} {'1st call':>9}  baselines")
     lines = [head, "-" * len(head)]
-    suspect = unreliable = False
+    suspect = unreliable = unsteady = False
     for r in [copy_row] + rows:
         base = ", ".join([f"{k} {v * 1e3:.2f} ms (speedup {_ratio(v / r.time_s)})"
                           for k, v in r.baselines.items()]
@@ -476,7 +522,11 @@ def _table(rows, copy_row) -> str:
             flag, suspect = "!", True
         if "implausible" in r.extra:
             flag, unreliable = "?", True
-        lines.append(f"{r.kernel:<46} {r.backend:<7} {r.size:>10} {r.time_s * 1e3:>8.3f} ms "
+        steady = " "
+        if r.median_s is not None and r.median_s > UNSTEADY_MEDIAN * r.time_s:
+            steady, unsteady = "~", True
+        lines.append(f"{r.kernel:<46} {r.backend:<7} {r.size:>10} {r.time_s * 1e3:>8.3f} ms"
+                     f"{steady}"
                      f"{_fmt(r.gbps, '.1f', 8)} {_fmt(r.fraction_of_copy, '.2f', 7)}{flag} "
                      f"{first}  {base}")
     if any(r.vs_copy and r.fraction_of_copy is None for r in rows):  # a small size
@@ -485,6 +535,9 @@ def _table(rows, copy_row) -> str:
     if suspect:
         lines.append(f"! above {SUSPECT_FRACTION}x the copy: the data stayed in a cache the "
                      f"copy's did not fit, or the copy was timed in a busy moment")
+    if unsteady:
+        lines.append(f"~ the median call took more than {UNSTEADY_MEDIAN}x the best (the time "
+                     f"shown): the machine was unsteady; median_s and max_s in the JSON")
     if unreliable:
         lines.append("? figures no idle machine gives (see `busy`): another process was "
                      "busy on these cores; measure again on an idle machine")
@@ -551,6 +604,8 @@ REPORT_SCHEMA = 1
 #: What the report's numbers count.
 REPORT_UNITS = {
     "time_s": "seconds per call, the best of --repeat (first_call_s: the first call alone)",
+    "median_s": "seconds per call, the median of the samples time_s is the best of (max_s: "
+                "the slowest; samples: how many); null where not recorded",
     "bytes": "bytes read plus bytes written by one call",
     "gbps": "bytes / time_s / 1e9",
     "fraction_of_copy": "gbps / the gbps of the same size's copy row (sizes >= 2^16)",
