@@ -539,7 +539,7 @@ def test_pickle_keeps_fields_and_their_constants():
     for F in (KoalaBear, BabyBear, KoalaBear.ext):  # the module's fields stay singletons
         assert pickle.loads(pickle.dumps(F)) is F
     # a field built by the user keeps its own constants, even under a known name
-    for name in ("Foo", "KoalaBear"):
+    for name in ("Foo", "BabyBear"):
         mine = PrimeField(name, BABYBEAR)
         G = pickle.loads(pickle.dumps(mine))
         assert (G.name, G.p, G.ext.p) == (name, BabyBear.p, BabyBear.p)
@@ -553,6 +553,53 @@ def test_pickle_keeps_fields_and_their_constants():
         PrimeField("Mine", BABYBEAR._replace(w=5, w_mont=7))
     with pytest.raises(TypeError, match="FieldParams"):
         PrimeField("Mine", (BABYBEAR.p,))
+
+
+def test_a_field_cannot_take_another_fields_name_or_be_extended_twice():
+    """PrimeField("KoalaBear", BabyBear.params) printed as KoalaBear in every
+    layer and graph and computed in BabyBear; ExtensionField(KoalaBear.ext)
+    printed as a tower (".ext.ext") and was the same degree-4 field (a
+    notebook user's review)."""
+    from zorch_nb.fields import ExtensionField, PrimeField
+    from zorch_nb.kernels.field_params import BABYBEAR
+    for name in ("KoalaBear", "koalabear", "KOALABEAR"):
+        with pytest.raises(ValueError, match=f"`name` is '{name}', a name of the 'koalabear' "
+                                             f"field, but `params` are the 'babybear'"):
+            PrimeField(name, BABYBEAR)
+    for name in ("", None, b"Foo"):
+        with pytest.raises(TypeError, match="`name` must be a non-empty str"):
+            PrimeField(name, BABYBEAR)
+    assert PrimeField("koalabear", KoalaBear.params).p == KoalaBear.p  # its own name: fine
+    with pytest.raises(TypeError, match="an extension already: this is the only degree-4 "
+                                        "extension of zorch_nb.KoalaBear, `zorch_nb.KoalaBear.ext`"):
+        ExtensionField(KoalaBear.ext)
+    with pytest.raises(TypeError, match="`base` must be a PrimeField .*; not int"):
+        ExtensionField(3)
+    assert ExtensionField(BabyBear) == BabyBear.ext
+
+
+def test_a_base_mark_belongs_to_its_field():
+    """KoalaBear.ext.as_base(w) given to BabyBear.ext read KoalaBear words as
+    BabyBear ones: other values, no error."""
+    from zorch_nb.fields import BaseOperand, PrimeField
+    w, e = KoalaBear.random(3, seed=1), BabyBear.ext.random(3, seed=2)
+    mark = KoalaBear.ext.as_base(w)
+    assert repr(mark) == "BaseOperand(KoalaBear, shape=(3,))" and mark.field is KoalaBear
+    for op in ("add", "sub", "mul", "div"):
+        with pytest.raises(ValueError, match=r"`a` is marked as zorch_nb.KoalaBear words "
+                                             r"\(zorch_nb.KoalaBear.ext.as_base\), but this is "
+                                             r"zorch_nb.BabyBear.ext"):
+            getattr(BabyBear.ext, op)(mark, e)
+    with pytest.raises(ValueError, match="`b` is marked as zorch_nb.KoalaBear words"):
+        BabyBear.ext.div(e, mark)
+    # the same params under another name mean the same words
+    alias = PrimeField("KB", KoalaBear.params)
+    k = KoalaBear.ext.random(3, seed=3)
+    assert np.array_equal(alias.ext.mul(mark, k), KoalaBear.ext.mul(KoalaBear.ext.as_base(w), k))
+    # a mark made by hand records no field and is taken by either extension
+    assert np.array_equal(BabyBear.ext.mul(BaseOperand(w), e),
+                          BabyBear.ext.mul(BabyBear.ext.from_base(w), e))
+    assert repr(BaseOperand(w)) == "BaseOperand(shape=(3,))"
 
 
 def test_fields_are_immutable():

@@ -169,6 +169,25 @@ def test_context_takes_a_field_name_and_has_a_summary_repr():
                          "1 call recorded>")
 
 
+def test_graph_repr_counts_and_sources_index():
+    """'1 calls' in the graph's repr; ``sources(5)`` on a one-kernel graph was a
+    bare "tuple index out of range" (a notebook user's review)."""
+    ctx = Context()
+    a = ctx.copy_to_device(np.arange(32).reshape(16, 2))
+    (b,) = ctx.call_kernel(add_2, 16, a)
+    g = ctx.generate_computation_graph([a], [b])
+    assert repr(g) == ("<ComputationGraph koalabear: 1 call, 1 compiled kernel, 2 buffers>")
+    assert g.sources(-1) is g.sources(0) and g.sources(np.int64(0)) is g.sources(0)
+    assert g.sources(0)[2] and "def " in g.sources(0)[0]
+    for bad in (1, 5, -2):
+        with pytest.raises(IndexError, match=rf"`index` is {bad}, but this graph has 1 "
+                                             r"compiled kernel \(indices -1..0\)"):
+            g.sources(bad)
+    for bad in (0.0, "0", True, None):
+        with pytest.raises(TypeError, match="`index` must be an int"):
+            g.sources(bad)
+
+
 # ------------------------------------------------------ save / reload -----
 
 _REPLAY_SCRIPT = """

@@ -6,6 +6,8 @@ that a jagged transition with a device schedule never synchronizes with the
 host (``cupyx.allow_synchronize(False)``).
 """
 import dataclasses
+import subprocess
+import sys
 
 import numba
 import numpy as np
@@ -905,6 +907,49 @@ def test_layers_repr_is_a_summary():
     odd = GkrLayer(x.copy(), x, x, x)
     odd.numerator_0.shape = (4, 4)  # reshaped in place: the repr still works
     assert "numerators extension (4, 4)/(16,)" in repr(odd)
+
+
+def test_outputs_repr_is_a_summary():
+    """The dataclass repr of a 64-element batch's output printed every word
+    (14,660 characters)."""
+    layer = GkrLayer(*[KoalaBear.random(128, seed=k) for k in range(2)],
+                     *[KoalaBear.ext.random(128, seed=k) for k in range(2)], 6)
+    out = extract_outputs(build_pyramid(layer)[-1])
+    assert repr(out) == ("<LogUpGkrOutput: numerator extension (128, 4), denominator "
+                         "extension (128, 4), numpy>")
+    base = GkrLayer(*[BabyBear.random(8, seed=k) for k in range(4)], 1, BabyBear)
+    assert repr(extract_outputs(build_pyramid(base)[-1])) == (
+        "<LogUpGkrOutput: numerator base (4,), denominator base (4,), numpy>")
+
+
+def test_a_field_of_a_reloaded_module_is_refused_saying_why():
+    """After importlib.reload (or IPython's autoreload) the old KoalaBear prints
+    as the one expected: "must be a zorch_nb PrimeField (KoalaBear or BabyBear),
+    not zorch_nb.KoalaBear" contradicted itself.  (In a child: a reload here
+    would give the other tests' modules another field class.)"""
+    script = (
+        "import importlib, zorch_nb\n"
+        "from zorch_nb import KoalaBear as F, logup_gkr as G\n"
+        "importlib.reload(zorch_nb.fields); importlib.reload(G); importlib.reload(zorch_nb.graph)\n"
+        "n, d = F.random(4), F.ext.random(4)\n"
+        "for call in (lambda: G.GkrLayer(n, n, d, d, field=F),\n"
+        "             lambda: zorch_nb.graph.Context(field=F),\n"
+        "             lambda: zorch_nb.fields.ExtensionField(F)):\n"
+        "    try:\n"
+        "        call()\n"
+        "    except TypeError as exc:\n"
+        "        print(exc)\n")
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert len(lines) == 3, res.stdout
+    for line in lines:
+        assert line.endswith("zorch_nb.KoalaBear -- a field of another import of "
+                             "zorch_nb.fields (the module was reloaded): take the fields and "
+                             "the modules using them from one import (reload those too, or "
+                             "restart the interpreter)") or "not PrimeField -- a field of " \
+            "another import" in line, line
 
 
 def test_from_segments_width_may_equal_the_rows_the_segments_need():

@@ -45,7 +45,7 @@ import numpy as np
 from . import _backend
 from ._ints import is_int, is_int_type
 from .kernels import monty
-from .kernels.field_params import BABYBEAR, KOALABEAR, FieldParams
+from .kernels.field_params import BABYBEAR, FIELDS, KOALABEAR, FieldParams
 from .kernels.launch_checks import check_field
 
 _U32 = np.dtype(np.uint32)
@@ -102,15 +102,32 @@ def _check_words(x, name: str):
 class BaseOperand:
     """Base-field words marked as such for an extension op (see
     :meth:`ExtensionField.as_base`): ``words`` is the caller's array, held
-    without a copy."""
+    without a copy; ``field`` the :class:`PrimeField` they are words of
+    (``None``: not recorded, accepted by either field's extension)."""
 
-    __slots__ = ("words",)
+    __slots__ = ("words", "field")
 
-    def __init__(self, words):
+    def __init__(self, words, field=None):
         self.words = words
+        self.field = field
 
     def __repr__(self):
-        return f"BaseOperand(shape={tuple(self.words.shape)})"
+        # (getattr: a repr never raises, whatever was put in the slots)
+        of = "" if self.field is None else f"{getattr(self.field, 'name', self.field)}, "
+        return f"BaseOperand({of}shape={tuple(getattr(self.words, 'shape', ()))})"
+
+
+def _stale_field_hint(obj) -> str:
+    """The end of a "must be a PrimeField" message for a field object of
+    another import of this module (after ``importlib.reload`` or IPython's
+    autoreload): it prints as the expected field, so say why it is not one."""
+    cls = type(obj)
+    if (cls.__name__ in ("PrimeField", "ExtensionField") and cls.__module__ == __name__
+            and cls not in (PrimeField, ExtensionField)):
+        return (" -- a field of another import of zorch_nb.fields (the module was "
+                "reloaded): take the fields and the modules using them from one import "
+                "(reload those too, or restart the interpreter)")
+    return ""
 
 
 def _int_text(v) -> str:
@@ -721,6 +738,12 @@ class _FieldBase:
                     raise TypeError(f"Argument `{name}` is an `as_base(...)` marker, which "
                                     f"only the extension field's add, sub, mul and div "
                                     f"take; {what}")
+                if x.field is not None and getattr(x.field, "params", None) != self.params:
+                    # its words would be read in this field: silently other values
+                    raise ValueError(f"Argument `{name}` is marked as {x.field!r} words "
+                                     f"({x.field!r}.ext.as_base), but this is {self!r}: "
+                                     f"mark it with {self!r}.as_base, or convert it between "
+                                     f"the fields (decode, then encode)")
                 x = operands[name] = x.words
                 marked += (name,)
             _check_words(x, name)
@@ -1180,7 +1203,8 @@ class _FieldBase:
         self._prepare({"a": a, "b": b}, backend)
         if type(b) is BaseOperand and self.degree == 4:
             # marked base words: inverted in the base field, still marked
-            return self.mul(a, BaseOperand(self.base._inv(b.words, None, backend, "div: `b`")),
+            return self.mul(a, BaseOperand(self.base._inv(b.words, None, backend, "div: `b`"),
+                                           b.field),
                             out, backend=backend)
         _check_words(b, "b")
         shape = tuple(np.shape(b))
@@ -1780,6 +1804,15 @@ class PrimeField(_FieldBase):
 
     def __init__(self, name: str, params: FieldParams):
         check_field("PrimeField", params, "params")  # the kernels rely on its constants
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"Argument `name` must be a non-empty str, not {name!r}")
+        shipped = FIELDS.get(name.lower())
+        if shipped is not None and shipped != params:
+            # it would print as that field everywhere (layers, graphs) and
+            # compute in another one
+            raise ValueError(f"Argument `name` is {name!r}, a name of the {shipped.name!r} "
+                             f"field, but `params` are the {params.name!r} field's: name "
+                             f"a field after its params")
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "params", params)
         object.__setattr__(self, "ext", ExtensionField(self))
@@ -1806,6 +1839,13 @@ class ExtensionField(_FieldBase):
     degree = 4
 
     def __init__(self, base: PrimeField):
+        if not isinstance(base, PrimeField):
+            # an extension of an extension would print as a tower (".ext.ext")
+            # and compute in the same degree-4 field
+            what = ("it is an extension already: this is the only degree-4 extension "
+                    f"of {base.base!r}, `{base!r}`" if isinstance(base, ExtensionField)
+                    else f"not {type(base).__name__}{_stale_field_hint(base)}")
+            raise TypeError(f"Argument `base` must be a PrimeField (e.g. KoalaBear); {what}")
         object.__setattr__(self, "base", base)
         object.__setattr__(self, "name", base.name + ".ext")
         object.__setattr__(self, "params", base.params)
@@ -1843,7 +1883,7 @@ class ExtensionField(_FieldBase):
         (4, 4)
         """
         _check_words(a, "a")
-        return BaseOperand(a)
+        return BaseOperand(a, self.base)
 
     @property
     def one(self):

@@ -49,7 +49,7 @@ import numpy as np
 
 from . import _backend
 from ._ints import is_int
-from .fields import BabyBear, KoalaBear, PrimeField
+from .fields import BabyBear, KoalaBear, PrimeField, _stale_field_hint
 from .graph_format import _MAX_LOG2, _MAX_NDIM
 from .graph_layout import (ViewForm, _jit_disabled, apply_history, axis_dims, dims_of,
                            history_shapes, initial_view, input_layout, logical_instance,
@@ -512,7 +512,8 @@ class ComputationGraph:
         return lengths
 
     def sources(self, index: int) -> tuple:
-        """``(python_source, cuda_source, name)`` of compiled kernel ``index``."""
+        """``(python_source, cuda_source, name)`` of compiled kernel ``index``
+        (an int, ``-len(compiled_kernels) <= index < len(compiled_kernels)``)."""
         # Made once per graph: the key walks the whole layout, and every call
         # of a compiled kernel asked for it (a replay of 1000 calls reading one
         # 16384-element table spent 97% of its time there).
@@ -520,10 +521,22 @@ class ComputationGraph:
         if memo is None:
             memo = {}
             object.__setattr__(self, "_sources", memo)
-        if index not in memo:
-            memo[index] = _sources(self.kernels[self.compiled_kernels[index].kernel],
-                                   self.compiled_kernels[index])
-        return memo[index]
+        if type(index) is int and index in memo:  # the replay's path: checked before
+            return memo[index]
+        count = len(self.compiled_kernels)
+        if not is_int(index):
+            raise TypeError(f"Argument `index` must be an int (a compiled kernel's position), "
+                            f"not {type(index).__name__}")
+        if not -count <= index < count:  # (a bare "tuple index out of range" before)
+            raise IndexError(f"Argument `index` is {int(index)}, but this graph has "
+                             + (f"{count} compiled kernel{'' if count == 1 else 's'} "
+                                f"(indices {-count}..{count - 1})" if count else
+                                "no compiled kernels"))
+        at = int(index) % count
+        if at not in memo:
+            memo[at] = _sources(self.kernels[self.compiled_kernels[at].kernel],
+                                self.compiled_kernels[at])
+        return memo[at]
 
     # ---- serialization ---------------------------------------------------
     def to_bytes(self) -> bytes:
@@ -601,9 +614,11 @@ class ComputationGraph:
     __hash__ = None
 
     def __repr__(self):
-        return (f"<ComputationGraph {self.field}: {len(self.templates)} calls, "
-                f"{len(self.compiled_kernels)} compiled kernels, "
-                f"{len(self.buffer_points)} buffers>")
+        def count(n, what):
+            return f"{n} {what}{'' if n == 1 else 's'}"
+        return (f"<ComputationGraph {self.field}: {count(len(self.templates), 'call')}, "
+                f"{count(len(self.compiled_kernels), 'compiled kernel')}, "
+                f"{count(len(self.buffer_points), 'buffer')}>")
 
 
 def _file_name(path):
@@ -1002,7 +1017,8 @@ class Context:
                                  f"{sorted(FIELDS_BY_NAME)}, not {field!r}")
             field = FIELDS_BY_NAME[field.lower()]
         if not isinstance(field, PrimeField) or field.params.name not in FIELDS_BY_NAME:
-            raise TypeError(f"Argument `field` must be KoalaBear or BabyBear, not {field!r}")
+            raise TypeError(f"Argument `field` must be KoalaBear or BabyBear, not "
+                            f"{field!r}{_stale_field_hint(field)}")
         self.field = field
         self.backend = _check_backend(backend)
         self._xp = _xp(self.backend)

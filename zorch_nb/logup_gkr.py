@@ -51,7 +51,7 @@ import numpy as np
 
 from . import _backend
 from ._ints import is_int
-from .fields import KoalaBear, PrimeField, _check_words, _int_array
+from .fields import KoalaBear, PrimeField, _check_words, _int_array, _stale_field_hint
 from .kernels.launch_checks import as_int, check_gkr_disjoint
 
 __all__ = ["GkrLayer", "JaggedGkrLayer", "LogUpGkrOutput", "JaggedStep", "layer_transition",
@@ -81,7 +81,7 @@ def _is_ext(x) -> bool:
 def _check_field(field) -> None:
     if not isinstance(field, PrimeField):
         extra = ("; pass the prime field (e.g. KoalaBear), extension-ness comes from the "
-                 "array shapes" if hasattr(field, "base") else "")
+                 "array shapes" if hasattr(field, "base") else _stale_field_hint(field))
         raise TypeError(f"Argument `field` must be a zorch_nb PrimeField (KoalaBear or "
                         f"BabyBear), not {field!r}{extra}")
 
@@ -545,6 +545,15 @@ class LogUpGkrOutput:
 
     def __getitem__(self, index):
         return (self.numerator, self.denominator)[index]
+
+    def __repr__(self):
+        # A summary, as GkrLayer's: the dataclass repr printed every word of
+        # both arrays (~15 KB for 64 batch elements).  Never raises.
+        def part(x):
+            kind = "extension" if getattr(x, "ndim", 1) == 2 else "base"
+            return f"{kind} {tuple(getattr(x, 'shape', ()))}"
+        return (f"<LogUpGkrOutput: numerator {part(self.numerator)}, denominator "
+                f"{part(self.denominator)}, {_backend.array_kind(self.numerator)}>")
 
 
 class JaggedStep(NamedTuple):
