@@ -177,6 +177,7 @@ def test_graph_repr_counts_and_sources_index():
     (b,) = ctx.call_kernel(add_2, 16, a)
     g = ctx.generate_computation_graph([a], [b])
     assert repr(g) == ("<ComputationGraph koalabear: 1 call, 1 compiled kernel, 2 buffers>")
+    assert repr(a) == "<zorch_nb graph handle: buffer 0, shape (16, 2)>"  # as a.shape
     assert g.sources(-1) is g.sources(0) and g.sources(np.int64(0)) is g.sources(0)
     assert g.sources(0)[2] and "def " in g.sources(0)[0]
     for bad in (1, 5, -2):

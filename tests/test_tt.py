@@ -437,6 +437,24 @@ def test_from_t3_to_t3_round_trip(rng):
         UniformTuckerTensorTrain.from_t3(x3, n=1)
 
 
+def test_repr_shows_the_ranks_beside_the_padding(rng):
+    """After svd(max_tt_ranks=1) the repr said only "n=8, r=8": read as the
+    ranks (a notebook user's review)."""
+    x, _ = stacked_pair(rng, X_RANKS, n=4, r=4, N=5)  # two trains, other ranks each
+    assert repr(x) == ("UniformTuckerTensorTrain(shape=(3, 4, 2), stack_shape=(2,), ranks per "
+                       "train (.tucker_ranks, .tt_ranks), padded n=4, r=4, N=5, dtype=float64)")
+    one = UniformTuckerTensorTrain.from_t3(rand_t3(rng, SHAPE, (2, 3, 2), (1, 2, 2, 1)), n=4, r=4)
+    assert repr(one) == ("UniformTuckerTensorTrain(shape=(3, 4, 2), stack_shape=(), "
+                         "tucker_ranks=[2, 3, 2], tt_ranks=[1, 2, 2, 1], padded n=4, r=4, N=4, "
+                         "dtype=float64)")
+    same = UniformTuckerTensorTrain.from_t3(rand_t3(rng, SHAPE, (2, 2, 2), (1, 2, 2, 1),
+                                                    stack=(3,)))
+    assert "stack_shape=(3,), tucker_ranks=[2, 2, 2], tt_ranks=[1, 2, 2, 1]" in repr(same)
+    long = UniformTuckerTensorTrain.from_t3(rand_t3(rng, (2,) * 10, (1,) * 10, (1,) * 11))
+    assert "tucker_ranks=[1, 1, 1, 1, ..., 1, 1, 1, 1], tt_ranks=[1, 1, 1, 1, ..., 1, 1" \
+        in repr(long)
+
+
 def test_to_dense_matches_naive(xy, path):
     x, y, xd, yd, _, _ = xy
     for u, dense in ((x, xd), (y, yd)):

@@ -236,7 +236,7 @@ class Handle:
                         "Context.copy_to_host(handle)")
 
     def __repr__(self):
-        return f"<zorch_nb graph handle: buffer {self.buffer_id}, shape {list(self.shape)}>"
+        return f"<zorch_nb graph handle: buffer {self.buffer_id}, shape {tuple(self.shape)}>"
 
 
 def _call_list(calls) -> str:

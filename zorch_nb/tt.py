@@ -184,6 +184,15 @@ class TuckerTensorTrain:
                 f"tucker_ranks={self.tucker_ranks}, tt_ranks={self.tt_ranks})")
 
 
+def _short_list(values, most=8) -> str:
+    """``values`` as a list for a repr, its middle elided past ``most`` entries."""
+    values = [int(v) for v in values]
+    if len(values) <= most:
+        return str(values)
+    head, tail = values[:most // 2], values[-(most // 2):]
+    return f"[{', '.join(map(str, head))}, ..., {', '.join(map(str, tail))}]"
+
+
 def _wrap_t3(nested):
     if hasattr(nested[0][0], "shape"):  # a (tucker_cores, tt_cores) leaf
         return TuckerTensorTrain(*nested)
@@ -269,9 +278,21 @@ class UniformTuckerTensorTrain:
         return self.tucker_supercore.dtype
 
     def __repr__(self):
+        # The ranks, not only the padding: after svd(max_tt_ranks=1) the
+        # padded r=8 read as the ranks.  A stack's trains share them or not.
         n, r, N = self.padded_sizes
+        try:
+            tucker = np.asarray(self.tucker_ranks).reshape(self.d, -1)
+            tt = np.asarray(self.tt_ranks).reshape(self.d + 1, -1)
+            if tucker.shape[1] and (tucker == tucker[:, :1]).all() and (tt == tt[:, :1]).all():
+                ranks = (f"tucker_ranks={_short_list(tucker[:, 0])}, "
+                         f"tt_ranks={_short_list(tt[:, 0])}")
+            else:
+                ranks = "ranks per train (.tucker_ranks, .tt_ranks)"
+        except Exception:  # noqa: BLE001 -- a repr never raises
+            ranks = "ranks unknown"
         return (f"UniformTuckerTensorTrain(shape={self.shape}, stack_shape={self.stack_shape}, "
-                f"n={n}, r={r}, N={N}, dtype={self.dtype})")
+                f"{ranks}, padded n={n}, r={r}, N={N}, dtype={self.dtype})")
 
     # -- conversions ---------------------------------------------------------
     @classmethod
