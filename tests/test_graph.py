@@ -152,6 +152,8 @@ def test_kernels_pickle_by_value():
         for twin in (pickle.loads(pickle.dumps(k)), copy.deepcopy(k)):
             assert type(twin) is type(k) and twin.ir == k.ir
             assert twin.fingerprint == k.fingerprint and twin.__doc__ == k.__doc__
+            assert twin.__name__ == k.__name__ == k.name  # (a Kernel had no __name__)
+    assert (add_2.__qualname__, add_2.__module__) == ("add_2", add_2.__wrapped__.__module__)
     ctx = Context()
     x = ctx.copy_to_device(np.arange(32).reshape(16, 2))
     (y,) = ctx.call_kernel(pickle.loads(pickle.dumps(add_2)), 16, x)

@@ -161,6 +161,11 @@ class Kernel:
         self.fingerprint = kernel_fingerprint(ir)
         self.__wrapped__ = fn
         self.__doc__ = getattr(fn, "__doc__", None)
+        # as functools.wraps would: help(), IPython and Sphinx look for them
+        self.__name__ = ir.name
+        self.__qualname__ = getattr(fn, "__qualname__", ir.name)
+        if fn is not None:
+            self.__module__ = fn.__module__
 
     @property
     def params(self) -> tuple:
