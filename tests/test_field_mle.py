@@ -9,6 +9,7 @@ import pytest
 
 from conftest import BACKENDS, to_backend, to_host
 import naive
+from zorch_nb import BabyBear, KoalaBear
 from test_field_broadcast_forms import FIELDS, raw_words
 
 
@@ -138,6 +139,30 @@ def test_numpy_arrays_on_the_cupy_backend(F):
                            ("mle_eval", lambda **kw: G.mle_eval(values, point, **kw))):
             got, want = call(backend="cupy"), call()
             assert type(got) is np.ndarray and got.tobytes() == want.tobytes(), name
+
+
+@pytest.mark.parametrize("F", FIELDS)
+def test_ext_eq_table_refuses_a_point_of_four_words(F):
+    """A prover's one extension challenge r of shape (4,) gave E.eq_table a
+    16-row table of four base coordinates, where it wanted 2 rows (a GKR
+    prover's review); (1, 4) is one coordinate, as_base marks four base ones."""
+    E = F.ext
+    r = E.random(1, seed=5)
+    with pytest.raises(ValueError, match=r"`point` of shape \(4,\) is ambiguous .* one "
+                                         r"extension coordinate is shape \(1, 4\); four "
+                                         r"base coordinates are marked with `as_base"):
+        E.eq_table(r[0])
+    assert E.eq_table(r).shape == (2, 4)
+    four = F.random(4, seed=6)
+    table = E.eq_table(E.as_base(four))
+    assert table.tobytes() == E.from_base(F.eq_table(four)).tobytes()
+    assert E.eq_table(E.as_base(four[:3])).tobytes() == E.eq_table(four[:3]).tobytes()
+    other = KoalaBear if F is BabyBear else BabyBear
+    with pytest.raises(ValueError, match="`point` is marked as"):
+        E.eq_table(other.ext.as_base(four))
+    with pytest.raises(TypeError, match="marker, which only the extension field's add, sub, "
+                                        "mul, div and eq_table take"):
+        F.eq_table(E.as_base(four))
 
 
 @pytest.mark.parametrize("F", FIELDS)

@@ -78,8 +78,8 @@ def _check_words(x, name: str):
     if kind == "other":
         if type(x) is BaseOperand:
             raise TypeError(f"Argument `{name}` is an `as_base(...)` marker, which only the "
-                            f"extension field's add, sub, mul and div take; pass the "
-                            f"words themselves here")
+                            f"extension field's add, sub, mul, div and eq_table take; pass "
+                            f"the words themselves here")
         raise TypeError(f"Argument `{name}` must be a uint32 array of Montgomery words "
                         f"(NumPy or CuPy), not {type(x).__name__}{hint}")
     cai = None
@@ -738,13 +738,7 @@ class _FieldBase:
                     raise TypeError(f"Argument `{name}` is an `as_base(...)` marker, which "
                                     f"only the extension field's add, sub, mul and div "
                                     f"take; {what}")
-                if x.field is not None and getattr(x.field, "params", None) != self.params:
-                    # its words would be read in this field: silently other values
-                    raise ValueError(f"Argument `{name}` is marked as {x.field!r} words "
-                                     f"({x.field!r}.ext.as_base), but this is {self!r}: "
-                                     f"mark it with {self!r}.as_base, or convert it between "
-                                     f"the fields (decode, then encode)")
-                x = operands[name] = x.words
+                x = operands[name] = self._unmark(x, name)
                 marked += (name,)
             _check_words(x, name)
             if isinstance(x, np.generic):
@@ -1490,6 +1484,16 @@ class _FieldBase:
                              + f", not {tuple(values.shape)}")
         return n, n.bit_length() - 1, self.degree == 4 and values.ndim == 1
 
+    def _unmark(self, mark, name):
+        """The words of ``as_base`` mark ``mark`` (argument ``name``), refused
+        when they are another field's: read here they would be other values."""
+        if mark.field is not None and getattr(mark.field, "params", None) != self.params:
+            raise ValueError(f"Argument `{name}` is marked as {mark.field!r} words "
+                             f"({mark.field!r}.ext.as_base), but this is {self!r}: "
+                             f"mark it with {self!r}.as_base, or convert it between "
+                             f"the fields (decode, then encode)")
+        return mark.words
+
     def _mle_point(self, point, method, nv=None, values_shape=None):
         """Whether ``point`` of :meth:`mle_eval` / :meth:`eq_table` (``method``)
         holds extension words: one element per variable (``nv`` of them, where
@@ -1532,6 +1536,14 @@ class _FieldBase:
         ``2**(nv-1)`` elements: ``(2**(nv-1),)`` on the base field,
         ``(2**(nv-1), 4)`` on the extension (base values are embedded, as
         by the extension's other operations).
+
+        Notes
+        -----
+        A sumcheck round polynomial's values ``g(X)`` at ``X = 0, 1, ..., d``
+        are sums of products of such folds by the constants ``X``
+        (``F.encode(X)``): each is one pass over ``values``, reading the pairs
+        in place, where the other operations given the strided halves
+        ``values[0::2]`` and ``values[1::2]`` copy them first.
         """
         _, nv, embed = self._mle_values(values)
         if nv == 0:
@@ -1579,6 +1591,10 @@ class _FieldBase:
         Parameters
         ----------
         point : uint32 words, ``nv`` elements, base ``(nv,)`` or (extension field) ``(nv, 4)``
+            On the extension field a point of shape ``(4,)`` is refused as
+            ambiguous, as the operand rule of :class:`ExtensionField` reads
+            it: one extension coordinate is ``(1, 4)``, four base coordinates
+            are ``E.as_base(point)``.
         out : array of shape ``(2**nv,)`` (base field) or ``(2**nv, 4)``, optional
         backend : {None, "cpu", "cupy", "numba"}, optional
 
@@ -1588,6 +1604,14 @@ class _FieldBase:
         field, ``(2**nv, 4)`` on the extension (a base ``point`` included), on
         the point's device; ``out`` itself when given.
         """
+        if type(point) is BaseOperand and self.degree == 4:
+            point = self._unmark(point, "point")  # base coordinates, however many
+        elif self.degree == 4 and getattr(point, "shape", None) == (4,):
+            # (a prover's one extension challenge read as four base ones: a
+            # 16-row table where it wanted 2)
+            raise ValueError("Argument `point` of shape (4,) is ambiguous on the extension "
+                             "field: one extension coordinate is shape (1, 4); four base "
+                             "coordinates are marked with `as_base(point)`")
         self._mle_point(point, "eq_table")
         nv = point.shape[0]
         nbytes = 4 * self.degree << nv
@@ -1875,7 +1899,9 @@ class ExtensionField(_FieldBase):
         byte for byte ``E.mul(E.from_base(a), x)``, without the embedding's
         copy (four times ``a``'s words): the marked words are read in place.
         The mark holds ``a`` itself (no copy) and is accepted by those four
-        operations only.
+        operations and by :meth:`eq_table` (whose point of shape ``(4,)``,
+        four base coordinates or one extension one, must be marked or
+        reshaped to ``(1, 4)``) only.
 
         >>> E = KoalaBear.ext
         >>> a = KoalaBear.encode([1, 2, 3, 4])           # four base elements
