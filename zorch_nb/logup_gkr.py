@@ -925,6 +925,16 @@ def build_pyramid(first: GkrLayer, *, backend: str | None = None,
     list of GkrLayer
         ``[first, ..., floor]``; every later layer is a new buffer (with
         ``out``: ``[first, *out]``, overwritten).
+
+    Notes
+    -----
+    The kernels read contiguous MLEs: ``first``'s strided ones (a layer of
+    ``leaves[0::2]`` and ``leaves[1::2]``) are copied while the pyramid is
+    built, adding the first layer's size to the peak memory, which is
+    otherwise the new layers alone (2**19 rows, base numerators over
+    extension denominators: 52 MiB where the new layers take 32).
+    :meth:`GkrLayer.from_leaves` makes a layer of contiguous halves from
+    interleaved leaves.
     """
     _require(first, GkrLayer, "first", "build_jagged_pyramid")
     _check_fused(fused)
