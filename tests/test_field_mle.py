@@ -133,8 +133,10 @@ def test_numpy_arrays_on_the_cupy_backend(F):
     E = F.ext
     for G, values, point in ((F, F.random(16, seed=1), F.random(4, seed=2)),
                              (E, F.random(16, seed=3), E.random(4, seed=4)),
-                             (E, E.random(16, seed=5), F.random(4, seed=6))):
-        for name, call in (("mle_fold", lambda **kw: G.mle_fold(values, point[0], **kw)),
+                             (E, E.random(16, seed=5), E.as_base(F.random(4, seed=6)))):
+        # (four base coordinates on the extension: marked, as eq_table needs them)
+        first = point.words[0] if type(point) is type(E.as_base(values)) else point[0]
+        for name, call in (("mle_fold", lambda **kw: G.mle_fold(values, first, **kw)),
                            ("eq_table", lambda **kw: G.eq_table(point, **kw)),
                            ("mle_eval", lambda **kw: G.mle_eval(values, point, **kw))):
             got, want = call(backend="cupy"), call()
@@ -157,11 +159,13 @@ def test_ext_eq_table_refuses_a_point_of_four_words(F):
     table = E.eq_table(E.as_base(four))
     assert table.tobytes() == E.from_base(F.eq_table(four)).tobytes()
     assert E.eq_table(E.as_base(four[:3])).tobytes() == E.eq_table(four[:3]).tobytes()
+    values = E.random(16, seed=7)  # mle_eval takes the marked point too (nv tells it)
+    assert E.mle_eval(values, E.as_base(four)).tobytes() == E.mle_eval(values, four).tobytes()
     other = KoalaBear if F is BabyBear else BabyBear
     with pytest.raises(ValueError, match="`point` is marked as"):
         E.eq_table(other.ext.as_base(four))
     with pytest.raises(TypeError, match="marker, which only the extension field's add, sub, "
-                                        "mul, div and eq_table take"):
+                                        "mul, div, eq_table and mle_eval take"):
         F.eq_table(E.as_base(four))
 
 

@@ -78,8 +78,8 @@ def _check_words(x, name: str):
     if kind == "other":
         if type(x) is BaseOperand:
             raise TypeError(f"Argument `{name}` is an `as_base(...)` marker, which only the "
-                            f"extension field's add, sub, mul, div and eq_table take; pass "
-                            f"the words themselves here")
+                            f"extension field's add, sub, mul, div, eq_table and mle_eval "
+                            f"take; pass the words themselves here")
         raise TypeError(f"Argument `{name}` must be a uint32 array of Montgomery words "
                         f"(NumPy or CuPy), not {type(x).__name__}{hint}")
     cai = None
@@ -1369,12 +1369,16 @@ class _FieldBase:
         point : uint32 words, ``nv`` elements, base ``(nv,)`` or extension ``(nv, 4)``
             On the extension field either may be base (it is embedded); on the
             base field both are base words (an extension point: ``F.ext.mle_eval``).
+            A base point marked with ``as_base`` is taken too (as
+            :meth:`eq_table` takes one).
         backend : {None, "cpu", "cupy", "numba"}, optional
 
         Returns
         -------
         One element: a 0-d base array, or shape ``(4,)`` on the extension.
         """
+        if type(point) is BaseOperand and self.degree == 4:
+            point = self._unmark(point, "point")
         n, nv, embed = self._mle_values(values)
         p_ext = self._mle_point(point, "mle_eval", nv, tuple(values.shape))
         shape = (4,) if self.degree == 4 else ()
@@ -1901,7 +1905,7 @@ class ExtensionField(_FieldBase):
         The mark holds ``a`` itself (no copy) and is accepted by those four
         operations and by :meth:`eq_table` (whose point of shape ``(4,)``,
         four base coordinates or one extension one, must be marked or
-        reshaped to ``(1, 4)``) only.
+        reshaped to ``(1, 4)``) and :meth:`mle_eval` only.
 
         >>> E = KoalaBear.ext
         >>> a = KoalaBear.encode([1, 2, 3, 4])           # four base elements
