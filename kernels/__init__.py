@@ -26,6 +26,36 @@ def sources_digest() -> str:
     return digest.hexdigest()
 
 
+#: The oldest Numba the kernels are written for (setup.cfg's install_requires).
+NUMBA_MIN = (0, 61)
+
+
+def _require_numba() -> None:
+    """Import Numba, or say what is missing in one line.
+
+    An install without it (``pip install --no-deps``) failed deep in this
+    package's import with a bare ``No module named 'numba'``; an older one
+    (below :data:`NUMBA_MIN`) imported silently and misbehaved later (its
+    llvmlite refuses the vector-width option :mod:`.vector_width` sets).
+    """
+    try:
+        import numba
+    except ImportError as exc:
+        raise ImportError(f"zorch_nb needs Numba (numba>={'.'.join(map(str, NUMBA_MIN))}, "
+                          f"one of its dependencies), which does not import here ({exc}): "
+                          f"pip install 'numba>={'.'.join(map(str, NUMBA_MIN))}'") from exc
+    import re
+    version = tuple(int(x) for x in re.findall(r"\d+", numba.__version__)[:2])
+    if version < NUMBA_MIN:
+        import warnings
+        warnings.warn(f"zorch_nb needs numba>={'.'.join(map(str, NUMBA_MIN))}, this is "
+                      f"numba {numba.__version__}: kernels may fail to compile or compile "
+                      f"slower code; pip install 'numba>={'.'.join(map(str, NUMBA_MIN))}'",
+                      RuntimeWarning, stacklevel=2)
+
+
+_require_numba()
+
 #: :func:`sources_digest` of the sources this process imported.  Every cache
 #: key uses this reading, never a later one: a process still running the old
 #: sources after an upgrade must not save its machine code under the new

@@ -27,6 +27,14 @@ def test_the_report_names_what_is_imported():
     assert report["zorch_nb"]["location"] == os.path.dirname(os.path.abspath(zorch_nb.__file__))
     deps = report["dependencies"]
     assert deps["numpy"] == np.__version__ and deps["numba"] == numba.__version__
+    import scipy  # a run-time dependency (Numba's np.dot), listed as numba is
+    assert deps["scipy"] == scipy.__version__
+    # where numba.cuda comes from: "numba-cuda: not installed" in the dependencies
+    # beside "importable: yes" read as a contradiction (a packaging review)
+    cuda = report["numba-cuda"]
+    assert cuda["from"] == (f"the numba-cuda package {deps['numba-cuda']}"
+                            if deps["numba-cuda"] != "not installed" else
+                            "numba's built-in numba.cuda (no numba-cuda package installed)")
     assert deps["python"].startswith(".".join(map(str, sys.version_info[:3])))
     assert report["cpu"]["cores"] == os.cpu_count()
     assert report["caches"]["generated kernels"].startswith(os.environ["ZORCH_NB_CACHE_DIR"])

@@ -36,6 +36,31 @@ def test_run_time_dependencies_are_required_not_extras():
     assert numba and (int(numba.group(1)), int(numba.group(2))) >= (0, 61), reqs["numba"]
 
 
+def test_import_says_what_is_wrong_with_numba():
+    """Without Numba (`pip install --no-deps`) the import failed deep in the
+    package with a bare "No module named 'numba'"; an older Numba than
+    install_requires names imported silently (a packaging review)."""
+    from zorch_nb.kernels import NUMBA_MIN
+    floor = re.search(r"numba>=(\d+)\.(\d+)", _install_requires()["numba"])
+    assert NUMBA_MIN == (int(floor.group(1)), int(floor.group(2)))
+    missing = subprocess.run(
+        [sys.executable, "-c", "import sys; sys.modules['numba'] = None; import zorch_nb"],
+        capture_output=True, text=True, timeout=300)
+    assert missing.returncode == 1
+    assert ("ImportError: zorch_nb needs Numba (numba>=0.61, one of its dependencies), "
+            "which does not import here") in missing.stderr, missing.stderr
+    assert "pip install 'numba>=0.61'" in missing.stderr.splitlines()[-1]
+    old = subprocess.run(
+        [sys.executable, "-c", "import warnings, numba; numba.__version__ = '0.60.0'\n"
+         "with warnings.catch_warnings(record=True) as seen:\n"
+         "    warnings.simplefilter('always')\n"
+         "    import zorch_nb\n"
+         "print([str(w.message) for w in seen if 'numba' in str(w.message)])"],
+        capture_output=True, text=True, timeout=300)
+    assert old.returncode == 0, old.stderr
+    assert "zorch_nb needs numba>=0.61, this is numba 0.60.0" in old.stdout, old.stdout
+
+
 def test_every_extra_with_numba_cuda_keeps_numpy_below_2_5():
     """numba-cuda 0.30.4 fails on every compile under NumPy 2.5 (np.row_stack is
     gone), and pip takes NumPy 2.5 on Python >= 3.12 unless told otherwise (the

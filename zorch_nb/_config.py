@@ -55,10 +55,10 @@ def _dependencies() -> dict:
     deps = {"python": f"{platform.python_version()} ({platform.python_implementation()}, "
                       f"{sys.executable})",
             "numpy": np.__version__}
-    for name in ("numba", "llvmlite"):
+    for name in ("numba", "llvmlite", "scipy"):  # (scipy: Numba's np.dot in the TT kernels)
         try:
             deps[name] = importlib.import_module(name).__version__
-        except Exception as exc:  # (numba is a dependency: this is a broken install)
+        except Exception as exc:  # (a dependency: this is a broken install)
             deps[name] = f"not importable ({_error(exc)})"
     deps["numba-cuda"] = _distribution("numba-cuda", "numba_cuda")
     deps["cupy"] = _distribution("cupy", "cupy-cuda13x", "cupy-cuda12x", "cupy-cuda11x",
@@ -150,7 +150,12 @@ def _numba_cuda() -> dict:
         from numba import config, cuda
     except Exception as exc:  # a broken install
         return {"importable": f"no ({_error(exc)})"}
-    info = {"importable": "yes", "simulator": bool(config.ENABLE_CUDASIM)}
+    # (the module may be numba's own, older one: the dependencies' "numba-cuda:
+    # not installed" beside "importable: yes" read as a contradiction)
+    package = _distribution("numba-cuda", "numba_cuda")
+    info = {"importable": "yes", "from": f"the numba-cuda package {package}"
+            if package != "not installed" else "numba's built-in numba.cuda (no numba-cuda "
+            "package installed)", "simulator": bool(config.ENABLE_CUDASIM)}
     try:
         info["available"] = bool(cuda.is_available())
     except Exception as exc:
