@@ -72,15 +72,25 @@ def cache_dir():
     """
     path = cache_path()
     root, name = os.path.split(path)
+    problem = None
     try:
         os.makedirs(path, exist_ok=True)
         os.utime(path)
-    except OSError:
-        pass
+    except OSError as exc:
+        problem = exc
     _prune_stale_folders(root, keep=name)
     if os.path.isdir(path):
         _prune_stale_files(path)
         return path
+    # Once a process (the lru_cache): every graph and tensor-train kernel is
+    # then compiled in memory, in every process, which a user saw only as
+    # slow starts (a HOME that does not exist).
+    import warnings
+    reason = f" ({getattr(problem, 'strerror', None) or problem})" if problem else ""
+    warnings.warn(f"zorch_nb cannot create its folder for generated kernels, {path}{reason}: "
+                  f"graph and tensor-train kernels are compiled again in every process; "
+                  f"set ZORCH_NB_CACHE_DIR to a folder that can be written",
+                  RuntimeWarning, stacklevel=3)
     return None
 
 

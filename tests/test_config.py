@@ -45,6 +45,17 @@ def test_the_report_names_what_is_imported():
         os.path.dirname(kernels.__file__))
 
 
+def test_the_report_says_when_the_generated_kernels_folder_cannot_be_made(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for root, usable in ((tmp_path / "new" / "deeper", True), (blocker, False)):
+        path = os.path.join(str(root), "graph-evaluators-0123")
+        shown = _config._generated_folder(path)
+        assert shown == path if usable else shown.startswith(
+            f"{path} (cannot be created: graph and tensor-train kernels are compiled in memory")
+    assert not (tmp_path / "new").exists()  # nothing created
+
+
 def test_printed_report_and_bad_mode(capsys):
     assert zorch_nb.show_config() is None
     text = capsys.readouterr().out

@@ -95,7 +95,8 @@ def test_without_a_writable_folder_the_kernels_compile_in_memory(tmp_path, monke
     monkeypatch.setenv("ZORCH_NB_CACHE_DIR", str(blocker))
     source_cache.cache_dir.cache_clear()
     try:
-        assert source_cache.cache_dir() is None
+        with pytest.warns(RuntimeWarning, match="compiled again in every process"):
+            assert source_cache.cache_dir() is None
         x = _train(11)
         kernel, got = _dense_by_kernel(x)
         np.testing.assert_allclose(got, x.to_dense(), rtol=1e-12)

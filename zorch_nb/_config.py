@@ -169,6 +169,18 @@ def _numba_cuda() -> dict:
     return info
 
 
+def _generated_folder(path: str) -> str:
+    """``path``, noted where it neither exists nor can be made (nothing is
+    created): a HOME that does not exist showed a folder never used."""
+    probe = path
+    while not os.path.exists(probe) and os.path.dirname(probe) != probe:
+        probe = os.path.dirname(probe)
+    if os.path.isdir(path) or (os.path.isdir(probe) and os.access(probe, os.W_OK | os.X_OK)):
+        return path
+    return (f"{path} (cannot be created: graph and tensor-train kernels are compiled in "
+            f"memory in every process; set ZORCH_NB_CACHE_DIR)")
+
+
 def _caches() -> dict:
     import numba
     from . import kernels
@@ -177,7 +189,7 @@ def _caches() -> dict:
     # read-only package or NUMBA_CACHE_DIR to the user's cache folder)
     return {"numba": kernels._numba_cache_folder(os.path.dirname(kernels.__file__))
             or numba.config.CACHE_DIR or "__pycache__ beside each kernel module",
-            "generated kernels": source_cache.cache_path(),
+            "generated kernels": _generated_folder(source_cache.cache_path()),
             "cupy kernels": os.environ.get("CUPY_CACHE_DIR")
             or os.path.join(os.path.expanduser("~"), ".cupy", "kernel_cache")}
 
