@@ -313,9 +313,10 @@ def _ext4_mul_kernel(a, b, out, p, mu, wm):
 @njit_lanes64
 def _base_mul_run(lo, hi, a, b, out, p, mu):
     # out[i] = a[i] * b[i] for i in [lo, hi) (read mod p); a and b may be
-    # one array (a square), out is another
+    # one array (a square), out is another.  One operand reduced is enough
+    # (see monty.base_map2)
     for i in range(lo, hi):
-        out[i] = _mont_mul(_canonical(a[i], p), _canonical(b[i], p), p, mu)
+        out[i] = _mont_mul(_canonical(a[i], p), b[i], p, mu)
 
 
 # ---- the MLE fold: out[k] = v[2k] + r (v[2k+1] - v[2k]) --------------------
