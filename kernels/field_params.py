@@ -12,6 +12,15 @@ An element ``v`` of F_p is stored as its Montgomery word ``v * 2**32 mod p``,
 always fully reduced into ``[0, p)``.  An element of the degree-4 extension
 F_p[x] / (x^4 - W) is stored as four such words, coefficients of
 ``1, x, x^2, x^3`` in that order (the trailing axis of length 4).
+
+These are Plonky3's conventions for its KoalaBear and BabyBear fields (the
+same p, radix 2**32, W = 3 and 11, and coefficient order; checked against
+its sources and its test vectors): a word array here holds the bytes of
+Plonky3's internal Montgomery values, and a C-contiguous ``(n, 4)`` array
+those of a ``Vec`` of its ``BinomialExtensionField<F, 4>``.  One sign
+differs: Plonky3's ``MONTY_MU`` is ``+p**-1 mod 2**32`` (its reduction
+subtracts), ``mu_neg`` here its negative (the reduction adds), so the two
+sum to ``2**32``.
 """
 from __future__ import annotations
 

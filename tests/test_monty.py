@@ -466,3 +466,24 @@ def test_inlined_arithmetic_holds_every_public_function(field):
     got = inl["ext4_pow"](*(u(enc(x, p)) for x in a), np.uint64(1), np.uint64(35),
                           e.bit_length(), pp, mu, wm, one)
     assert [dec(int(g), p) for g in got] == ext_pow(a, e, p, w)
+
+
+# Plonky3's KoalaBear / BabyBear: (p, W, MONTY_MU, its multiplication test vector
+# a * b = c on canonical values).  A user moves raw words between the two
+# libraries; this pins the facts the field_params docstring states.
+PLONKY3 = {"koalabear": (0x7F000001, 3, 0x81000001, (0x34167C58, 0x61F3207B, 0x54B46B81)),
+           "babybear": (0x78000001, 11, 0x88000001, (0x34167C58, 0x61F3207B, 0x1B5C8046))}
+
+
+@pytest.mark.parametrize("field", FIELD_NAMES)
+def test_the_constants_and_words_are_plonky3s(field):
+    from zorch_nb import BabyBear, KoalaBear
+    f = FIELDS[field]
+    p, w, monty_mu, (a, b, c) = PLONKY3[field]
+    assert (f.p, f.w) == (p, w)
+    assert (f.mu_neg + monty_mu) % 2**32 == 0  # the same multiplier, opposite sign
+    F = {"koalabear": KoalaBear, "babybear": BabyBear}[field]
+    words = F.encode([a, b])
+    # Plonky3 holds v as v * 2**32 mod p, as here
+    assert words.tolist() == [(a << 32) % p, (b << 32) % p]
+    assert int(F.decode(F.mul(words[0], words[1]))) == c
