@@ -1002,6 +1002,22 @@ def test_table_marks_rows_whose_median_is_far_from_the_best():
     assert not any(x.startswith("~ ") for x in _table([steady], copy).splitlines())
 
 
+def test_table_takes_a_row_timed_elsewhere():
+    """A Row whose time is a plain float has no median_s: never marked ``~``
+    (and no comparison with None)."""
+    from zorch_nb.bench import Row, Timing, _table
+    copy = Row("copy", "cpu", 4 * 2**20, Timing.of([1e-3]), 1 << 23).finish(8.0)
+    plain = Row("plain", "cpu", 2**20, 1e-3, 1 << 22).finish(8.0)
+    lines = _table([plain], copy).splitlines()
+    assert "1.000 ms " in next(x for x in lines if x.startswith("plain"))
+    assert not any(x.startswith("~ ") for x in lines)
+
+
+def test_report_units_name_the_spread():
+    from zorch_nb.bench import REPORT_UNITS
+    assert "median_s" in REPORT_UNITS and "max_s" in REPORT_UNITS["median_s"]
+
+
 def test_paired_copy_moves_the_kernels_bytes(monkeypatch):
     """paired_cpu: the copy has the kernel's footprint (half read, half written)
     and its GB/s counts both; the best time of each side is kept."""

@@ -56,6 +56,23 @@ def test_the_report_says_when_the_generated_kernels_folder_cannot_be_made(tmp_pa
     assert not (tmp_path / "new").exists()  # nothing created
 
 
+def test_the_generated_kernels_folder_note_checks_folders_and_permissions(tmp_path, monkeypatch):
+    note = " (cannot be created: graph and tensor-train kernels are compiled in memory"
+    blocker = tmp_path / "a-program"
+    blocker.write_text("")
+    blocker.chmod(0o755)  # a file, even one that may be run, holds no folder
+    path = os.path.join(str(blocker), "graph-evaluators-0123")
+    assert _config._generated_folder(path).startswith(path + note)
+    monkeypatch.setenv("ZORCH_NB_CACHE_DIR", str(blocker))  # and the report says so
+    assert note in _config._caches()["generated kernels"]
+    there = tmp_path / "there"
+    there.mkdir()
+    # (os.access: as root the folder's mode bits would not refuse a write)
+    monkeypatch.setattr(os, "access", lambda *args, **kwargs: False)
+    assert _config._generated_folder(str(there)) == str(there)  # it exists: it is used
+    assert _config._generated_folder(str(there / "new")).startswith(str(there / "new") + note)
+
+
 def test_printed_report_and_bad_mode(capsys):
     assert zorch_nb.show_config() is None
     text = capsys.readouterr().out

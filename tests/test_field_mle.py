@@ -170,6 +170,19 @@ def test_ext_eq_table_refuses_a_point_of_four_words(F):
 
 
 @pytest.mark.parametrize("F", FIELDS)
+def test_mle_eval_takes_a_mark_of_its_own_extension_only(F):
+    """mle_eval checks a marked point as eq_table does: another field's mark is
+    refused, and the base field takes no mark."""
+    E = F.ext
+    other = KoalaBear if F is BabyBear else BabyBear
+    four = F.random(4, seed=6)
+    with pytest.raises(ValueError, match="`point` is marked as"):
+        E.mle_eval(E.random(16, seed=7), other.ext.as_base(four))
+    with pytest.raises(TypeError, match="marker, which only the extension field's"):
+        F.mle_eval(F.random(16, seed=8), E.as_base(four))
+
+
+@pytest.mark.parametrize("F", FIELDS)
 def test_eq_table_into_out_holding_the_point(F):
     """``out`` may hold the point itself (the table then goes through a
     temporary): the table is that of the point as it was."""

@@ -602,6 +602,22 @@ def test_a_base_mark_belongs_to_its_field():
     assert repr(BaseOperand(w)) == "BaseOperand(shape=(3,))"
 
 
+def test_the_reload_hint_names_only_fields_of_another_import():
+    """The hint is for a PrimeField / ExtensionField class of another import
+    of zorch_nb.fields: never for this import's fields, nor for a class of
+    the same name elsewhere."""
+    from zorch_nb.fields import _stale_field_hint
+    for F in (KoalaBear, BabyBear, KoalaBear.ext, BabyBear.ext, 3, None):
+        assert _stale_field_hint(F) == "", F
+    for name in ("PrimeField", "ExtensionField"):
+        stale = type(name, (), {"__module__": "zorch_nb.fields"})()  # as a reload leaves it
+        assert "a field of another import of zorch_nb.fields" in _stale_field_hint(stale), name
+        elsewhere = type(name, (), {"__module__": __name__})()
+        assert _stale_field_hint(elsewhere) == "", name
+    from zorch_nb.fields import BaseOperand
+    assert repr(BaseOperand([1, 2])) == "BaseOperand(shape=())"  # a repr never raises
+
+
 def test_fields_are_immutable():
     """`KoalaBear.params = BabyBear.params` was accepted: "KoalaBear" then
     computed in BabyBear beside an extension still in KoalaBear, and its hash

@@ -216,6 +216,26 @@ print(json.dumps({"out": out.tolist(), "commitments": [c.hex() for c in commitme
 """
 
 
+def test_sources_of_a_graph_without_kernels_and_a_kernels_qualname():
+    ctx = Context()
+    a = ctx.copy_to_device(np.arange(32).reshape(16, 2))
+    g = ctx.generate_computation_graph([a], [a])  # no call: no compiled kernel
+    with pytest.raises(IndexError, match=r"`index` is 0, but this graph has no compiled "
+                                         r"kernels$"):
+        g.sources(0)
+
+    def make():
+        @kernel
+        def twice(x: In[()], out: Out[()]):
+            out[()] = x[()] + x[()]
+        return twice
+    k = make()
+    assert (k.__name__, k.__qualname__) == ("twice", make.__qualname__ + ".<locals>.twice")
+    import pickle
+    twin = pickle.loads(pickle.dumps(add_2))  # no traced function: the kernel's name
+    assert (twin.__name__, twin.__qualname__) == ("add_2", "add_2")
+
+
 def test_save_load_in_fresh_process_and_replay(tmp_path):
     ctx = Context()
     a, c = reference_program(ctx, lanes=3)

@@ -922,6 +922,15 @@ def test_outputs_repr_is_a_summary():
         "<LogUpGkrOutput: numerator base (4,), denominator base (4,), numpy>")
 
 
+def test_outputs_repr_describes_each_array():
+    from zorch_nb.logup_gkr import LogUpGkrOutput
+    out = LogUpGkrOutput(KoalaBear.random(4, seed=1), KoalaBear.ext.random(2, seed=2))
+    assert repr(out) == ("<LogUpGkrOutput: numerator base (4,), denominator extension "
+                         "(2, 4), numpy>")
+    assert repr(LogUpGkrOutput([1, 2], None)).startswith(  # a repr never raises
+        "<LogUpGkrOutput: numerator base (), denominator base (), ")
+
+
 def test_a_field_of_a_reloaded_module_is_refused_saying_why():
     """After importlib.reload (or IPython's autoreload) the old KoalaBear prints
     as the one expected: "must be a zorch_nb PrimeField (KoalaBear or BabyBear),

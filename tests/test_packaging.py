@@ -61,6 +61,18 @@ def test_import_says_what_is_wrong_with_numba():
     assert "zorch_nb needs numba>=0.61, this is numba 0.60.0" in old.stdout, old.stdout
 
 
+def test_import_is_silent_from_the_oldest_numba_supported():
+    res = subprocess.run(
+        [sys.executable, "-c", "import warnings, numba; numba.__version__ = '0.61.0'\n"
+         "with warnings.catch_warnings(record=True) as seen:\n"
+         "    warnings.simplefilter('always')\n"
+         "    import zorch_nb\n"
+         "print([str(w.message) for w in seen if 'zorch_nb needs' in str(w.message)])"],
+        capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "[]", res.stdout
+
+
 def test_every_extra_with_numba_cuda_keeps_numpy_below_2_5():
     """numba-cuda 0.30.4 fails on every compile under NumPy 2.5 (np.row_stack is
     gone), and pip takes NumPy 2.5 on Python >= 3.12 unless told otherwise (the
