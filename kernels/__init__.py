@@ -38,20 +38,20 @@ def _require_numba() -> None:
     (below :data:`NUMBA_MIN`) imported silently and misbehaved later (its
     llvmlite refuses the vector-width option :mod:`.vector_width` sets).
     """
+    floor = ".".join(map(str, NUMBA_MIN))
     try:
         import numba
     except ImportError as exc:
-        raise ImportError(f"zorch_nb needs Numba (numba>={'.'.join(map(str, NUMBA_MIN))}, "
-                          f"one of its dependencies), which does not import here ({exc}): "
-                          f"pip install 'numba>={'.'.join(map(str, NUMBA_MIN))}'") from exc
+        raise ImportError(f"zorch_nb needs Numba (numba>={floor}, one of its dependencies), "
+                          f"which does not import here ({exc}): pip install "
+                          f"'numba>={floor}'") from exc
     import re
     version = tuple(int(x) for x in re.findall(r"\d+", numba.__version__)[:2])
     if version < NUMBA_MIN:
         import warnings
-        warnings.warn(f"zorch_nb needs numba>={'.'.join(map(str, NUMBA_MIN))}, this is "
-                      f"numba {numba.__version__}: kernels may fail to compile or compile "
-                      f"slower code; pip install 'numba>={'.'.join(map(str, NUMBA_MIN))}'",
-                      RuntimeWarning, stacklevel=2)
+        warnings.warn(f"zorch_nb needs numba>={floor}, this is numba {numba.__version__}: "
+                      f"kernels may fail to compile or compile slower code; pip install "
+                      f"'numba>={floor}'", RuntimeWarning, stacklevel=2)
 
 
 _require_numba()

@@ -456,9 +456,9 @@ def test_repr_shows_the_ranks_beside_the_padding(rng):
 
 
 def test_repr_ranks_lists_and_trains_that_differ_in_tt_ranks_only(rng):
-    from zorch_nb.tt import _short_list
-    assert _short_list(range(8)) == "[0, 1, 2, 3, 4, 5, 6, 7]"  # `most` entries: all shown
-    assert _short_list(range(10)) == "[0, 1, 2, 3, ..., 6, 7, 8, 9]"
+    from zorch_nb._text import elided_list  # (as the repr calls it)
+    assert elided_list(range(8), 4, 4) == "[0, 1, 2, 3, 4, 5, 6, 7]"  # `most`: all shown
+    assert elided_list(range(10), 4, 4) == "[0, 1, 2, 3, ..., 6, 7, 8, 9]"
     x, _ = stacked_pair(rng, [((2, 2, 2), (1, 2, 2, 1)), ((2, 2, 2), (1, 1, 2, 1))])
     assert "stack_shape=(2,), ranks per train (.tucker_ranks, .tt_ranks)" in repr(x)
 

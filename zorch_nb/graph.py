@@ -49,6 +49,7 @@ import numpy as np
 
 from . import _backend
 from ._ints import is_int
+from ._text import elided_list
 from .fields import BabyBear, KoalaBear, PrimeField, _stale_field_hint
 from .graph_format import _MAX_LOG2, _MAX_NDIM
 from .graph_layout import (ViewForm, _jit_disabled, apply_history, axis_dims, dims_of,
@@ -243,10 +244,7 @@ def _call_list(calls) -> str:
     """Call indices for a message: all of a few, the ends of many (a clash on a
     buffer 5,000 calls read listed all 5,000)."""
     calls = list(calls)
-    if len(calls) <= 8:
-        return str(calls)
-    return (f"[{', '.join(map(str, calls[:3]))}, ..., {', '.join(map(str, calls[-2:]))}] "
-            f"({len(calls)} calls)")
+    return elided_list(calls, 3, 2) + (f" ({len(calls)} calls)" if len(calls) > 8 else "")
 
 
 def _history_shape(history: tuple) -> tuple:

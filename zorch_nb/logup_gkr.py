@@ -51,6 +51,7 @@ import numpy as np
 
 from . import _backend
 from ._ints import is_int
+from ._text import elided_list
 from .fields import KoalaBear, PrimeField, _check_words, _int_array, _stale_field_hint
 from .kernels.launch_checks import as_int, check_gkr_disjoint
 
@@ -470,8 +471,7 @@ class JaggedGkrLayer(_Layer):
         if not self.counts_on_host:  # (reading device counts would synchronize)
             counts = "row counts on the device"
         else:
-            shown = c.tolist() if nb <= 8 else c[:3].tolist() + ["..."] + c[-2:].tolist()
-            counts = (f"row_counts [{', '.join(map(str, shown))}]"
+            counts = (f"row_counts {elided_list(c.tolist(), 3, 2)}"
                       + ("" if nb <= 8 else f" (sum {int(c.sum(dtype=np.int64))})"))
         return f"width {self.width}, {nb} segment{'s' * (nb != 1)}, {counts}"
 

@@ -73,6 +73,7 @@ import numbers
 
 import numpy as np
 
+from ._text import elided_list
 from .tt_masks import UT3Masks, kernel_cache_clear, kernel_cache_info
 from .tt_ops import (
     NORM_METHODS, ORTHOGONALIZE_KINDS, TrainOverflowError, _alpha_array, _t3_check,
@@ -184,15 +185,6 @@ class TuckerTensorTrain:
                 f"tucker_ranks={self.tucker_ranks}, tt_ranks={self.tt_ranks})")
 
 
-def _short_list(values, most=8) -> str:
-    """``values`` as a list for a repr, its middle elided past ``most`` entries."""
-    values = [int(v) for v in values]
-    if len(values) <= most:
-        return str(values)
-    head, tail = values[:most // 2], values[-(most // 2):]
-    return f"[{', '.join(map(str, head))}, ..., {', '.join(map(str, tail))}]"
-
-
 def _wrap_t3(nested):
     if hasattr(nested[0][0], "shape"):  # a (tucker_cores, tt_cores) leaf
         return TuckerTensorTrain(*nested)
@@ -285,8 +277,8 @@ class UniformTuckerTensorTrain:
             tucker = np.asarray(self.tucker_ranks).reshape(self.d, -1)
             tt = np.asarray(self.tt_ranks).reshape(self.d + 1, -1)
             if tucker.shape[1] and (tucker == tucker[:, :1]).all() and (tt == tt[:, :1]).all():
-                ranks = (f"tucker_ranks={_short_list(tucker[:, 0])}, "
-                         f"tt_ranks={_short_list(tt[:, 0])}")
+                ranks = (f"tucker_ranks={elided_list(tucker[:, 0], 4, 4)}, "
+                         f"tt_ranks={elided_list(tt[:, 0], 4, 4)}")
             else:
                 ranks = "ranks per train (.tucker_ranks, .tt_ranks)"
         except Exception:  # noqa: BLE001 -- a repr never raises
