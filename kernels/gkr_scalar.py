@@ -48,6 +48,7 @@ import numpy as np
 
 from .jit import njit  # numba.njit, cache keyed on every kernel source
 
+from .monty import _high_difference
 from .monty import (base_eq_split, base_fold, base_pow, below_pr, canonical, ext4_dot,
                     ext4_eq_split, ext4_fold, ext4_inv, ext4_inv_finish, ext4_mul, ext4_norm,
                     ext4_pow, ext4_wrap, exponent_bit, from_monty, mod_add, mod_neg, mod_sub,
@@ -380,11 +381,11 @@ def inlined_arithmetic():
     # Callees before callers: each copy is bound to the copies made so far.
     # (The rest of monty's public functions come last, so that adding them
     # left the copies the library's kernels use bound as they were.)
-    for fn in (canonical, reduce_once, monty_reduce, below_pr, monty_reduce_sum4, mont_mul,
-               mont_mul_sub, mod_add, mod_sub, ext4_wrap, ext4_dot, ext4_mul, ext4_norm, ext4_inv_finish,
-               base_fold, ext4_fold, base_eq_split, ext4_eq_split, frac_bb, frac_be, frac_eb,
-               frac_ee, mod_neg, to_monty, from_monty, mont_pow_u32, mont_inv, ext4_inv,
-               exponent_bit, base_pow, ext4_pow):
+    for fn in (canonical, reduce_once, _high_difference, monty_reduce, below_pr,
+               monty_reduce_sum4, mont_mul, mont_mul_sub, mod_add, mod_sub, ext4_wrap, ext4_dot,
+               ext4_mul, ext4_norm, ext4_inv_finish, base_fold, ext4_fold, base_eq_split,
+               ext4_eq_split, frac_bb, frac_be, frac_eb, frac_ee, mod_neg, to_monty, from_monty,
+               mont_pow_u32, mont_inv, ext4_inv, exponent_bit, base_pow, ext4_pow):
         env[fn.__name__] = njit(forceinline=True)(_rebind(getattr(fn, "py_func", fn), env))
     return env
 

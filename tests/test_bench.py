@@ -845,6 +845,15 @@ def test_sass_stats_counts_opcode_classes():
     assert (a["MOV"], a["IMAD.WIDE"], a["IMAD"], a["LDG"], b["STG"], b["LDS"]) == (1, 1, 1, 1, 1, 1)
 
 
+def test_kernel_ab_times_every_kernel_it_names():
+    """benchmarks/kernel_ab.py (before/after comparisons of the arithmetic) runs
+    every kernel it lists on a small size and reports a positive best time each."""
+    res = _script("kernel_ab").main(6)
+    assert list(res) == ["base mul", "ext mul", "base x ext mul", "ext mle fold",
+                         "dense fold bb", "dense fold be", "dense fold ee"]
+    assert all(isinstance(v, float) and v > 0 for v in res.values()), res
+
+
 def test_version_and_submodules_as_attributes(capsys):
     """``--version`` prints the package version; ``zorch_nb.tt`` and the other
     public submodules are attributes after ``import zorch_nb`` (an
