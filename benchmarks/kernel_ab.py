@@ -2,8 +2,9 @@
 
 Usage: ``NUMBA_NUM_THREADS=N python benchmarks/kernel_ab.py [LOG2_SIZE]``
 (default 22) prints one JSON line: the best of several calls, in ms, after
-a warm-up call, of base and extension products (``F.mul`` / ``E.mul`` with
-``out=``, a base-by-extension product), the extension MLE fold, and the
+a warm-up call, of a base sum, base and extension products (``F.add`` /
+``F.mul`` / ``E.mul`` with ``out=``, a base-by-extension product), the base
+and extension MLE folds, and the
 dense LogUp-GKR fold in three field modes (kernel layer, preallocated
 outputs).  Inputs are seeded random words, any uint32 (read mod p).
 
@@ -42,7 +43,10 @@ def main(log2: int) -> dict:
     o, eo = np.empty_like(a), np.empty_like(ea)
     r = rng.integers(0, F.p, 4, dtype=np.uint32)
     E = F.ext
-    res = {"base mul": best_ms(lambda: F.mul(a, b, out=o), 21),
+    rb = rng.integers(0, F.p, dtype=np.uint32)
+    res = {"base add": best_ms(lambda: F.add(a, b, out=o), 21),
+           "base mul": best_ms(lambda: F.mul(a, b, out=o), 21),
+           "base mle fold": best_ms(lambda: F.mle_fold(a, rb), 21),
            "ext mul": best_ms(lambda: E.mul(ea, eb, out=eo), 7),
            "base x ext mul": best_ms(lambda: E.mul(E.as_base(a), eb, out=eo), 7),
            "ext mle fold": best_ms(lambda: E.mle_fold(ea, r), 7)}
