@@ -4,9 +4,9 @@ Usage: ``NUMBA_NUM_THREADS=N python benchmarks/kernel_ab.py [LOG2_SIZE]``
 (default 22) prints one JSON line: the best of several calls, in ms, after
 a warm-up call, of a base sum, base and extension products (``F.add`` /
 ``F.mul`` / ``E.mul`` with ``out=``, a base-by-extension product), the base
-and extension MLE folds, and the
-dense LogUp-GKR fold in three field modes (kernel layer, preallocated
-outputs).  Inputs are seeded random words, any uint32 (read mod p).
+and extension MLE folds, and the dense LogUp-GKR fold in three field modes
+(kernel layer, preallocated outputs).  Inputs are seeded random words, any
+uint32 (read mod p).
 
 To compare two versions of the kernels, run it in alternating processes,
 several rounds, one checkout each (e.g. ``git stash`` / ``git stash pop``
@@ -41,9 +41,8 @@ def main(log2: int) -> dict:
     a, b = (rng.integers(0, 2**32, n, dtype=np.uint32) for _ in range(2))
     ea, eb = (rng.integers(0, 2**32, (n, 4), dtype=np.uint32) for _ in range(2))
     o, eo = np.empty_like(a), np.empty_like(ea)
-    r = rng.integers(0, F.p, 4, dtype=np.uint32)
+    rb, r = rng.integers(0, F.p, dtype=np.uint32), rng.integers(0, F.p, 4, dtype=np.uint32)
     E = F.ext
-    rb = rng.integers(0, F.p, dtype=np.uint32)
     res = {"base add": best_ms(lambda: F.add(a, b, out=o), 21),
            "base mul": best_ms(lambda: F.mul(a, b, out=o), 21),
            "base mle fold": best_ms(lambda: F.mle_fold(a, rb), 21),

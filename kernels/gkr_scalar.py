@@ -48,11 +48,10 @@ import numpy as np
 
 from .jit import njit  # numba.njit, cache keyed on every kernel source
 
-from .monty import _high_difference
-from .monty import (base_eq_split, base_fold, base_pow, below_pr, canonical, ext4_dot,
-                    ext4_eq_split, ext4_fold, ext4_inv, ext4_inv_finish, ext4_mul, ext4_norm,
-                    ext4_pow, ext4_wrap, exponent_bit, from_monty, mod_add, mod_neg, mod_sub,
-                    mont_inv, mont_mul, mont_mul_sub, mont_pow_u32, monty_reduce,
+from .monty import (_high_difference, base_eq_split, base_fold, base_pow, below_pr, canonical,
+                    ext4_dot, ext4_eq_split, ext4_fold, ext4_inv, ext4_inv_finish, ext4_mul,
+                    ext4_norm, ext4_pow, ext4_wrap, exponent_bit, from_monty, mod_add, mod_neg,
+                    mod_sub, mont_inv, mont_mul, mont_mul_sub, mont_pow_u32, monty_reduce,
                     monty_reduce_sum4, reduce_once, to_monty)
 
 __all__ = ["MODE_BB", "MODE_BE", "MODE_EB", "MODE_EE", "mode_of", "output_mode",
