@@ -189,7 +189,8 @@ def test_jagged_schedule_errors():
     assert [g.width for g in as_list] == [layer.width, 7, 3]
     assert all(a.numerator_0.tobytes() == b.numerator_0.tobytes()
                for a, b in zip(as_list, as_tuple))
-    for one_step in (JaggedStep([3, 2], 5), ([3, 2], 5), [3, 2]):
+    for one_step in (JaggedStep([3, 2], 5), ([3, 2], 5), [3, 2], ([3, 2], None),
+                     [np.array([3, 2]), None]):
         with pytest.raises(TypeError, match="a list of steps, not one step"):
             build_jagged_pyramid(layer, one_step)
     assert len(build_jagged_pyramid(layer, [([3, 2], 5)])) == 2  # the list of it works

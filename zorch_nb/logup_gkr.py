@@ -1385,8 +1385,10 @@ def build_jagged_pyramid(first: JaggedGkrLayer, schedules, *,
         raise TypeError(f"Argument `schedules` must be an iterable of steps (see "
                         f"halving_schedule), not {type(schedules).__name__}") from None
     # A bare integer entry is a step's count or width: one step was passed
-    # unwrapped, ([2, 3], 5) or [2, 3] (a step's counts are one per segment).
-    if any(is_int(e) for e in entries):
+    # unwrapped, ([2, 3], 5) or [2, 3] (a step's counts are one per segment);
+    # so is a None after counts, the default width of ([2, 3], None).
+    if any(is_int(e) for e in entries) or (
+            len(entries) == 2 and _sequence_like(entries[0]) and entries[1] is None):
         raise one_step
     steps = [_step(entry) for entry in entries]
     _check_fused(fused)
