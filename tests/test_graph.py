@@ -1510,6 +1510,24 @@ def test_views_reshape_and_transpose_honoured():
     np.testing.assert_array_equal(ctx.copy_to_host(odd), vals.T.reshape(3, 5))
     with pytest.raises(ValueError, match="illegal shape operation.*copy"):
         ctx.call_kernel(row_sum_5, 3, odd)
+    # ... and reshaped back it is the transposed view again, accepted (its
+    # folded history is t's; the way through the copy kept it refused, naming
+    # a reshape that history no longer holds), here and through a 3-d buffer
+    back = odd.reshape(5, 3)
+    assert back.history == t.history and back._view == t._view
+    np.testing.assert_array_equal(ctx.copy_to_host(ctx.call_kernel(row_sum_3, 5, back)[0]),
+                                  vals.sum(axis=0))
+    cube = ctx.copy_to_device(np.arange(30).reshape(5, 2, 3))
+    flat = cube.transpose(0, 2, 1).reshape(30)
+    for way in (cube.transpose(0, 2, 1).reshape(5, 2, 3).reshape(30),
+                cube.transpose(0, 2, 1).reshape(6, 5).T.T.reshape(30),
+                cube.transpose(0, 2, 1).reshape(6, 5).reshape(3, 2, 5).T.T.reshape(2, 15)
+                .T.T.reshape(30)):
+        assert way._view.irregular == "" and way._view == flat._view
+        np.testing.assert_array_equal(ctx.copy_to_host(way), ctx.copy_to_host(flat))
+        np.testing.assert_array_equal(ctx.copy_to_host(ctx.call_kernel(add_xy, 30, way, way)[0]),
+                                      2 * np.arange(30).reshape(5, 2, 3).transpose(0, 2, 1)
+                                      .reshape(30))
     # ... but one NumPy does as a view is accepted (was refused: the base axes
     # that the transpose keeps adjacent and in order act as one axis), and so
     # are the reshapes of that view

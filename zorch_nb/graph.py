@@ -56,7 +56,7 @@ from .graph_layout import (ViewForm, _jit_disabled, apply_history, axis_dims, di
                            history_shapes, initial_view, input_layout, logical_instance,
                            merge_points, merkle_root, output_layout, pad, padded_dims,
                            parallel_sizes, prefix_points, reshape_view, transpose_view,
-                           unapply_history, unpad)
+                           unapply_history, unpad, view_of_history)
 from .graph_trace import (In, InOut, Kernel, KernelDefinitionError, KernelIR, Out, assert_eq,
                           kernel)
 from .kernels import cpu_threads, graph_codegen, graph_cpu, graph_interp, launch_config
@@ -189,9 +189,9 @@ class Handle:
         if int(np.prod(shape, dtype=object)) != self.size:
             raise ValueError(f"Argument `shape` must keep the element count {self.size} of "
                              f"the view {list(self.shape)}, not {list(shape)}")
+        history = _extended(self._history, "reshape", shape, self.shape)
         return Handle(self._ctx, self.buffer_id, shape,
-                      reshape_view(self._view, self.shape, shape),
-                      _extended(self._history, "reshape", shape, self.shape))
+                      self._next_view(history, reshape_view, self.shape, shape), history)
 
     def transpose(self, *axes) -> "Handle":
         """View with axes permuted (default: reversed), like ``numpy.transpose``."""
@@ -207,9 +207,22 @@ class Handle:
             raise ValueError(f"Argument `axes` must be a permutation of "
                              f"{list(range(nd))}, not {list(axes)}")
         axes = norm
+        history = _extended(self._history, "transpose", axes, self.shape)
         return Handle(self._ctx, self.buffer_id, tuple(self.shape[a] for a in axes),
-                      transpose_view(self._view, axes),
-                      _extended(self._history, "transpose", axes, self.shape))
+                      self._next_view(history, transpose_view, axes), history)
+
+    def _next_view(self, history, step, *args):
+        """The view of ``history``, this handle's history and one more step.
+
+        Where the step was appended, the step taken on this view; where it
+        folded into the last step (or cancelled it), the folded history's
+        view: ``h.T.reshape(2, 3)`` needs a copy, but its ``.reshape(3, 2)``
+        is ``h.T`` again, which needs none (it was refused in calls, naming
+        the reshape its history no longer holds).
+        """
+        if len(history) == len(self._history) + 1:
+            return step(self._view, *args)
+        return view_of_history(history)
 
     @property
     def T(self) -> "Handle":

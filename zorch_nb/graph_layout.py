@@ -207,6 +207,27 @@ def transpose_view(v: ViewForm, axes) -> ViewForm:
     return ViewForm(v.base, tuple(perm), tuple(v.groups[k] for k in axes))
 
 
+def view_of_history(history) -> ViewForm:
+    """The view that the shape ``history`` of a handle makes of its buffer.
+
+    ``history[0]`` is ``("reshape", buffer's shape)``; each later step is taken
+    by :func:`reshape_view` / :func:`transpose_view`.  A handle's history is
+    folded (a reshape of a reshape is one reshape), so a view whose steps
+    passed through a reshape needing a copy and came back to a view that
+    needs none is judged by where it is, not by the way it came.
+    """
+    (_, shape), *rest = history
+    v = initial_view(shape)
+    for op, arg in rest:
+        if op == "reshape":
+            v = reshape_view(v, shape, arg)
+            shape = arg
+        else:
+            v = transpose_view(v, arg)
+            shape = tuple(shape[a] for a in arg)
+    return v
+
+
 def _steps(history):
     """The ``(op, arg)`` steps of ``history``, each op checked (a misspelt
     "tranpose" was taken for a transpose)."""
