@@ -106,8 +106,10 @@ def test_marker_elsewhere_is_a_clear_type_error():
              "pow": lambda: E.pow(mark, 3), "sum": lambda: E.sum(mark),
              "mle_eval": lambda: E.mle_eval(mark, E.random(2, seed=1)),
              "out": lambda: E.mul(E.one, E.one, out=mark)}
-    for what, call in cases.items():
-        with pytest.raises(TypeError, match=r"as_base\(\.\.\.\)` marker"):
+    for what, call in cases.items():  # each names every op that takes one
+        with pytest.raises(TypeError, match=r"as_base\(\.\.\.\)` marker, which only the "
+                                            r"extension field's add, sub, mul, div, eq_table "
+                                            r"and mle_eval take; "):
             call()
     with pytest.raises(TypeError, match="Argument `a` must have dtype uint32"):
         E.as_base(np.arange(4))

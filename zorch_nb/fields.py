@@ -49,6 +49,8 @@ from .kernels.field_params import BABYBEAR, FIELDS, KOALABEAR, FieldParams
 from .kernels.launch_checks import check_field
 
 _U32 = np.dtype(np.uint32)
+#: The extension ops that take an ``as_base(...)`` marker (named by every refusal of one).
+_MARK_TAKERS = "add, sub, mul, div, eq_table and mle_eval"
 
 __all__ = ["PrimeField", "ExtensionField", "BaseOperand", "KoalaBear", "BabyBear"]
 
@@ -78,8 +80,8 @@ def _check_words(x, name: str):
     if kind == "other":
         if type(x) is BaseOperand:
             raise TypeError(f"Argument `{name}` is an `as_base(...)` marker, which only the "
-                            f"extension field's add, sub, mul, div, eq_table and mle_eval "
-                            f"take; pass the words themselves here")
+                            f"extension field's {_MARK_TAKERS} take; pass the words themselves "
+                            f"here")
         raise TypeError(f"Argument `{name}` must be a uint32 array of Montgomery words "
                         f"(NumPy or CuPy), not {type(x).__name__}{hint}")
     cai = None
@@ -736,8 +738,7 @@ class _FieldBase:
                     what = ("the base field's ops take base words as they are"
                             if self.degree != 4 else "unary ops take extension elements")
                     raise TypeError(f"Argument `{name}` is an `as_base(...)` marker, which "
-                                    f"only the extension field's add, sub, mul and div "
-                                    f"take; {what}")
+                                    f"only the extension field's {_MARK_TAKERS} take; {what}")
                 x = operands[name] = self._unmark(x, name)
                 marked += (name,)
             _check_words(x, name)
