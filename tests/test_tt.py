@@ -1251,6 +1251,38 @@ def test_non_finite_live_entries_are_refused_before_lapack(rng):
         assert "On CuPy" in func.__doc__ and "synchronizes" in func.__doc__
 
 
+def test_scale_and_hadamard_keep_factors_and_small_products(rng):
+    """(a user review) The factor of a scale was rounded to the train's dtype
+    before the range check: a float32 train of 1e-20 divided by 1e-39 or
+    times 1e39 gave inf, one of 1e20 times 1e-46 gave 0 (the results are
+    1e19 and 1e-26).  And products that underflow were not looked for:
+    cores of 1e-200 and 1e200 times 1e-200, or a hadamard with cores of
+    1e-200 and 1.0, gave the exact zero tensor of a 1e-200 one."""
+    def train(values, dtype=np.float64):
+        return UniformTuckerTensorTrain.from_t3(TuckerTensorTrain(
+            [np.array([[1.0, 2.0]], dtype)] * len(values),
+            [np.full((1, 1, 1), v, dtype) for v in values]))
+
+    small, big = train([1e-20], np.float32), train([1e20], np.float32)
+    for got, want in (((small / 1e-39), [1e19, 2e19]), ((small * 1e39), [1e19, 2e19]),
+                      ((small * np.float64(1e39)), [1e19, 2e19]),
+                      ((small * np.array(1e39)), [1e19, 2e19]),
+                      ((big * 1e-46), [1e-26, 2e-26]), ((big / 1e46), [1e-26, 2e-26])):
+        assert got.tt_supercore.dtype == np.float32
+        assert rel_err(got.to_dense().astype(np.float64), np.array(want)) < 1e-6
+    a = train([1e-200, 1e200])
+    pair = np.outer([1.0, 2.0], [1.0, 2.0])
+    for dtype, tiny, t in ((np.float64, 1e-200, a), (np.float32, 1e-30, train([1e-30, 1e30],
+                                                                            np.float32))):
+        rtol = RTOL if dtype is np.float64 else 1e-6
+        assert rel_err((t * tiny).to_dense(), tiny * pair) < rtol
+        other = train([tiny, 1.0], dtype)
+        assert rel_err(t.hadamard(other).to_dense(), tiny * pair * pair) < rtol
+    # a product that truly underflows is 0, as the dense tensor's would be
+    with np.errstate(under="ignore"):
+        assert not (a * 1e-200 * 1e-200).to_dense().any()
+
+
 def test_overflow_during_svd_is_not_blamed_on_the_input(rng):
     """Finite entries whose products overflow (1e200 in float64, 1e30 in
     float32) were reported as 'the train holds inf or NaN in a live entry'."""
@@ -1418,25 +1450,55 @@ def test_float32_trains_that_meet_inf_are_computed_again_in_float64(rng, monkeyp
 
 
 @pytest.mark.filterwarnings("error::RuntimeWarning")  # overflows are handled, not warned
-def test_overflow_in_the_last_push_is_refused_too(rng):
-    """An overflow after every SVD (the remainder pushed into the cores) came
-    back as inf entries from "tucker_down", "tt_up" and "right" (only "left"
-    and svd raised); the norms scale the cores first and give the value."""
+def test_sweeps_of_cores_far_from_1_keep_the_tensor(rng):
+    """Cores of 1e10, 1e300 and 1e-100 (a tensor near 1e210): the remainder
+    pushed into the cores after the SVDs overflowed, and "tucker_down",
+    "tt_up" and "right" returned inf entries, later refused.  Cores of 1e300,
+    1e-200 and 1e-200 (a tensor of 1e-100, user review): the pushes
+    underflowed and every orthogonalization and svd returned the zero train
+    and zero singular values, silently.  Sweeps now run on power-of-two scaled
+    cores and the scale goes back on the cores that carry the weight; only a
+    core that cannot hold it (a tensor past the range, in "left", "right" and
+    svd) is refused as the overflow."""
     t3 = rand_t3(rng, SHAPE, (2, 2, 2), (1, 2, 2, 1))
     U, G = [np.array(u) for u in t3.tucker_cores], [np.array(g) for g in t3.tt_cores]
-    U[0] *= 1e10
-    G[0] *= 1e300
-    G[1] *= 1e-100
-    y = UniformTuckerTensorTrain.from_t3(TuckerTensorTrain(U, G))
-    for kind in ORTHOGONALIZE_KINDS:
-        with np.errstate(over="ignore", invalid="ignore"):
-            with pytest.raises(ValueError, match="overflowed float64 .* rescale"):
-                y.orthogonalize(kind)
-    want = np.linalg.norm(naive_dense(*TuckerTensorTrain(
-        [u * 1e-10 if i == 0 else u for i, u in enumerate(U)],
-        [g * (1e-300 if i == 0 else 1e100 if i == 1 else 1) for i, g in enumerate(G)]).data))
-    for method in NORM_METHODS:
-        assert abs(y.norm(method) / 1e210 - want) <= RTOL * want
+    plain = UniformTuckerTensorTrain.from_t3(TuckerTensorTrain(U, G))
+    want = plain.to_dense()
+    for (u0, g0, g1, g2), factor in (((1e10, 1e300, 1e-100, 1), 1e210),
+                                     ((1, 1e300, 1e-200, 1e-200), 1e-100)):
+        y = UniformTuckerTensorTrain.from_t3(TuckerTensorTrain(
+            [U[0] * u0] + U[1:], [G[0] * g0, G[1] * g1, G[2] * g2]))
+        for kind in ORTHOGONALIZE_KINDS:
+            got = y.orthogonalize(kind)
+            assert rel_err(got.to_dense() / factor, want) < RTOL, kind
+        s, (tsv, ttsv) = y.svd()
+        s0, (tsv0, ttsv0) = plain.svd()
+        assert rel_err(s.to_dense() / factor, want) < RTOL
+        assert rel_err(tsv / factor, tsv0) < RTOL and rel_err(ttsv / factor, ttsv0) < RTOL
+        for method in NORM_METHODS:
+            assert abs(y.norm(method) / factor - plain.norm()) <= RTOL * plain.norm()
+    # float32: cores of 1e30, 1e-30, 1e-30 (a tensor near 1e-30)
+    t32 = UniformTuckerTensorTrain.from_t3(TuckerTensorTrain(
+        [u.astype(np.float32) for u in U],
+        [(g * k).astype(np.float32) for g, k in zip(G, (1e30, 1e-30, 1e-30))]))
+    for got in [t32.orthogonalize(kind) for kind in ORTHOGONALIZE_KINDS] + [t32.svd()[0]]:
+        assert got.tt_supercore.dtype == np.float32
+        assert rel_err(got.to_dense() / np.float32(1e-30), want) < 1e-5
+    # a tensor past the range (near 1e410): the weight's core cannot hold it
+    huge = UniformTuckerTensorTrain.from_t3(TuckerTensorTrain(
+        [U[0] * 1e10] + U[1:], [G[0] * 1e300, G[1] * 1e100, G[2]]))
+    with np.errstate(over="ignore", invalid="ignore"):
+        for call in (lambda: huge.orthogonalize("left"), lambda: huge.orthogonalize("right"),
+                     huge.svd):
+            with pytest.raises(zorch_nb.tt.TrainOverflowError, match="overflowed float64"):
+                call()
+        # ... where the scale is spread over several cores, the train is kept
+        for kind in ("tucker_down", "tt_up"):
+            kept = huge.orthogonalize(kind)
+            assert np.isfinite(kept.tt_supercore).all()
+            assert np.isfinite(kept.tucker_supercore).all()
+            down = lambda t: t * 2.0**-681 * 2.0**-681  # (2**-1362 is no float64)
+            assert rel_err(down(kept).to_dense(), down(huge).to_dense()) < RTOL
 
 
 def test_bad_arguments_are_named(rng):
@@ -2605,9 +2667,18 @@ def test_a_singular_value_past_the_range_is_an_overflow_not_a_lapack_fault():
     now names the overflow.  float32 was right: its float64 retry succeeds
     and the overflow is found on the cast back."""
     x = UniformTuckerTensorTrain.from_t3(TuckerTensorTrain([np.eye(3)], [np.full((1, 3, 1), 1.2e308)]))
-    calls = (x.svd, lambda: x.orthogonalize("tt_up"),
-             lambda: TuckerTensorTrain.from_dense(np.full(3, 1.2e308)))
     with np.errstate(over="ignore", invalid="ignore"):
-        for call in calls:
-            with pytest.raises(ValueError, match="overflowed float64 .* rescale"):
-                call()
+        with pytest.raises(ValueError, match="overflowed float64 .* rescale"):
+            x.svd()
+    # "tt_up" puts the norm into the Tucker core, scaled from near 1: the
+    # entries fit, and so does the train (it was refused as the svd)
+    np.testing.assert_array_equal(x.orthogonalize("tt_up").to_dense(), np.full(3, 1.2e308))
+    # from_dense names its argument: the last TT core must hold its norm
+    for dtype, v in ((np.float64, 1.2e308), (np.float32, 3e38)):
+        with pytest.raises(ValueError, match=f"`dense` has a norm past {np.dtype(dtype).name}'s "
+                                             f"range, which the last TT core must hold"):
+            TuckerTensorTrain.from_dense(np.full((2, 2), v, dtype))
+    # entries far from 1 whose norm fits: the SVDs run on them scaled
+    for v in (1e300, 1e-300, 1e-310):
+        got = TuckerTensorTrain.from_dense(np.full((2, 3), v)).to_dense()
+        assert np.abs(got / v - 1).max() < (RTOL if v > 1e-308 else 1e-3)  # (subnormal)

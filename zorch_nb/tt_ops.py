@@ -795,7 +795,14 @@ def t3_from_dense(dense, max_tucker_ranks=None, max_tt_ranks=None, rtol=None):
     d = dense.ndim
     max_tk = _max_ranks(max_tucker_ranks, d, "max_tucker_ranks")
     max_tt = _max_ranks(max_tt_ranks, d - 1, "max_tt_ranks")
-    core, tucker = dense, []
+    # Entries far from 1 are scaled near 1 by a power of two (exact) and the
+    # scale put back on the last TT core, which carries the norm: the SVDs'
+    # sums of squares overflowed or underflowed (1e308 entries were blamed on
+    # "the train"; now the one failure left, a norm past the range, names it).
+    scale = int(_exponents(xp, dense.reshape(1, 1, -1))[0, 0])
+    if abs(scale) <= np.finfo(dense.dtype).maxexp // 4:
+        scale = 0
+    core, tucker = (xp.ldexp(dense, -scale) if scale else dense), []
     for i in range(d):
         unfolding = xp.moveaxis(core, i, 0).reshape(core.shape[i], -1)
         left, sv, _ = _finite_svd(xp, unfolding)
@@ -811,7 +818,16 @@ def t3_from_dense(dense, max_tucker_ranks=None, max_tt_ranks=None, rtol=None):
         tt.append(xp.ascontiguousarray(left[:, :k].reshape(rank, core.shape[i], k)))
         rest = sv[:k, None] * right[:k]
         rank = k
-    tt.append(xp.ascontiguousarray(rest.reshape(rank, core.shape[d - 1], 1)))
+    last = xp.ascontiguousarray(rest.reshape(rank, core.shape[d - 1], 1))
+    if scale:
+        with np.errstate(over="ignore"):  # (refused just below)
+            last = xp.ldexp(last, scale)
+        if not _finite(xp, last):
+            wider = " or pass it as float64" if dense.dtype == np.float32 else ""
+            raise ValueError(f"Argument `dense` has a norm past {dense.dtype}'s range, which the "
+                             f"last TT core must hold (the other cores are orthonormal); scale "
+                             f"it down (`dense * 2.0**-k` is exact){wider}")
+    tt.append(last)
     return tuple(tucker), tuple(tt)
 
 
@@ -1112,13 +1128,16 @@ def _alpha_array(alpha):
 
 def ut3_scale(data, alpha):
     """Multiply the train by ``alpha`` (a real scalar or an array broadcastable
-    to the stack shape); the first TT core carries the factor.  Where that
-    core could leave the dtype's range (its largest entry's exponent and the
-    factor's add up past the dtype's), the scale is spread evenly over the
-    TT cores instead (powers of two, exact): inf only where the tensor's own
-    entries overflow.  A non-finite ``alpha`` (inf, or ``1 / 0`` from ``x /
-    0``) stays on the first TT core: the contraction then gives NaN, not
-    +-inf, where it adds terms of opposite sign or multiplies inf by 0."""
+    to the stack shape); the first TT core carries the factor, rounded to the
+    train's dtype.  Where that core could leave the dtype's range (its largest
+    entry's exponent and the factor's add up past the dtype's, or to within a
+    mantissa of its smallest normal number), or the factor alone does not fit
+    the dtype (a float32 train times 1e39 or 1e-46), the scale is spread evenly
+    over the TT cores instead (powers of two, exact; the factor's mantissa on
+    the first core): inf or 0 only where the tensor's own entries overflow or
+    underflow.  A non-finite ``alpha`` (inf, or ``1 / 0`` from ``x / 0``)
+    stays on the first TT core: the contraction then gives NaN, not +-inf,
+    where it adds terms of opposite sign or multiplies inf by 0."""
     p = _parts(data)
     xp = p.xp
     U, G = _masked(p)
@@ -1126,31 +1145,38 @@ def ut3_scale(data, alpha):
         if not isinstance(alpha, numbers.Real):  # complex, Decimal
             raise TypeError(f"Argument `alpha` must be a real number, not {alpha!r}.")
         try:
-            a = xp.full(p.S, float(alpha), dtype=G.dtype)  # Fractions too
+            wide = xp.full(p.S, float(alpha), dtype=np.float64)  # Fractions too
         except OverflowError:
             raise ValueError("Argument `alpha` is too large for a float.") from None
+        with np.errstate(over="ignore", under="ignore"):  # (decided below)
+            a = wide.astype(G.dtype)
     else:
         _not_on_device(alpha, "alpha", xp)
         a = _alpha_array(alpha)
         if a.dtype.kind not in "biuf":  # bools as 0 / 1, as a Python True is
             raise TypeError(f"Argument `alpha` must be a real number or an array of reals, "
                             f"not {alpha!r}.")
-        a = xp.asarray(a, dtype=G.dtype)
         try:
-            a = xp.broadcast_to(a, p.stack).reshape(p.S)
+            a = xp.broadcast_to(xp.asarray(a), p.stack).reshape(p.S)
         except ValueError:
             raise ValueError(
                 f"Argument `alpha` must be a scalar or broadcast to the stack shape {p.stack}, not shape {a.shape}."
             ) from None
-    if _may_overflow(xp, G.dtype, _exponents(xp, G[:1])[0], _exponents(xp, a[None, :, None])[0]):
-        # the factor and the first core could pass the range together (a
+        wide = a.astype(np.result_type(a.dtype, np.float64))  # (a longdouble stays one)
+        with np.errstate(over="ignore", under="ignore"):
+            a = a.astype(G.dtype)
+    # the factor's own exponent, measured before the cast to the train's
+    # dtype (which made 1e39 inf and 1e-46 zero in float32), paired with 0
+    ea = _exponents(xp, wide[None, :, None])[0]
+    if _may_leave_range(xp, G.dtype, _exponents(xp, G[:1])[0], ea, xp.zeros_like(ea), ea):
+        # the factor and the first core could leave the range together (a
         # float32 train of norm 1e20 in one core, times 1e20): the scaled
         # train's mantissas, the exponents spread evenly over the TT cores
         ps, e = _power_scaled(p)
-        m, ea = xp.frexp(a)
+        m, ea = xp.frexp(wide)
         U, G = ps.U, ps.G  # (the Tucker cores' scale is in e too)
-        G[0] *= m[:, None, None, None]
-        _spread(xp, G, e + ea)
+        G[0] *= m.astype(G.dtype)[:, None, None, None]
+        _spread(xp, G, e + xp.where(xp.isfinite(wide), ea, 0))
     else:
         G[0] *= a[:, None, None, None]
     return _pack(xp, U, G, p.shape, p.mk, p.mt, p.stack)
@@ -1175,9 +1201,10 @@ def ut3_hadamard(x, y):
     multiply (``nx ny``, ``rx ry``), and the same ``ValueError`` refuses,
     before any allocation, a result too large to allocate.  Where a product
     of two cores could leave the dtype's range (the exponents of their
-    largest entries add up past the dtype's), the products of the cores
+    largest entries add up past the dtype's, or to within a mantissa of its
+    smallest normal number), the products of the cores
     scaled by powers of two are taken and the scale spread evenly over the TT
-    cores: inf only where the tensor's own entries overflow.
+    cores: inf or 0 only where the tensor's own entries overflow or underflow.
     """
     p, q = _parts(x, "x"), _parts(y, "y")
     _check_same(p, q, "ut3_hadamard")
@@ -1195,7 +1222,7 @@ def ut3_hadamard(x, y):
         return U, G
 
     dt = np.result_type(Ux.dtype, Uy.dtype)
-    if _may_overflow(xp, dt, _exponents(xp, Ux, dt), _exponents(xp, Uy, dt),
+    if _may_leave_range(xp, dt, _exponents(xp, Ux, dt), _exponents(xp, Uy, dt),
                      _exponents(xp, Gx, dt), _exponents(xp, Gy, dt)):
         # a core product could pass the range (x * 1e160 squared; a float32
         # train whose norm, in its last core after an svd, passes 2**64): the
@@ -1209,30 +1236,43 @@ def ut3_hadamard(x, y):
     return _pack(xp, U, G, p.shape, _pair_mask(p.mk, q.mk), _pair_mask(p.mt, q.mt), p.stack)
 
 
-def _may_overflow(xp, dtype, *exponents) -> bool:
-    """Whether an entrywise product of two cores could pass ``dtype``'s range:
+def _may_leave_range(xp, dtype, *exponents) -> bool:
+    """Whether an entrywise product of two cores could leave ``dtype``'s range:
     ``exponents`` are pairs ``(ex, ey)`` of ``frexp`` exponents (``(d, S)``,
     :func:`_exponents`) of the largest entries of the cores multiplied, and a
     product of entries below ``2**ex`` and ``2**ey`` is below
-    ``2**(ex + ey)`` (one bool read back on CuPy).  Read off the inputs: no
-    pass over the product.  A non-finite core counts as 0: its products are
-    its own."""
-    limit = np.finfo(dtype).maxexp
-    hits = [(ex + ey >= limit).any() for ex, ey in zip(exponents[::2], exponents[1::2])]
+    ``2**(ex + ey)`` (one bool read back on CuPy).  It could overflow where
+    that bound passes the dtype's largest exponent, and lose the largest
+    products' bits below the smallest normal number (cores of 1e-200 and
+    1e200 times 1e-200 gave the exact zero tensor) where the bound is within
+    a mantissa of it.  Read off the inputs: no pass over the product.  An
+    all-zero or non-finite core counts as exponent 0: its products are its
+    own."""
+    info = np.finfo(dtype)
+    high, low = info.maxexp, info.minexp + info.nmant
+    hits = [((ex + ey >= high) | (ex + ey <= low)).any()
+            for ex, ey in zip(exponents[::2], exponents[1::2])]
     for h in hits[1:]:  # (combined where they live: one read back)
         hits[0] = hits[0] | h
     return bool(hits[0])
 
 
 def _spread(xp, G, e):
-    """Multiply the train of TT cores ``G (d, S, ...)`` by ``2**e`` (``e (S,)``),
-    in place, a near-equal share of ``e`` on each core: no core leaves the
-    range unless a share must."""
+    """Multiply the train of cores ``G (d, S, ...)`` (TT cores, or Tucker
+    cores) by ``2**e`` (``e (S,)``), in place, a near-equal share of ``e`` on
+    each core: no core leaves the range unless a share must."""
     d = G.shape[0]
     e = np.asarray(e if xp is np else xp.asnumpy(e), dtype=np.int64)
     for i in range(d):
         share = e // d + (i < e % d)  # (floor division: the shares add up to e)
-        G[i] = xp.ldexp(G[i], xp.asarray(share.astype(np.int32))[:, None, None, None])
+        G[i] = _times_power(xp, G[i], share)
+
+
+def _times_power(xp, a, e):
+    """``a (S, ...) * 2**e`` per stack element (``e (S,)`` ints; exact where
+    the result is a normal number)."""
+    e = xp.asarray(e).astype(np.int32)
+    return xp.ldexp(a, e.reshape(e.shape + (1,) * (a.ndim - 1)))
 
 
 def ut3_inner(x, y):
@@ -1852,6 +1892,18 @@ def _check_finite_input(xp, U, G, what):
                          f"its {what} is undefined")
 
 
+def _sweep_scaled(p, U, G):
+    """``(U, G, None)`` (the masked cores of ``p``, as given), or where the
+    cores' scales could take a sweep's products out of the dtype's range,
+    ``(U', G', e)``: the cores power-of-two scaled near 1, the train ``2**e``
+    (``e (S,)``) times theirs (:func:`_in_range`).  The caller puts ``2**e``
+    back on the cores that carry the weight.  Cores of 1e300, 1e-200 and
+    1e-200 (a tensor of 1e-100) gave the zero train and zero singular values:
+    the pushes of the sweep underflowed, which no finiteness check sees."""
+    ps, e = _in_range(p)
+    return (U, G, None) if e is None else (ps.U, ps.G, e)
+
+
 def _tucker_down(xp, U, G, shape, mk):
     """Tucker cores orthonormal (rows), remainders pushed into the TT cores."""
     d, S, n, N = U.shape
@@ -1952,6 +2004,11 @@ def ut3_orthogonalize(data, kind="left"):
         If ``kind`` is unknown, if a live entry is inf or NaN, or if finite
         entries overflow the dtype during the computation (the message says
         which; rescale the train; that one a :class:`TrainOverflowError`).
+        Cores far from 1 are scaled near 1 by powers of two for the sweep
+        and the scale put back on the cores that carry the weight (spread
+        over the TT cores for ``"tucker_down"``, over the Tucker cores for
+        ``"tt_up"``), so this overflow means that the carrying core cannot
+        hold it: a tensor past the dtype's range.
         A float32 train whose computation meets inf or NaN is computed again
         in float64 and refused only if the result does not fit float32.
 
@@ -1970,6 +2027,7 @@ def ut3_orthogonalize(data, kind="left"):
     # Checked here for every kind: "tt_up" takes SVDs of the TT cores only,
     # and a NaN in a live Tucker entry would pass through to the result.
     _check_finite_input(xp, U, G, "orthogonalization")
+    U, G, e = _sweep_scaled(p, U, G)
     mk, mt = p.mk.copy(), p.mt.copy()
     if kind == "tt_up":
         U, G, mk = _tt_up(xp, U, G, mk, mt)
@@ -1981,6 +2039,14 @@ def ut3_orthogonalize(data, kind="left"):
             if kind == "right":
                 for i in range(p.d - 1, 0, -1):
                     _right_step(xp, G, mk, mt, i)
+    if e is not None:  # back on the cores that carry the weight
+        if kind == "tt_up":
+            _spread(xp, U, e)
+        elif kind == "tucker_down":
+            _spread(xp, G, e)
+        else:
+            k = -1 if kind == "left" else 0
+            G[k] = _times_power(xp, G[k], e)
     _check_finite_result(xp, U, G)
     return _pack(xp, U, G, p.shape, mk, mt, p.stack)
 
@@ -2107,7 +2173,9 @@ def ut3_svd(data, max_tucker_ranks=None, max_tt_ranks=None):
     ValueError
         If a live entry is inf or NaN, or if finite entries overflow the
         dtype during the computation (the message says which; rescale; that
-        one a :class:`TrainOverflowError`).  A float32 train whose
+        one a :class:`TrainOverflowError`): cores far from 1 are scaled near
+        1 for the sweeps (:func:`ut3_orthogonalize`), so that means the last
+        core or a singular value cannot hold the scale.  A float32 train whose
         computation meets inf or NaN is computed again in float64 and refused
         only if the result does not fit float32.
 
@@ -2123,6 +2191,7 @@ def ut3_svd(data, max_tucker_ranks=None, max_tt_ranks=None):
     max_tt = _max_ranks(max_tt_ranks, p.d - 1, "max_tt_ranks")
     U, G = _masked(p)
     _check_finite_input(xp, U, G, "SVD")
+    U, G, e = _sweep_scaled(p, U, G)
     mk, mt = p.mk.copy(), p.mt.copy()
     _squash(G, mt)
     U, G, mk = _tucker_down(xp, U, G, p.shape, mk)
@@ -2141,6 +2210,10 @@ def ut3_svd(data, max_tucker_ranks=None, max_tt_ranks=None):
     for i in range(p.d - 1, 0, -1):
         if _bond_bound(xp, G, mk, mt, i):
             _tucker_bound(xp, U, G, mk, mt, i - 1)
+    if e is not None:  # back on the last core (the others are frames) and the values
+        G[-1] = _times_power(xp, G[-1], e)
+        tucker_svs = [_times_power(xp, sv, e) for sv in tucker_svs]
+        tt_svs = [_times_power(xp, sv, e) for sv in tt_svs]
     _check_finite_result(xp, U, G)
     tucker_svs = xp.stack(tucker_svs).reshape((p.d,) + p.stack + (n,))
     tt_svs = (xp.stack(tt_svs) if tt_svs else xp.zeros((0, S, r), dtype=G.dtype)).reshape((p.d - 1,) + p.stack + (r,))
