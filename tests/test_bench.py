@@ -376,6 +376,8 @@ def test_bench_rejects_sizes_and_repeats_it_cannot_measure(argv, message, capsys
 @pytest.mark.parametrize("argv, message", [
     (["bench", "--backends", "numba"], "--backends picks GPU backends; it needs --device gpu"),
     (["demo", "--gpu", "--backend", "numba"], "--gpu means --backend cupy"),
+    # (an explicit cpu too: it was taken for the default, and --gpu won)
+    (["demo", "--backend", "cpu", "--gpu"], "it contradicts --backend cpu"),
     (["bench", "--sizes", "abc"], "invalid log2 size value: 'abc'"),
     (["bench", "--json", ""], "argument --json: an empty file name"),  # was ignored
     (["bench", "--plot", " "], "argument --plot: an empty file name"),
@@ -385,6 +387,35 @@ def test_cli_contradictions_are_usage_errors(argv, message, capsys):
     with pytest.raises(SystemExit) as exc:
         main(argv)
     assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+def test_standard_output_that_refuses_writes_is_one_line_not_a_traceback():
+    """``python -m zorch_nb info > /dev/full`` (a full disk) ended in a
+    traceback, where a closed pipe, a closed stdout and an unwritable --json
+    file each get one line."""
+    with open("/dev/full", "w") as full:
+        res = subprocess.run([sys.executable, "-m", "zorch_nb", "info"], stdout=full,
+                             stderr=subprocess.PIPE, text=True, timeout=300)
+    assert res.returncode == 1
+    assert res.stderr.strip().endswith("info: cannot write to standard output: "
+                                       "[Errno 28] No space left on device")
+    assert "Traceback" not in res.stderr
+
+
+def test_a_failing_file_of_the_command_is_not_blamed_on_standard_output(monkeypatch, capsys):
+    """Only a write to standard output is reported as one; another OSError
+    (a file of the command's) is raised as it is, and stdout is put back."""
+    from zorch_nb import __main__ as cli
+    real = sys.stdout
+
+    def failing(args):
+        print("some output")
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(cli, "info", failing)
+    with pytest.raises(OSError, match="No space left"):
+        cli.main(["info"])
+    assert sys.stdout is real and "some output" in capsys.readouterr().out
 
 
 # ---- tests from mutation testing of the command line (zorch_nb/__main__.py):

@@ -41,9 +41,7 @@ def _numba_cuda_available() -> bool:
 
 
 def demo(args) -> int:
-    backend = args.backend
-    if args.gpu:
-        backend = "cupy"
+    backend = "cupy" if args.gpu else args.backend or "cpu"
     if backend == "cupy" and not _gpu_available():
         print("GPU requested but CuPy or a CUDA GPU is not available; "
               "install with pip install 'zorch_nb[cuda12]' or '[cuda13]' on a GPU machine",
@@ -145,7 +143,8 @@ def main(argv=None) -> int:
     parser.add_argument("--version", action="version", version=f"zorch_nb {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="{demo,bench,info}")
     d = sub.add_parser("demo", help="run a checked tour of every kernel family")
-    d.add_argument("--backend", choices=("cpu", "cupy", "numba"), default="cpu",
+    # (default None, read as cpu: an explicit --backend cpu contradicts --gpu)
+    d.add_argument("--backend", choices=("cpu", "cupy", "numba"), default=None,
                    help="cpu (default), cupy (GPU) or numba (Numba-CUDA; simulator without a GPU)")
     d.add_argument("--gpu", action="store_true", help="shorthand for --backend cupy")
     d.set_defaults(func=demo)
@@ -180,13 +179,14 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     args.argv = sys.argv[1:] if argv is None else list(argv)  # for the report's command
     args.prog = prog
-    if args.command == "demo" and args.gpu and args.backend not in ("cpu", "cupy"):
+    if args.command == "demo" and args.gpu and args.backend not in (None, "cupy"):
         d.error(f"--gpu means --backend cupy; it contradicts --backend {args.backend}")
     if args.command == "bench" and args.backends and args.device != "gpu":
         b.error("--backends picks GPU backends; it needs --device gpu")
     if sys.stdout is None and args.command in ("info", "demo"):  # (`>&-`: prints were lost)
         print(f"{prog} {args.command}: standard output is closed", file=sys.stderr)
         return 1
+    watched = sys.stdout = _WatchedStream(sys.stdout) if sys.stdout is not None else None
     try:
         status = args.func(args)
         if sys.stdout is not None:  # (bench writes its --json file either way)
@@ -196,9 +196,54 @@ def main(argv=None) -> int:
         # The reader of the output went away (`... | head`): stop quietly, as
         # other command-line tools do, instead of a traceback.  Python would
         # also fail flushing stdout at exit: point it at /dev/null first.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        _stdout_to_devnull()
         return 1
+    except OSError as exc:
+        if watched is None or watched.failure is not exc:
+            raise
+        # Another failed write to standard output (`> /dev/full`: ENOSPC): one
+        # line, as for a --json file that cannot be written, not a traceback.
+        _stdout_to_devnull()
+        print(f"{prog} {args.command}: cannot write to standard output: {exc}",
+              file=sys.stderr)
+        return 1
+    finally:
+        if watched is not None and sys.stdout is watched:
+            sys.stdout = watched.stream
+
+
+def _stdout_to_devnull():
+    """Point file descriptor 1 at /dev/null, so that Python's flush of
+    stdout at exit does not fail (and print a traceback) once more."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
+class _WatchedStream:
+    """``sys.stdout`` while a command runs: the same stream, which remembers
+    the ``OSError`` its last failed write or flush raised, so that ``main``
+    tells a failing standard output from a failing file of the command's."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.failure = None
+
+    def write(self, text):
+        try:
+            return self.stream.write(text)
+        except OSError as exc:
+            self.failure = exc
+            raise
+
+    def flush(self):
+        try:
+            return self.stream.flush()
+        except OSError as exc:
+            self.failure = exc
+            raise
+
+    def __getattr__(self, name):  # encoding, fileno, isatty, buffer, ...
+        return getattr(self.stream, name)
 
 
 if __name__ == "__main__":
