@@ -76,6 +76,16 @@ def _cuda_example():
     return ns, blocks[k]
 
 
+def test_readme_cuda_c_example_compiles_cleanly_with_nvcc(tmp_path):
+    """The README's source as a user compiles it: no error, and no warning
+    about its text (monty.cuh's #pragma once was one, in the main file)."""
+    from cuda_host import nvcc_ptx
+    ns, _ = _cuda_example()
+    src = tmp_path / "readme_cube.cu"
+    src.write_text(ns["source"])
+    nvcc_ptx(src, tmp_path / "readme_cube.ptx")
+
+
 @pytest.mark.gpu
 def test_readme_cuda_c_example_runs_as_its_comments_say():
     """The commented launch of the README's own CUDA C kernel (on the GPU

@@ -10,7 +10,11 @@
 // element of w mod p; kernels/monty.py canonical).  The functions are __host__
 // __device__ so that the same text can be compiled for the CPU and checked
 // against Python big integers without a GPU (tests/test_cuda_sources.py).
-#pragma once
+// An include guard, not #pragma once: the text is pasted into each translation
+// unit (cuda_source.assemble, arithmetic_header), where nvcc and g++ warned
+// "#pragma once in main file" on every compile.
+#ifndef ZORCH_MONTY_CUH
+#define ZORCH_MONTY_CUH
 #ifndef ZORCH_P
 #error "zorch_nb: include the field preamble (ZORCH_P ...) before monty.cuh"
 #endif
@@ -262,3 +266,5 @@ ZORCH_HD void zorch_ext4_store_vec(zorch_u32* p, zorch_u64 i, zorch_ext4 v, bool
     (void)vec;
     zorch_ext4_store(p, i, v);
 }
+
+#endif  // ZORCH_MONTY_CUH
