@@ -885,6 +885,25 @@ def test_kernel_ab_times_every_kernel_it_names():
     assert all(isinstance(v, float) and v > 0 for v in res.values()), res
 
 
+def test_ext_mul_layouts_times_three_layouts_of_the_same_words():
+    """benchmarks/ext_mul_layouts.py (the block-transpose experiment) gives a
+    positive best time per layout; its own check that the three give the same
+    words passes at a size that is no multiple of its block."""
+    mod = _script("ext_mul_layouts")
+    res = mod.main(7)
+    assert list(res) == ["interleaved", "blocks", "coefficient_major"]
+    assert all(isinstance(v, float) and v > 0 for v in res.values()), res
+    n, f = 100, mod.F.params
+    rng = np.random.default_rng(2)
+    a, b = (rng.integers(0, 2**32, 4 * n, dtype=np.uint32) for _ in range(2))
+    want, got = np.empty_like(a), np.empty_like(a)
+    args = (np.uint32(f.p), np.uint32(f.mu_neg), np.uint32(f.w_mont))
+    mod.field_cpu._ext4_mul_run(0, n, a, b, want, *args)
+    mod._blocks(0, n, a, b, got, *args)
+    assert got.tobytes() == want.tobytes()
+    assert want.tobytes() == mod.F.ext.mul(a.reshape(n, 4), b.reshape(n, 4)).tobytes()
+
+
 def test_version_and_submodules_as_attributes(capsys):
     """``--version`` prints the package version; ``zorch_nb.tt`` and the other
     public submodules are attributes after ``import zorch_nb`` (an
