@@ -18,14 +18,17 @@ The question it answers: whether transposing in blocks pays for itself on
 a CPU (it did not on the 2-core AMD EPYC Zen 1 VM: benchmarks/results/README.md).
 """
 import json
+import os
 import sys
-import time
 
 import numpy as np
 
 from zorch_nb import KoalaBear as F
 from zorch_nb.kernels import field_cpu
 from zorch_nb.kernels.jit import njit  # (cache entries keyed on the kernel sources)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # (loaded by path too)
+from kernel_ab import best_ms  # noqa: E402  (the timing rule of the sibling script)
 from zorch_nb.kernels.vector_width import NoaliasCompiler
 
 _U1, _U2, _U3, _U4 = (np.uint64(k) for k in (1, 2, 3, 4))
@@ -60,16 +63,6 @@ def _rows(n, t, o, p, mu, wm):
         o[0, k], o[1, k], o[2, k], o[3, k] = c[0], c[1], c[2], c[3]
 
 
-def _best_ms(fn, calls=7):
-    fn()  # compile or load from the cache, fault the pages in
-    times = []
-    for _ in range(calls):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return round(min(times) * 1e3, 3)
-
-
 def main(log2: int) -> dict:
     n = 1 << log2
     rng = np.random.default_rng(1)
@@ -79,9 +72,10 @@ def main(log2: int) -> dict:
     out_r = np.empty((4, n), np.uint32)
     f = F.params
     p, mu, wm = np.uint32(f.p), np.uint32(f.mu_neg), np.uint32(f.w_mont)
-    res = {"interleaved": _best_ms(lambda: field_cpu._ext4_mul_run(0, n, a, b, out_i, p, mu, wm)),
-           "blocks": _best_ms(lambda: _blocks(0, n, a, b, out_b, p, mu, wm)),
-           "coefficient_major": _best_ms(lambda: _rows(n, rows, out_r, p, mu, wm))}
+    res = {"interleaved": best_ms(lambda: field_cpu._ext4_mul_run(0, n, a, b, out_i, p, mu, wm),
+                                  7),
+           "blocks": best_ms(lambda: _blocks(0, n, a, b, out_b, p, mu, wm), 7),
+           "coefficient_major": best_ms(lambda: _rows(n, rows, out_r, p, mu, wm), 7)}
     if not (np.array_equal(out_b, out_i) and np.array_equal(out_r.T.ravel(), out_i)):
         raise AssertionError("the layouts gave different words")
     return res
