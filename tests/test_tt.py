@@ -1265,11 +1265,24 @@ def test_scale_and_hadamard_keep_factors_and_small_products(rng):
 
     small, big = train([1e-20], np.float32), train([1e20], np.float32)
     for got, want in (((small / 1e-39), [1e19, 2e19]), ((small * 1e39), [1e19, 2e19]),
-                      ((small * np.float64(1e39)), [1e19, 2e19]),
-                      ((small * np.array(1e39)), [1e19, 2e19]),
                       ((big * 1e-46), [1e-26, 2e-26]), ((big / 1e46), [1e-26, 2e-26])):
         assert got.tt_supercore.dtype == np.float32
         assert rel_err(got.to_dense().astype(np.float64), np.array(want)) < 1e-6
+    # NumPy scalars and arrays promote as NumPy does (NEP 50: by their dtype),
+    # Python numbers do not; the result is the dense tensor's times alpha
+    dense = small.to_dense()
+    for alpha in (np.float64(1e39), np.array(1e39), np.array(3.0), np.int64(3),
+                  np.float32(1e30), np.int8(3), True, 2, 2.5, np.bool_(True)):
+        got = small * alpha
+        strong = getattr(alpha, "dtype", None)  # (NumPy 1.x's result_type reads values)
+        want_dt = np.float32 if strong is None else np.result_type(np.float32, strong)
+        assert got.tt_supercore.dtype == want_dt, alpha
+        assert got.tucker_supercore.dtype == got.tt_supercore.dtype
+        want = dense.astype(np.float64) * np.float64(alpha if np.ndim(alpha) == 0 else alpha[()])
+        assert rel_err(got.to_dense().astype(np.float64), want) < 1e-6, alpha
+    assert (small / np.float64(1e-39)).tt_supercore.dtype == np.float64
+    with np.errstate(divide="ignore"):
+        assert (small / 0).tt_supercore.dtype == np.float32  # (a Python 0 stays weak)
     a = train([1e-200, 1e200])
     pair = np.outer([1.0, 2.0], [1.0, 2.0])
     for dtype, tiny, t in ((np.float64, 1e-200, a), (np.float32, 1e-30, train([1e-30, 1e30],

@@ -407,6 +407,7 @@ class UniformTuckerTensorTrain:
         if not real:
             raise TypeError(f"Argument `alpha` must be a real number or an array of reals, "
                             f"not {alpha!r}.")
+        weak = isinstance(alpha, numbers.Number) and not hasattr(alpha, "dtype")
         if isinstance(alpha, numbers.Number) and alpha == 0:
             # as a NumPy array divides: by 0 (or False) gives inf/nan with a
             # RuntimeWarning (Python's 1 / 0, Fraction's, raised ZeroDivisionError);
@@ -416,7 +417,9 @@ class UniformTuckerTensorTrain:
             inverse = 1 / alpha
         except TypeError:  # not a number: Python's own "unsupported operand" error
             return NotImplemented
-        return self * inverse
+        # a Python number's inverse stays one: it keeps the train's dtype as
+        # the number does (`*` promotes by a NumPy scalar's dtype)
+        return self * (float(inverse) if weak else inverse)
 
     def hadamard(self, other):
         """Elementwise product (Kronecker products of the cores)."""

@@ -1129,7 +1129,9 @@ def _alpha_array(alpha):
 def ut3_scale(data, alpha):
     """Multiply the train by ``alpha`` (a real scalar or an array broadcastable
     to the stack shape); the first TT core carries the factor, rounded to the
-    train's dtype.  Where that core could leave the dtype's range (its largest
+    result's dtype: the train's for a Python number, NumPy's promotion of the
+    train's and ``alpha``'s dtypes for a NumPy or CuPy scalar or array (float64
+    for a float32 train times ``np.float64(2)``, or an int64 array).  Where that core could leave the dtype's range (its largest
     entry's exponent and the factor's add up past the dtype's, or to within a
     mantissa of its smallest normal number), or the factor alone does not fit
     the dtype (a float32 train times 1e39 or 1e-46), the scale is spread evenly
@@ -1140,6 +1142,15 @@ def ut3_scale(data, alpha):
     where it adds terms of opposite sign or multiplies inf by 0."""
     p = _parts(data)
     xp = p.xp
+    strong = getattr(alpha, "dtype", None)
+    if strong is not None and strong.kind in "biuf":
+        # NumPy's promotion (NEP 50): a NumPy or CuPy scalar or array takes part
+        # by its dtype (a float32 train times np.float64(2) or a float64 array
+        # is float64, as the dense tensor times it is), a Python number does not
+        dt = np.result_type(p.U.dtype, strong)
+        if dt != p.U.dtype:
+            p = _Parts(xp, p.U.astype(dt), p.G.astype(dt), p.shape, p.masks, p.stack, p.mk,
+                       p.mt)
     U, G = _masked(p)
     if isinstance(alpha, numbers.Number):
         if not isinstance(alpha, numbers.Real):  # complex, Decimal
