@@ -1296,6 +1296,62 @@ def test_scale_and_hadamard_keep_factors_and_small_products(rng):
         assert not (a * 1e-200 * 1e-200).to_dense().any()
 
 
+def test_cores_with_entries_far_apart_and_factors_past_the_float_range():
+    """(a second user review of the range rescue) (1) A core holding 1e300 and
+    1e-300 on two bond indices whose partners hold 1e-300 and 5e299 -- the
+    tensor [1, 0.5] -- came out as the zero tensor from to_dense, norm, inner,
+    svd and every orthogonalization (hadamard NaN): the rescue divided each
+    core by its largest entry; powers of two are now first moved across each
+    bond and Tucker index (_balanced).  (2) A one-core train near the top of
+    the range, negated or times a train near 1, overflowed its only TT core
+    ([-inf, nan]): the scale is spread over the Tucker cores too.  (3) x / a
+    subnormal divisor was inf (1 / alpha taken in alpha's precision); Python
+    ints and Fractions past the float range were refused or taken as 0."""
+    from fractions import Fraction
+    E2, one = np.eye(2), np.ones((1, 1))
+
+    def train(tucker, tt, dtype=np.float64):
+        return UniformTuckerTensorTrain.from_t3(TuckerTensorTrain(
+            [np.asarray(u, dtype) for u in tucker], [np.asarray(g, dtype) for g in tt]))
+
+    for dtype, hi, lo in ((np.float64, 1e300, 1e-300), (np.float32, 1e25, 1e-25)):
+        g0 = np.zeros((1, 2, 2))
+        g0[0, 0, 0], g0[0, 1, 1] = hi, lo
+        x = train([E2, one], [g0, np.array([lo, hi / 2]).reshape(2, 1, 1)], dtype)
+        want, rtol = np.array([1.0, 0.5]), (1e-14 if dtype is np.float64 else 1e-6)
+        assert rel_err(x.to_dense().ravel(), want) < rtol
+        assert rel_err(x.entries(np.array([[0, 0], [1, 0]])), want) < rtol
+        for norm in (x.norm(), x.norm("orthogonal"), np.sqrt(x.inner(x))):
+            assert abs(norm - np.sqrt(1.25)) < rtol
+        s, (_, tt_svs) = x.svd()
+        assert rel_err(s.to_dense().ravel(), want) < rtol
+        assert abs(tt_svs.ravel()[0] - np.sqrt(1.25)) < rtol
+        for kind in ORTHOGONALIZE_KINDS:
+            assert rel_err(x.orthogonalize(kind).to_dense().ravel(), want) < rtol, kind
+        assert rel_err(x.hadamard(x).to_dense().ravel(), want ** 2) < rtol
+    top = train([E2], [np.array([1.5e308, 1.0]).reshape(1, 2, 1)])
+    for got, want in (((-top), [-1.5e308, -1.0]), ((top * 1.0), [1.5e308, 1.0]),
+                      ((top / 1), [1.5e308, 1.0]),
+                      (top.hadamard(train([E2], [np.array([0.9, 1.0]).reshape(1, 2, 1)])),
+                       [1.35e308, 1.0])):
+        assert np.abs(got.to_dense().ravel() / np.array(want) - 1).max() < 1e-15
+    tiny = train([one], [[[[1e-300]]]])
+    for divisor in (1e-320, np.float64(1e-320), np.array(1e-320)):
+        assert rel_err((tiny / divisor).to_dense().ravel(), np.array([1e-300 / 1e-320])) < 1e-12
+    t32 = train([one], [[[[1e-30]]]], np.float32)
+    got = t32 / np.float32(1e-40)  # a float32 subnormal: its own value, 9.99995e-41
+    assert got.tt_supercore.dtype == np.float32
+    assert rel_err(got.to_dense().ravel(), np.array([1e-30 / float(np.float32(1e-40))])) < 1e-6
+    huge = train([one], [[[[1e300]]]])
+    for got in (huge * Fraction(1, 10**400), huge / 10**400):
+        assert rel_err(got.to_dense().ravel(), np.array([1e-100])) < 1e-15
+    assert rel_err((train([one], [[[[1e-300]]]]) * 10**400).to_dense().ravel(),
+                   np.array([1e100])) < 1e-15
+    with pytest.raises(ValueError, match=r"`alpha` must be a scalar or broadcast to the stack "
+                                         r"shape \(\), not shape \(1,\)"):
+        tiny / np.array([1e-320])  # (as for `*`: it was NumPy's unnamed broadcast error)
+
+
 def test_overflow_during_svd_is_not_blamed_on_the_input(rng):
     """Finite entries whose products overflow (1e200 in float64, 1e30 in
     float32) were reported as 'the train holds inf or NaN in a live entry'."""
@@ -1584,8 +1640,14 @@ def test_scalars_and_sizes_must_be_numbers(rng):
     for bad in (None, "3", np.array(1j), np.complex64(1j), [1j]):
         with pytest.raises(TypeError, match="`alpha` must be a real number"):
             y * bad
-    with pytest.raises(ValueError, match="`alpha` is too large"):
-        y * 10**400
+    # an int past the float range is taken exactly (it was "`alpha` is too
+    # large for a float"): the train holds 1e400, and to_dense is inf there
+    big = y * 10**400
+    assert np.isfinite(big.tt_supercore).all() and np.isfinite(big.tucker_supercore).all()
+    with np.errstate(over="ignore"):
+        assert np.isinf(big.to_dense()).all()
+    np.testing.assert_allclose((big * Fraction(1, 10**400)).to_dense(), y.to_dense(), rtol=1e-15)
+    np.testing.assert_allclose((big / 10**400).to_dense(), y.to_dense(), rtol=1e-15)
     np.testing.assert_allclose((y * Fraction(1, 2)).to_dense(), 0.5 * y.to_dense())
     for name, bad in (("n", 2.9), ("n", "4"), ("r", True), ("N", 3.0)):
         with pytest.raises(TypeError, match=f"`{name}` must be an int"):

@@ -69,14 +69,16 @@ Every operation exists as a method and as a functional ``ut3_*`` function of
 ``.data``; see :mod:`zorch_nb.tt_ops`.
 """
 import dataclasses
+import fractions
+import math
 import numbers
 
 import numpy as np
 
 from ._text import elided_list
-from .tt_masks import UT3Masks, kernel_cache_clear, kernel_cache_info
+from .tt_masks import UT3Masks, array_module, kernel_cache_clear, kernel_cache_info
 from .tt_ops import (
-    NORM_METHODS, ORTHOGONALIZE_KINDS, TrainOverflowError, _alpha_array, _t3_check,
+    NORM_METHODS, ORTHOGONALIZE_KINDS, TrainOverflowError, _alpha_array, _scale, _t3_check,
     _train_list, t3_from_dense, t3_to_dense, ut3_add, ut3_apply, ut3_apply_masks, ut3_check,
     ut3_compact, ut3_entries, ut3_from_t3, ut3_hadamard, ut3_inner, ut3_load, ut3_neg,
     ut3_norm, ut3_orthogonalize, ut3_reverse,
@@ -412,14 +414,26 @@ class UniformTuckerTensorTrain:
             # as a NumPy array divides: by 0 (or False) gives inf/nan with a
             # RuntimeWarning (Python's 1 / 0, Fraction's, raised ZeroDivisionError);
             # -0.0 keeps its sign (-inf)
-            alpha = np.float64(alpha)
+            return self * float(1 / np.float64(alpha))  # (weak: the dtype is kept)
+        if weak and (isinstance(alpha, (int, fractions.Fraction))
+                     or isinstance(alpha, float) and math.isfinite(alpha)):
+            # the exact inverse (1 / 1e-320 is past the float range; the
+            # product is not): `*` rounds it once, or splits it off as a power
+            return self * (fractions.Fraction(1) / fractions.Fraction(alpha))
+        dtype = getattr(alpha, "dtype", None)
+        if dtype is not None and dtype.kind in "biuf":
+            # a NumPy or CuPy factor: its inverse as a float64 mantissa and a power
+            # of two (1 / np.float32(1e-40) is inf in float32), promoted by its dtype
+            xp = np if isinstance(alpha, np.generic) else array_module(alpha, "alpha")
+            m, k = xp.frexp(xp.asarray(alpha).astype(np.float64))
+            inverse = 1 / m  # (a zero: inf and NumPy's warning, as x / 0)
+            k = k if xp is np else xp.asnumpy(k)  # (powers are host ints)
+            return type(self)(*_scale(self.data, inverse, -k, like=dtype))
         try:
             inverse = 1 / alpha
         except TypeError:  # not a number: Python's own "unsupported operand" error
             return NotImplemented
-        # a Python number's inverse stays one: it keeps the train's dtype as
-        # the number does (`*` promotes by a NumPy scalar's dtype)
-        return self * (float(inverse) if weak else inverse)
+        return self * inverse
 
     def hadamard(self, other):
         """Elementwise product (Kronecker products of the cores)."""

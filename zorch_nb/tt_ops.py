@@ -10,11 +10,13 @@ See :mod:`zorch_nb.tt` for the data model and the compile-cache rule.
 """
 import collections.abc
 import concurrent.futures
+import fractions
 import functools
 import io
 import math
 import numbers
 import os
+import sys
 import threading
 import zipfile
 import zlib
@@ -1140,28 +1142,62 @@ def ut3_scale(data, alpha):
     underflow.  A non-finite ``alpha`` (inf, or ``1 / 0`` from ``x / 0``)
     stays on the first TT core: the contraction then gives NaN, not +-inf,
     where it adds terms of opposite sign or multiplies inf by 0."""
+    return _scale(data, alpha)
+
+
+def _real_parts(alpha):
+    """``(m, k)`` with ``alpha = m * 2**k`` (``m`` a float, rounded once) for a
+    real Python number: ``(float(alpha), 0)`` where that is a normal float,
+    0, inf or NaN; else ``m`` in ``[0.5, 2)`` by exact arithmetic -- an int
+    past the float range (``x * 10**400``), or a Fraction or float below its
+    normal numbers (``Fraction(1, 10**400)`` was 0)."""
+    try:
+        f, overflowed = float(alpha), False
+    except OverflowError:
+        f, overflowed = math.inf, True
+    if alpha == 0 or (math.isfinite(f) and abs(f) >= sys.float_info.min) or (
+            not math.isfinite(f) and not overflowed):  # (inf and NaN themselves)
+        return f, 0
+    try:
+        q = fractions.Fraction(alpha)
+    except (TypeError, ValueError, OverflowError):  # (a Real type Fraction cannot read)
+        if overflowed:
+            raise ValueError("Argument `alpha` is too large for a float.") from None
+        return f, 0
+    k = q.numerator.bit_length() - q.denominator.bit_length()
+    return float(q / 2**k if k >= 0 else q * 2**-k), k
+
+
+def _scale(data, alpha, power=0, like=None):
+    """:func:`ut3_scale` by ``alpha * 2**power`` (``power`` an int or an int
+    array of the stack's shape; exact), promoting as ``alpha`` would, or as
+    the dtype ``like`` would where given (the inverse of a NumPy factor is
+    passed as its float64 mantissa and ``power``: ``x / np.float32(1e-40)``
+    took ``1 / alpha`` in float32, inf)."""
     p = _parts(data)
     xp = p.xp
-    strong = getattr(alpha, "dtype", None)
+    strong = getattr(alpha, "dtype", None) if like is None else np.dtype(like)
     if strong is not None and strong.kind in "biuf":
         # NumPy's promotion (NEP 50): a NumPy or CuPy scalar or array takes part
         # by its dtype (a float32 train times np.float64(2) or a float64 array
         # is float64, as the dense tensor times it is), a Python number does not
         dt = np.result_type(p.U.dtype, strong)
+        if dt not in (np.float32, np.float64):  # (a longdouble: trains hold these two)
+            dt = np.dtype(np.float64)
         if dt != p.U.dtype:
             p = _Parts(xp, p.U.astype(dt), p.G.astype(dt), p.shape, p.masks, p.stack, p.mk,
                        p.mt)
     U, G = _masked(p)
-    if isinstance(alpha, numbers.Number):
+    power = np.asarray(power, dtype=np.int64)  # (alpha's shape: broadcast with it below)
+    if isinstance(alpha, numbers.Number) and not hasattr(alpha, "dtype"):
         if not isinstance(alpha, numbers.Real):  # complex, Decimal
             raise TypeError(f"Argument `alpha` must be a real number, not {alpha!r}.")
-        try:
-            wide = xp.full(p.S, float(alpha), dtype=np.float64)  # Fractions too
-        except OverflowError:
-            raise ValueError("Argument `alpha` is too large for a float.") from None
-        with np.errstate(over="ignore", under="ignore"):  # (decided below)
-            a = wide.astype(G.dtype)
+        m, k = _real_parts(alpha)
+        wide = xp.full(p.S, m, dtype=np.float64)
+        power = np.broadcast_to(power + k, p.stack).reshape(p.S)
     else:
+        if isinstance(alpha, numbers.Number):  # a NumPy scalar
+            alpha = np.asarray(alpha)
         _not_on_device(alpha, "alpha", xp)
         a = _alpha_array(alpha)
         if a.dtype.kind not in "biuf":  # bools as 0 / 1, as a Python True is
@@ -1169,26 +1205,28 @@ def ut3_scale(data, alpha):
                             f"not {alpha!r}.")
         try:
             a = xp.broadcast_to(xp.asarray(a), p.stack).reshape(p.S)
+            power = np.broadcast_to(power, p.stack).reshape(p.S)
         except ValueError:
             raise ValueError(
                 f"Argument `alpha` must be a scalar or broadcast to the stack shape {p.stack}, not shape {a.shape}."
             ) from None
         wide = a.astype(np.result_type(a.dtype, np.float64))  # (a longdouble stays one)
-        with np.errstate(over="ignore", under="ignore"):
-            a = a.astype(G.dtype)
     # the factor's own exponent, measured before the cast to the train's
     # dtype (which made 1e39 inf and 1e-46 zero in float32), paired with 0
-    ea = _exponents(xp, wide[None, :, None])[0]
+    ea = _exponents(xp, wide[None, :, None])[0] + xp.asarray(power.astype(np.int32))
     if _may_leave_range(xp, G.dtype, _exponents(xp, G[:1])[0], ea, xp.zeros_like(ea), ea):
         # the factor and the first core could leave the range together (a
         # float32 train of norm 1e20 in one core, times 1e20): the scaled
-        # train's mantissas, the exponents spread evenly over the TT cores
+        # train's mantissas, the exponents spread evenly over the cores
         ps, e = _power_scaled(p)
         m, ea = xp.frexp(wide)
         U, G = ps.U, ps.G  # (the Tucker cores' scale is in e too)
         G[0] *= m.astype(G.dtype)[:, None, None, None]
-        _spread(xp, G, e + xp.where(xp.isfinite(wide), ea, 0))
+        ea = ea + xp.asarray(power.astype(np.int32))
+        _spread_train(xp, U, G, e + xp.where(xp.isfinite(wide), ea, 0))
     else:
+        with np.errstate(over="ignore", under="ignore"):  # (in range: decided above)
+            a = (_times_power(xp, wide, power) if power.any() else wide).astype(G.dtype)
         G[0] *= a[:, None, None, None]
     return _pack(xp, U, G, p.shape, p.mk, p.mt, p.stack)
 
@@ -1241,7 +1279,7 @@ def ut3_hadamard(x, y):
         # over the TT cores -- inf only where the tensor itself overflows
         (ps, ep), (qs, eq) = _power_scaled(p), _power_scaled(q)
         U, G = kron(ps.U, ps.G, qs.U, qs.G)
-        _spread(xp, G, ep + eq)
+        _spread_train(xp, U, G, ep + eq)
     else:
         U, G = kron(Ux, Gx, Uy, Gy)
     return _pack(xp, U, G, p.shape, _pair_mask(p.mk, q.mk), _pair_mask(p.mt, q.mt), p.stack)
@@ -1277,6 +1315,15 @@ def _spread(xp, G, e):
     for i in range(d):
         share = e // d + (i < e % d)  # (floor division: the shares add up to e)
         G[i] = _times_power(xp, G[i], share)
+
+
+def _spread_train(xp, U, G, e):
+    """:func:`_spread` of ``2**e`` over the Tucker and the TT cores, half each:
+    on the TT cores alone a one-core train took its Tucker cores' share too
+    (``-x`` of the vector ``[1.5e308, 1.0]`` came back ``[-inf, nan]``)."""
+    e = np.asarray(e if xp is np else xp.asnumpy(e), dtype=np.int64)
+    _spread(xp, U, e // 2)
+    _spread(xp, G, e - e // 2)
 
 
 def _times_power(xp, a, e):
@@ -1361,6 +1408,7 @@ def _power_scaled(p, only=None):
         sub = _Parts(xp, p.U[:, only], p.G[:, only], p.shape, None, None, p.mk[:, only],
                      p.mt[:, only])
         U, G = _masked(sub)
+    U, G = _balanced(xp, U, G)
     eU = _exponents(xp, U)
     eG = _exponents(xp, G)
     U = xp.ldexp(U, -eU[:, :, None, None])
@@ -1371,6 +1419,49 @@ def _power_scaled(p, only=None):
         U_all[:, only], G_all[:, only], e_all[only] = U, G, e
         U, G, e = U_all, G_all, e_all
     return _Parts(xp, U, G, p.shape, p.masks, p.stack, p.mk, p.mt), e
+
+
+def _slice_exponents(xp, a, axes):
+    """``(e, live)``: ``frexp`` exponents of the largest magnitude of ``a`` over
+    ``axes``, and where that is finite and nonzero (``e`` 0 elsewhere)."""
+    big = xp.maximum(a.max(axis=axes), -a.min(axis=axes))
+    _, e = xp.frexp(big)
+    live = xp.isfinite(big) & (big > 0)
+    return xp.where(live, e, 0).astype(np.int32), live
+
+
+def _balanced(xp, U, G):
+    """The same train (``U (d, S, n, N)``, ``G (d, S, r, n, r)``, masked) with
+    powers of two moved across each contracted index, so that both sides of
+    it have their largest entries of one size: Tucker row ``j`` of core ``i``
+    against slice ``j`` of TT core ``i``, then, left to right, the slices of
+    each bond index in the two TT cores it joins.  Exact (powers of two) and
+    the tensor is unchanged.  Why: :func:`_power_scaled` divides each core by
+    its largest entry, which flushed to zero the entries of a core far below
+    it -- a core holding 1e300 and 1e-300 on two bond indices whose partners
+    hold 1e-300 and 5e299 (the tensor ``[1, 0.5]``) came out as the zero
+    tensor; balanced, each core's entries are near 1."""
+    def half_gap(a, b):  # half the exponent gap of two sides, where both are live
+        (ea, la), (eb, lb) = a, b
+        return xp.where(la & lb, (ea - eb) // 2, 0).astype(np.int32)
+
+    def bonds(G):
+        G = G.copy()
+        for i in range(G.shape[0] - 1):
+            t = half_gap(_slice_exponents(xp, G[i], (1, 2)),
+                         _slice_exponents(xp, G[i + 1], (2, 3)))  # (S, r)
+            G[i] = xp.ldexp(G[i], -t[:, None, None, :])
+            G[i + 1] = xp.ldexp(G[i + 1], t[:, :, None, None])
+        return G
+
+    # The bonds first: a TT core's mode slice spans all its bond indices, so
+    # balancing it against its Tucker row first could flush the small bond
+    # slices that the bond step would have lifted; then the bonds once more.
+    G = bonds(G)
+    t = half_gap(_slice_exponents(xp, U, -1), _slice_exponents(xp, G, (2, 4)))  # (d, S, n)
+    U = xp.ldexp(U, -t[..., None])
+    G = xp.ldexp(G, t[:, :, None, :, None])
+    return U, bonds(G)
 
 
 def _in_range(p):
