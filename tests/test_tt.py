@@ -1347,6 +1347,21 @@ def test_cores_with_entries_far_apart_and_factors_past_the_float_range():
         assert rel_err(got.to_dense().ravel(), np.array([1e-100])) < 1e-15
     assert rel_err((train([one], [[[[1e-300]]]]) * 10**400).to_dense().ravel(),
                    np.array([1e100])) < 1e-15
+    # the ragged train's to_dense had no rescue (it gave 0 for a tensor of 1e-100)
+    ragged = TuckerTensorTrain([one] * 3, [np.full((1, 1, 1), v) for v in (1e-200, 1e-200, 1e300)])
+    assert abs(ragged.to_dense().ravel()[0] / 1e-100 - 1) < 1e-15
+    rng = np.random.default_rng(4)
+    tk = [rng.standard_normal((2, 3, 4)) for _ in range(2)]
+    tt = [rng.standard_normal((2, 1, 3, 2)), rng.standard_normal((2, 2, 3, 1))]
+    far = TuckerTensorTrain(tk, [tt[0] * 2.0**700, tt[1] * 2.0**-700]).to_dense()
+    assert far.shape == (2, 4, 4)
+    assert rel_err(far, TuckerTensorTrain(tk, tt).to_dense()) < 1e-14
+    # squash_tails sums boundary slots: 1e308 + 1e308 beside a core of 1e-10 (2e298)
+    pair = UniformTuckerTensorTrain.from_t3(TuckerTensorTrain(
+        [one, one], [np.full((2, 1, 1), 1e308), np.full((1, 1, 1), 1e-10)]))
+    squashed = pair.squash_tails()
+    assert (squashed.tt_ranks[..., 0] == 1).all() and (squashed.tt_ranks[..., -1] == 1).all()
+    assert abs(squashed.to_dense().ravel()[0] / 2e298 - 1) < 1e-15
     with pytest.raises(ValueError, match=r"`alpha` must be a scalar or broadcast to the stack "
                                          r"shape \(\), not shape \(1,\)"):
         tiny / np.array([1e-320])  # (as for `*`: it was NumPy's unnamed broadcast error)

@@ -734,6 +734,12 @@ def t3_to_dense(tucker_cores, tt_cores):
     # meets the float boundary vector
     tucker_cores = [xp.asarray(u, dtype=dtype) for u in tucker_cores]
     tt_cores = [xp.asarray(g, dtype=dtype) for g in tt_cores]
+    span = sum(abs(int(_exponents(xp, c.reshape(1, 1, -1))[0, 0]))
+               for c in tucker_cores + tt_cores)
+    if span > np.finfo(dtype).maxexp // 4:
+        # cores far from 1 (1e-200, 1e-200, 1e300 gave 0 for a tensor of 1e-100):
+        # the uniform train's range rescue (_in_range), as its to_dense has
+        return ut3_to_dense(ut3_from_t3((tuple(tucker_cores), tuple(tt_cores))))
     left = xp.ones(stack + (1, tt_cores[0].shape[-3]), dtype=dtype)
     return _dense_chain(xp, tucker_cores, tt_cores, left)
 
@@ -1004,12 +1010,25 @@ def _squash(G, mt):
 
 
 def ut3_squash_tails(data):
-    """Sum the boundary bonds so that ``r_0 = r_d = 1`` (slot 0 real)."""
+    """Sum the boundary bonds so that ``r_0 = r_d = 1`` (slot 0 real).
+
+    Where a sum of ``r`` boundary entries could pass the dtype's range, the
+    cores are power-of-two scaled first and the scale spread back over them
+    (exact): two boundary slots of 1e308 beside a core of 1e-10 gave inf,
+    where the tensor, 2e298, fits."""
     p = _parts(data)
+    xp = p.xp
     U, G = _masked(p)
+    ends = _exponents(xp, G[[0, -1]])
+    e = None
+    if bool((ends >= np.finfo(G.dtype).maxexp - math.ceil(math.log2(max(p.r, 1)))).any()):
+        ps, e = _power_scaled(p)
+        U, G = ps.U, ps.G
     mt = p.mt.copy()
     _squash(G, mt)
-    return _pack(p.xp, U, G, p.shape, p.mk, mt, p.stack)
+    if e is not None:
+        _spread_train(xp, U, G, e)
+    return _pack(xp, U, G, p.shape, p.mk, mt, p.stack)
 
 
 def _train_list(trains):
