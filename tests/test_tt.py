@@ -1347,6 +1347,13 @@ def test_cores_with_entries_far_apart_and_factors_past_the_float_range():
         assert rel_err(got.to_dense().ravel(), np.array([1e-100])) < 1e-15
     assert rel_err((train([one], [[[[1e-300]]]]) * 10**400).to_dense().ravel(),
                    np.array([1e100])) < 1e-15
+    # inner / norm(): a Gram chain through a subnormal lost digits (1e-5 off)
+    for dtype, lo, hi in ((np.float64, 1.2345678901234567e-160, 1.1e160),
+                          (np.float32, 1.2345678e-20, 1.1e20)):
+        pair = train([one, one], [[[[lo]]], [[[hi]]]], dtype)
+        want = float(dtype(lo)) * float(dtype(hi))
+        assert abs(pair.norm() / want - 1) < 8 * np.finfo(dtype).eps
+        assert abs(pair.inner(pair) / want**2 - 1) < 8 * np.finfo(dtype).eps
     # the ragged train's to_dense had no rescue (it gave 0 for a tensor of 1e-100)
     ragged = TuckerTensorTrain([one] * 3, [np.full((1, 1, 1), v) for v in (1e-200, 1e-200, 1e300)])
     assert abs(ragged.to_dense().ravel()[0] / 1e-100 - 1) < 1e-15

@@ -1389,6 +1389,12 @@ def _inner_scaled(p, q):
     xp = p.xp
     m = _gram(p, q)
     redo = ~xp.isfinite(m) | (xp.abs(m) < _SAFE_TINY[m.dtype.char])
+    # ... and where the cores' exponents span more than a quarter of the
+    # range (_in_range's test): a partial product may have passed through a
+    # subnormal and lost digits though the result looks normal (cores of
+    # 1.2e-160 and 1.1e160: a norm 1e-5 off)
+    span = _exponent_span(xp, p) + (0 if q is p else _exponent_span(xp, q))
+    redo = redo | (span > np.finfo(m.dtype).maxexp // 4)
     only = None
     if xp is np:
         if not redo.any():
@@ -1399,6 +1405,14 @@ def _inner_scaled(p, q):
     qs, eq = (ps, ep) if q is p else _power_scaled(q, only)
     ms, es = _gram(ps, qs), ep + eq
     return xp.where(redo, ms, m), xp.where(redo, es, 0).astype(np.int32)
+
+
+def _exponent_span(xp, p):
+    """Per stack element, the sum over all cores of ``|frexp exponent|`` of
+    their largest entries (``(S,)``; padding included, which can only make a
+    caller rescue where it need not)."""
+    return (xp.abs(_exponents(xp, p.U)).sum(axis=0)
+            + xp.abs(_exponents(xp, p.G)).sum(axis=0))
 
 
 #: Below this a Gram result may have lost digits to underflow on the way
