@@ -1379,8 +1379,10 @@ def _inner_scaled(p, q):
     each core of each stack element by a power of two near its largest live
     entry (exact: only exponents change) and runs the chain again; it is
     taken only for the stack elements whose plain result was non-finite,
-    zero or in the subnormal range (scaling a core pushes its small entries
-    towards underflow: where the plain chain worked it stays).  On NumPy the
+    zero or in the subnormal range, or whose cores' exponents span more than
+    a quarter of the dtype's range (a partial product may have lost digits
+    to a subnormal; the cores are balanced before they are scaled,
+    :func:`_balanced`); elsewhere the plain chain's result stays.  On NumPy the
     rescue runs only where needed and scales only those elements (the check
     costs nothing; one zero train in a stack of 1024, d = 4, costs 2.5x the
     plain call, a stack of zero trains 3-6x); CuPy runs both chains and
