@@ -393,6 +393,11 @@ class UniformTuckerTensorTrain:
     def __truediv__(self, alpha):
         """``x / alpha``: ``x * (1 / alpha)`` for a scalar or per-stack array ``alpha``.
 
+        The inverse is not rounded to a float first: a Python number's is
+        exact (a Fraction), a NumPy or CuPy factor's a float64 mantissa and a
+        power of two, so ``x / 1e-320`` is ``x * 1e320`` where that fits
+        though ``1e320`` is no float64; dtypes promote as for ``*``.
+
         Dividing by 0 (as multiplying by inf) puts the infinite factor on one
         TT core, so an entry the dense ``x.to_dense() / 0`` would give as
         +-inf comes out NaN wherever the train's sum mixes terms of both

@@ -1150,17 +1150,19 @@ def _alpha_array(alpha):
 def ut3_scale(data, alpha):
     """Multiply the train by ``alpha`` (a real scalar or an array broadcastable
     to the stack shape); the first TT core carries the factor, rounded to the
-    result's dtype: the train's for a Python number, NumPy's promotion of the
-    train's and ``alpha``'s dtypes for a NumPy or CuPy scalar or array (float64
-    for a float32 train times ``np.float64(2)``, or an int64 array).  Where that core could leave the dtype's range (its largest
-    entry's exponent and the factor's add up past the dtype's, or to within a
-    mantissa of its smallest normal number), or the factor alone does not fit
-    the dtype (a float32 train times 1e39 or 1e-46), the scale is spread evenly
-    over the TT cores instead (powers of two, exact; the factor's mantissa on
-    the first core): inf or 0 only where the tensor's own entries overflow or
-    underflow.  A non-finite ``alpha`` (inf, or ``1 / 0`` from ``x / 0``)
-    stays on the first TT core: the contraction then gives NaN, not +-inf,
-    where it adds terms of opposite sign or multiplies inf by 0."""
+    result's dtype: the train's for a Python number (ints and Fractions past
+    the float range are taken exactly), NumPy's promotion of the train's and
+    ``alpha``'s dtypes for a NumPy or CuPy scalar or array (float64 for a
+    float32 train times ``np.float64(2)``, or an int64 array).  Where that
+    core could leave the dtype's range (its largest entry's exponent and the
+    factor's add up past the dtype's, or to within a mantissa of its
+    smallest normal number), or the factor alone does not fit the dtype (a
+    float32 train times 1e39 or 1e-46), the scale is spread evenly over the
+    Tucker and TT cores instead (powers of two, exact; the factor's mantissa
+    on the first TT core): inf or 0 only where the tensor's own entries
+    overflow or underflow.  A non-finite ``alpha`` (inf, or ``1 / 0`` from
+    ``x / 0``) stays on the first TT core: the contraction then gives NaN,
+    not +-inf, where it adds terms of opposite sign or multiplies inf by 0."""
     return _scale(data, alpha)
 
 
@@ -1270,9 +1272,9 @@ def ut3_hadamard(x, y):
     before any allocation, a result too large to allocate.  Where a product
     of two cores could leave the dtype's range (the exponents of their
     largest entries add up past the dtype's, or to within a mantissa of its
-    smallest normal number), the products of the cores
-    scaled by powers of two are taken and the scale spread evenly over the TT
-    cores: inf or 0 only where the tensor's own entries overflow or underflow.
+    smallest normal number), the products of the cores scaled by powers of
+    two are taken and the scale spread evenly over the Tucker and TT cores:
+    inf or 0 only where the tensor's own entries overflow or underflow.
     """
     p, q = _parts(x, "x"), _parts(y, "y")
     _check_same(p, q, "ut3_hadamard")
@@ -1292,10 +1294,10 @@ def ut3_hadamard(x, y):
     dt = np.result_type(Ux.dtype, Uy.dtype)
     if _may_leave_range(xp, dt, _exponents(xp, Ux, dt), _exponents(xp, Uy, dt),
                      _exponents(xp, Gx, dt), _exponents(xp, Gy, dt)):
-        # a core product could pass the range (x * 1e160 squared; a float32
+        # a core product could leave the range (x * 1e160 squared; a float32
         # train whose norm, in its last core after an svd, passes 2**64): the
         # products of power-of-two scaled cores, the scale spread evenly
-        # over the TT cores -- inf only where the tensor itself overflows
+        # over the cores -- inf or 0 only where the tensor itself is
         (ps, ep), (qs, eq) = _power_scaled(p), _power_scaled(q)
         U, G = kron(ps.U, ps.G, qs.U, qs.G)
         _spread_train(xp, U, G, ep + eq)
