@@ -2033,14 +2033,23 @@ def _check_finite_input(xp, U, G, what):
 
 def _sweep_scaled(p, U, G):
     """``(U, G, None)`` (the masked cores of ``p``, as given), or where the
-    cores' scales could take a sweep's products out of the dtype's range,
-    ``(U', G', e)``: the cores power-of-two scaled near 1, the train ``2**e``
-    (``e (S,)``) times theirs (:func:`_in_range`).  The caller puts ``2**e``
+    cores' scales could take a sweep's products out of the dtype's range
+    (their largest live entries' exponents span more than a quarter of it,
+    as :func:`_in_range` decides), ``(U', G', e)``: the cores power-of-two
+    scaled near 1, the train ``2**e`` (``e (S,)``) times theirs.  The caller puts ``2**e``
     back on the cores that carry the weight.  Cores of 1e300, 1e-200 and
     1e-200 (a tensor of 1e-100) gave the zero train and zero singular values:
     the pushes of the sweep underflowed, which no finiteness check sees."""
-    ps, e = _in_range(p)
-    return (U, G, None) if e is None else (ps.U, ps.G, e)
+    xp = p.xp
+    # Decided alike on NumPy and CuPy (one bool read back there; the sweeps
+    # synchronize per step anyway), on the live entries: the sweep's frames
+    # depend on the scaling (_balanced changes the gauge), so both backends
+    # must take the same path to give the same supercores.
+    span = xp.abs(_exponents(xp, U)).sum(axis=0) + xp.abs(_exponents(xp, G)).sum(axis=0)
+    if not bool((span > np.finfo(U.dtype).maxexp // 4).any()):
+        return U, G, None
+    ps, e = _power_scaled(p)
+    return ps.U, ps.G, e
 
 
 def _tucker_down(xp, U, G, shape, mk):
