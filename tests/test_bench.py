@@ -887,8 +887,9 @@ def test_kernel_ab_times_every_kernel_it_names():
 
 def test_ext_mul_layouts_times_three_layouts_of_the_same_words():
     """benchmarks/ext_mul_layouts.py (the block-transpose experiment) gives a
-    positive best time per layout; its own check that the three give the same
-    words passes at a size that is no multiple of its block."""
+    positive best time per layout (its own check that the three give the same
+    words passes), and its blocked loop gives the library's words at 100
+    elements, no multiple of its block."""
     mod = _script("ext_mul_layouts")
     res = mod.main(7)
     assert list(res) == ["interleaved", "blocks", "coefficient_major"]
