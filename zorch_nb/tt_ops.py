@@ -1397,7 +1397,7 @@ def _inner_scaled(p, q):
     # range (_in_range's test): a partial product may have passed through a
     # subnormal and lost digits though the result looks normal (cores of
     # 1.2e-160 and 1.1e160: a norm 1e-5 off)
-    span = _exponent_span(xp, p) + (0 if q is p else _exponent_span(xp, q))
+    span = _exponent_span(xp, p.U, p.G) + (0 if q is p else _exponent_span(xp, q.U, q.G))
     redo = redo | (span > np.finfo(m.dtype).maxexp // 4)
     only = None
     if xp is np:
@@ -1411,12 +1411,12 @@ def _inner_scaled(p, q):
     return xp.where(redo, ms, m), xp.where(redo, es, 0).astype(np.int32)
 
 
-def _exponent_span(xp, p):
-    """Per stack element, the sum over all cores of ``|frexp exponent|`` of
-    their largest entries (``(S,)``; padding included, which can only make a
-    caller rescue where it need not)."""
-    return (xp.abs(_exponents(xp, p.U)).sum(axis=0)
-            + xp.abs(_exponents(xp, p.G)).sum(axis=0))
+def _exponent_span(xp, U, G):
+    """Per stack element, the sum over all cores ``U (d, S, ...)`` and ``G``
+    of ``|frexp exponent|`` of their largest entries (``(S,)``; of the
+    padding too where the cores are not masked, which can only make a caller
+    rescue where it need not)."""
+    return xp.abs(_exponents(xp, U)).sum(axis=0) + xp.abs(_exponents(xp, G)).sum(axis=0)
 
 
 #: Below this a Gram result may have lost digits to underflow on the way
@@ -1528,8 +1528,7 @@ def _in_range(p):
         span = _k.core_exponent_span(p.U, p.G)  # (whole cores: microseconds)
         if span < 0:  # an inf or NaN, which may be padding: the live entries decide
             U, G = _masked(p)
-            span = int((np.abs(_exponents(np, U)).sum(axis=0)
-                        + np.abs(_exponents(np, G)).sum(axis=0)).max(initial=0))
+            span = int(_exponent_span(np, U, G).max(initial=0))
         if span <= limit:
             return p, None
     return _power_scaled(p)
@@ -2045,8 +2044,7 @@ def _sweep_scaled(p, U, G):
     # synchronize per step anyway), on the live entries: the sweep's frames
     # depend on the scaling (_balanced changes the gauge), so both backends
     # must take the same path to give the same supercores.
-    span = xp.abs(_exponents(xp, U)).sum(axis=0) + xp.abs(_exponents(xp, G)).sum(axis=0)
-    if not bool((span > np.finfo(U.dtype).maxexp // 4).any()):
+    if not bool((_exponent_span(xp, U, G) > np.finfo(U.dtype).maxexp // 4).any()):
         return U, G, None
     ps, e = _power_scaled(p)
     return ps.U, ps.G, e
