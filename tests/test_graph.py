@@ -94,7 +94,10 @@ def test_reference_lanes_give_528_plus_32k():
                             ([new * 1.0], TypeError, "`inputs\\[0\\]` must hold integers"),
                             ([-new], ValueError, r"inputs\[0\]\[0, 0\] = -1; pass "
                                                  r"reduce=True to reduce modulo p$"),
-                            ([[[1, 2], [3]]], ValueError, r"`inputs\[0\]` must be a rectangular")):
+                            ([[[1, 2], [3]]], ValueError, r"`inputs\[0\]` must be a rectangular"),
+                            # (the replay computed with the hidden values, as if unmasked)
+                            ([np.ma.masked_array(new, mask=new > 3)], TypeError,
+                             r"`inputs\[0\]` is a masked array; field kernels would ignore")):
         with pytest.raises(exc, match=match):
             run_computation_graph(g, bad)
     # reduce=True reads any integer modulo p, as copy_to_device(..., reduce=True)
