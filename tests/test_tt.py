@@ -453,6 +453,14 @@ def test_repr_shows_the_ranks_beside_the_padding(rng):
     long = UniformTuckerTensorTrain.from_t3(rand_t3(rng, (2,) * 10, (1,) * 10, (1,) * 11))
     assert "tucker_ranks=[1, 1, 1, 1, ..., 1, 1, 1, 1], tt_ranks=[1, 1, 1, 1, ..., 1, 1" \
         in repr(long)
+    # The masks say it alike (their repr listed every train's ranks: 54 KB for
+    # a stack of 2000)
+    assert repr(one.masks) == ("UT3Masks(d=3, stack_shape=(), n=4, r=4, tucker_ranks=[2, 3, 2], "
+                               "tt_ranks=[1, 2, 2, 1])")
+    assert repr(x.masks).endswith("r=4, ranks per train (.tucker_ranks, .tt_ranks))")
+    big = UT3Masks(np.ones((4, 2000, 3), bool), np.ones((5, 2000, 2), bool))
+    assert repr(big) == ("UT3Masks(d=4, stack_shape=(2000,), n=3, r=2, tucker_ranks=[3, 3, 3, 3], "
+                         "tt_ranks=[2, 2, 2, 2, 2])")
 
 
 def test_repr_ranks_lists_and_trains_that_differ_in_tt_ranks_only(rng):
@@ -2647,6 +2655,35 @@ def test_entries_refuse_negative_indices(rng, path):
     for bad in ([0, -1, 0], [-3, 0, 0], [[0, 0, 0], [2, 3, -1]]):
         with pytest.raises(ValueError, match=r"`indices` must lie in \[0, shape\) with shape \(3, 4, 2\)"):
             x.entries(np.array(bad))
+
+
+def test_masked_arrays_are_refused_by_name(rng):
+    """A NumPy masked array is refused wherever a train reads arrays, as the
+    field kernels refuse it (np.ndarray checks let it through and its hidden
+    entries were read: a Tucker core with a masked 2.0 gave [4, 6], as if
+    unmasked)."""
+    x = UniformTuckerTensorTrain.from_t3(rand_t3(rng, SHAPE, (2, 3, 2), (1, 2, 2, 1)), N=6)
+    t = x.to_t3()
+    U, G = x.data[0], x.data[1]
+
+    def ma(a):
+        return np.ma.masked_array(a, mask=np.zeros(np.shape(a), bool))
+
+    cases = [
+        (lambda: TuckerTensorTrain([ma(t.data[0][0])] + list(t.data[0][1:]), t.data[1]),
+         r"tucker_cores\[0\]"),
+        (lambda: TuckerTensorTrain.from_dense(ma(t.to_dense())), "dense"),
+        (lambda: UniformTuckerTensorTrain.from_dense(ma(t.to_dense())), "dense"),
+        (lambda: UniformTuckerTensorTrain(U, ma(G), x.shape, x.masks), "tt_supercore"),
+        (lambda: UT3Masks(ma(x.masks[0]), x.masks[1]), "tucker_edge_mask"),
+        (lambda: x.apply([ma(np.ones(n)) for n in SHAPE]), r"vectors\[0\]"),
+        (lambda: x.entries(ma(np.zeros(3, np.int64))), "indices"),
+        (lambda: x * ma(np.array(2.0)), "alpha"),
+        (lambda: x / ma(np.array(2.0)), "alpha"),
+    ]
+    for call, name in cases:
+        with pytest.raises(TypeError, match=rf"`{name}` is a masked array; the tensor-train"):
+            call()
 
 
 @pytest.mark.filterwarnings("error::RuntimeWarning")  # overflows are handled, not warned

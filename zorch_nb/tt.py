@@ -75,8 +75,7 @@ import numbers
 
 import numpy as np
 
-from ._text import elided_list
-from .tt_masks import UT3Masks, array_module, kernel_cache_clear, kernel_cache_info
+from .tt_masks import UT3Masks, array_module, kernel_cache_clear, kernel_cache_info, ranks_text
 from .tt_ops import (
     NORM_METHODS, ORTHOGONALIZE_KINDS, TrainOverflowError, _alpha_array, _scale, _t3_check,
     _train_list, t3_from_dense, t3_to_dense, ut3_add, ut3_apply, ut3_apply_masks, ut3_check,
@@ -276,13 +275,7 @@ class UniformTuckerTensorTrain:
         # padded r=8 read as the ranks.  A stack's trains share them or not.
         n, r, N = self.padded_sizes
         try:
-            tucker = np.asarray(self.tucker_ranks).reshape(self.d, -1)
-            tt = np.asarray(self.tt_ranks).reshape(self.d + 1, -1)
-            if tucker.shape[1] and (tucker == tucker[:, :1]).all() and (tt == tt[:, :1]).all():
-                ranks = (f"tucker_ranks={elided_list(tucker[:, 0], 4, 4)}, "
-                         f"tt_ranks={elided_list(tt[:, 0], 4, 4)}")
-            else:
-                ranks = "ranks per train (.tucker_ranks, .tt_ranks)"
+            ranks = ranks_text(self.tucker_ranks, self.tt_ranks, self.d)
         except Exception:  # noqa: BLE001 -- a repr never raises
             ranks = "ranks unknown"
         return (f"UniformTuckerTensorTrain(shape={self.shape}, stack_shape={self.stack_shape}, "

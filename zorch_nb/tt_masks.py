@@ -11,6 +11,8 @@ import threading
 
 import numpy as np
 
+from ._text import elided_list
+
 __all__ = ["UT3Masks", "KernelCacheInfo", "kernel_cache_info", "kernel_cache_clear"]
 
 
@@ -18,6 +20,7 @@ def array_module(a, name="array"):
     """Return ``numpy`` or ``cupy`` for a supercore, without importing CuPy
     unless the array is a CuPy array."""
     if isinstance(a, np.ndarray):
+        _refuse_masked(a, name)
         return np
     module = type(a).__module__.split(".")[0]
     if module == "cupy":
@@ -30,8 +33,29 @@ def array_module(a, name="array"):
     )
 
 
+def _refuse_masked(a, name):
+    # Numerical code reads a masked array's data, hidden entries included, as
+    # the field kernels would (they refuse it too)
+    if isinstance(a, np.ma.MaskedArray):
+        raise TypeError(f"Argument `{name}` is a masked array; the tensor-train kernels would "
+                        f"ignore its mask: pass `{name}.filled(...)` or `{name}.data`")
+
+
+def ranks_text(tucker_ranks, tt_ranks, d):
+    """The ranks for a repr: the stack's shared ranks as (elided) lists, or a
+    pointer to the attributes where the trains' ranks differ (a stack's full
+    lists ran to tens of kilobytes)."""
+    tucker = np.asarray(tucker_ranks).reshape(d, -1)
+    tt = np.asarray(tt_ranks).reshape(d + 1, -1)
+    if tucker.shape[1] and (tucker == tucker[:, :1]).all() and (tt == tt[:, :1]).all():
+        return (f"tucker_ranks={elided_list(tucker[:, 0], 4, 4)}, "
+                f"tt_ranks={elided_list(tt[:, 0], 4, 4)}")
+    return "ranks per train (.tucker_ranks, .tt_ranks)"
+
+
 def _host_bool_mask(mask, name):
     """Validate one mask and return an immutable host copy with bytes 0 / 1."""
+    _refuse_masked(mask, name)
     if not isinstance(mask, np.ndarray):
         if hasattr(mask, "__cuda_array_interface__") or type(mask).__module__.split(".")[0] == "cupy":
             raise TypeError(
@@ -224,10 +248,8 @@ class UT3Masks(tuple):
     __contains__ = index = count = _no_search
 
     def __repr__(self):
-        return (
-            f"UT3Masks(d={self.d}, stack_shape={self.stack_shape}, n={self.n}, r={self.r}, "
-            f"tucker_ranks={self.tucker_ranks.tolist()}, tt_ranks={self.tt_ranks.tolist()})"
-        )
+        return (f"UT3Masks(d={self.d}, stack_shape={self.stack_shape}, n={self.n}, r={self.r}, "
+                f"{ranks_text(self.tucker_ranks, self.tt_ranks, self.d)})")
 
     @property
     def tucker_edge_mask(self):

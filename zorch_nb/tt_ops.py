@@ -28,7 +28,7 @@ from zorch_nb.kernels import tt_kernels as _k
 
 from . import _backend
 from ._ints import is_int
-from .tt_masks import KERNELS, UT3Masks, array_module
+from .tt_masks import KERNELS, UT3Masks, _refuse_masked, array_module
 
 __all__ = [
     "ut3_check", "ut3_from_t3", "ut3_to_t3", "ut3_to_dense", "ut3_apply_masks",
@@ -1220,6 +1220,7 @@ def _scale(data, alpha, power=0, like=None):
         if isinstance(alpha, numbers.Number):  # a NumPy scalar
             alpha = np.asarray(alpha)
         _not_on_device(alpha, "alpha", xp)
+        _refuse_masked(alpha, "alpha")
         a = _alpha_array(alpha)
         if a.dtype.kind not in "biuf":  # bools as 0 / 1, as a Python True is
             raise TypeError(f"Argument `alpha` must be a real number or an array of reals, "
@@ -1729,6 +1730,7 @@ def ut3_entries(data, indices):
     if type(indices).__module__.split(".")[0] == "cupy":
         idx = indices.get()  # the bounds check below runs on the host (a synchronization)
     else:
+        _refuse_masked(indices, "indices")
         try:
             idx = np.asarray(indices)
         except ValueError:  # a ragged nesting
@@ -1787,6 +1789,7 @@ def ut3_apply(data, vectors):
     vs = []
     for i, v in enumerate(vectors):
         _not_on_device(v, f"vectors[{i}]", xp)
+        _refuse_masked(v, f"vectors[{i}]")
         try:
             vs.append(xp.asarray(v))
         except ValueError:  # NumPy's "inhomogeneous shape" names no argument
