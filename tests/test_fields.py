@@ -270,6 +270,27 @@ def test_fuzzed_arguments_are_named_before_any_work():
             call()
 
 
+def test_host_arrays_past_this_machines_memory_are_refused_by_name(monkeypatch):
+    """An array the machine cannot hold is a MemoryError naming the argument
+    (F.eq_table of 40 coordinates, F.random(2**40): NumPy's "Unable to
+    allocate 4.00 TiB" named none), as graph replays and jagged layers say."""
+    import zorch_nb.fields as fields
+    F, E = KoalaBear, KoalaBear.ext
+    monkeypatch.setattr(fields._backend, "physical_memory", lambda: 2**20)  # 1 MiB
+    for make, shape in ((F.random, 2**19), (F.zeros, (2**10, 2**9)), (E.ones, 2**17)):
+        with pytest.raises(MemoryError, match=r"Argument `shape`: an array of shape .* needs "
+                                              r"0\.0 GiB; this machine has 0\.0 GiB"):
+            make(shape)
+        make(100)  # (small ones as before)
+    with pytest.raises(MemoryError, match=r"Argument `point` has nv = 19 coordinates: its "
+                                          r"table of 2\*\*19 elements needs"):
+        F.eq_table(F.random(19))
+    assert F.eq_table(F.random(19), out=np.empty(2**19, np.uint32)).shape == (2**19,)
+    one = F.ones(())
+    with pytest.raises(MemoryError, match=r"the result of the operands' \(broadcast\) shape"):
+        F.add(np.broadcast_to(one, (2**10, 1)), np.broadcast_to(one, (1, 2**9)))
+
+
 def test_bad_input_errors():
     F = KoalaBear
     a = F.random(4, seed=0)

@@ -300,19 +300,28 @@ def _resolve_values_point(values, point, backend):
 _RESULT_FIRST_SIZE = 1 << 20
 
 
-def _check_size(shape, what, itemsize=4):
+def _check_size(shape, what, itemsize=4, host=False):
     """Refuse an array of ``shape`` that no array can be (past the address
-    space), naming ``what`` asked for it: NumPy's own refusal ("array is too
-    big", "Maximum allowed dimension exceeded") names no argument."""
+    space: ``ValueError``), or with ``host``, that this machine's memory
+    cannot hold (``MemoryError``), naming ``what`` asked for it: NumPy's own
+    refusals ("array is too big", "Unable to allocate 4.00 TiB") name no
+    argument, and an overcommitting OS may grant the allocation and kill the
+    process that fills it."""
     nbytes = math.prod(shape) * itemsize  # Python ints: no wrap-around
     if nbytes > np.iinfo(np.intp).max:
         raise ValueError(f"{what}: an array of shape {tuple(shape)} ({nbytes} bytes) is "
                          f"larger than any array can be")
+    have = _backend.physical_memory() if host else None
+    if have is not None and nbytes > have:
+        raise MemoryError(f"{what}: an array of shape {tuple(shape)} needs "
+                          f"{nbytes / 2**30:.1f} GiB; this machine has {have / 2**30:.1f} GiB "
+                          f"of memory")
 
 
 def _new_words(xp, shape, what):
-    """``xp.empty(shape, uint32)``, checked by :func:`_check_size`."""
-    _check_size(shape, what)
+    """``xp.empty(shape, uint32)``, checked by :func:`_check_size` (for this
+    machine's memory too where ``xp`` is NumPy)."""
+    _check_size(shape, what, host=xp is np)
     return xp.empty(shape, dtype=np.uint32)
 
 
@@ -676,23 +685,24 @@ class _FieldBase:
 
     def zeros(self, shape, xp=np):
         """Array of zeros (all words 0) of element shape ``shape``."""
-        return self._xp(xp).zeros(self._full_shape(shape), dtype=np.uint32)
+        xp = self._xp(xp)
+        return xp.zeros(self._full_shape(shape, host=xp is np), dtype=np.uint32)
 
     def ones(self, shape, xp=np):
         """Array of ones (Montgomery word ``2**32 mod p``) of element shape ``shape``."""
         xp = self._xp(xp)
-        out = xp.zeros(self._full_shape(shape), dtype=np.uint32)
+        out = xp.zeros(self._full_shape(shape, host=xp is np), dtype=np.uint32)
         if self.degree == 1:
             out[...] = self.params.r_mod_p
         else:
             out[..., 0] = self.params.r_mod_p
         return out
 
-    def _full_shape(self, shape, itemsize=4):
+    def _full_shape(self, shape, itemsize=4, host=False):
         """The words' shape of element shape ``shape`` (checked by
-        :func:`_shape_tuple` and :func:`_check_size`)."""
+        :func:`_shape_tuple` and :func:`_check_size`, ``host`` passed on)."""
         full = _shape_tuple(shape) + self._trail()
-        _check_size(full, "Argument `shape`", itemsize)
+        _check_size(full, "Argument `shape`", itemsize, host)
         return full
 
     def random(self, shape, seed=None, xp=np):
@@ -709,7 +719,7 @@ class _FieldBase:
             raise type(exc)(f"Argument `seed` must be None, a non-negative int (or a "
                             f"sequence of them) or a NumPy SeedSequence / BitGenerator / "
                             f"Generator, not {seed!r} ({exc})") from None
-        full = self._full_shape(shape)
+        full = self._full_shape(shape, host=True)  # (drawn on the host, whatever xp)
         xp = self._xp(xp)
         words = np.empty(full, np.uint32)
         flat = words.reshape(-1)
@@ -1627,6 +1637,11 @@ class _FieldBase:
                              f"can be")
         kind, backend = _backend.resolve({"point": point}, backend)
         kind, point = _in_module(point)
+        have = _backend.physical_memory() if out is None and kind == "numpy" else None
+        if have is not None and nbytes > have:  # (NumPy's refusal names no argument)
+            raise MemoryError(f"Argument `point` has nv = {nv} coordinates: its table of "
+                              f"2**{nv} elements needs {nbytes / 2**30:.1f} GiB; this machine "
+                              f"has {have / 2**30:.1f} GiB of memory")
         xp = _backend.get_xp(kind)
         # the table where the point lives (not the current device)
         with _device_of(point, kind):
