@@ -161,6 +161,12 @@ def test_ext_eq_table_refuses_a_point_of_four_words(F):
     assert E.eq_table(E.as_base(four[:3])).tobytes() == E.eq_table(four[:3]).tobytes()
     values = E.random(16, seed=7)  # mle_eval takes the marked point too (nv tells it)
     assert E.mle_eval(values, E.as_base(four)).tobytes() == E.mle_eval(values, four).tobytes()
+    # where nv is not 4, the challenge's shape error says how one coordinate is spelled
+    with pytest.raises(ValueError, match=r"must hold nv = 1 elements \(one per variable\), "
+                                         r"not shape \(4,\); one extension coordinate is "
+                                         r"shape \(1, 4\)$"):
+        E.mle_eval(E.random(2, seed=8), r[0])
+    assert E.mle_eval(E.random(2, seed=8), r).shape == (4,)
     other = KoalaBear if F is BabyBear else BabyBear
     with pytest.raises(ValueError, match="`point` is marked as"):
         E.eq_table(other.ext.as_base(four))

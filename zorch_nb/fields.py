@@ -1523,6 +1523,9 @@ class _FieldBase:
                 # one extension element's words look like 4 base values
                 hint = ("; `values` of shape (4,) are 4 base values (nv = 2): one "
                         "extension element is shape (1, 4)")
+            elif self.degree == 4 and tuple(point.shape) == (4,):
+                # (a prover's one extension challenge, its words read as 4 coordinates)
+                hint = "; one extension coordinate is shape (1, 4)"
             what = (f"one element per variable, shape (nv,)"
                     f"{' or (nv, 4)' if self.degree == 4 else ''}" if nv is None else
                     f"nv = {nv} {'base ' if self.degree == 1 else ''}elements (one per variable)")
