@@ -2347,6 +2347,22 @@ def test_save_load_round_trip(xy, tmp_path):
         UniformTuckerTensorTrain.load(tmp_path / "missing")
 
 
+def test_load_of_a_missing_name_says_both_files_were_tried(tmp_path):
+    """save("c") writes c.npz and load("c") reads it; where neither exists the
+    error named only 'c' (a user's review)."""
+    x = UniformTuckerTensorTrain.from_t3(rand_t3(np.random.default_rng(2), SHAPE, (2, 2, 2),
+                                                 (1, 2, 2, 1)))
+    x.save(str(tmp_path / "c"))
+    back = UniformTuckerTensorTrain.load(str(tmp_path / "c"))
+    np.testing.assert_array_equal(back.to_dense(), x.to_dense())
+    missing = str(tmp_path / "d")
+    with pytest.raises(FileNotFoundError, match=re.escape(f"(nor '{missing}.npz'): '{missing}'")):
+        UniformTuckerTensorTrain.load(missing)
+    with pytest.raises(FileNotFoundError) as info:  # (a .npz name: that file alone)
+        UniformTuckerTensorTrain.load(missing + ".npz")
+    assert "nor" not in str(info.value)
+
+
 def test_load_refuses_what_is_not_a_ut3_file(tmp_path):
     """Other files failed with whatever NumPy or zipfile raised (a context
     manager TypeError, BadZipFile, 'pickled data', 'only 0-dimensional

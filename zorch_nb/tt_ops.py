@@ -2498,7 +2498,14 @@ def ut3_load(path):
     if name is None:  # an open file: the caller's to close
         arrays = _read_ut3_arrays(path, name, bad)
     else:  # opened here, so that a corrupted archive leaves no file open (np.load's did)
-        with open(name, "rb") as fh:  # (OSError: missing file, a directory, no permission)
+        try:
+            fh = open(name, "rb")  # (OSError: a directory, no permission)
+        except FileNotFoundError as exc:
+            if isinstance(name, str) and not name.endswith(".npz"):
+                # (ut3_save("c") wrote c.npz; a bare "No such file: 'c'" hid that both were tried)
+                exc.strerror = f"No such file or directory (nor {name + '.npz'!r})"
+            raise
+        with fh:
             arrays = _read_ut3_arrays(fh, name, bad)
     version, shape = arrays["format_version"], arrays["shape"]
     # int() of a float or of a 1-element array would truncate or raise TypeError
