@@ -49,6 +49,15 @@ def array_kind(x) -> str:
     return "other"
 
 
+def refuse_masked(x, name: str, readers: str = "field kernels") -> None:
+    """``TypeError`` for a NumPy masked array ``x`` (argument ``name``): the
+    ``readers`` (kernels, ``np.asarray``) read its data, hidden entries
+    included, as if nothing were masked."""
+    if isinstance(x, np.ma.MaskedArray):
+        raise TypeError(f"Argument `{name}` is a masked array; {readers} would ignore "
+                        f"its mask: pass `{name}.filled(...)` or `{name}.data`")
+
+
 def is_cupy_ndarray(x) -> bool:
     """Whether ``x`` is exactly a ``cupy.ndarray`` (not a subclass, not another
     CUDA array); never imports CuPy."""

@@ -64,16 +64,10 @@ def _element_shape(x, degree: int, name: str):
     return tuple(x.shape[:-1])
 
 
-def _refuse_masked(x, name: str):
-    if isinstance(x, np.ma.MaskedArray):
-        raise TypeError(f"Argument `{name}` is a masked array; field kernels would ignore "
-                        f"its mask: pass `{name}.filled(...)` or `{name}.data`")
-
-
 def _check_words(x, name: str):
     if isinstance(x, np.generic):
         x = np.asarray(x)
-    _refuse_masked(x, name)
+    _backend.refuse_masked(x, name)
     kind = _backend.array_kind(x)
     # `out` receives words: converting integers with `encode` is no advice there
     hint = "" if name == "out" else "; use `encode` to convert integers"
@@ -173,7 +167,7 @@ def _int_array(values, name: str):
     stay exact Python ints (object dtype), an empty sequence is int64, and a
     ragged nesting is a ValueError naming ``name``.
     """
-    _refuse_masked(values, name)
+    _backend.refuse_masked(values, name)
     ragged = ValueError(f"Argument `{name}` must be a rectangular (non-ragged) array of "
                         f"integers")
     if isinstance(values, np.ndarray):

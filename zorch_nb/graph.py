@@ -50,7 +50,7 @@ import numpy as np
 from . import _backend
 from ._ints import is_int
 from ._text import elided_list
-from .fields import BabyBear, KoalaBear, PrimeField, _refuse_masked, _stale_field_hint
+from .fields import BabyBear, KoalaBear, PrimeField, _stale_field_hint
 from .graph_format import _MAX_LOG2, _MAX_NDIM
 from .graph_layout import (ViewForm, _jit_disabled, apply_history, axis_dims, dims_of,
                            history_shapes, initial_view, input_layout, logical_instance,
@@ -1903,7 +1903,7 @@ def run_computation_graph(graph: ComputationGraph, inputs, backend=None, *,
             raise TypeError(f"Argument `{name}` must be an array of canonical integers, not "
                             f"{type(values).__name__}" + ("; a replay takes values: pass "
                             "ctx.copy_to_host(handle)" if values is not None else ""))
-        _refuse_masked(values, name)  # (np.asarray below would drop the mask)
+        _backend.refuse_masked(values, name)  # (np.asarray below would drop the mask)
         try:
             values = np.asarray(_to_host(values) if hasattr(values, "get") else values)
         except ValueError:  # NumPy's "inhomogeneous shape"

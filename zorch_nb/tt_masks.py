@@ -11,6 +11,7 @@ import threading
 
 import numpy as np
 
+from ._backend import refuse_masked
 from ._text import elided_list
 
 __all__ = ["UT3Masks", "KernelCacheInfo", "kernel_cache_info", "kernel_cache_clear"]
@@ -34,11 +35,7 @@ def array_module(a, name="array"):
 
 
 def _refuse_masked(a, name):
-    # Numerical code reads a masked array's data, hidden entries included, as
-    # the field kernels would (they refuse it too)
-    if isinstance(a, np.ma.MaskedArray):
-        raise TypeError(f"Argument `{name}` is a masked array; the tensor-train kernels would "
-                        f"ignore its mask: pass `{name}.filled(...)` or `{name}.data`")
+    refuse_masked(a, name, "the tensor-train kernels")  # (as the field kernels refuse it)
 
 
 def ranks_text(tucker_ranks, tt_ranks, d):
