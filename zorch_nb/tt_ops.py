@@ -736,7 +736,7 @@ def t3_to_dense(tucker_cores, tt_cores):
     tt_cores = [xp.asarray(g, dtype=dtype) for g in tt_cores]
     span = sum(abs(int(_exponents(xp, c.reshape(1, 1, -1))[0, 0]))
                for c in tucker_cores + tt_cores)
-    if span > np.finfo(dtype).maxexp // 4:
+    if span > _span_limit(dtype):
         # cores far from 1 (1e-200, 1e-200, 1e300 gave 0 for a tensor of 1e-100):
         # the uniform train's range rescue (_in_range), as its to_dense has
         return ut3_to_dense(ut3_from_t3((tuple(tucker_cores), tuple(tt_cores))))
@@ -808,7 +808,7 @@ def t3_from_dense(dense, max_tucker_ranks=None, max_tt_ranks=None, rtol=None):
     # sums of squares overflowed or underflowed (1e308 entries were blamed on
     # "the train"; now the one failure left, a norm past the range, names it).
     scale = int(_exponents(xp, dense.reshape(1, 1, -1))[0, 0])
-    if abs(scale) <= np.finfo(dense.dtype).maxexp // 4:
+    if abs(scale) <= _span_limit(dense.dtype):
         scale = 0
     core, tucker = (xp.ldexp(dense, -scale) if scale else dense), []
     for i in range(d):
@@ -1235,7 +1235,8 @@ def _scale(data, alpha, power=0, like=None):
         wide = a.astype(np.result_type(a.dtype, np.float64))  # (a longdouble stays one)
     # the factor's own exponent, measured before the cast to the train's
     # dtype (which made 1e39 inf and 1e-46 zero in float32), paired with 0
-    ea = _exponents(xp, wide[None, :, None])[0] + xp.asarray(power.astype(np.int32))
+    pw = xp.asarray(power.astype(np.int32))
+    ea = _exponents(xp, wide[None, :, None])[0] + pw
     if _may_leave_range(xp, G.dtype, _exponents(xp, G[:1])[0], ea, xp.zeros_like(ea), ea):
         # the factor and the first core could leave the range together (a
         # float32 train of norm 1e20 in one core, times 1e20): the scaled
@@ -1244,7 +1245,7 @@ def _scale(data, alpha, power=0, like=None):
         m, ea = xp.frexp(wide)
         U, G = ps.U, ps.G  # (the Tucker cores' scale is in e too)
         G[0] *= m.astype(G.dtype)[:, None, None, None]
-        ea = ea + xp.asarray(power.astype(np.int32))
+        ea = ea + pw
         _spread_train(xp, U, G, e + xp.where(xp.isfinite(wide), ea, 0))
     else:
         with np.errstate(over="ignore", under="ignore"):  # (in range: decided above)
@@ -1399,7 +1400,7 @@ def _inner_scaled(p, q):
     # subnormal and lost digits though the result looks normal (cores of
     # 1.2e-160 and 1.1e160: a norm 1e-5 off)
     span = _exponent_span(xp, p.U, p.G) + (0 if q is p else _exponent_span(xp, q.U, q.G))
-    redo = redo | (span > np.finfo(m.dtype).maxexp // 4)
+    redo = redo | (span > _span_limit(m.dtype))
     only = None
     if xp is np:
         if not redo.any():
@@ -1410,6 +1411,14 @@ def _inner_scaled(p, q):
     qs, eq = (ps, ep) if q is p else _power_scaled(q, only)
     ms, es = _gram(ps, qs), ep + eq
     return xp.where(redo, ms, m), xp.where(redo, es, 0).astype(np.int32)
+
+
+def _span_limit(dtype) -> int:
+    """The exponent span (sum of the cores' ``|frexp exponent|``) past which
+    the chains scale their cores near 1: a quarter of ``dtype``'s exponent
+    range, where a partial product could pass the largest number or lose
+    digits to a subnormal though the result fits."""
+    return np.finfo(dtype).maxexp // 4
 
 
 def _exponent_span(xp, U, G):
@@ -1525,7 +1534,7 @@ def _in_range(p):
     """
     xp = p.xp
     if xp is np:
-        limit = np.finfo(p.U.dtype).maxexp // 4
+        limit = _span_limit(p.U.dtype)
         span = _k.core_exponent_span(p.U, p.G)  # (whole cores: microseconds)
         if span < 0:  # an inf or NaN, which may be padding: the live entries decide
             U, G = _masked(p)
@@ -1846,7 +1855,7 @@ def _row_scales(xp, rows, dt):
             if r.size:  # (Python floats: near enough for an exponent, or inf)
                 big = max(float(r.max()), -float(r.min()))
                 span += abs(math.frexp(big)[1]) if math.isfinite(big) else math.inf
-        if span <= np.finfo(dt).maxexp // 4:
+        if span <= _span_limit(dt):
             return None
     return [_exponents(xp, r[None], dt)[0] for r in rows]
 
@@ -2047,7 +2056,7 @@ def _sweep_scaled(p, U, G):
     # synchronize per step anyway), on the live entries: the sweep's frames
     # depend on the scaling (_balanced changes the gauge), so both backends
     # must take the same path to give the same supercores.
-    if not bool((_exponent_span(xp, U, G) > np.finfo(U.dtype).maxexp // 4).any()):
+    if not bool((_exponent_span(xp, U, G) > _span_limit(U.dtype)).any()):
         return U, G, None
     ps, e = _power_scaled(p)
     return ps.U, ps.G, e
