@@ -838,7 +838,8 @@ def base_map2_bcast(op, a, a_step, b, b_step, out, f, run=0, a_row=0, b_row=0):
     kind = {OP_ADD: _ADD, OP_SUB: _RSUB if swap else _SUB, OP_MUL: _MUL}[op]
     sized(_rows_kernel, rows * _tasks(run, CPU_LANE_RUN), n)(
         4 if y_step else 5, kind, rows, run, x, 1, x_row, y, 1, y_row, y_step, np.uint32(0),
-        out, 1, p, mu, 0)
+        out, 1, p, mu, wm)  # (wm unread by base forms; a uint32 as ext4_map2_bcast
+    # passes: an int 0, typed int64, compiled the kernel a second time, 8.5 s)
 
 
 def ext4_map2_bcast(op, a, a_step, a_deg, b, b_step, b_deg, out, f, run=0, a_row=0, b_row=0):

@@ -9,6 +9,8 @@ on every backend (the checks are one module, ``kernels/launch_checks.py``).
 The Numba-CUDA launchers run under the simulator with tiny inputs; the CuPy
 ones on a GPU or, with ``ZORCH_EMULATE_CUPY=1``, under the host emulation.
 """
+import os
+
 import numpy as np
 import pytest
 
@@ -337,6 +339,30 @@ def test_bcast_every_combination_on_the_parallel_cpu_paths(ext):
     assert 3 * run > CPU_SERIAL_WORDS
     _bcast_sweep(KoalaBear, k, "cpu", ext, 3, run, (OP_SUB, OP_MUL), with_big_ints=False)
 
+
+@pytest.mark.skipif(os.environ.get("NUMBA_DISABLE_JIT") == "1", reason="counts signatures")
+def test_base_and_ext_broadcast_rows_share_one_compile():
+    """The base and extension row broadcasts run one kernel: passed the same
+    scalar types, it compiles once for both (the base launcher passed its
+    unused ``wm`` as an int 0, typed int64: a second compile, 8.5 s cold)."""
+    from numba import types
+
+    from zorch_nb.kernels import field_cpu
+    from zorch_nb.kernels.cpu_threads import serial_twin
+    F, k = KoalaBear, kernels_for("cpu", "field")
+    for rows, run in ((2, 8), (3, CPU_LANE_RUN + 5)):  # the serial twin, then the kernel
+        # rows of a, each plus / times the one row of b
+        a, b = F.random(rows * run, seed=1), F.random(run, seed=2)
+        k.base_map2_bcast(OP_ADD, a, 1, b, 1, np.empty_like(a), F.params, run=run,
+                          a_row=run, b_row=0)
+        x, y = F.ext.random(rows * run, seed=1), F.ext.random(run, seed=2)
+        k.ext4_map2_bcast(OP_MUL, x, 1, 4, y, 1, 4, np.empty_like(x), F.params, run=run,
+                          a_row=run, b_row=0)
+    for kernel in (field_cpu._rows_kernel, serial_twin(field_cpu._rows_kernel)):
+        # (other tests may add read-only operands' signatures: set aside here)
+        sigs = {tuple(t.copy(readonly=False) if isinstance(t, types.Array) else t for t in s)
+                for s in kernel.signatures}
+        assert len(sigs) == 1, sigs
 
 def test_bcast_issue_example():
     # The reported case: steps both 0, run 100, column rows.
