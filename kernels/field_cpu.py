@@ -221,19 +221,6 @@ def _make_bcast_run(kind):
 _run_add, _run_sub, _run_rsub, _run_mul = map(_make_bcast_run, range(4))
 
 
-@njit(cache=True)
-def _bcast_run(form, kind, lo, hi, x, y, y0, y1, y2, y3, m1, out, p, mu):
-    # One run of elements [lo, hi) of the loop of (form, kind).
-    if kind == _ADD:
-        _run_add(form, lo, hi, x, y, y0, y1, y2, y3, m1, out, p, mu)
-    elif kind == _SUB:
-        _run_sub(form, lo, hi, x, y, y0, y1, y2, y3, m1, out, p, mu)
-    elif kind == _RSUB:
-        _run_rsub(form, lo, hi, x, y, y0, y1, y2, y3, m1, out, p, mu)
-    else:
-        _run_mul(form, lo, hi, x, y, y0, y1, y2, y3, m1, out, p, mu)
-
-
 @njit_lanes64
 def _ext4_mul_by_run(lo, hi, a, b0, b1, b2, b3, bw1, bw2, bw3, out, p, mu):
     # Elements [lo, hi) of a * b for one canonical element b (its wrap-around
@@ -249,41 +236,66 @@ def _ext4_mul_by_run(lo, hi, a, b0, b1, b2, b3, bw1, bw2, bw3, out, p, mu):
         out[j + _U3] = _reduce4(c[3], p, mu)
 
 
-@njit(parallel=True, cache=True)
-def _rows_kernel(form, kind, rows, run, x, xw, x_row, y, yw, y_row, y_step, m1, out, ow,
-                 p, mu, wm):
-    # Broadcast rows: out holds `rows` rows of `run` units (ow words each;
-    # a unit is an element, or a word for forms 4 and 5).  Row r of x starts
-    # at unit r x_row and steps by one unit (xw words); row r of y starts at
-    # unit r y_row and steps by y_step (0: one fixed unit of yw words, read
-    # once per task).  Tasks of at most CPU_LANE_RUN units of one row run in
-    # parallel, each one call of the serial loop of (form, kind): form 3 is
-    # _ext4_mul_by_run (x times one extension element), form 6 _ext4_mul_run
-    # (elementwise extension product), the rest _bcast_run.
-    lane = CPU_LANE_RUN
-    per_row = (run + lane - 1) // lane
-    for t in prange(rows * per_row):
-        r = t // per_row
-        lo = (t - r * per_row) * lane
-        hi = min(run, lo + lane)
-        xv = x[r * x_row * xw:]
-        yv = y[r * y_row * yw:]
-        ov = out[r * run * ow:]
-        if form == 6:
-            _ext4_mul_run(lo, hi, xv, yv, ov, p, mu, wm)
-            continue
-        y0 = y1 = y2 = y3 = np.uint32(0)
-        if not y_step:
-            y0 = _canonical(yv[0], p)
-            if yw == 4:
-                y1, y2, y3 = _canonical(yv[1], p), _canonical(yv[2], p), _canonical(yv[3], p)
-            else:  # one base element under an extension op: (s, s, s, s) & m1 past c0
-                y1 = y2 = y3 = y0 & m1
-        if form == 3:
-            bw1, bw2, bw3 = _ext4_wrap(y1, y2, y3, p, mu, wm)
-            _ext4_mul_by_run(lo, hi, xv, y0, y1, y2, y3, bw1, bw2, bw3, ov, p, mu)
-        else:
-            _bcast_run(form, kind, lo, hi, xv, yv, y0, y1, y2, y3, m1, ov, p, mu)
+_MUL_BY, _MUL_ROWS = 4, 5  # the loops a rows kernel runs besides the four kinds' (below)
+
+
+def _make_rows_kernel(loops):
+    """The rows kernel running one serial loop, ``loops`` a constant inside:
+    ``_MUL_BY`` (form 3, :func:`_ext4_mul_by_run`), ``_MUL_ROWS`` (form 6,
+    :func:`_ext4_mul_run`), or a coefficient-wise op kind (``_ADD`` ..
+    ``_MUL``: the other forms, that kind's :func:`_make_bcast_run` loop).
+
+    One kernel per loop, chosen by the launcher, not one branching on the
+    form and kind: Numba compiles every callee a kernel names, so the one
+    kernel compiled every loop for any first call (an extension times one
+    element: 11.2 s cold on the 2-core VM, 1.8 s now).  A branch on
+    ``loops``, a closure constant, is pruned before Numba types the body.  (The
+    closure holds only that int: Numba keys the cache entry on the pickled
+    closure values, the same in every process.)"""
+
+    def kernel(form, kind, rows, run, x, xw, x_row, y, yw, y_row, y_step, m1, out, ow,
+               p, mu, wm):
+        # Broadcast rows: out holds `rows` rows of `run` units (ow words each;
+        # a unit is an element, or a word for forms 4 and 5).  Row r of x
+        # starts at unit r x_row and steps by one unit (xw words); row r of y
+        # starts at unit r y_row and steps by y_step (0: one fixed unit of yw
+        # words, read once per task).  Tasks of at most CPU_LANE_RUN units of
+        # one row run in parallel, each one call of the serial loop of (form,
+        # kind).
+        lane = CPU_LANE_RUN
+        per_row = (run + lane - 1) // lane
+        for t in prange(rows * per_row):
+            r = t // per_row
+            lo = (t - r * per_row) * lane
+            hi = min(run, lo + lane)
+            xv = x[r * x_row * xw:]
+            yv = y[r * y_row * yw:]
+            ov = out[r * run * ow:]
+            if loops == _MUL_ROWS:
+                _ext4_mul_run(lo, hi, xv, yv, ov, p, mu, wm)
+                continue
+            y0 = y1 = y2 = y3 = np.uint32(0)
+            if not y_step:
+                y0 = _canonical(yv[0], p)
+                if yw == 4:
+                    y1, y2, y3 = (_canonical(yv[1], p), _canonical(yv[2], p),
+                                  _canonical(yv[3], p))
+                else:  # one base element under an extension op: (s, s, s, s) & m1 past c0
+                    y1 = y2 = y3 = y0 & m1
+            if loops == _MUL_BY:
+                bw1, bw2, bw3 = _ext4_wrap(y1, y2, y3, p, mu, wm)
+                _ext4_mul_by_run(lo, hi, xv, y0, y1, y2, y3, bw1, bw2, bw3, ov, p, mu)
+            elif loops == _ADD:
+                _run_add(form, lo, hi, xv, yv, y0, y1, y2, y3, m1, ov, p, mu)
+            elif loops == _SUB:
+                _run_sub(form, lo, hi, xv, yv, y0, y1, y2, y3, m1, ov, p, mu)
+            elif loops == _RSUB:
+                _run_rsub(form, lo, hi, xv, yv, y0, y1, y2, y3, m1, ov, p, mu)
+            else:
+                _run_mul(form, lo, hi, xv, yv, y0, y1, y2, y3, m1, ov, p, mu)
+
+    return njit(parallel=True, cache=True)(
+        closure_named(kernel, ("add", "sub", "rsub", "mul", "mul_by", "mul_rows")[loops]))
 
 
 @njit_lanes64
@@ -300,6 +312,14 @@ def _ext4_mul_run(lo, hi, a, b, out, p, mu, wm):
         out[j + _U1] = c[1]
         out[j + _U2] = c[2]
         out[j + _U3] = c[3]
+
+
+_ROWS_KERNELS = tuple(map(_make_rows_kernel, range(6)))
+
+
+def _rows_kernel(form, kind):
+    """The rows kernel of ``(form, kind)`` (:func:`_make_rows_kernel`)."""
+    return _ROWS_KERNELS[_MUL_BY if form == 3 else _MUL_ROWS if form == 6 else kind]
 
 
 @njit(parallel=True, cache=True)
@@ -836,8 +856,9 @@ def base_map2_bcast(op, a, a_step, b, b_step, out, f, run=0, a_row=0, b_row=0):
     (x, x_row), (y, y_row, y_step) = ((b, b_row), (a, a_row, a_step)) if swap else \
         ((a, a_row), (b, b_row, b_step))
     kind = {OP_ADD: _ADD, OP_SUB: _RSUB if swap else _SUB, OP_MUL: _MUL}[op]
-    sized(_rows_kernel, rows * _tasks(run, CPU_LANE_RUN), n)(
-        4 if y_step else 5, kind, rows, run, x, 1, x_row, y, 1, y_row, y_step, np.uint32(0),
+    form = 4 if y_step else 5
+    sized(_rows_kernel(form, kind), rows * _tasks(run, CPU_LANE_RUN), n)(
+        form, kind, rows, run, x, 1, x_row, y, 1, y_row, y_step, np.uint32(0),
         out, 1, p, mu, wm)  # (wm unread by base forms; a uint32 as ext4_map2_bcast
     # passes: an int 0, typed int64, compiled the kernel a second time, 8.5 s)
 
@@ -889,7 +910,7 @@ def ext4_map2_bcast(op, a, a_step, a_deg, b, b_step, b_deg, out, f, run=0, a_row
         form = 3 if y_deg == 4 and op == OP_MUL else 0  # mul: commutative
     # (products are heavier than a word of add: only one task goes serial)
     words = out.shape[0] if op != OP_MUL else None
-    sized(_rows_kernel, rows * _tasks(run * unit, CPU_LANE_RUN), words)(
+    sized(_rows_kernel(form, kind), rows * _tasks(run * unit, CPU_LANE_RUN), words)(
         form, kind, rows, run * unit, x, x_deg // unit, x_row * unit, y, y_deg // unit,
         y_row * unit, y_step, m1, out, 4 // unit, p, mu, wm)
 

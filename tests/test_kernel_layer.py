@@ -342,27 +342,55 @@ def test_bcast_every_combination_on_the_parallel_cpu_paths(ext):
 
 @pytest.mark.skipif(os.environ.get("NUMBA_DISABLE_JIT") == "1", reason="counts signatures")
 def test_base_and_ext_broadcast_rows_share_one_compile():
-    """The base and extension row broadcasts run one kernel: passed the same
-    scalar types, it compiles once for both (the base launcher passed its
-    unused ``wm`` as an int 0, typed int64: a second compile, 8.5 s cold)."""
+    """The base and extension row broadcasts of add run one kernel:
+    passed the same scalar types, it compiles once for both (the base
+    launcher passed its unused ``wm`` as an int 0, typed int64: a second
+    compile, 8.5 s cold)."""
     from numba import types
 
     from zorch_nb.kernels import field_cpu
     from zorch_nb.kernels.cpu_threads import serial_twin
     F, k = KoalaBear, kernels_for("cpu", "field")
     for rows, run in ((2, 8), (3, CPU_LANE_RUN + 5)):  # the serial twin, then the kernel
-        # rows of a, each plus / times the one row of b
+        # rows of a, each plus the one row of b
         a, b = F.random(rows * run, seed=1), F.random(run, seed=2)
         k.base_map2_bcast(OP_ADD, a, 1, b, 1, np.empty_like(a), F.params, run=run,
                           a_row=run, b_row=0)
         x, y = F.ext.random(rows * run, seed=1), F.ext.random(run, seed=2)
-        k.ext4_map2_bcast(OP_MUL, x, 1, 4, y, 1, 4, np.empty_like(x), F.params, run=run,
+        k.ext4_map2_bcast(OP_ADD, x, 1, 4, y, 1, 4, np.empty_like(x), F.params, run=run,
                           a_row=run, b_row=0)
-    for kernel in (field_cpu._rows_kernel, serial_twin(field_cpu._rows_kernel)):
+    coef = field_cpu._rows_kernel(4, field_cpu._ADD)
+    for kernel in (coef, serial_twin(coef)):
         # (other tests may add read-only operands' signatures: set aside here)
         sigs = {tuple(t.copy(readonly=False) if isinstance(t, types.Array) else t for t in s)
                 for s in kernel.signatures}
         assert len(sigs) == 1, sigs
+
+_ONE_ELEMENT = """
+import numpy as np
+from zorch_nb import KoalaBear as F
+from zorch_nb.kernels import field_cpu as k
+x = F.ext.random(64, seed=1)
+F.ext.mul(x, x[3])  # the rows kernel of an extension times one element
+others = (k._run_add, k._run_sub, k._run_rsub, k._run_mul, k._ext4_mul_run)
+print([len(f.signatures) for f in others], len(k._ext4_mul_by_run.signatures))
+"""
+
+
+@pytest.mark.skipif(os.environ.get("NUMBA_DISABLE_JIT") == "1", reason="counts compiles")
+def test_an_extension_times_one_element_compiles_its_loop_alone(tmp_path):
+    """A first ``E.mul(x, e)`` compiles the one serial loop it runs: the rows
+    kernel branched on the form and kind at run time, and Numba compiled
+    every loop it named (11.2 s cold on the 2-core VM, 1.8 s alone)."""
+    import subprocess
+    import sys
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))  # nothing loaded: all compiled here
+    run = subprocess.run([sys.executable, "-c", _ONE_ELEMENT], env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split("]")[0] == "[0, 0, 0, 0, 0", run.stdout
+    assert run.stdout.split()[-1] == "1", run.stdout
+
 
 def test_bcast_issue_example():
     # The reported case: steps both 0, run 100, column rows.
