@@ -253,15 +253,14 @@ def _make_rows_kernel(loops):
     closure holds only that int: Numba keys the cache entry on the pickled
     closure values, the same in every process.)"""
 
-    def kernel(form, kind, rows, run, x, xw, x_row, y, yw, y_row, y_step, m1, out, ow,
-               p, mu, wm):
+    def kernel(form, rows, run, x, xw, x_row, y, yw, y_row, y_step, m1, out, ow, p, mu, wm):
         # Broadcast rows: out holds `rows` rows of `run` units (ow words each;
         # a unit is an element, or a word for forms 4 and 5).  Row r of x
         # starts at unit r x_row and steps by one unit (xw words); row r of y
         # starts at unit r y_row and steps by y_step (0: one fixed unit of yw
         # words, read once per task).  Tasks of at most CPU_LANE_RUN units of
-        # one row run in parallel, each one call of the serial loop of (form,
-        # kind).
+        # one row run in parallel, each one call of the kernel's serial loop
+        # (in ``form``, for the coefficient-wise ones).
         lane = CPU_LANE_RUN
         per_row = (run + lane - 1) // lane
         for t in prange(rows * per_row):
@@ -858,7 +857,7 @@ def base_map2_bcast(op, a, a_step, b, b_step, out, f, run=0, a_row=0, b_row=0):
     kind = {OP_ADD: _ADD, OP_SUB: _RSUB if swap else _SUB, OP_MUL: _MUL}[op]
     form = 4 if y_step else 5
     sized(_rows_kernel(form, kind), rows * _tasks(run, CPU_LANE_RUN), n)(
-        form, kind, rows, run, x, 1, x_row, y, 1, y_row, y_step, np.uint32(0),
+        form, rows, run, x, 1, x_row, y, 1, y_row, y_step, np.uint32(0),
         out, 1, p, mu, wm)  # (wm unread by base forms; a uint32 as ext4_map2_bcast
     # passes: an int 0, typed int64, compiled the kernel a second time, 8.5 s)
 
@@ -911,7 +910,7 @@ def ext4_map2_bcast(op, a, a_step, a_deg, b, b_step, b_deg, out, f, run=0, a_row
     # (products are heavier than a word of add: only one task goes serial)
     words = out.shape[0] if op != OP_MUL else None
     sized(_rows_kernel(form, kind), rows * _tasks(run * unit, CPU_LANE_RUN), words)(
-        form, kind, rows, run * unit, x, x_deg // unit, x_row * unit, y, y_deg // unit,
+        form, rows, run * unit, x, x_deg // unit, x_row * unit, y, y_deg // unit,
         y_row * unit, y_step, m1, out, 4 // unit, p, mu, wm)
 
 
