@@ -366,6 +366,7 @@ def test_base_and_ext_broadcast_rows_share_one_compile():
                 for s in kernel.signatures}
         assert len(sigs) == 1, sigs
 
+
 _ONE_ELEMENT = """
 import numpy as np
 from zorch_nb import KoalaBear as F
