@@ -51,8 +51,15 @@ schedules stay in bounds with a per-slot meaning.  Nothing is allocated
 
 Every MLE reaches the kernels as a flat uint32 view (an extension MLE
 ``(n, 4)`` as ``(4 n,)``; the mode says which arrays are extension), so each
-kernel compiles once for every mode, field and length (field constants and
-the mode are runtime arguments).
+kernel compiles once for every field and length (field constants are runtime
+arguments).  The mode is not: each input mode has its own fold, pyramid and
+jagged kernel, the mode a closure constant in them (:func:`_make_kernels`),
+and the helpers that pick a mode's loop are inlined as Numba IR, so Numba
+prunes the other modes' branches before typing and a first call compiles
+its own mode's loops alone.  With the mode a runtime argument, every first
+call compiled the loops of all four: a first jagged pyramid of base
+numerators over extension denominators (small, serial kernels, cold cache)
+took 45.7 s on the 2-core machine, 22.7 s now; the dense one 22.1 -> 13.3 s.
 
 Why the dense loop is fast: each mode has its own loop function with the
 mode a constant inside (:func:`_make_runs`), and the slot index is a uint64,
@@ -77,8 +84,7 @@ scratch and then moves each result to its slot.  2**18 leaves in 16384
 segments of ~16 rows (base numerators, extension denominators): 3.6 ->
 1.1 ms, the dense fold taking 0.7 ms; the jagged pyramid of the bench's
 1024 segments at 2**18 (its lower layers are short) 4.9 -> 3.1 ms.  The
-price is compile time: the jagged kernel's first compile took 10 s and takes
-17 s on the 2-core machine (once; Numba's on-disk cache loads it in 0.2 s).
+price is compile time (once; Numba's on-disk cache loads a kernel in 0.2 s).
 ``_jagged_slot`` (the per-slot body of the GPU backends) is kept as the
 reference the tests compare against.
 
@@ -92,14 +98,15 @@ on AVX-512 held every 64-bit value in two registers and spilled: the ext/ext
 fold ran 2x slower); the parallel kernels call them per chunk of slots.
 """
 import functools
+from typing import NamedTuple
 
 import numpy as np
 from numba import prange
 
 from .jit import closure_named, njit  # numba.njit, cache keyed on every kernel source
 
-from .gkr_scalar import (MODE_BB, MODE_BE, MODE_EB, MODE_EE, make_node_functions,
-                         make_slot_functions, mode_of, output_mode)
+from .gkr_scalar import (MODE_BB, MODE_BE, MODE_EB, make_node_functions, make_slot_functions,
+                         mode_of, output_mode)
 from .cpu_threads import sized, tasks
 from .field_params import kernel_words
 from .launch_config import (CPU_LANE_RUN, GKR_CPU_JAGGED_CHUNK, GKR_CPU_SHORT_SEGMENT,
@@ -196,20 +203,28 @@ def _make_runs(mode):
             _fold_node(mode, n0, n1, d0, d1, e, on0, od0, k, p, mu, wm)
             _fold_node(mode, n0, n1, d0, d1, e + _U1, on1, od1, k, p, mu, wm)
 
-    tag = ("bb", "be", "eb", "ee")[mode]
+    tag = _TAGS[mode]
     return (njit_lanes64(closure_named(dense_run, tag)),
             njit_lanes64(closure_named(pair_run, tag)))
 
 
+_TAGS = ("bb", "be", "eb", "ee")
 (_dense_run_bb, _pair_run_bb), (_dense_run_be, _pair_run_be), \
     (_dense_run_eb, _pair_run_eb), (_dense_run_ee, _pair_run_ee) = map(_make_runs, range(4))
 
+# The helpers below are inlined as Numba IR (``inline="always"``) into
+# kernels whose mode is a closure constant (:func:`_make_kernels`): the
+# mode is then a constant in the inlined code, and Numba drops the other
+# modes' branches before typing, so a kernel compiles its own mode's loops
+# alone.  (LLVM's ``forceinline`` comes too late for that: the callee is
+# typed first, for any mode, and every loop it names is compiled.)
+_inline_ir = functools.partial(njit, inline="always")
 
-@njit(cache=True)
+
+@_inline_ir
 def _dense_run(mode, k0, k1, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm):
     # The mode's serial loop over dense slots [k0, k1): one call per chunk of
-    # slots (a tile of a layer in the pyramid), so this runtime branch costs
-    # nothing next to the loop.
+    # slots (a tile of a layer in the pyramid).
     if mode == MODE_BB:
         _dense_run_bb(k0, k1, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm)
     elif mode == MODE_BE:
@@ -220,46 +235,8 @@ def _dense_run(mode, k0, k1, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm):
         _dense_run_ee(k0, k1, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm)
 
 
-@njit(parallel=True, cache=True)
-def _fold_dense_kernel(mode, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm):
-    # Chunks of CPU_LANE_RUN slots in parallel, each one call of the mode's
-    # serial 64-bit-lane loop (see the module docstring).  Returns nonzero,
-    # writing nothing, where an output overlaps another argument (the
-    # launcher then names them).
-    if _clash((_span(on0), _span(on1), _span(od0), _span(od1)),
-              (_span(n0), _span(n1), _span(d0), _span(d1))):
-        return 1
-    half = od0.shape[0] // (4 if mode & 1 else 1)
-    run = CPU_LANE_RUN
-    for c in prange((half + run - 1) // run):
-        _dense_run(mode, c * run, min(half, c * run + run), n0, n1, d0, d1, on0, on1, od0, od1,
-                   p, mu, wm)
-    return 0
-
-
-@njit(parallel=True, cache=True)
-def _pyramid_kernel(mode, out_mode, levels, half, tile, s0, s1, s2, s3, a0, a1, a2, a3,
-                    b0, b1, b2, b3, c0, c1, c2, c3, e0, e1, e2, e3, p, mu, wm):
-    # Up to four transitions s -> a -> b -> c -> e.  Each iteration takes
-    # ``tile`` slots of ``a`` (``half`` in all) and carries them down: its
-    # slots [k0, k0 + tile) of layer ``a`` need only its own slots
-    # [2 k0, 2 k0 + 2 tile) of ``s``, and so on, so every later layer reads
-    # what the same core has just written, from its cache.
-    for c in prange(half // tile):
-        k0 = c * tile
-        k1 = k0 + tile
-        _dense_run(mode, k0, k1, s0, s1, s2, s3, a0, a1, a2, a3, p, mu, wm)
-        if levels > 1:
-            _dense_run(out_mode, k0 >> 1, k1 >> 1, a0, a1, a2, a3, b0, b1, b2, b3, p, mu, wm)
-        if levels > 2:
-            _dense_run(out_mode, k0 >> 2, k1 >> 2, b0, b1, b2, b3, c0, c1, c2, c3, p, mu, wm)
-        if levels > 3:
-            _dense_run(out_mode, k0 >> 3, k1 >> 3, c0, c1, c2, c3, e0, e1, e2, e3, p, mu, wm)
-
-
-@njit(cache=True, forceinline=True)
+@_inline_ir
 def _pair_run(mode, k0, e0, cnt, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm):
-    # ``mode`` is a literal where this is inlined: one call survives.
     if mode == MODE_BB:
         _pair_run_bb(k0, e0, cnt, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm)
     elif mode == MODE_BE:
@@ -283,15 +260,15 @@ def _constant_run(mode, k0, cnt, on0, on1, od0, od1, num0, den0):
 _NO_RUN = (np.empty(0, np.uint32), np.empty(0, np.uint32))
 
 
-@njit(cache=True, forceinline=True)
+@_inline_ir
 def _segment_slots(mode, q, end, s, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1,
                    p, mu, wm, one, tn, td, e_lo, moved):
     # The live slots [q, end) segment by segment, each segment's in its three
     # kinds (see _jagged_chunk): pairs, an odd segment's last node with the
     # neutral partner, padding.  The pairs' fractions are folded here, or,
-    # where `moved`, moved from tn / td: the run of nodes from e_lo that
-    # _jagged_chunk_short folded beforehand.  s: a segment at or before the
-    # one holding q.  Returns end.
+    # where `moved` (a constant where this is inlined), moved from tn / td:
+    # the run of nodes from e_lo that the short-segment path folded
+    # beforehand.  s: a segment at or before the one holding q.  Returns end.
     zero = np.uint32(0)
     wn = np.uint64(1 if mode == MODE_BB else 4)
     wd = np.uint64(4 if mode & 1 else 1)
@@ -332,7 +309,7 @@ def _segment_slots(mode, q, end, s, rc, orc, prefix, n0, n1, d0, d1, on0, on1, o
     return q
 
 
-@njit(cache=True, forceinline=True)
+@_inline_ir
 def _jagged_chunk(mode, lo, hi, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1,
                   p, mu, wm, one):
     # Output slots [lo, hi), split into runs of one kind.  Per segment s, with
@@ -349,12 +326,9 @@ def _jagged_chunk(mode, lo, hi, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, 
         last = _find_segment(prefix, 1, live_end - 1)
         if live_end - q < short * (last - s + 1) and \
                 live_end - q < short * _occupied(orc, s, last):
-            # short segments: per-segment runs would be mostly loop overhead.
-            # The mode goes as a plain int64, not this loop's literal: one
-            # compile of the short path for the four modes (its vector loops
-            # are the per-mode pair runs, compiled on their own).
-            q = _jagged_chunk_short(np.int64(mode), q, live_end, s, rc, orc, prefix,
-                                    n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm, one)
+            # short segments: per-segment runs would be mostly loop overhead
+            q = _chunk_short(mode, q, live_end, s, rc, orc, prefix,
+                             n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm, one)
         q = _segment_slots(mode, q, live_end, s, rc, orc, prefix, n0, n1, d0, d1,
                            on0, on1, od0, od1, p, mu, wm, one, _NO_RUN, _NO_RUN, 0, False)
     if q < hi:
@@ -364,7 +338,8 @@ def _jagged_chunk(mode, lo, hi, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, 
 @njit(cache=True)
 def _fold_one(mode, n0, n1, d0, d1, e, on, od, k, p, mu, wm):
     # One node outside the vectorized runs (an odd segment's or run's last):
-    # a call, not one more copy of the fold inlined into the chunk loops.
+    # a call, not one more copy of the fold inlined into the chunk loops
+    # (one compile for the four modes: the mode is a runtime argument here).
     _fold_node(mode, n0, n1, d0, d1, e, on, od, k, p, mu, wm)
 
 
@@ -403,87 +378,154 @@ def _move_child(tn, td, r, on, od, k, wn, wd):
     _move(td[r & 1], h, od, k, wd)
 
 
-@njit(cache=True)
-def _jagged_chunk_short(mode, lo, end, s, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1,
-                        p, mu, wm, one):
-    # The live slots [lo, end) of a chunk of short segments, in two passes:
-    # every node they read -- the contiguous run [e_lo, e_hi) -- is folded by
-    # one vectorized pair run into chunk-local scratch, then the results are
-    # moved to their slots segment by segment (a copy per child instead of
-    # a mostly scalar fold: a run of a few pairs never reaches the vector
-    # loop).  Returns the first slot not written: lo where the run is wider
-    # than the slots need (a truncating schedule's skipped rows), so the
-    # caller's per-segment loop takes the chunk.
-    while prefix[1, s] <= lo:
-        s += 1
-    start, base, rows = _segment(s, rc, orc, prefix)
-    e_lo = base + min(2 * (lo - start), rows)
-    start, base, rows = _segment(_find_segment(prefix, 1, end - 1), rc, orc, prefix)
-    e_hi = base + min(2 * (end - start), rows)
-    m = e_hi - e_lo
-    if m > 2 * (end - lo) + 2:
-        return lo
-    wn = np.uint64(1 if mode == MODE_BB else 4)
-    wd = np.uint64(4 if mode & 1 else 1)
-    half = m >> 1
-    size = np.uint64(half + 1)
-    tn = (np.empty(size * wn, np.uint32), np.empty(size * wn, np.uint32))
-    td = (np.empty(size * wd, np.uint32), np.empty(size * wd, np.uint32))
-    _pair_run(mode, np.uint64(0), np.uint64(e_lo), half, n0, n1, d0, d1,
-              tn[0], tn[1], td[0], td[1], p, mu, wm)
-    if m & 1:  # the run's last node
-        _fold_one(mode, n0, n1, d0, d1, np.uint64(e_hi - 1), tn[0], td[0], np.uint64(half),
-                  p, mu, wm)
-    return _segment_slots(mode, lo, end, s, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0,
-                          od1, p, mu, wm, one, tn, td, e_lo, True)
+def _make_chunk_short(mode):
+    """The short-segment path of ``mode``'s jagged chunks (a call per chunk,
+    compiled apart from the kernel's loop body)."""
+
+    def chunk_short(lo, end, s, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1,
+                    p, mu, wm, one):
+        # The live slots [lo, end) of a chunk of short segments, in two passes:
+        # every node they read -- the contiguous run [e_lo, e_hi) -- is folded
+        # by one vectorized pair run into chunk-local scratch, then the results
+        # are moved to their slots segment by segment (a copy per child instead
+        # of a mostly scalar fold: a run of a few pairs never reaches the vector
+        # loop).  Returns the first slot not written: lo where the run is wider
+        # than the slots need (a truncating schedule's skipped rows), so the
+        # caller's per-segment loop takes the chunk.
+        while prefix[1, s] <= lo:
+            s += 1
+        start, base, rows = _segment(s, rc, orc, prefix)
+        e_lo = base + min(2 * (lo - start), rows)
+        start, base, rows = _segment(_find_segment(prefix, 1, end - 1), rc, orc, prefix)
+        e_hi = base + min(2 * (end - start), rows)
+        m = e_hi - e_lo
+        if m > 2 * (end - lo) + 2:
+            return lo
+        wn = np.uint64(1 if mode == MODE_BB else 4)
+        wd = np.uint64(4 if mode & 1 else 1)
+        half = m >> 1
+        size = np.uint64(half + 1)
+        tn = (np.empty(size * wn, np.uint32), np.empty(size * wn, np.uint32))
+        td = (np.empty(size * wd, np.uint32), np.empty(size * wd, np.uint32))
+        _pair_run(mode, np.uint64(0), np.uint64(e_lo), half, n0, n1, d0, d1,
+                  tn[0], tn[1], td[0], td[1], p, mu, wm)
+        if m & 1:  # the run's last node
+            _fold_one(mode, n0, n1, d0, d1, np.uint64(e_hi - 1), tn[0], td[0],
+                      np.uint64(half), p, mu, wm)
+        return _segment_slots(mode, lo, end, s, rc, orc, prefix, n0, n1, d0, d1, on0, on1,
+                              od0, od1, p, mu, wm, one, tn, td, e_lo, True)
+
+    return njit(cache=True)(closure_named(chunk_short, _TAGS[mode]))
 
 
-@njit(parallel=True, cache=True)
-def _jagged_kernel(mode, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1,
-                   p, mu, wm, one, chunk):
-    # Nonzero, writing nothing, where prefix or an output overlaps another
-    # argument (as _fold_dense_kernel).
-    if _clash((_span(prefix), _span(on0), _span(on1), _span(od0), _span(od1)),
-              (_span(rc), _span(orc), _span(n0), _span(n1), _span(d0), _span(d1))):
-        return 1
-    acc_in = np.int64(0)
-    acc_out = np.int64(0)
-    for s in range(rc.shape[0]):  # nb is small next to the layer: a serial scan is fine
-        # The counts decide every index read below (nothing is bounds
-        # checked): counts that would read outside the inputs are refused
-        # here, in the scan the kernel makes anyway (returning 2, writing no
-        # output).  Truncating ones and sum(orc) past the width keep every
-        # index in bounds (reads stop at ceil(rc / 2) pairs, writes at the
-        # width) and keep the per-slot meaning the GPU kernels give them.
-        if rc[s] < 0 or orc[s] < 0:
-            return 2
-        acc_in += np.int64(rc[s])
-        acc_out += np.int64(orc[s])
-        prefix[0, s] = acc_in
-        prefix[1, s] = acc_out
-    if acc_in > d0.shape[0] // (4 if mode & 1 else 1):
-        return 2
-    width = od0.shape[0] // (4 if mode & 1 else 1)
-    nchunks = (width + chunk - 1) // chunk
-    # One loop per mode, the mode a literal inside: _jagged_chunk is inlined
-    # into the loop body and picks its runs by the mode at compile time.
+_chunk_short_bb, _chunk_short_be, _chunk_short_eb, _chunk_short_ee = \
+    map(_make_chunk_short, range(4))
+
+
+@_inline_ir
+def _chunk_short(mode, lo, end, s, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1,
+                 p, mu, wm, one):
     if mode == MODE_BB:
-        for c in prange(nchunks):
-            _jagged_chunk(MODE_BB, c * chunk, min(width, c * chunk + chunk), rc, orc, prefix,
-                          n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm, one)
+        return _chunk_short_bb(lo, end, s, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0,
+                               od1, p, mu, wm, one)
     elif mode == MODE_BE:
-        for c in prange(nchunks):
-            _jagged_chunk(MODE_BE, c * chunk, min(width, c * chunk + chunk), rc, orc, prefix,
-                          n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm, one)
+        return _chunk_short_be(lo, end, s, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0,
+                               od1, p, mu, wm, one)
     elif mode == MODE_EB:
-        for c in prange(nchunks):
-            _jagged_chunk(MODE_EB, c * chunk, min(width, c * chunk + chunk), rc, orc, prefix,
-                          n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm, one)
+        return _chunk_short_eb(lo, end, s, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0,
+                               od1, p, mu, wm, one)
     else:
-        for c in prange(nchunks):
-            _jagged_chunk(MODE_EE, c * chunk, min(width, c * chunk + chunk), rc, orc, prefix,
+        return _chunk_short_ee(lo, end, s, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0,
+                               od1, p, mu, wm, one)
+
+
+class _ModeKernels(NamedTuple):
+    """The parallel kernels of one input mode (see :func:`_make_kernels`)."""
+    fold: object
+    pyramid: object
+    jagged: object
+
+
+def _make_kernels(mode):
+    """The fold, pyramid and jagged kernels of input ``mode``, a closure
+    constant in each: a first call compiles that mode's loops alone (with the
+    mode an argument, every first call compiled all four modes' loops)."""
+    out_mode = output_mode(mode)
+    ext_out = 4 if mode & 1 else 1  # words per output denominator
+
+    def fold(n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm):
+        # Chunks of CPU_LANE_RUN slots in parallel, each one call of the mode's
+        # serial 64-bit-lane loop (see the module docstring).  Returns nonzero,
+        # writing nothing, where an output overlaps another argument (the
+        # launcher then names them).
+        if _clash((_span(on0), _span(on1), _span(od0), _span(od1)),
+                  (_span(n0), _span(n1), _span(d0), _span(d1))):
+            return 1
+        half = od0.shape[0] // ext_out
+        run = CPU_LANE_RUN
+        for c in prange((half + run - 1) // run):
+            _dense_run(mode, c * run, min(half, c * run + run), n0, n1, d0, d1,
+                       on0, on1, od0, od1, p, mu, wm)
+        return 0
+
+    def pyramid(levels, half, tile, s0, s1, s2, s3, a0, a1, a2, a3,
+                b0, b1, b2, b3, c0, c1, c2, c3, e0, e1, e2, e3, p, mu, wm):
+        # Up to four transitions s -> a -> b -> c -> e.  Each iteration takes
+        # ``tile`` slots of ``a`` (``half`` in all) and carries them down: its
+        # slots [k0, k0 + tile) of layer ``a`` need only its own slots
+        # [2 k0, 2 k0 + 2 tile) of ``s``, and so on, so every later layer reads
+        # what the same core has just written, from its cache.
+        for c in prange(half // tile):
+            k0 = c * tile
+            k1 = k0 + tile
+            _dense_run(mode, k0, k1, s0, s1, s2, s3, a0, a1, a2, a3, p, mu, wm)
+            if levels > 1:
+                _dense_run(out_mode, k0 >> 1, k1 >> 1, a0, a1, a2, a3, b0, b1, b2, b3,
+                           p, mu, wm)
+            if levels > 2:
+                _dense_run(out_mode, k0 >> 2, k1 >> 2, b0, b1, b2, b3, c0, c1, c2, c3,
+                           p, mu, wm)
+            if levels > 3:
+                _dense_run(out_mode, k0 >> 3, k1 >> 3, c0, c1, c2, c3, e0, e1, e2, e3,
+                           p, mu, wm)
+
+    def jagged(rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm, one, chunk):
+        # Nonzero, writing nothing, where prefix or an output overlaps another
+        # argument (as fold).
+        if _clash((_span(prefix), _span(on0), _span(on1), _span(od0), _span(od1)),
+                  (_span(rc), _span(orc), _span(n0), _span(n1), _span(d0), _span(d1))):
+            return 1
+        acc_in = np.int64(0)
+        acc_out = np.int64(0)
+        for s in range(rc.shape[0]):  # nb is small next to the layer: a serial scan is fine
+            # The counts decide every index read below (nothing is bounds
+            # checked): counts that would read outside the inputs are refused
+            # here, in the scan the kernel makes anyway (returning 2, writing
+            # no output).  Truncating ones and sum(orc) past the width keep
+            # every index in bounds (reads stop at ceil(rc / 2) pairs, writes
+            # at the width) and keep the per-slot meaning the GPU kernels give
+            # them.
+            if rc[s] < 0 or orc[s] < 0:
+                return 2
+            acc_in += np.int64(rc[s])
+            acc_out += np.int64(orc[s])
+            prefix[0, s] = acc_in
+            prefix[1, s] = acc_out
+        if acc_in > d0.shape[0] // ext_out:
+            return 2
+        width = od0.shape[0] // ext_out
+        for c in prange((width + chunk - 1) // chunk):
+            _jagged_chunk(mode, c * chunk, min(width, c * chunk + chunk), rc, orc, prefix,
                           n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm, one)
-    return 0
+        return 0
+
+    tag = _TAGS[mode]
+    return _ModeKernels(*(njit(parallel=True, cache=True)(closure_named(f, tag))
+                          for f in (fold, pyramid, jagged)))
+
+
+#: The kernels by input mode (MODE_BB ... MODE_EE).
+_KERNELS = tuple(map(_make_kernels, range(4)))
 
 
 def _read_only(a):
@@ -555,8 +597,8 @@ def fold_dense_trusted(mode, n0, n1, d0, d1, on0, on1, od0, od1, f):
     p, mu, wm, _ = kernel_words(f)
     # (not viewed read-only as in pyramid_dense: four views cost 1.7 us of a
     # ~9 us call; read-only input compiles a second signature once instead)
-    if sized(_fold_dense_kernel, tasks(on0.shape[0], CPU_LANE_RUN))(
-            mode, *_flat8(mode, n0, n1, d0, d1, on0, on1, od0, od1), p, mu, wm):
+    if sized(_KERNELS[mode].fold, tasks(on0.shape[0], CPU_LANE_RUN))(
+            *_flat8(mode, n0, n1, d0, d1, on0, on1, od0, od1), p, mu, wm):
         _refuse_overlap(_FOLD, zip(("on0", "on1", "od0", "od1"), (on0, on1, od0, od1)),
                         zip(("n0", "n1", "d0", "d1"), (n0, n1, d0, d1)))
 
@@ -594,8 +636,8 @@ def pyramid_dense(first, layers, f):
         outs += [outs[-1]] * (4 - k)  # unused argument slots (never touched)
         # the call's input viewed read-only: one compiled signature whether the
         # caller's arrays are writeable or not (one call per four layers)
-        sized(_pyramid_kernel, half // tile)(
-            mode, out_mode, k, half, tile, *(_read_only(_flat(x)) for x in src),
+        sized(_KERNELS[mode].pyramid, half // tile)(
+            k, half, tile, *(_read_only(_flat(x)) for x in src),
             *(x for o in outs for x in o), p, mu, wm)
         src, half, start, mode = outs[k - 1], half >> k, start + k, out_mode
 
@@ -630,8 +672,8 @@ def jagged_transition_trusted(mode, rc, orc, prefix, n0, n1, d0, d1, on0, on1, o
     # keep one compiled signature.
     rc_ro, orc_ro = _read_only(rc), _read_only(orc)
     chunk = GKR_CPU_JAGGED_CHUNK
-    status = sized(_jagged_kernel, tasks(on0.shape[0], chunk))(
-        mode, rc_ro, orc_ro, prefix, *_flat8(mode, n0, n1, d0, d1, on0, on1, od0, od1),
+    status = sized(_KERNELS[mode].jagged, tasks(on0.shape[0], chunk))(
+        rc_ro, orc_ro, prefix, *_flat8(mode, n0, n1, d0, d1, on0, on1, od0, od1),
         p, mu, wm, one, chunk)
     if status == 2:
         # the scan's own tests (a negative count, sum(rc) past the input), so it raises

@@ -95,7 +95,7 @@ GRAPH_CPU_BLOCK = 256
 GKR_CPU_JAGGED_CHUNK = 2048
 #: A chunk whose segments average fewer live output slots than this
 #: (base/base; with any extension MLE) folds its nodes in one run and then
-#: moves them to their slots (gkr_cpu._jagged_chunk_short): a segment's own
+#: moves them to their slots (gkr_cpu._make_chunk_short): a segment's own
 #: vectorized run of a few pairs never reaches the vector loop.  Measured
 #: crossovers (2**20 leaves, 2 cores): base/base 32 slots, ext/ext 64-128.
 GKR_CPU_SHORT_SEGMENT = (32, 64)

@@ -224,8 +224,8 @@ def test_a_process_of_the_old_sources_cannot_feed_the_new_ones(tmp_path):
 
 def _cached_dispatchers():
     """Every dispatcher of the kernel layer with an on-disk cache: the module
-    globals, Numba-CUDA's kernel factories (where numba-cuda imports) and a
-    CPU kernel's serial twin."""
+    globals, the CPU GKR kernels of each mode, Numba-CUDA's kernel factories
+    (where numba-cuda imports) and a CPU kernel's serial twin."""
     import importlib
     import pkgutil
 
@@ -247,6 +247,10 @@ def _cached_dispatchers():
             continue
         for value in vars(module).values():
             keep(value)
+        if info.name == "gkr_cpu":
+            for kernels in module._KERNELS:
+                for kernel in kernels:
+                    keep(kernel)
         if info.name == "gkr_cuda_numba":
             for mode in range(4):
                 for kernel in (*module._kernels(mode), module._pyramid_kernel(mode)):

@@ -1,6 +1,6 @@
 """The run-splitting CPU jagged transition against the per-slot body.
 
-``kernels.gkr_cpu._jagged_kernel`` splits each chunk of output slots into runs
+The jagged kernels of ``kernels.gkr_cpu`` split each chunk of output slots into runs
 (pairs of live nodes, the odd last node, live padding, dead tail).  These tests
 compare it byte for byte with a serial loop over the per-slot body
 (``jagged_slot``, the same text the GPU backends run) on random schedules,
@@ -53,8 +53,9 @@ def _run_both(F, ne, de, rc, orc, width, chunk, rng):
     flat = [gkr_cpu._flat(x) for x in ins]
     prefix = np.empty((2, rc.shape[0]), dtype=np.int64)
     # Read-only counts, as the launcher passes them (one compiled signature).
-    gkr_cpu._jagged_kernel(mode, gkr_cpu._read_only(rc), gkr_cpu._read_only(orc), prefix, *flat,
-                           *(gkr_cpu._flat(x) for x in fast), p, mu, wm, one, chunk)
+    gkr_cpu._KERNELS[mode].jagged(gkr_cpu._read_only(rc), gkr_cpu._read_only(orc), prefix,
+                                  *flat, *(gkr_cpu._flat(x) for x in fast), p, mu, wm, one,
+                                  chunk)
     # the per-slot body reads prefix sums of its own, not the kernel's scan
     # (a wrong scan would otherwise be shared by both sides)
     own = np.stack([np.cumsum(rc, dtype=np.int64), np.cumsum(orc, dtype=np.int64)])

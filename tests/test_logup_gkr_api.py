@@ -6,6 +6,7 @@ that a jagged transition with a device schedule never synchronizes with the
 host (``cupyx.allow_synchronize(False)``).
 """
 import dataclasses
+import os
 import subprocess
 import sys
 
@@ -518,7 +519,7 @@ def test_backend_that_is_not_a_str_is_refused():
 
 @pytest.mark.skipif(numba.config.DISABLE_JIT, reason="counts compiled signatures")
 def test_cpu_kernels_compile_once():
-    """One CPU compile per kernel: lengths, counts, fields and modes are runtime."""
+    """One CPU compile per kernel of a mode: lengths, counts and fields are runtime."""
     from zorch_nb.kernels import gkr_cpu
     for Fi in (KoalaBear, BabyBear):
         for ext in ((False, False), (True, False), (False, True), (True, True)):
@@ -534,18 +535,50 @@ def test_cpu_kernels_compile_once():
     # these small layers run the serial twins; other tests' larger ones the
     # parallel kernels: one signature each at most
     from zorch_nb.kernels.cpu_threads import serial_twin
-    for k in (gkr_cpu._pyramid_kernel, gkr_cpu._jagged_kernel):
-        assert len(serial_twin(k).signatures) == 1
-        assert len(k.signatures) <= 1
+    for kernels in gkr_cpu._KERNELS:  # one set per input mode, all four run above
+        for k in (kernels.pyramid, kernels.jagged):
+            assert len(serial_twin(k).signatures) == 1
+            assert len(k.signatures) <= 1
     # the transition takes its inputs as they come (read-only views cost 1.7 us
     # a call): other tests' read-only layers may have added that variant only
     from numba import types
-    for k, at_least in ((serial_twin(gkr_cpu._fold_dense_kernel), 1),
-                        (gkr_cpu._fold_dense_kernel, 0)):
-        writable = {tuple(t.copy(readonly=False) if isinstance(t, types.Array) else t
-                          for t in sig) for sig in k.signatures}
-        assert at_least <= len(writable) <= 1
+    for kernels in gkr_cpu._KERNELS:
+        for k, at_least in ((serial_twin(kernels.fold), 1), (kernels.fold, 0)):
+            writable = {tuple(t.copy(readonly=False) if isinstance(t, types.Array) else t
+                              for t in sig) for sig in k.signatures}
+            assert at_least <= len(writable) <= 1
 
+
+_ONE_MODE = """
+import numpy as np
+from zorch_nb import KoalaBear as F
+from zorch_nb.kernels import gkr_cpu as k
+from zorch_nb.logup_gkr import GkrLayer, JaggedGkrLayer, jagged_layer_transition, layer_transition
+# LogUp's layers: base numerators over extension denominators (mode BE)
+mles = (F.random(64, seed=1), F.random(64, seed=2), F.ext.random(64, seed=3),
+        F.ext.random(64, seed=4))
+layer_transition(GkrLayer(*mles, 0))
+jagged_layer_transition(JaggedGkrLayer(*mles, [5, 3] * 8), [3, 2] * 8)
+others = [f for m in ("bb", "eb", "ee") for f in (getattr(k, "_dense_run_" + m),
+          getattr(k, "_pair_run_" + m), getattr(k, "_chunk_short_" + m))]
+print([len(f.signatures) for f in others],
+      [len(f.signatures) for f in (k._dense_run_be, k._pair_run_be, k._chunk_short_be)])
+"""
+
+
+@pytest.mark.early
+@pytest.mark.skipif(numba.config.DISABLE_JIT, reason="counts compiles")
+def test_a_first_transition_compiles_its_own_modes_loops_alone(tmp_path):
+    """A cold first transition compiles its mode's serial loops and no other
+    mode's: with the mode a runtime argument of the kernels, Numba compiled
+    every mode's loops on any first call (a first mixed jagged pyramid 45.7 s
+    cold on the 2-core VM, 22.7 s now).  Short segments, so the jagged
+    transition takes its short-segment path too."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))  # nothing loaded: all compiled here
+    run = subprocess.run([sys.executable, "-c", _ONE_MODE], env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[0, 0, 0, 0, 0, 0, 0, 0, 0] [1, 1, 1]", run.stdout
 
 @pytest.mark.cudasim
 def test_numba_device_prefix_scan():
