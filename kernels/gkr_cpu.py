@@ -237,6 +237,7 @@ def _dense_run(mode, k0, k1, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm):
 
 @_inline_ir
 def _pair_run(mode, k0, e0, cnt, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm):
+    # The mode's serial loop over pairs of live nodes (see _make_runs).
     if mode == MODE_BB:
         _pair_run_bb(k0, e0, cnt, n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm)
     elif mode == MODE_BE:
@@ -425,6 +426,7 @@ _chunk_short_bb, _chunk_short_be, _chunk_short_eb, _chunk_short_ee = \
 @_inline_ir
 def _chunk_short(mode, lo, end, s, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1,
                  p, mu, wm, one):
+    # The mode's short-segment path (see _make_chunk_short).
     if mode == MODE_BB:
         return _chunk_short_bb(lo, end, s, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0,
                                od1, p, mu, wm, one)
@@ -451,7 +453,7 @@ def _make_kernels(mode):
     constant in each: a first call compiles that mode's loops alone (with the
     mode an argument, every first call compiled all four modes' loops)."""
     out_mode = output_mode(mode)
-    ext_out = 4 if mode & 1 else 1  # words per output denominator
+    den_words = 4 if mode & 1 else 1  # per denominator, input and output alike
 
     def fold(n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm):
         # Chunks of CPU_LANE_RUN slots in parallel, each one call of the mode's
@@ -461,7 +463,7 @@ def _make_kernels(mode):
         if _clash((_span(on0), _span(on1), _span(od0), _span(od1)),
                   (_span(n0), _span(n1), _span(d0), _span(d1))):
             return 1
-        half = od0.shape[0] // ext_out
+        half = od0.shape[0] // den_words
         run = CPU_LANE_RUN
         for c in prange((half + run - 1) // run):
             _dense_run(mode, c * run, min(half, c * run + run), n0, n1, d0, d1,
@@ -511,9 +513,9 @@ def _make_kernels(mode):
             acc_out += np.int64(orc[s])
             prefix[0, s] = acc_in
             prefix[1, s] = acc_out
-        if acc_in > d0.shape[0] // ext_out:
+        if acc_in > d0.shape[0] // den_words:
             return 2
-        width = od0.shape[0] // ext_out
+        width = od0.shape[0] // den_words
         for c in prange((width + chunk - 1) // chunk):
             _jagged_chunk(mode, c * chunk, min(width, c * chunk + chunk), rc, orc, prefix,
                           n0, n1, d0, d1, on0, on1, od0, od1, p, mu, wm, one)
