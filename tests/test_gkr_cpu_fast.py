@@ -2,7 +2,7 @@
 
 The jagged kernels of ``kernels.gkr_cpu`` split each chunk of output slots into runs
 (pairs of live nodes, the odd last node, live padding, dead tail).  These tests
-compare it byte for byte with a serial loop over the per-slot body
+compare them byte for byte with a serial loop over the per-slot body
 (``jagged_slot``, the same text the GPU backends run) on random schedules,
 with chunk sizes small enough that chunk borders fall inside every kind of
 run, with short segments (one folded node run per chunk, then moved) and

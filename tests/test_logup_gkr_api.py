@@ -550,7 +550,6 @@ def test_cpu_kernels_compile_once():
 
 
 _ONE_MODE = """
-import numpy as np
 from zorch_nb import KoalaBear as F
 from zorch_nb.kernels import gkr_cpu as k
 from zorch_nb.logup_gkr import (GkrLayer, JaggedGkrLayer, build_pyramid, jagged_layer_transition,
