@@ -1,14 +1,16 @@
 """Steady-state times of the CPU LogUp-GKR kernels per mode (ms, best of 9;
 base/base, base over extension, extension/extension), with the asv suite's
 inputs: ``python benchmarks/gkr_mode_times.py [log2 leaves, default 22]``.
-Row 1: dense transition, dense pyramid, jagged transition and jagged pyramid
-over 64 segments; row 2 (2**18 leaves): the jagged transition and pyramid
-over 16384 short segments (1..31 rows), the short-segment path."""
+One row per mode; its columns: dense transition, dense pyramid, jagged
+transition and jagged pyramid over 64 segments, then (2**18 leaves) the
+jagged transition and pyramid over 16384 short segments (1..31 rows), the
+short-segment path."""
 import os
 import sys
-import time
 
 import numpy as np
+
+from field_ops import best_ms  # (this script's folder is first on sys.path)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from asv_benchmarks import bench_gkr as b  # noqa: E402  (the suite's inputs)
@@ -17,14 +19,8 @@ from zorch_nb.logup_gkr import (GkrLayer, JaggedGkrLayer, build_jagged_pyramid, 
                                 layer_transition)
 
 
-def best(fn, reps=9):
-    fn()
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times) * 1e3
+def best(fn):
+    return best_ms(fn, 9)
 
 
 def jagged(words, rc):
