@@ -105,6 +105,14 @@ def test_reference_lanes_give_528_plus_32k():
     for raw in wrapped:
         (got,), _ = run_computation_graph(g, [raw], reduce=True)
         assert got.tobytes() == out.tobytes()
+    # a 0-d input's value is named as the input itself (encode's own name was left)
+    ctx0 = Context()
+    s = ctx0.copy_to_device(7)
+    (y,) = ctx0.call_kernel(add_xy, 1, s, s)
+    g0 = ctx0.generate_computation_graph([s], [y])
+    with pytest.raises(ValueError, match=r"must lie in \[0, p=\d+\), but inputs\[0\] = -1; "
+                                         r"pass reduce=True to reduce modulo p$"):
+        run_computation_graph(g0, [np.array(-1)])
     for flag in ("reduce", "padded"):  # ("no" is truthy: it asked for the padded buffers)
         with pytest.raises(TypeError, match=f"`{flag}` must be True or False"):
             run_computation_graph(g, [new], **{flag: "no"})
@@ -2066,9 +2074,14 @@ def test_replay_inputs_must_match_the_graph_inputs_in_number_and_shape():
     x = np.arange(1, 33).reshape(16, 2)
     assert int(run_computation_graph(g, [x])[0][0]) == 528
     for bad in ([], [x, x]):
-        with pytest.raises(ValueError, match=rf"`inputs` must hold 1 arrays \(one per graph "
+        with pytest.raises(ValueError, match=rf"`inputs` must hold 1 array \(one per graph "
                                              rf"input\), not {len(bad)}$"):
             run_computation_graph(g, bad)
+    b = ctx.copy_to_device(np.arange(1, 33).reshape(16, 2))
+    g2 = ctx.generate_computation_graph([a, b], [c])
+    with pytest.raises(ValueError, match=r"`inputs` must hold 2 arrays \(one per graph "
+                                         r"input\), not 1$"):
+        run_computation_graph(g2, [x])
     for wrong in (x.T, x.reshape(32), x.reshape(1, 16, 2)):  # the same 32 elements
         with pytest.raises(ValueError, match=rf"`inputs\[0\]` must have shape \[16, 2\], "
                                              rf"not {re.escape(str(list(wrong.shape)))}$"):

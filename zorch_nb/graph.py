@@ -41,6 +41,7 @@ import itertools
 import math
 import operator
 import os
+import re
 import threading
 import weakref
 from typing import NamedTuple
@@ -1888,8 +1889,9 @@ def run_computation_graph(graph: ComputationGraph, inputs, backend=None, *,
                                         if len(graph.inputs) > 1 else ""))
     inputs = list(inputs)
     if len(inputs) != len(graph.inputs):
-        raise ValueError(f"Argument `inputs` must hold {len(graph.inputs)} arrays (one per "
-                         f"graph input), not {len(inputs)}")
+        n = len(graph.inputs)
+        raise ValueError(f"Argument `inputs` must hold {n} array{'' if n == 1 else 's'} (one "
+                         f"per graph input), not {len(inputs)}")
     points = graph.buffer_points
     lengths = graph.padded_lengths
     drop = None if commitments or padded else _dropped_after(graph)
@@ -1915,7 +1917,9 @@ def run_computation_graph(graph: ComputationGraph, inputs, backend=None, *,
         try:
             words = F.encode(values, reduce=reduce)
         except (TypeError, ValueError) as exc:  # encode names its argument `ints`
-            msg = str(exc).replace("`ints`", f"`{name}`").replace("ints[", f"{name}[")
+            # (`ints`, ints[i, j] = ..., and a 0-d input's bare ints = ...)
+            msg = re.sub(r"`ints`|\bints(?=\[| = )", lambda m: m[0].replace("ints", name),
+                         str(exc))
             if name.startswith("constant"):  # (the graph's own values: no reduce= to suggest)
                 msg = msg.split("; pass reduce=True")[0]
             raise type(exc)(msg) from None

@@ -297,8 +297,11 @@ KernelCacheInfo.__doc__ = """Statistics of the kernel cache, with the fields of
 class KernelCache:
     """Memo of compiled kernels keyed by structure.
 
-    Keys are ``(operation, shape, padded sizes, UT3Masks, ...)``; a miss calls
-    the factory, a hit returns the stored kernel.  The factory builds a
+    Keys are ``(operation, shape, padded ranks, UT3Masks, ...)``; a miss calls
+    the factory, a hit returns the stored kernel.  The padded ranks are the
+    supercores' ``n`` and ``r``; their padded mode size ``N`` is no part of a
+    key (the kernels read it from the arrays they are given), so trains that
+    differ only in ``N`` share an entry.  The factory builds a
     :class:`~zorch_nb.kernels.tt_kernels.StructureKernel` (a Numba
     dispatcher of a generated module); Numba compiles it on its first call,
     or loads it from its on-disk cache, once per dtype of the supercores (a
