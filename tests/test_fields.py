@@ -735,6 +735,18 @@ def test_mixed_modules_rejected():
 
 
 @pytest.mark.gpu
+def test_a_device_exponent_is_refused_with_the_way_to_pass_it():
+    """pow does not read a 0-d CuPy exponent (that would wait for the GPU
+    unasked); its message says how to pass it."""
+    import cupy
+    a = cupy.asarray(KoalaBear.random(4, seed=0))
+    with pytest.raises(TypeError, match=r"`e` must be an integer, not \w+; pass int\(e\) "
+                                        r"\(reading a device array waits for the GPU\)$"):
+        KoalaBear.pow(a, cupy.asarray(5))
+    assert (KoalaBear.pow(a, 5).get() == KoalaBear.pow(a.get(), np.array(5))).all()
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("F", FIELDS)
 def test_gpu_numba_on_cupy_arrays_and_foreign_cuda_arrays(F, monkeypatch):
     """Numba-CUDA on CuPy arrays, and a non-CuPy CUDA array through the default path."""
@@ -856,6 +868,12 @@ def test_gpu_chunked_field_passes_match_the_host(F, monkeypatch):
     assert (to_host(F.encode(cupy.asarray(ints), reduce=True)) == F.encode(ints, reduce=True)).all()
     with pytest.raises(ValueError, match=r"must lie in \[0, p="):
         F.encode(cupy.asarray(ints))
+    late = np.arange(2050).reshape(50, 41)
+    late[37, 6] = F.p  # a strided view takes the ops' path: it names the value as the host does
+    with pytest.raises(ValueError, match=r"but ints\[37, 3\] = \d+; pass reduce=True"):
+        F.encode(late[:, ::2])
+    with pytest.raises(ValueError, match=r"but ints\[37, 3\] = \d+; pass reduce=True"):
+        F.encode(cupy.asarray(late)[:, ::2])
     vals, point = E.random(1024, seed=3), E.random(10, seed=4)
     for v in (vals, a.reshape(-1)[:1024]):
         got = E.mle_eval(cupy.asarray(v), cupy.asarray(point))

@@ -172,6 +172,13 @@ def test_device_row_counts_must_share_the_mles_device(cp):
             build_jagged_pyramid(layer, [(on(cp, 0, orc), int(orc.sum()))])
         got = jagged_layer_transition(layer, cp.asarray(orc), out_width=int(orc.sum()))
         assert all(np.array_equal(g.get(), w) for g, w in zip(got.mles, want.mles))
+        steps = halving_schedule(layer, max_row_count=8)  # computed on the counts' device
+        assert all(device_id(s.row_counts) == 1 for s in steps)
+    # ... and refused off it, where the steps' counts would land on device 0
+    with pytest.raises(ValueError, match=OFF_DEVICE.format("layer")):
+        halving_schedule(layer, max_row_count=8)
+    exact = halving_schedule(layer)  # (host counts: a copy back, no kernel on device 0)
+    assert [s.width for s in exact] == [s.width for s in halving_schedule(host)]
 
 
 @kernel

@@ -585,8 +585,10 @@ class _FieldBase:
                 canon = (blk.astype(cp.int64) % p).astype(cp.uint64)
             words[idx] = ((canon << 32) % p).astype(cp.uint32)
         if arr.size and bad and bool(cp.stack(bad).any()):
-            raise ValueError(f"Argument `ints` must lie in [0, p={p}); "
-                             f"pass reduce=True to reduce modulo p")
+            # the error path: locate the first bad value (C order) to name it,
+            # as the kernel path does
+            idx = _first_true(arr, tuple(arr.shape), 1, lambda b: (b < 0) | (b >= p), "cupy")
+            _out_of_range(arr, int(np.ravel_multi_index(idx, arr.shape)) if idx else 0, p)
         return words
 
     def decode(self, words):
@@ -1674,7 +1676,10 @@ class _FieldBase:
         if isinstance(e, np.ndarray) and e.ndim == 0 and e.dtype.kind in "iu":
             e = e.item()  # a 0-d integer array, as NumPy's power takes one
         if not is_int(e):
-            raise TypeError(f"Argument `e` must be an integer, not {type(e).__name__}")
+            # a device scalar is not read here: that would wait for the GPU unasked
+            hint = ("; pass int(e) (reading a device array waits for the GPU)"
+                    if _backend.array_kind(e) in ("cupy", "cuda") else "")
+            raise TypeError(f"Argument `e` must be an integer, not {type(e).__name__}{hint}")
         e = int(e)
         _check_words(a, "a")
         if self.degree == 4:

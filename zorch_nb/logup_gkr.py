@@ -1578,6 +1578,10 @@ def halving_schedule(layer: JaggedGkrLayer, max_row_count: int | None = None) ->
     if not layer.counts_on_host and max_row_count is not None:
         cp = _backend.get_xp("cupy")
         counts, width, steps = layer._counts, layer.width, []
+        # the steps' counts are computed by CuPy on its current device, where the
+        # pyramid's kernels will launch: counts of another device are refused, as
+        # every other entry point refuses the layer there
+        _backend.check_current_device(_backend.device_of(counts), "layer")
         # at least one step: with M <= 1 a count may still be 0 (no way to tell
         # without reading the counts), and the step gives it its neutral row
         while bound > 1 or not steps:
