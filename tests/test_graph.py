@@ -2578,6 +2578,72 @@ def test_an_output_buffer_that_does_not_split_its_instances_is_refused_by_name()
         evil.to_bytes()
 
 
+@kernel
+def _mix3(x: In[3], k: In[()], out: Out[3]):
+    for i in range(3):
+        out[i] = x[i] * k[()] - x[(i + 2) % 3] + 5
+
+
+@kernel
+def _fold_into(acc: InOut[2], y: In[2]):
+    assert_eq(acc[0] + y[0], y[0] + acc[0])
+    acc[1] = acc[0] * y[1] + acc[1]
+
+
+def test_edited_files_load_and_replay_or_raise_value_error(monkeypatch):
+    """3000 seeded edits of a file's payload (a byte changed, bytes cut out or
+    put in), resealed with a valid checksum, as anyone editing a file can:
+    each is refused with a ValueError when loaded, or loads as a graph whose
+    replay runs or raises a ValueError -- never another exception (an
+    IndexError, a KeyError) or a crash of the evaluators, which index their
+    buffers unchecked.  The program has transposed inputs and outputs, a
+    broadcast, a constant, an InOut and an assertion; the replays run the
+    interpreter, so no edited graph compiles an evaluator of its own."""
+    import random
+
+    from zorch_nb import graph_format as fmt
+    from zorch_nb.graph_layout import history_shapes
+    from zorch_nb.kernels import launch_config
+    monkeypatch.setattr(launch_config, "GRAPH_CPU_UNROLL_MAX_ROWS", -1)
+    ctx = Context()
+    x = ctx.copy_to_device(np.arange(12).reshape(4, 3))
+    k = ctx.copy_to_device(7)
+    (m,) = ctx.call_kernel(_mix3, 4, x, k)
+    (s,) = ctx.call_kernel(_fold_into, 6, m.T.reshape(3, 2, 2).reshape(6, 2),
+                           ctx.copy_to_device([2, 9]))
+    g = ctx.generate_computation_graph([x.T, k], [s.reshape(12), m])
+    payload = g.to_bytes()[fmt._HEADER.size:-32]
+
+    def ones(graph):  # inputs of the shapes the (edited) graph asks for
+        return [np.ones(history_shapes(graph.buffer_points[b][-1], h)[-1], np.int64)
+                for b, h in graph.inputs]
+
+    run_computation_graph(g, ones(g))
+    seen = {"refused": 0, "replayed": 0, "replay refused": 0}
+    for seed in range(3000):
+        rng = random.Random(seed)
+        edited = bytearray(payload)
+        i = rng.randrange(len(edited))
+        if seed % 3 == 0:
+            edited[i] = rng.choice([0, 1, 0xFF, edited[i] ^ (1 << rng.randrange(8)),
+                                    (edited[i] + 1) & 0xFF])
+        elif seed % 3 == 1:
+            del edited[i:i + rng.randint(1, 8)]
+        else:
+            edited[i:i] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 8)))
+        try:
+            graph = ComputationGraph.from_bytes(_resealed(bytes(edited)))
+        except ValueError:
+            seen["refused"] += 1
+            continue
+        try:
+            run_computation_graph(graph, ones(graph))
+            seen["replayed"] += 1
+        except ValueError:  # (an edited constant can fail the assertion)
+            seen["replay refused"] += 1
+    assert seen["refused"] > 2000 and seen["replayed"] > 100, seen  # both kinds were met
+
+
 def test_crafted_payload_fields_are_refused_as_corrupted(monkeypatch):
     """Checksum-valid files whose payload the decoder cannot take as written:
     an out-of-range enum byte was an IndexError, and arrays of differing

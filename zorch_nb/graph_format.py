@@ -45,7 +45,7 @@ from .graph_layout import logical_instance
 from .kernels import graph_codegen
 
 __all__ = ["MAGIC", "FORMAT_VERSION", "graph_to_bytes", "graph_from_bytes",
-           "kernel_bytes", "kernel_fingerprint", "compiled_key"]
+           "kernel_bytes", "kernel_fingerprint"]
 
 MAGIC = b"ZORCHGR\x00"
 FORMAT_VERSION = 1
@@ -218,14 +218,6 @@ def _write_layouts(w, ck):
         _write_par(w, par)
         w.arr([s[0] for s in slots], "<u8")
         w.arr([s[1] for s in slots], "<u8")
-
-
-def compiled_key(ir, ck) -> str:
-    """Hex SHA-256 identifying a kernel specialised to its operand layouts."""
-    w = _Writer()
-    _write_kernel(w, _identity(ir))
-    _write_layouts(w, ck)
-    return hashlib.sha256(w.bytes()).hexdigest()
 
 
 # ------------------------------------------------------------------ graph ---
