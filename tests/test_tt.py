@@ -2832,3 +2832,32 @@ def test_a_singular_value_past_the_range_is_an_overflow_not_a_lapack_fault():
     for v in (1e300, 1e-300, 1e-310):
         got = TuckerTensorTrain.from_dense(np.full((2, 3), v)).to_dense()
         assert np.abs(got / v - 1).max() < (RTOL if v > 1e-308 else 1e-3)  # (subnormal)
+
+
+def test_refusals_of_malformed_stacks_indices_vectors_and_scalars():
+    """Refusals no other test reached, each naming its argument: a supercore
+    without its (n, N) axes, ragged nestings of trains, trains of another
+    length, an empty stack, entries' indices of the wrong length, apply's
+    vectors of the wrong count, and a complex scale."""
+    from zorch_nb.tt_ops import ut3_check
+    rng = np.random.default_rng(11)
+    x = random_stack(rng, 2)
+    a, b = (rand_t3(rng, SHAPE, (2, 2, 2), (1, 2, 2, 1)) for _ in range(2))
+    short = rand_t3(rng, SHAPE[:2], (2, 2), (1, 2, 1))
+    U, G = x.tucker_supercore, x.tt_supercore
+    for call, exc, match in (
+            (lambda: ut3_check((U[:, 0, 0], G) + tuple(x.data[2:])), ValueError,
+             r"`tucker_supercore` must have shape \(d,\) \+ stack \+ \(n, N\), not \(3, 5\)"),
+            (lambda: UniformTuckerTensorTrain.from_t3(((a, b), a)), ValueError,
+             r"`t3` must be nested evenly"),
+            (lambda: UniformTuckerTensorTrain.from_t3((a, short)), ValueError,
+             r"`t3` must hold trains of 3 Tucker and 3 TT cores each"),
+            (lambda: UniformTuckerTensorTrain.stack([]), ValueError,
+             r"`trains` must hold at least one train, not none"),
+            (lambda: x.entries(np.zeros((2, 4, 2), np.int64)), ValueError,
+             r"`indices` must have shape batch \+ \(3,\), not \(2, 4, 2\)"),
+            (lambda: x.apply([np.ones(3), np.ones(4)]), ValueError,
+             r"`vectors` must hold 3 arrays, not 2"),
+            (lambda: x * 1j, TypeError, r"`alpha` must be a real number, not 1j")):
+        with pytest.raises(exc, match=match):
+            call()
