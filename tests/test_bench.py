@@ -403,6 +403,61 @@ def test_standard_output_that_refuses_writes_is_one_line_not_a_traceback():
     assert "Traceback" not in res.stderr
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+@pytest.mark.parametrize("flag", ["--version", "--help"])
+def test_version_and_help_into_a_full_device_fail(flag):
+    """argparse ignores a failed write of its text: ``--version > /dev/full``
+    exited 0 with nothing written."""
+    with open("/dev/full", "w") as full:
+        res = subprocess.run([sys.executable, "-m", "zorch_nb", flag], stdout=full,
+                             stderr=subprocess.PIPE, text=True, timeout=300)
+    assert res.returncode == 1
+    assert res.stderr.strip().endswith("cannot write to standard output: [Errno 28] No "
+                                       "space left on device")
+
+
+@pytest.mark.parametrize("extra", [[], ["--json", "-"]])
+def test_bench_with_standard_output_closed_refuses_before_measuring(extra, monkeypatch,
+                                                                    capsys):
+    """``bench >&-`` measured for minutes and threw every table away (exit 0);
+    with ``--json -`` it crashed writing the report at the end."""
+    from zorch_nb import bench
+    from zorch_nb.__main__ import main
+    monkeypatch.setattr(bench, "cpu_copy_gbps", lambda *a: pytest.fail("measured"))
+    monkeypatch.setattr(sys, "stdout", None)
+    assert main(["bench", "--sizes", "8", *extra]) == 1
+    assert capsys.readouterr().err.strip().endswith(
+        "bench: standard output is closed; pass --json FILE to keep the report")
+
+
+def test_a_bench_cut_by_a_closed_pipe_says_so_in_its_report(tmp_path, monkeypatch, capsys):
+    """``bench --json r.json | head -1``: the run stops quietly (exit 1), and
+    the JSON it leaves says it was cut, as after Ctrl-C (it looked complete)."""
+    from zorch_nb import __main__ as cli
+    from zorch_nb import bench
+
+    def reader_gone(*args):
+        raise BrokenPipeError(32, "Broken pipe")
+    monkeypatch.setattr(bench, "_gkr_rows", reader_gone)
+    monkeypatch.setattr(cli, "_stdout_to_devnull", lambda: None)  # (capsys has no fd 1)
+    out = tmp_path / "r.json"
+    assert cli.main(["bench", "--sizes", "16", "--repeat", "1", "--json", str(out)]) == 1
+    report = json.loads(out.read_text())
+    assert report["errors"][0].startswith("stopped: standard output was closed (a broken "
+                                          "pipe): the JSON holds every section finished")
+    assert "FAILED stopped: standard output was closed" in capsys.readouterr().err
+
+
+def test_output_that_cannot_encode_the_text_prints_question_marks(monkeypatch):
+    """PYTHONIOENCODING=ascii: the demo's header (an em dash) failed with a
+    UnicodeEncodeError."""
+    env = dict(os.environ, PYTHONIOENCODING="ascii")
+    res = subprocess.run([sys.executable, "-c", "import sys; from zorch_nb.__main__ import "
+                          "_replace_unencodable_output as r; r(); print('demo \u2014 cpu')"],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and res.stdout == "demo ? cpu\n", res.stderr
+
+
 def test_a_failing_file_of_the_command_is_not_blamed_on_standard_output(monkeypatch, capsys):
     """Only a write to standard output is reported as one; another OSError
     (a file of the command's) is raised as it is, and stdout is put back."""

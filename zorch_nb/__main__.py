@@ -145,7 +145,8 @@ def main(argv=None) -> int:
     d = sub.add_parser("demo", help="run a checked tour of every kernel family")
     # (default None, read as cpu: an explicit --backend cpu contradicts --gpu)
     d.add_argument("--backend", choices=("cpu", "cupy", "numba"), default=None,
-                   help="cpu (default), cupy (GPU) or numba (Numba-CUDA; simulator without a GPU)")
+                   help="cpu (default), cupy (GPU) or numba (Numba-CUDA; without a GPU, "
+                        "under the simulator: NUMBA_ENABLE_CUDASIM=1)")
     d.add_argument("--gpu", action="store_true", help="shorthand for --backend cupy")
     d.set_defaults(func=demo)
     b = sub.add_parser(
@@ -158,12 +159,14 @@ def main(argv=None) -> int:
     b.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
                    help="cpu (default: the Numba CPU kernels) or gpu (CuPy and Numba-CUDA)")
     b.add_argument("--sizes", type=_log2_size, nargs="+", default=None,
-                   help="log2 of the element counts to measure (default: 22 on cpu, 26 on gpu)")
+                   help=f"log2 of the element counts to measure ({BENCH_LOG2_SIZES.start}.."
+                        f"{BENCH_LOG2_SIZES.stop - 1}; default: 22 on cpu, 26 on gpu)")
     b.add_argument("--json", metavar="FILE", type=_file_name,
                    help="write the results as JSON (after every section, and at the end; "
                         "'-' writes one document to stdout at the end, the tables to stderr)")
     b.add_argument("--plot", metavar="FILE.png", type=_file_name,
-                   help="bar chart of each kernel's fraction of the copy bandwidth (matplotlib)")
+                   help="bar chart of each kernel's fraction of the copy bandwidth (matplotlib; "
+                        "any image format it writes: .png, .pdf, .svg, ...)")
     b.add_argument("--repeat", type=_positive_int, default=5,
                    help="timed repetitions, the best reported (1..1000, default 5; pyramids: half as many, "
                         "at least 1; the CPU fold's alternation with the copy: 3x, at "
@@ -176,17 +179,48 @@ def main(argv=None) -> int:
                                     "(zorch_nb.show_config)")
     i.add_argument("--json", action="store_true", help="print the report as JSON")
     i.set_defaults(func=info)
-    args = parser.parse_args(argv)
+    _replace_unencodable_output()
+    stream = sys.stdout
+    watched = sys.stdout = _WatchedStream(stream) if stream is not None else None
+    try:
+        return _run(parser, argv, prog, d, b, watched)
+    finally:
+        if watched is not None and sys.stdout is watched:
+            sys.stdout = stream
+
+
+def _run(parser, argv, prog, d, b, watched) -> int:
+    """:func:`main` past building the parser, with ``sys.stdout`` watched."""
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help / --version printed, or a usage error
+        # argparse ignores a failed write of its text (`--version > /dev/full`
+        # exited 0 with nothing written): say so, as for the commands' output
+        if exc.code in (0, None) and watched is not None:
+            failure = watched.failure
+            if failure is None:
+                try:
+                    watched.flush()
+                except OSError as err:
+                    failure = err
+            if failure is not None:
+                _stdout_to_devnull()
+                if not isinstance(failure, BrokenPipeError):  # (`| head`: quiet)
+                    print(f"{prog}: cannot write to standard output: {failure}",
+                          file=sys.stderr)
+                return 1
+        raise
     args.argv = sys.argv[1:] if argv is None else list(argv)  # for the report's command
     args.prog = prog
     if args.command == "demo" and args.gpu and args.backend not in (None, "cupy"):
         d.error(f"--gpu means --backend cupy; it contradicts --backend {args.backend}")
     if args.command == "bench" and args.backends and args.device != "gpu":
         b.error("--backends picks GPU backends; it needs --device gpu")
-    if sys.stdout is None and args.command in ("info", "demo"):  # (`>&-`: prints were lost)
-        print(f"{prog} {args.command}: standard output is closed", file=sys.stderr)
+    if sys.stdout is None and (args.command in ("info", "demo") or args.command == "bench"
+                               and args.json in (None, "-")):  # (`>&-`: prints were lost)
+        keep = ("; pass --json FILE to keep the report" if args.command == "bench" else "")
+        print(f"{prog} {args.command}: standard output is closed{keep}", file=sys.stderr)
         return 1
-    watched = sys.stdout = _WatchedStream(sys.stdout) if sys.stdout is not None else None
     try:
         status = args.func(args)
         if sys.stdout is not None:  # (bench writes its --json file either way)
@@ -207,9 +241,21 @@ def main(argv=None) -> int:
         print(f"{prog} {args.command}: cannot write to standard output: {exc}",
               file=sys.stderr)
         return 1
-    finally:
-        if watched is not None and sys.stdout is watched:
-            sys.stdout = watched.stream
+
+
+def _replace_unencodable_output():
+    """Let standard output and error that cannot encode the text's few
+    non-ASCII characters (an em dash; PYTHONIOENCODING=ascii) print "?"
+    for them instead of failing with a UnicodeEncodeError."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        try:
+            "\u2014\u00b7".encode(getattr(stream, "encoding", None) or "utf-8")
+        except UnicodeEncodeError:
+            if hasattr(stream, "reconfigure"):
+                stream.reconfigure(errors="replace")
+        except LookupError:  # an encoding name Python does not know: leave it
+            pass
 
 
 def _stdout_to_devnull():

@@ -1108,9 +1108,16 @@ def main(args) -> int:
     try:
         with contextlib.redirect_stdout(sys.stderr if json_stdout else sys.stdout):
             measure()
-    except KeyboardInterrupt:  # `timeout -s INT` (gpu_run.sh): keep what was measured
-        guard.errors.append("interrupted: the JSON holds every section finished before "
-                            "(the size in progress against its first copy)")
+    except (KeyboardInterrupt, BrokenPipeError) as exc:
+        # `timeout -s INT` (gpu_run.sh), or the reader of the tables went away
+        # (`| head`): keep what was measured, and say the run was cut
+        broken = isinstance(exc, BrokenPipeError)
+        if broken and json_stdout:  # (the report's own stream is the one gone)
+            raise
+        guard.errors.append(("stopped: standard output was closed (a broken pipe)"
+                             if broken else "interrupted") + ": the JSON holds every "
+                            "section finished before (the size in progress against its "
+                            "first copy)")
         for r in pending:  # busy() needs the size's second copy
             if r.fraction_of_copy is not None:
                 r.extra.setdefault("implausible", "not checked: interrupted before the "
@@ -1118,6 +1125,8 @@ def main(args) -> int:
         write_json(final=True)
         for msg in guard.errors:
             print(f"FAILED {msg}", file=sys.stderr)
+        if broken:  # main stops quietly, as after any broken pipe
+            raise
         return 130
     write_json(final=True)
     empty = args.plot and _nothing_to_plot(all_rows)
