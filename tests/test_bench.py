@@ -597,6 +597,21 @@ def test_demo_with_standard_output_closed_says_so(demo_sections, monkeypatch, ca
     assert "demo: standard output is closed" in capsys.readouterr().err and ran == []
 
 
+def test_demo_interrupted_is_one_line(demo_sections, monkeypatch, capsys):
+    """Ctrl-C during the demo printed a KeyboardInterrupt traceback."""
+    cli, _, _ = demo_sections
+
+    def ctrl_c(backend, out):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(sys.modules["zorch_nb_test_demo_section"], "run", ctrl_c)
+    try:
+        status = cli.main(["demo"])
+    except KeyboardInterrupt:  # (escaping, it would end the pytest run itself)
+        pytest.fail("Ctrl-C escaped main as a KeyboardInterrupt")
+    assert status == 130
+    assert capsys.readouterr().err.strip().endswith("demo: interrupted")
+
+
 def test_device_probes(monkeypatch):
     """CuPy with no device is no GPU; the CUDA simulator counts as Numba-CUDA."""
     import types
@@ -625,8 +640,10 @@ def test_outputs_are_checked_before_measuring(tmp_path, monkeypatch, capsys):
     from zorch_nb import bench
     from zorch_nb.__main__ import main
     monkeypatch.setattr(bench, "cpu_copy_gbps", lambda *a: pytest.fail("measured first"))
+    (tmp_path / "f.json").write_text("{}")
     cases = [(["--json", str(tmp_path)], "is a directory"),
-             (["--json", str(tmp_path / "no" / "r.json")], "does not exist")]
+             (["--json", str(tmp_path / "no" / "r.json")], "does not exist"),
+             (["--json", str(tmp_path / "f.json" / "r.json")], "f.json' is a file, not a folder")]
     if _has_matplotlib():
         cases.append((["--plot", str(tmp_path / "p.xyz")], "must end in one of"))
         # pgf needs LaTeX, which only the save after the whole run found missing

@@ -226,6 +226,9 @@ def _run(parser, argv, prog, d, b, watched) -> int:
         if sys.stdout is not None:  # (bench writes its --json file either way)
             sys.stdout.flush()  # (a pipe closed early fails here, not at exit)
         return status
+    except KeyboardInterrupt:  # Ctrl-C (bench keeps its report and returns 130 itself)
+        print(f"{prog} {args.command}: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:
         # The reader of the output went away (`... | head`): stop quietly, as
         # other command-line tools do, instead of a traceback.  Python would

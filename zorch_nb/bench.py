@@ -817,7 +817,9 @@ def _output_problem(path: str, what: str, sink: str = "file"):
         return None
     parent = os.path.dirname(os.path.realpath(path))
     if not os.path.isdir(parent):
-        return f"{what} {path!r}: the folder {parent!r} does not exist"
+        return (f"{what} {path!r}: {parent!r} is a file, not a folder"
+                if os.path.exists(parent) else
+                f"{what} {path!r}: the folder {parent!r} does not exist")
     if not os.access(parent, os.W_OK):
         return f"{what} {path!r}: the folder {parent!r} is not writable"
     # os.access trusts the mode bits, which root passes everywhere (/proc, a
