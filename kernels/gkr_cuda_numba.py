@@ -165,15 +165,14 @@ def fold_dense_trusted(mode, n0, n1, d0, d1, on0, on1, od0, od1, f):
 
 def jagged_transition(rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f):
     """Jagged transition on the GPU (see :func:`.gkr_cpu.jagged_transition` for
-    the contract).  Host counts are refused where the CPU kernel's scan
-    refuses them (a negative count, ``sum(rc)`` past the input: reads
+    the contract).  Host counts (each that is a host array) are refused where
+    the CPU kernel's scan refuses them (a negative count, ``sum(rc)`` past the input: reads
     outside it); device counts are the caller's obligation (reading them
     would synchronize): outside it they give unspecified words, never an
     access outside the arrays."""
     where = "gkr_cuda_numba.jagged_transition"
     mode = check_gkr_jagged(where, f, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1)
-    if _on_host(rc, orc):
-        check_count_values(where, rc, n0.shape[0], [("orc", orc, on0.shape[0])])
+    check_count_values(where, rc, n0.shape[0], [("orc", orc, on0.shape[0])])  # (host ones)
     jagged_transition_trusted(mode, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f)
 
 
@@ -546,10 +545,9 @@ def jagged_chunk(rc, prefix, first, steps, f):
     where = "gkr_cuda_numba.jagged_chunk"
     mode, first, steps = check_gkr_steps(where, f, rc, prefix, first, steps,
                                          GKR_JAGGED_CHUNK, GKR_JAGGED_CHUNK + 1)
-    if _on_host(rc, *(orc for orc, _ in steps)):
-        check_count_values(where, rc, first[0].shape[0],
-                           [(f"steps[{l}][0]", orc, outs[0].shape[0])
-                            for l, (orc, outs) in enumerate(steps)], fused=True)
+    check_count_values(where, rc, first[0].shape[0],  # (the host counts among them)
+                       [(f"steps[{l}][0]", orc, outs[0].shape[0])
+                        for l, (orc, outs) in enumerate(steps)], fused=True)
     jagged_chunk_trusted(mode, rc, prefix, first, steps, f)
 
 

@@ -958,31 +958,39 @@ def check_count_values(where, rc, length, steps=(), fused=False):
     every node of a slot's subtree): also ``orc[s] >= ceil(c[s] / 2)`` of
     the layer below and ``sum(orc) <= width`` -- a truncating schedule left
     live slots unwritten there, an overrunning one wrote past the width.
-    O(nb) per layer; device counts are not read (that would synchronize).
+    O(nb) per layer.  Only host (NumPy) counts are checked, each where it
+    is one -- a host ``rc`` beside device ``orc`` too; device counts are not
+    read (that would synchronize), and a pair of layers is compared only
+    where both are on the host.
     """
-    layers = [("rc", np.asarray(rc), length)] + [(n, np.asarray(c), w) for n, c, w in steps]
+    layers = [(n, np.asarray(c) if isinstance(c, np.ndarray) else None, w)
+              for n, c, w in [("rc", rc, length), *steps]]
     # the first negative count slot by slot, rc before the steps (the CPU scan's order)
     negative = [(int(np.argmax(c < 0)), l) for l, (_, c, _) in enumerate(layers)
-                if c.size and c.min() < 0]
+                if c is not None and c.size and c.min() < 0]
     if negative:
         s, l = min(negative)
         name = layers[l][0]
         raise ValueError(f"{where}: argument `{name}` must hold counts >= 0, but "
                          f"{name}[{s}] = {int(layers[l][1][s])}")
-    total = int(layers[0][1].sum(dtype=np.int64))
-    if total > length:
-        raise ValueError(f"{where}: argument `rc` sums to {total}, more than the input "
-                         f"length {length}")
+    if layers[0][1] is not None:
+        total = int(layers[0][1].sum(dtype=np.int64))
+        if total > length:
+            raise ValueError(f"{where}: argument `rc` sums to {total}, more than the input "
+                             f"length {length}")
     if not fused:
         return
     for (below, c, _), (name, orc, width) in zip(layers, layers[1:]):
-        short = orc.astype(np.int64) < (c.astype(np.int64) + 1) // 2
-        if short.any():
-            s = int(np.argmax(short))
-            raise ValueError(f"{where}: argument `{name}` must hold at least ceil({below}[s] "
-                             f"/ 2) rows per segment (the fused kernel writes every live "
-                             f"slot of the layer), but {name}[{s}] = {int(orc[s])} < "
-                             f"ceil({int(c[s])} / 2)")
+        if orc is None:
+            continue
+        if c is not None:
+            short = orc.astype(np.int64) < (c.astype(np.int64) + 1) // 2
+            if short.any():
+                s = int(np.argmax(short))
+                raise ValueError(f"{where}: argument `{name}` must hold at least "
+                                 f"ceil({below}[s] / 2) rows per segment (the fused kernel "
+                                 f"writes every live slot of the layer), but {name}[{s}] = "
+                                 f"{int(orc[s])} < ceil({int(c[s])} / 2)")
         total = int(orc.sum(dtype=np.int64))
         if total > width:
             raise ValueError(f"{where}: argument `{name}` sums to {total}, more than its "

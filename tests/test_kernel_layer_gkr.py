@@ -423,6 +423,27 @@ def test_jagged_host_counts_that_would_read_out_of_bounds_are_refused(backend, r
 
 
 @pytest.mark.cudasim
+@pytest.mark.parametrize("rc, orc, on_device, message", [
+    ([-20, 6], [4, 3], "orc", r"`rc` must hold counts >= 0, but rc\[0\] = -20"),
+    ([4, 2], [2, 1], "orc", r"`rc` sums to 6, more than the input length 5"),
+    ([3, 2], [2, -1], "rc", r"`orc` must hold counts >= 0, but orc\[1\] = -1"),
+])
+def test_numba_host_counts_beside_device_counts_are_checked(rc, orc, on_device, message):
+    """The Numba-CUDA launcher checked host counts only when all of them were
+    host arrays: a bad host rc beside a device orc ran silently."""
+    from numba import cuda
+    k = kernels_for("numba", "gkr")
+    counts = {"rc": np.array(rc, np.int32), "orc": np.array(orc, np.int32)}
+    counts[on_device] = cuda.to_device(counts[on_device])
+    outs_ = outs(3, False, True, "cpu")
+    for o in outs_:
+        o.fill(7)
+    with pytest.raises(ValueError, match="gkr_cuda_numba.jagged_transition: argument " + message):
+        _jagged(k, "cpu", rc=counts["rc"], orc=counts["orc"], outs_=outs_)
+    assert all((o == 7).all() for o in outs_)
+
+
+@pytest.mark.cudasim
 @pytest.mark.parametrize("step, counts, message", [
     (None, (6, 2, 0, 7), r"`rc` sums to 15, more than the input length 14"),
     (0, (3, 1, 0, -4), r"`steps\[0\]\[0\]` must hold counts >= 0, but steps\[0\]\[0\]\[3\] = -4"),
