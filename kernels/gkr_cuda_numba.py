@@ -165,8 +165,9 @@ def fold_dense_trusted(mode, n0, n1, d0, d1, on0, on1, od0, od1, f):
 
 def jagged_transition(rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f):
     """Jagged transition on the GPU (see :func:`.gkr_cpu.jagged_transition` for
-    the contract).  Host counts (each that is a host array) are refused where
-    the CPU kernel's scan refuses them (a negative count, ``sum(rc)`` past the input: reads
+    the contract).  Host counts -- ``rc`` or ``orc``, each that is a NumPy
+    array, whatever the other is -- are refused where the CPU kernel's scan
+    refuses them (a negative count, ``sum(rc)`` past the input: reads
     outside it); device counts are the caller's obligation (reading them
     would synchronize): outside it they give unspecified words, never an
     access outside the arrays."""

@@ -448,7 +448,7 @@ def test_a_bench_cut_by_a_closed_pipe_says_so_in_its_report(tmp_path, monkeypatc
     assert "FAILED stopped: standard output was closed" in capsys.readouterr().err
 
 
-def test_output_that_cannot_encode_the_text_prints_question_marks(monkeypatch):
+def test_output_that_cannot_encode_the_text_prints_question_marks():
     """PYTHONIOENCODING=ascii: the demo's header (an em dash) failed with a
     UnicodeEncodeError."""
     env = dict(os.environ, PYTHONIOENCODING="ascii")
