@@ -59,6 +59,21 @@ def check_batch_sums(F, leaves, segments, out):
         assert got == want, f"batch element {b}"
 
 
+def check_output_sums(F, out):
+    """out.batch_sums() is frac_add of each batch element's two outputs, word
+    for word, in the forms the products give (extension where an operand is)."""
+    n, d = to_host(out.numerator), to_host(out.denominator)
+    num, den = out.batch_sums()
+    num, den = to_host(num), to_host(den)
+    assert num.shape == (n.shape[0] // 2,) + ((4,) if n.ndim + d.ndim > 2 else ())
+    assert den.shape == (n.shape[0] // 2,) + d.shape[1:]
+    nv, dv = ref_value(F, n), ref_value(F, d)
+    got_n, got_d = ref_value(F, num), ref_value(F, den)
+    for b in range(n.shape[0] // 2):
+        want = ng.frac_add(F.name, nv[2 * b], dv[2 * b], nv[2 * b + 1], dv[2 * b + 1])
+        assert (got_n[b], got_d[b]) == want, f"batch element {b}"
+
+
 # ---------------------------------------------------------------------------
 # hand examples
 # ---------------------------------------------------------------------------
@@ -126,6 +141,7 @@ def test_dense_pyramid_matches_reference(F, backend, ne, de):
         assert to_host(out.numerator).shape == (2**(nbv + 1),) + ((4,) if out_ext else ())
         rows = 2**(nv - nbv)
         check_batch_sums(F, host, [range(b * rows, (b + 1) * rows) for b in range(2**nbv)], out)
+        check_output_sums(F, out)  # (nv == nbv == 2: four base outputs read as base)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -201,8 +217,9 @@ def test_jagged_pyramid_matches_reference(F, backend, ne, de):
             assert_layer_equal(layer, ng.layer_words(F.name, ref))
         assert layers[-1].width == nb
         bases = np.concatenate([[0], np.cumsum(counts)])
-        check_batch_sums(F, host, [range(bases[b], bases[b + 1]) for b in range(nb)],
-                         extract_jagged_outputs(layers[-1]))
+        out = extract_jagged_outputs(layers[-1])
+        check_batch_sums(F, host, [range(bases[b], bases[b + 1]) for b in range(nb)], out)
+        check_output_sums(F, out)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -235,7 +235,8 @@ def test_from_leaves_and_from_segments_lay_out_the_leaves():
     two = GkrLayer.from_leaves(num[:2], den[:2])  # one row: still copies, not views
     assert not any(np.shares_memory(m, x) for m in two.mles for x in (num, den))
     for bad, match in (((num[:7], den[:7]), "even number"), ((num, den[:4]), "same number"),
-                       ((num[:6], den[:6]), "2 L leaves with L a power of two, not 6"),
+                       ((num[:6], den[:6]), "2 L leaves with L a power of two, not 6; pad "
+                                            "with neutral leaves 0 / 1.*from_segments"),
                        ((num.astype(np.int64), den), "dtype uint32")):
         with pytest.raises((TypeError, ValueError), match=match):
             GkrLayer.from_leaves(*bad)
@@ -969,6 +970,45 @@ def test_outputs_repr_describes_each_array():
         "<LogUpGkrOutput: numerator base (), denominator base (), ")
 
 
+@pytest.mark.parametrize("Fi", [KoalaBear, BabyBear], ids=["koalabear", "babybear"])
+def test_batch_sums_add_the_two_outputs_in_the_floors_field(Fi):
+    """batch_sums is n[2b]/d[2b] + n[2b+1]/d[2b+1] in the floor's field, with
+    base words read as base elements even where four of them would pass for
+    one extension element (a user review: the LogUp sum was wrong silently)."""
+    from zorch_nb.logup_gkr import LogUpGkrOutput
+    E = Fi.ext
+    n, d = Fi.random(8, seed=5), E.random(8, seed=6)  # a floor as built: no fold ran
+    out = extract_outputs(GkrLayer(n[0::2].copy(), n[1::2].copy(), d[0::2].copy(),
+                                   d[1::2].copy(), 2, Fi))
+    assert out.field is Fi
+    num, den = out.batch_sums()
+    assert num.shape == den.shape == (4, 4)
+    for b in range(4):  # the same sum from the embedded copies, one element at a time
+        a, c = E.from_base(n[2 * b]), E.from_base(n[2 * b + 1])
+        want = E.add(E.mul(a, d[2 * b + 1]), E.mul(c, d[2 * b]))
+        np.testing.assert_array_equal(num[b], want)
+        np.testing.assert_array_equal(den[b], E.mul(d[2 * b], d[2 * b + 1]))
+    swapped = LogUpGkrOutput(d, n, Fi)  # extension numerators over base denominators
+    num, den = swapped.batch_sums()
+    assert num.shape == (4, 4) and den.shape == (4,)
+    np.testing.assert_array_equal(den, Fi.mul(n[0::2], n[1::2]))
+    np.testing.assert_array_equal(num[1], E.add(E.mul(d[2], E.from_base(n[3])),
+                                                 E.mul(d[3], E.from_base(n[2]))))
+    words = n.copy(), d.copy()
+    out.batch_sums()
+    assert np.array_equal(words[0], n) and np.array_equal(words[1], d)  # inputs untouched
+    for bad, err, match in (
+            (LogUpGkrOutput(n[:3], d[:3], Fi), ValueError, r"`numerator` must hold an even "
+                                                           r"number of outputs.*shape \(3,\)"),
+            (LogUpGkrOutput(n, d[:4], Fi), ValueError, "as many outputs, not 8 and 4"),
+            (LogUpGkrOutput(n, d[:, :3], Fi), ValueError, r"`denominator`.*shape \(8, 3\)"),
+            (LogUpGkrOutput(n.astype(np.int64), d, Fi), TypeError, "`numerator`.*uint32"),
+            (LogUpGkrOutput(n, [1, 2], Fi), TypeError, "`denominator`"),
+            (LogUpGkrOutput(n, d, "KoalaBear"), TypeError, "`field`")):
+        with pytest.raises(err, match=match):
+            bad.batch_sums()
+
+
 def test_a_field_of_a_reloaded_module_is_refused_saying_why():
     """After importlib.reload (or IPython's autoreload) the old KoalaBear prints
     as the one expected: "must be a zorch_nb PrimeField (KoalaBear or BabyBear),
@@ -1034,9 +1074,30 @@ def test_from_segments_takes_empty_segments_in_their_fields():
     jag = JaggedGkrLayer.from_segments(segs)
     assert jag.row_counts.tolist() == [2, 0] and jag.width == 2
     with pytest.raises(ValueError, match=r"`segments\[1\]` denominators must be in the field "
-                                         r"of segment 0's .*an empty extension segment is "
-                                         r"\(0, 4\)"):
+                                         r"of segment 0's, shape \(3, 4\) .*an empty "
+                                         r"extension segment is \(0, 4\)\), not shape \(0,\)"):
         JaggedGkrLayer.from_segments([segs[0], (segs[1][0], np.zeros(0, np.uint32))])
+    # segment 0 is the one spelled wrongly: both shapes are named (a user review)
+    with pytest.raises(ValueError, match=r"`segments\[1\]` denominators must be in the field "
+                                         r"of segment 0's, shape \(0,\) .*not shape \(3, 4\)"):
+        JaggedGkrLayer.from_segments([(segs[1][0], np.zeros(0, np.uint32)), segs[0]])
+
+
+def test_a_whole_schedule_given_as_one_step_is_refused_with_the_way_to_pass_it():
+    """jagged_layer_transition(layer, halving_schedule(layer)) said the counts
+    must be 'a rectangular (non-ragged) array of integers' (a user review)."""
+    E = F.ext
+    layer = JaggedGkrLayer.from_segments([(F.random(3, seed=1), E.random(3, seed=2)),
+                                          (F.random(9, seed=3), E.random(9, seed=4))])
+    steps = halving_schedule(layer)
+    for schedule in (steps, steps[:1], tuple(steps)):
+        with pytest.raises(TypeError, match=rf"`out_row_counts` must be one step, not a "
+                                            rf"schedule of {len(schedule)}: pass its steps one "
+                                            rf"per call, or the whole schedule to "
+                                            rf"build_jagged_pyramid"):
+            jagged_layer_transition(layer, schedule)
+    one = jagged_layer_transition(layer, steps[0])  # a step, as the message says
+    assert one.row_counts.tolist() == steps[0].row_counts.tolist()
 
 
 def test_jagged_floor_with_an_empty_segment_is_refused():

@@ -302,7 +302,10 @@ class GkrLayer(_Layer):
             _check_leaves(x, name)
             if not _is_pow2(x.shape[0] // 2):
                 raise ValueError(f"Argument `{name}` must hold 2 L leaves with L a power of "
-                                 f"two, not {x.shape[0]}")
+                                 f"two, not {x.shape[0]}; pad with neutral leaves 0 / 1 "
+                                 f"(they change no sum), or take "
+                                 f"JaggedGkrLayer.from_segments([(numerators, "
+                                 f"denominators)]), which pads any count itself")
             # copies (a one-row slice is contiguous already: ascontiguousarray would
             # hand back a view of the caller's array)
             pairs += [x[0::2].copy(), x[1::2].copy()]
@@ -394,10 +397,13 @@ class JaggedGkrLayer(_Layer):
                                 f"denominators) pair, not {type(seg).__name__}")
             for name, x in zip(("numerators", "denominators"), seg):
                 _check_leaves(x, f"segments[{b}] {name}", even=False, host=True)
-                if x.ndim != segments[0][name == "denominators"].ndim:
+                first = segments[0][name == "denominators"]
+                if x.ndim != first.ndim:
+                    # both shapes: the culprit may be segment 0 (an empty one spelled (0,))
                     raise ValueError(f"Argument `segments[{b}]` {name} must be in the field of "
-                                     f"segment 0's (base (m,) or extension (m, 4); an empty "
-                                     f"extension segment is (0, 4))")
+                                     f"segment 0's, shape {tuple(first.shape)} (base (m,) or "
+                                     f"extension (m, 4); an empty extension segment is "
+                                     f"(0, 4)), not shape {tuple(x.shape)}")
             if seg[0].shape[0] != seg[1].shape[0]:
                 raise ValueError(f"Argument `segments[{b}]` must hold as many numerators as "
                                  f"denominators, not {seg[0].shape[0]} and {seg[1].shape[0]}")
@@ -530,11 +536,56 @@ class LogUpGkrOutput:
     batch element ``b`` the fraction sum of all its leaves equals
     ``numerator[2b]/denominator[2b] + numerator[2b+1]/denominator[2b+1]``.
     It behaves as the pair ``(numerator, denominator)``: ``num, den =
-    extract_outputs(floor)``, ``out[0]``, ``len(out) == 2``.
+    extract_outputs(floor)``, ``out[0]``, ``len(out) == 2``.  ``field`` is
+    the floor's (its words carry none); :meth:`batch_sums` adds each batch
+    element's two fractions.
     """
 
     numerator: Any
     denominator: Any
+    field: PrimeField = KoalaBear
+
+    def batch_sums(self) -> tuple:
+        """Each batch element's two output fractions added into one.
+
+        ``(num, den)`` with ``num[b] = n[2b] d[2b+1] + n[2b+1] d[2b]`` and
+        ``den[b] = d[2b] d[2b+1]`` (``n``, ``d`` the outputs), so ``num[b] /
+        den[b]`` is the sum of all of batch element ``b``'s leaves: a LogUp
+        argument balances where ``num[b]`` is zero and ``den[b]`` is not.  Each
+        array is ``(nb,)`` base or ``(nb, 4)`` extension, extension wherever an
+        operand is (base words are read as base elements, whatever ``nb``),
+        on the outputs' device, computed with the field's kernels.
+
+        >>> from zorch_nb import KoalaBear as F
+        >>> from zorch_nb.logup_gkr import GkrLayer, build_pyramid, extract_outputs
+        >>> leaves = F.encode([1, 2, 3, F.p - 6])  # 1/1 + 2/1 + 3/1 - 6/1 = 0
+        >>> floor = build_pyramid(GkrLayer.from_leaves(leaves, F.ones(4)))[-1]
+        >>> num, den = extract_outputs(floor).batch_sums()
+        >>> F.decode(num), F.decode(den)
+        (array([0], dtype=uint32), array([1], dtype=uint32))
+        """
+        F = self.field
+        _check_field(F)
+        n, d = self.numerator, self.denominator
+        for name, x in (("numerator", n), ("denominator", d)):
+            _check_words(x, name)
+            if not (x.ndim == 1 or (x.ndim == 2 and x.shape[1] == 4)) or x.shape[0] % 2:
+                raise ValueError(f"Argument `{name}` must hold an even number of outputs, "
+                                 f"(2 nb,) base or (2 nb, 4) extension, not shape "
+                                 f"{tuple(x.shape)}")
+        if n.shape[0] != d.shape[0]:
+            raise ValueError(f"Arguments `numerator` and `denominator` must hold as many "
+                             f"outputs, not {n.shape[0]} and {d.shape[0]}")
+        E = F.ext
+
+        def mul(a, b):
+            # base words marked as base: (4,) base words would be one extension element
+            if a.ndim == b.ndim == 1:
+                return F.mul(a, b)
+            return E.mul(a if a.ndim == 2 else E.as_base(a), b if b.ndim == 2 else E.as_base(b))
+        cross_0, cross_1 = mul(n[0::2], d[1::2]), mul(n[1::2], d[0::2])
+        num = (E if cross_0.ndim == 2 else F).add(cross_0, cross_1)
+        return num, mul(d[0::2], d[1::2])
 
     def __iter__(self):
         # ``num, den = extract_outputs(floor)``, as with a pair
@@ -1071,7 +1122,7 @@ def extract_outputs(floor: GkrLayer) -> LogUpGkrOutput:
         raise ValueError(f"extract_outputs needs a floor (no row variable left), but the "
                          f"layer has {floor.num_row_variables}; fold it with build_pyramid")
     return LogUpGkrOutput(_interleave(floor.numerator_0, floor.numerator_1),
-                          _interleave(floor.denominator_0, floor.denominator_1))
+                          _interleave(floor.denominator_0, floor.denominator_1), floor.field)
 
 
 # ---------------------------------------------------------------------------
@@ -1176,6 +1227,12 @@ def jagged_layer_transition(layer: JaggedGkrLayer, out_row_counts, out_width=Non
         Host data whose output layer would not fit in this machine's memory.
     """
     _require(layer, JaggedGkrLayer, "layer", "layer_transition")
+    if (isinstance(out_row_counts, (list, tuple)) and out_row_counts
+            and isinstance(out_row_counts[0], JaggedStep)):
+        # (read as counts it failed as "a rectangular (non-ragged) array of integers")
+        raise TypeError(f"Argument `out_row_counts` must be one step, not a schedule of "
+                        f"{len(out_row_counts)}: pass its steps one per call, or the whole "
+                        f"schedule to build_jagged_pyramid")
     counts, width = _step(out_row_counts)
     if counts is not out_row_counts:  # a step: it holds the width (None: the sum)
         if out_width is not None:
@@ -1531,7 +1588,7 @@ def extract_jagged_outputs(floor: JaggedGkrLayer) -> LogUpGkrOutput:
         raise ValueError(f"extract_jagged_outputs needs every row count to be 1, but "
                          f"row_counts[{s}] = {floor._counts[s]}")
     return LogUpGkrOutput(_interleave(floor.numerator_0, floor.numerator_1),
-                          _interleave(floor.denominator_0, floor.denominator_1))
+                          _interleave(floor.denominator_0, floor.denominator_1), floor.field)
 
 
 def halving_schedule(layer: JaggedGkrLayer, max_row_count: int | None = None) -> list:
