@@ -2668,8 +2668,12 @@ def test_entries_refuse_negative_indices(rng, path):
     """A negative index is out of range, as one past the end is (without the
     check -1 read the last padded slot of N: a padding value, not x[..., -1])."""
     x = UniformTuckerTensorTrain.from_t3(rand_t3(rng, SHAPE, (2, 3, 2), (1, 2, 2, 1)), N=6)
-    for bad in ([0, -1, 0], [-3, 0, 0], [[0, 0, 0], [2, 3, -1]]):
-        with pytest.raises(ValueError, match=r"`indices` must lie in \[0, shape\) with shape \(3, 4, 2\)"):
+    for bad, at in (([0, -1, 0], r"indices\[1\] = -1 \(axis 1 has size 4\)"),
+                    ([-3, 0, 0], r"indices\[0\] = -3 \(axis 0"),
+                    ([[0, 0, 0], [2, 3, -1]], r"indices\[1, 2\] = -1 \(axis 2 has size 2\)"),
+                    ([[[0, 0, 0]], [[3, 4, 2]]], r"indices\[1, 0, 0\] = 3 \(axis 0 has size 3")):
+        with pytest.raises(ValueError, match=r"`indices` must lie in \[0, shape\) with shape "
+                                             r"\(3, 4, 2\), but " + at):
             x.entries(np.array(bad))
 
 

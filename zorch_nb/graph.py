@@ -1203,13 +1203,19 @@ class Context:
             else:
                 accepted = (f"{list(par_shape)} (parallel)" if kind == "inout" else
                             f"{list(pshape)} (broadcast) or {list(par_shape)} (parallel)")
+                one = (f" (one instance: `.reshape({', '.join(map(str, par_shape))})`)"
+                       if num_parallel == 1 else "")
                 raise ValueError(f"Argument `{pname}` of kernel `{ir.name}` must have shape "
                                  f"{accepted}, not {list(h.shape)}"
-                                 + ("; an InOut parameter cannot be broadcast"
+                                 + (f"; an InOut parameter cannot be broadcast{one}"
                                     if kind == "inout" and h.shape == pshape else ""))
             if h._view.irregular:
+                # (an elementwise copy would not do: its output takes the input's tiling)
                 raise ValueError(f"illegal shape operation: argument `{pname}` of kernel "
-                                 f"`{ir.name}`: {h._view.irregular}")
+                                 f"`{ir.name}`: {h._view.irregular}; regroup it in a kernel "
+                                 f"instead: one instance (num_parallel=1) taking the view "
+                                 f"before that reshape whole and writing its elements in the "
+                                 f"shape you need")
             op = _Operand(h.buffer_id, h._view, broadcast, h.shape, h._history)
             self._merge(pending, h.buffer_id, prefix_points(op.view.base), _describe(op))
             operands.append(op)
@@ -1536,7 +1542,13 @@ class Context:
                                  f"{self._buffers[h.buffer_id].source}")
             specs.append((h.buffer_id, h._history))
         if inputs and len({b for b, _ in specs}) != len(specs):
-            raise ValueError(f"Argument `{name}` names a buffer twice")
+            seen = {}
+            for k, (b, _) in enumerate(specs):
+                if b in seen:
+                    raise ValueError(f"Argument `{name}` names a buffer twice: `{name}"
+                                     f"[{seen[b]}]` and `{name}[{k}]` are views of buffer {b} "
+                                     f"(each input is one buffer, given once)")
+                seen[b] = k
         return specs
 
     def generate_computation_graph(self, inputs, outputs) -> ComputationGraph:

@@ -263,8 +263,8 @@ class _Tracer:
             # (the IR stores constants as int64, and a kernel does not know its
             # field until it runs, so it cannot reduce them itself)
             self.fail(f"{context}: constant {_text(value)} must fit in a signed 64-bit integer; "
-                      f"reduce it modulo the field's p first (e.g. `{_text(value)} % "
-                      f"KoalaBear.p`)")
+                      f"reduce it modulo the p of the field the kernel runs in first (e.g. "
+                      f"`{_text(value)} % KoalaBear.p` under KoalaBear)")
         if value not in self.const_index:
             self.const_index[value] = len(self.consts)
             self.consts.append(value)

@@ -1753,8 +1753,15 @@ def ut3_entries(data, indices):
         raise ValueError(f"Argument `indices` must have shape batch + ({p.d},), not {idx.shape}.")
     batch = idx.shape[:-1]
     flat = idx.reshape(-1, p.d).astype(np.int64)
-    if flat.size and ((flat < 0).any() or (flat >= np.asarray(p.shape)).any()):
-        raise ValueError(f"Argument `indices` must lie in [0, shape) with shape {p.shape}.")
+    if flat.size:
+        bad = (flat < 0) | (flat >= np.asarray(p.shape))
+        if bad.any():
+            # the first bad entry, by its place in `indices` (row-major, as the user wrote it)
+            k, a = divmod(int(np.argmax(bad.ravel())), p.d)
+            at = ", ".join(map(str, np.unravel_index(k, batch) + (a,))) if batch else str(a)
+            raise ValueError(f"Argument `indices` must lie in [0, shape) with shape {p.shape}, "
+                             f"but indices[{at}] = {int(flat[k, a])} (axis {a} has size "
+                             f"{p.shape[a]}).")
     p, e = _in_range(p)
     xp = p.xp
     U, _ = _masked(p)
