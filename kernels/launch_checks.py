@@ -336,8 +336,12 @@ def check_map(where, f, op, ops, in_place, deg, out, a, b=_NO_B, name="a"):
     # int opcode, no shared memory.
     if id(f) in _SHIPPED and type(op) is int and (ops is None or op in ops):
         n = _fast_elements(where, out, deg, True)
-        if n >= 0 and _fast_elements(where, a, deg) == n and _fast_disjoint(out, a) and (
-                b is _NO_B or _fast_elements(where, b, deg) == n and _fast_disjoint(out, b)):
+        # (`out` written in place: the very object, an elementwise operand; the
+        # general path's address reads cost ~2 us each, most of a small call)
+        if n >= 0 and _fast_elements(where, a, deg) == n and (
+                _fast_disjoint(out, a) or out is a and op in in_place) and (
+                b is _NO_B or _fast_elements(where, b, deg) == n and (
+                    _fast_disjoint(out, b) or out is b and op in in_place)):
             return n
     check_field(where, f)
     if ops is not None:

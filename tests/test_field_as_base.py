@@ -108,8 +108,8 @@ def test_marker_elsewhere_is_a_clear_type_error():
              "out": lambda: E.mul(E.one, E.one, out=mark)}
     for what, call in cases.items():  # each names every op that takes one
         with pytest.raises(TypeError, match=r"as_base\(\.\.\.\)` marker, which only the "
-                                            r"extension field's add, sub, mul, div, eq_table "
-                                            r"and mle_eval take; "):
+                                            r"extension field's add, sub, mul and div operands "
+                                            r"and the `point` of eq_table and mle_eval take; "):
             call()
     with pytest.raises(TypeError, match="Argument `a` must have dtype uint32"):
         E.as_base(np.arange(4))

@@ -137,7 +137,7 @@ def test_chunked_zero_check_names_the_first_zero_and_writes_nothing(monkeypatch,
             call()
         assert (a == before).all()  # out=a: raised before anything was written
     o = np.full_like(a, 7)
-    with pytest.raises(ValueError, match=r"pow with e = -2 < 0: element at index \(3, 2\)"):
+    with pytest.raises(ValueError, match=r"pow with e = -2 < 0: `a`: element at index \(3, 2\)"):
         G.pow(a, -2, out=o)
     assert (o == 7).all()
     strided = a[1::2, ::3]  # rows 1, 3; columns 0, 3, 6: the zeros above are not in it

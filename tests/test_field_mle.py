@@ -171,8 +171,14 @@ def test_ext_eq_table_refuses_a_point_of_four_words(F):
     with pytest.raises(ValueError, match="`point` is marked as"):
         E.eq_table(other.ext.as_base(four))
     with pytest.raises(TypeError, match="marker, which only the extension field's add, sub, "
-                                        "mul, div, eq_table and mle_eval take"):
+                                        "mul and div operands and the `point` of eq_table and "
+                                        "mle_eval take"):
         F.eq_table(E.as_base(four))
+    # the values of mle_eval are not a point: the message does not say mle_eval takes it
+    with pytest.raises(TypeError, match=r"`values` is an `as_base\(...\)` marker, which only "
+                                        r".* the `point` of eq_table and mle_eval take; pass "
+                                        r"the words themselves here"):
+        E.mle_eval(E.as_base(F.random(4, seed=1)), E.random(2, seed=2))
 
 
 @pytest.mark.parametrize("F", FIELDS)

@@ -195,12 +195,13 @@ def test_inverse_of_zero_raises_with_index(F):
     a = F.encode([1, 2, 0, 4])
     with pytest.raises(ValueError, match=r"index \(2,\)"):
         F.inv(a)
-    with pytest.raises(ValueError, match=r"batch_inv.*index \(2,\)"):
+    # each names its argument, as div does (a user review)
+    with pytest.raises(ValueError, match=r"^batch_inv: `a`: element at index \(2,\) is zero"):
         F.batch_inv(a)
     e = F.ext.encode([[1, 0, 0, 0], [0, 0, 0, 0]])
-    with pytest.raises(ValueError, match=r"index \(1,\)"):
+    with pytest.raises(ValueError, match=r"^inv: `a`: element at index \(1,\) is zero"):
         F.ext.inv(e)
-    with pytest.raises(ValueError, match="zero"):
+    with pytest.raises(ValueError, match=r"^pow with e = -1 < 0: `a`: element at index \(2,\)"):
         F.pow(a, -1)
     with pytest.raises(ValueError, match=r"div: `b`: element at index \(2,\) is zero"):
         F.div(F.ones(4), a)
@@ -289,6 +290,14 @@ def test_host_arrays_past_this_machines_memory_are_refused_by_name(monkeypatch):
     one = F.ones(())
     with pytest.raises(MemoryError, match=r"the result of the operands' \(broadcast\) shape"):
         F.add(np.broadcast_to(one, (2**10, 1)), np.broadcast_to(one, (1, 2**9)))
+    # decode and from_base of broadcast views too (NumPy's bare "Unable to allocate")
+    with pytest.raises(MemoryError, match=r"the values of `words`: an array of shape "
+                                          r"\(2097152,\) needs"):
+        F.decode(np.broadcast_to(one, (2**21,)))
+    with pytest.raises(MemoryError, match=r"the extension elements of `a`: an array of shape "
+                                          r"\(131072, 4\) needs"):
+        E.from_base(np.broadcast_to(one, (2**17,)))
+    assert F.decode(np.broadcast_to(one, (100,))).tolist() == [1] * 100
 
 
 def test_bad_input_errors():
@@ -311,6 +320,17 @@ def test_bad_input_errors():
         F.add(F.ones(3), F.ones(4))  # a lone axis of 4: as likely base elements, no hint
     assert np.array_equal(F.ext.mul(F.random(3, seed=1), x),
                           F.ext.mul(F.ext.from_base(F.random(3, seed=1)), x))
+    # the reverse: base words of shape (..., 4) in an extension op point to as_base
+    y, w = F.ext.random((3, 4), seed=3), F.random((3, 4), seed=4)
+    for first, second, name in ((y, w, "b"), (w, y, "a")):
+        with pytest.raises(ValueError, match=rf"do not broadcast: .* \(`{name}`, of shape "
+                                             rf"\(3, 4\), was read as extension elements.*"
+                                             rf"mark them, KoalaBear\.ext\.as_base\({name}\)\)$"):
+            F.ext.add(first, second)
+    with pytest.raises(ValueError, match=r"do not broadcast: `a` \(3, 4\), `b` \(5,\)$"):
+        F.ext.add(y, F.random((5, 4), seed=5))  # no broadcast either way: no hint
+    np.testing.assert_array_equal(F.ext.add(y, F.ext.as_base(w)),  # what the hint says
+                                  F.ext.add(y, F.ext.from_base(w)))
     with pytest.raises(ValueError, match="trailing axis of length 4"):
         F.ext.neg(F.random((4, 3), seed=0))
     with pytest.raises(ValueError, match="trailing axis of length 4"):
@@ -339,8 +359,8 @@ def test_bad_input_errors():
         F.encode([1, 10**4300])
     assert F.decode(F.pow(F.encode([5]), -10**4300)).tolist() == \
         [pow(pow(5, -1, F.p), 10**4300, F.p)]
-    with pytest.raises(ValueError, match=r"e = -\(an integer of 14285 bits\) < 0: element at "
-                                         r"index \(1,\) is zero"):
+    with pytest.raises(ValueError, match=r"e = -\(an integer of 14285 bits\) < 0: `a`: element "
+                                         r"at index \(1,\) is zero"):
         F.pow(F.encode([5, 0]), -10**4300)
     with pytest.raises(TypeError, match=r"`a` must have dtype uint32 in native byte order, not "
                                         r">u4 \(byte-swapped\); convert it"):

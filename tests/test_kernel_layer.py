@@ -731,6 +731,12 @@ def misuse_cases():
         ("ext map2 shifted by a word", inplace(lambda k, d, f, x, buf: k.ext4_map2(
             OP_MUL, A(d, m), x, buf[1:m + 1], f)),
          ValueError, ["`out`", "`b`", "overlaps"]),
+        ("base map2 in place over a, b shifted over it", inplace(  # (out is a: allowed)
+            lambda k, d, f, x, buf: k.base_map2(OP_ADD, x, buf[1:m + 1], x, f)),
+         ValueError, ["`out`", "`b`", "overlaps"]),
+        ("ext map2 in place over b, a shifted over it", inplace(
+            lambda k, d, f, x, buf: k.ext4_map2(OP_MUL, buf[4:m + 4], x, x, f)),
+         ValueError, ["`out`", "`a`", "overlaps"]),
         ("base neg half over", inplace(lambda k, d, f, x, buf: k.base_map1(
             OP_NEG, x, buf[m // 2:m // 2 + m], f)),
          ValueError, ["`out`", "overlaps"]),

@@ -50,7 +50,7 @@ from .kernels.launch_checks import check_field
 
 _U32 = np.dtype(np.uint32)
 #: The extension ops that take an ``as_base(...)`` marker (named by every refusal of one).
-_MARK_TAKERS = "add, sub, mul, div, eq_table and mle_eval"
+_MARK_TAKERS = "add, sub, mul and div operands and the `point` of eq_table and mle_eval"
 
 __all__ = ["PrimeField", "ExtensionField", "BaseOperand", "KoalaBear", "BabyBear"]
 
@@ -290,6 +290,9 @@ def _resolve_values_point(values, point, backend):
     _backend.resolve(named, backend)
 
 
+#: The largest array in bytes (np.iinfo costs ~2 us a call, and every result is checked).
+_INTP_MAX = int(np.iinfo(np.intp).max)
+
 #: Elements from which :func:`_result_first` allocates the result up front.
 _RESULT_FIRST_SIZE = 1 << 20
 
@@ -302,7 +305,7 @@ def _check_size(shape, what, itemsize=4, host=False):
     argument, and an overcommitting OS may grant the allocation and kill the
     process that fills it."""
     nbytes = math.prod(shape) * itemsize  # Python ints: no wrap-around
-    if nbytes > np.iinfo(np.intp).max:
+    if nbytes > _INTP_MAX:
         raise ValueError(f"{what}: an array of shape {tuple(shape)} ({nbytes} bytes) is "
                          f"larger than any array can be")
     have = _backend.physical_memory() if host else None
@@ -333,7 +336,11 @@ def _result_first(a, out):
 def _same_words(out, x, alias) -> bool:
     """Whether input ``x`` is one of ``alias`` and holds exactly the words of
     C-contiguous ``out`` (same first address and size, C-contiguous)."""
-    if not any(x is y for y in alias) or not x.flags.c_contiguous or x.nbytes != out.nbytes:
+    if not any(x is y for y in alias):
+        return False
+    if x is out:  # (the common in-place call: no address read, ~2 us each)
+        return True
+    if not x.flags.c_contiguous or x.nbytes != out.nbytes:
         return False
     if isinstance(out, np.ndarray):
         return isinstance(x, np.ndarray) and \
@@ -627,6 +634,9 @@ class _FieldBase:
         # Chunked (see _blocks): the uint64 products stay chunk-sized.  The
         # canonical check runs per block too: on the host the first bad block
         # raises, on a device the flags are read once after the blocks.
+        # (a broadcast view may be larger than memory: refused by name, as ops are)
+        if words.size > 1 << 20:
+            _check_size(tuple(words.shape), "the values of `words`", host=xp is np)
         out = xp.empty_like(words, dtype=np.uint32)  # the layout astype gave
         bad = []
         # words in C order: the backend's kernel (one Montgomery reduction
@@ -775,14 +785,25 @@ class _FieldBase:
             if "mismatch" not in str(exc):  # too large a result, too many axes
                 raise ValueError(f"element shapes {desc} cannot be broadcast: {exc}") from None
             raise ValueError(f"element shapes do not broadcast: {desc}"
-                             f"{self._ext_hint(shapes)}") from None
+                             f"{self._ext_hint(shapes, degrees)}") from None
         return kind, backend, shape, degrees
 
-    def _ext_hint(self, shapes: dict) -> str:
+    def _ext_hint(self, shapes: dict, degrees: dict) -> str:
         """A hint for base-field ops given extension data: the shapes would
         broadcast with a trailing axis of 4 read as the extension's (the
-        extension ops take base operands too)."""
-        if self.degree != 1:
+        extension ops take base operands too); for extension ops, the reverse:
+        base words whose last axis happens to be 4 were read as extension
+        elements."""
+        if self.degree == 4:
+            for name in (n for n in shapes if degrees[n] == 4):
+                try:
+                    np.broadcast_shapes(*(s + (4,) if n == name else s
+                                          for n, s in shapes.items()))
+                except ValueError:
+                    continue
+                return (f" (`{name}`, of shape {shapes[name] + (4,)}, was read as extension "
+                        f"elements, trailing axis of 4; base words of that shape broadcast: "
+                        f"mark them, {self.base.name}.ext.as_base({name}))")
             return ""
         # (a lone axis of 4 is as likely four base elements: no hint there)
         ext = [n for n, s in shapes.items() if len(s) >= 2 and s[-1] == 4]
@@ -1186,7 +1207,7 @@ class _FieldBase:
 
     def inv(self, a, out=None, *, backend=None):
         """Elementwise inverse ``a**-1``; raises ``ValueError`` naming a zero entry."""
-        return self._inv(a, out, backend, "inv")
+        return self._inv(a, out, backend, "inv: `a`")
 
     def div(self, a, b, out=None, *, backend=None):
         """Elementwise quotient ``a / b = a * b**-1`` (NumPy broadcasting, as
@@ -1236,7 +1257,7 @@ class _FieldBase:
         if self.degree == 4:
             _element_shape(a, 4, "a")
         out = _result_first(a, out)
-        self._raise_if_zero(a, "batch_inv", backend)
+        self._raise_if_zero(a, "batch_inv: `a`", backend)
         if self.degree == 4:
             return self._map(monty.OP_INV, out, backend, a=a)
         kind, backend, shape, degrees = self._prepare({"a": a}, backend)
@@ -1687,7 +1708,7 @@ class _FieldBase:
         invert = e < 0  # a ** e = inv(a) ** -e
         if invert:
             out = _result_first(a, out)
-            self._raise_if_zero(a, f"pow with e = {_int_text(e)} < 0", backend)
+            self._raise_if_zero(a, f"pow with e = {_int_text(e)} < 0: `a`", backend)
             e = -e
         order = self.p ** self.degree - 1
         e_red = 0 if e == 0 else (e - 1) % order + 1
@@ -1905,7 +1926,7 @@ class ExtensionField(_FieldBase):
         a = np.asarray(a) if isinstance(a, np.generic) else a
         kind = "numpy" if _backend.array_kind(a) == "numpy" else "cupy"
         xp = _backend.get_xp(kind)
-        _check_size(tuple(a.shape) + (4,), "the extension elements of `a`")
+        _check_size(tuple(a.shape) + (4,), "the extension elements of `a`", host=xp is np)
         out = xp.zeros(tuple(a.shape) + (4,), dtype=np.uint32)
         xp.remainder(_backend.to_module(a, kind), np.uint32(self.p), out=out[..., 0])
         return out
