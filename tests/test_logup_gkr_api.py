@@ -134,7 +134,10 @@ def test_jagged_schedule_errors():
     with pytest.raises(ValueError, match=r"out_row_counts\[0\] = 18446744073709551616"):
         jagged_layer_transition(layer, [2**64, 1])
     with pytest.raises(TypeError, match="`max_row_count` must be an integer"):
-        halving_schedule(layer, max_row_count="abc")  # host counts: unused, still checked
+        halving_schedule(layer, max_row_count="abc")
+    with pytest.raises(ValueError, match=r"`max_row_count` must bound every row count, but "
+                                         r"row_counts\[0\] = 5 > 4"):
+        halving_schedule(layer, max_row_count=4)  # (it would truncate segment 0)
     # a schedule's step is both arguments: the loop a user writes by hand
     walked = [layer]
     for step in halving_schedule(layer):
@@ -864,6 +867,25 @@ def test_gpu_device_schedule_with_bound_at_most_one_still_reaches_a_floor(counts
     assert _batch_sums(want, len(counts)) == _batch_sums(got, len(counts))
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("bound", [4, 9])
+def test_gpu_bounded_schedule_is_the_hosts_step_for_step(bound):
+    """One call, one pyramid: halving_schedule(layer, max_row_count=M) takes the
+    same steps on device counts as on host ones, so the pyramids agree byte for
+    byte (dead slots included), not only in their sums."""
+    import cupy
+    counts = [3, 1, 0, 4]
+    host = four(sum(counts) + 2, (False, True))
+    first = JaggedGkrLayer(*host, counts)
+    d_first = JaggedGkrLayer(*(cupy.asarray(x) for x in host), cupy.asarray(counts, np.int32))
+    steps, d_steps = (halving_schedule(x, max_row_count=bound) for x in (first, d_first))
+    assert [(s.row_counts.tolist(), s.width) for s in steps] == \
+        [(s.row_counts.get().tolist(), s.width) for s in d_steps]
+    for a, b in zip(build_jagged_pyramid(first, steps), build_jagged_pyramid(d_first, d_steps)):
+        for x, y in zip(a.mles, b.mles):
+            np.testing.assert_array_equal(x, y.get())
+
+
 def _batch_sums(out, nb):
     """``n0/d0 + n1/d1`` of every batch element of a floor's outputs (decoded)."""
     E = KoalaBear.ext
@@ -1037,6 +1059,32 @@ def test_a_field_of_a_reloaded_module_is_refused_saying_why():
                              "the modules using them from one import (reload those too, or "
                              "restart the interpreter)") or "not PrimeField -- a field of " \
             "another import" in line, line
+
+
+@pytest.mark.parametrize("counts, bound", [([5, 3, 0, 1], 5), ([5, 3, 0, 1], 16),
+                                           ([1, 1], 1), ([0, 0], 0), ([2, 7], 7)])
+def test_a_bounded_schedule_of_host_counts_is_the_device_ones(counts, bound):
+    """With max_row_count the steps follow from the bound and the width
+    alone, on host counts as on device ones (it was ignored on the host, so
+    one call gave two pyramids): ceil(log2 M) steps, at least one, widths
+    min(nb ceil(M / 2**t), floor(w / 2) + nb); the per-batch sums are the
+    exact schedule's."""
+    layer = JaggedGkrLayer(*four(sum(counts) + 3, (False, True)), counts)
+    steps = halving_schedule(layer, max_row_count=bound)
+    nb, width, want = len(counts), layer.width, []
+    rc, m = np.array(counts), bound
+    while m > 1 or not want:
+        m = (m + 1) // 2
+        rc = np.maximum((rc + 1) // 2, 1)
+        width = min(nb * max(m, 1), width // 2 + nb)
+        want.append((rc.tolist(), width))
+    assert [(s.row_counts.tolist(), s.width) for s in steps] == want
+    assert len(steps) == max(1, (bound - 1).bit_length())
+    floor = build_jagged_pyramid(layer, steps)[-1]
+    exact = build_jagged_pyramid(layer, halving_schedule(layer))[-1]
+    assert floor.width == nb and floor.row_counts.tolist() == [1] * nb
+    got, ref = extract_jagged_outputs(floor), extract_jagged_outputs(exact)
+    assert _batch_sums(got, nb) == _batch_sums(ref, nb)
 
 
 def test_from_segments_width_may_equal_the_rows_the_segments_need():

@@ -1607,18 +1607,22 @@ def halving_schedule(layer: JaggedGkrLayer, max_row_count: int | None = None) ->
     ----------
     layer : JaggedGkrLayer
     max_row_count : int, optional
-        Only for device row counts: an upper bound ``M`` on every count (of
-        *rows*, not leaves: a segment of ``m`` leaves from
-        :meth:`JaggedGkrLayer.from_segments` has ``ceil(m / 2)`` rows; a
-        looser bound adds steps and changes the floor's split, not its sums).  The
-        steps are then computed on the device (no synchronization) with widths
-        ``min(nb * ceil(M / 2**t), floor(w / 2) + nb)`` that bound the live
-        rows; the last width is ``nb``.  There is always at least one step
-        (with ``M <= 1`` a count may be 0, and the device counts are not read):
+        An upper bound ``M`` on every count (of *rows*, not leaves: a segment
+        of ``m`` leaves from :meth:`JaggedGkrLayer.from_segments` has
+        ``ceil(m / 2)`` rows; a looser bound adds steps and changes the floor's
+        split, not its sums).  The number of steps and their widths then follow
+        from ``M`` and the layer's width alone -- ``ceil(log2(M))`` steps
+        (at least one), widths ``min(nb * ceil(M / 2**t), floor(w / 2) + nb)``
+        that bound the live rows, the last ``nb`` -- and the counts are halved
+        where they are: on the device without a synchronization (never read),
+        on the host checked against ``M``.  So the same call gives the same
+        schedule, hence the same pyramid, whether the counts are host or device
+        arrays (a fixed depth, as a prover's circuit may need).  There is
+        always at least one step (with ``M <= 1`` a device count may be 0):
         for counts that already are a floor, that step folds each row's two
-        children -- same per-batch sums.  Without it, device counts are copied
-        to the host once (one synchronization) and the exact schedule is
-        returned.
+        children -- same per-batch sums.  Without ``M``, device counts are
+        copied to the host once (one synchronization) and the exact schedule
+        below is returned.
 
     Returns
     -------
@@ -1630,20 +1634,27 @@ def halving_schedule(layer: JaggedGkrLayer, max_row_count: int | None = None) ->
     """
     _require(layer, JaggedGkrLayer, "layer")
     nb = layer.num_batches
-    if max_row_count is not None:  # checked also where host counts make it unused
+    if max_row_count is not None:
         bound = _check_int(max_row_count, "max_row_count", 0, _INT32_MAX)
-    if not layer.counts_on_host and max_row_count is not None:
-        cp = _backend.get_xp("cupy")
         counts, width, steps = layer._counts, layer.width, []
-        # the steps' counts are computed by CuPy on its current device, where the
-        # pyramid's kernels will launch: counts of another device are refused, as
-        # every other entry point refuses the layer there
-        _backend.check_current_device(_backend.device_of(counts), "layer")
+        if layer.counts_on_host:
+            xp = np
+            if nb and int(counts.max()) > bound:  # (a bound too low would truncate)
+                s = int(np.argmax(counts > bound))
+                raise ValueError(f"Argument `max_row_count` must bound every row count, "
+                                 f"but row_counts[{s}] = {counts[s]} > {bound}")
+        else:
+            xp = _backend.get_xp("cupy")
+            # the steps' counts are computed by CuPy on its current device, where
+            # the pyramid's kernels will launch: counts of another device are
+            # refused, as every other entry point refuses the layer there
+            _backend.check_current_device(_backend.device_of(counts), "layer")
         # at least one step: with M <= 1 a count may still be 0 (no way to tell
-        # without reading the counts), and the step gives it its neutral row
+        # without reading device counts), and the step gives it its neutral row;
+        # host counts take the same steps, so both give one pyramid
         while bound > 1 or not steps:
             bound = (bound + 1) // 2
-            counts = cp.maximum((counts + 1) // 2, 1).astype(np.int32)
+            counts = xp.maximum((counts + 1) // 2, 1).astype(np.int32)
             width = min(nb * max(bound, 1), width // 2 + nb)
             steps.append(JaggedStep(counts, width))
         return steps
