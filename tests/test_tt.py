@@ -1225,6 +1225,50 @@ def test_unstacked_trains_match_ragged(rng, path):
         np.testing.assert_allclose(ttsv[b, : len(rttsv[b])], rttsv[b], rtol=1e-9, atol=1e-12)
 
 
+def test_svd_rtol_cuts_the_numerically_zero_directions_of_a_sum(xy, path):
+    """(x + x).svd() kept the sum's doubled ranks (singular values of 1e-31 kept;
+    a user review); with rtol each step cuts at rtol times its largest value,
+    per stack element: the ranks are x's own, and the error is still exactly
+    the discarded values."""
+    x, y, xd, yd, _, _ = xy
+    own, _ = x.svd()  # x's minimal ranks
+    plain, _ = (x + x).svd()
+    assert (plain.tucker_ranks > own.tucker_ranks).any()  # what rtol is for
+    tr, (tsv, ttsv) = (x + x).svd(rtol=1e-12)
+    np.testing.assert_array_equal(tr.tucker_ranks, own.tucker_ranks)
+    np.testing.assert_array_equal(tr.tt_ranks, own.tt_ranks)
+    check_orthogonality(tr, "left")
+    for s in range(2):
+        assert rel_err(tr.to_dense()[s], 2 * xd[s]) < 1e-9
+    # a tolerance that binds: each step keeps the values above rtol * its first
+    rtol = 0.3
+    cut, (tsv, ttsv) = (x + y).svd(rtol=rtol)
+    dense, want = cut.to_dense(), np.asarray(xd) + np.asarray(yd)
+    for s in range(2):
+        for i in range(3):  # (a lossless bound may cut further, never less)
+            assert cut.tucker_ranks[i, s] <= max(1, (tsv[i, s] > rtol * tsv[i, s, 0]).sum())
+            assert (tsv[i, s, :cut.tucker_ranks[i, s]] > rtol * tsv[i, s, 0]).all()
+        for b in range(2):
+            assert cut.tt_ranks[b + 1, s] <= max(1, (ttsv[b, s] > rtol * ttsv[b, s, 0]).sum())
+            assert (ttsv[b, s, :cut.tt_ranks[b + 1, s]] > rtol * ttsv[b, s, 0]).all()
+        discarded = sum(np.sum(tsv[i, s, cut.tucker_ranks[i, s]:] ** 2) for i in range(3))
+        discarded += sum(np.sum(ttsv[b, s, cut.tt_ranks[b + 1, s]:] ** 2) for b in range(2))
+        err2 = np.sum((dense[s] - want[s]) ** 2)
+        assert err2 > 1e-6 * np.sum(want[s] ** 2)  # it cut something
+        np.testing.assert_allclose(err2, discarded, rtol=1e-8, atol=1e-12 * np.sum(want[s] ** 2))
+    # with max ranks too, the smaller of the two wins
+    both, _ = (x + y).svd(max_tt_ranks=1, rtol=rtol)
+    assert (both.tt_ranks <= 1).all()
+    assert (both.tucker_ranks <= cut.tucker_ranks).all()
+    # a zero train (all singular values 0, none above rtol * 0) keeps one slot
+    zero, _ = (x * 0.0).svd(rtol=0.5)
+    assert (zero.tucker_ranks == 1).all() and (zero.tt_ranks == 1).all()
+    assert not zero.to_dense().any()
+    for bad in (-0.1, 1.0, True, "1e-3", np.nan):
+        with pytest.raises(ValueError, match=r"`rtol` must be a number in \[0, 1\)"):
+            x.svd(rtol=bad)
+
+
 def test_svd_rank_arguments_are_checked(rng):
     x, _ = stacked_pair(rng, X_RANKS)
     with pytest.raises(ValueError, match="max_tt_ranks"):
@@ -2471,6 +2515,7 @@ def test_cupy_supercores_match_numpy(xy):
         (gx.entries(idx), x.entries(idx)), ((gx + gy).to_dense(), (x + y).to_dense()),
         (gx.hadamard(gy).to_dense(), x.hadamard(y).to_dense()),
         (gx.svd(2, 2)[0].to_dense(), x.svd(2, 2)[0].to_dense()),
+        ((gx + gx).svd(rtol=1e-12)[0].tt_supercore, (x + x).svd(rtol=1e-12)[0].tt_supercore),
         ((gx + gy).compact(r=7).tt_supercore, (x + y).compact(r=7).tt_supercore),
     ]
     G = np.array(x.tt_supercore)  # the same tensor, cores far from 1: products rebalanced

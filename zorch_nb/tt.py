@@ -471,9 +471,11 @@ class UniformTuckerTensorTrain:
         :func:`ut3_orthogonalize`)."""
         return type(self)(*ut3_orthogonalize(self.data, kind))
 
-    def svd(self, max_tucker_ranks=None, max_tt_ranks=None):
-        """Truncating T3-SVD: ``(train, (tucker_svs, tt_svs))`` (see :func:`ut3_svd`)."""
-        data, svs = ut3_svd(self.data, max_tucker_ranks, max_tt_ranks)
+    def svd(self, max_tucker_ranks=None, max_tt_ranks=None, rtol=None):
+        """Truncating T3-SVD: ``(train, (tucker_svs, tt_svs))`` (see :func:`ut3_svd`;
+        ``rtol`` also cuts the singular values at most ``rtol`` times each step's
+        largest: ``(x + x).svd(rtol=1e-12)`` has ``x``'s ranks)."""
+        data, svs = ut3_svd(self.data, max_tucker_ranks, max_tt_ranks, rtol)
         return type(self)(*data), svs
 
     # -- evaluation ----------------------------------------------------------

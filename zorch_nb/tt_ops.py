@@ -755,6 +755,13 @@ def _kept_rank(xp, sv, shape, limit, rtol):
     return max(1, min(k, limit if limit is not None else k))
 
 
+def _check_rtol(rtol):
+    """Refuse an ``rtol`` that is not None or a real number in ``[0, 1)``."""
+    if rtol is not None and (isinstance(rtol, (bool, np.bool_)) or not isinstance(
+            rtol, (int, float, np.integer, np.floating)) or not 0 <= rtol < 1):
+        raise ValueError(f"Argument `rtol` must be a number in [0, 1), not {rtol!r}.")
+
+
 def t3_from_dense(dense, max_tucker_ranks=None, max_tt_ranks=None, rtol=None):
     """A ragged train of a dense tensor: Tucker bases by SVD, then TT-SVD of the core.
 
@@ -797,9 +804,7 @@ def t3_from_dense(dense, max_tucker_ranks=None, max_tt_ranks=None, rtol=None):
                          f"not shape {tuple(dense.shape)}.")
     if not _finite(xp, dense):
         raise ValueError("Argument `dense` must hold finite numbers only (NaN or inf found).")
-    if rtol is not None and (isinstance(rtol, (bool, np.bool_)) or not isinstance(
-            rtol, (int, float, np.integer, np.floating)) or not 0 <= rtol < 1):
-        raise ValueError(f"Argument `rtol` must be a number in [0, 1), not {rtol!r}.")
+    _check_rtol(rtol)
     d = dense.ndim
     max_tk = _max_ranks(max_tucker_ranks, d, "max_tucker_ranks")
     max_tt = _max_ranks(max_tt_ranks, d - 1, "max_tt_ranks")
@@ -1898,7 +1903,7 @@ def _repair_xp(xp, Q, row_mask, kcount):
     return Q
 
 
-def _frame(A, row_mask, kcount, svcount, K):
+def _frame(A, row_mask, kcount, svcount, K, rtol=None):
     """Pad-safe left frame of masked matrices.
 
     Parameters
@@ -1908,12 +1913,16 @@ def _frame(A, row_mask, kcount, svcount, K):
     kcount : host ints ``(...)`` -- real output columns (<= real rows).
     svcount : host ints ``(...)`` -- real singular values (min of real sizes).
     K : int -- padded number of output columns.
+    rtol : float, optional -- also drop the columns whose singular values are
+        at most ``rtol`` times the largest (per matrix; at least one column
+        where there is a singular value): ``kcount`` then depends on them.
 
     Returns
     -------
     Q : ``(..., M, K)`` orthonormal on the real rows, zero elsewhere and
         beyond ``kcount``, each column's entries summing to >= 0.
     sv : ``(..., K)`` singular values, zero beyond ``svcount``.
+    kcount : host ints ``(...)``, with ``rtol`` only -- the columns kept.
 
     On CuPy the finiteness check is a synchronization (one bool read back
     per call): the price of failing clearly instead of hanging.
@@ -1939,6 +1948,12 @@ def _frame(A, row_mask, kcount, svcount, K):
     else:
         u = xp.concatenate([u, xp.zeros(batch + (M, K - L), dtype=u.dtype)], axis=-1)
         s = xp.concatenate([s, xp.zeros(batch + (K - L,), dtype=s.dtype)], axis=-1)
+    sv = xp.where(xp.asarray(_prefix(svcount, K)), s, 0)
+    if rtol is not None:
+        # (the singular values come to the host: ranks are host data)
+        host = sv if xp is np else sv.get()
+        above = (host > rtol * host[..., :1]).sum(-1)
+        kcount = np.minimum(kcount, np.maximum(above, np.minimum(svcount, 1)))
     B = int(np.prod(batch, dtype=np.int64))
     rm = _kernel_array(np.broadcast_to(row_mask, batch + (M,)).reshape(B, M))
     kc = _kernel_array(np.broadcast_to(kcount, batch).reshape(B), np.int64)
@@ -1948,7 +1963,8 @@ def _frame(A, row_mask, kcount, svcount, K):
         Q = np.swapaxes(F, 1, 2)
     else:
         Q = _repair_xp(xp, u.reshape(B, M, K), rm, kc)
-    sv = xp.where(xp.asarray(_prefix(svcount, K)), s, 0)
+    if rtol is not None:
+        return Q.reshape(batch + (M, K)), sv, kcount
     return Q.reshape(batch + (M, K)), sv
 
 
@@ -2092,16 +2108,21 @@ def _tt_up(xp, U, G, mk, mt):
     return _matmul(xp, R, U), xp.ascontiguousarray(G), _prefix(kcount, n)
 
 
-def _left_step(xp, G, mk, mt, i, max_rank=None):
+def _left_step(xp, G, mk, mt, i, max_rank=None, rtol=None):
     """Left-orthonormalize TT core ``i`` (SVD of its left unfolding), pushing the
-    remainder into core ``i + 1``; optionally truncate bond ``i + 1``.  Returns
-    the bond's singular values ``(S, r)``.  Updates ``G`` and ``mt`` in place."""
+    remainder into core ``i + 1``; optionally truncate bond ``i + 1`` (to
+    ``max_rank``, and past the singular values at most ``rtol`` times the
+    largest).  Returns the bond's singular values ``(S, r)``.  Updates ``G``
+    and ``mt`` in place."""
     _, S, r, n, _ = G.shape
     A = G[i].reshape(S, r * n, r)
     rows = _pair_mask(mt[i], mk[i])
     svcount = np.minimum(rows.sum(-1), mt[i + 1].sum(-1))
     kcount = svcount if max_rank is None else np.minimum(svcount, max_rank)
-    Q, sv = _frame(A, rows, kcount, svcount, r)
+    if rtol is None:
+        Q, sv = _frame(A, rows, kcount, svcount, r)
+    else:
+        Q, sv, kcount = _frame(A, rows, kcount, svcount, r, rtol)
     R = _matmul(xp, xp.swapaxes(Q, -1, -2), A)
     G[i] = Q.reshape(S, r, n, r)
     G[i + 1] = _matmul(xp, R, G[i + 1].reshape(S, r, n * r)).reshape(S, r, n, r)
@@ -2236,17 +2257,21 @@ def _max_ranks(value, count, name):
     return [min(int(v), np.iinfo(np.int64).max) for v in value]
 
 
-def _tucker_step(xp, U, G, mk, mt, i, max_rank=None):
+def _tucker_step(xp, U, G, mk, mt, i, max_rank=None, rtol=None):
     """Truncate the Tucker rank of core ``i`` (SVD of its mode unfolding) to at
-    most ``r_i r_{i+1}`` and ``max_rank``; the Tucker core takes the frame, the
-    TT core the rest.  Returns the singular values ``(S, n)``.  Updates ``U``,
-    ``G`` and ``mk`` in place."""
+    most ``r_i r_{i+1}`` and ``max_rank`` (and past the singular values at most
+    ``rtol`` times the largest); the Tucker core takes the frame, the TT core
+    the rest.  Returns the singular values ``(S, n)``.  Updates ``U``, ``G``
+    and ``mk`` in place."""
     _, S, r, n, _ = G.shape
     A = G[i].transpose(0, 1, 3, 2).reshape(S, r * r, n)
     rows = _pair_mask(mt[i], mt[i + 1])
     svcount = np.minimum(rows.sum(-1), mk[i].sum(-1))
     kcount = svcount if max_rank is None else np.minimum(svcount, max_rank)
-    P, sv = _frame(xp.swapaxes(A, -1, -2), mk[i], kcount, svcount, n)
+    if rtol is None:
+        P, sv = _frame(xp.swapaxes(A, -1, -2), mk[i], kcount, svcount, n)
+    else:
+        P, sv, kcount = _frame(xp.swapaxes(A, -1, -2), mk[i], kcount, svcount, n, rtol)
     G[i] = _matmul(xp, A, P).reshape(S, r, r, n).transpose(0, 1, 3, 2)
     U[i] = _matmul(xp, xp.swapaxes(P, -1, -2), U[i])
     mk[i] = _prefix(kcount, n)
@@ -2291,8 +2316,8 @@ def _bond_bound(xp, G, mk, mt, i):
 
 
 @_float64_retry(check_result=True)
-def ut3_svd(data, max_tucker_ranks=None, max_tt_ranks=None):
-    """Max-rank truncating T3-SVD.
+def ut3_svd(data, max_tucker_ranks=None, max_tt_ranks=None, rtol=None):
+    """Max-rank (and optionally relative-tolerance) truncating T3-SVD.
 
     Squash the tails, make the Tucker cores orthonormal, right-orthogonalize,
     then sweep left to right: at core ``i`` truncate the Tucker rank (SVD of
@@ -2311,6 +2336,15 @@ def ut3_svd(data, max_tucker_ranks=None, max_tt_ranks=None):
     ----------
     max_tucker_ranks : int or sequence of ``d`` ints, optional
     max_tt_ranks : int or sequence of ``d - 1`` ints (interior bonds), optional
+    rtol : float in ``[0, 1)``, optional
+        Also discard, at each truncating step and per stack element, the
+        singular values at most ``rtol`` times that step's largest (one is
+        always kept where there is one).  Without it nothing is cut below
+        the max ranks, numerically zero directions included: ``(x +
+        x).svd()`` keeps the sum's doubled ranks, ``(x + x).svd(rtol=1e-12)``
+        returns ``x``'s (:meth:`from_dense` cuts at NumPy's ``matrix_rank``
+        tolerance by default).  On CuPy each step's singular values are
+        then read back to the host (ranks are host data).
 
     Returns
     -------
@@ -2326,7 +2360,9 @@ def ut3_svd(data, max_tucker_ranks=None, max_tt_ranks=None):
         error is exact: ``||x - result||^2`` is the sum of the squares of
         ``tucker_svs[i, ..., max_tucker_ranks[i]:]`` and
         ``tt_svs[b, ..., max_tt_ranks[b]:]`` (the lossless steps discard
-        nothing; they may leave ranks below these limits).
+        nothing; they may leave ranks below these limits); with ``rtol``, of
+        the values each step discarded (those past its limit or at most
+        ``rtol`` times its first).
 
         A train whose masks hold no slot of some core or bond (rank 0: the
         zero tensor) keeps that rank 0, which ``to_t3`` refuses (ragged
@@ -2354,6 +2390,7 @@ def ut3_svd(data, max_tucker_ranks=None, max_tt_ranks=None):
     xp = p.xp
     max_tk = _max_ranks(max_tucker_ranks, p.d, "max_tucker_ranks")
     max_tt = _max_ranks(max_tt_ranks, p.d - 1, "max_tt_ranks")
+    _check_rtol(rtol)
     U, G = _masked(p)
     _check_finite_input(xp, U, G, "SVD")
     U, G, e = _sweep_scaled(p, U, G)
@@ -2365,9 +2402,9 @@ def ut3_svd(data, max_tucker_ranks=None, max_tt_ranks=None):
     S, r, n = p.S, p.r, p.n
     tucker_svs, tt_svs = [], []
     for i in range(p.d):
-        tucker_svs.append(_tucker_step(xp, U, G, mk, mt, i, max_tk[i]))
+        tucker_svs.append(_tucker_step(xp, U, G, mk, mt, i, max_tk[i], rtol))
         if i < p.d - 1:
-            tt_svs.append(_left_step(xp, G, mk, mt, i, max_tt[i]))
+            tt_svs.append(_left_step(xp, G, mk, mt, i, max_tt[i], rtol))
             _tucker_bound(xp, U, G, mk, mt, i)  # bond i + 1 may have shrunk
     # Ranks are host data (counts and limits, never singular values), so this
     # pass costs SVDs only where a bound binds.  Cutting bond i can leave core
