@@ -1922,7 +1922,8 @@ def _frame(A, row_mask, kcount, svcount, K, rtol=None):
     Q : ``(..., M, K)`` orthonormal on the real rows, zero elsewhere and
         beyond ``kcount``, each column's entries summing to >= 0.
     sv : ``(..., K)`` singular values, zero beyond ``svcount``.
-    kcount : host ints ``(...)``, with ``rtol`` only -- the columns kept.
+    kcount : host ints ``(...)`` -- the columns kept (``kcount`` as given,
+        where no ``rtol`` cut it).
 
     On CuPy the finiteness check is a synchronization (one bool read back
     per call): the price of failing clearly instead of hanging.
@@ -1963,9 +1964,7 @@ def _frame(A, row_mask, kcount, svcount, K, rtol=None):
         Q = np.swapaxes(F, 1, 2)
     else:
         Q = _repair_xp(xp, u.reshape(B, M, K), rm, kc)
-    if rtol is not None:
-        return Q.reshape(batch + (M, K)), sv, kcount
-    return Q.reshape(batch + (M, K)), sv
+    return Q.reshape(batch + (M, K)), sv, kcount
 
 
 def _matmul(xp, a, b):
@@ -2090,7 +2089,7 @@ def _tucker_down(xp, U, G, shape, mk):
     d, S, n, N = U.shape
     phys = np.broadcast_to(_physical_mask(shape, N)[:, None, :], (d, S, N))
     kcount = np.minimum(mk.sum(-1), np.asarray(shape)[:, None])
-    P, _ = _frame(xp.swapaxes(U, -1, -2), phys, kcount, kcount, n)
+    P, _, _ = _frame(xp.swapaxes(U, -1, -2), phys, kcount, kcount, n)
     L = _matmul(xp, U, P)
     G = xp.swapaxes(_matmul(xp, xp.swapaxes(G, -1, -2), L[:, :, None]), -1, -2)
     return xp.ascontiguousarray(xp.swapaxes(P, -1, -2)), G, _prefix(kcount, n)
@@ -2102,7 +2101,7 @@ def _tt_up(xp, U, G, mk, mt):
     A = G.transpose(0, 1, 2, 4, 3).reshape(d, S, r * r, n)
     rows = _pair_mask(mt[:-1], mt[1:])
     kcount = np.minimum(rows.sum(-1), mk.sum(-1))
-    Q, _ = _frame(A, rows, kcount, kcount, n)
+    Q, _, _ = _frame(A, rows, kcount, kcount, n)
     R = _matmul(xp, xp.swapaxes(Q, -1, -2), A)
     G = Q.reshape(d, S, r, r, n).transpose(0, 1, 2, 4, 3)
     return _matmul(xp, R, U), xp.ascontiguousarray(G), _prefix(kcount, n)
@@ -2119,10 +2118,7 @@ def _left_step(xp, G, mk, mt, i, max_rank=None, rtol=None):
     rows = _pair_mask(mt[i], mk[i])
     svcount = np.minimum(rows.sum(-1), mt[i + 1].sum(-1))
     kcount = svcount if max_rank is None else np.minimum(svcount, max_rank)
-    if rtol is None:
-        Q, sv = _frame(A, rows, kcount, svcount, r)
-    else:
-        Q, sv, kcount = _frame(A, rows, kcount, svcount, r, rtol)
+    Q, sv, kcount = _frame(A, rows, kcount, svcount, r, rtol)
     R = _matmul(xp, xp.swapaxes(Q, -1, -2), A)
     G[i] = Q.reshape(S, r, n, r)
     G[i + 1] = _matmul(xp, R, G[i + 1].reshape(S, r, n * r)).reshape(S, r, n, r)
@@ -2145,7 +2141,7 @@ def _right_step(xp, G, mk, mt, i):
     A = G[i].reshape(S, r, n * r)
     cols = _pair_mask(mk[i], mt[i + 1])
     kcount = np.minimum(mt[i].sum(-1), cols.sum(-1))
-    P, _ = _frame(xp.swapaxes(A, -1, -2), cols, kcount, kcount, r)
+    P, _, _ = _frame(xp.swapaxes(A, -1, -2), cols, kcount, kcount, r)
     L = _matmul(xp, A, P)
     G[i] = xp.swapaxes(P, -1, -2).reshape(S, r, n, r)
     G[i - 1] = _matmul(xp, G[i - 1].reshape(S, r * n, r), L).reshape(S, r, n, r)
@@ -2268,10 +2264,7 @@ def _tucker_step(xp, U, G, mk, mt, i, max_rank=None, rtol=None):
     rows = _pair_mask(mt[i], mt[i + 1])
     svcount = np.minimum(rows.sum(-1), mk[i].sum(-1))
     kcount = svcount if max_rank is None else np.minimum(svcount, max_rank)
-    if rtol is None:
-        P, sv = _frame(xp.swapaxes(A, -1, -2), mk[i], kcount, svcount, n)
-    else:
-        P, sv, kcount = _frame(xp.swapaxes(A, -1, -2), mk[i], kcount, svcount, n, rtol)
+    P, sv, kcount = _frame(xp.swapaxes(A, -1, -2), mk[i], kcount, svcount, n, rtol)
     G[i] = _matmul(xp, A, P).reshape(S, r, r, n).transpose(0, 1, 3, 2)
     U[i] = _matmul(xp, xp.swapaxes(P, -1, -2), U[i])
     mk[i] = _prefix(kcount, n)
