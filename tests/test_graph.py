@@ -1677,6 +1677,30 @@ def test_eager_and_replay_name_the_same_failing_assertion_and_instance():
         run_computation_graph(g, [bad])
 
 
+def test_assert_eq_between_two_constants_is_decided_at_definition():
+    """Two integers cannot depend on the inputs: unequal ones were recorded and
+    then failed at every call; equal ones (a static check, say of a shape)
+    record nothing, so the kernel has no assertion to evaluate."""
+    with pytest.raises(KernelDefinitionError,
+                       match=r"kernel `never`, line \d+ \(`assert_eq\(3, 4\)`\): assert_eq "
+                             r"compares two different integer constants \(3 and 4\)"):
+        @kernel
+        def never(x: In[2], out: Out[()]):
+            assert_eq(3, 4)
+            out[()] = x[0]
+
+    @kernel
+    def static(x: In[2], out: Out[()]):
+        assert_eq(x.shape[0], 2)
+        assert_eq(np.int64(5), 5)
+        out[()] = x[0]
+
+    assert static.ir.asserts == ()
+    ctx = Context()
+    (y,) = ctx.call_kernel(static, 3, ctx.copy_to_device(np.arange(6).reshape(3, 2)))
+    assert ctx.copy_to_host(y).tolist() == [0, 2, 4]
+
+
 def test_one_evaluator_serves_every_padded_size():
     """The generated text does not depend on the outermost instance count: the
     same program recorded at other sizes (new power-of-two buckets) reuses its

@@ -514,9 +514,20 @@ def assert_eq(a, b) -> None:
     """Inside a ``@kernel`` body: require ``a == b`` in the field.
 
     Recorded in the IR; a call whose values break it raises ``ValueError``
-    naming the kernel, the line and the first failing instance.
+    naming the kernel, the line and the first failing instance.  Two Python
+    integers are compared when the kernel is defined: equal, nothing is
+    recorded (a static check, say of a shape); unequal, the definition is
+    refused, since the assertion would fail at every call.
     """
     tr = _active("assert_eq")
+    if is_int(a) and is_int(b):
+        if int(a) != int(b):
+            # (not reduced modulo p: the kernel's field is not known until it
+            # runs, and two distinct constants meant as one element are a slip)
+            tr.fail(f"assert_eq compares two different integer constants ({_text(a)} and "
+                    f"{_text(b)}), so it would fail at every call; compare a value computed "
+                    f"from the kernel's inputs")
+        return
     ids = []
     for v in (a, b):
         if isinstance(v, _Value):
