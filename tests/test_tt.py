@@ -2784,6 +2784,12 @@ def test_functional_errors_name_the_argument_at_fault(rng):
             func(bad, x.data)
     with pytest.raises(TypeError, match=r"Argument `trains\[1\]` must be a 4-tuple"):
         tt_ops.ut3_stack([x.data, bad])
+    # the one-train functions name their parameter, `data` (they said `x`)
+    for func in (tt_ops.ut3_to_dense, tt_ops.ut3_norm, tt_ops.ut3_unstack, tt_ops.ut3_svd):
+        with pytest.raises(TypeError, match=r"Argument `data` must be a 4-tuple .* of length 3"):
+            func(bad)
+    with pytest.raises(ValueError, match=r"Only a stacked train .* can be unstacked"):
+        tt_ops.ut3_unstack(x.data)
 
 
 def test_from_dense_pads_to_the_asked_n_and_r(rng):

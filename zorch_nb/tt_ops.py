@@ -90,7 +90,7 @@ class _Parts:
         return self.G.shape[2]
 
 
-def ut3_check(data, name="x"):
+def ut3_check(data, name="data"):
     """Validate a ``.data`` tuple and return it normalized.
 
     Returns
@@ -168,7 +168,7 @@ def ut3_check(data, name="x"):
     return (U, G, shape, masks)
 
 
-def _parts(data, name="x"):
+def _parts(data, name="data"):
     U, G, shape, masks = ut3_check(data, name)
     xp = array_module(U)
     d, stack = U.shape[0], tuple(U.shape[1:-2])
@@ -1080,7 +1080,8 @@ def ut3_unstack(data):
     """Split a stacked train along its first stack axis into a tuple."""
     p = _parts(data)
     if not p.stack:
-        raise ValueError("Argument `x` must be stacked (stack_shape non-empty), not unstacked.")
+        raise ValueError("Only a stacked train (stack_shape non-empty) can be unstacked; this "
+                         "one is a single train.")
     U, G = _masked(p)
     K, rest = p.stack[0], p.stack[1:]
     S1 = p.S // K
