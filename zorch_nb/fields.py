@@ -1397,13 +1397,22 @@ class _FieldBase:
         point : uint32 words, ``nv`` elements, base ``(nv,)`` or extension ``(nv, 4)``
             On the extension field either may be base (it is embedded); on the
             base field both are base words (an extension point: ``F.ext.mle_eval``).
-            A base point marked with ``as_base`` is taken too (as
-            :meth:`eq_table` takes one).
+            A 1-d point is read as base coordinates whatever its length
+            (one extension coordinate is shape ``(1, 4)``): ``values`` fix
+            ``nv``, so unlike :meth:`eq_table` no mark is needed; one marked
+            with ``as_base`` is taken too.
         backend : {None, "cpu", "cupy", "numba"}, optional
 
         Returns
         -------
         One element: a 0-d base array, or shape ``(4,)`` on the extension.
+
+        Raises
+        ------
+        ValueError
+            ``values`` not ``2**nv`` elements, or ``point`` not ``nv`` of them.
+        TypeError
+            Operands that are not uint32 arrays of one module.
         """
         if type(point) is BaseOperand and self.degree == 4:
             point = self._unmark(point, "point")
@@ -1794,12 +1803,10 @@ _ELEMENTWISE_DOC = """
 Parameters
 ----------
 {names} : uint32 array of Montgomery words (NumPy or CuPy), or a NumPy uint32 scalar
-    Elements of this field: ``(...)`` base, ``(..., 4)`` extension (on
-    ``F.ext`` a base operand is embedded as ``(a, 0, 0, 0)``, see
-    :meth:`ExtensionField.as_base`).  Any word, read mod p.  Python
-    integers and canonical values are not words: convert them with
-    :meth:`encode` first (a Python int is refused).
-out : uint32 array, optional
+    Elements of this field: ``(...)`` base, ``(..., 4)`` extension{embed}.  Any
+    word, read mod p.  Python integers and canonical values are not words:
+    convert them with :meth:`encode` first (a Python int is refused).
+{extra}out : uint32 array, optional
     Of the result's shape, in the operands' module; written and returned.
     It may be an operand itself (written in place, no temporary; ``inv``
     excepted, whose kernels assume no aliasing: there it goes through a
@@ -1813,15 +1820,42 @@ Returns
 uint32 array
     Canonical Montgomery words of the broadcast element shape (0-d for
     scalar operands), in the operands' module; ``out`` where given.
+
+Raises
+------
+TypeError
+    An operand or ``out`` that is not a uint32 array, or not in the
+    operands' module; a ``backend`` that is not a string or None.{type_extra}
+ValueError
+    Element shapes that do not broadcast; an ``out`` of another shape or
+    read-only; an unknown ``backend``.{value_extra}
+    Raised before anything is written.
 """
 
+_ZERO_RAISE = "\n    A zero element to invert, named by its index."
+_EXPONENT = """e : int
+    The exponent: a Python or NumPy integer of any size (or a 0-d integer
+    array), reduced modulo the multiplicative group order.
+"""
+
+_EMBED = ("\n    (on ``F.ext`` a base operand is embedded as ``(a, 0, 0, 0)``, see\n"
+          "    :meth:`ExtensionField.as_base`)")
+
 # help(F.mul) showed one line: the shared parameters, written once
-for _name, _operands in (("add", "a, b"), ("sub", "a, b"), ("mul", "a, b"), ("neg", "a"),
-                         ("square", "a"), ("inv", "a"), ("div", "a, b")):
+for _name, _operands, _more in (
+        ("add", "a, b", {}), ("sub", "a, b", {}), ("mul", "a, b", {}), ("neg", "a", {}),
+        ("square", "a", {}), ("inv", "a", {"value_extra": _ZERO_RAISE}),
+        ("div", "a, b", {"value_extra": _ZERO_RAISE.replace("element", "element of ``b``")}),
+        ("batch_inv", "a", {"value_extra": _ZERO_RAISE}),
+        ("pow", "a", {"extra": _EXPONENT,
+                      "type_extra": "\n    An exponent ``e`` that is not an integer.",
+                      "value_extra": _ZERO_RAISE.replace("to invert", "to invert (e < 0)")})):
     _method = getattr(_FieldBase, _name)
     if _method.__doc__:  # (None under python -OO)
+        _fields = {"extra": "", "type_extra": "", "value_extra": "",
+                   "embed": _EMBED if "b" in _operands else ""}
         _method.__doc__ = _method.__doc__.rstrip() + textwrap.indent(
-            _ELEMENTWISE_DOC.format(names=_operands), " " * 8)
+            _ELEMENTWISE_DOC.format(names=_operands, **{**_fields, **_more}), " " * 8)
 
 
 class PrimeField(_FieldBase):

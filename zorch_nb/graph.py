@@ -1862,21 +1862,26 @@ def run_computation_graph(graph: ComputationGraph, inputs, backend=None, *,
 
     Returns
     -------
-    (outputs, commitments) : tuple
+    (outputs, commitments) or (outputs, commitments, padded) : tuple
         ``outputs``: NumPy uint32 arrays of canonical values, one per graph
         output in its view shape; ``commitments``: the Merkle root (bytes) of
         every padded buffer of this run, over its Montgomery words (encode
         the ``padded`` values to check one), or ``None`` under
-        ``commitments=False``.
+        ``commitments=False``; with ``padded=True`` a third element, every
+        padded buffer (see ``padded``).
 
     Raises
     ------
     ValueError
-        Inputs of the wrong shape or out of range, or an ``assert_eq`` that
-        does not hold: the message names the kernel, the assertion, the user's
-        instance and both sides' values (as a failing eager call does).
+        Inputs of the wrong number, shape or range, an unknown ``backend``,
+        or an ``assert_eq`` that does not hold: the message names the kernel,
+        the assertion, the user's instance and both sides' values (as a
+        failing eager call does).
     TypeError
-        ``graph`` or an input of the wrong type.
+        ``graph``, ``inputs`` or a flag of the wrong type.
+    MemoryError
+        The replay's host buffers need more than the machine's physical
+        memory (checked before any is allocated).
     """
     if not isinstance(graph, ComputationGraph):
         raise TypeError(f"Argument `graph` must be a ComputationGraph, not "
