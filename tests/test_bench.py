@@ -435,7 +435,11 @@ def test_a_bench_cut_by_a_closed_pipe_says_so_in_its_report(tmp_path, monkeypatc
     report = json.loads(out.read_text())
     assert report["errors"][0].startswith("stopped: standard output was closed (a broken "
                                           "pipe): the JSON holds every section finished")
-    assert "FAILED stopped: standard output was closed" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "FAILED stopped: standard output was closed" in err
+    # the end's summary says what it is: the failures again, under a header
+    assert "\n1 failure in this run, all listed here (those met while measuring were " \
+           "printed then too):\nFAILED stopped" in err
 
 
 def test_output_that_cannot_encode_the_text_prints_question_marks():

@@ -900,6 +900,18 @@ def _memory_problem(sizes):
             + (f"the largest size that fits is {fits}" if fits else "no size fits"))
 
 
+def _print_failures(errors) -> None:
+    """The run's failures again at its end, under a header: each was printed
+    where it happened too, among the tables (a user took the repeat for a
+    second failure)."""
+    if errors:
+        n = len(errors)
+        print(f"\n{n} failure{'' if n == 1 else 's'} in this run, all listed here (those met "
+              f"while measuring were printed then too):", file=sys.stderr)
+        for msg in errors:
+            print(f"FAILED {msg}", file=sys.stderr)
+
+
 def _os_reason(exc: OSError) -> str:
     """``exc`` without its file name (the user gave another: a temporary's, a
     probe's)."""
@@ -1125,8 +1137,7 @@ def main(args) -> int:
                 r.extra.setdefault("implausible", "not checked: interrupted before the "
                                                   "size's second copy")
         write_json(final=True)
-        for msg in guard.errors:
-            print(f"FAILED {msg}", file=sys.stderr)
+        _print_failures(guard.errors)
         if broken:  # main stops quietly, as after any broken pipe
             raise
         return 130
@@ -1136,6 +1147,5 @@ def main(args) -> int:
         guard.errors.append(f"--plot {args.plot!r} not drawn: {empty}")
     elif args.plot:
         plot(all_rows, copies, args.plot, f"zorch_nb bench — {device_name}")
-    for msg in guard.errors:
-        print(f"FAILED {msg}", file=sys.stderr)
+    _print_failures(guard.errors)
     return 1 if guard.errors else 0
