@@ -182,7 +182,26 @@ class Handle:
         return self._history
 
     def reshape(self, *shape) -> "Handle":
-        """View with the same elements in row-major order and shape ``shape``."""
+        """View with the same elements in row-major order and shape ``shape``.
+
+        Parameters
+        ----------
+        *shape : ints, or one tuple, list or 1-d array of ints
+            Positive dimensions; one of them may be ``-1``, inferred as in NumPy.
+
+        Returns
+        -------
+        Handle
+            A view of the same buffer.
+
+        Raises
+        ------
+        TypeError
+            A dimension that is not an integer (bools included).
+        ValueError
+            A dimension below 1 other than one ``-1``, a shape of another element
+            count, or more dimensions than NumPy allows.
+        """
         shape = _shape_arg(shape, self.size)
         if len(shape) > _MAX_NDIM:  # copy_to_host and replay make NumPy arrays of it
             raise ValueError(f"Argument `shape` may have at most {_MAX_NDIM} dimensions "
@@ -195,7 +214,15 @@ class Handle:
                       self._next_view(history, reshape_view, self.shape, shape), history)
 
     def transpose(self, *axes) -> "Handle":
-        """View with axes permuted (default: reversed), like ``numpy.transpose``."""
+        """View with axes permuted (default: reversed), like ``numpy.transpose``.
+
+        Parameters
+        ----------
+        *axes : ints, or one tuple, list or 1-d array of ints, or None
+            A permutation of the view's axes; negative axes count from the end.
+            Returns a view of the same buffer; an axis that is not an integer
+            is a ``TypeError``, ``axes`` that are no permutation a ``ValueError``.
+        """
         if len(axes) == 1 and axes[0] is None:  # transpose(None), as NumPy's
             axes = ()
         axes = _index_args(axes, "axes")
@@ -525,7 +552,15 @@ class ComputationGraph:
 
     def sources(self, index: int) -> tuple:
         """``(python_source, cuda_source, name)`` of compiled kernel ``index``
-        (an int, ``-len(compiled_kernels) <= index < len(compiled_kernels)``)."""
+        (an int, ``-len(compiled_kernels) <= index < len(compiled_kernels)``).
+
+        Raises
+        ------
+        TypeError
+            ``index`` is not an integer.
+        IndexError
+            ``index`` is out of that range.
+        """
         # Made once per graph: the key walks the whole layout, and every call
         # of a compiled kernel asked for it (a replay of 1000 calls reading one
         # 16384-element table spent 97% of its time there).
@@ -552,13 +587,28 @@ class ComputationGraph:
 
     # ---- serialization ---------------------------------------------------
     def to_bytes(self) -> bytes:
-        """Deterministic little-endian encoding (see :mod:`zorch_nb.graph_format`)."""
+        """Deterministic little-endian encoding (see :mod:`zorch_nb.graph_format`).
+
+        Raises
+        ------
+        ValueError
+            The graph (one built by hand) is not valid; the message says why.
+        """
         from .graph_format import graph_to_bytes
         return graph_to_bytes(self)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "ComputationGraph":
-        """Decode :meth:`to_bytes` output; ``ValueError`` says what is wrong."""
+        """Decode :meth:`to_bytes` output.
+
+        Raises
+        ------
+        TypeError
+            ``data`` is not bytes-like (``bytes``, ``bytearray``, ``memoryview``).
+        ValueError
+            ``data`` is not a valid graph (truncated, corrupted, another format or
+            version); the message says what is wrong.
+        """
         from .graph_format import graph_from_bytes
         return graph_from_bytes(data)
 
@@ -569,6 +619,15 @@ class ComputationGraph:
         The graph is encoded first, and a named file is replaced whole (written
         beside it, then renamed): a graph that cannot be encoded, a full disk
         or a kill mid-write leaves the file as it was.
+
+        Raises
+        ------
+        TypeError
+            ``path`` is neither a file name nor a file object, or is a text-mode file.
+        ValueError
+            The graph (one built by hand) is not valid (as :meth:`to_bytes`).
+        OSError
+            The file cannot be written (``FileNotFoundError`` for a missing folder).
         """
         data = self.to_bytes()
         if hasattr(path, "write") and not isinstance(path, (str, bytes, os.PathLike)):
@@ -598,7 +657,17 @@ class ComputationGraph:
     @classmethod
     def load(cls, path) -> "ComputationGraph":
         """Read a graph written by :meth:`save` (checked as :meth:`from_bytes`)
-        from a file name or an open binary file."""
+        from a file name or an open binary file.
+
+        Raises
+        ------
+        TypeError
+            ``path`` is neither a file name nor a file object, or is a text-mode file.
+        ValueError
+            The file holds no valid graph (as :meth:`from_bytes`).
+        OSError
+            The file cannot be read (``FileNotFoundError`` and the like).
+        """
         if hasattr(path, "read") and not isinstance(path, (str, bytes, os.PathLike)):
             _check_binary_file(path, "rb")
             return cls.from_bytes(path.read())
@@ -995,6 +1064,16 @@ class Context:
         Where buffers live and calls run eagerly: ``None``/``"cpu"`` NumPy and
         Numba, ``"cupy"`` CuPy on the GPU.
 
+    Raises
+    ------
+    ValueError
+        ``field`` is a string naming no known field, or ``backend`` is not one of
+        ``None``, ``"cpu"``, ``"cupy"``.
+    TypeError
+        ``field`` is neither such a string nor ``KoalaBear``/``BabyBear``.
+    ImportError
+        ``backend="cupy"`` where CuPy is not installed.
+
     Notes
     -----
     With ``backend="cupy"`` the buffers live on the GPU that is CuPy's
@@ -1082,9 +1161,30 @@ class Context:
 
         Values, not Montgomery words: the field ops' words (``F.mul`` results)
         go through :meth:`~zorch_nb.fields.PrimeField.decode` first, or they
-        are read as the integers they spell.  ``reduce=True`` reduces any
-        integer (negative or ``>= p``) modulo ``p`` instead of raising, as in
-        :meth:`~zorch_nb.fields.PrimeField.encode`.
+        are read as the integers they spell.
+
+        Parameters
+        ----------
+        ints : array_like of int
+            Values in ``[0, p)``: a Python int, nested lists, or an integer NumPy
+            or CuPy array, of any shape with at least one element.
+        reduce : bool, optional
+            Reduce any integer (negative or ``>= p``) modulo ``p`` instead of
+            raising, as in :meth:`~zorch_nb.fields.PrimeField.encode`.
+
+        Returns
+        -------
+        Handle
+            A view of the new buffer, in the shape of ``ints``.
+
+        Raises
+        ------
+        ValueError
+            ``ints`` is ragged or has no element, or, without ``reduce``, holds a
+            value outside ``[0, p)`` (the message names its index).
+        TypeError
+            ``ints`` holds non-integers (floats, bools, strings), or ``reduce`` is
+            not a bool.
         """
         try:
             shape = tuple(int(d) for d in np.shape(ints))
@@ -1104,7 +1204,25 @@ class Context:
         """Canonical values (uint32 NumPy array) of ``handle`` in its view's shape.
 
         Values, not Montgomery words: :meth:`~zorch_nb.fields.PrimeField.encode`
-        them before passing them to a field op (which reads words)."""
+        them before passing them to a field op (which reads words).
+
+        Parameters
+        ----------
+        handle : Handle
+            A view from this Context.
+
+        Returns
+        -------
+        numpy.ndarray
+            uint32, of shape ``handle.shape`` (on the host, whatever the backend).
+
+        Raises
+        ------
+        TypeError
+            ``handle`` is not a :class:`Handle`.
+        ValueError
+            ``handle`` belongs to another Context.
+        """
         h = self._own(handle, "handle")
         with self._lock:
             values = self._buffers[h.buffer_id].values
@@ -1130,6 +1248,9 @@ class Context:
     def call_kernel(self, kernel, num_parallel, *inputs) -> tuple:
         """Run ``kernel`` over ``num_parallel`` instances and record the call.
 
+        A refused call (any exception below) is not recorded; the Context stays
+        usable.
+
         Parameters
         ----------
         kernel : Kernel
@@ -1149,14 +1270,15 @@ class Context:
         Raises
         ------
         ValueError
-            Wrong handle shapes, ``assert_eq`` failing on these values, or
-            "illegal shape operation": the call's views cannot agree on a
-            layout with each other or with the recorded calls (split points
-            only get refined, so no later graph could be built).  A refused
-            call is not recorded; the Context stays usable.
+            A handle of another Context, wrong handle shapes, ``num_parallel``
+            below 1 or at least ``2**40``, or ``assert_eq`` failing on these values.
+        ValueError
+            "illegal shape operation": a view needing a copy (a transposed view regrouped),
+            or views that cannot agree on a layout with each other or with the recorded
+            calls (split points only get refined, so no later graph could be built).
         TypeError
             Not a kernel, a non-integer ``num_parallel``, the wrong number
-            of handles.
+            of handles, or an input that is not a :class:`Handle`.
         MemoryError
             The call's outputs cannot fit in this machine's memory (CPU).
         """
@@ -1569,6 +1691,8 @@ class Context:
 
         Raises
         ------
+        TypeError
+            ``inputs`` or ``outputs`` is not a sequence of :class:`Handle`.
         ValueError
             Handles of another Context, an input not from
             :meth:`copy_to_device` or named twice.  (Layout clashes are
@@ -1658,8 +1782,13 @@ class Context:
 
         Raises
         ------
+        TypeError
+            ``graph`` is not a :class:`ComputationGraph`, or ``inputs``/``outputs``
+            is not a sequence of :class:`Handle`.
         ValueError
-            Naming the first difference.
+            The recording differs from ``graph`` (naming the first difference),
+            ``graph`` (built by hand) is not valid, or ``inputs``/``outputs`` fail
+            the checks of :meth:`generate_computation_graph`.
         """
         if not isinstance(graph, ComputationGraph):
             raise TypeError(f"Argument `graph` must be a ComputationGraph, not "

@@ -22,10 +22,15 @@ flow at run time.**  Masks, ranks and ``shape`` never leave the host (masks
 stay NumPy even with CuPy supercores), every output structure is computed on
 the host from input structures, never from supercore values, and the
 Numba kernels are compiled per structure -- the masks become index tables
-frozen into the machine code -- and memoized in a cache keyed by
-``(operation, shape, padded sizes, UT3Masks)``.  :class:`UT3Masks` compares
+frozen into the machine code -- and memoized in a cache keyed by the
+operation, the padded ranks ``n`` and ``r`` and the :class:`UT3Masks` with
+its stack axes flattened into one (both trains' for ``inner``; a reshaped
+stack shares the kernels), plus ``shape`` for ``to_dense`` and ``inner``
+(the one kernel of ``entries`` and ``apply`` has no ``shape`` in its key).
+The padded ``N`` is in no key: the kernels read it off the arrays (see
+:class:`~zorch_nb.tt_masks.KernelCache`).  :class:`UT3Masks` compares
 and hashes by content, so a loop that rebuilds an identical structure every
-iteration (as a manifold optimizer does) compiles once (padded sizes are part
+iteration (as a manifold optimizer does) compiles once (padded ranks are part
 of the structure: sums add them and ``svd`` keeps them, so such a loop
 compacts after its ``svd``, see :meth:`UniformTuckerTensorTrain.compact`) -- once per
 supercore dtype, that is: a float32 and a float64 train of one structure
@@ -162,12 +167,14 @@ class TuckerTensorTrain:
 
     @property
     def tucker_ranks(self):
-        """``(n_0, ..., n_{d-1})``."""
+        """``(n_0, ..., n_{d-1})``: a tuple of ``d`` Python ints (one set for a whole
+        stack)."""
         return tuple(int(u.shape[-2]) for u in self.tucker_cores)
 
     @property
     def tt_ranks(self):
-        """``(r_0, ..., r_d)`` including both boundary bonds."""
+        """``(r_0, ..., r_d)`` including both boundary bonds: a tuple of ``d + 1``
+        Python ints (one set for a whole stack)."""
         return tuple(int(g.shape[-3]) for g in self.tt_cores) + (int(self.tt_cores[-1].shape[-1]),)
 
     def to_dense(self):
@@ -257,12 +264,14 @@ class UniformTuckerTensorTrain:
 
     @property
     def tucker_ranks(self):
-        """``(d,) + stack`` host ints."""
+        """Tucker ranks: a NumPy integer array of shape ``(d,) + stack_shape``, the
+        ranks of each stack element (on the host, also for CuPy supercores)."""
         return self.masks.tucker_ranks
 
     @property
     def tt_ranks(self):
-        """``(d + 1,) + stack`` host ints, both boundary bonds included."""
+        """TT ranks, both boundary bonds included: a NumPy integer array of shape
+        ``(d + 1,) + stack_shape``, the ranks of each stack element (on the host)."""
         return self.masks.tt_ranks
 
     @property

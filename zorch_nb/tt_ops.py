@@ -543,6 +543,16 @@ def ut3_from_t3(t3, n=None, r=None, N=None):
     -------
     tuple
         The ``.data`` of the uniform train.
+
+    Raises
+    ------
+    TypeError
+        ``t3`` is not a train, pair or nest of them; a core holds no real numbers or
+        promotes past float64 (longdouble); ``n``, ``r`` or ``N`` is not an int.
+    ValueError
+        Cores that do not form a train, a ragged nest, trains of different ``d``,
+        ``shape`` or stack shape, ``n``, ``r`` or ``N`` below the largest rank or
+        mode size, or supercores too large to allocate.
     """
     leaves, nest = _t3_leaves(t3)
     # every leaf as the class checks one (raw pairs skipped that: complex or
@@ -790,6 +800,16 @@ def t3_from_dense(dense, max_tucker_ranks=None, max_tt_ranks=None, rtol=None):
     (tucker_cores, tt_cores) : tuple of tuples
         ``U_i`` of shape ``(n_i, N_i)``, ``G_i`` of shape ``(r_i, n_i, r_{i+1})``
         with ``r_0 = r_d = 1``; every rank >= 1.
+
+    Raises
+    ------
+    TypeError
+        ``dense`` is not a NumPy or CuPy array of reals, or a ``max_*_ranks`` is
+        neither an int nor a 1-d sequence.
+    ValueError
+        ``dense`` is 0-d, has a zero-length axis or a non-finite entry, or its norm
+        exceeds its dtype's range; a max rank below 1, a sequence of the wrong
+        length or with a non-int entry, or ``rtol`` not a number in ``[0, 1)``.
     """
     xp = array_module(dense, "dense")
     if dense.dtype.kind in "biuf" and dense.dtype not in (np.float32, np.float64):
@@ -853,12 +873,25 @@ def ut3_to_dense(data):
     dtype are returned even where the plain chain's partial products would
     leave its range (as :func:`ut3_entries` and :func:`ut3_apply`).
 
+    Parameters
+    ----------
+    data : tuple
+        ``.data`` of a uniform train, ``(tucker_supercore, tt_supercore, shape, masks)``.
+
+    Returns
+    -------
+    array, shape ``stack + shape``
+        In the supercores' dtype and array module.
+
     Raises
     ------
+    TypeError, ValueError
+        ``data`` is not a valid train tuple (see :func:`ut3_check`).
     ValueError
         Before any allocation, if the dense tensors (times the padded TT
         rank, the partial products' bound) exceed the address space, or, on
-        NumPy, the dense tensors alone exceed this machine's physical memory.
+        NumPy, the dense tensors (with the kernel's scratch, which grows with
+        the live ranks) exceed this machine's physical memory.
     """
     p = _parts(data)
     _check_dense_size(p.xp, p.stack, p.shape, p.r, p.U.dtype.itemsize)
@@ -941,6 +974,8 @@ def ut3_compact(data, n=None, r=None):
 
     Parameters
     ----------
+    data : tuple
+        ``.data`` of a uniform train, ``(tucker_supercore, tt_supercore, shape, masks)``.
     n, r : int, optional
         The new padded Tucker and TT ranks, at least the largest live rank
         (over every core or bond and stack element), which is the default.
@@ -952,6 +987,10 @@ def ut3_compact(data, n=None, r=None):
 
     Raises
     ------
+    TypeError, ValueError
+        ``data`` is not a valid train tuple (see :func:`ut3_check`).
+    TypeError
+        ``n`` or ``r`` is not an int.
     ValueError
         If ``n`` or ``r`` is below the largest live rank (or below 1), or,
         before any allocation, if the padded supercores would be too large
@@ -1051,6 +1090,25 @@ def ut3_stack(trains):
     Trains may have different padded sizes; the result is padded to the
     largest.  Their stack shapes must agree.  Mixed dtypes promote as NumPy
     does (float32 with float64 stacks as float64).
+
+    Parameters
+    ----------
+    trains : sequence of tuple
+        ``.data`` tuples ``(tucker_supercore, tt_supercore, shape, masks)``.
+
+    Returns
+    -------
+    tuple
+        ``.data`` of the stack, stack shape ``(len(trains),) + stack_shape``.
+
+    Raises
+    ------
+    TypeError
+        ``trains`` is not iterable.
+    TypeError, ValueError
+        ``trains[k]`` is not a valid train tuple (see :func:`ut3_check`).
+    ValueError
+        ``trains`` is empty, or its trains differ in ``shape`` or ``stack_shape``.
     """
     ps = [_parts(t, f"trains[{k}]") for k, t in enumerate(_train_list(trains))]
     if not ps:
@@ -1077,7 +1135,25 @@ def ut3_stack(trains):
 
 
 def ut3_unstack(data):
-    """Split a stacked train along its first stack axis into a tuple."""
+    """Split a stacked train along its first stack axis into a tuple.
+
+    Parameters
+    ----------
+    data : tuple
+        ``.data`` of a uniform train, ``(tucker_supercore, tt_supercore, shape, masks)``.
+
+    Returns
+    -------
+    tuple of tuple
+        ``stack_shape[0]`` ``.data`` tuples, each of stack shape ``stack_shape[1:]``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``data`` is not a valid train tuple (see :func:`ut3_check`).
+    ValueError
+        The train is not stacked (``stack_shape == ()``).
+    """
     p = _parts(data)
     if not p.stack:
         raise ValueError("Only a stacked train (stack_shape non-empty) can be unstacked; this "
@@ -1099,10 +1175,26 @@ def ut3_unstack(data):
 def ut3_add(x, y):
     """Sum of two trains: cores side by side (block diagonal), masks concatenated.
 
-    Both trains must have the same ``shape``, ``stack_shape`` and padded
-    ``N``; the result has padded ranks ``nx + ny`` and ``rx + ry``.
-    ``ValueError`` before any allocation if its supercores exceed the
-    address space or, on NumPy, this machine's physical memory.
+    Parameters
+    ----------
+    x, y : tuple
+        ``.data`` tuples ``(tucker_supercore, tt_supercore, shape, masks)`` of two
+        trains with the same ``shape``, ``stack_shape`` and padded ``N``.
+
+    Returns
+    -------
+    tuple
+        ``.data`` of ``x + y``, with padded ranks ``nx + ny`` and ``rx + ry``
+        (float64 if either train is).
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``x`` or ``y`` is not a valid train tuple (see :func:`ut3_check`).
+    ValueError
+        The trains differ in ``shape``, ``stack_shape`` or padded ``N``; or,
+        before any allocation, the result's supercores exceed the address space
+        or, on NumPy, this machine's physical memory.
     """
     return _add(_parts(x, "x"), _parts(y, "y"), "ut3_add")
 
@@ -1168,7 +1260,30 @@ def ut3_scale(data, alpha):
     on the first TT core): inf or 0 only where the tensor's own entries
     overflow or underflow.  A non-finite ``alpha`` (inf, or ``1 / 0`` from
     ``x / 0``) stays on the first TT core: the contraction then gives NaN,
-    not +-inf, where it adds terms of opposite sign or multiplies inf by 0."""
+    not +-inf, where it adds terms of opposite sign or multiplies inf by 0.
+
+    Parameters
+    ----------
+    data : tuple
+        ``.data`` of a uniform train, ``(tucker_supercore, tt_supercore, shape, masks)``.
+    alpha : real number or array_like of reals
+        A Python or NumPy real (bools as 0 and 1), or an array or list that
+        broadcasts to the stack shape (one factor per train).
+
+    Returns
+    -------
+    tuple
+        ``.data`` of the scaled train (same structure).
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``data`` is not a valid train tuple (see :func:`ut3_check`).
+    TypeError
+        ``alpha`` is not real: complex, ``None``, a string, or an array of such.
+    ValueError
+        ``alpha`` is a ragged list, or does not broadcast to the stack shape.
+    """
     return _scale(data, alpha)
 
 
@@ -1261,12 +1376,33 @@ def _scale(data, alpha, power=0, like=None):
 
 
 def ut3_neg(data):
-    """The negated train."""
+    """The negated train.
+
+    Parameters
+    ----------
+    data : tuple
+        ``.data`` of a uniform train, ``(tucker_supercore, tt_supercore, shape, masks)``.
+
+    Returns
+    -------
+    tuple
+        ``.data`` of the negated train (same structure; the first TT core
+        carries the sign).
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``data`` is not a valid train tuple (see :func:`ut3_check`).
+    """
     return ut3_scale(data, -1.0)
 
 
 def ut3_sub(x, y):
-    """Difference ``x - y`` (see :func:`ut3_add`)."""
+    """Difference ``x - y``: :func:`ut3_add` with ``y``'s first TT core negated.
+
+    Parameters, returns (``.data`` of ``x - y``) and the errors raised are
+    those of :func:`ut3_add`.
+    """
     return _add(_parts(x, "x"), _parts(y, "y"), "ut3_sub", negate=True)
 
 
@@ -1275,14 +1411,16 @@ def ut3_hadamard(x, y):
 
     ``U[(j, k), o] = Ux[j, o] Uy[k, o]`` and
     ``G[(a, c), (j, k), (b, e)] = Gx[a, j, b] Gy[c, k, e]``; the masks combine
-    the same way.  Same requirements as :func:`ut3_add`; the padded ranks
-    multiply (``nx ny``, ``rx ry``), and the same ``ValueError`` refuses,
-    before any allocation, a result too large to allocate.  Where a product
-    of two cores could leave the dtype's range (the exponents of their
-    largest entries add up past the dtype's, or to within a mantissa of its
-    smallest normal number), the products of the cores scaled by powers of
-    two are taken and the scale spread evenly over the Tucker and TT cores:
-    inf or 0 only where the tensor's own entries overflow or underflow.
+    the same way.  Where a product of two cores could leave the dtype's
+    range (the exponents of their largest entries add up past the dtype's,
+    or to within a mantissa of its smallest normal number), the products of
+    the cores scaled by powers of two are taken and the scale spread evenly
+    over the Tucker and TT cores: inf or 0 only where the tensor's own
+    entries overflow or underflow.
+
+    Parameters and the errors raised are those of :func:`ut3_add`; returns
+    ``.data`` of the product, with padded ranks ``nx ny`` and ``rx ry``
+    (float64 if either train is).
     """
     p, q = _parts(x, "x"), _parts(y, "y")
     _check_same(p, q, "ut3_hadamard")
@@ -1366,9 +1504,27 @@ def ut3_inner(x, y):
     """Inner products ``sum(x * y)`` per stack element (shape ``stack``; a
     0-d array, not a scalar, for unstacked trains).
 
-    The trains need the same ``shape`` and ``stack_shape``; padded sizes may
-    differ.  NumPy: a Numba kernel specialized on both structures (it reads
-    real slots only); CuPy: batched ``einsum``.
+    NumPy: a Numba kernel specialized on both structures (it reads real
+    slots only); CuPy: batched ``einsum``.
+
+    Parameters
+    ----------
+    x, y : tuple
+        ``.data`` tuples ``(tucker_supercore, tt_supercore, shape, masks)`` of two
+        trains with the same ``shape`` and ``stack_shape``; their padded
+        sizes may differ.
+
+    Returns
+    -------
+    array, shape ``stack``
+        On the supercores' array module.
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``x`` or ``y`` is not a valid train tuple (see :func:`ut3_check`).
+    ValueError
+        The trains differ in ``shape`` or ``stack_shape``.
     """
     p, q = _parts(x, "x"), _parts(y, "y")
     _check_same(p, q, "ut3_inner", need_n=False)
@@ -1620,6 +1776,8 @@ def ut3_norm(data, method="inner"):
 
     Parameters
     ----------
+    data : tuple
+        ``.data`` of a uniform train, ``(tucker_supercore, tt_supercore, shape, masks)``.
     method : {"inner", "orthogonal"}
         * ``"inner"`` (default) -- ``sqrt(max(inner(x, x), 0))``: one Gram
           chain, fast.  Its absolute error is about ``sqrt(eps)`` times the
@@ -1640,6 +1798,22 @@ def ut3_norm(data, method="inner"):
     Both keep entries far from 1 from overflowing or underflowing on the way
     (cores are scaled by powers of two): a norm that fits in the dtype is
     returned, one that does not is ``inf``.
+
+    Returns
+    -------
+    array, shape ``stack``
+        On the supercores' array module.
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``data`` is not a valid train tuple (see :func:`ut3_check`).
+    ValueError
+        ``method`` is not one of :data:`NORM_METHODS`, or, with ``"orthogonal"``,
+        a live entry is inf or NaN.
+    TrainOverflowError
+        With ``"orthogonal"``: the sweep met inf or NaN although the live entries
+        are finite, also in float64 (a float32 train is retried there first).
     """
     if method not in NORM_METHODS:
         raise ValueError(f"Argument `method` must be one of {NORM_METHODS}, not {method!r}.")
@@ -1732,6 +1906,8 @@ def ut3_entries(data, indices):
 
     Parameters
     ----------
+    data : tuple
+        ``.data`` of a uniform train, ``(tucker_supercore, tt_supercore, shape, masks)``.
     indices : int array, shape ``batch + (d,)``
         Index tuples, shared by all stack elements.
 
@@ -1740,6 +1916,16 @@ def ut3_entries(data, indices):
     array, shape ``stack + batch``
         A 0-d array (not a scalar) for an unstacked train and ``indices``
         of shape ``(d,)``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``data`` is not a valid train tuple (see :func:`ut3_check`).
+    TypeError
+        ``indices`` is not an integer array.
+    ValueError
+        ``indices`` is ragged, its last axis is not of length ``d``, or an index
+        lies outside ``[0, shape[i])``.
     """
     p = _parts(data)
     if type(indices).__module__.split(".")[0] == "cupy":
@@ -1785,6 +1971,8 @@ def ut3_apply(data, vectors):
 
     Parameters
     ----------
+    data : tuple
+        ``.data`` of a uniform train, ``(tucker_supercore, tt_supercore, shape, masks)``.
     vectors : sequence of ``d`` arrays, shapes ``batch + (N_i,)``
         Shared by all stack elements; the batch shapes must agree.
 
@@ -1795,6 +1983,17 @@ def ut3_apply(data, vectors):
         dtype NumPy's promotion gives the supercores and the vectors
         (float32 trains with float64 or integer vectors: float64, one more
         compiled kernel).
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``data`` is not a valid train tuple (see :func:`ut3_check`).
+    TypeError
+        ``vectors`` is not a sequence (an iterator, a scalar, a dict or set), or
+        a vector does not hold real numbers.
+    ValueError
+        ``vectors`` does not hold ``d`` arrays, or a vector is ragged or not of
+        shape ``batch + (N_i,)`` (``batch`` taken from ``vectors[0]``).
     """
     p = _parts(data)
     xp = p.xp
@@ -2155,6 +2354,8 @@ def ut3_orthogonalize(data, kind="left"):
 
     Parameters
     ----------
+    data : tuple
+        ``.data`` of a uniform train, ``(tucker_supercore, tt_supercore, shape, masks)``.
     kind : {"tucker_down", "tt_up", "left", "right"}
         * ``"tucker_down"`` -- every Tucker core gets orthonormal rows
           (``U U^T = I`` on the real slots); the remainders go up into the TT
@@ -2183,20 +2384,25 @@ def ut3_orthogonalize(data, kind="left"):
 
     Raises
     ------
+    TypeError, ValueError
+        ``data`` is not a valid train tuple (see :func:`ut3_check`).
     ValueError
-        If ``kind`` is unknown, if a live entry is inf or NaN, or if finite
-        entries overflow the dtype during the computation (the message says
-        which; rescale the train; that one a :class:`TrainOverflowError`).
-        Cores far from 1 are scaled near 1 by powers of two for the sweep
-        and the scale put back on the cores that carry the weight (spread
-        over the TT cores for ``"tucker_down"``, over the Tucker cores for
-        ``"tt_up"``), so this overflow means that the carrying core cannot
-        hold it: a tensor past the dtype's range.
-        A float32 train whose computation meets inf or NaN is computed again
-        in float64 and refused only if the result does not fit float32.
+        ``kind`` is not one of :data:`ORTHOGONALIZE_KINDS`, or a live entry is
+        inf or NaN.
+    TrainOverflowError
+        Finite entries overflow the dtype during the computation, also after
+        the float64 retry of a float32 train: a tensor past the dtype's range
+        (a :class:`ValueError`; rescale the train).
 
     Notes
     -----
+    Cores far from 1 are scaled near 1 by powers of two for the sweep and
+    the scale put back on the cores that carry the weight (spread over the
+    TT cores for ``"tucker_down"``, over the Tucker cores for ``"tt_up"``),
+    so an overflow means that the carrying core cannot hold it.  A float32
+    train whose computation meets inf or NaN is computed again in float64
+    and refused only if the result does not fit float32.
+
     On CuPy this synchronizes with the device: on entry, once per SVD step
     and at the end it reads back one bool, whether the matrix is finite.  The check
     cannot be queued: LAPACK's SVD never returns on inf, NaN makes it fail or
@@ -2328,6 +2534,8 @@ def ut3_svd(data, max_tucker_ranks=None, max_tt_ranks=None, rtol=None):
 
     Parameters
     ----------
+    data : tuple
+        ``.data`` of a uniform train, ``(tucker_supercore, tt_supercore, shape, masks)``.
     max_tucker_ranks : int or sequence of ``d`` ints, optional
     max_tt_ranks : int or sequence of ``d - 1`` ints (interior bonds), optional
     rtol : float in ``[0, 1)``, optional
@@ -2365,17 +2573,26 @@ def ut3_svd(data, max_tucker_ranks=None, max_tt_ranks=None, rtol=None):
 
     Raises
     ------
+    TypeError, ValueError
+        ``data`` is not a valid train tuple (see :func:`ut3_check`).
+    TypeError
+        ``max_tucker_ranks`` or ``max_tt_ranks`` is neither an int nor a 1-d
+        sequence.
     ValueError
-        If a live entry is inf or NaN, or if finite entries overflow the
-        dtype during the computation (the message says which; rescale; that
-        one a :class:`TrainOverflowError`): cores far from 1 are scaled near
-        1 for the sweeps (:func:`ut3_orthogonalize`), so that means the last
-        core or a singular value cannot hold the scale.  A float32 train whose
-        computation meets inf or NaN is computed again in float64 and refused
-        only if the result does not fit float32.
+        A max rank below 1, a sequence of the wrong length or with a non-int entry,
+        ``rtol`` not a number in ``[0, 1)``, or a live entry that is inf or NaN.
+    TrainOverflowError
+        Finite entries overflow the dtype during the computation, also after
+        the float64 retry of a float32 train (a :class:`ValueError`; rescale).
 
     Notes
     -----
+    Cores far from 1 are scaled near 1 for the sweeps (see
+    :func:`ut3_orthogonalize`), so an overflow means that the last core or a
+    singular value cannot hold the scale.  A float32 train whose computation
+    meets inf or NaN is computed again in float64 and refused only if the
+    result does not fit float32.
+
     On CuPy this synchronizes with the device on entry, once per SVD step
     and at the end: each reads back one bool, whether the train / the step's
     matrix / the result is finite (see :func:`ut3_orthogonalize`).
@@ -2425,7 +2642,24 @@ def ut3_save(path, data):
 
     ``path`` is a file name or an open binary file, as for ``np.savez``: a
     name without the ``.npz`` suffix gets it appended; :func:`ut3_load` takes
-    the same name back."""
+    the same name back.
+
+    Parameters
+    ----------
+    path : str, os.PathLike or binary file object
+    data : tuple
+        ``.data`` of a uniform train, ``(tucker_supercore, tt_supercore, shape, masks)``.
+
+    Raises
+    ------
+    TypeError
+        ``path`` is neither a file name nor a binary file object (a text-mode
+        file included).
+    TypeError, ValueError
+        ``data`` is not a valid train tuple (see :func:`ut3_check`).
+    OSError
+        The file cannot be written (``FileNotFoundError`` for a missing folder).
+    """
     _check_path(path, "write")
     U, G, shape, masks = ut3_check(data)
     host = (lambda a: a) if isinstance(U, np.ndarray) else (lambda a: a.get())
@@ -2523,8 +2757,20 @@ def ut3_load(path):
     wrote (``name.npz``), as long as no file ``name`` exists.  Supercores
     written in the other byte order are converted to the native one.
 
+    Parameters
+    ----------
+    path : str, os.PathLike or binary file object
+
+    Returns
+    -------
+    tuple
+        The train's ``.data``, checked as :func:`ut3_check` checks it.
+
     Raises
     ------
+    TypeError
+        ``path`` is neither a file name nor a binary file object (a text-mode
+        file included).
     ValueError
         If ``path`` is not a zorch_nb UT3 ``.npz`` file (another format, a
         truncated or corrupted archive, missing or malformed entries); the
