@@ -986,6 +986,28 @@ def test_norm_and_inner_keep_their_range_and_digits(xy, path):
         x.norm("gram")
 
 
+def test_norm_of_wide_factors_fits_where_its_square_does_not(path):
+    """Entries of 1 everywhere, but each Gram step grows by the factor's width:
+    16 Tucker factors of 8192 ones have the norm 2**104 (fits float32), its
+    square 2**208 (does not); 128 factors of 4096 ones 2**768 (fits float64),
+    its square 2**1536.  "inner" gave inf for both (its rescue scaled the
+    largest entries, already 1); "orthogonal" summed the last core's squares
+    (an overflow error in float64)."""
+    for dtype, d, width in ((np.float32, 16, 2**13), (np.float64, 128, 2**12)):
+        t3 = TuckerTensorTrain([np.ones((1, width), dtype)] * d,
+                               [np.ones((1, 1, 1), dtype)] * d)
+        x = UniformTuckerTensorTrain.from_t3(t3)
+        log2_norm = d * int(math.log2(width)) // 2
+        want = 2.0**log2_norm
+        for method in NORM_METHODS:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", RuntimeWarning)
+                got = x.norm(method)
+            assert got.dtype == dtype and abs(got / want - 1) < 1e-4, (dtype, method, got)
+        # inner keeps the mantissa apart from the exponent: x . (x / 2**k) fits
+        assert abs(x.inner(x * 2.0**-log2_norm) / want - 1) < 1e-5
+
+
 def test_numba_and_array_module_paths_agree(xy, monkeypatch):
     x, y, _, _, _, _ = xy
     idx = np.array([[0, 1, 1], [2, 3, 0]])

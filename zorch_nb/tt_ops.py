@@ -1569,8 +1569,8 @@ def _inner_scaled(p, q):
             return m, None
         if not redo.all():  # scale those elements only (the chain runs on all)
             only = np.flatnonzero(redo)
-    ps, ep = _power_scaled(p, only)
-    qs, eq = (ps, ep) if q is p else _power_scaled(q, only)
+    ps, ep = _power_scaled(p, only, frobenius=True)
+    qs, eq = (ps, ep) if q is p else _power_scaled(q, only, frobenius=True)
     ms, es = _gram(ps, qs), ep + eq
     return xp.where(redo, ms, m), xp.where(redo, es, 0).astype(np.int32)
 
@@ -1601,14 +1601,18 @@ def _gram(p, q):
     return _inner_numba(p, q) if _use_numba(p.xp) else _inner_xp(p, q)
 
 
-def _power_scaled(p, only=None):
+def _power_scaled(p, only=None, frobenius=False):
     """``(p', e)``: the train of ``p`` is ``2**e`` (``e (S,)`` int32) times
     that of ``p'``, whose cores each have their largest live entry in
     ``[0.5, 1)`` (every core of every stack element divided by a power of
     two) and whose padding is zero (padding content must not pick a scale:
     a huge or non-finite padding word would push the live entries out of
     range).  ``only`` (NumPy): the stack elements to scale; the others are
-    copied as they are, with ``e = 0``.
+    copied as they are, with ``e = 0``.  ``frobenius``: each core's
+    Frobenius norm in ``[0.5, 1)`` instead, so that a Gram chain is a
+    contraction: a largest entry near 1 still let it grow by the core's
+    size at every step (16 Tucker factors of 8192 ones: ``2**208``, past
+    float32, though the norm, ``2**104``, fits).
     """
     xp = p.xp
     if only is None:
@@ -1622,12 +1626,24 @@ def _power_scaled(p, only=None):
     eG = _exponents(xp, G)
     U = xp.ldexp(U, -eU[:, :, None, None])
     G = xp.ldexp(G, -eG[:, :, None, None, None])
+    if frobenius:  # (entries below 1 now: their squares' sums cannot overflow)
+        fU, fG = (_frexp_exponent(xp, xp.sqrt((c * c).reshape(c.shape[:2] + (-1,)).sum(-1)))
+                  for c in (U, G))
+        U = xp.ldexp(U, -fU[:, :, None, None])
+        G = xp.ldexp(G, -fG[:, :, None, None, None])
+        eU, eG = eU + fU, eG + fG
     e = (eU.sum(axis=0) + eG.sum(axis=0)).astype(np.int32)
     if only is not None:  # back into copies of the whole stack
         U_all, G_all, e_all = p.U.copy(), p.G.copy(), np.zeros(p.S, dtype=np.int32)
         U_all[:, only], G_all[:, only], e_all[only] = U, G, e
         U, G, e = U_all, G_all, e_all
     return _Parts(xp, U, G, p.shape, p.masks, p.stack, p.mk, p.mt), e
+
+
+def _frexp_exponent(xp, a):
+    """``frexp`` exponents of ``a`` as int32, 0 where ``a`` is 0 or not finite."""
+    _, e = xp.frexp(a)
+    return xp.where(xp.isfinite(a), e, 0).astype(np.int32)
 
 
 def _slice_exponents(xp, a, axes):
@@ -1836,10 +1852,20 @@ def ut3_norm(data, method="inner"):
     _squash(G, mt)
     U, G, mk = _sweep_left(xp, U, G, p.shape, mk, mt)
     last = G[-1].reshape(p.S, -1)
+    # its squares are summed at a scale near 1: the norm itself may be near
+    # the dtype's largest number (2**768 in float64 overflowed as 2**1536)
+    k = _exponents(xp, last[None])[0]
+    last = xp.ldexp(last, -k[:, None])
     norm = xp.sqrt((last * last).sum(axis=-1))
     if not _finite(xp, norm):  # the cores are scaled near 1: a fault, retried in float64
         _overflowed(norm.dtype)
-    return xp.ldexp(norm, e).reshape(p.stack)
+    norm = xp.ldexp(norm, e + k)
+    if norm.dtype == np.float32 and not _finite(xp, norm):
+        # past float32 -- or a product's finite garbage (as the last core's
+        # squares showed before they were scaled): float64 decides, and its
+        # norm rounds to inf only where the norm does not fit
+        _overflowed(norm.dtype)
+    return norm.reshape(p.stack)
 
 
 # ---------------------------------------------------------------------------
