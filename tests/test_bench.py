@@ -85,6 +85,11 @@ def test_bench_cpu_writes_json(tmp_path):
         if r["kernel"].startswith("dense fold"):
             assert r["extra"]["paired_fraction"] > 0 and r["extra"]["in_cache_gbps"] > 0
     assert "warm_cache_run" in report["second_process"][0]
+    # every figure a row carries beyond the columns is explained in the report
+    for r in report["copy"] + report["results"] + small:
+        assert set(r["extra"]) <= set(report["units"]["extra"]), (r["kernel"], r["extra"])
+    assert res.stdout.startswith("zorch_nb bench on ") and "columns: size = " in res.stdout
+    assert "second process (cpu): import " in res.stdout
     # what produced the report: the code, its versions, the CPU by name
     import numba
 
@@ -1139,6 +1144,56 @@ def test_table_takes_a_row_timed_elsewhere():
     assert not any(x.startswith("~ ") for x in lines)
 
 
+def test_table_of_a_busy_launch_bound_size():
+    """A launch-bound size's copy shows no rate (the footer said "times only"
+    under a copy row with a GB/s and a fraction of 1.00); the reason a size is
+    flagged is printed once, under the table, not on every row; baselines keep
+    three digits (a 2 us yardstick printed as 0.00 ms)."""
+    from zorch_nb.bench import Row, Timing, _table
+    why = "another process was busy on these cores: the copy ran at 1 GB/s, then 9"
+    copy = Row("copy", "cpu", 32, Timing.of([8e-3]), 256, extra={"implausible": why})
+    rows = [Row(k, "cpu", 8, Timing.of([1e-5]), 96, baselines={"numpy": 2.77e-6},
+                extra={"implausible": why}) for k in ("one", "two")]
+    lines = _table([r.finish(None) for r in rows], copy.finish(3.2e-5)).splitlines()
+    copy_line = next(x for x in lines if x.startswith("copy"))
+    assert copy_line.split()[3:6] == ["8.000", "ms", "?"], copy_line
+    assert all("busy" not in x for x in lines if x.startswith(("copy", "one", "two")))
+    assert sum(why in x for x in lines) == 1
+    assert "numpy 0.00277 ms (speedup 0.3x)" in next(x for x in lines if x.startswith("one"))
+
+
+def test_report_extra_keys_are_explained_and_the_start_up_reads_as_text():
+    from zorch_nb import bench
+    assert bench.REPORT_UNITS["extra"] is bench.REPORT_EXTRA
+    assert all(isinstance(v, str) and v for v in bench.REPORT_EXTRA.values())
+    record = {"backend": "cpu", "first_run": {"wall_s": 9.5, "import_s": 0.7,
+                                              "first_fold_s": 8.1234},
+              "warm_cache_run": {"wall_s": 1.4, "import_s": 0.5, "first_fold_s": 0.46}}
+    assert bench._startup_line(record) == (
+        "second process (cpu): import 0.70 s, first fold 8.123 s (wall 9.50 s); again, "
+        "caches warm: import 0.50 s, first fold 0.460 s (wall 1.40 s)")
+    assert bench._startup_line({"backend": "numba", "error": ["boom"]}) == (
+        "second process (numba): failed: boom")
+
+
+def test_plot_cuts_outliers_at_its_cap_and_says_so(tmp_path):
+    """A busy run's 27x bar set the axis and left the bars near 1 as slivers."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from zorch_nb.bench import PLOT_CAP, Row, plot
+    copies = [Row("copy", "cpu", 4 * 2**16, 1.0, 8, gbps=10.0)]
+    rows = [Row("k", "cpu", 2**16, 1.0, 8, fraction_of_copy=f, extra=e)
+            for f, e in ((0.9, {"paired_fraction": 31.0}), (27.0, {}), (1.1, {}))]
+    plot(rows, copies, str(tmp_path / "c.png"), "t")
+    ax = plt.gcf().axes[0]
+    assert [b.get_width() for b in ax.patches] == [0.9, PLOT_CAP, 1.1]
+    assert ax.get_xlim()[1] <= PLOT_CAP * 1.05
+    assert [t.get_text().strip() for t in ax.texts] == ["27 (cut)"]
+    assert max(ax.lines[-1].get_xdata()) <= PLOT_CAP  # the paired marker too
+    plt.close(ax.figure)
+
+
 def test_report_units_name_the_spread():
     from zorch_nb.bench import REPORT_UNITS
     assert "median_s" in REPORT_UNITS and "max_s" in REPORT_UNITS["median_s"]
@@ -1641,6 +1696,102 @@ def test_readme_table_marks_a_flagged_copy_and_plot_report_draws_a_mixed_report(
     assert _script("plot_report").main(["plot_report.py", str(path), str(tmp_path / "c.png")]) == 0
     assert (tmp_path / "c.png").stat().st_size > 0
 
+
+
+@pytest.mark.parametrize("jagged", [False, True])
+def test_cpu_pyramid_rows_time_fresh_pages_and_reuse_alike(monkeypatch, jagged):
+    """A user review: ``reused_out_ms`` read 24.4 ms beside a main time of 14.2
+    ms.  Both came from repeat // 2 calls, and the main time's "fresh" calls
+    mostly landed on the pages of the pyramid freed just before (glibc keeps
+    them).  Now both are the best of ``repeat`` calls, and each fresh call
+    starts with no earlier pyramid alive and the C heap trimmed (malloc_trim),
+    and is timed before its pyramid is freed."""
+    import weakref
+
+    from zorch_nb import _bench_gkr
+    events, pyramids = [], []  # weak references to each fresh pyramid's buffers
+
+    def alive():
+        return sum(any(r() is not None for r in refs) for refs in pyramids)
+
+    def spy(real):
+        def build(*args, out=None, **kwargs):
+            layers = real(*args, out=out, **kwargs)
+            if out is None:
+                pyramids.append([weakref.ref(x if x.base is None else x.base)
+                                 for la in layers[1:] for x in la.mles])
+            events.append("build" if out is None else "into out")
+            return layers
+        return build
+    for name in ("build_pyramid", "build_jagged_pyramid"):
+        monkeypatch.setattr(_bench_gkr, name, spy(getattr(_bench_gkr, name)))
+    monkeypatch.setattr(_bench_gkr, "_malloc_trim",
+                        lambda: lambda pad: events.append(("trim", alive())), raising=False)
+
+    def timer(fn, repeat):
+        for _ in range(repeat):
+            fn()
+            events.append(("stop", alive()))
+        return 1e-3
+    n, repeat = 2**12, 3
+    if jagged:
+        (row,) = _bench_gkr._jagged_pyramid_row(n, "cpu", repeat, np, timer, None)
+    else:
+        (row,) = _bench_gkr._dense_pyramid_row("base/ext", n, "cpu", repeat, np, timer, None)
+    # the first call (compiles; its pyramid is the one overwritten), the
+    # pyramid into it, fresh pyramids, the peak memory's (dense rows)
+    assert events == (["build"] + ["into out", ("stop", 1)] * repeat
+                      + [("trim", 0), "build", ("stop", 1)] * repeat + ["build"] * (not jagged))
+    assert row.samples == repeat and row.time_s == 1e-3 and row.extra["reused_out_ms"] == 1.0
+
+
+def test_fresh_pyramid_time_is_the_best_of_its_calls(monkeypatch):
+    """The fresh time keeps the bench's statistic: the best of the calls, with
+    their median and slowest (the table's unsteadiness mark reads them)."""
+    from zorch_nb import _bench_gkr
+    times = iter([3e-3, 1e-3, 2e-3, 9e-3])
+    t = _bench_gkr._fresh_pyramid_time(lambda: [], 4, lambda fn, repeat: fn() or next(times))
+    assert (float(t), t.median, t.worst, t.samples) == (1e-3, 2.5e-3, 9e-3, 4)
+
+
+@pytest.mark.parametrize("lg", [3, 9, 10, 11])
+def test_tiny_jagged_rows_name_their_segments_and_have_no_pyramid(monkeypatch, capsys, lg):
+    """A user review: at 2^3 rows the jagged rows said "1024 seg." (1016 of
+    them were empty) and a one-layer "pyramid" was printed (its one step wrote
+    1024 neutral rows from 8), though the code's note said n <= 1024 has none.
+    Below 1024 rows each row is a segment: the label says how many, and such a
+    layer is its own floor (no pyramid row, the note)."""
+    from zorch_nb import _backend, _bench_gkr
+    n = 2**lg
+    segments = min(n, 1024)
+    kern = _backend.kernels_for("cpu", "gkr")
+    monkeypatch.setattr(_bench_gkr, "_numpy_baseline", lambda *args: None)
+    rows = _bench_gkr._jagged_rows(kern, n, "cpu", 1, np, _fixed_timer(1e-3), None)
+    assert [r.kernel for r in rows] == [f"jagged transition {m} ({segments} seg.)"
+                                        for m in ("base/base", "ext/ext")]
+    counts = _bench_gkr.jagged_counts(n, segments)
+    assert counts.sum() == n and counts.min() >= 1
+    scan = 2 * segments * 4 + 2 * segments * 8  # counts in and out, the prefix
+    width = int(((counts + 1) // 2).sum())
+    assert rows[0].bytes == 4 * 4 * (n + width) + scan
+    pyramid = _bench_gkr._jagged_pyramid_row(n, "cpu", 1, np, _fixed_timer(1e-3), None)
+    if n <= 1024:
+        assert pyramid == []
+        assert (f"(no jagged pyramid at 2^{lg}: {n} segments over {n} rows are their own "
+                f"floor)") in capsys.readouterr().out
+    else:
+        assert [r.kernel for r in pyramid] == ["jagged pyramid base/ext (1024 seg.)"]
+
+
+def test_jagged_counts_are_never_empty_where_the_rows_suffice():
+    """The clamp to one row a segment overshot and the largest count paid for
+    it: 24 rows over 24 segments gave a 0 beside a 2 (only a negative count
+    was caught), which would have made a "pyramid" of one-row segments."""
+    from zorch_nb._bench_gkr import jagged_counts
+    for total, segments in [(24, 24), (9, 9), (25, 24), (2**12, 1024)]:
+        counts = jagged_counts(total, segments)
+        assert counts.sum() == total and counts.min() >= 1, (total, segments)
+    assert list(jagged_counts(3, 5)) == [1, 1, 1, 0, 0]  # too few rows: empty ones last
 
 def test_a_dense_folds_first_call_compiles_before_the_timed_calls(monkeypatch):
     """The first call (compile or cache load) is the row's first_call_s and comes

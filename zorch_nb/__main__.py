@@ -168,9 +168,9 @@ def main(argv=None) -> int:
                    help="bar chart of each kernel's fraction of the copy bandwidth (matplotlib; "
                         "any image format it writes: .png, .pdf, .svg, ...)")
     b.add_argument("--repeat", type=_positive_int, default=5,
-                   help="timed repetitions, the best reported (1..1000, default 5; pyramids: half as many, "
-                        "at least 1; the CPU fold's alternation with the copy: 3x, at "
-                        "least 15)")
+                   help="timed repetitions, the best reported (1..1000, default 5; the "
+                        "pyramids' NumPy and galois yardsticks: half as many, at least 1; "
+                        "the CPU fold's alternation with the copy: 3x, at least 15)")
     b.add_argument("--backends", nargs="+", choices=("cupy", "numba"), default=None,
                    help="GPU backends to measure (default: both; both need CuPy for "
                         "the device arrays and the copy yardstick)")

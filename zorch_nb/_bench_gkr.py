@@ -6,7 +6,8 @@ measured in the same process:
 
 * dense fold in three field modes: base/base, base numerators over extension
   denominators (the LogUp case), extension/extension;
-* jagged transition with 1024 segments of random counts (base and extension);
+* jagged transition with 1024 segments of random counts (base and extension;
+  below 1024 rows, one segment a row: the label names the count);
 * whole dense and jagged pyramids against their *compulsory* bytes: the first
   layer read once and every later layer written once (a per-layer pyramid
   also re-reads every intermediate layer, which the fused GPU path avoids);
@@ -28,10 +29,12 @@ measured in the same process:
 
 Kernel rows call the kernel layer with preallocated outputs (steady state);
 pyramid and dispatch rows go through the object layer, as a user would.  On
-the CPU a pyramid row also times ``build_pyramid(first, out=...)`` (or its
-jagged twin) overwriting the layers of an earlier pyramid
-(``reused_out_ms``): the same kernels without the operating system zeroing
-fresh pages for every layer.
+the CPU a pyramid row's time is that of layers arriving as fresh pages (see
+:func:`_fresh_pyramid_time`), and the row also times
+``build_pyramid(first, out=...)`` (or its jagged twin) overwriting the layers
+of an earlier pyramid (``reused_out_ms``): the same kernels without the
+operating system zeroing fresh pages for every layer.  Both are the best of
+``repeat`` calls.
 """
 from __future__ import annotations
 
@@ -93,7 +96,10 @@ def jagged_counts(total: int, segments: int = JAGGED_SEGMENTS, seed: int = 3) ->
     raw = rng.random(segments) + 0.05
     counts = np.maximum(1, (raw / raw.sum() * total).astype(np.int64))
     counts[int(np.argmax(counts))] += total - int(counts.sum())
-    if counts.min() < 0:  # the clamp to 1 overshot: too few rows for the segments
+    # the clamp to 1 overshot and the largest count paid for it: below 0 where
+    # the rows are too few for the segments, but also exactly 0 where they are
+    # not (24 rows over 24 segments gave a 0 beside a 2)
+    if counts.min() < 1:
         counts = (np.arange(segments) < total).astype(np.int64)
         counts[0] += max(0, total - segments)
     return counts.astype(np.int32)
@@ -236,26 +242,38 @@ def _in_l2_gbps(kern, ne, de, repeat, xp, timer):
     return IN_L2_CALLS * _nbytes(ins + outs) / t / 1e9
 
 
+def jagged_segments(n: int) -> int:
+    """The jagged rows' segment count at ``n`` rows: :data:`JAGGED_SEGMENTS`,
+    or one segment a row where the rows are fewer.
+
+    Empty segments would turn a tiny layer into mostly padding: at 8 rows
+    1016 of 1024 segments were empty, so the transition folded 8 segments
+    under a "1024 seg." label, and the one-step "pyramid" wrote 1024 neutral
+    rows from 8.
+    """
+    return min(n, JAGGED_SEGMENTS)
+
+
 def _jagged_rows(kern, n, backend, repeat, xp, timer, sync):
-    """Jagged transitions: 1024 segments, random counts, halving schedule."""
+    """Jagged transitions: 1024 segments (one a row below 1024 rows), random counts."""
     from .bench import Row, _first_call
     out = []
-    counts = jagged_counts(n)
+    segments = jagged_segments(n)
+    counts = jagged_counts(n, segments)
     orc = ((counts.astype(np.int64) + 1) // 2).astype(np.int32)
     width = int(orc.sum())
     for name in ("base/base", "ext/ext"):
         ne, de = MODES[name]
         ins = _mles(xp, ne, de, n)
         outs = _outputs(xp, ne, de, width)
-        prefix = xp.empty((2, JAGGED_SEGMENTS), dtype=np.int64)
+        prefix = xp.empty((2, segments), dtype=np.int64)
         rc_d, orc_d = xp.asarray(counts), xp.asarray(orc)
         call = lambda: kern.jagged_transition(rc_d, orc_d, prefix, *ins, *outs,  # noqa: E731
                                               F.params)
         first = _first_call(call, sync)  # compiles: kept out of the steady-state time
         t = timer(call, repeat)
         moved = _nbytes(ins + outs) + counts.nbytes + orc.nbytes + prefix.nbytes
-        row = Row(f"jagged transition {name} ({JAGGED_SEGMENTS} seg.)", backend, n, t, moved,
-                  first)
+        row = Row(f"jagged transition {name} ({segments} seg.)", backend, n, t, moved, first)
         if xp is np:
             _numpy_baseline(row, ins, lambda canon: _numpy_gkr.jagged_transition(
                 canon, counts, orc, width, P, W), repeat)
@@ -273,11 +291,11 @@ def _dense_pyramid_row(name, n, backend, repeat, xp, timer, sync):
     first_s = _first_call(lambda: built.append(build_pyramid(first, backend=backend)), sync)
     layers = built.pop()
     compulsory = _nbytes(first.mles) + sum(_nbytes(la.mles) for la in layers[1:])
+    build = functools.partial(build_pyramid, first, backend=backend)
     if xp is np:  # the same pyramid overwriting the layers of the one above: no fresh pages
-        reused = timer(functools.partial(build_pyramid, first, backend=backend,
-                                         out=layers[1:]), max(1, repeat // 2))
+        reused = timer(functools.partial(build, out=layers[1:]), repeat)
     del layers
-    t = timer(lambda: build_pyramid(first, backend=backend), max(1, repeat // 2))
+    t = _fresh_pyramid_time(build, repeat, timer) if xp is np else timer(build, repeat)
     row = Row(f"dense pyramid {name} (to floor)", backend, n, t, compulsory, first_s)
     row.extra["layers"] = first.num_row_variables
     if xp is np:
@@ -288,21 +306,21 @@ def _dense_pyramid_row(name, n, backend, repeat, xp, timer, sync):
         from .kernels.launch_config import gkr_pyramid_plan
         row.extra["launches"] = len(gkr_pyramid_plan(n // 2, first.num_row_variables,
                                                      name == "base/base"))
-        row.extra["host_ms"] = _host_ms(lambda: build_pyramid(first, backend=backend), sync)
+        row.extra["host_ms"] = _host_ms(build, sync)
     # both modes: base/base is the issue's "about 2x the first layer" case
     # (its later layers halve), base/ext's are extension words (2.6x)
-    row.extra.update(_peak_memory(lambda: build_pyramid(first, backend=backend), xp,
-                                  _nbytes(first.mles)))
+    row.extra.update(_peak_memory(build, xp, _nbytes(first.mles)))
     return [row]
 
 
 def _jagged_pyramid_row(n, backend, repeat, xp, timer, sync):
     """A whole jagged pyramid (halving schedule) against its compulsory bytes."""
     from .bench import Row, _first_call
-    jfirst = JaggedGkrLayer(*_mles(xp, False, True, n), jagged_counts(n))
+    segments = jagged_segments(n)
+    jfirst = JaggedGkrLayer(*_mles(xp, False, True, n), jagged_counts(n, segments))
     schedule = halving_schedule(jfirst)
     if not schedule:  # n <= 1024: every segment holds one row, the layer is its floor
-        print(f"  (no jagged pyramid at 2^{n.bit_length() - 1}: {JAGGED_SEGMENTS} segments "
+        print(f"  (no jagged pyramid at 2^{n.bit_length() - 1}: {segments} segments "
               f"over {n} rows are their own floor)", flush=True)
         return []
     built = []
@@ -310,14 +328,12 @@ def _jagged_pyramid_row(n, backend, repeat, xp, timer, sync):
         lambda: built.append(build_jagged_pyramid(jfirst, schedule, backend=backend)), sync)
     layers = built.pop()
     compulsory = _nbytes(jfirst.mles) + sum(_nbytes(la.mles) for la in layers[1:])
+    build = functools.partial(build_jagged_pyramid, jfirst, schedule, backend=backend)
     if xp is np:  # as for the dense pyramids
-        reused = timer(functools.partial(build_jagged_pyramid, jfirst, schedule,
-                                         backend=backend, out=layers[1:]), max(1, repeat // 2))
+        reused = timer(functools.partial(build, out=layers[1:]), repeat)
     del layers
-    t = timer(lambda: build_jagged_pyramid(jfirst, schedule, backend=backend),
-              max(1, repeat // 2))
-    row = Row(f"jagged pyramid base/ext ({JAGGED_SEGMENTS} seg.)", backend, n, t, compulsory,
-              first_s)
+    t = _fresh_pyramid_time(build, repeat, timer) if xp is np else timer(build, repeat)
+    row = Row(f"jagged pyramid base/ext ({segments} seg.)", backend, n, t, compulsory, first_s)
     row.extra["layers"] = len(schedule)
     if xp is np:
         row.extra["reused_out_ms"] = round(reused * 1e3, 3)
@@ -328,11 +344,48 @@ def _jagged_pyramid_row(n, backend, repeat, xp, timer, sync):
         widths, tail = [s.width for s in schedule], backend == "cupy"
         chunked, start = gkr_jagged_plan(widths, tail)
         row.extra["launches"] = gkr_jagged_launches(widths, tail)
-        row.extra["host_ms"] = _host_ms(
-            lambda: build_jagged_pyramid(jfirst, schedule, backend=backend), sync)
+        row.extra["host_ms"] = _host_ms(build, sync)
         row.extra["chunked_layers"] = chunked
         row.extra["fused_tail_layers"] = len(schedule) - start
     return [row]
+
+
+@functools.lru_cache(maxsize=None)
+def _malloc_trim():
+    """The C library's ``malloc_trim`` (glibc), or None where it has none."""
+    import ctypes
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (AttributeError, OSError, TypeError):  # (TypeError: Windows)
+        return None
+
+
+def _fresh_pyramid_time(build, repeat, timer):
+    """Best of ``repeat`` CPU calls of ``build()`` (a pyramid) timed by
+    ``timer``, each one's new layers arriving as fresh pages that the
+    operating system zeroes.
+
+    That is what a user's pyramid costs where the allocator holds no freed
+    memory to hand back (a process's first pyramid, say).  Timed back to
+    back, the calls would mostly time recycled memory instead: freeing a
+    mapped block raises glibc's mmap threshold to its size (up to 32 MiB),
+    so every smaller layer comes from the heap next time, in pages its
+    predecessor left mapped (2**22 base/base, one thread: 9-15 ms back to
+    back, as fast as into ``out=``, where fresh pages take 18-21 ms; this
+    row reported the former).  So each call starts with the heap's free
+    memory handed back to the operating system (``malloc_trim``), and the
+    pyramid is freed after its timing, not within it (unmapping is not the
+    build's cost).  Without glibc the calls may land on recycled memory.
+    """
+    from .bench import Timing
+    trim = _malloc_trim()
+    kept, samples = [], []
+    for _ in range(repeat):
+        if trim is not None:
+            trim(0)
+        samples.append(float(timer(lambda: kept.append(build()), 1)))
+        kept.clear()
+    return Timing.of(samples)
 
 
 def _host_ms(fn, sync, calls=3):

@@ -511,25 +511,31 @@ def _table(rows, copy_row) -> str:
     head = (f"{'kernel':<46} {'backend':<7} {'size':>10} {'time':>11} {'GB/s':>8} "
             f"{'of copy':>8} {'1st call':>9}  baselines")
     lines = [head, "-" * len(head)]
-    suspect = unreliable = unsteady = False
+    suspect = unsteady = False
+    unreliable = {}  # (the reasons, once each: every row of a busy size has one)
+    small = any(r.vs_copy and r.fraction_of_copy is None for r in rows)
     for r in [copy_row] + rows:
-        base = ", ".join([f"{k} {v * 1e3:.2f} ms (speedup {_ratio(v / r.time_s)})"
+        base = ", ".join([f"{k} {v * 1e3:.3g} ms (speedup {_ratio(v / r.time_s)})"
                           for k, v in r.baselines.items()]
-                         + [f"{k}={v}" for k, v in r.extra.items()])
+                         + [f"{k}={v}" for k, v in r.extra.items() if k != "implausible"])
         first = _fmt(r.first_call_s, ".3f", 8) + ("s" if r.first_call_s is not None else " ")
         flag = " "
         if r.fraction_of_copy is not None and r.fraction_of_copy > SUSPECT_FRACTION:
             flag, suspect = "!", True
         if "implausible" in r.extra:
-            flag, unreliable = "?", True
+            flag = "?"
+            unreliable[r.extra["implausible"]] = None
         steady = " "
         if r.median_s is not None and r.median_s > UNSTEADY_MEDIAN * r.time_s:
             steady, unsteady = "~", True
+        # a launch-bound size's copy is no yardstick: its rate is not shown
+        gbps, fraction = (None, None) if small and r is copy_row else (r.gbps,
+                                                                       r.fraction_of_copy)
         lines.append(f"{r.kernel:<46} {r.backend:<7} {r.size:>10} {r.time_s * 1e3:>8.3f} ms"
                      f"{steady}"
-                     f"{_fmt(r.gbps, '.1f', 8)} {_fmt(r.fraction_of_copy, '.2f', 7)}{flag} "
+                     f"{_fmt(gbps, '.1f', 8)} {_fmt(fraction, '.2f', 7)}{flag} "
                      f"{first}  {base}")
-    if any(r.vs_copy and r.fraction_of_copy is None for r in rows):  # a small size
+    if small:
         lines.append(f"(below 2^{MIN_FRACTION_LOG2} elements a call is launch-bound: times "
                      f"only, no fraction of the copy)")
     if suspect:
@@ -538,10 +544,19 @@ def _table(rows, copy_row) -> str:
     if unsteady:
         lines.append(f"~ the median call took more than {UNSTEADY_MEDIAN}x the best (the time "
                      f"shown): the machine was unsteady; median_s and max_s in the JSON")
-    if unreliable:
-        lines.append("? figures no idle machine gives (see `busy`): another process was "
-                     "busy on these cores; measure again on an idle machine")
+    for why in unreliable:
+        lines.append(f"? figures no idle machine gives (`implausible` in the JSON; the "
+                     f"README's \"A busy machine\"): {why}; measure again on an idle machine")
     return "\n".join(lines)
+
+
+#: Printed once at the start of a run: what the table's columns hold.
+TABLE_LEGEND = (
+    "columns: size = elements of each MLE (copy rows: uint32 words); time = the best of "
+    "--repeat calls\n(ms); GB/s = bytes read + written / time; of copy = GB/s / the size's "
+    "copy's; 1st call = the\nfirst call alone, compiling what no earlier row or input setup "
+    "compiled (near 0: already compiled);\nthen baselines (their speedup = their time / "
+    "ours) and extra figures (units[\"extra\"] in the JSON)")
 
 
 SECOND_PROCESS = (
@@ -591,6 +606,19 @@ def second_process(backend: str, xp_name: str) -> dict:
     return {"backend": backend, "first_run": runs[0], "warm_cache_run": runs[1]}
 
 
+def _startup_line(s: dict) -> str:
+    """One :func:`second_process` record as a sentence of the report."""
+    head = f"second process ({s.get('backend')}): "
+    if "error" in s:
+        return head + "failed: " + " ".join(s["error"])
+    a, b = s.get("first_run"), s.get("warm_cache_run")
+    if a is None or b is None:
+        return head + "not measured"
+    return (head + f"import {a['import_s']:.2f} s, first fold {a['first_fold_s']:.3f} s "
+            f"(wall {a['wall_s']:.2f} s); again, caches warm: import {b['import_s']:.2f} s, "
+            f"first fold {b['first_fold_s']:.3f} s (wall {b['wall_s']:.2f} s)")
+
+
 def _device_name(device: str) -> str:
     if device == "gpu":
         import cupy
@@ -601,6 +629,54 @@ def _device_name(device: str) -> str:
 
 #: Version of the report's layout (the keys below and each row's fields).
 REPORT_SCHEMA = 1
+#: What each key of a row's ``extra`` holds (the table prints them after the
+#: baselines; a key missing here is a test failure).
+REPORT_EXTRA = {
+    "implausible": "why the row's figures are not what an idle machine gives (another "
+                   "process was busy on these cores; or the run stopped before the size's "
+                   "second copy could check)",
+    "serial_copy_gbps": "copy rows: one thread's copy (np.copyto) of the same words, GB/s; a "
+                        "parallel copy below it means its threads waited for their cores",
+    "fresh_out_ms": "field rows: the same call allocating its result (no out=), ms",
+    "zero_check_ms": "inverse rows: the part of the time that is the check for zero "
+                     "elements (one read of the input), ms",
+    "us_per_call": "dispatch rows: microseconds per call, the best of several rounds of "
+                   "back-to-back calls",
+    "launcher_us": "dispatch rows: the launcher the object layer calls "
+                   "(fold_dense_trusted), us per call",
+    "checked_launcher_us": "dispatch rows: the kernel layer's checked fold_dense, what a "
+                           "direct caller pays, us per call",
+    "buffer_and_views_us": "dispatch rows: allocating the output buffer and its four views, "
+                           "us per call",
+    "launch_only_us": "dispatch rows (CuPy): the bare RawKernel launch with the same "
+                      "arguments, the floor of a transition, us per call",
+    "parts_error": "dispatch rows: why the parts above could not be timed",
+    "paired_copy_gbps": "CPU dense folds: the copy, timed alternately with the fold "
+                        "(both in the same moments of a shared machine), GB/s",
+    "paired_fold_gbps": "CPU dense folds: the fold in those alternating rounds, GB/s",
+    "paired_fraction": "CPU dense folds: paired_fold_gbps / paired_copy_gbps, the CPU "
+                       "target's figure",
+    "in_cache_gbps": "CPU dense folds: the fold on data that stays in the caches, GB/s: "
+                     "the rate its arithmetic allows",
+    "in_l2_gbps": "CuPy dense folds: the fold on data resident in the GPU's L2, GB/s",
+    "in_l2_error": "CuPy dense folds: why in_l2_gbps could not be measured",
+    "layers": "pyramid rows: the layers built below the first",
+    "reused_out_ms": "CPU pyramid rows: the pyramid built into the layers of a previous "
+                     "one (out=), ms",
+    "launches": "GPU pyramid rows: kernel launches per pyramid",
+    "host_ms": "GPU pyramid rows: host time of one call, ms (a row whose time nears it is "
+               "host-bound)",
+    "chunked_layers": "GPU jagged pyramids: the layers built by the chunked kernel",
+    "fused_tail_layers": "GPU jagged pyramids: the layers built by the one-block tail",
+    "peak_new_bytes": "pyramid rows: the high-water mark of what the call allocates beyond "
+                      "what it keeps, bytes",
+    "peak_total_over_first_layer": "pyramid rows: (first layer + peak_new_bytes) / first "
+                                   "layer",
+    "peak_error": "pyramid rows: why the peak could not be measured",
+    "galois": "rows with a galois baseline: why it is missing",
+    "baseline_error": "why a baseline could not run (its copies did not fit in memory)",
+}
+
 #: What the report's numbers count.
 REPORT_UNITS = {
     "time_s": "seconds per call, the best of --repeat (first_call_s: the first call alone)",
@@ -612,7 +688,10 @@ REPORT_UNITS = {
     "size": "kernel rows: the elements n of each MLE; copy rows: the uint32 words "
             "copied, 4 n",
     "baselines": "seconds per call of each baseline (speedup = baseline / time_s)",
+    # (a dict in the JSON: each key a row's ``extra`` may hold, and its meaning)
+    "extra": REPORT_EXTRA,
 }
+
 
 
 def _cpu_caches() -> list:
@@ -708,6 +787,10 @@ def _nothing_to_plot(rows) -> str | None:
             f"times only)")
 
 
+#: The chart's largest fraction of the copy: longer bars are cut there.
+PLOT_CAP = 2.5
+
+
 def plot(rows, copies, path: str, title: str) -> None:
     """Bar chart of each bandwidth row's fraction of its size's copy, to
     ``path``; ``copies``: the run's copy rows (or one).  Rows the bench
@@ -723,8 +806,15 @@ def plot(rows, copies, path: str, title: str) -> None:
     labels = [f"{r.kernel}\n[{r.backend}, n={r.size}]" for r in rows]
     fig, ax = plt.subplots(figsize=(10, 0.45 * len(rows) + 1.5))
     busy_rows = [bool(r.extra.get("implausible")) for r in rows]
-    bars = ax.barh(range(len(rows)), [r.fraction_of_copy for r in rows], color=[
+    # A busy machine's outliers (25x) set the axis and left the bars near 1
+    # as slivers: bars past PLOT_CAP are cut there and carry their value.
+    values = [r.fraction_of_copy for r in rows]
+    bars = ax.barh(range(len(rows)), [min(v, PLOT_CAP) for v in values], color=[
         "tab:gray" if b else "tab:blue" for b in busy_rows])
+    for i, v in enumerate(values):
+        if v > PLOT_CAP:
+            ax.text(PLOT_CAP, i, f"{v:.3g} (cut) ", va="center", ha="right", fontsize=7,
+                    bbox={"facecolor": "white", "alpha": 0.85, "linewidth": 0})
     for bar, b in zip(bars, busy_rows):
         if b:
             bar.set_hatch("//")
@@ -733,11 +823,13 @@ def plot(rows, copies, path: str, title: str) -> None:
     paired = [(i, r.extra["paired_fraction"]) for i, r in enumerate(rows)
               if "paired_fraction" in r.extra]
     if paired:  # the fold timed alternately with the copy (see paired_cpu)
-        ax.plot([v for _, v in paired], [i for i, _ in paired], "D", color="tab:orange",
+        ax.plot([min(v, PLOT_CAP) for _, v in paired], [i for i, _ in paired], "D",
+                color="tab:orange",
                 label="timed alternately with a copy of its own bytes")
     if paired or any(busy_rows):
         ax.legend(loc="lower right", fontsize=8)
     ax.axvline(1.0, color="k", lw=1)
+    ax.set_xlim(0, min(PLOT_CAP, max(values + [v for _, v in paired] + [1.0])) * 1.05)
     ax.set_yticks(range(len(rows)), labels, fontsize=7)
     ax.invert_yaxis()
     speeds = sorted({f"{c.gbps:.0f}" for c in copies if c.gbps is not None}, key=float)
@@ -1006,6 +1098,10 @@ def main(args) -> int:
 
     config: dict = {}
     load_at_start = _load_average()
+    threads = software["numba_threads"]
+    where = ", ".join([device_name] + ([f"{threads} Numba thread{'s' * (threads != 1)}"]
+                                       if device == "cpu" else [])
+                      + [datetime.date.today().isoformat()])
 
     def report() -> dict:
         if not config:  # once, after the first section: its kernels started the threading layer
@@ -1055,6 +1151,7 @@ def main(args) -> int:
                 print(f"FAILED {msg}", file=sys.stderr)
 
     def measure() -> None:
+        print(f"zorch_nb bench on {where}\n{TABLE_LEGEND}\n", flush=True)
         for lg in sizes:
             n = 1 << lg
             measure_copy = gpu_copy_gbps if device == "gpu" else cpu_copy_gbps
@@ -1069,8 +1166,10 @@ def main(args) -> int:
             first_gbps = copy_row.bytes / copy_row.time_s / 1e9
             current.update(copy=replace(copy_row).finish(first_gbps),
                            fractions=lg >= MIN_FRACTION_LOG2)
-            print(f"2^{lg}: copy {current['copy'].gbps:.3g} GB/s; each section as it ends "
-                  f"(the table after the size is final):", flush=True)
+            rate = (f"copy {current['copy'].gbps:.3g} GB/s" if lg >= MIN_FRACTION_LOG2
+                    else "launch-bound: times only")
+            print(f"2^{lg}: {rate}; each section as it ends (the table after the size is "
+                  f"final):", flush=True)
             rows = []
             for backend in backends:
                 rows += guard(f"{backend} field ops",
@@ -1115,7 +1214,7 @@ def main(args) -> int:
             print()
         startup.extend(second_process(b, "cupy" if device == "gpu" else "np") for b in backends)
         for s_ in startup:
-            print(f"second process ({s_.get('backend')}): {s_}")
+            print(_startup_line(s_))
             if "error" in s_:
                 guard.errors.append(f"{s_['backend']} second process: {' '.join(s_['error'])}")
 
@@ -1146,6 +1245,6 @@ def main(args) -> int:
     if empty:
         guard.errors.append(f"--plot {args.plot!r} not drawn: {empty}")
     elif args.plot:
-        plot(all_rows, copies, args.plot, f"zorch_nb bench — {device_name}")
+        plot(all_rows, copies, args.plot, f"zorch_nb bench — {where}")
     _print_failures(guard.errors)
     return 1 if guard.errors else 0
