@@ -509,10 +509,13 @@ class _FieldBase:
         Raises
         ------
         TypeError
-            Non-integer input (floats, bools, strings).
+            Non-integer input (floats, bools, strings, None), an iterator, a
+            masked array; ``reduce`` not a bool; ``xp`` not numpy or cupy.
         ValueError
-            A value outside ``[0, p)`` when ``reduce`` is false, or a wrong
-            trailing axis for the extension.
+            A value outside ``[0, p)`` when ``reduce`` is false, a ragged
+            nesting, or a wrong trailing axis for the extension.
+        ImportError
+            ``xp="cupy"`` (or a CUDA array ``ints``) where CuPy is not installed.
         """
         if not isinstance(reduce, (bool, np.bool_)):
             raise TypeError(f"Argument `reduce` must be True or False, not {reduce!r}")
@@ -601,13 +604,32 @@ class _FieldBase:
     def decode(self, words):
         """Canonical values ``w * 2**-32 mod p`` of Montgomery words.
 
-        The inverse of :meth:`encode`; the result is a ``uint32`` array in the
-        module of ``words`` (a NumPy scalar or 0-d array gives a 0-d array).
-        Raises ``ValueError`` naming the first word (in C order) not in
-        ``[0, p)``: the arithmetic reads such words mod p, but at the boundary
-        to integers they usually mean corrupted data (``F.add(words,
-        F.zeros(()))`` canonicalizes).
-        A CuPy array is decoded on its own device, into an array there.
+        The inverse of :meth:`encode`.  Words not in ``[0, p)`` are refused:
+        the arithmetic reads them mod p, but at the boundary to integers they
+        usually mean corrupted data (``F.add(words, F.zeros(()))``
+        canonicalizes).
+
+        Parameters
+        ----------
+        words : uint32 array of Montgomery words (NumPy or CuPy), or a NumPy uint32 scalar
+            Base ``(...)`` or extension ``(..., 4)`` elements.
+
+        Returns
+        -------
+        uint32 array
+            The values, of ``words``' shape, in its module (a NumPy scalar or
+            0-d array gives a 0-d array).  A CuPy array is decoded on its own
+            device, into an array there.
+
+        Raises
+        ------
+        TypeError
+            ``words`` not a uint32 array (a list, another dtype, a masked array).
+        ValueError
+            A word ``>= p`` (the message names the first, in C order); on the
+            extension, ``words`` without a trailing axis of length 4.
+        MemoryError
+            A NumPy broadcast view whose values would not fit in this machine's memory.
         """
         if isinstance(words, np.generic):
             words = np.asarray(words)
@@ -665,7 +687,25 @@ class _FieldBase:
         return out
 
     def is_canonical(self, words) -> bool:
-        """True if every word is a canonical Montgomery word (``< p``)."""
+        """True if every word is a canonical Montgomery word (``< p``).
+
+        Parameters
+        ----------
+        words : uint32 array of Montgomery words (NumPy or CuPy), or a NumPy uint32 scalar
+            Base ``(...)`` or extension ``(..., 4)`` elements.
+
+        Returns
+        -------
+        bool
+            A Python bool; ``True`` for an empty array.
+
+        Raises
+        ------
+        TypeError
+            ``words`` not a uint32 array (a list, another dtype, a masked array).
+        ValueError
+            On the extension, ``words`` without a trailing axis of length 4.
+        """
         _check_words(words, "words")
         _element_shape(words, self.degree, "words")
         kind, words = _in_module(words)
@@ -690,12 +730,43 @@ class _FieldBase:
                         f"not {xp!r}")
 
     def zeros(self, shape, xp=np):
-        """Array of zeros (all words 0) of element shape ``shape``."""
+        """Array of zeros (all words 0) of element shape ``shape``.
+
+        Parameters
+        ----------
+        shape : int or tuple of ints
+            The element shape (a 1-d NumPy integer array is read as a tuple);
+            the extension appends the axis of 4 coefficients.
+        xp : module or str, optional
+            ``numpy`` (default) or ``cupy`` (the module or its name): where the
+            result lives.
+
+        Returns
+        -------
+        uint32 array
+            A new array of shape ``shape`` (``shape + (4,)`` on the extension).
+
+        Raises
+        ------
+        TypeError
+            ``shape`` not an int or a tuple of ints (a bool or a float included);
+            ``xp`` not numpy or cupy.
+        ValueError
+            A negative entry of ``shape``, or a shape larger than any array can be.
+        MemoryError
+            A NumPy result larger than this machine's memory.
+        ImportError
+            ``xp="cupy"`` where CuPy is not installed.
+        """
         xp = self._xp(xp)
         return xp.zeros(self._full_shape(shape, host=xp is np), dtype=np.uint32)
 
     def ones(self, shape, xp=np):
-        """Array of ones (Montgomery word ``2**32 mod p``) of element shape ``shape``."""
+        """Array of ones (Montgomery word ``2**32 mod p``) of element shape ``shape``.
+
+        Parameters, the errors raised and the result's shape are those of
+        :meth:`zeros`; on the extension each element is ``(2**32 mod p, 0, 0, 0)``.
+        """
         xp = self._xp(xp)
         out = xp.zeros(self._full_shape(shape, host=xp is np), dtype=np.uint32)
         if self.degree == 1:
@@ -718,6 +789,36 @@ class _FieldBase:
         (``integers(0, p, dtype=int64)``, coefficient by coefficient in C
         order) and moved to ``xp``, so a seed gives the same elements in every
         module.
+
+        Parameters
+        ----------
+        shape : int or tuple of ints
+            The element shape (a 1-d NumPy integer array is read as a tuple);
+            the extension appends the axis of 4 coefficients.
+        seed : None, int, sequence of ints, SeedSequence, BitGenerator or Generator, optional
+            Passed to ``numpy.random.default_rng``; ``None`` draws fresh entropy.
+        xp : module or str, optional
+            ``numpy`` (default) or ``cupy`` (the module or its name): where the
+            result lives.
+
+        Returns
+        -------
+        uint32 array
+            Canonical Montgomery words of shape ``shape`` (``shape + (4,)`` on
+            the extension).
+
+        Raises
+        ------
+        TypeError
+            ``shape`` not an int or a tuple of ints; a ``seed`` NumPy refuses by
+            type (a float, a str); ``xp`` not numpy or cupy.
+        ValueError
+            A negative entry of ``shape``, a shape larger than any array can be,
+            or a negative ``seed``.
+        MemoryError
+            A shape beyond this machine's memory (drawn on the host, whatever ``xp``).
+        ImportError
+            ``xp="cupy"`` where CuPy is not installed.
         """
         try:
             rng = np.random.default_rng(seed)
@@ -1300,6 +1401,21 @@ class _FieldBase:
         uint32 array of the element shape without the reduced axes (kept with
         length 1 under ``keepdims``), plus the trailing 4 on the extension; a
         full reduction gives a 0-d array (not a NumPy scalar).
+
+        Raises
+        ------
+        TypeError
+            ``a`` or ``out`` not a uint32 array (``out`` a NumPy scalar, or of another
+            module, included); ``axis`` not None, an int or a tuple of ints; ``keepdims``
+            not a bool; ``backend`` not a string or None, or ``"cpu"`` with CuPy arrays.
+        ValueError
+            ``axis`` not distinct element axes; on the extension, ``a`` without a trailing
+            axis of 4; ``out`` of another shape or read-only; an unknown ``backend``.
+        MemoryError
+            A broadcast view whose result does not fit in this machine's memory
+            (NumPy's own error, which names no argument).
+        ImportError
+            ``backend="cupy"`` where CuPy is not installed.
         """
         _check_words(a, "a")
         a = np.asarray(a) if isinstance(a, np.generic) else a
@@ -1572,7 +1688,9 @@ class _FieldBase:
         ----------
         values : uint32 words, shape ``(2**nv,)`` (base) or ``(2**nv, 4)`` (extension), nv >= 1
         r : one element: base words ``()``, or on the extension field ``(4,)``
+            A NumPy ``r`` beside CuPy ``values`` is copied to their device.
         out : array of the result's shape, optional
+            Written and returned; in ``values``' module.
         backend : {None, "cpu", "cupy", "numba"}, optional
 
         Returns
@@ -1580,6 +1698,17 @@ class _FieldBase:
         ``2**(nv-1)`` elements: ``(2**(nv-1),)`` on the base field,
         ``(2**(nv-1), 4)`` on the extension (base values are embedded, as
         by the extension's other operations).
+
+        Raises
+        ------
+        TypeError
+            ``values``, ``r`` or ``out`` not a uint32 array, or not in one array module;
+            ``backend`` not a string or None, or ``"cpu"`` with CuPy arrays.
+        ValueError
+            ``values`` not ``2**nv`` elements with ``nv >= 1``; ``r`` not one element; ``out``
+            of another shape or read-only; an unknown ``backend``, or ``"numba"`` without a GPU.
+        ImportError
+            ``backend="cupy"`` where CuPy is not installed.
 
         Notes
         -----
@@ -1647,6 +1776,21 @@ class _FieldBase:
         uint32 array of Montgomery words: a new ``(2**nv,)`` array on the base
         field, ``(2**nv, 4)`` on the extension (a base ``point`` included), on
         the point's device; ``out`` itself when given.
+
+        Raises
+        ------
+        TypeError
+            ``point`` or ``out`` not a uint32 array (on the base field, an ``as_base``
+            mark included), ``out`` of another module; ``backend`` not a string or None,
+            or ``"cpu"`` with a CuPy point.
+        ValueError
+            ``point`` not ``(nv,)`` or ``(nv, 4)``, ``(4,)`` unmarked on the extension, or
+            marked by another field; a table larger than any array can be; ``out`` of another
+            shape or read-only; an unknown ``backend``, or ``"numba"`` without a GPU.
+        MemoryError
+            A NumPy table (no ``out``) larger than this machine's memory.
+        ImportError
+            ``backend="cupy"`` where CuPy is not installed.
         """
         if type(point) is BaseOperand and self.degree == 4:
             point = self._unmark(point, "point")  # base coordinates, however many
@@ -1862,10 +2006,17 @@ class PrimeField(_FieldBase):
     """A 31-bit prime field with Montgomery-form ``uint32`` elements.
 
     Use the instances :data:`KoalaBear` and :data:`BabyBear`; ``F.ext`` is the
-    degree-4 extension ``F_p[x] / (x^4 - W)``.
+    degree-4 extension ``F_p[x] / (x^4 - W)``.  A field is immutable: setting
+    or deleting an attribute raises ``AttributeError``.
 
     Attributes
     ----------
+    name : str
+        The field's name (``"KoalaBear"`` for :data:`KoalaBear`); its repr is ``zorch_nb.<name>``.
+    ext : ExtensionField
+        The degree-4 extension ``F_p[x] / (x^4 - W)`` of this field.
+    degree : int
+        1 (the extension's is 4).
     p : int
         The prime.
     one : numpy.uint32
@@ -1934,7 +2085,21 @@ class ExtensionField(_FieldBase):
     Operand rule: an operand whose last axis has length 4 is read as
     extension elements, any other as base elements.  A base array whose last
     axis happens to be 4 is therefore ambiguous: mark it with :meth:`as_base`
-    (read in place) or embed it with :meth:`from_base` (a copy).
+    (read in place) or embed it with :meth:`from_base` (a copy).  Immutable,
+    as its base field.
+
+    Attributes
+    ----------
+    base : PrimeField
+        The field extended (``F.ext.base is F``).
+    name : str
+        The base field's name with ``".ext"`` appended (``"KoalaBear.ext"``).
+    degree : int
+        4.
+    one : numpy.ndarray
+        The element 1, ``(2**32 mod p, 0, 0, 0)``: a read-only ``(4,)`` uint32 array.
+    p, W, params
+        The base field's (see :class:`PrimeField`).
     """
 
     degree = 4
@@ -1955,6 +2120,26 @@ class ExtensionField(_FieldBase):
         """Embed base-field words ``a`` (any shape ``S``) as ``(a, 0, 0, 0)``, shape ``S + (4,)``.
 
         Words ``>= p`` are reduced, as every result is canonical.
+
+        Parameters
+        ----------
+        a : uint32 array of Montgomery words (NumPy or CuPy), or a NumPy uint32 scalar
+            Base-field elements of any shape ``S``; a trailing axis of 4 is
+            base words too.
+
+        Returns
+        -------
+        uint32 array
+            A new ``S + (4,)`` array of extension elements, in ``a``'s module.
+
+        Raises
+        ------
+        TypeError
+            ``a`` not a uint32 array (an ``as_base`` mark included).
+        ValueError
+            A broadcast view ``a`` whose embedding is larger than any array can be.
+        MemoryError
+            A NumPy broadcast view ``a`` whose embedding exceeds this machine's memory.
         """
         _check_words(a, "a")
         a = np.asarray(a) if isinstance(a, np.generic) else a
@@ -1980,6 +2165,24 @@ class ExtensionField(_FieldBase):
         four base coordinates or one extension one, must be marked or
         reshaped to ``(1, 4)``) and :meth:`mle_eval` only.
 
+        Parameters
+        ----------
+        a : uint32 array of Montgomery words (NumPy or CuPy)
+            Base-field elements of any shape.
+
+        Returns
+        -------
+        BaseOperand
+            The mark: ``a`` itself (``.words``) and this extension's base field
+            (``.field``); an operation of another field's extension refuses it.
+
+        Raises
+        ------
+        TypeError
+            ``a`` not a uint32 array (a list, another dtype, a mark already).
+
+        Examples
+        --------
         >>> E = KoalaBear.ext
         >>> a = KoalaBear.encode([1, 2, 3, 4])           # four base elements
         >>> E.mul(E.as_base(a), E.random(4, seed=0)).shape

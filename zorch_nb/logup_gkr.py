@@ -291,11 +291,32 @@ class GkrLayer(_Layer):
                     field: PrimeField = KoalaBear) -> "GkrLayer":
         """The layer whose leaf ``j`` is ``numerators[j] / denominators[j]``.
 
-        ``numerators`` / ``denominators``: uint32 words of ``2 L`` leaves
-        (``(2L,)`` base or ``(2L, 4)`` extension, ``L`` a power of two); leaf
-        ``2 i + c`` becomes child ``c`` of row ``i``.  The children are copied
-        into four contiguous arrays; the inputs are not kept.
-        ``num_batch_variables`` and ``field`` are as in :class:`GkrLayer`.
+        Leaf ``2 i + c`` becomes child ``c`` of row ``i``.  The children are
+        copied into four contiguous arrays; the inputs are not kept.
+
+        Parameters
+        ----------
+        numerators, denominators : array
+            uint32 words of ``2 L`` leaves each, ``L`` a power of two: ``(2L,)``
+            base or ``(2L, 4)`` extension (the two may differ); NumPy or CuPy.
+        num_batch_variables : int, optional
+            As in :class:`GkrLayer`, in ``[0, log2(L)]``.
+        field : PrimeField, optional
+            As in :class:`GkrLayer`.
+
+        Returns
+        -------
+        GkrLayer
+            ``L`` rows, its four MLEs new contiguous arrays in the leaves' module.
+
+        Raises
+        ------
+        TypeError
+            Leaves that are not uint32 arrays, or in different modules; a
+            ``num_batch_variables`` that is not an integer; a ``field`` that is not a PrimeField.
+        ValueError
+            A leaf count that is not twice a power of two; unequal counts of numerators and
+            denominators; a wrong trailing axis; ``num_batch_variables`` out of range.
         """
         pairs = []
         for name, x in (("numerators", numerators), ("denominators", denominators)):
@@ -361,6 +382,15 @@ class JaggedGkrLayer(_Layer):
     field : PrimeField, optional
         :data:`~zorch_nb.KoalaBear` (default) or :data:`~zorch_nb.BabyBear`;
         as for :class:`GkrLayer`, BabyBear data needs ``field=BabyBear``.
+
+    Raises
+    ------
+    TypeError
+        MLEs as for :class:`GkrLayer`; ``row_counts`` holding non-integers (or an
+        iterator), a device array that is not 1-D int32 or beside NumPy MLEs.
+    ValueError
+        MLEs as for :class:`GkrLayer` (any width allowed); ``row_counts`` of a length not a
+        power of two; host counts not 1-D, outside ``[0, 2**31)`` or summing above ``width``.
     """
 
     row_counts: Any
@@ -381,6 +411,31 @@ class JaggedGkrLayer(_Layer):
         spelled in its fields like the others: ``(0,)`` base, ``(0, 4)``
         extension.  ``width`` (default: the rows' total) adds dead slots
         (zero); ``field`` as in the constructor.
+
+        Parameters
+        ----------
+        segments : iterable of (numerators, denominators) pairs
+            ``nb`` pairs (tuples or lists), ``nb`` a power of two, of NumPy
+            uint32 words ``(m_b,)`` or ``(m_b, 4)``.
+        width : int, optional
+            The capacity, at least the rows' total and at most ``2**31 - 1``.
+        field : PrimeField, optional
+
+        Returns
+        -------
+        JaggedGkrLayer
+            NumPy MLEs of ``width`` slots, host ``row_counts[b] = ceil(m_b / 2)``.
+
+        Raises
+        ------
+        TypeError
+            ``field`` not a PrimeField; ``segments`` not iterable, or an entry not a pair;
+            leaves not NumPy uint32 arrays; ``width`` not an integer.
+        ValueError
+            ``nb`` not a power of two; leaves of a wrong shape, in other fields than segment
+            0's, or a pair of unequal lengths; ``width`` out of range or below the rows' total.
+        MemoryError
+            A layer of ``width`` slots larger than this machine's memory.
         """
         _check_field(field)  # before its constants are read below
         try:
@@ -551,11 +606,26 @@ class LogUpGkrOutput:
         ``(num, den)`` with ``num[b] = n[2b] d[2b+1] + n[2b+1] d[2b]`` and
         ``den[b] = d[2b] d[2b+1]`` (``n``, ``d`` the outputs), so ``num[b] /
         den[b]`` is the sum of all of batch element ``b``'s leaves: a LogUp
-        argument balances where ``num[b]`` is zero and ``den[b]`` is not.  Each
-        array is ``(nb,)`` base or ``(nb, 4)`` extension, extension wherever an
-        operand is (base words are read as base elements, whatever ``nb``),
-        on the outputs' device, computed with the field's kernels.
+        argument balances where ``num[b]`` is zero and ``den[b]`` is not.
 
+        Returns
+        -------
+        (num, den) : tuple of uint32 arrays
+            Each ``(nb,)`` base or ``(nb, 4)`` extension, extension wherever an
+            operand is (base words are read as base elements, whatever ``nb``),
+            on the outputs' device, computed with the field's kernels.
+
+        Raises
+        ------
+        TypeError
+            ``field`` not a PrimeField; ``numerator`` or ``denominator`` not a uint32
+            array, or the two in different array modules.
+        ValueError
+            ``numerator`` or ``denominator`` not of shape ``(2 nb,)`` or ``(2 nb, 4)`` (an odd
+            length included), or the two of different lengths.
+
+        Examples
+        --------
         >>> from zorch_nb import KoalaBear as F
         >>> from zorch_nb.logup_gkr import GkrLayer, build_pyramid, extract_outputs
         >>> leaves = F.encode([1, 2, 3, F.p - 6])  # 1/1 + 2/1 + 3/1 - 6/1 = 0
@@ -977,6 +1047,18 @@ def build_pyramid(first: GkrLayer, *, backend: str | None = None,
         ``[first, ..., floor]``; every later layer is a new buffer (with
         ``out``: ``[first, *out]``, overwritten).
 
+    Raises
+    ------
+    TypeError
+        ``first`` not a GkrLayer; ``fused`` not None or a bool; ``out`` not a list of
+        GkrLayer of ``first``'s module; ``backend`` not a str or None, or ``"cpu"`` on CuPy.
+    ValueError
+        ``fused=True`` on a floor, on NumPy data with ``backend="cupy"``, or with ``out`` on
+        ``"numba"``; an ``out`` that does not fit (the message says how); an unknown ``backend``,
+        or ``"numba"`` without a GPU; an MLE of ``first`` reshaped in place since it was built.
+    ImportError
+        ``backend="cupy"`` where CuPy is not installed.
+
     Notes
     -----
     The kernels read contiguous MLEs: ``first``'s strided ones (a layer of
@@ -1116,6 +1198,24 @@ def extract_outputs(floor: GkrLayer) -> LogUpGkrOutput:
     canonical (``< p``), but a layer built as a floor (no transition ran, so
     ``build_pyramid`` returned it alone) hands back its own words, any
     non-canonical ones (``>= p``, read mod p) included.
+
+    Parameters
+    ----------
+    floor : GkrLayer
+        A layer with no row variable (``num_batch_variables == num_variables``),
+        e.g. ``build_pyramid(layer)[-1]``.
+
+    Returns
+    -------
+    LogUpGkrOutput
+        ``2 nb`` outputs each, new arrays in the floor's module, and the floor's field.
+
+    Raises
+    ------
+    TypeError
+        ``floor`` not a GkrLayer (a JaggedGkrLayer: see :func:`extract_jagged_outputs`).
+    ValueError
+        ``floor`` has a row variable left.
     """
     _require(floor, GkrLayer, "floor", "extract_jagged_outputs")
     if floor.num_row_variables != 0:
@@ -1572,6 +1672,24 @@ def extract_jagged_outputs(floor: JaggedGkrLayer) -> LogUpGkrOutput:
     the transitions.  Words are copied as the floor holds them (see
     :func:`extract_outputs`: a layer that never went through a transition
     keeps any non-canonical words).
+
+    Parameters
+    ----------
+    floor : JaggedGkrLayer
+        The last layer of a schedule ending on a floor, e.g. of
+        :func:`halving_schedule`.
+
+    Returns
+    -------
+    LogUpGkrOutput
+        ``2 nb`` outputs each, new arrays in the floor's module, and the floor's field.
+
+    Raises
+    ------
+    TypeError
+        ``floor`` not a JaggedGkrLayer (a GkrLayer: see :func:`extract_outputs`).
+    ValueError
+        A width other than ``nb``, or a host row count other than 1.
     """
     _require(floor, JaggedGkrLayer, "floor", "extract_outputs")
     if floor.width != floor.num_batches:
@@ -1631,6 +1749,14 @@ def halving_schedule(layer: JaggedGkrLayer, max_row_count: int | None = None) ->
         all 1 but which has slack (``width > nb``) gets one step, counts
         ``[1] * nb`` and width ``nb``, that compacts it (it also folds each
         segment's two children: same per-batch sums).
+
+    Raises
+    ------
+    TypeError
+        ``layer`` not a JaggedGkrLayer; ``max_row_count`` not an integer (a bool included).
+    ValueError
+        ``max_row_count`` outside ``[0, 2**31 - 1]`` or below a host row count; with it,
+        device counts on a GPU other than CuPy's current device.
     """
     _require(layer, JaggedGkrLayer, "layer")
     nb = layer.num_batches
