@@ -167,6 +167,12 @@ def test_ext_eq_table_refuses_a_point_of_four_words(F):
                                          r"shape \(1, 4\)$"):
         E.mle_eval(E.random(2, seed=8), r[0])
     assert E.mle_eval(E.random(2, seed=8), r).shape == (4,)
+    # a marked point is base coordinates: an extension point marked was read
+    # as extension coordinates, the mark ignored
+    for call in (lambda p: E.eq_table(p), lambda p: E.mle_eval(E.random(4, seed=9), p)):
+        with pytest.raises(ValueError, match=r"`point` is marked as base words \(as_base\), "
+                                             r"so it .* shape \(nv,\), not \(2, 4\)"):
+            call(E.as_base(E.random(2, seed=10)))
     other = KoalaBear if F is BabyBear else BabyBear
     with pytest.raises(ValueError, match="`point` is marked as"):
         E.eq_table(other.ext.as_base(four))

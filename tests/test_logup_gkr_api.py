@@ -276,7 +276,7 @@ def test_from_leaves_and_from_segments_lay_out_the_leaves():
         JaggedGkrLayer.from_segments([([1, 2], segs[0][1][:2])])
     with pytest.raises(TypeError, match=r"`segments\[1\]` must be a \(numerators"):
         JaggedGkrLayer.from_segments([segs[0], num])
-    with pytest.raises(ValueError, match=r"`segments\[1\]` denominators must be in the field"):
+    with pytest.raises(ValueError, match=r"`segments\[1\] denominators` must be in the field"):
         JaggedGkrLayer.from_segments([segs[0], (segs[1][0], F.random(2, seed=1))])
     for k in (0, 3):
         with pytest.raises(ValueError, match=rf"`segments` must hold a power-of-two number "
@@ -1025,10 +1025,27 @@ def test_batch_sums_add_the_two_outputs_in_the_floors_field(Fi):
             (LogUpGkrOutput(n, d[:4], Fi), ValueError, "as many outputs, not 8 and 4"),
             (LogUpGkrOutput(n, d[:, :3], Fi), ValueError, r"`denominator`.*shape \(8, 3\)"),
             (LogUpGkrOutput(n.astype(np.int64), d, Fi), TypeError, "`numerator`.*uint32"),
-            (LogUpGkrOutput(n, [1, 2], Fi), TypeError, "`denominator`"),
-            (LogUpGkrOutput(n, d, "KoalaBear"), TypeError, "`field`")):
+            (LogUpGkrOutput(n, [1, 2], Fi), TypeError, "`denominator`")):
         with pytest.raises(err, match=match):
             bad.batch_sums()
+    # a field that is no PrimeField is refused where the output is made (it
+    # was taken, and refused by the first batch_sums)
+    with pytest.raises(TypeError, match="Argument `field` must be a zorch_nb PrimeField"):
+        LogUpGkrOutput(n, d, "KoalaBear")
+
+
+@pytest.mark.gpu
+def test_batch_sums_of_outputs_in_two_modules_names_them():
+    """The field ops' TypeError named their own `a` and `b`."""
+    import cupy
+    from zorch_nb.logup_gkr import LogUpGkrOutput
+    n, d = KoalaBear.random(8, seed=5), KoalaBear.ext.random(8, seed=6)
+    with pytest.raises(TypeError, match="`numerator` and `denominator` must be arrays of one "
+                                        "module, not numpy and cupy"):
+        LogUpGkrOutput(n, cupy.asarray(d)).batch_sums()
+    num, den = LogUpGkrOutput(cupy.asarray(n), cupy.asarray(d)).batch_sums()
+    want = LogUpGkrOutput(n, d).batch_sums()
+    assert all(np.array_equal(a.get(), b) for a, b in zip((num, den), want))
 
 
 def test_a_field_of_a_reloaded_module_is_refused_saying_why():
@@ -1121,12 +1138,12 @@ def test_from_segments_takes_empty_segments_in_their_fields():
     segs = [(F.random(3, seed=1), E.random(3, seed=2)), (np.zeros(0, np.uint32), E.zeros(0))]
     jag = JaggedGkrLayer.from_segments(segs)
     assert jag.row_counts.tolist() == [2, 0] and jag.width == 2
-    with pytest.raises(ValueError, match=r"`segments\[1\]` denominators must be in the field "
+    with pytest.raises(ValueError, match=r"`segments\[1\] denominators` must be in the field "
                                          r"of segment 0's, shape \(3, 4\) .*an empty "
                                          r"extension segment is \(0, 4\)\), not shape \(0,\)"):
         JaggedGkrLayer.from_segments([segs[0], (segs[1][0], np.zeros(0, np.uint32))])
     # segment 0 is the one spelled wrongly: both shapes are named (a user review)
-    with pytest.raises(ValueError, match=r"`segments\[1\]` denominators must be in the field "
+    with pytest.raises(ValueError, match=r"`segments\[1\] denominators` must be in the field "
                                          r"of segment 0's, shape \(0,\) .*not shape \(3, 4\)"):
         JaggedGkrLayer.from_segments([(segs[1][0], np.zeros(0, np.uint32)), segs[0]])
 

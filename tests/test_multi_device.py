@@ -261,6 +261,9 @@ def test_conversions_run_on_the_arrays_device(cp, F):
         back = G.decode(got[::2])
         assert device_id(back) == 1 and np.array_equal(back.get(), G.decode(want[::2]))
         assert G.is_canonical(got)
+        if G is F:  # the embedding too (it was made on the current device)
+            up = E.from_base(got)
+            assert device_id(up) == 1 and np.array_equal(up.get(), E.from_base(want))
     with pytest.raises(ValueError, match=r"ints\[0, 0\] = -40"):
         F.encode(on(cp, 1, ints))
     bad = F.encode(ints % F.p)

@@ -1531,7 +1531,7 @@ class _FieldBase:
             Operands that are not uint32 arrays of one module.
         """
         if type(point) is BaseOperand and self.degree == 4:
-            point = self._unmark(point, "point")
+            point = self._unmark_point(point)
         n, nv, embed = self._mle_values(values)
         p_ext = self._mle_point(point, "mle_eval", nv, tuple(values.shape))
         shape = (4,) if self.degree == 4 else ()
@@ -1650,6 +1650,18 @@ class _FieldBase:
                              f"mark it with {self!r}.as_base, or convert it between "
                              f"the fields (decode, then encode)")
         return mark.words
+
+    def _unmark_point(self, mark):
+        """The words of a ``point`` marked with ``as_base``: base coordinates,
+        so one axis (a marked ``(nv, 4)`` array was read as ``nv`` extension
+        coordinates, the mark ignored)."""
+        words = self._unmark(mark, "point")
+        shape = getattr(words, "shape", None)
+        if shape is not None and len(shape) != 1:
+            raise ValueError(f"Argument `point` is marked as base words (as_base), so it "
+                             f"must hold one base coordinate per variable, shape (nv,), not "
+                             f"{tuple(shape)}; an extension point goes unmarked")
+        return words
 
     def _mle_point(self, point, method, nv=None, values_shape=None):
         """Whether ``point`` of :meth:`mle_eval` / :meth:`eq_table` (``method``)
@@ -1793,7 +1805,7 @@ class _FieldBase:
             ``backend="cupy"`` where CuPy is not installed.
         """
         if type(point) is BaseOperand and self.degree == 4:
-            point = self._unmark(point, "point")  # base coordinates, however many
+            point = self._unmark_point(point)  # base coordinates, however many
         elif self.degree == 4 and getattr(point, "shape", None) == (4,):
             # (a prover's one extension challenge read as four base ones: a
             # 16-row table where it wanted 2)
@@ -2146,8 +2158,9 @@ class ExtensionField(_FieldBase):
         kind = "numpy" if _backend.array_kind(a) == "numpy" else "cupy"
         xp = _backend.get_xp(kind)
         _check_size(tuple(a.shape) + (4,), "the extension elements of `a`", host=xp is np)
-        out = xp.zeros(tuple(a.shape) + (4,), dtype=np.uint32)
-        xp.remainder(_backend.to_module(a, kind), np.uint32(self.p), out=out[..., 0])
+        with _device_of(a, kind):  # (a CuPy array of another device: embedded there)
+            out = xp.zeros(tuple(a.shape) + (4,), dtype=np.uint32)
+            xp.remainder(_backend.to_module(a, kind), np.uint32(self.p), out=out[..., 0])
         return out
 
     def as_base(self, a) -> BaseOperand:

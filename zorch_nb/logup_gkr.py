@@ -455,7 +455,7 @@ class JaggedGkrLayer(_Layer):
                 first = segments[0][name == "denominators"]
                 if x.ndim != first.ndim:
                     # both shapes: the culprit may be segment 0 (an empty one spelled (0,))
-                    raise ValueError(f"Argument `segments[{b}]` {name} must be in the field of "
+                    raise ValueError(f"Argument `segments[{b}] {name}` must be in the field of "
                                      f"segment 0's, shape {tuple(first.shape)} (base (m,) or "
                                      f"extension (m, 4); an empty extension segment is "
                                      f"(0, 4)), not shape {tuple(x.shape)}")
@@ -600,6 +600,11 @@ class LogUpGkrOutput:
     denominator: Any
     field: PrimeField = KoalaBear
 
+    def __post_init__(self):
+        # (the words are checked where they are used, batch_sums; a wrong
+        # field failed there too, far from the line that made it)
+        _check_field(self.field)
+
     def batch_sums(self) -> tuple:
         """Each batch element's two output fractions added into one.
 
@@ -635,14 +640,17 @@ class LogUpGkrOutput:
         (array([0], dtype=uint32), array([1], dtype=uint32))
         """
         F = self.field
-        _check_field(F)
         n, d = self.numerator, self.denominator
         for name, x in (("numerator", n), ("denominator", d)):
             _check_words(x, name)
             if not (x.ndim == 1 or (x.ndim == 2 and x.shape[1] == 4)) or x.shape[0] % 2:
-                raise ValueError(f"Argument `{name}` must hold an even number of outputs, "
-                                 f"(2 nb,) base or (2 nb, 4) extension, not shape "
+                raise ValueError(f"Argument `{name}` must hold an even number of outputs "
+                                 f"((2 nb,) base or (2 nb, 4) extension), not shape "
                                  f"{tuple(x.shape)}")
+        kinds = [_backend.array_kind(x) for x in (n, d)]
+        if kinds[0] != kinds[1]:  # (the field ops would name their own `a` and `b`)
+            raise TypeError(f"Arguments `numerator` and `denominator` must be arrays of one "
+                            f"module, not {kinds[0]} and {kinds[1]}")
         if n.shape[0] != d.shape[0]:
             raise ValueError(f"Arguments `numerator` and `denominator` must hold as many "
                              f"outputs, not {n.shape[0]} and {d.shape[0]}")
