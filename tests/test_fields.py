@@ -298,6 +298,11 @@ def test_host_arrays_past_this_machines_memory_are_refused_by_name(monkeypatch):
                                           r"\(131072, 4\) needs"):
         E.from_base(np.broadcast_to(one, (2**17,)))
     assert F.decode(np.broadcast_to(one, (100,))).tolist() == [1] * 100
+    # and the sums over an axis of a broadcast view (their uint64 slots)
+    with pytest.raises(MemoryError, match=r"the sum of `a` over `axis`: an array of shape "
+                                          r"\(262144, 1\) needs"):
+        F.sum(np.broadcast_to(one, (2**18, 2)), axis=1)
+    assert F.decode(F.sum(np.broadcast_to(one, (100, 2)), axis=1)).tolist() == [2] * 100
 
 
 def test_bad_input_errors():

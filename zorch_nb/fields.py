@@ -1473,7 +1473,7 @@ class _FieldBase:
                 total = total.reshape(tuple(d for i, d in enumerate(a.shape) if i not in axes))
             return xp.asarray(total).astype(np.uint32)
         kept = tuple(1 if i in axes else d for i, d in enumerate(a.shape))
-        _check_size(kept, "the sum of `a` over `axis`", 8)
+        _check_size(kept, "the sum of `a` over `axis`", 8, host=xp is np)
         total = xp.zeros(kept, dtype=np.uint64)
         pending = 0
         for prefix, lo, hi, _ in _blocks(elem, limit):

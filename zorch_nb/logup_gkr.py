@@ -992,10 +992,15 @@ def layer_transition(layer: GkrLayer, *, backend: str | None = None,
     Raises
     ------
     ValueError
-        If ``layer`` has no row variable left (it is a floor), or ``out``
-        does not fit the result (the message says how).
+        If ``layer`` has no row variable left (it is a floor), ``out`` does
+        not fit the result (the message says how), ``backend`` is unknown, or
+        ``"numba"`` without a GPU.
     TypeError
-        If ``out`` is not a GkrLayer.
+        If ``layer`` is not a GkrLayer (a JaggedGkrLayer: see
+        :func:`jagged_layer_transition`), ``out`` is not one, or ``backend`` is
+        not a str or None, or is ``"cpu"`` on CuPy arrays.
+    ImportError
+        ``backend="cupy"`` where CuPy is not installed.
     """
     _require(layer, GkrLayer, "layer", "jagged_layer_transition")
     if layer.num_row_variables == 0:
@@ -1535,6 +1540,10 @@ def build_jagged_pyramid(first: JaggedGkrLayer, schedules, *,
         As :func:`jagged_layer_transition` (every step is checked before any
         step runs), or ``fused=True`` on the CPU backend (it needs CuPy arrays
         on ``"cupy"``, or ``"numba"``).
+    TypeError
+        ``first`` not a JaggedGkrLayer (a GkrLayer: see :func:`build_pyramid`);
+        ``schedules`` one step, not an iterable of steps, or holding entries
+        that are not steps; ``fused`` not None or a bool.
     MemoryError
         Host data whose output layers, all kept, would not fit in this
         machine's memory (checked before any step runs).
