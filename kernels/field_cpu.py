@@ -740,8 +740,9 @@ def _conversion(kernel, n):
 def encode(v, out, reduce, f):
     """``out = v * 2**32 mod p`` (Montgomery words) for int64 ``v``; both flat
     ``(n,)``.  Values outside ``[0, p)`` are reduced mod p (as Python's ``%``)
-    with ``reduce``, else the index of the first is returned (-1: none).
-    Other dtypes are refused (``TypeError``): uint64 values past 2**63 would
+    with ``reduce``, else the index of the first is returned (-1: none) and
+    ``out`` holds the word of 0 at every out-of-range position (the others
+    are encoded).  Other dtypes are refused (``TypeError``): uint64 values past 2**63 would
     read as negative.  It starts no threading layer: serial until a
     parallel kernel has started one (see _conversion)."""
     check_encode("field_cpu.encode", f, v, out, reduce)

@@ -8,7 +8,11 @@ forms and under the checks of :mod:`.field_cpu`'s launchers
 ``(4 n,)``.  The extension kernels test their pointers on the device: where
 every array is 16-byte aligned (CuPy allocations are 256-byte aligned) an
 element moves as one 16-byte access, else as four 4-byte ones (an offset
-view).  Importing this module requires CuPy.
+view).  Launches are asynchronous, on CuPy's current stream and device (an
+array of another device is refused): a launcher returns before the GPU has
+finished, as CuPy's own operations do; ``encode``, ``decode`` and the zero
+scans read a result back and so synchronize.  Importing this module
+requires CuPy.
 """
 import sys
 
@@ -49,16 +53,24 @@ def _launch(f, name, n, *args, per_thread=1):
     # per_thread: elements a thread takes at once (the batched inverses, the
     # zero scan's base words), so the grid is sized for ceil(n / per_thread)
     # threads
+    current = None
     for x in args:  # (the checks take NumPy arrays too: they serve the CPU)
         if isinstance(x, _ndarray):
-            _refuse_host_arrays(sys._getframe(1), args)
+            _refuse_arrays(sys._getframe(1), args)
+        # a CuPy array of another device: an illegal address where the launch runs
+        device = getattr(getattr(x, "data", None), "device_id", None)
+        if device is not None:
+            if current is None:
+                current = cupy.cuda.runtime.getDevice()
+            if device != current:
+                _refuse_arrays(sys._getframe(1), args)
     if n == 0:
         return
     grid = grid_for(-(-n // per_thread))
     _kernel(f, name)((grid,), (THREADS_PER_BLOCK,), args + (np.uint64(n),))
 
 
-def _refuse_host_arrays(frame, args):
+def _refuse_arrays(frame, args):
     # The error path only: the launcher's own argument names, found by
     # identity among its locals, so each launcher need not list them.
     where = f"field_cupy.{frame.f_code.co_name}"

@@ -137,9 +137,18 @@ def kernel_words(f: FieldParams) -> tuple:
 
 
 def cuda_defines(f: FieldParams) -> str:
-    """``#define`` preamble that specialises the CUDA C sources to field ``f``."""
+    """``#define`` preamble that specialises the CUDA C sources to field ``f``.
+
+    One field per translation unit: a second preamble is an ``#error``.  (Two
+    headers in one source kept the first field's functions -- monty.cuh's
+    include guard skipped the second -- under the second field's macros, with
+    only a "ZORCH_P redefined" warning.)"""
     return (
         f"// zorch_nb field preamble: {f.name}\n"
+        f"#ifdef ZORCH_P\n"
+        f"#error \"zorch_nb: one field per source: a field preamble (arithmetic_header) is "
+        f"here already\"\n"
+        f"#endif\n"
         f"#define ZORCH_P {f.p}u\n"
         f"#define ZORCH_MU_NEG {f.mu_neg}u\n"
         f"#define ZORCH_R_MOD_P {f.r_mod_p}u\n"

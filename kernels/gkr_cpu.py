@@ -7,11 +7,15 @@ Launcher contract (shared by :mod:`.gkr_cuda_numba` and :mod:`.gkr_cupy`):
     Dense transition.  Inputs have length ``L`` (even), outputs ``L / 2``;
     ``on*``/``od*`` are written for every ``k in [0, L/2)``:
     ``on0[k], od0[k]`` = fraction sum of node ``2k``'s children,
-    ``on1[k], od1[k]`` = the same for node ``2k + 1``.
+    ``on1[k], od1[k]`` = the same for node ``2k + 1``; the fraction sum of
+    children ``(n0, d0)`` and ``(n1, d1)`` is ``(n0 d1 + n1 d0, d0 d1)``, not
+    reduced to lowest terms (:mod:`.gkr_scalar`).
 ``pyramid_dense(first, layers, f)``
     Every dense transition from ``first`` (its four MLEs) into the
     preallocated ``layers[l]`` = ``(on0, on1, od0, od1)`` of layer ``l + 1``,
-    fused: intermediate layers are not read back from memory.
+    fused: intermediate layers are not read back from memory.  (The
+    Numba-CUDA launcher takes each layer as one flat buffer
+    ``on0 | on1 | od0 | od1`` instead: see :func:`.gkr_cuda_numba.pyramid_dense`.)
 ``jagged_transition(rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f)``
     Jagged transition for every output slot ``q`` of the outputs' length.
     ``rc``/``orc`` are int32 row counts of the input and output layers

@@ -1,6 +1,7 @@
 """Numba-CUDA kernels of the LogUp-GKR layer transitions (``@cuda.jit``).
 
-Same launcher contract as :mod:`.gkr_cpu` (see its docstring).  The slot
+Same launcher contract as :mod:`.gkr_cpu` (see its docstring), except
+:func:`pyramid_dense`, whose output layers are each one flat buffer.  The slot
 bodies are the ones of :mod:`.gkr_scalar`, compiled as device functions; the
 kernels are grid-stride loops over output slots.  Arrays may be device arrays,
 CuPy arrays (wrapped with ``sync=False``: no stream synchronization) or host

@@ -3,7 +3,9 @@
 Same launcher contract as :mod:`.gkr_cpu` (see its docstring); arrays are
 contiguous CuPy arrays (row counts int32, ``prefix`` int64 ``(2, nb)``).
 Every launcher checks its arguments first (:mod:`.launch_checks`: metadata
-only, never the counts' values, which would need a device->host copy).
+only, never the counts' values, which would need a device->host copy), and
+launches asynchronously on CuPy's current stream and device (an array of
+another device is refused): it returns before the GPU has finished.
 
 * One ``RawModule`` per (field, device), compiled on first use and memoized;
   the mode (base/extension numerators and denominators) and the vector-load

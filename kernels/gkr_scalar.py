@@ -374,7 +374,9 @@ def inlined_arithmetic():
     compiles its own device functions.  The field kernels (``field_cpu``)
     take their inlined arithmetic from here too, and so can your own loops
     (README, "The kernels in your own Numba code"): every name of
-    ``monty.__all__`` but the opcodes is here.
+    ``monty.__all__`` but the opcodes is here.  Each call makes new,
+    uncompiled dispatchers: call it once, at module level, and use its
+    functions from there (a call per use compiles them again).
     """
     env = {}
     # Callees before callers: each copy is bound to the copies made so far.

@@ -209,11 +209,35 @@ def check_device_arrays(where, named):
     the CuPy launchers' arguments live in device memory.  Needed because
     CuPy's RawKernel passes a one-element NumPy array by value, so its word
     would be taken for a device pointer (a fault, or a read of whatever lies
-    there); larger ones fail inside CuPy without the argument's name."""
+    there); larger ones fail inside CuPy without the argument's name.
+
+    Also refuse a CuPy array of another device than CuPy's current one, where
+    the launch runs: its pointer read there is an illegal address, which
+    poisons the whole CUDA context (the object layer checked this; a direct
+    caller of the kernel layer was not told)."""
+    current = None
     for name, x in named:
         if isinstance(x, _ndarray):
             raise TypeError(f"{where}: argument `{name}` must be a CuPy array (device "
                             f"memory), not a NumPy array; move it with cupy.asarray")
+        device = _cupy_device(x)
+        if device is not None:
+            if current is None:
+                current = _current_device()
+            if device != current:
+                raise ValueError(f"{where}: argument `{name}` lives on GPU {device} but the "
+                                 f"current device is GPU {current}, where the kernel runs; "
+                                 f"call it under `with cupy.cuda.Device({device}):`")
+
+
+def _cupy_device(x):
+    """The device id of a CuPy array (its memory pointer's), else None."""
+    return getattr(getattr(x, "data", None), "device_id", None)
+
+
+def _current_device():
+    import cupy  # (only reached with a CuPy array in hand)
+    return cupy.cuda.runtime.getDevice()
 
 
 def _elements(where, name, x, deg, writes=False, dtype=_U32):

@@ -222,7 +222,8 @@ def mod_sub(a, b, p):
 
 @njit(cache=True)
 def mod_neg(a, p):
-    """``-a mod p`` (0 stays 0)."""
+    """``-a mod p`` (0 stays 0), for ``a`` in ``[0, p)`` (a word ``>= p`` gives
+    one that is not canonical: reduce it with :func:`canonical` first)."""
     a = np.uint32(a)
     if a == np.uint32(0):
         return np.uint32(0)
@@ -232,7 +233,8 @@ def mod_neg(a, p):
 @njit(cache=True)
 def mont_pow_u32(a, e, p, mu_neg, one):
     """``a ** e`` for a 32-bit exponent ``e`` (read as uint32), left-to-right square
-    and multiply; ``one`` is the Montgomery word of 1 (``FieldParams.r_mod_p``)."""
+    and multiply; ``one`` is the Montgomery word of 1 (``FieldParams.r_mod_p``).
+    ``a`` may be any uint32 word (read mod p); the result is canonical."""
     r = np.uint32(one)
     e = np.uint32(e)
     for k in range(31, -1, -1):
@@ -244,7 +246,9 @@ def mont_pow_u32(a, e, p, mu_neg, one):
 
 @njit(cache=True)
 def mont_inv(a, p, mu_neg, one):
-    """``a ** (p - 2)`` (Fermat); the caller guarantees ``a != 0``."""
+    """``a ** (p - 2)`` (Fermat): the inverse of a nonzero ``a``, any uint32 word
+    (read mod p), canonical.  Zero (a word ``== 0 mod p``) gives 0: the caller
+    checks for it."""
     return mont_pow_u32(a, np.uint32(p) - np.uint32(2), p, mu_neg, one)
 
 
@@ -303,7 +307,8 @@ def ext4_dot(a0, a1, a2, a3, b0, b1, b2, b3, bw1, bw2, bw3):
 
 @njit(cache=True)
 def ext4_mul(a0, a1, a2, a3, b0, b1, b2, b3, p, mu_neg, w_mont):
-    """Product in F_p[x]/(x^4 - W) with 7 reductions instead of 16.
+    """Product in F_p[x]/(x^4 - W) with 7 reductions instead of 16; every
+    coefficient of ``a`` and ``b`` in ``[0, p)`` (see the module's Conventions).
 
     The three wrap-around multiples ``W b_j`` (3 Montgomery products), then
     every coefficient is a sum of four 32x32->64 products reduced once
@@ -368,7 +373,8 @@ def ext4_inv_finish(a0, a1, a2, a3, n0, n1, ni, p, mu_neg, w_mont):
 @njit(cache=True)
 def ext4_inv(a0, a1, a2, a3, p, mu_neg, w_mont, one):
     """Inverse in F_p[x]/(x^4 - W) by two norm steps (:func:`ext4_norm`):
-    ``a^-1 = (A - xB)(N0 - N1 u) / n``; the caller ensures ``a != 0``."""
+    ``a^-1 = (A - xB)(N0 - N1 u) / n``, coefficients in ``[0, p)``; the caller
+    ensures ``a != 0``."""
     n0, n1, norm = ext4_norm(a0, a1, a2, a3, p, mu_neg, w_mont)
     ni = mont_inv(norm, p, mu_neg, one)
     return ext4_inv_finish(a0, a1, a2, a3, n0, n1, ni, p, mu_neg, w_mont)

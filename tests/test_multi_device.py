@@ -209,15 +209,16 @@ def test_a_graph_context_runs_on_the_device_it_was_made_on(cp):
 
 @pytest.mark.skipif(not EMULATED_CUPY, reason="on a GPU this launch would poison the context")
 def test_the_emulation_faults_a_launch_with_another_devices_array(cp):
-    """What the object layer's check prevents: the kernel layer launched on
-    device 0 with an array of device 1 (on a GPU an illegal address)."""
+    """What the device checks prevent: a kernel launched on device 0 with an
+    array of device 1 (on a GPU an illegal address), here through a trusted
+    launcher, which checks nothing (the checked ones refuse it by name)."""
     from zorch_nb import _backend
-    k = _backend.kernels_for("cupy", "field")
+    k = _backend.kernels_for("cupy", "gkr")
     F = KoalaBear
     a = on(cp, 1, F.random(8, seed=1))
-    out = cp.empty_like(a)
+    out = cp.empty_like(a[:4])
     with pytest.raises(RuntimeError, match="illegal address"):
-        k.base_map2(2, a, a, out, F.params)
+        k.fold_dense_trusted(0, a, a, a, a, out, out, out, out, F.params)
 
 
 def test_gkr_out_on_another_device_is_refused(cp):
@@ -272,3 +273,32 @@ def test_conversions_run_on_the_arrays_device(cp, F):
         F.decode(on(cp, 1, bad))
     assert not F.is_canonical(on(cp, 1, bad))
     assert cp.cuda.runtime.getDevice() == 0  # (the device context was left)
+
+
+@pytest.mark.parametrize("F", FIELDS)
+def test_kernel_layer_launchers_refuse_arrays_of_another_device(cp, F):
+    """The kernel layer is called directly from research code: its CuPy
+    launchers refused host arrays but launched another device's, an illegal
+    address on the current device (the object layer alone checked)."""
+    from zorch_nb._backend import kernels_for
+    from zorch_nb.kernels.monty import OP_MUL
+    field_cupy, gkr_cupy = kernels_for("cupy", "field"), kernels_for("cupy", "gkr")
+    f = F.params
+    a, b = F.random(64, seed=1), F.random(64, seed=2)
+    for launch in (lambda a, b, out: field_cupy.base_map2(OP_MUL, a, b, out, f),
+                   lambda a, b, out: gkr_cupy.fold_dense(a, b, a, b, out[:32], out[32:],
+                                                         cp.empty_like(out[:32]),
+                                                         cp.empty_like(out[32:]), f)):
+        da, db = on(cp, 1, a), on(cp, 1, b)
+        with cp.cuda.Device(1):
+            out = cp.empty_like(da)
+        with pytest.raises(ValueError, match=r"argument `(a|n0)` lives on GPU 1 but the "
+                                             r"current device is GPU 0, where the kernel runs"):
+            launch(da, on(cp, 0, b), cp.empty(64, np.uint32))
+        with pytest.raises(ValueError, match=r"lives on GPU 1 but the current device is GPU 0"):
+            launch(on(cp, 0, a), on(cp, 0, b), out)  # the output too
+        with cp.cuda.Device(1):  # all on one device, that one current: as before
+            launch(da, db, out)
+    with cp.cuda.Device(1):
+        field_cupy.base_map2(OP_MUL, da, db, out, f)
+    np.testing.assert_array_equal(out.get(), F.mul(a, b))

@@ -112,3 +112,28 @@ def test_arithmetic_header_is_a_shipped_fields():
     assert f"#define ZORCH_P {BabyBear.p}u" in arithmetic_header(BabyBear.params)
     with pytest.raises(TypeError, match="argument `field` must be a FieldParams"):
         arithmetic_header("koalabear")
+
+
+def test_two_fields_in_one_cuda_source_are_a_compile_error(tmp_path):
+    """Two arithmetic headers in one source compiled: monty.cuh's include
+    guard kept the first field's functions under the second's macros (only a
+    "ZORCH_P redefined" warning), so mont_mul(R, R) != R."""
+    import shutil
+    import subprocess
+
+    from zorch_nb import BabyBear, KoalaBear
+    from zorch_nb.kernels.cuda_source import arithmetic_header
+    gxx = shutil.which("g++")
+    if gxx is None:
+        pytest.skip("needs g++")
+    for name, source in (("one", arithmetic_header(KoalaBear.params)),
+                         ("two", arithmetic_header(KoalaBear.params)
+                          + arithmetic_header(BabyBear.params))):
+        path = tmp_path / f"{name}.cpp"
+        path.write_text(source + "int main() { return zorch_mont_mul(ZORCH_R_MOD_P, "
+                                 "ZORCH_R_MOD_P) != ZORCH_R_MOD_P; }\n")
+        res = subprocess.run([gxx, "-fsyntax-only", str(path)], capture_output=True, text=True)
+        if name == "one":
+            assert res.returncode == 0, res.stderr
+        else:
+            assert res.returncode != 0 and "one field per source" in res.stderr
