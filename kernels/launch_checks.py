@@ -659,8 +659,13 @@ def _layer_in(where, names, xs):
             raise ValueError(f"{where}: argument `{names[i]}` must have the shape of "
                              f"`{names[ref]}`, {s[ref]}, not {s[i]}")
     if s[2][0] != n:
+        # (the field launchers take flat (4 n,) extension words; these cannot
+        # tell them from base words, whose mode is another kernel)
+        flat = [i for i in (0, 2) if len(s[i]) == 1 and s[i][0] == 4 * s[2 - i][0]]
+        hint = (f"; `{names[flat[0]]}` reads as {s[flat[0]][0]} base words: the GKR "
+                f"launchers take extension MLEs as (n, 4) arrays only" if flat else "")
         raise ValueError(f"{where}: argument `{names[2]}` must hold as many elements as "
-                         f"`{names[0]}` ({n}), not {s[2][0]}")
+                         f"`{names[0]}` ({n}), not {s[2][0]}{hint}")
     return 2 * (len(s[0]) == 2) + (len(s[2]) == 2), n
 
 

@@ -275,6 +275,11 @@ def misuse_cases():
         ("fold base od0 in ext-denominator mode", lambda k, d: _fold(
             k, d, de=True, outs_=O(4, True, True, d)[:2] + [zeros(4, d), zeros((4, 4), d)]),
          ValueError, ["fold_dense", "`od0`", "(4, 4)"]),
+        # flat (4 n,) extension words, which the field launchers take: read
+        # as base words here, so the message says which and why
+        ("fold flat ext denominators", lambda k, d: _fold(
+            k, d, ins=base(d)[:2] + [I([words(F, 8, True, 2)], d)[0].reshape(-1)] * 2),
+         ValueError, ["fold_dense", "`d0`", "`d0` reads as 32 base words", "(n, 4) arrays"]),
         ("fold (n, 3) input", lambda k, d: _fold(
             k, d, ins=[zeros((8, 3), d)] * 2 + base(d)[2:]),
          ValueError, ["fold_dense", "`n0`", "(n, 4)"]),
