@@ -6,8 +6,10 @@ C-contiguous device arrays, CuPy arrays (wrapped without a copy) or host
 NumPy arrays (which Numba copies in and out: a device allocation of their
 size per call, unlike the other two), in the forms and under the checks of
 :mod:`.field_cpu`'s launchers (:mod:`.launch_checks`): base ``(n,)``,
-extension ``(n, 4)`` or flat ``(4 n,)``.  Importing this module requires
-numba-cuda (or ``NUMBA_ENABLE_CUDASIM=1``).
+extension ``(n, 4)`` or flat ``(4 n,)``.  Device arrays must live on the
+device the launch runs on (Numba's current context); unlike the CuPy
+launchers these do not check it (the object layer does, for CuPy arrays).
+Importing this module requires numba-cuda (or ``NUMBA_ENABLE_CUDASIM=1``).
 
 Every kernel is compiled with :data:`cached_kernel` (``cuda.jit(cache=True)``):
 a later process loads the PTX and cubin from the on-disk cache instead of

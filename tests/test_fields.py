@@ -489,6 +489,36 @@ def test_sum_matches_big_ints(F, monkeypatch):
 
 
 @pytest.mark.parametrize("F", FIELDS)
+@pytest.mark.parametrize("backend", [pytest.param("cpu", id="cpu"),
+                                     pytest.param("cupy", id="cupy", marks=pytest.mark.gpu)])
+def test_sum_over_a_broadcast_axis_is_the_count_times_the_element(F, backend):
+    """A summed axis of stride 0 repeats one element: the sum is its count
+    times that element (a 2**40-element broadcast took minutes); other axes,
+    non-canonical words and keepdims as before.  Big ints are the reference."""
+    E = F.ext
+    rng = np.random.default_rng(9)
+    words = rng.integers(0, 2**32, size=(3, 5), dtype=np.uint64).astype(np.uint32)
+    ext = rng.integers(0, 2**32, size=(3, 4), dtype=np.uint64).astype(np.uint32)
+    dec = np.vectorize(lambda w: naive.dec(int(w) % F.p, F.p), otypes=[object])
+    vals, evals = dec(words), dec(ext)
+    w, x = to_backend(words, backend), to_backend(ext, backend)
+    xp = __import__("cupy") if backend == "cupy" else np
+    big = 2**40 + 3
+    cases = [  # (field, view, axis, keepdims, the big-int sums)
+        (F, xp.broadcast_to(w[:, None, :], (3, big, 5)), 1, False, vals * big),
+        (F, xp.broadcast_to(w[:, None, :], (3, big, 5)), (0, 1), True,
+         vals.sum(axis=0, keepdims=True)[:, None, :] * big),
+        (F, xp.broadcast_to(w[:, None, :], (3, 7, 5)), None, False, 7 * vals.sum()),
+        (E, xp.broadcast_to(x[None], (big, 3, 4)), 0, False, evals * big),
+        (E, xp.broadcast_to(x[:, None], (3, 6, 4)), None, True,
+         6 * evals.sum(axis=0)[None, None]),
+    ]
+    for G, view, axis, keep, total in cases:
+        got = to_host(G.sum(view, axis=axis, keepdims=keep))
+        assert G.decode(got).tolist() == np.asarray(total % F.p).tolist(), (G, axis, keep)
+
+
+@pytest.mark.parametrize("F", FIELDS)
 def test_sum_writes_out_like_numpy(F):
     """``out=``: the result's shape (keepdims included), any strides, returned; it may
     be a view of the input (the sum is complete before it is written); a wrong one

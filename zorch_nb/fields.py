@@ -1459,6 +1459,17 @@ class _FieldBase:
     def _sum_of(self, a, elem, axes, keepdims, kind, xp):
         """:meth:`sum` of checked arguments (``elem``: ``a``'s element shape)."""
         p = np.uint64(self.p)
+        # A summed axis of stride 0 (a broadcast view) repeats one element:
+        # its sum is the count times that element's, and Montgomery words are
+        # linear (word(c x) = c word(x) mod p).  Summing the view itself took
+        # minutes for a 2**40-element broadcast.
+        repeated = [i for i in axes if a.shape[i] > 1 and a.strides[i] == 0]
+        if repeated:
+            count = math.prod(a.shape[i] for i in repeated) % self.p
+            one = a[tuple(slice(0, 1) if i in repeated else slice(None)
+                          for i in range(a.ndim))]
+            words = self._sum_of(one, one.shape[:len(elem)], axes, keepdims, kind, xp)
+            return (words.astype(np.uint64) * np.uint64(count) % p).astype(np.uint32)
         # Blocks (C order over the element axes, see _blocks) bound the
         # temporaries to a chunk; each adds its words into the uint64 slots of
         # `total` it reduces into.  A slot stays exact while it holds at most
