@@ -23,7 +23,8 @@ from .cuda_source import assemble
 from .field_params import FIELDS, FieldParams
 from .launch_checks import (BINARY, IN_PLACE_UNARY, UNARY, check_bcast, check_device_arrays,
                             check_decode, check_encode, check_first_zero, check_map,
-                            check_eq_split, check_mle_fold, check_pow)
+                            check_eq_split, check_mle_fold, check_pow, cupy_device,
+                            current_cupy_device)
 from .launch_config import GPU_INV_BATCH_BASE, GPU_INV_BATCH_EXT, THREADS_PER_BLOCK, grid_for
 from .monty import OP_INV
 
@@ -58,10 +59,10 @@ def _launch(f, name, n, *args, per_thread=1):
         if isinstance(x, _ndarray):
             _refuse_arrays(sys._getframe(1), args)
         # a CuPy array of another device: an illegal address where the launch runs
-        device = getattr(getattr(x, "data", None), "device_id", None)
+        device = cupy_device(x)
         if device is not None:
             if current is None:
-                current = cupy.cuda.runtime.getDevice()
+                current = current_cupy_device()
             if device != current:
                 _refuse_arrays(sys._getframe(1), args)
     if n == 0:

@@ -47,7 +47,7 @@ __all__ = ["UNARY", "BINARY", "IN_PLACE_UNARY", "check_map", "check_bcast", "che
            "check_encode", "check_decode", "check_gkr_fold", "check_gkr_jagged",
            "check_gkr_pyramid", "check_gkr_pyramid_flat", "check_gkr_steps",
            "check_gkr_disjoint", "check_field", "check_host_arrays", "check_device_arrays",
-           "check_count_values", "as_int"]
+           "check_count_values", "as_int", "cupy_device", "current_cupy_device"]
 
 _U32 = np.dtype(np.uint32)
 _I64 = np.dtype(np.int64)
@@ -220,22 +220,22 @@ def check_device_arrays(where, named):
         if isinstance(x, _ndarray):
             raise TypeError(f"{where}: argument `{name}` must be a CuPy array (device "
                             f"memory), not a NumPy array; move it with cupy.asarray")
-        device = _cupy_device(x)
+        device = cupy_device(x)
         if device is not None:
             if current is None:
-                current = _current_device()
+                current = current_cupy_device()
             if device != current:
                 raise ValueError(f"{where}: argument `{name}` lives on GPU {device} but the "
                                  f"current device is GPU {current}, where the kernel runs; "
                                  f"call it under `with cupy.cuda.Device({device}):`")
 
 
-def _cupy_device(x):
+def cupy_device(x):
     """The device id of a CuPy array (its memory pointer's), else None."""
     return getattr(getattr(x, "data", None), "device_id", None)
 
 
-def _current_device():
+def current_cupy_device():
     import cupy  # (only reached with a CuPy array in hand)
     return cupy.cuda.runtime.getDevice()
 

@@ -1627,7 +1627,7 @@ def _power_scaled(p, only=None, frobenius=False):
     U = xp.ldexp(U, -eU[:, :, None, None])
     G = xp.ldexp(G, -eG[:, :, None, None, None])
     if frobenius:  # (entries below 1 now: their squares' sums cannot overflow)
-        fU, fG = (_frexp_exponent(xp, xp.sqrt((c * c).reshape(c.shape[:2] + (-1,)).sum(-1)))
+        fU, fG = (_exponents(xp, xp.sqrt((c * c).reshape(c.shape[:2] + (-1,)).sum(-1))[..., None])
                   for c in (U, G))
         U = xp.ldexp(U, -fU[:, :, None, None])
         G = xp.ldexp(G, -fG[:, :, None, None, None])
@@ -1638,12 +1638,6 @@ def _power_scaled(p, only=None, frobenius=False):
         U_all[:, only], G_all[:, only], e_all[only] = U, G, e
         U, G, e = U_all, G_all, e_all
     return _Parts(xp, U, G, p.shape, p.masks, p.stack, p.mk, p.mt), e
-
-
-def _frexp_exponent(xp, a):
-    """``frexp`` exponents of ``a`` as int32, 0 where ``a`` is 0 or not finite."""
-    _, e = xp.frexp(a)
-    return xp.where(xp.isfinite(a), e, 0).astype(np.int32)
 
 
 def _slice_exponents(xp, a, axes):
