@@ -236,6 +236,7 @@ def cupy_device(x):
 
 
 def current_cupy_device():
+    """CuPy's current device id: where a CuPy launch runs."""
     import cupy  # (only reached with a CuPy array in hand)
     return cupy.cuda.runtime.getDevice()
 
