@@ -1236,6 +1236,55 @@ def test_field_rows_count_the_bytes_each_kernel_moves():
     assert rows["dispatch: base mul of 8 elements"].vs_copy is False
 
 
+def test_field_rows_time_fresh_results_in_fresh_pages(monkeypatch):
+    """``fresh_out_ms`` of every CPU field row is timed by ``_fresh_time``:
+    the heap trimmed before each call and the result kept past its timing.
+    Timed back to back, a result below glibc's mmap threshold landed in its
+    predecessor's pages and one above it counted its own unmapping."""
+    from zorch_nb import _bench_gkr, bench
+    events = []
+    monkeypatch.setattr(_bench_gkr, "_malloc_trim", lambda: lambda pad: events.append("trim"))
+
+    def timer(fn, repeat):
+        for _ in range(repeat):
+            # (_fresh_time's timed call keeps the result, so returns None)
+            events.append("kept" if fn() is None else "returned")
+        return 1e-3
+    n, repeat = 2**12, 4
+    rows = [r for r in bench.field_rows(n, "cpu", repeat, np, timer, None)
+            if "fresh_out_ms" in r.extra]
+    assert len(rows) == 9 and all(r.extra["fresh_out_ms"] == 1.0 for r in rows)
+    calls = [e for i, e in enumerate(events) if i and events[i - 1] == "trim"]
+    assert calls == ["kept"] * (9 * (repeat // 2))
+
+
+def test_fresh_time_keeps_each_result_past_its_timing(monkeypatch):
+    """Each call after a trim, its result alive when the timer stops and
+    freed before the next call."""
+    import weakref
+
+    from zorch_nb import _bench_gkr
+    events, refs = [], []
+    monkeypatch.setattr(_bench_gkr, "_malloc_trim",
+                        lambda: lambda pad: events.append(("trim", _alive(refs))))
+
+    def build():
+        x = np.ones(1 << 20, np.uint32)
+        refs.append(weakref.ref(x))
+        return x
+
+    def timer(fn, repeat):
+        fn()
+        events.append(("stop", _alive(refs)))
+        return 1e-3
+    _bench_gkr._fresh_time(build, 3, timer)
+    assert events == [("trim", 0), ("stop", 1)] * 3
+
+
+def _alive(refs):
+    return sum(r() is not None for r in refs)
+
+
 def test_gkr_rows_count_compulsory_bytes_and_their_notes(monkeypatch):
     """The LogUp-GKR rows' bytes (the fraction of copy the targets judge), the
     paired fraction from the alternate timing, the dispatch in microseconds and
@@ -1745,12 +1794,12 @@ def test_cpu_pyramid_rows_time_fresh_pages_and_reuse_alike(monkeypatch, jagged):
     assert row.samples == repeat and row.time_s == 1e-3 and row.extra["reused_out_ms"] == 1.0
 
 
-def test_fresh_pyramid_time_is_the_best_of_its_calls(monkeypatch):
+def test_fresh_time_is_the_best_of_its_calls(monkeypatch):
     """The fresh time keeps the bench's statistic: the best of the calls, with
     their median and slowest (the table's unsteadiness mark reads them)."""
     from zorch_nb import _bench_gkr
     times = iter([3e-3, 1e-3, 2e-3, 9e-3])
-    t = _bench_gkr._fresh_pyramid_time(lambda: [], 4, lambda fn, repeat: fn() or next(times))
+    t = _bench_gkr._fresh_time(lambda: [], 4, lambda fn, repeat: fn() or next(times))
     assert (float(t), t.median, t.worst, t.samples) == (1e-3, 2.5e-3, 9e-3, 4)
 
 

@@ -30,7 +30,7 @@ measured in the same process:
 Kernel rows call the kernel layer with preallocated outputs (steady state);
 pyramid and dispatch rows go through the object layer, as a user would.  On
 the CPU a pyramid row's time is that of layers arriving as fresh pages (see
-:func:`_fresh_pyramid_time`), and the row also times
+:func:`_fresh_time`), and the row also times
 ``build_pyramid(first, out=...)`` (or its jagged twin) overwriting the layers
 of an earlier pyramid (``reused_out_ms``): the same kernels without the
 operating system zeroing fresh pages for every layer.  Both are the best of
@@ -295,7 +295,7 @@ def _dense_pyramid_row(name, n, backend, repeat, xp, timer, sync):
     if xp is np:  # the same pyramid overwriting the layers of the one above: no fresh pages
         reused = timer(functools.partial(build, out=layers[1:]), repeat)
     del layers
-    t = _fresh_pyramid_time(build, repeat, timer) if xp is np else timer(build, repeat)
+    t = _fresh_time(build, repeat, timer) if xp is np else timer(build, repeat)
     row = Row(f"dense pyramid {name} (to floor)", backend, n, t, compulsory, first_s)
     row.extra["layers"] = first.num_row_variables
     if xp is np:
@@ -332,7 +332,7 @@ def _jagged_pyramid_row(n, backend, repeat, xp, timer, sync):
     if xp is np:  # as for the dense pyramids
         reused = timer(functools.partial(build, out=layers[1:]), repeat)
     del layers
-    t = _fresh_pyramid_time(build, repeat, timer) if xp is np else timer(build, repeat)
+    t = _fresh_time(build, repeat, timer) if xp is np else timer(build, repeat)
     row = Row(f"jagged pyramid base/ext ({segments} seg.)", backend, n, t, compulsory, first_s)
     row.extra["layers"] = len(schedule)
     if xp is np:
@@ -360,22 +360,22 @@ def _malloc_trim():
         return None
 
 
-def _fresh_pyramid_time(build, repeat, timer):
-    """Best of ``repeat`` CPU calls of ``build()`` (a pyramid) timed by
-    ``timer``, each one's new layers arriving as fresh pages that the
-    operating system zeroes.
+def _fresh_time(build, repeat, timer):
+    """Best of ``repeat`` CPU calls of ``build()`` (a pyramid, or a field op
+    allocating its result) timed by ``timer``, each one's new arrays arriving
+    as fresh pages that the operating system zeroes.
 
-    That is what a user's pyramid costs where the allocator holds no freed
+    That is what a user's call costs where the allocator holds no freed
     memory to hand back (a process's first pyramid, say).  Timed back to
     back, the calls would mostly time recycled memory instead: freeing a
     mapped block raises glibc's mmap threshold to its size (up to 32 MiB),
-    so every smaller layer comes from the heap next time, in pages its
-    predecessor left mapped (2**22 base/base, one thread: 9-15 ms back to
-    back, as fast as into ``out=``, where fresh pages take 18-21 ms; this
-    row reported the former).  So each call starts with the heap's free
+    so every smaller array comes from the heap next time, in pages its
+    predecessor left mapped (2**22 base/base pyramid, one thread: 9-15 ms
+    back to back, as fast as into ``out=``, where fresh pages take 18-21 ms;
+    this row reported the former).  So each call starts with the heap's free
     memory handed back to the operating system (``malloc_trim``), and the
-    pyramid is freed after its timing, not within it (unmapping is not the
-    build's cost).  Without glibc the calls may land on recycled memory.
+    result is freed after its timing, not within it (unmapping is not the
+    call's cost).  Without glibc the calls may land on recycled memory.
     """
     from .bench import Timing
     trim = _malloc_trim()

@@ -310,16 +310,20 @@ def field_rows(n: int, backend: str, repeat: int, xp, timer, sync):
 
     Each row times the call with a preallocated ``out=`` (steady state, as
     the kernel rows); ``fresh_out_ms`` is the same call allocating its
-    result, what ``E.mul(a, b)`` costs: on the CPU a result past glibc's
-    mmap threshold (32 MiB) comes in fresh pages the operating system zeroes
-    on first touch.
+    result, what ``E.mul(a, b)`` costs: on the CPU each result comes in
+    fresh pages the operating system zeroes on first touch, and is freed
+    outside the timing (see :func:`._bench_gkr._fresh_time`; timed back to
+    back, a result below glibc's mmap threshold landed in its predecessor's
+    pages, and one above it counted its own unmapping).
     """
+    from ._bench_gkr import _fresh_time
     rows = []
     F = KoalaBear
 
     def timed(call, out):
         t = timer(lambda: call(out=out), repeat)
-        fresh = timer(call, max(1, repeat // 2))
+        calls = max(1, repeat // 2)
+        fresh = _fresh_time(call, calls, timer) if xp is np else timer(call, calls)
         return t, round(fresh * 1e3, 3)
 
     def random(E, shape, seed):
@@ -637,7 +641,9 @@ REPORT_EXTRA = {
                    "second copy could check)",
     "serial_copy_gbps": "copy rows: one thread's copy (np.copyto) of the same words, GB/s; a "
                         "parallel copy below it means its threads waited for their cores",
-    "fresh_out_ms": "field rows: the same call allocating its result (no out=), ms",
+    "fresh_out_ms": "field rows: the same call allocating its result (no out=), ms; on the "
+                    "CPU in fresh pages (the heap trimmed first, the result freed after the "
+                    "timing)",
     "zero_check_ms": "inverse rows: the part of the time that is the check for zero "
                      "elements (one read of the input), ms",
     "us_per_call": "dispatch rows: microseconds per call, the best of several rounds of "
