@@ -1104,6 +1104,30 @@ def test_a_bounded_schedule_of_host_counts_is_the_device_ones(counts, bound):
     assert _batch_sums(got, nb) == _batch_sums(ref, nb)
 
 
+def test_a_bounded_schedule_halves_the_largest_count():
+    """The largest count the layer takes, 2**31 - 1, halves to 2**30 under
+    max_row_count as without it (its int32 ``c + 1`` wrapped to -2**31, so the
+    bounded schedule's counts were all 1 and the pyramid refused it)."""
+    m = 2**31 - 1
+    z = np.broadcast_to(np.uint32(0), (m,))  # (a layer of width m costs no memory)
+    layer = JaggedGkrLayer(z, z, z, z, [m])
+    bounded, exact = halving_schedule(layer, max_row_count=m), halving_schedule(layer)
+    assert [int(s.row_counts[0]) for s in bounded] == [int(s.row_counts[0]) for s in exact]
+    assert [int(s.row_counts[0]) for s in bounded][:2] == [2**30, 2**29]
+
+
+@pytest.mark.gpu
+def test_gpu_bounded_schedule_halves_the_largest_count():
+    """The same on device counts (halved by CuPy, never read back: there the
+    wrapped counts would have truncated the pyramid unchecked)."""
+    import cupy
+    m = 2**31 - 1
+    z = cupy.broadcast_to(cupy.uint32(0), (m,))
+    layer = JaggedGkrLayer(z, z, z, z, cupy.asarray([m], np.int32))
+    steps = halving_schedule(layer, max_row_count=m)
+    assert [int(s.row_counts.get()[0]) for s in steps][:3] == [2**30, 2**29, 2**28]
+
+
 def test_from_segments_width_may_equal_the_rows_the_segments_need():
     """``width >= total`` (the rows the segments need): the bound itself is a width."""
     segs = [(F.random(5, seed=1), F.random(5, seed=2)), (F.random(2, seed=3), F.random(2, seed=4))]

@@ -1797,7 +1797,8 @@ def halving_schedule(layer: JaggedGkrLayer, max_row_count: int | None = None) ->
         # host counts take the same steps, so both give one pyramid
         while bound > 1 or not steps:
             bound = (bound + 1) // 2
-            counts = xp.maximum((counts + 1) // 2, 1).astype(np.int32)
+            # ceil(c / 2) as c - c // 2: (c + 1) // 2 wraps the int32 count 2**31 - 1
+            counts = xp.maximum(counts - counts // 2, 1).astype(np.int32)
             width = min(nb * max(bound, 1), width // 2 + nb)
             steps.append(JaggedStep(counts, width))
         return steps
