@@ -1448,6 +1448,49 @@ def test_cores_with_entries_far_apart_and_factors_past_the_float_range():
         tiny / np.array([1e-320])  # (as for `*`: it was NumPy's unnamed broadcast error)
 
 
+@pytest.mark.parametrize("dtype, ks", [(np.float64, (480, 1000)), (np.float32, (60, 120))])
+def test_a_sum_with_a_term_of_cancelling_scales_keeps_both_terms(xy, path, dtype, ks):
+    """(an adversarial review) ``a + b``, ``b`` the tensor of ``a`` with its
+    Tucker cores scaled by 2**k, 2**-k, ... (they cancel along the chain): the
+    rescue divided each core by its largest entry, b's, which flushed a's
+    block of the sum's cores to zero -- norm, inner 0 (float64 from k ~ 440,
+    float32 from k ~ 60, digits lost before), to_dense, entries and svd 0
+    past twice that.  The scales are now carried along the chain to its end
+    (_balanced), so every core's entries are near 1."""
+    x, _, xd, _, _, _ = xy
+    idx = np.stack(np.unravel_index(np.arange(0, math.prod(x.shape), 5), x.shape), axis=-1)
+    rtol = 1e-12 if dtype is np.float64 else 2e-4
+    a = UniformTuckerTensorTrain(x.tucker_supercore.astype(dtype),
+                                 x.tt_supercore.astype(dtype), x.shape, x.masks)
+    want = 2 * np.stack(xd)
+    norm = np.array([np.linalg.norm(w) for w in want])
+    for k in ks:
+        signs = np.array([1, -1, 1, -1, 1][:x.d])
+        signs[-1] -= signs.sum()  # (the exponents add up to 0)
+        U = np.array(a.tucker_supercore)
+        U *= np.ldexp(1.0, k * signs).astype(dtype)[:, None, None, None]
+        s = a + UniformTuckerTensorTrain(U, a.tt_supercore, x.shape, x.masks)
+        for method in NORM_METHODS:
+            assert rel_err(s.norm(method), norm) < rtol, (k, method)
+        assert rel_err(s.inner(s), norm**2) < rtol
+        assert rel_err(s.to_dense(), want) < rtol
+        got = s.entries(idx)
+        for e in range(want.shape[0]):
+            assert rel_err(got[e], want[e][tuple(idx.T)]) < rtol
+        assert rel_err(s.svd()[0].to_dense(), want) < rtol
+    # the reviewer's case: four factors of ones scaled 2**k, 2**-k, 2**k, 2**-k
+    ones = UniformTuckerTensorTrain.from_t3(TuckerTensorTrain(
+        [np.ones((1, 2), dtype)] * 4, [np.ones((1, 1, 1), dtype)] * 4))
+    for k in ks:
+        U = np.array(ones.tucker_supercore)
+        U *= np.ldexp(1.0, k * np.array([1, -1, 1, -1])).astype(dtype)[:, None, None]
+        s = ones + UniformTuckerTensorTrain(U, ones.tt_supercore, ones.shape, ones.masks)
+        for got, want in ((s.norm(), 8), (s.norm("orthogonal"), 8), (s.inner(s), 64),
+                          (s.to_dense(), np.full((2,) * 4, 2)),
+                          (s.svd()[0].to_dense(), np.full((2,) * 4, 2))):
+            assert rel_err(got, want) < rtol, k
+
+
 def test_overflow_during_svd_is_not_blamed_on_the_input(rng):
     """Finite entries whose products overflow (1e200 in float64, 1e30 in
     float32) were reported as 'the train holds inf or NaN in a live entry'."""

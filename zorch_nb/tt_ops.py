@@ -1621,7 +1621,7 @@ def _power_scaled(p, only=None, frobenius=False):
         sub = _Parts(xp, p.U[:, only], p.G[:, only], p.shape, None, None, p.mk[:, only],
                      p.mt[:, only])
         U, G = _masked(sub)
-    U, G = _balanced(xp, U, G)
+    U, G, e0 = _balanced(xp, U, G)
     eU = _exponents(xp, U)
     eG = _exponents(xp, G)
     U = xp.ldexp(U, -eU[:, :, None, None])
@@ -1632,7 +1632,7 @@ def _power_scaled(p, only=None, frobenius=False):
         U = xp.ldexp(U, -fU[:, :, None, None])
         G = xp.ldexp(G, -fG[:, :, None, None, None])
         eU, eG = eU + fU, eG + fG
-    e = (eU.sum(axis=0) + eG.sum(axis=0)).astype(np.int32)
+    e = (e0 + eU.sum(axis=0) + eG.sum(axis=0)).astype(np.int32)
     if only is not None:  # back into copies of the whole stack
         U_all, G_all, e_all = p.U.copy(), p.G.copy(), np.zeros(p.S, dtype=np.int32)
         U_all[:, only], G_all[:, only], e_all[only] = U, G, e
@@ -1640,47 +1640,57 @@ def _power_scaled(p, only=None, frobenius=False):
     return _Parts(xp, U, G, p.shape, p.masks, p.stack, p.mk, p.mt), e
 
 
-def _slice_exponents(xp, a, axes):
-    """``(e, live)``: ``frexp`` exponents of the largest magnitude of ``a`` over
-    ``axes``, and where that is finite and nonzero (``e`` 0 elsewhere)."""
-    big = xp.maximum(a.max(axis=axes), -a.min(axis=axes))
-    _, e = xp.frexp(big)
-    live = xp.isfinite(big) & (big > 0)
+def _entry_exponents(xp, a):
+    """``(e, live)``: ``frexp`` exponents of every entry of ``a``, and where the
+    entry is finite and nonzero (``e`` 0 elsewhere)."""
+    _, e = xp.frexp(a)
+    live = xp.isfinite(a) & (a != 0)
     return xp.where(live, e, 0).astype(np.int32), live
 
 
 def _balanced(xp, U, G):
-    """The same train (``U (d, S, n, N)``, ``G (d, S, r, n, r)``, masked) with
-    powers of two moved across each contracted index, so that both sides of
-    it have their largest entries of one size: Tucker row ``j`` of core ``i``
-    against slice ``j`` of TT core ``i``, then, left to right, the slices of
-    each bond index in the two TT cores it joins.  Exact (powers of two) and
-    the tensor is unchanged.  Why: :func:`_power_scaled` divides each core by
-    its largest entry, which flushed to zero the entries of a core far below
-    it -- a core holding 1e300 and 1e-300 on two bond indices whose partners
-    hold 1e-300 and 5e299 (the tensor ``[1, 0.5]``) came out as the zero
-    tensor; balanced, each core's entries are near 1."""
-    def half_gap(a, b):  # half the exponent gap of two sides, where both are live
-        (ea, la), (eb, lb) = a, b
-        return xp.where(la & lb, (ea - eb) // 2, 0).astype(np.int32)
+    """``(U', G', e)``: the same train (``U (d, S, n, N)``, ``G (d, S, r, n, r)``,
+    masked) as ``2**e (S,)`` times the train of ``U'``, ``G'``, with powers of
+    two moved along the chain so that every Tucker row and every TT core's
+    slice of a right bond index has its largest entry near 1 (in ``[0.25, 1)``).
 
-    def bonds(G):
-        G = G.copy()
-        for i in range(G.shape[0] - 1):
-            t = half_gap(_slice_exponents(xp, G[i], (1, 2)),
-                         _slice_exponents(xp, G[i + 1], (2, 3)))  # (S, r)
-            G[i] = xp.ldexp(G[i], -t[:, None, None, :])
-            G[i + 1] = xp.ldexp(G[i + 1], t[:, :, None, None])
-        return G
+    Each Tucker row's scale goes into the TT core's slice of its index; then,
+    left to right, each core's scale on a right bond index goes into the next
+    core's slice of it, and the last core's into ``e``.  The scales are
+    carried as integer exponents and each entry is scaled once, by its final
+    exponent: applied core by core, a carried scale past the dtype's range
+    would overflow an entry it is about to bring back.  Exact (powers of two)
+    and the tensor is unchanged, except that an entry far below the largest
+    of its slice (past the dtype's digits) may flush to zero.
 
-    # The bonds first: a TT core's mode slice spans all its bond indices, so
-    # balancing it against its Tucker row first could flush the small bond
-    # slices that the bond step would have lifted; then the bonds once more.
-    G = bonds(G)
-    t = half_gap(_slice_exponents(xp, U, -1), _slice_exponents(xp, G, (2, 4)))  # (d, S, n)
-    U = xp.ldexp(U, -t[..., None])
-    G = xp.ldexp(G, t[:, :, None, :, None])
-    return U, bonds(G)
+    Why: :func:`_power_scaled` divides each core by its largest entry.
+    Without this a core holding 1e300 and 1e-300 on two bond indices whose
+    partners hold 1e-300 and 5e299 (the tensor ``[1, 0.5]``) came out as the
+    zero tensor; and in a sum's block-diagonal cores a term whose cores carry
+    scales that cancel along the chain (``2**480``, ``2**-480``, ...) set the
+    largest entries, which flushed the other term: the norm of ``a + b``,
+    ``b`` the tensor ``a`` scaled so, was 0 (an earlier balancing moved half
+    of each gap, in one pass).
+    """
+    d = G.shape[0]
+    lowest = np.int32(np.iinfo(np.int32).min // 4)  # (an empty slice's "max")
+    eu, lu = _entry_exponents(xp, U)
+    cu = xp.where(lu, eu, lowest).max(axis=-1)  # (d, S, n): each Tucker row's scale
+    cu = xp.where(cu == lowest, 0, cu).astype(np.int32)
+    U = xp.ldexp(U, -cu[..., None])
+    carry = xp.zeros(G.shape[1:3], dtype=np.int32)  # (S, r): into the left bond
+    out = xp.empty_like(G)
+    for i in range(d):
+        off = carry[:, :, None] + cu[i][:, None, :]  # (S, r, n): on G[i][s, a, j, :]
+        eg, lg = _entry_exponents(xp, G[i])
+        at = xp.where(lg, eg + off[..., None], lowest)  # (S, r, n, r)
+        # (S, r): each right bond index's scale; past the last core one for all
+        # (the boundary bond's r_d slots are summed, so they share one scale)
+        right = at.max(axis=(1, 2)) if i < d - 1 else at.max(axis=(1, 2, 3))[:, None]
+        right = xp.where(right == lowest, 0, right).astype(np.int32)
+        out[i] = xp.ldexp(G[i], (off[..., None] - right[:, None, None, :]).astype(np.int32))
+        carry = right
+    return U, out, carry[:, 0]
 
 
 def _in_range(p):
