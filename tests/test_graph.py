@@ -1677,6 +1677,17 @@ def test_eager_and_replay_name_the_same_failing_assertion_and_instance():
         run_computation_graph(g, [bad])
 
 
+def test_a_kernel_name_the_format_cannot_store_is_refused_at_definition():
+    """(an adversarial review) A ``__name__`` holding a lone surrogate raised a
+    bare UnicodeEncodeError from the fingerprint's encoder, naming nothing."""
+    def f(x: In[()], out: Out[()]):
+        out[()] = x[()] + 1
+    f.__name__ = "odd\ud800"
+    with pytest.raises(KernelDefinitionError, match=r"kernel 'odd\\ud800': the function's "
+                                                    r"__name__ must be encodable as UTF-8"):
+        kernel(f)
+
+
 def test_assert_eq_between_two_constants_is_decided_at_definition():
     """Two integers cannot depend on the inputs: unequal ones were recorded and
     then failed at every call; equal ones (a static check, say of a shape)

@@ -547,6 +547,11 @@ def _trace(fn, scope=None) -> KernelIR:
     if not inspect.isfunction(fn):
         raise TypeError(f"Argument `fn` of @kernel must be a Python function, not "
                         f"{type(fn).__name__}")
+    try:  # (the graph format stores it as UTF-8; a lone surrogate has none)
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise KernelDefinitionError(f"kernel {name!r}: the function's __name__ must be "
+                                    f"encodable as UTF-8 (it holds a lone surrogate)") from None
     try:
         hints = inspect.get_annotations(fn, eval_str=True, locals=scope)
     except Exception as exc:
