@@ -355,6 +355,19 @@ def test_masks_concatenations_hand_out_views():
         a * 1.5
 
 
+def test_dataclasses_asdict_and_astuple_of_a_train(xy):
+    """(an adversarial review) ``dataclasses.asdict(train)`` raised a bare
+    TypeError from the masks' constructor: dataclasses rebuild a tuple
+    without ``_fields`` from one iterable.  The masks now come back equal."""
+    import dataclasses
+    x = xy[0]
+    d, t = dataclasses.asdict(x), dataclasses.astuple(x)
+    assert type(d["masks"]) is UT3Masks and d["masks"] == x.masks
+    assert hash(d["masks"]) == hash(x.masks)
+    np.testing.assert_array_equal(d["tt_supercore"], x.tt_supercore)
+    assert any(type(v) is UT3Masks and v == x.masks for v in t)
+
+
 def test_masks_store_true_as_byte_one(rng):
     """Bool bytes other than 0 / 1 are True to NumPy but hashed differently:
     equal structures compared unequal and missed the kernel cache."""

@@ -125,6 +125,11 @@ class UT3Masks(tuple):
     array([2, 2, 2])
     """
 
+    #: As a named tuple's: ``dataclasses.asdict`` / ``astuple`` of a train
+    #: rebuild a tuple without ``_fields`` from one iterable, which the two
+    #: masks' constructor does not take (a bare TypeError came out).
+    _fields = ("tucker_edge_mask", "tt_edge_mask")
+
     def __new__(cls, tucker_edge_mask, tt_edge_mask):
         tk = _host_bool_mask(tucker_edge_mask, "tucker_edge_mask")
         tt = _host_bool_mask(tt_edge_mask, "tt_edge_mask")
