@@ -30,15 +30,57 @@ def test_result_too_large_fails_before_the_zero_check(call, monkeypatch):
         call()
 
 
+@pytest.mark.parametrize("call, what", [
+    # (pow copied the view before its result was checked: at 4 TiB NumPy refused the copy)
+    (lambda v: K.pow(np.broadcast_to(ONE, HUGE), 3),
+     r"the result of the operands' \(broadcast\) shape"),
+    (lambda v: K.ext.pow(np.broadcast_to(K.ext.one, HUGE + (4,)), 3),
+     r"the result of the operands' \(broadcast\) shape"),
+    (lambda v: K.mle_fold(v, ONE), "a contiguous copy of `values`"),
+    (lambda v: K.ext.mle_fold(np.broadcast_to(K.ext.one, v.shape + (4,)), K.ext.one),
+     "a contiguous copy of `values`"),
+    (lambda v: K.encode(np.broadcast_to(np.int64(1), v.shape)), "the words of `ints`"),
+], ids=["pow", "ext_pow", "mle_fold", "ext_mle_fold", "encode"])
+def test_copies_past_memory_are_refused_by_name(call, what, monkeypatch):
+    """(an adversarial review) A broadcast view these calls copy (or, for
+    encode, convert) whole was allocated unchecked: NumPy's "Unable to
+    allocate", which names nothing, or on an overcommitting OS a process
+    killed filling it.  Checked first now, as the other ops' results are."""
+    monkeypatch.setattr(fields._backend, "physical_memory", lambda: 2**20)  # 1 MiB
+    v = np.broadcast_to(ONE, (2**20,))  # 4 MiB of words
+    with pytest.raises(MemoryError, match=rf"^{what}: an array of shape \((1048576|1099511627776),"
+                                          rf"(?: 4)?\) needs \d+\.\d GiB"):
+        call(v)
+
+
 def test_broadcast_failures_say_why():
     big = np.broadcast_to(ONE, (2**32, 1))
-    with pytest.raises(ValueError, match=r"element shapes `a` \(4294967296, 1\), `b` "
-                                         r"\(1, 4294967296\) cannot be broadcast: .*too large"):
+    with pytest.raises(ValueError, match=r"the result of the operands' \(broadcast\) shape: an "
+                                         r"array of shape \(4294967296, 4294967296\) .* is "
+                                         r"larger than any array can be"):
         K.add(big, big.T)
-    many = np.ones((1,) * 32 + (2,), np.uint32)
-    with pytest.raises(ValueError, match="cannot be broadcast"):
-        K.mul(many, np.uint32(3))
-    assert (K.mul(many, many) == K.mul(many.ravel(), many.ravel()).reshape(many.shape)).all()
+    with pytest.raises(ValueError,
+                       match=r"element shapes do not broadcast: `a` \(2,\), `b` \(3,\)"):
+        K.add(K.random(2), K.random(3))
+
+
+@pytest.mark.parametrize("ndim", [33, 64])
+def test_operands_of_more_than_32_axes_broadcast(ndim):
+    """(an adversarial review) Operands of 33 to 64 axes broadcast as in NumPy:
+    np.broadcast_shapes refuses more than 32 (``F.mul(x, scalar)`` of a 33-d
+    ``x`` was a ValueError, where NumPy multiplies it)."""
+    x = K.random((1,) * (ndim - 1) + (3,), seed=1)
+    y = K.random((2,) + (1,) * (ndim - 1), seed=2)
+    want = (K.decode(x).astype(object) * K.decode(y).astype(object)) % K.p
+    got = K.decode(K.mul(x, y))
+    assert got.shape == want.shape == (2,) + (1,) * (ndim - 2) + (3,) and (got == want).all()
+    three = K.encode(3)
+    assert (K.decode(K.mul(x, three)) == (K.decode(x).astype(object) * 3) % K.p).all()
+    e = K.ext.random((1,) * (ndim - 2) + (3,), seed=3)  # ndim axes with the element's
+    r = K.ext.random((), seed=4)
+    np.testing.assert_array_equal(K.ext.mul(e, r), K.ext.mul(e.reshape(3, 4), r).reshape(e.shape))
+    with pytest.raises(ValueError, match=r"element shapes do not broadcast: `a` \(1, "):
+        K.mul(x, K.random((1,) * (ndim - 1) + (2,), seed=5))
     with pytest.raises(ValueError, match=r"element shapes do not broadcast: `a` \(2,\), `b` \(3,\)"):
         K.add(K.random(2), K.random(3))
 

@@ -315,6 +315,26 @@ def _check_size(shape, what, itemsize=4, host=False):
                           f"of memory")
 
 
+def _broadcast_shapes(shapes):
+    """NumPy's broadcast of the tuples ``shapes``, or None where they do not
+    broadcast.  Not ``np.broadcast_shapes``: that refuses more than 32 axes
+    (a RuntimeError), where arrays may have 64; sizes are checked where the
+    result is made (:func:`_new_words`)."""
+    shapes = [tuple(s) for s in shapes]
+    ndim = max(map(len, shapes), default=0)
+    out = []
+    for axis in range(-ndim, 0):
+        sizes = {s[axis] for s in shapes if len(s) >= -axis} - {1}
+        if len(sizes) > 1:
+            return None
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(out)
+
+
+#: What :meth:`_FieldBase._out` names when the result it makes is too large.
+_RESULT_WHAT = "the result of the operands' (broadcast) shape"
+
+
 def _new_words(xp, shape, what):
     """``xp.empty(shape, uint32)``, checked by :func:`_check_size` (for this
     machine's memory too where ``xp`` is NumPy)."""
@@ -514,6 +534,9 @@ class _FieldBase:
         ValueError
             A value outside ``[0, p)`` when ``reduce`` is false, a ragged
             nesting, or a wrong trailing axis for the extension.
+        MemoryError
+            The words of a NumPy ``ints`` (a broadcast view, say) would not fit in this
+            machine's memory.
         ImportError
             ``xp="cupy"`` (or a CUDA array ``ints``) where CuPy is not installed.
         """
@@ -534,6 +557,7 @@ class _FieldBase:
         xp = self._xp(xp)
         arr = np.asarray(_int_array(ints, "ints"))  # a subclass would index blocks its own way
         _element_shape(arr, self.degree, "ints")
+        _check_size(arr.shape, "the words of `ints`", host=True)  # (a broadcast view: any size)
         words = np.empty_like(arr, dtype=np.uint32)  # the layout astype gave
         # C-ordered integers run the CPU kernel (a Montgomery product per
         # value instead of a uint64 `%`: 6x faster), int64 ones in one call,
@@ -879,14 +903,11 @@ class _FieldBase:
         first = next(iter(shapes.values()), ())
         if all(s == first for s in shapes.values()):  # the common case, without NumPy's
             return kind, backend, first, degrees      # general (and slower) broadcast
-        try:
-            shape = np.broadcast_shapes(*shapes.values())
-        except (ValueError, RuntimeError) as exc:  # (RuntimeError: over 32 axes)
+        shape = _broadcast_shapes(shapes.values())
+        if shape is None:
             desc = ", ".join(f"`{n}` {s}" for n, s in shapes.items())
-            if "mismatch" not in str(exc):  # too large a result, too many axes
-                raise ValueError(f"element shapes {desc} cannot be broadcast: {exc}") from None
             raise ValueError(f"element shapes do not broadcast: {desc}"
-                             f"{self._ext_hint(shapes, degrees)}") from None
+                             f"{self._ext_hint(shapes, degrees)}")
         return kind, backend, shape, degrees
 
     def _ext_hint(self, shapes: dict, degrees: dict) -> str:
@@ -897,10 +918,8 @@ class _FieldBase:
         elements."""
         if self.degree == 4:
             for name in (n for n in shapes if degrees[n] == 4):
-                try:
-                    np.broadcast_shapes(*(s + (4,) if n == name else s
-                                          for n, s in shapes.items()))
-                except ValueError:
+                if _broadcast_shapes(s + (4,) if n == name else s
+                                     for n, s in shapes.items()) is None:
                     continue
                 return (f" (`{name}`, of shape {shapes[name] + (4,)}, was read as extension "
                         f"elements, trailing axis of 4; base words of that shape broadcast: "
@@ -908,9 +927,7 @@ class _FieldBase:
             return ""
         # (a lone axis of 4 is as likely four base elements: no hint there)
         ext = [n for n, s in shapes.items() if len(s) >= 2 and s[-1] == 4]
-        try:
-            np.broadcast_shapes(*(s[:-1] if n in ext else s for n, s in shapes.items()))
-        except ValueError:
+        if _broadcast_shapes(s[:-1] if n in ext else s for n, s in shapes.items()) is None:
             return ""
         if not ext:
             return ""
@@ -944,8 +961,9 @@ class _FieldBase:
                 with cp.cuda.Device(dev):
                     operands[name] = cp.asarray(operands[name])
 
-    def _flat(self, x, kind, shape, degree):
-        """Contiguous ``(n,)`` / ``(n, 4)`` copy-or-view of ``x`` broadcast to ``shape``."""
+    def _flat(self, x, kind, shape, degree, name="a"):
+        """Contiguous ``(n,)`` / ``(n, 4)`` copy-or-view of ``x`` (the operand
+        ``name``) broadcast to ``shape``."""
         xp = _backend.get_xp(kind)
         x = _backend.to_module(x, kind)
         n = math.prod(shape)
@@ -958,6 +976,8 @@ class _FieldBase:
         full = shape + self._trail()
         if tuple(x.shape) != full:  # broadcast_to only where needed: it costs microseconds
             x = xp.broadcast_to(x, full)
+        if not x.flags.c_contiguous:  # (a copy: of a broadcast view, any size)
+            _check_size(full, f"a contiguous copy of `{name}`", host=xp is np)
         return xp.ascontiguousarray(x).reshape((n,) + self._trail())
 
     def _out(self, out, kind, shape, inputs=(), alias=()):
@@ -974,7 +994,7 @@ class _FieldBase:
         full = shape + self._trail()
         xp = _backend.get_xp(kind)
         if out is None:  # (a broadcast of cheap views can ask for any size)
-            return _new_words(xp, full, "the result of the operands' (broadcast) shape"), None
+            return _new_words(xp, full, _RESULT_WHAT), None
         if isinstance(out, np.generic):
             raise TypeError(f"Argument `out` must be an array the result is written into, "
                             f"not a NumPy scalar ({type(out).__name__}); for a 0-d result "
@@ -1184,7 +1204,9 @@ class _FieldBase:
         blocks = self._map_in_blocks(op, out, backend, kind, shape, degrees, operands)
         if blocks is not None:
             return blocks
-        flat = [self._flat(x, kind, shape, degrees[n]) for n, x in operands.items()]
+        if out is None:  # (the result's size before the copies': it names the broadcast)
+            _check_size(shape + self._trail(), _RESULT_WHAT, host=kind == "numpy")
+        flat = [self._flat(x, kind, shape, degrees[n], n) for n, x in operands.items()]
         # elementwise kernels may write over an operand, the inverse excepted
         result, user_out = self._out(out, kind, shape, flat, () if op == monty.OP_INV else flat)
         fn = self._map_call(op, len(flat))
@@ -1233,7 +1255,7 @@ class _FieldBase:
             hi = min(lo + step, shape[axis])
             rows = (slice(None),) * axis + (slice(lo, hi),)
             part = shape[:axis] + (hi - lo,) + shape[axis + 1:]
-            flat = [self._flat(views[k][rows], kind, part, degrees[k]) for k in xs]
+            flat = [self._flat(views[k][rows], kind, part, degrees[k], k) for k in xs]
             self._run(backend, kind, call, flat, result[rows])
             del flat  # (before the next block's copies are made)
         return self._finish(result, user_out)
@@ -1730,6 +1752,9 @@ class _FieldBase:
         ValueError
             ``values`` not ``2**nv`` elements with ``nv >= 1``; ``r`` not one element; ``out``
             of another shape or read-only; an unknown ``backend``, or ``"numba"`` without a GPU.
+        MemoryError
+            A NumPy ``values`` that is not C-contiguous (a broadcast view, say) whose copy
+            would not fit in this machine's memory.
         ImportError
             ``backend="cupy"`` where CuPy is not installed.
 
@@ -1759,6 +1784,8 @@ class _FieldBase:
         kind, values = _in_module(values)
         xp = _backend.get_xp(kind)
         # contiguous words for the kernel (a strided view is copied once)
+        if not values.flags.c_contiguous:
+            _check_size(values.shape, "a contiguous copy of `values`", host=xp is np)
         values = xp.ascontiguousarray(values)
         r = xp.ascontiguousarray(_backend.to_module(operands["r"], kind)).reshape(-1)
         result, user_out = self._out(out, kind, (values.shape[0] // 2,), [values, r])
@@ -1891,7 +1918,9 @@ class _FieldBase:
         # Kernels take the exponent as two 64-bit limbs (p^4 - 1 < 2^124).
         e_hi, e_lo, nbits = np.uint64(e_red >> 64), np.uint64(e_red & (2**64 - 1)), np.int64(e_red.bit_length())
         kind, backend, shape, _ = self._prepare({"a": a}, backend)
-        flat = self._flat(a, kind, shape, self.degree)
+        if out is None:  # (as _map: the result's size before the copy's)
+            _check_size(shape + self._trail(), _RESULT_WHAT, host=kind == "numpy")
+        flat = self._flat(a, kind, shape, self.degree, "a")
         result, user_out = self._out(out, kind, shape, [flat])
         f = self.params
         if self.degree == 1:
@@ -1997,6 +2026,9 @@ ValueError
     Element shapes that do not broadcast; an ``out`` of another shape or
     read-only; an unknown ``backend``.{value_extra}
     Raised before anything is written.
+MemoryError
+    A NumPy result, or a contiguous copy of a broadcast operand, that would
+    not fit in this machine's memory (a broadcast view can ask for any size).
 """
 
 _ZERO_RAISE = "\n    A zero element to invert, named by its index."
