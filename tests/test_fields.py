@@ -801,6 +801,36 @@ def test_a_device_exponent_is_refused_with_the_way_to_pass_it():
     assert (KoalaBear.pow(a, 5).get() == KoalaBear.pow(a.get(), np.array(5))).all()
 
 
+@pytest.mark.cudasim
+def test_extension_ops_on_numba_device_arrays_name_what_is_missing():
+    """(a cross-backend review) Extension inv, pow, sum, mle_fold, decode, ...
+    of a Numba device array raised a bare IndexError under the simulator
+    (its shapes refuse negative indices), where mul said CuPy is missing.
+    With CuPy they run (a non-CuPy CUDA array goes through CuPy)."""
+    from numba import cuda
+    E = KoalaBear.ext
+    host = E.random(8, seed=2)
+    x, pt = cuda.to_device(host), cuda.to_device(E.random(3, seed=1))
+    calls = {"inv": lambda: E.inv(x), "batch_inv": lambda: E.batch_inv(x),
+             "div": lambda: E.div(x, x), "pow": lambda: E.pow(x, 3), "sum": lambda: E.sum(x),
+             "mle_fold": lambda: E.mle_fold(x, E.one), "mle_eval": lambda: E.mle_eval(x, pt),
+             "eq_table": lambda: E.eq_table(pt), "decode": lambda: E.decode(x),
+             "is_canonical": lambda: E.is_canonical(x), "mul": lambda: E.mul(x, x)}
+    try:
+        import cupy
+    except ImportError:
+        cupy = None
+    for name, call in calls.items():
+        if cupy is None:
+            with pytest.raises(ImportError, match="a GPU array was passed but CuPy is not "
+                                                  "installed"):
+                call()
+        else:
+            got = call()
+            if name == "pow":
+                assert (cupy.asnumpy(got) == E.pow(host, 3)).all()
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("F", FIELDS)
 def test_gpu_numba_on_cupy_arrays_and_foreign_cuda_arrays(F, monkeypatch):

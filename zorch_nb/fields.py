@@ -56,12 +56,15 @@ __all__ = ["PrimeField", "ExtensionField", "BaseOperand", "KoalaBear", "BabyBear
 
 
 def _element_shape(x, degree: int, name: str):
+    # (a tuple first: the CUDA simulator's device arrays have a shape that
+    # refuses negative indices)
+    shape = tuple(x.shape)
     if degree == 1:
-        return tuple(x.shape)
-    if x.ndim == 0 or x.shape[-1] != 4:
+        return shape
+    if not shape or shape[-1] != 4:
         raise ValueError(f"Argument `{name}` must have a trailing axis of length 4 "
-                         f"(extension coefficients), not shape {tuple(x.shape)}")
-    return tuple(x.shape[:-1])
+                         f"(extension coefficients), not shape {shape}")
+    return shape[:-1]
 
 
 def _check_words(x, name: str):
@@ -1667,7 +1670,7 @@ class _FieldBase:
         extension field."""
         _check_words(values, "values")
         n = values.shape[0] if values.ndim else 0
-        ext = self.degree == 4 and values.ndim == 2 and values.shape[-1] == 4
+        ext = self.degree == 4 and values.ndim == 2 and tuple(values.shape)[-1] == 4
         if values.ndim != 1 + ext or n < 1 or n & (n - 1):
             raise ValueError("Argument `values` must hold 2**nv elements, shape (2**nv,)"
                              + (" or (2**nv, 4)" if self.degree == 4 else "")
@@ -1702,7 +1705,7 @@ class _FieldBase:
         given), base ``(nv,)`` or (extension field) ``(nv, 4)``; ``values_shape``
         (mle_eval's values) only shapes the error's hint."""
         _check_words(point, "point")
-        p_ext = self.degree == 4 and point.ndim == 2 and point.shape[-1] == 4
+        p_ext = self.degree == 4 and point.ndim == 2 and tuple(point.shape)[-1] == 4
         if point.ndim != 1 + p_ext or nv is not None and point.shape[0] != nv:
             hint = (f"; an extension point needs F.ext.{method}"
                     if self.degree == 1 and point.ndim == 2 else "")
