@@ -19,7 +19,9 @@ unrolled code) and product-heavy ones are not compiled here:
 """
 from __future__ import annotations
 
-import functools
+import collections
+import os
+import threading
 
 import numpy as np
 
@@ -59,13 +61,69 @@ def use_serial(n_inst: int, nodes: int) -> bool:
     return n_inst * max(nodes, 1) <= launch_config.GRAPH_CPU_SERIAL_WORK or one_thread_set()
 
 
-@functools.lru_cache(maxsize=None)
+#: The evaluators made in this process, by ``(source, name, serial)``; a miss
+#: is built under ``_BUILD_LOCK`` (a hit takes no lock).  Not an lru_cache:
+#: that let eight threads replaying one new graph at once build its
+#: evaluator seven times (one compile, six more disk loads, each keeping its
+#: machine code).  Numba compiles under its own global lock, so building one
+#: evaluator at a time costs threads nothing.
+_EVALUATORS: dict = {}
+_BUILD_LOCK = threading.Lock()
+
+
 def compile_evaluator(source: str, name: str, serial: bool = False):
     """``njit(parallel=True)`` dispatcher of the function ``name`` in ``source``
-    (cached on disk where the cache folder allows; see the module docstring);
+    (cached on disk where the cache folder allows; see the module docstring),
+    built once per process (``compile_evaluator.cache_clear()`` forgets them);
     ``serial``: compiled without ``parallel`` (``prange`` runs as ``range``),
     under the name ``name + "__serial"`` in a file of its own -- Numba keys
     its cache on the name and the bytecode, not on ``parallel``."""
+    key = (source, name, bool(serial))
+    fn = _EVALUATORS.get(key)
+    if fn is None:
+        with _BUILD_LOCK:
+            fn = _EVALUATORS.get(key)  # (built by the thread this one waited for)
+            if fn is None:
+                fn = _EVALUATORS[key] = _build_evaluator(*key)
+                _COUNTS["misses"] += 1
+                return fn
+    _COUNTS["hits"] += 1  # (unlocked: a count two threads race on may miss one)
+    return fn
+
+
+_COUNTS = {"hits": 0, "misses": 0}
+
+
+#: What ``compile_evaluator.cache_info()`` returns: ``functools.lru_cache``'s fields.
+_CacheInfo = collections.namedtuple("CacheInfo", ["hits", "misses", "maxsize", "currsize"])
+
+
+def _cache_info():
+    """``(hits, misses, maxsize, currsize)``, as ``functools.lru_cache`` reports."""
+    return _CacheInfo(_COUNTS["hits"], _COUNTS["misses"], None, len(_EVALUATORS))
+
+
+def _cache_clear():
+    """Forget every evaluator made in this process (and the counts)."""
+    _EVALUATORS.clear()
+    _COUNTS.update(hits=0, misses=0)
+
+
+compile_evaluator.cache_info = _cache_info
+compile_evaluator.cache_clear = _cache_clear
+
+
+def _after_fork_in_child():
+    # a lock another thread held at the fork would never be released here
+    global _BUILD_LOCK
+    _BUILD_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _build_evaluator(source: str, name: str, serial: bool):
     if serial:
         source = source.replace(f"def {name}(", f"def {name}__serial(", 1)
         name += "__serial"

@@ -523,6 +523,44 @@ def test_calls_differing_only_in_element_offsets_get_their_own_evaluators(parall
     assert got_b.tolist() == ((v[:, 1, 0] * 3 - v[:, 0, 1]) % P).tolist()
 
 
+def test_threads_replaying_one_new_graph_build_its_evaluator_once(monkeypatch):
+    """(a thread-safety review) compile_evaluator was an lru_cache, which let
+    eight threads replaying one new graph build its evaluator seven times
+    (one compile, six disk loads, each keeping its machine code).  A miss is
+    now built under a lock; the waiting threads get that build."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from zorch_nb.graph import _sources
+    from zorch_nb.kernels import graph_cpu
+    ctx = Context()
+    a, c = reference_program(ctx, lanes=3)
+    g = ctx.generate_computation_graph([a], [c])
+    ck = g.compiled_kernels[g.templates[0].compiled]
+    src, _, name = _sources(g.kernels[ck.kernel], ck)
+    builds, real = [], graph_cpu.njit
+
+    def slow_njit(*args, **kwargs):  # slow enough that all eight threads overlap
+        builds.append(kwargs.get("parallel"))
+        time.sleep(0.2)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(graph_cpu, "njit", slow_njit)
+    graph_cpu.compile_evaluator.cache_clear()
+    start = threading.Barrier(8)
+
+    def replay(i):
+        start.wait()
+        return graph_cpu.compile_evaluator(src, name, bool(i % 2))
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            got = list(pool.map(replay, range(8)))
+    finally:
+        graph_cpu.compile_evaluator.cache_clear()  # (built by the spy: not kept)
+    assert sorted(builds) == [False, True]  # one serial, one parallel evaluator
+    assert all(f is got[i % 2] for i, f in enumerate(got)) and got[0] is not got[1]
+
+
 def test_replay_without_a_writable_cache_folder_compiles_in_memory(tmp_path, monkeypatch):
     from zorch_nb.kernels import graph_cpu
     blocker = tmp_path / "a-file"
