@@ -69,6 +69,7 @@ def use_serial(n_inst: int, nodes: int) -> bool:
 #: evaluator at a time costs threads nothing.
 _EVALUATORS: dict = {}
 _BUILD_LOCK = threading.Lock()
+_COUNTS = {"hits": 0, "misses": 0}  # (for cache_info)
 
 
 def compile_evaluator(source: str, name: str, serial: bool = False):
@@ -89,9 +90,6 @@ def compile_evaluator(source: str, name: str, serial: bool = False):
                 return fn
     _COUNTS["hits"] += 1  # (unlocked: a count two threads race on may miss one)
     return fn
-
-
-_COUNTS = {"hits": 0, "misses": 0}
 
 
 #: What ``compile_evaluator.cache_info()`` returns: ``functools.lru_cache``'s fields.

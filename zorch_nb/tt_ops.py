@@ -1652,7 +1652,8 @@ def _balanced(xp, U, G):
     """``(U', G', e)``: the same train (``U (d, S, n, N)``, ``G (d, S, r, n, r)``,
     masked) as ``2**e (S,)`` times the train of ``U'``, ``G'``, with powers of
     two moved along the chain so that every Tucker row and every TT core's
-    slice of a right bond index has its largest entry near 1 (in ``[0.25, 1)``).
+    slice of a right bond index has its largest entry in ``[0.5, 1)`` (the
+    last core: all its slices together).
 
     Each Tucker row's scale goes into the TT core's slice of its index; then,
     left to right, each core's scale on a right bond index goes into the next
