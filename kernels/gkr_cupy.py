@@ -104,7 +104,16 @@ def _layer_names(first, layers, label):
         yield from ((label(l, i), x) for i, x in enumerate(layer))
 
 
+def _check_batches(where, rc):
+    """The kernels take ``nb`` as an ``unsigned int``: more counts than that
+    wrapped (NumPy 1.x) or raised an OverflowError naming nothing."""
+    if rc.shape[0] > 0xFFFFFFFF:
+        raise ValueError(f"{where}: argument `rc` holds {rc.shape[0]} counts; the CUDA "
+                         f"kernels take nb <= 2**32 - 1 batch elements")
+
+
 def _check_steps_on_device(where, rc, prefix, first, steps):
+    _check_batches(where, rc)
     check_device_arrays(where, (("rc", rc), ("prefix", prefix)))
     check_device_arrays(where, ((f"steps[{l}][0]", orc) for l, (orc, _) in enumerate(steps)))
     check_device_arrays(where, _layer_names(first, [outs for _, outs in steps],
@@ -132,6 +141,7 @@ def jagged_transition(rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f):
     """Jagged transition: device prefix sums, then one launch over the output slots."""
     mode = check_gkr_jagged("gkr_cupy.jagged_transition", f, rc, orc, prefix, n0, n1, d0, d1,
                             on0, on1, od0, od1)
+    _check_batches("gkr_cupy.jagged_transition", rc)
     check_device_arrays("gkr_cupy.jagged_transition",
                         zip(("rc", "orc", "prefix") + _NAMES,
                             (rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1)))

@@ -143,3 +143,70 @@ def test_emit_all_writes_every_field_and_kernel_file(tmp_path):
         for kf in kernel_sources():
             assert (tmp_path / f"{f.name}_{kf}").read_text() == assemble(f, kf)
     assert (tmp_path / "zorch_graph_example.cu").read_text() == extra["zorch_graph_example.cu"]
+
+
+_SEGMENT_HARNESS = r"""
+extern "C" unsigned int host_find_segment(const long long* cum, unsigned int nb, long long q) {
+    return zorch_gkr_find_segment(cum, nb, q);
+}
+extern "C" void host_scan_run(unsigned int t, unsigned int nthreads, unsigned int nb,
+                              unsigned int* lo_hi) {
+    zorch_gkr_scan_run(t, nthreads, nb, &lo_hi[0], &lo_hi[1]);
+}
+"""
+
+
+_SEGMENT_SEARCH = r"""
+import ctypes, mmap, sys
+import numpy as np
+lib = ctypes.CDLL(sys.argv[1])
+lib.host_find_segment.restype = ctypes.c_uint
+lib.host_find_segment.argtypes = (ctypes.c_void_p, ctypes.c_uint, ctypes.c_longlong)
+noreserve = getattr(mmap, "MAP_NORESERVE", 0x4000)  # (Python 3.13 names it)
+for nb in (2**31 + 2, 3 * 2**30, 2**32 - 1):
+    try:
+        buf = mmap.mmap(-1, 8 * nb, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | noreserve)
+    except (OSError, OverflowError, ValueError) as exc:  # (a 32-bit or strict host)
+        print(f"skip: no sparse {8 * nb >> 30} GiB mapping here: {exc}")
+        sys.exit(0)
+    cum = np.frombuffer(buf, dtype=np.int64)
+    cum[-2:] = [1, 2]  # every segment empty but the last two, one row each
+    want = {0: nb - 2, 1: nb - 1, 5: nb - 1}
+    got = {q: lib.host_find_segment(cum.ctypes.data, nb, q) for q in want}
+    del cum
+    buf.close()
+    assert got == want, (nb, got, want)
+print("ok")
+"""
+
+
+def test_jagged_segment_search_and_scan_split_past_2_to_the_31_batches():
+    """(a review for 32-bit overflow, the H200 holding such counts) The jagged
+    kernels' binary search took mid = (lo + hi) >> 1 in 32 bits: past
+    nb = 2**31 + 1 it wrapped and the search cycled forever; the block scan's
+    run length (nb + nthreads - 1) / nthreads wrapped to 0 near 2**32 (no
+    prefix sum written).  The search runs on the host over a sparse 16-32 GiB
+    prefix array (untouched pages cost nothing), in a child process: the old
+    search never returned."""
+    import subprocess
+    import sys
+    if not sys.platform.startswith("linux"):
+        pytest.skip("a sparse mapping (MAP_NORESERVE) is Linux's")
+    lib = compile_host("koalabear", "gkr.cu", _SEGMENT_HARNESS)
+    try:
+        res = subprocess.run([sys.executable, "-c", _SEGMENT_SEARCH, lib._name],
+                             capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the segment search past 2**31 batches did not return in 60 s")
+    assert res.returncode == 0, res.stderr
+    if res.stdout.startswith("skip"):
+        pytest.skip(res.stdout.strip())
+    assert res.stdout.strip() == "ok"
+    lo_hi = np.zeros(2, np.uint32)
+    for nb, nthreads in ((2**32 - 1, 1024), (2**32 - 5, 256), (3 * 2**30, 1024), (10, 4)):
+        runs = []
+        for t in (0, 1, nthreads - 1):
+            lib.host_scan_run(t, nthreads, ctypes.c_uint(nb), ptr(lo_hi))
+            runs.append(tuple(int(v) for v in lo_hi))
+        per = -(-nb // nthreads)
+        assert runs == [(min(t * per, nb), min(t * per + per, nb)) for t in (0, 1, nthreads - 1)]

@@ -938,3 +938,17 @@ def test_numba_host_copies_go_on_the_launch_stream(launcher, monkeypatch):
     assert all(s is stream for s in copies), events
     last_back = max(i for i, (kind, _) in enumerate(events) if kind == "back")
     assert ("sync", stream) in events[last_back + 1:], events
+
+
+@pytest.mark.gpu
+def test_cupy_jagged_launchers_refuse_more_batches_than_the_kernels_count():
+    """The CUDA kernels take nb as an unsigned int: 2**32 counts raised
+    NumPy's OverflowError naming nothing (NumPy 1.x wrapped nb to 0)."""
+    import types
+
+    from zorch_nb.kernels import gkr_cupy
+    gkr_cupy._check_batches("gkr_cupy.jagged_chunk", types.SimpleNamespace(shape=(2**32 - 1,)))
+    with pytest.raises(ValueError, match=r"gkr_cupy.jagged_chunk: argument `rc` holds "
+                                         r"4294967296 counts; the CUDA kernels take "
+                                         r"nb <= 2\*\*32 - 1 batch elements"):
+        gkr_cupy._check_batches("gkr_cupy.jagged_chunk", types.SimpleNamespace(shape=(2**32,)))

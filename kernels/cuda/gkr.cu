@@ -262,11 +262,12 @@ ZORCH_HD zorch_gkr_frac zorch_gkr_fold_node(zorch_u64 i, const zorch_u32* n0, co
 }
 
 // First s with cum[s] > q, clamped to nb - 1 (binary search; cum is small and
-// stays in L1/L2).
+// stays in L1/L2).  mid as lo + (hi - lo) / 2: (lo + hi) wraps past 2^32 (nb past
+// 2^31 + 1), and the search then cycled forever.
 ZORCH_HD unsigned int zorch_gkr_find_segment(const long long* cum, unsigned int nb, long long q) {
     unsigned int lo = 0, hi = nb - 1;
     while (lo < hi) {
-        const unsigned int mid = (lo + hi) >> 1;
+        const unsigned int mid = lo + ((hi - lo) >> 1);
         if (cum[mid] > q) hi = mid; else lo = mid + 1;
     }
     return lo;
@@ -323,9 +324,11 @@ ZORCH_HD void zorch_gkr_jagged_slot(zorch_u64 q, const int* rc, const int* orc,
 // below 2^31 each cannot overflow.
 ZORCH_HD void zorch_gkr_scan_run(unsigned int t, unsigned int nthreads, unsigned int nb,
                                  unsigned int* lo, unsigned int* hi) {
-    const unsigned int per = (nb + nthreads - 1) / nthreads;
-    *lo = t * per < nb ? t * per : nb;
-    *hi = *lo + per < nb ? *lo + per : nb;
+    // 64-bit: nb + nthreads - 1, t * per and lo + per pass 2^32 for nb near it
+    const zorch_u64 per = ((zorch_u64)nb + nthreads - 1) / nthreads;
+    const zorch_u64 a = (zorch_u64)t * per < nb ? (zorch_u64)t * per : nb;
+    *lo = (unsigned int)a;
+    *hi = (unsigned int)(a + per < nb ? a + per : nb);
 }
 
 ZORCH_HD long long zorch_gkr_run_sum(const int* x, unsigned int lo, unsigned int hi) {
