@@ -1504,6 +1504,41 @@ def test_a_sum_with_a_term_of_cancelling_scales_keeps_both_terms(xy, path, dtype
             assert rel_err(got, want) < rtol, k
 
 
+@pytest.mark.parametrize("dtype, k", [(np.float64, 600), (np.float64, 300), (np.float32, 80),
+                                      (np.float32, 40)])
+def test_entries_behind_a_zero_slice_do_not_set_the_scale(path, dtype, k):
+    """(a second review of the range rescue) Entries of 2**k reached only
+    through a zero bond slice or a zero Tucker row add nothing to the tensor,
+    but the rescue counted them at face value: they set the last core's scale,
+    which flushed every live entry -- the tensor [[[1]]] came out 0 from
+    to_dense, norm, inner, svd, x * 2 and hadamard (at the smaller k, norm
+    "inner", inner and hadamard only).  They now count for nothing."""
+    def train(tucker, tt):
+        return UniformTuckerTensorTrain.from_t3(TuckerTensorTrain(
+            [np.asarray(u, dtype) for u in tucker], [np.asarray(g, dtype) for g in tt]))
+    big = 2.0**k
+    bond = train([np.ones((1, 1))] * 3, [np.array([1.0, 0]).reshape(1, 1, 2),
+                                         np.diag([1.0, big]).reshape(2, 1, 2),
+                                         np.array([1.0, big]).reshape(2, 1, 1)])
+    row = train([np.array([[1.0], [0.0]]), np.ones((1, 1)), np.ones((1, 1))],
+                [np.array([1.0, big]).reshape(1, 2, 1), np.ones((1, 1, 1)), np.ones((1, 1, 1))])
+    for x in (bond, row):
+        for got, want in ((x.to_dense(), 1), (x.norm(), 1), (x.norm("orthogonal"), 1),
+                          (x.inner(x), 1), (x.svd()[0].to_dense(), 1),
+                          ((x * 2).to_dense(), 2), (x.hadamard(x).to_dense(), 1),
+                          (x.entries(np.zeros((1, 3), int)), 1)):
+            assert np.asarray(got).ravel().tolist() == [want]
+    # the form a sum takes: a plus zero times a train of far-apart cores
+    rng = np.random.default_rng(5)
+    a = train([rng.standard_normal((2, 3)) for _ in range(3)],
+              [rng.standard_normal(s) for s in ((1, 2, 2), (2, 2, 2), (2, 2, 1))])
+    U, G = np.array(a.tucker_supercore), np.array(a.tt_supercore)
+    G *= np.ldexp(1.0, [-k, k // 2, k - k // 2]).astype(dtype)[:, None, None, None]
+    s = a + 0 * UniformTuckerTensorTrain(U, G, a.shape, a.masks)
+    tol = 1e-12 if dtype is np.float64 else 1e-5
+    assert abs(s.norm() / a.norm() - 1) < tol and abs(s.inner(s) / a.inner(a) - 1) < tol
+
+
 def test_overflow_during_svd_is_not_blamed_on_the_input(rng):
     """Finite entries whose products overflow (1e200 in float64, 1e30 in
     float32) were reported as 'the train holds inf or NaN in a live entry'."""

@@ -1677,19 +1677,28 @@ def _balanced(xp, U, G):
     lowest = np.int32(np.iinfo(np.int32).min // 4)  # (an empty slice's "max")
     eu, lu = _entry_exponents(xp, U)
     cu = xp.where(lu, eu, lowest).max(axis=-1)  # (d, S, n): each Tucker row's scale
-    cu = xp.where(cu == lowest, 0, cu).astype(np.int32)
+    dead_u = cu == lowest  # a zero Tucker row: nothing reaches the tensor through it
+    cu = xp.where(dead_u, 0, cu).astype(np.int32)
     U = xp.ldexp(U, -cu[..., None])
     carry = xp.zeros(G.shape[1:3], dtype=np.int32)  # (S, r): into the left bond
+    dead = xp.zeros(G.shape[1:3], dtype=bool)  # (S, r): left bond indices that are zero
     out = xp.empty_like(G)
     for i in range(d):
         off = carry[:, :, None] + cu[i][:, None, :]  # (S, r, n): on G[i][s, a, j, :]
         eg, lg = _entry_exponents(xp, G[i])
-        at = xp.where(lg, eg + off[..., None], lowest)  # (S, r, n, r)
+        # Entries behind a zero Tucker row or a zero left bond slice add nothing
+        # to the tensor: they neither set a scale (counted at face value, 2**600
+        # behind a zero set the last core's, which flushed every live entry) nor
+        # stay (an exact 0 for the finite ones; inf and NaN stay, as 0 * inf)
+        behind = (dead[:, :, None] | dead_u[i][:, None, :])[..., None]  # (S, r, n, 1)
+        at = xp.where(lg & ~behind, eg + off[..., None], lowest)  # (S, r, n, r)
         # (S, r): each right bond index's scale; past the last core one for all
         # (the boundary bond's r_d slots are summed, so they share one scale)
         right = at.max(axis=(1, 2)) if i < d - 1 else at.max(axis=(1, 2, 3))[:, None]
-        right = xp.where(right == lowest, 0, right).astype(np.int32)
-        out[i] = xp.ldexp(G[i], (off[..., None] - right[:, None, None, :]).astype(np.int32))
+        dead = right == lowest
+        right = xp.where(dead, 0, right).astype(np.int32)
+        core = xp.ldexp(G[i], (off[..., None] - right[:, None, None, :]).astype(np.int32))
+        out[i] = xp.where(behind & xp.isfinite(G[i]), 0, core)
         carry = right
     return U, out, carry[:, 0]
 
@@ -1708,8 +1717,10 @@ def _in_range(p):
     and 1e-160 made inf where the tensor was [[1.0]] (norm and inner rescue
     such trains; these returned inf).  Scaled cores keep every partial
     product near the result's own size.  Powers of two are exact, so the
-    result is bitwise the one the plain chain gives wherever that one stays
-    in range.  NumPy scales only when the cores' exponents (frexp of their
+    result is the plain chain's wherever that one stays in range, except for
+    entries far below the largest of their core's slice (past the dtype's
+    digits), which the scaling may flush to zero (an entry of 1.5 * 2**-800
+    beside one of 2**300 in one core).  NumPy scales only when the cores' exponents (frexp of their
     largest entries, padding too unless it is inf or NaN: padding can only
     make it scale, which changes nothing) add up to more than a quarter of
     the dtype's exponent range; CuPy always does (deciding would
