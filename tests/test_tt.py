@@ -1539,6 +1539,32 @@ def test_entries_behind_a_zero_slice_do_not_set_the_scale(path, dtype, k):
     assert abs(s.norm() / a.norm() - 1) < tol and abs(s.inner(s) / a.inner(a) - 1) < tol
 
 
+@pytest.mark.parametrize("dtype, lo, hi, fac", [(np.float64, -1000, 500, -100),
+                                              (np.float32, -120, 60, -40)])
+def test_scaling_and_hadamard_keep_a_small_entry_the_next_cores_lift(path, dtype, lo, hi, fac):
+    """(a second review of the range rescue) A first core of 1 and 2**lo whose
+    partners in the next cores are 2**hi (the tensor holds 1 twice): x * 2**fac
+    and x.hadamard(x) flushed the 2**lo entry -- the range test read only the
+    largest entries -- so the returned train lost that term.  The smallest
+    entries' products are tested too; the rescue then scales exactly."""
+    E = np.eye(2)
+    g0, g1, g2 = np.zeros((1, 2, 2)), np.zeros((2, 2, 2)), np.zeros((2, 2, 1))
+    g0[0, 0, 0], g0[0, 1, 1] = 1, 2.0**lo
+    g1[0, 0, 0], g1[1, 1, 1] = 1, 2.0**hi
+    g2[0, 0, 0], g2[1, 1, 0] = 1, 2.0**hi
+    x = UniformTuckerTensorTrain.from_t3(TuckerTensorTrain(
+        [E.astype(dtype)] * 3, [g.astype(dtype) for g in (g0, g1, g2)]))
+    want = np.zeros((2, 2, 2))
+    want[0, 0, 0] = want[1, 1, 1] = 1
+    assert x.to_dense().tolist() == want.tolist()
+    for got, scale in ((x * dtype(2.0**fac), 2.0**fac), (x / dtype(2.0**-fac), 2.0**fac),
+                       (x.hadamard(x), 1.0)):
+        # the returned cores' own tensor, in float64 by einsum (not through to_dense)
+        U, G = ([c.astype(np.float64) for c in cores] for cores in got.to_t3().data)
+        dense = np.einsum("ajb,bkc,clz,jx,ky,lw->xyw", G[0], G[1], G[2], U[0], U[1], U[2])
+        assert dense.tolist() == (want * scale).tolist()
+
+
 def test_overflow_during_svd_is_not_blamed_on_the_input(rng):
     """Finite entries whose products overflow (1e200 in float64, 1e30 in
     float32) were reported as 'the train holds inf or NaN in a live entry'."""

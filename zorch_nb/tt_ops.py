@@ -1358,7 +1358,8 @@ def _scale(data, alpha, power=0, like=None):
     # dtype (which made 1e39 inf and 1e-46 zero in float32), paired with 0
     pw = xp.asarray(power.astype(np.int32))
     ea = _exponents(xp, wide[None, :, None])[0] + pw
-    if _may_leave_range(xp, G.dtype, _exponents(xp, G[:1])[0], ea, xp.zeros_like(ea), ea):
+    if _may_leave_range(xp, G.dtype, _exponents(xp, G[:1])[0], ea, xp.zeros_like(ea), ea,
+                        smallest=[(_min_exponents(xp, G[:1])[0], ea)]):
         # the factor and the first core could leave the range together (a
         # float32 train of norm 1e20 in one core, times 1e20): the scaled
         # train's mantissas, the exponents spread evenly over the cores
@@ -1439,7 +1440,9 @@ def ut3_hadamard(x, y):
 
     dt = np.result_type(Ux.dtype, Uy.dtype)
     if _may_leave_range(xp, dt, _exponents(xp, Ux, dt), _exponents(xp, Uy, dt),
-                     _exponents(xp, Gx, dt), _exponents(xp, Gy, dt)):
+                        _exponents(xp, Gx, dt), _exponents(xp, Gy, dt),
+                        smallest=[(_min_exponents(xp, Ux, dt), _min_exponents(xp, Uy, dt)),
+                                  (_min_exponents(xp, Gx, dt), _min_exponents(xp, Gy, dt))]):
         # a core product could leave the range (x * 1e160 squared; a float32
         # train whose norm, in its last core after an svd, passes 2**64): the
         # products of power-of-two scaled cores, the scale spread evenly
@@ -1452,7 +1455,19 @@ def ut3_hadamard(x, y):
     return _pack(xp, U, G, p.shape, _pair_mask(p.mk, q.mk), _pair_mask(p.mt, q.mt), p.stack)
 
 
-def _may_leave_range(xp, dtype, *exponents) -> bool:
+def _min_exponents(xp, a, dt=None):
+    """``frexp`` exponents ``(d, S)`` of the smallest nonzero finite magnitude
+    of each core of ``a (d, S, ...)`` (0 where a core has none), in the float
+    dtype ``dt`` (``a``'s own by default)."""
+    if a.size == 0:
+        return xp.zeros(a.shape[:2], dtype=np.int32)
+    mag = xp.abs(a.reshape(a.shape[:2] + (-1,)).astype(dt or a.dtype, copy=False))
+    small = xp.where((mag > 0) & xp.isfinite(mag), mag, np.inf).min(axis=-1)
+    _, e = xp.frexp(small)
+    return xp.where(xp.isfinite(small), e, 0).astype(np.int32)
+
+
+def _may_leave_range(xp, dtype, *exponents, smallest=()) -> bool:
     """Whether an entrywise product of two cores could leave ``dtype``'s range:
     ``exponents`` are pairs ``(ex, ey)`` of ``frexp`` exponents (``(d, S)``,
     :func:`_exponents`) of the largest entries of the cores multiplied, and a
@@ -1463,11 +1478,15 @@ def _may_leave_range(xp, dtype, *exponents) -> bool:
     1e200 times 1e-200 gave the exact zero tensor) where the bound is within
     a mantissa of it.  Read off the inputs: no pass over the product.  An
     all-zero or non-finite core counts as exponent 0: its products are its
-    own."""
+    own.  ``smallest``: pairs of :func:`_min_exponents` (or a factor's
+    exponent) whose product could lose bits the same way, though the
+    largest entries' does not (a first core's 2**-1000 times 2**-100, its
+    partners in the next cores 2**500: the scaled train lost that term)."""
     info = np.finfo(dtype)
     high, low = info.maxexp, info.minexp + info.nmant
     hits = [((ex + ey >= high) | (ex + ey <= low)).any()
             for ex, ey in zip(exponents[::2], exponents[1::2])]
+    hits += [(ex + ey <= low).any() for ex, ey in smallest]
     for h in hits[1:]:  # (combined where they live: one read back)
         hits[0] = hits[0] | h
     return bool(hits[0])
