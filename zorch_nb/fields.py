@@ -338,6 +338,14 @@ def _broadcast_shapes(shapes):
 _RESULT_WHAT = "the result of the operands' (broadcast) shape"
 
 
+def _contiguous(xp, x, what):
+    """``xp.ascontiguousarray(x)``, a copy (of a broadcast view: any size)
+    checked by :func:`_check_size` first, naming it as a copy of ``what``."""
+    if not x.flags.c_contiguous:
+        _check_size(tuple(x.shape), f"a contiguous copy of {what}", host=xp is np)
+    return xp.ascontiguousarray(x)
+
+
 def _new_words(xp, shape, what):
     """``xp.empty(shape, uint32)``, checked by :func:`_check_size` (for this
     machine's memory too where ``xp`` is NumPy)."""
@@ -979,9 +987,14 @@ class _FieldBase:
         full = shape + self._trail()
         if tuple(x.shape) != full:  # broadcast_to only where needed: it costs microseconds
             x = xp.broadcast_to(x, full)
-        if not x.flags.c_contiguous:  # (a copy: of a broadcast view, any size)
-            _check_size(full, f"a contiguous copy of `{name}`", host=xp is np)
-        return xp.ascontiguousarray(x).reshape((n,) + self._trail())
+        return _contiguous(xp, x, f"`{name}`").reshape((n,) + self._trail())
+
+    def _check_result(self, out, kind, shape):
+        """Where ``out`` is None, the size of the result :meth:`_out` will make,
+        checked before the operands' copies (:meth:`_flat`): its refusal names
+        the broadcast, and no copy is made for a result that cannot be."""
+        if out is None:
+            _check_size(shape + self._trail(), _RESULT_WHAT, host=kind == "numpy")
 
     def _out(self, out, kind, shape, inputs=(), alias=()):
         """``(buffer the kernel writes, user's out or None)``.
@@ -1207,8 +1220,7 @@ class _FieldBase:
         blocks = self._map_in_blocks(op, out, backend, kind, shape, degrees, operands)
         if blocks is not None:
             return blocks
-        if out is None:  # (the result's size before the copies': it names the broadcast)
-            _check_size(shape + self._trail(), _RESULT_WHAT, host=kind == "numpy")
+        self._check_result(out, kind, shape)
         flat = [self._flat(x, kind, shape, degrees[n], n) for n, x in operands.items()]
         # elementwise kernels may write over an operand, the inverse excepted
         result, user_out = self._out(out, kind, shape, flat, () if op == monty.OP_INV else flat)
@@ -1787,9 +1799,7 @@ class _FieldBase:
         kind, values = _in_module(values)
         xp = _backend.get_xp(kind)
         # contiguous words for the kernel (a strided view is copied once)
-        if not values.flags.c_contiguous:
-            _check_size(values.shape, "a contiguous copy of `values`", host=xp is np)
-        values = xp.ascontiguousarray(values)
+        values = _contiguous(xp, values, "`values`")
         r = xp.ascontiguousarray(_backend.to_module(operands["r"], kind)).reshape(-1)
         result, user_out = self._out(out, kind, (values.shape[0] // 2,), [values, r])
         return self._finish(self._run(backend, kind, self._fold_call(values.ndim == 1, r.size),
@@ -1921,8 +1931,7 @@ class _FieldBase:
         # Kernels take the exponent as two 64-bit limbs (p^4 - 1 < 2^124).
         e_hi, e_lo, nbits = np.uint64(e_red >> 64), np.uint64(e_red & (2**64 - 1)), np.int64(e_red.bit_length())
         kind, backend, shape, _ = self._prepare({"a": a}, backend)
-        if out is None:  # (as _map: the result's size before the copy's)
-            _check_size(shape + self._trail(), _RESULT_WHAT, host=kind == "numpy")
+        self._check_result(out, kind, shape)
         flat = self._flat(a, kind, shape, self.degree, "a")
         result, user_out = self._out(out, kind, shape, [flat])
         f = self.params
