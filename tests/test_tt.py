@@ -163,13 +163,40 @@ def ref_tucker_down(tk, tt):
     return tk, tt
 
 
+def ref_max_exponent(a, axis=None):
+    """frexp exponent of the largest |entry| (0 for an all-zero slice)."""
+    return np.frexp(np.abs(a).max(axis=axis))[1]
+
+
+def ref_balance(tk, tt):
+    """``(tk', tt', e)``: the train is ``2**e`` times that of ``tk'``, ``tt'``,
+    whose Tucker rows, and each TT core's slices along its right bond (the
+    last core: all of it), have their largest entry in ``[0.5, 1)``; each
+    scale moves on into the core that the row or slice multiplies."""
+    tk, tt = [U.copy() for U in tk], [G.copy() for G in tt]
+    for i, U in enumerate(tk):
+        c = ref_max_exponent(U, axis=1)
+        tk[i] = np.ldexp(U, -c[:, None])
+        tt[i] = np.ldexp(tt[i], c[None, :, None])
+    for i in range(len(tt) - 1):
+        c = ref_max_exponent(tt[i], axis=(0, 1))
+        tt[i] = np.ldexp(tt[i], -c[None, None, :])
+        tt[i + 1] = np.ldexp(tt[i + 1], c[:, None, None])
+    e = ref_max_exponent(tt[-1])
+    tt[-1] = np.ldexp(tt[-1], -e)
+    return tk, tt, int(e)
+
+
 def ref_tt_up(tk, tt):
-    tk, tt = list(tk), list(tt)
+    """The gauge balanced first (:func:`ref_balance`), its scale spread over
+    the Tucker cores, ``e // d`` each and one more on the first ``e % d``."""
+    tk, tt, e = ref_balance(tk, tt)
+    d = len(tt)
     for i, G in enumerate(tt):
         ra, n, rb = G.shape
         A = G.transpose(0, 2, 1).reshape(ra * rb, n)
         Q = ref_frame(A, min(A.shape))
-        tk[i] = (Q.T @ A) @ tk[i]
+        tk[i] = np.ldexp((Q.T @ A) @ tk[i], e // d + (i < e % d))
         tt[i] = Q.reshape(ra, rb, -1).transpose(0, 2, 1)
     return tk, tt
 
@@ -1118,6 +1145,40 @@ def test_orthogonalize_matches_ragged(xy, kind):
     for s, (got, src) in enumerate(zip(o.to_t3(), x.to_t3())):
         assert rel_err(dense[s], xd[s]) < RTOL
         assert_cores_close(got, ref_orthogonalize(*src.data, kind))
+
+
+def regauged(x, rng, k):
+    """The same tensors, each inner bond index's pair of slices scaled by
+    ``2**j`` and ``2**-j`` (``j`` in ``[-k, k]``, per stack element)."""
+    G = np.array(x.tt_supercore)
+    d, r = x.d, G.shape[-1]
+    G = G.reshape(d, -1, r, G.shape[-2], r)
+    for b in range(1, d):
+        s = np.ldexp(1.0, rng.integers(-k, k + 1, (G.shape[1], r)))
+        G[b - 1] *= s[:, None, None, :]
+        G[b] /= s[:, :, None, None]
+    return UniformTuckerTensorTrain(x.tucker_supercore, G.reshape(x.tt_supercore.shape),
+                                    x.shape, x.masks)
+
+
+def test_tt_up_does_not_depend_on_a_power_of_two_gauge(xy, path):
+    """"tt_up" takes each TT core's frame over the mode axis alone, so a
+    graded bond gauge (slices of 2**60 beside 2**-60, undone by the next
+    core) lost the small slices in the frame: the result was off by 1e29 of
+    the tensor's norm.  The gauge is balanced first, so a power-of-two
+    regauging changes nothing, to the bit."""
+    x, _, xd, _, _, _ = xy
+    x32 = UniformTuckerTensorTrain(np.float32(x.tucker_supercore), np.float32(x.tt_supercore),
+                                   x.shape, x.masks)
+    for x, rtol in ((x, RTOL), (x32, 1e-5)):
+        for k in (3, 60):
+            y = regauged(x, np.random.default_rng(k), k)
+            a, b = x.orthogonalize("tt_up"), y.orthogonalize("tt_up")
+            assert b.tt_supercore.dtype == x.tt_supercore.dtype
+            for s, want in enumerate(xd):
+                assert rel_err(b.to_dense()[s], want) < rtol, (k, s)
+            np.testing.assert_array_equal(b.tucker_supercore, a.tucker_supercore)
+            np.testing.assert_array_equal(b.tt_supercore, a.tt_supercore)
 
 
 @pytest.mark.parametrize("kind", ORTHOGONALIZE_KINDS)

@@ -1640,18 +1640,16 @@ def _power_scaled(p, only=None, frobenius=False):
         sub = _Parts(xp, p.U[:, only], p.G[:, only], p.shape, None, None, p.mk[:, only],
                      p.mt[:, only])
         U, G = _masked(sub)
-    U, G, e0 = _balanced(xp, U, G)
-    eU = _exponents(xp, U)
-    eG = _exponents(xp, G)
-    U = xp.ldexp(U, -eU[:, :, None, None])
-    G = xp.ldexp(G, -eG[:, :, None, None, None])
+    # (every core's largest live entry is in [0.5, 1) after this: no core
+    # scale is left to take out)
+    U, G, e = _balanced(xp, U, G)
     if frobenius:  # (entries below 1 now: their squares' sums cannot overflow)
         fU, fG = (_exponents(xp, xp.sqrt((c * c).reshape(c.shape[:2] + (-1,)).sum(-1))[..., None])
                   for c in (U, G))
         U = xp.ldexp(U, -fU[:, :, None, None])
         G = xp.ldexp(G, -fG[:, :, None, None, None])
-        eU, eG = eU + fU, eG + fG
-    e = (e0 + eU.sum(axis=0) + eG.sum(axis=0)).astype(np.int32)
+        e = e + fU.sum(axis=0) + fG.sum(axis=0)
+    e = e.astype(np.int32)
     if only is not None:  # back into copies of the whole stack
         U_all, G_all, e_all = p.U.copy(), p.G.copy(), np.zeros(p.S, dtype=np.int32)
         U_all[:, only], G_all[:, only], e_all[only] = U, G, e
@@ -2424,6 +2422,10 @@ def ut3_orthogonalize(data, kind="left"):
         * ``"tt_up"`` -- every TT core becomes orthonormal over its mode axis
           (``sum_{a,b} G[a,j,b] G[a,k,b] = delta_jk``); the remainders go down
           into the Tucker cores.  Tucker ranks become ``min(r_i r_{i+1}, n_i)``.
+          The bond gauge is balanced first (powers of two: every Tucker row
+          and every TT core's slice along its right bond gets its largest
+          entry in ``[0.5, 1)``, the scales moved on along the chain), so the
+          result does not depend on a power-of-two gauge of the input.
         * ``"left"`` -- ``"tucker_down"``, then a left-to-right sweep: cores
           ``0..d-2`` left-orthonormal, the last core carries the weight.
         * ``"right"`` -- ``"tucker_down"``, then a right-to-left sweep: cores
@@ -2477,7 +2479,16 @@ def ut3_orthogonalize(data, kind="left"):
     # Checked here for every kind: "tt_up" takes SVDs of the TT cores only,
     # and a NaN in a live Tucker entry would pass through to the result.
     _check_finite_input(xp, U, G, "orthogonalization")
-    U, G, e = _sweep_scaled(p, U, G)
+    if kind == "tt_up":
+        # Always balanced: each core's frame over its mode axis is taken
+        # alone, so a graded bond gauge (slices of 2**60 beside 2**-60 that
+        # the next core undoes) would lose the small slices in the frame.
+        # (The sweeps of the other kinds carry the gauge along; they are
+        # scaled only where the cores' range asks for it.)
+        ps, e = _power_scaled(p)
+        U, G = ps.U, ps.G
+    else:
+        U, G, e = _sweep_scaled(p, U, G)
     mk, mt = p.mk.copy(), p.mt.copy()
     if kind == "tt_up":
         U, G, mk = _tt_up(xp, U, G, mk, mt)
