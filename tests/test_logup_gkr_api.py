@@ -159,6 +159,17 @@ def test_jagged_schedule_errors():
             call()
     for counts in ((np.array(3), np.array(2)), [np.array(3), 2], (np.int64(3), 2)):
         assert jagged_layer_transition(layer, counts).width == 5  # two counts, not a step
+    # a list step's width as a 0-d array, as the tuple's; a bad one is named
+    # (both were read as bare counts and blamed on `out_row_counts`)
+    assert jagged_layer_transition(layer, [[3, 2], np.array(6)]).width == 6
+    assert build_jagged_pyramid(layer, [[[3, 2], np.array(6)]])[-1].width == 6
+    for call in (lambda: jagged_layer_transition(layer, [[3, 2], 6.0]),
+                 lambda: build_jagged_pyramid(layer, [[[3, 2], 6.0]])):
+        with pytest.raises(TypeError, match="`out_width` must be an integer, not float"):
+            call()
+    with pytest.raises(ValueError, match=r"`numerator_0` must have shape \(width,\) \(base "
+                                         r"field\) or \(width, 4\)"):
+        JaggedGkrLayer(*[np.zeros((8, 3), np.uint32)] * 4, [3, 2])
     for call in (build_pyramid, lambda first, fused: build_jagged_pyramid(first, [], fused=fused)):
         with pytest.raises(TypeError, match="`fused` must be None, True or False"):
             call(GkrLayer(*four(8), 0) if call is build_pyramid else layer, fused="no")
@@ -1084,8 +1095,8 @@ def test_a_bounded_schedule_of_host_counts_is_the_device_ones(counts, bound):
     """With max_row_count the steps follow from the bound and the width
     alone, on host counts as on device ones (it was ignored on the host, so
     one call gave two pyramids): ceil(log2 M) steps, at least one, widths
-    min(nb ceil(M / 2**t), floor(w / 2) + nb); the per-batch sums are the
-    exact schedule's."""
+    w_t = min(nb ceil(M / 2**t), floor(w_{t-1} / 2) + nb), w_0 the layer's;
+    the per-batch sums are the exact schedule's."""
     layer = JaggedGkrLayer(*four(sum(counts) + 3, (False, True)), counts)
     steps = halving_schedule(layer, max_row_count=bound)
     nb, width, want = len(counts), layer.width, []

@@ -87,11 +87,12 @@ def _check_field(field) -> None:
                         f"BabyBear), not {field!r}{extra}")
 
 
-def _check_mles(obj) -> tuple:
-    """Validate the four MLEs of a layer; return ``(length, kind)``."""
+def _check_mles(obj, length: str = "L") -> tuple:
+    """Validate the four MLEs of a layer (``length``: what the error calls their
+    length); return ``(length, kind)``."""
     arrays = {name: getattr(obj, name) for name in _MLE_NAMES}
     for name, x in arrays.items():
-        _check_word_array(x, name)
+        _check_word_array(x, name, length)
     for a, b, what in (("numerator_0", "numerator_1", "numerator"),
                        ("denominator_0", "denominator_1", "denominator")):
         if arrays[a].ndim != arrays[b].ndim:
@@ -487,7 +488,7 @@ class JaggedGkrLayer(_Layer):
         return cls(*mles, rows, field)
 
     def __post_init__(self):
-        width, kind = _check_mles(self)
+        width, kind = _check_mles(self, "width")
         counts = _row_counts(self.row_counts, "row_counts", kind, _data_device(self))
         nb = int(counts.shape[0])
         if not _is_pow2(nb):
@@ -1484,14 +1485,14 @@ def _step(entry):
         return entry.row_counts, entry.width
     if isinstance(entry, tuple) and len(entry) == 2 and _sequence_like(entry[0]):
         return entry
-    if (isinstance(entry, list) and len(entry) == 2 and _sequence_like(entry[0])
-            and is_int(entry[1])):
+    if isinstance(entry, list) and len(entry) == 2 and _sequence_like(entry[0]):
+        # (bare counts cannot hold a sequence: a step, whose width the caller
+        # checks -- read as counts, a 0-d array or a float width was blamed
+        # on `out_row_counts`)
+        if entry[1] is None:
+            raise TypeError("A list step [counts, width] needs an integer width; for the "
+                            "counts' sum pass the tuple (counts, None) or the counts alone")
         return entry[0], entry[1]
-    if isinstance(entry, list) and len(entry) == 2 and _sequence_like(entry[0]) \
-            and entry[1] is None:
-        # (read as bare counts it failed as "must hold integers, not NoneType")
-        raise TypeError("A list step [counts, width] needs an integer width; for the "
-                        "counts' sum pass the tuple (counts, None) or the counts alone")
     return entry, None
 
 
@@ -1747,8 +1748,9 @@ def halving_schedule(layer: JaggedGkrLayer, max_row_count: int | None = None) ->
         ``ceil(m / 2)`` rows; a looser bound adds steps and changes the floor's
         split, not its sums).  The number of steps and their widths then follow
         from ``M`` and the layer's width alone -- ``ceil(log2(M))`` steps
-        (at least one), widths ``min(nb * ceil(M / 2**t), floor(w / 2) + nb)``
-        that bound the live rows, the last ``nb`` -- and the counts are halved
+        (at least one), widths ``w_t = min(nb * ceil(M / 2**t), floor(w_{t-1} / 2)
+        + nb)`` (``w_0`` the layer's width) that bound the live rows, the
+        last ``nb`` -- and the counts are halved
         where they are: on the device without a synchronization (never read),
         on the host checked against ``M``.  So the same call gives the same
         schedule, hence the same pyramid, whether the counts are host or device
