@@ -171,3 +171,11 @@ def test_merkle_root_refuses_the_first_word_past_uint32():
         bad[5] = top
         with pytest.raises(ValueError, match=r"`words` must hold uint32 words, in \[0, 2\*\*32\)"):
             merkle_root(bad)
+    # Python ints past int64 make an object array: out of range, not "object values"
+    for big in (2**64, -2**70):
+        with pytest.raises(ValueError, match=r"`words` must hold uint32 words, in \[0, 2\*\*32\)"):
+            merkle_root([big] + [0] * 15)
+    assert merkle_root(np.array([2**32 - 1] * 16, dtype=object)) == \
+        merkle_root(np.full(16, 2**32 - 1, np.uint32))
+    with pytest.raises(TypeError, match="not object values"):  # (bools are not words)
+        merkle_root(np.array([True] * 16, dtype=object))

@@ -302,3 +302,18 @@ def test_kernel_layer_launchers_refuse_arrays_of_another_device(cp, F):
     with cp.cuda.Device(1):
         field_cupy.base_map2(OP_MUL, da, db, out, f)
     np.testing.assert_array_equal(out.get(), F.mul(a, b))
+
+
+def test_merkle_root_refuses_a_buffer_of_another_device(cp):
+    """``merkle_root`` launched its kernels on the current device with another
+    device's buffer (an illegal address; the emulation faults it): refused
+    like every other entry point, large and small buffers alike, and hashed
+    on its own device under ``cupy.cuda.Device``."""
+    from zorch_nb.graph_layout import merkle_root
+    for n in (16 * 64, 16):  # the device kernels' path and the host copy's
+        words = np.arange(n, dtype=np.uint32) * np.uint32(2654435761)
+        d1 = on(cp, 1, words)
+        with pytest.raises(ValueError, match=OFF_DEVICE.format("words")):
+            merkle_root(d1)
+        with cp.cuda.Device(1):
+            assert merkle_root(d1) == merkle_root(words)

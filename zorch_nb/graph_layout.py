@@ -524,10 +524,16 @@ def merkle_root(words) -> bytes:
     TypeError
         If ``words`` holds anything but integers.
     ValueError
-        If a value lies outside ``[0, 2**32)``, or the number of leaves is
-        not a power of two (a padded buffer's always is).
+        If a value lies outside ``[0, 2**32)``, the number of leaves is not
+        a power of two (a padded buffer's always is), or a CuPy buffer lives
+        on a GPU other than CuPy's current device.
     """
     if type(words).__module__.startswith("cupy"):
+        from ._backend import check_current_device, device_of
+        # refused on another device whichever path hashes it, as every entry
+        # point refuses it: the kernels would launch on the current one with
+        # its pointers (an illegal address poisons the CUDA context)
+        check_current_device(device_of(words), "words")
         n = int(words.size)
         leaves = n // _LEAF_WORDS
         if (words.dtype == np.uint32 and leaves >= _DEVICE_MIN_LEAVES
@@ -567,12 +573,21 @@ def _uint32_words(words):
     except ValueError:  # a ragged nesting
         raise ValueError("Argument `words` must be a rectangular array of uint32 words") \
             from None
+    if arr.dtype == object and all(is_int(v) for v in arr.flat):
+        arr = _object_ints(arr)  # (Python ints past int64: [2**64] is out of range)
     if arr.size and arr.dtype.kind not in "iu":
         raise TypeError(f"Argument `words` must hold uint32 words (integers), not {arr.dtype} "
                         f"values")
     if arr.size and not (int(arr.min()) >= 0 and int(arr.max()) < 1 << 32):
         raise ValueError("Argument `words` must hold uint32 words, in [0, 2**32)")
     return arr.astype(np.uint32, copy=False)
+
+
+def _object_ints(arr):
+    """An object array of integers as uint32, or the range error."""
+    if arr.size and not all(0 <= int(v) < 1 << 32 for v in arr.flat):
+        raise ValueError("Argument `words` must hold uint32 words, in [0, 2**32)")
+    return arr.astype(np.uint32)
 
 
 def _commitment(n: int, root: bytes) -> bytes:
