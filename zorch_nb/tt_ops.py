@@ -1658,11 +1658,10 @@ def _power_scaled(p, only=None, frobenius=False):
 
 
 def _entry_exponents(xp, a):
-    """``(e, live)``: ``frexp`` exponents of every entry of ``a``, and where the
-    entry is finite and nonzero (``e`` 0 elsewhere)."""
+    """``(e, live)``: ``frexp`` exponents (int32) of every entry of ``a``, and
+    where the entry is finite and nonzero (``e`` is 0 for 0, inf and NaN)."""
     _, e = xp.frexp(a)
-    live = xp.isfinite(a) & (a != 0)
-    return xp.where(live, e, 0).astype(np.int32), live
+    return e, xp.isfinite(a) & (a != 0)
 
 
 def _balanced(xp, U, G):
@@ -1691,7 +1690,9 @@ def _balanced(xp, U, G):
     of each gap, in one pass).
     """
     d = G.shape[0]
-    lowest = np.int32(np.iinfo(np.int32).min // 4)  # (an empty slice's "max")
+    # An empty slice's "max"; an offset below half of it marks the entries
+    # behind a zero (their exponents, above -1100, cannot bring it back up)
+    lowest = np.int32(np.iinfo(np.int32).min // 4)
     eu, lu = _entry_exponents(xp, U)
     cu = xp.where(lu, eu, lowest).max(axis=-1)  # (d, S, n): each Tucker row's scale
     dead_u = cu == lowest  # a zero Tucker row: nothing reaches the tensor through it
@@ -1702,20 +1703,21 @@ def _balanced(xp, U, G):
     out = xp.empty_like(G)
     for i in range(d):
         off = carry[:, :, None] + cu[i][:, None, :]  # (S, r, n): on G[i][s, a, j, :]
-        eg, lg = _entry_exponents(xp, G[i])
         # Entries behind a zero Tucker row or a zero left bond slice add nothing
         # to the tensor: they neither set a scale (counted at face value, 2**600
         # behind a zero set the last core's, which flushed every live entry) nor
-        # stay (an exact 0 for the finite ones; inf and NaN stay, as 0 * inf)
-        behind = (dead[:, :, None] | dead_u[i][:, None, :])[..., None]  # (S, r, n, 1)
-        at = xp.where(lg & ~behind, eg + off[..., None], lowest)  # (S, r, n, r)
+        # stay (an exact 0 for the finite ones; inf and NaN stay, as 0 * inf):
+        # their offset is `lowest`, which keeps them out of the maxima and
+        # scales them to 0 (inf and NaN unchanged)
+        off = xp.where(dead[:, :, None] | dead_u[i][:, None, :], lowest, off)[..., None]
+        eg, lg = _entry_exponents(xp, G[i])
+        at = xp.where(lg, eg + off, lowest)  # (S, r, n, r)
         # (S, r): each right bond index's scale; past the last core one for all
         # (the boundary bond's r_d slots are summed, so they share one scale)
         right = at.max(axis=(1, 2)) if i < d - 1 else at.max(axis=(1, 2, 3))[:, None]
-        dead = right == lowest
+        dead = right < lowest // 2
         right = xp.where(dead, 0, right).astype(np.int32)
-        core = xp.ldexp(G[i], (off[..., None] - right[:, None, None, :]).astype(np.int32))
-        out[i] = xp.where(behind & xp.isfinite(G[i]), 0, core)
+        out[i] = xp.ldexp(G[i], off - right[:, None, None, :])
         carry = right
     return U, out, carry[:, 0]
 
@@ -2323,24 +2325,28 @@ def _check_finite_input(xp, U, G, what):
                          f"its {what} is undefined")
 
 
-def _sweep_scaled(p, U, G):
-    """``(U, G, None)`` (the masked cores of ``p``, as given), or where the
-    cores' scales could take a sweep's products out of the dtype's range
-    (their largest live entries' exponents span more than a quarter of it,
-    as :func:`_in_range` decides), ``(U', G', e)``: the cores power-of-two
-    scaled near 1, the train ``2**e`` (``e (S,)``) times theirs.  The caller puts ``2**e``
-    back on the cores that carry the weight.  Cores of 1e300, 1e-200 and
-    1e-200 (a tensor of 1e-100) gave the zero train and zero singular values:
-    the pushes of the sweep underflowed, which no finiteness check sees."""
-    xp = p.xp
-    # Decided alike on NumPy and CuPy (one bool read back there; the sweeps
-    # synchronize per step anyway), on the live entries: the sweep's frames
-    # depend on the scaling (_balanced changes the gauge), so both backends
-    # must take the same path to give the same supercores.
-    if not bool((_exponent_span(xp, U, G) > _span_limit(U.dtype)).any()):
-        return U, G, None
-    ps, e = _power_scaled(p)
-    return ps.U, ps.G, e
+def _sweep_scaled(xp, U, G):
+    """``(U', G', e)``: the masked cores ``U``, ``G`` balanced (:func:`_balanced`:
+    every Tucker row and every TT core's slice along its right bond with its
+    largest live entry in ``[0.5, 1)``, powers of two moved along the chain)
+    and the train ``2**e`` (``e (S,)``) times theirs; the caller puts ``2**e``
+    back on the cores that carry the weight.
+
+    Why always, for every orthogonalization and the SVD:
+
+    * range: cores of 1e300, 1e-200 and 1e-200 (a tensor of 1e-100) gave the
+      zero train and zero singular values: the pushes of the sweep
+      underflowed, which no finiteness check sees;
+    * gauge: a frame is the SVD of one core's unfolding, which LAPACK
+      computes accurately relative to the unfolding's largest entry, not to
+      each row or column: Tucker rows of 2**-40 and 2**40 (their TT core
+      slices 2**40 and 2**-40, the same tensor) lost the small row in
+      "tucker_down", "left", "right" and the SVD (the tensor [3, 3, 4, 1]
+      came back [2.77, 3.42, 3.85, 0.39]), and a graded bond gauge did the
+      same in "tt_up".  Balanced, a power-of-two gauge of the input changes
+      nothing.
+    """
+    return _balanced(xp, U, G)
 
 
 def _tucker_down(xp, U, G, shape, mk):
@@ -2422,10 +2428,6 @@ def ut3_orthogonalize(data, kind="left"):
         * ``"tt_up"`` -- every TT core becomes orthonormal over its mode axis
           (``sum_{a,b} G[a,j,b] G[a,k,b] = delta_jk``); the remainders go down
           into the Tucker cores.  Tucker ranks become ``min(r_i r_{i+1}, n_i)``.
-          The bond gauge is balanced first (powers of two: every Tucker row
-          and every TT core's slice along its right bond gets its largest
-          entry in ``[0.5, 1)``, the scales moved on along the chain), so the
-          result does not depend on a power-of-two gauge of the input.
         * ``"left"`` -- ``"tucker_down"``, then a left-to-right sweep: cores
           ``0..d-2`` left-orthonormal, the last core carries the weight.
         * ``"right"`` -- ``"tucker_down"``, then a right-to-left sweep: cores
@@ -2459,10 +2461,16 @@ def ut3_orthogonalize(data, kind="left"):
 
     Notes
     -----
-    Cores far from 1 are scaled near 1 by powers of two for the sweep and
-    the scale put back on the cores that carry the weight (spread over the
-    TT cores for ``"tucker_down"``, over the Tucker cores for ``"tt_up"``),
-    so an overflow means that the carrying core cannot hold it.  A float32
+    The cores are balanced first, by powers of two: every Tucker row and
+    every TT core's slice along its right bond gets its largest entry in
+    ``[0.5, 1)``, the scales moved on along the chain.  So neither cores far
+    from 1 nor a power-of-two gauge of the input (a Tucker row times
+    ``2**k``, its TT core slice times ``2**-k``) change the result, which
+    the frames' SVDs would otherwise compute relative to the largest entry
+    only.  The train's own scale goes back on the cores that carry the
+    weight (spread over the TT cores for ``"tucker_down"``, over the Tucker
+    cores for ``"tt_up"``), so an overflow means that the carrying core
+    cannot hold it.  A float32
     train whose computation meets inf or NaN is computed again in float64
     and refused only if the result does not fit float32.
 
@@ -2479,16 +2487,7 @@ def ut3_orthogonalize(data, kind="left"):
     # Checked here for every kind: "tt_up" takes SVDs of the TT cores only,
     # and a NaN in a live Tucker entry would pass through to the result.
     _check_finite_input(xp, U, G, "orthogonalization")
-    if kind == "tt_up":
-        # Always balanced: each core's frame over its mode axis is taken
-        # alone, so a graded bond gauge (slices of 2**60 beside 2**-60 that
-        # the next core undoes) would lose the small slices in the frame.
-        # (The sweeps of the other kinds carry the gauge along; they are
-        # scaled only where the cores' range asks for it.)
-        ps, e = _power_scaled(p)
-        U, G = ps.U, ps.G
-    else:
-        U, G, e = _sweep_scaled(p, U, G)
+    U, G, e = _sweep_scaled(xp, U, G)
     mk, mt = p.mk.copy(), p.mt.copy()
     if kind == "tt_up":
         U, G, mk = _tt_up(xp, U, G, mk, mt)
@@ -2500,14 +2499,14 @@ def ut3_orthogonalize(data, kind="left"):
             if kind == "right":
                 for i in range(p.d - 1, 0, -1):
                     _right_step(xp, G, mk, mt, i)
-    if e is not None:  # back on the cores that carry the weight
-        if kind == "tt_up":
-            _spread(xp, U, e)
-        elif kind == "tucker_down":
-            _spread(xp, G, e)
-        else:
-            k = -1 if kind == "left" else 0
-            G[k] = _times_power(xp, G[k], e)
+    # the train's scale, back on the cores that carry the weight
+    if kind == "tt_up":
+        _spread(xp, U, e)
+    elif kind == "tucker_down":
+        _spread(xp, G, e)
+    else:
+        k = -1 if kind == "left" else 0
+        G[k] = _times_power(xp, G[k], e)
     _check_finite_result(xp, U, G)
     return _pack(xp, U, G, p.shape, mk, mt, p.stack)
 
@@ -2659,8 +2658,9 @@ def ut3_svd(data, max_tucker_ranks=None, max_tt_ranks=None, rtol=None):
 
     Notes
     -----
-    Cores far from 1 are scaled near 1 for the sweeps (see
-    :func:`ut3_orthogonalize`), so an overflow means that the last core or a
+    The cores are balanced by powers of two first (see
+    :func:`ut3_orthogonalize`: cores far from 1 and a power-of-two gauge of
+    the input do not change the result), so an overflow means that the last core or a
     singular value cannot hold the scale.  A float32 train whose computation
     meets inf or NaN is computed again in float64 and refused only if the
     result does not fit float32.
@@ -2676,7 +2676,7 @@ def ut3_svd(data, max_tucker_ranks=None, max_tt_ranks=None, rtol=None):
     _check_rtol(rtol)
     U, G = _masked(p)
     _check_finite_input(xp, U, G, "SVD")
-    U, G, e = _sweep_scaled(p, U, G)
+    U, G, e = _sweep_scaled(xp, U, G)
     mk, mt = p.mk.copy(), p.mt.copy()
     _squash(G, mt)
     U, G, mk = _tucker_down(xp, U, G, p.shape, mk)
@@ -2695,10 +2695,10 @@ def ut3_svd(data, max_tucker_ranks=None, max_tt_ranks=None, rtol=None):
     for i in range(p.d - 1, 0, -1):
         if _bond_bound(xp, G, mk, mt, i):
             _tucker_bound(xp, U, G, mk, mt, i - 1)
-    if e is not None:  # back on the last core (the others are frames) and the values
-        G[-1] = _times_power(xp, G[-1], e)
-        tucker_svs = [_times_power(xp, sv, e) for sv in tucker_svs]
-        tt_svs = [_times_power(xp, sv, e) for sv in tt_svs]
+    # the train's scale, back on the last core (the others are frames) and the values
+    G[-1] = _times_power(xp, G[-1], e)
+    tucker_svs = [_times_power(xp, sv, e) for sv in tucker_svs]
+    tt_svs = [_times_power(xp, sv, e) for sv in tt_svs]
     _check_finite_result(xp, U, G)
     tucker_svs = xp.stack(tucker_svs).reshape((p.d,) + p.stack + (n,))
     tt_svs = (xp.stack(tt_svs) if tt_svs else xp.zeros((0, S, r), dtype=G.dtype)).reshape((p.d - 1,) + p.stack + (r,))
