@@ -2951,6 +2951,9 @@ def test_entries_refuse_negative_indices(rng, path):
         with pytest.raises(ValueError, match=r"`indices` must lie in \[0, shape\) with shape "
                                              r"\(3, 4, 2\), but " + at):
             x.entries(np.array(bad))
+    # uint64 past int64 is quoted as given (its int64 copy wrapped: -2**63)
+    with pytest.raises(ValueError, match=r"but indices\[0, 1\] = 9223372036854775808 \(axis 1"):
+        x.entries(np.array([[0, 2**63, 0]], dtype=np.uint64))
 
 
 def test_masked_arrays_are_refused_by_name(rng):

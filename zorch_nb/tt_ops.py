@@ -2013,8 +2013,8 @@ def ut3_entries(data, indices):
             k, a = divmod(int(np.argmax(bad.ravel())), p.d)
             at = ", ".join(map(str, np.unravel_index(k, batch) + (a,))) if batch else str(a)
             raise ValueError(f"Argument `indices` must lie in [0, shape) with shape {p.shape}, "
-                             f"but indices[{at}] = {int(flat[k, a])} (axis {a} has size "
-                             f"{p.shape[a]}).")
+                             f"but indices[{at}] = {int(idx.reshape(-1, p.d)[k, a])} (axis {a} "
+                             f"has size {p.shape[a]}).")  # (flat's int64 wraps 2**63 and up)
     p, e = _in_range(p)
     xp = p.xp
     U, _ = _masked(p)
