@@ -14,7 +14,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from targets import load_report  # noqa: E402
 
-from zorch_nb.bench import Row, _nothing_to_plot, _output_problem, _plot_problem, plot
+from zorch_nb.bench import Row, _nothing_to_plot, _os_reason, _output_problem, _plot_problem, plot
 
 
 def rows_of(report: dict):
@@ -41,8 +41,12 @@ def main(argv) -> int:
         print(problem.replace("--plot needs", "plot_report.py needs").replace("--plot", "CHART"),
               file=sys.stderr)
         return 2
-    plot(rows, [Row(**c) for c in report["copy"]], argv[2],
-         f"zorch_nb bench — {report['device']}")
+    try:
+        plot(rows, [Row(**c) for c in report["copy"]], argv[2],
+             f"zorch_nb bench — {report['device']}")
+    except OSError as exc:  # (a full disk: checked writable, then failed)
+        print(f"CHART {argv[2]!r} not written: {_os_reason(exc)}", file=sys.stderr)
+        return 2
     print(f"wrote {argv[2]}")
     return 0
 

@@ -642,7 +642,11 @@ def test_outputs_are_checked_before_measuring(tmp_path, monkeypatch, capsys):
     (tmp_path / "f.json").write_text("{}")
     cases = [(["--json", str(tmp_path)], "is a directory"),
              (["--json", str(tmp_path / "no" / "r.json")], "does not exist"),
-             (["--json", str(tmp_path / "f.json" / "r.json")], "f.json' is a file, not a folder")]
+             (["--json", str(tmp_path / "f.json" / "r.json")], "f.json' is a file, not a folder"),
+             # past the file system's limit: the probe's short name passed, and
+             # the report, measured, could not be written
+             (["--json", str(tmp_path / ("r" * 300 + ".json"))],
+              "its name is 305 bytes, past the folder's file system limit of")]
     if _has_matplotlib():
         cases.append((["--plot", str(tmp_path / "p.xyz")], "must end in one of"))
         # pgf needs LaTeX, which only the save after the whole run found missing
@@ -801,6 +805,29 @@ def test_a_json_file_that_cannot_be_written_is_reported_and_measuring_goes_on(
     assert out.count("dispatch: base mul of 8 elements") == 4
     assert err.count("--json 'r.json' could not be written: [Errno 28] No space left") == 2
     assert ".tmp" not in err  # the user's file is named, not the temporary
+
+
+def test_a_chart_that_cannot_be_written_is_reported(tmp_path, monkeypatch, capsys):
+    """A full disk when the chart is saved, after the run: the report is kept
+    and the run says what was not written (exit 1), where it ended in a
+    traceback."""
+    pytest.importorskip("matplotlib")
+    import argparse
+
+    from zorch_nb import bench
+    monkeypatch.setattr(bench, "_gkr_rows", lambda *args: [])
+    monkeypatch.setattr(bench, "graph_rows", lambda *args: [])
+    monkeypatch.setattr(bench, "second_process", lambda backend, xp: {"backend": backend})
+
+    def full_disk(*args):
+        raise OSError(28, "No space left on device", "c.png")
+    monkeypatch.setattr(bench, "plot", full_disk)
+    args = argparse.Namespace(device="cpu", sizes=[16], repeat=1, json=str(tmp_path / "r.json"),
+                              plot=str(tmp_path / "c.png"))
+    assert bench.main(args) == 1
+    assert "--plot '" + str(tmp_path / "c.png") + "' not written: [Errno 28] No space left" \
+        in capsys.readouterr().err
+    assert json.loads((tmp_path / "r.json").read_text())["results"]
 
 
 def _quick_bench(monkeypatch, json_path, **extra):
@@ -1585,6 +1612,29 @@ def test_targets_judge_the_cpu_folds_and_exit_on_a_row_without_figure(tmp_path):
     assert ("dense fold base/base, vs galois", "cpu", "2^15") not in lines  # launch-bound
     assert lines["dense fold base/ext, vs galois", "cpu", "2^16"] == [
         ("9.8x", ">= 10x", "**missed**")]
+    # without galois the target has no figure (its rows were left out: the
+    # script met every target it listed and exited 0); above 1.5x the copy
+    # (the bench's `!`) a fraction is unreliable, not met
+    unsure = "**unreliable** (above 1.5x the copy: a cache the copy's data did not fit, " \
+             "or a busy copy)"
+    missing = "not importable: pip install 'zorch_nb[bench]'"  # (what the bench writes)
+    results = [_result("dense fold base/base", "cpu", 16, paired_fraction=0.9, galois=missing),
+               _result("dense fold base/base", "cpu", 15, paired_fraction=0.9, galois=missing),
+               _result("dense fold ext/ext", "cpu", 16, paired_fraction=1.51),
+               _result("dense fold ext/ext", "cpu", 15, paired_fraction=1.5),
+               _result("dense fold ext/ext", "cupy", 26, 1.51)]
+    lines = _target_lines(_script("targets").targets({"results": results}))
+    assert lines["dense fold base/base, vs galois", "cpu", "2^16"] == [
+        (f"not measured: {missing}", ">= 10x", "no figure")]
+    assert ("dense fold base/base, vs galois", "cpu", "2^15") not in lines  # launch-bound
+    assert ("dense fold ext/ext, vs galois", "cpu", "2^16") not in lines  # (no galois field)
+    assert lines["dense fold ext/ext, of copy (paired)", "cpu", "2^16"] == [
+        ("1.51", ">= 0.7", unsure)]
+    assert lines["dense fold ext/ext, of copy (paired)", "cpu", "2^15"] == [
+        ("1.50", ">= 0.7", "met")]
+    assert lines["dense fold ext/ext (of copy)", "cupy", "2^26"] == [("1.51", ">= 0.90", unsure)]
+    from zorch_nb import bench
+    assert _script("targets").SUSPECT_FRACTION == bench.SUSPECT_FRACTION
     path = tmp_path / "r.json"
     report = {"date": "d", "device": "gpu", "command": "c", "copy": [],
               "results": [_result("dense fold base/base", "cupy", 26, 0.95)]}
@@ -1673,6 +1723,12 @@ def test_plot_report_checks_its_chart_and_marks_busy_rows(tmp_path, capsys, monk
     assert script.main(["plot_report.py", str(path), str(tmp_path / "c.png")]) == 0
     assert (tmp_path / "c.png").stat().st_size > 0
     assert drawn["hatches"] == [None, "//"] and "(10-20 GB/s across the sizes)" in drawn["xlabel"]
+
+    def full_disk(*args):  # (a traceback before)
+        raise OSError(28, "No space left on device", "c.png")
+    monkeypatch.setattr(script, "plot", full_disk)
+    assert script.main(["plot_report.py", str(path), str(tmp_path / "c.png")]) == 2
+    assert "not written: [Errno 28] No space left on device" in capsys.readouterr().err
 
 
 def test_plot_draws_busy_rows_grey_with_a_legend_and_one_copy_speed(tmp_path):

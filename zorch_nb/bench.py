@@ -920,6 +920,16 @@ def _output_problem(path: str, what: str, sink: str = "file"):
                 f"{what} {path!r}: the folder {parent!r} does not exist")
     if not os.access(parent, os.W_OK):
         return f"{what} {path!r}: the folder {parent!r} is not writable"
+    # (the probe below has a short name of its own: a name past the file
+    # system's limit passed it and failed only when the report was written)
+    name = os.fsencode(os.path.basename(os.path.realpath(path)))
+    try:
+        limit = os.pathconf(parent, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    if len(name) > limit:
+        return (f"{what} {path!r}: its name is {len(name)} bytes, past the folder's file "
+                f"system limit of {limit}")
     # os.access trusts the mode bits, which root passes everywhere (/proc, a
     # read-only mount): create the file the writer will create beside it
     probe = _temporary_beside(os.path.realpath(path))
@@ -1251,6 +1261,9 @@ def main(args) -> int:
     if empty:
         guard.errors.append(f"--plot {args.plot!r} not drawn: {empty}")
     elif args.plot:
-        plot(all_rows, copies, args.plot, f"zorch_nb bench — {where}")
+        try:
+            plot(all_rows, copies, args.plot, f"zorch_nb bench — {where}")
+        except OSError as exc:  # a full disk: the report is written, say what was not
+            guard.errors.append(f"--plot {args.plot!r} not written: {_os_reason(exc)}")
     _print_failures(guard.errors)
     return 1 if guard.errors else 0
