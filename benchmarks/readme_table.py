@@ -13,7 +13,7 @@ import sys
 # targets.py lies beside this file; under PYTHONSAFEPATH (the test suite sets
 # it) Python does not put the script's folder on sys.path by itself
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from targets import load_report  # noqa: E402
+from targets import emit, load_report  # noqa: E402
 
 from zorch_nb.bench import _ratio  # noqa: E402  (slowdowns to 2 digits, not "0.0x")
 
@@ -64,4 +64,4 @@ def table(report: dict, path: str | None = None) -> str:
 
 
 if __name__ == "__main__":
-    print(table(load_report(sys.argv, __doc__), sys.argv[1]))
+    emit(table(load_report(sys.argv, __doc__), sys.argv[1]))

@@ -18,6 +18,7 @@ nothing in the report has a target; 2 for a usage error or a file that is
 not a report.
 """
 import json
+import os
 import sys
 
 #: Keys every report of ``python -m zorch_nb bench --json`` has.
@@ -66,6 +67,21 @@ def load_report(argv, doc) -> dict:
               file=sys.stderr)
         raise SystemExit(2)
     return report
+
+
+def emit(text: str) -> None:
+    """Print ``text``.  A reader gone (``| head``) ends the script quietly
+    with status 141 (a shell's for SIGPIPE), an output that cannot be written
+    (``> /dev/full``) with a one-line reason and 2: neither a traceback nor
+    the 1 of a missed target."""
+    try:
+        print(text, flush=True)
+    except OSError as exc:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (the exit's flush)
+        if isinstance(exc, BrokenPipeError):
+            raise SystemExit(141) from None
+        print(f"cannot write the table: [Errno {exc.errno}] {exc.strerror}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def _mark(ok):
@@ -152,7 +168,7 @@ def targets(report: dict) -> str:
 
 if __name__ == "__main__":
     out = targets(load_report(sys.argv, __doc__))
-    print(out)
+    emit(out)
     if not any(ln.startswith("| ") and not ln.startswith("| target |")
                for ln in out.splitlines()):  # the header only: nothing to judge
         print("no row of this report has a target", file=sys.stderr)

@@ -1647,6 +1647,27 @@ def test_targets_judge_the_cpu_folds_and_exit_on_a_row_without_figure(tmp_path):
     assert res.returncode == 1 and "no figure" in res.stdout
 
 
+@pytest.mark.parametrize("name", ["targets", "readme_table"])
+def test_report_scripts_end_quietly_where_their_output_cannot_be_written(name):
+    """A reader gone (``| head``) gave a BrokenPipeError traceback and exit 1,
+    the status of a missed target; ``> /dev/full`` a traceback too."""
+    report = str(pathlib.Path(__file__).parents[1] / "benchmarks" / "results"
+                 / "cpu-2026-12-06-1511.json")
+    script = [sys.executable, str(BENCHMARKS / f"{name}.py"), report]
+    r, w = os.pipe()
+    os.close(r)  # (the reader is gone before the first write)
+    try:
+        res = subprocess.run(script, stdout=w, stderr=subprocess.PIPE, text=True)
+    finally:
+        os.close(w)
+    assert (res.returncode, res.stderr) == (141, "")
+    if os.path.exists("/dev/full"):
+        with open("/dev/full", "w") as full:
+            res = subprocess.run(script, stdout=full, stderr=subprocess.PIPE, text=True)
+        assert res.returncode == 2
+        assert res.stderr == "cannot write the table: [Errno 28] No space left on device\n"
+
+
 def test_readme_table_columns():
     report = {"date": "2025-01-02T03:04:05+00:00", "device": "H200", "command": "bench",
               "copy": [{"kernel": "copy (device to device, 4n words)", "backend": "cupy",
