@@ -298,6 +298,15 @@ def test_host_arrays_past_this_machines_memory_are_refused_by_name(monkeypatch):
                                           r"\(131072, 4\) needs"):
         E.from_base(np.broadcast_to(one, (2**17,)))
     assert F.decode(np.broadcast_to(one, (100,))).tolist() == [1] * 100
+    # mle_eval's folds of a broadcast view (NumPy's bare error), and div's
+    # inverses named as `b`'s (they blamed `a`)
+    for G, point in ((F, F.random(21)), (E, E.random(21))):
+        # (base values at an extension point fold three times at once: 2**18 elements)
+        with pytest.raises(MemoryError, match=r"the first folds of `values`: an array of shape "
+                                              r"\((1048576,|262144, 4)\) needs"):
+            G.mle_eval(np.broadcast_to(one, (2**21,)), point)
+    with pytest.raises(MemoryError, match=r"the inverses of `b`: an array of shape \(2097152,\)"):
+        F.div(F.ones(1), np.broadcast_to(one, (2**21,)))
     # and the sums over an axis of a broadcast view (their uint64 slots)
     with pytest.raises(MemoryError, match=r"the sum of `a` over `axis`: an array of shape "
                                           r"\(262144, 1\) needs"):

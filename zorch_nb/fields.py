@@ -353,14 +353,14 @@ def _new_words(xp, shape, what):
     return xp.empty(shape, dtype=np.uint32)
 
 
-def _result_first(a, out):
+def _result_first(a, out, what="the result of `a`'s shape"):
     """``out``, or where it is None and ``a`` is a large NumPy array, a new
     result array of ``a``'s shape: allocated before a zero check reads ``a``,
     so that a result too large to allocate (from a cheap broadcast view) fails
     at once rather than after a pass over every element.  Small arrays are
     left to the op (the ``out`` path's checks cost microseconds)."""
     if out is None and isinstance(a, np.ndarray) and a.size >= _RESULT_FIRST_SIZE:
-        return _new_words(np, a.shape, "the result of `a`'s shape")
+        return _new_words(np, a.shape, what)
     return out
 
 
@@ -1363,7 +1363,7 @@ class _FieldBase:
         self._prepare({"a": a, "b": b}, backend)
         if type(b) is BaseOperand and self.degree == 4:
             # marked base words: inverted in the base field, still marked
-            return self.mul(a, BaseOperand(self.base._inv(b.words, None, backend, "div: `b`"),
+            return self.mul(a, BaseOperand(self.base._inv(b.words, None, backend, "div: `b`", "b"),
                                            b.field),
                             out, backend=backend)
         _check_words(b, "b")
@@ -1371,13 +1371,15 @@ class _FieldBase:
         # a base divisor of an extension op is inverted in the base field,
         # then promoted by the product, as mul promotes it
         field = self if self.degree == 1 or (shape and shape[-1] == 4) else self.base
-        return self.mul(a, field._inv(b, None, backend, "div: `b`"), out, backend=backend)
+        return self.mul(a, field._inv(b, None, backend, "div: `b`", "b"), out, backend=backend)
 
-    def _inv(self, a, out, backend, what):
-        _check_words(a, "a")
+    def _inv(self, a, out, backend, what, name="a"):
+        """Inverses of operand ``name`` (``a`` of inv, ``b`` of div)."""
+        _check_words(a, name)
         if self.degree == 4:
-            _element_shape(a, 4, "a")
-        out = _result_first(a, out)
+            _element_shape(a, 4, name)
+        out = _result_first(a, out, "the result of `a`'s shape" if name == "a"
+                            else f"the inverses of `{name}`")
         self._raise_if_zero(a, what, backend)
         return self._map(monty.OP_INV, out, backend, a=a)
 
@@ -1421,7 +1423,8 @@ class _FieldBase:
         axis : None, int or tuple of ints, optional
             Element axes to add over; ``None`` adds every element.
         keepdims : bool, optional
-            Keep the reduced axes with length 1.
+            Keep the reduced axes with length 1 (the integers 0 and 1 are
+            taken as False and True, as NumPy takes them).
         out : uint32 array, optional
             Written with the result (same module as ``a``, the result's shape;
             any strides) and returned.  It may be a view of ``a``: the sum is
@@ -1444,13 +1447,13 @@ class _FieldBase:
         TypeError
             ``a`` or ``out`` not a uint32 array (``out`` a NumPy scalar, or of another
             module, included); ``axis`` not None, an int or a tuple of ints; ``keepdims``
-            not a bool; ``backend`` not a string or None, or ``"cpu"`` with CuPy arrays.
+            not a bool (or 0 or 1); ``backend`` not a string or None, or ``"cpu"`` with CuPy arrays.
         ValueError
             ``axis`` not distinct element axes; on the extension, ``a`` without a trailing
             axis of 4; ``out`` of another shape or read-only; an unknown ``backend``.
         MemoryError
             A broadcast view whose result does not fit in this machine's memory
-            (NumPy's own error, which names no argument).
+            (named: "the sum of `a` over `axis`").
         ImportError
             ``backend="cupy"`` where CuPy is not installed.
         """
@@ -1577,6 +1580,9 @@ class _FieldBase:
             ``values`` not ``2**nv`` elements, or ``point`` not ``nv`` of them.
         TypeError
             Operands that are not uint32 arrays of one module.
+        MemoryError
+            NumPy ``values`` (a broadcast view, say) whose first folds need
+            more than this machine's memory.
         """
         if type(point) is BaseOperand and self.degree == 4:
             point = self._unmark_point(point)
@@ -1646,6 +1652,9 @@ class _FieldBase:
 
         # The first `s` folds, chunk by chunk, from `values` into `buf` (the
         # ones between through scratch).
+        # (values may be a cheap broadcast view of any length: named, not
+        # NumPy's "Unable to allocate", nor granted by an overcommitting OS)
+        _check_size((n >> s,) + trail, "the first folds of `values`", host=kind == "numpy")
         buf = xp.empty((n >> s,) + trail, dtype=np.uint32)
         for lo in range(0, n, step):
             v = values[lo:lo + step]
@@ -2035,8 +2044,9 @@ TypeError
     An operand or ``out`` that is not a uint32 array, or not in the
     operands' module; a ``backend`` that is not a string or None.{type_extra}
 ValueError
-    Element shapes that do not broadcast; an ``out`` of another shape or
-    read-only; an unknown ``backend``.{value_extra}
+    Element shapes that do not broadcast, or whose broadcast result is
+    larger than any array can be; an ``out`` of another shape or read-only;
+    an unknown ``backend``.{value_extra}
     Raised before anything is written.
 MemoryError
     A NumPy result, or a contiguous copy of a broadcast operand, that would
