@@ -918,6 +918,27 @@ def test_hand_built_graph_is_validated_before_its_first_replay():
                                + list(g.kernels[1:])), "kernel 0 holds -1")):
         with pytest.raises(ValueError, match=match):
             run_computation_graph(evil, [x])
+    # containers that are not sequences: a bare "'NoneType' object is not
+    # iterable" TypeError from to_bytes and the replay, where ValueError is documented
+    names = ["field", "kernels", "compiled_kernels", "buffer_points", "templates", "inputs",
+             "outputs"]
+    for k in range(1, 7):
+        for value in (None, 5, 1.5):
+            evil = built(k, value)
+            for call in (lambda: run_computation_graph(evil, [x]), evil.to_bytes):
+                with pytest.raises(ValueError, match=rf"the graph's {names[k]} must be a "
+                                                     rf"sequence, not {type(value).__name__}"):
+                    call()
+    with pytest.raises(ValueError, match="buffer 0's split points must be a sequence, not int"):
+        built(3, [5] + list(g.buffer_points[1:])).to_bytes()
+    for part in ("params", "asserts", "consts", "nodes", "outputs"):
+        evil = built(1, [g.kernels[0]._replace(**{part: None})] + list(g.kernels[1:]))
+        with pytest.raises(ValueError, match="kernel 0 needs tuples of parameters"):
+            evil.to_bytes()
+    evil = built(1, [g.kernels[0]._replace(params=(5,) + g.kernels[0].params[1:])]
+                 + list(g.kernels[1:]))
+    with pytest.raises(ValueError, match="kernel 0 needs tuples of parameters"):
+        evil.to_bytes()
     same = ComputationGraph(*parts)
     assert run_computation_graph(same, [x])[1] == g.commitments
     for attr in ("templates", "field", "_validated"):
@@ -1087,9 +1108,10 @@ def test_what_a_file_cannot_hold_is_refused_before_replay_and_encoding():
             ("kernel 0 has a name", dict(kernels=(ir._replace(name="\ud800"),))),
             ("parameter kind", dict(kernels=(ir._replace(
                 params=((ir.params[0][0], "sideways", ()),) + ir.params[1:]),))),
-            ("split points holds {1: 4}", dict(buffer_points=({1: 4},) + g.buffer_points[1:])),
-            ("split points holds array", dict(buffer_points=(np.array([1, 4]),)
-                                             + g.buffer_points[1:])),
+            ("buffer 0's split points must be a sequence, not dict",
+             dict(buffer_points=({1: 4},) + g.buffer_points[1:])),
+            ("buffer 0's split points must be a sequence, not ndarray",
+             dict(buffer_points=(np.array([1, 4]),) + g.buffer_points[1:])),
             ("template holds 4.0", dict(templates=(t._replace(num_parallel=4.0),))),
             ("template holds '4'", dict(templates=(t._replace(num_parallel="4"),))),
             ("broadcast flags", dict(templates=(t._replace(broadcast=(2,)),))),
@@ -2218,6 +2240,13 @@ def undecorated(n):
     def total(x: In[n], out: Out[()]):
         out[()] = x[0]
     return total
+
+
+def bad_dimension():
+    @kernel
+    def k(x: In[2], y: In[0], out: Out[()]):
+        out[()] = x[0]
+    return k
 """
 
 
@@ -2239,8 +2268,14 @@ def test_kernel_factories_work_under_postponed_annotations():
     # the names are the defining frame's, not those of a wrapper that decorates
     assert ns["wrapped"](5).params[0] == ("x", "in", (5,))
     # decorated after its factory returned: that frame is gone, refused clearly
-    with pytest.raises(KernelDefinitionError, match="name 'n' is not defined"):
+    with pytest.raises(KernelDefinitionError, match="cannot evaluate the annotation of "
+                                                    "parameter `x` .name 'n' is not defined"):
         kernel(ns["undecorated"](5))
+    # the parameter is named, as documented (the message named none)
+    with pytest.raises(KernelDefinitionError, match=r"kernel `k`: cannot evaluate the annotation "
+                                                    r"of parameter `y` \(In\[\.\.\.\] takes "
+                                                    r"positive integer dimensions"):
+        ns["bad_dimension"]()
 
 
 def test_definition_errors_quote_the_current_line(tmp_path):

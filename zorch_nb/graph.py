@@ -1095,9 +1095,11 @@ class Context:
     parallel; :class:`Handle` views touch no shared state).  A call
     interrupted (``KeyboardInterrupt``) leaves the Context as it was before
     the call or with the whole call recorded.  In a child process forked
-    while another thread was inside one of its methods, the Context raises
-    ``RuntimeError`` (its record may be half-written); one idle at the fork
-    works on in the child.  A Context holds live buffers and is not pickled:
+    while another thread held the Context's lock (inside a method, while it
+    reads or writes the record: ``copy_to_host`` holds it only to look the
+    buffer up), the Context raises ``RuntimeError`` (its record may be
+    half-written); one whose lock was free at the fork works on in the
+    child.  A Context holds live buffers and is not pickled:
     send its graph (:meth:`generate_computation_graph`, ``to_bytes``).
     """
 

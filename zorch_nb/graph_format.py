@@ -12,7 +12,8 @@ The payload is a sequence of fields: ``u8``/``u32``/``u64``/``i64`` scalars,
 ``str`` (u32 byte count + UTF-8), and arrays (u32 count + packed items).
 In order: the field name; the kernels (name, parameters ``(name, kind u8,
 shape u64[])``, constants ``i64[]``, node ops ``u8[]`` and operands ``u64[]``
-x2, assertions ``u64[]`` x2 + one ``str`` each, outputs ``u64[]`` each); the
+x2, assertions (u32 count, then ``u64``, ``u64``, ``str`` each: the two
+nodes and where the assertion is), outputs ``u64[]`` each); the
 compiled kernels (kernel index, then per input operand ``par`` = log2 sizes
 ``u8[]`` + strides ``u64[]`` and offsets ``u64[]``, per output ``par`` and
 slot offsets/elements ``u64[]`` x2); the buffers' split points ``u64[]``; the
@@ -178,7 +179,9 @@ def _read_kernel(r: _Reader):
 
 
 def kernel_bytes(ir) -> bytes:
-    """A kernel's IR in the payload's encoding (its fingerprint is the SHA-256 of it)."""
+    """A kernel's IR in the payload's encoding (its fingerprint is the SHA-256
+    of this encoding with the assertions' locations left out: see
+    :func:`kernel_fingerprint`)."""
     w = _Writer()
     _write_kernel(w, ir)
     return w.bytes()
@@ -241,9 +244,11 @@ def _read_history(r):
 
 def graph_to_bytes(g) -> bytes:
     """The file bytes of graph ``g`` (header, payload, checksum: see the module
-    docstring); :meth:`ComputationGraph.to_bytes`.  Deterministic: equal
-    graphs give equal bytes.  A graph built by hand is validated first: the
-    encoder takes its invariants for granted."""
+    docstring); :meth:`ComputationGraph.to_bytes`.  Deterministic: a graph
+    gives the same bytes every time, and graphs equal field by field give
+    equal bytes (``==`` ignores where the assertions are in the source,
+    which the bytes keep for the messages).  A graph built by hand is
+    validated first: the encoder takes its invariants for granted."""
     g._checked()
     w = _Writer()
     w.str(g.field)
@@ -466,6 +471,15 @@ def _check_structure(g) -> None:
     from .graph_trace import KernelIR
     if not isinstance(g.field, str):
         _bad(f"the field is {g.field!r}, not a field's name")
+    # the containers first: None or 5 in a hand-built graph was iterated below,
+    # a bare TypeError ("'NoneType' object is not iterable") from to_bytes
+    for name in ("kernels", "compiled_kernels", "buffer_points", "templates", "inputs",
+                 "outputs", "constants", "commitments"):
+        if not isinstance(getattr(g, name), tuple):
+            _bad(f"the graph's {name} must be a sequence, not {type(getattr(g, name)).__name__}")
+    for b, pts in enumerate(g.buffer_points):
+        if not isinstance(pts, tuple):
+            _bad(f"buffer {b}'s split points must be a sequence, not {type(pts).__name__}")
     for what, items, kind in (("kernel", g.kernels, KernelIR),
                               ("compiled kernel", g.compiled_kernels, CompiledKernel),
                               ("template", g.templates, Template)):
@@ -473,6 +487,10 @@ def _check_structure(g) -> None:
             if not isinstance(item, kind):
                 _bad(f"{what} {i} is a {type(item).__name__}, not a {kind.__name__}")
     for k, ir in enumerate(g.kernels):
+        if not all(isinstance(v, tuple) for v in ir[1:]) or \
+                not all(isinstance(t, tuple) and len(t) == 3 for t in ir.params + ir.asserts):
+            _bad(f"kernel {k} needs tuples of parameters (name, kind, shape), constants, "
+                 f"nodes, assertions (x, y, where) and outputs")
         texts = (ir.name, *(n for n, _, _ in ir.params), *(w for _, _, w in ir.asserts))
         if not all(isinstance(t, str) and _utf8(t) for t in texts):
             _bad(f"kernel {k} has a name, parameter name or assertion text that is not a "

@@ -150,8 +150,10 @@ class Kernel:
     name : str
     ir : KernelIR
     fingerprint : str
-        Hex SHA-256 of the serialized IR: the identity used to deduplicate
-        compiled kernels and to compare graphs.
+        Hex SHA-256 of the serialized IR with the assertions' source
+        locations left out (a comment line above a kernel does not make it
+        another one): the identity used to deduplicate compiled kernels and
+        to compare graphs.
     """
 
     def __init__(self, ir: KernelIR, fn=None):
@@ -540,6 +542,19 @@ def assert_eq(a, b) -> None:
     tr.asserts.append((ids[0], ids[1], tr.where()))
 
 
+def _failing_annotation(fn, scope) -> str:
+    """Which of ``fn``'s string annotations fails to evaluate, for the error
+    (each evaluated alone, as ``inspect.get_annotations`` evaluates them)."""
+    for pname, text in inspect.get_annotations(fn).items():
+        if isinstance(text, str):
+            try:
+                eval(text, fn.__globals__, scope)  # (what get_annotations ran)
+            except Exception:
+                return ("the return annotation" if pname == "return"
+                        else f"the annotation of parameter `{pname}`")
+    return "the parameter annotations"
+
+
 def _trace(fn, scope=None) -> KernelIR:
     """Trace ``fn``; ``scope``: the names its string annotations may use besides its
     globals (under ``from __future__ import annotations``)."""
@@ -555,8 +570,8 @@ def _trace(fn, scope=None) -> KernelIR:
     try:
         hints = inspect.get_annotations(fn, eval_str=True, locals=scope)
     except Exception as exc:
-        raise KernelDefinitionError(f"kernel `{name}`: cannot evaluate the parameter "
-                                    f"annotations ({exc})") from None
+        raise KernelDefinitionError(f"kernel `{name}`: cannot evaluate "
+                                    f"{_failing_annotation(fn, scope)} ({exc})") from None
     params = []
     for pname, prm in inspect.signature(fn).parameters.items():
         if prm.kind not in (prm.POSITIONAL_ONLY, prm.POSITIONAL_OR_KEYWORD):
