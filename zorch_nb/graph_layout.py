@@ -573,21 +573,15 @@ def _uint32_words(words):
     except ValueError:  # a ragged nesting
         raise ValueError("Argument `words` must be a rectangular array of uint32 words") \
             from None
-    if arr.dtype == object and all(is_int(v) for v in arr.flat):
-        arr = _object_ints(arr)  # (Python ints past int64: [2**64] is out of range)
-    if arr.size and arr.dtype.kind not in "iu":
+    # (Python ints past int64 make an object array: [2**64] is out of range,
+    # not "object values")
+    ints = arr.dtype == object and all(is_int(v) for v in arr.flat)
+    if arr.size and arr.dtype.kind not in "iu" and not ints:
         raise TypeError(f"Argument `words` must hold uint32 words (integers), not {arr.dtype} "
                         f"values")
     if arr.size and not (int(arr.min()) >= 0 and int(arr.max()) < 1 << 32):
         raise ValueError("Argument `words` must hold uint32 words, in [0, 2**32)")
     return arr.astype(np.uint32, copy=False)
-
-
-def _object_ints(arr):
-    """An object array of integers as uint32, or the range error."""
-    if arr.size and not all(0 <= int(v) < 1 << 32 for v in arr.flat):
-        raise ValueError("Argument `words` must hold uint32 words, in [0, 2**32)")
-    return arr.astype(np.uint32)
 
 
 def _commitment(n: int, root: bytes) -> bytes:

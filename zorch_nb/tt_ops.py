@@ -1688,6 +1688,18 @@ def _balanced(xp, U, G):
     largest entries, which flushed the other term: the norm of ``a + b``,
     ``b`` the tensor ``a`` scaled so, was 0 (an earlier balancing moved half
     of each gap, in one pass).
+
+    The orthogonalizations and the SVD balance always, whatever the range:
+    a frame is LAPACK's SVD of one core's unfolding, accurate relative to
+    the unfolding's largest entry, not to each row or column.  Tucker rows
+    of ``2**-40`` and ``2**40`` (their TT core slices ``2**40`` and
+    ``2**-40``: the same tensor) lost the small row in "tucker_down",
+    "left", "right" and the SVD (the tensor ``[3, 3, 4, 1]`` came back
+    ``[2.77, 3.42, 3.85, 0.39]``), and a graded bond gauge did the same in
+    "tt_up".  Balanced, a power-of-two gauge of the input changes nothing.
+    (And cores of 1e300, 1e-200 and 1e-200, a tensor of 1e-100, gave the
+    zero train: the sweep's pushes underflowed, which no finiteness check
+    sees.)
     """
     d = G.shape[0]
     # An empty slice's "max"; an offset below half of it marks the entries
@@ -2325,30 +2337,6 @@ def _check_finite_input(xp, U, G, what):
                          f"its {what} is undefined")
 
 
-def _sweep_scaled(xp, U, G):
-    """``(U', G', e)``: the masked cores ``U``, ``G`` balanced (:func:`_balanced`:
-    every Tucker row and every TT core's slice along its right bond with its
-    largest live entry in ``[0.5, 1)``, powers of two moved along the chain)
-    and the train ``2**e`` (``e (S,)``) times theirs; the caller puts ``2**e``
-    back on the cores that carry the weight.
-
-    Why always, for every orthogonalization and the SVD:
-
-    * range: cores of 1e300, 1e-200 and 1e-200 (a tensor of 1e-100) gave the
-      zero train and zero singular values: the pushes of the sweep
-      underflowed, which no finiteness check sees;
-    * gauge: a frame is the SVD of one core's unfolding, which LAPACK
-      computes accurately relative to the unfolding's largest entry, not to
-      each row or column: Tucker rows of 2**-40 and 2**40 (their TT core
-      slices 2**40 and 2**-40, the same tensor) lost the small row in
-      "tucker_down", "left", "right" and the SVD (the tensor [3, 3, 4, 1]
-      came back [2.77, 3.42, 3.85, 0.39]), and a graded bond gauge did the
-      same in "tt_up".  Balanced, a power-of-two gauge of the input changes
-      nothing.
-    """
-    return _balanced(xp, U, G)
-
-
 def _tucker_down(xp, U, G, shape, mk):
     """Tucker cores orthonormal (rows), remainders pushed into the TT cores."""
     d, S, n, N = U.shape
@@ -2470,9 +2458,9 @@ def ut3_orthogonalize(data, kind="left"):
     only.  The train's own scale goes back on the cores that carry the
     weight (spread over the TT cores for ``"tucker_down"``, over the Tucker
     cores for ``"tt_up"``), so an overflow means that the carrying core
-    cannot hold it.  A float32
-    train whose computation meets inf or NaN is computed again in float64
-    and refused only if the result does not fit float32.
+    cannot hold it.  A float32 train whose computation meets inf or NaN is
+    computed again in float64 and refused only if the result does not fit
+    float32.
 
     On CuPy this synchronizes with the device: on entry, once per SVD step
     and at the end it reads back one bool, whether the matrix is finite.  The check
@@ -2487,7 +2475,7 @@ def ut3_orthogonalize(data, kind="left"):
     # Checked here for every kind: "tt_up" takes SVDs of the TT cores only,
     # and a NaN in a live Tucker entry would pass through to the result.
     _check_finite_input(xp, U, G, "orthogonalization")
-    U, G, e = _sweep_scaled(xp, U, G)
+    U, G, e = _balanced(xp, U, G)  # (always: see its docstring)
     mk, mt = p.mk.copy(), p.mt.copy()
     if kind == "tt_up":
         U, G, mk = _tt_up(xp, U, G, mk, mt)
@@ -2660,8 +2648,8 @@ def ut3_svd(data, max_tucker_ranks=None, max_tt_ranks=None, rtol=None):
     -----
     The cores are balanced by powers of two first (see
     :func:`ut3_orthogonalize`: cores far from 1 and a power-of-two gauge of
-    the input do not change the result), so an overflow means that the last core or a
-    singular value cannot hold the scale.  A float32 train whose computation
+    the input do not change the result), so an overflow means that the last
+    core or a singular value cannot hold the scale.  A float32 train whose computation
     meets inf or NaN is computed again in float64 and refused only if the
     result does not fit float32.
 
@@ -2676,7 +2664,7 @@ def ut3_svd(data, max_tucker_ranks=None, max_tt_ranks=None, rtol=None):
     _check_rtol(rtol)
     U, G = _masked(p)
     _check_finite_input(xp, U, G, "SVD")
-    U, G, e = _sweep_scaled(xp, U, G)
+    U, G, e = _balanced(xp, U, G)  # (always: see its docstring)
     mk, mt = p.mk.copy(), p.mt.copy()
     _squash(G, mt)
     U, G, mk = _tucker_down(xp, U, G, p.shape, mk)
