@@ -84,6 +84,8 @@ def test_bench_cpu_writes_json(tmp_path):
     for r in report["results"]:  # every CPU fold: the paired and the cache-resident rate
         if r["kernel"].startswith("dense fold"):
             assert r["extra"]["paired_fraction"] > 0 and r["extra"]["in_cache_gbps"] > 0
+            # allocating its outputs, as the baselines do: no faster than into out=
+            assert r["extra"]["alloc_out_ms"] > 0.5 * r["time_s"] * 1e3, r["kernel"]
     assert "warm_cache_run" in report["second_process"][0]
     # every figure a row carries beyond the columns is explained in the report
     for r in report["copy"] + report["results"] + small:
@@ -1599,6 +1601,11 @@ def test_targets_judge_the_cpu_folds_and_exit_on_a_row_without_figure(tmp_path):
     sizes of at least 2^16; the script exits 1 on a row with no figure."""
     results = [_result("dense fold base/base", "cpu", 16, paired_fraction=0.7,
                        baselines={"galois GF(p)": 0.02}),
+               # judged allocating, as galois runs (into out= it looked 20x)
+               _result("dense fold base/base", "cpu", 17, paired_fraction=0.7,
+                       baselines={"galois GF(p)": 0.02}, alloc_out_ms=2.01),
+               _result("dense fold base/base", "cpu", 18, paired_fraction=0.7,
+                       baselines={"galois GF(p)": 0.02}, alloc_out_ms=2.0),
                _result("dense fold base/base", "cpu", 15, paired_fraction=0.69,
                        baselines={"galois GF(p)": 0.02}),
                _result("dense fold base/ext", "cpu", 16, paired_fraction=0.9, time_s=2e-3,
@@ -1608,10 +1615,15 @@ def test_targets_judge_the_cpu_folds_and_exit_on_a_row_without_figure(tmp_path):
         ("0.70", ">= 0.7", "met")]
     assert lines["dense fold base/base, of copy (paired)", "cpu", "2^15"] == [
         ("0.69", ">= 0.7", "**missed**")]
-    assert lines["dense fold base/base, vs galois", "cpu", "2^16"] == [("20.0x", ">= 10x", "met")]
+    assert lines["dense fold base/base, vs galois", "cpu", "2^16"] == [
+        ("20.0x into out=", ">= 10x", "met")]  # (a report from before alloc_out_ms)
+    assert lines["dense fold base/base, vs galois", "cpu", "2^17"] == [
+        ("10.0x allocating (20.0x into out=)", ">= 10x", "**missed**")]  # (9.95x)
+    assert lines["dense fold base/base, vs galois", "cpu", "2^18"] == [
+        ("10.0x allocating (20.0x into out=)", ">= 10x", "met")]
     assert ("dense fold base/base, vs galois", "cpu", "2^15") not in lines  # launch-bound
     assert lines["dense fold base/ext, vs galois", "cpu", "2^16"] == [
-        ("9.8x", ">= 10x", "**missed**")]
+        ("9.8x into out=", ">= 10x", "**missed**")]
     # without galois the target has no figure (its rows were left out: the
     # script met every target it listed and exited 0); above 1.5x the copy
     # (the bench's `!`) a fraction is unreliable, not met
@@ -1941,4 +1953,6 @@ def test_a_dense_folds_first_call_compiles_before_the_timed_calls(monkeypatch):
     kern = types.SimpleNamespace(fold_dense=fold_dense)
     (row,) = _bench_gkr._dense_fold_row(kern, "base/base", False, False, 16, "cpu", 1, np,
                                         timer, None)
-    assert seen_by_timer == [1] and row.first_call_s >= 0.05 and row.time_s == 1e-3
+    assert seen_by_timer[0] == 1 and row.first_call_s >= 0.05 and row.time_s == 1e-3
+    # then the same fold allocating its outputs (the galois target's figure)
+    assert len(seen_by_timer) == 2 and row.extra["alloc_out_ms"] == 1.0

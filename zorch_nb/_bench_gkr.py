@@ -169,6 +169,12 @@ def _dense_fold_row(kern, name, ne, de, n, backend, repeat, xp, timer, sync):
     row = Row(f"dense fold {name}", backend, n, t, _nbytes(ins + outs), first)
     if xp is np:
         _cpu_baselines(row, ins, repeat)
+        # The same fold allocating its outputs, back to back, as the baselines
+        # (galois, NumPy) allocate theirs: the speed-ups' fair yardstick (the
+        # row's time, into preallocated outputs, flattered them: 2**22
+        # base/base on one thread, 12.1x galois into out=, 6.7x allocating)
+        row.extra["alloc_out_ms"] = round(1e3 * timer(
+            lambda: kern.fold_dense(*ins, *_outputs(xp, ne, de, n // 2), F.params), repeat), 3)
         if n >= 1 << MIN_FRACTION_LOG2:  # smaller: launch-bound (see bench)
             # the CPU target's figure: fold and copy timed alternately
             tp, copy_gbps = paired_cpu(lambda: kern.fold_dense(*ins, *outs, F.params), row.bytes,

@@ -644,6 +644,8 @@ REPORT_EXTRA = {
     "fresh_out_ms": "field rows: the same call allocating its result (no out=), ms; on the "
                     "CPU in fresh pages (the heap trimmed first, the result freed after the "
                     "timing)",
+    "alloc_out_ms": "CPU dense fold rows: the same fold allocating its outputs, timed back "
+                    "to back as the baselines are, ms (the galois target's figure)",
     "zero_check_ms": "inverse rows: the part of the time that is the check for zero "
                      "elements (one read of the input), ms",
     "us_per_call": "dispatch rows: microseconds per call, the best of several rounds of "
