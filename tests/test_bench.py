@@ -772,6 +772,20 @@ def test_second_process_reads_its_marked_line_and_reports_failure(monkeypatch):
     assert bench.second_process("cpu", "np") == {"backend": "cpu", "error": ["child broke"]}
 
 
+def test_second_process_times_the_first_fold_alone():
+    """The child's first-fold clock held F.random's first call and the input's
+    copy to the device (0.34 s of a 0.36 s "first fold" on the CPU): it starts
+    after them, and the import's clock holds CuPy's import where it runs."""
+    from zorch_nb import bench
+    code = bench.SECOND_PROCESS.format(xp="__import__('cupy')", backend="cupy", sync="SYNC")
+    at = {k: code.index(k) for k in ("t1 =", "t2 =", "t3 =", "F.random", "layer_transition(G",
+                                     "__import__('cupy')")}
+    assert at["__import__('cupy')"] < at["t1 ="] < at["F.random"] < at["t2 ="]
+    assert at["t2 ="] < at["layer_transition(G"] < at["t3 ="]
+    assert code.index("SYNC") < at["t2 ="] and code.rindex("SYNC") < at["t3 ="]
+    assert code.endswith("print('ZORCH_STARTUP', t1 - t0, t3 - t2)")
+
+
 def test_a_failed_second_process_fails_the_run(tmp_path, monkeypatch):
     import argparse
 

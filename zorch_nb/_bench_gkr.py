@@ -56,7 +56,7 @@ DISPATCH_LOG2 = 10
 #: L2 caches of two cores of a machine with 2 MiB each, in L3 where L2 is
 #: smaller (the report records the machine's cache sizes).
 IN_CACHE_BYTES = 3 << 19
-#: The GPU's: inside the H200's 60 MB L2 with room to spare, and launches of
+#: The GPU's: inside the H200's 50 MB L2 with room to spare, and launches of
 #: such folds captured per CUDA graph.
 IN_L2_BYTES = 24 << 20
 IN_L2_CALLS = 64
@@ -527,7 +527,9 @@ def traced_peak(fn) -> int:
 
 
 def _peak_memory(fn, xp, first_bytes):
-    """High-water mark of the allocations ``fn`` makes (beyond what it keeps alive after)."""
+    """High-water mark of the allocations ``fn`` makes, the arrays it returns
+    included (on the CPU tracemalloc's: what Numba allocates inside a kernel,
+    a jagged chunk's small scratch, is not seen)."""
     if xp is np:
         peak = traced_peak(fn)
     else:

@@ -21,9 +21,10 @@ is kept, so a quiet moment of a shared machine is not held against the
 kernels measured in a noisy one.  Sizes below ``2**MIN_FRACTION_LOG2``
 elements report times only: there a call costs microseconds of launch, not
 bandwidth (and on the CPU a small call runs its serial twin while the copy
-launches threads), so a fraction of the copy would be noise.  The three
-modes of the dense fold share one compiled kernel per backend: its compile
-time lands on the first mode's "1st call".
+launches threads), so a fraction of the copy would be noise.  On CuPy the
+three modes of the dense fold share one compiled module: its compile time
+lands on the first mode's "1st call"; on the CPU each mode is its own
+kernel, compiled (or loaded) on its own first call.
 """
 from __future__ import annotations
 
@@ -564,12 +565,15 @@ TABLE_LEGEND = (
 
 
 SECOND_PROCESS = (
+    # import (CuPy's too, where it runs), then the input made and on the device
+    # untimed, then the first fold alone: its clock once held F.random's first
+    # call and the host-to-device copy
     "import time; t0 = time.perf_counter(); import numpy as np; "
     "from zorch_nb import KoalaBear as F; from zorch_nb.logup_gkr import GkrLayer, "
-    "layer_transition; import zorch_nb.logup_gkr as g; t1 = time.perf_counter(); "
-    "xp = {xp}; x = xp.asarray(F.random(1024, seed=1)); "
+    "layer_transition; import zorch_nb.logup_gkr as g; xp = {xp}; t1 = time.perf_counter(); "
+    "x = xp.asarray(F.random(1024, seed=1)); {sync}; t2 = time.perf_counter(); "
     "layer_transition(GkrLayer(x, x, x, x, 0), backend={backend!r}); {sync}; "
-    "t2 = time.perf_counter(); print('ZORCH_STARTUP', t1 - t0, t2 - t1)")
+    "t3 = time.perf_counter(); print('ZORCH_STARTUP', t1 - t0, t3 - t2)")
 
 
 #: Seconds one start-up child may take (a cold one compiles: ~10-40 s).
@@ -577,10 +581,14 @@ SECOND_PROCESS_TIMEOUT_S = 120
 
 
 def second_process(backend: str, xp_name: str) -> dict:
-    """Start-up of a fresh process (import, first fold), run twice: cold-ish, then warm.
+    """Start-up of a fresh process (import, first fold), run twice.
 
-    The first run may compile (and fill the on-disk caches); the second is
-    what every later process pays.
+    Both runs find the on-disk caches this bench filled (its own process
+    compiled the same kernels first), so they time a later process's start,
+    not a cold compile (the rows' "1st call" is that): the first run may
+    still read the cache files from disk, the second finds them in the
+    operating system's file cache -- what every later process pays.  The
+    fold's input is made (and copied to the device) before its clock starts.
     """
     sync = ("import cupy; cupy.cuda.get_current_stream().synchronize()"
             if xp_name == "cupy" else "pass")
@@ -676,8 +684,8 @@ REPORT_EXTRA = {
                "host-bound)",
     "chunked_layers": "GPU jagged pyramids: the layers built by the chunked kernel",
     "fused_tail_layers": "GPU jagged pyramids: the layers built by the one-block tail",
-    "peak_new_bytes": "pyramid rows: the high-water mark of what the call allocates beyond "
-                      "what it keeps, bytes",
+    "peak_new_bytes": "pyramid rows: the high-water mark of what the call allocates, the "
+                      "layers it returns included, bytes",
     "peak_total_over_first_layer": "pyramid rows: (first layer + peak_new_bytes) / first "
                                    "layer",
     "peak_error": "pyramid rows: why the peak could not be measured",
