@@ -923,7 +923,8 @@ def _output_problem(path: str, what: str, sink: str = "file"):
         except OSError as exc:
             return f"{what} {path!r} cannot be written: {_os_reason(exc)}"
         return None
-    parent = os.path.dirname(os.path.realpath(path))
+    target = os.path.realpath(path)  # (what the writer replaces: a link's target)
+    parent = os.path.dirname(target)
     if not os.path.isdir(parent):
         return (f"{what} {path!r}: {parent!r} is a file, not a folder"
                 if os.path.exists(parent) else
@@ -932,7 +933,7 @@ def _output_problem(path: str, what: str, sink: str = "file"):
         return f"{what} {path!r}: the folder {parent!r} is not writable"
     # (the probe below has a short name of its own: a name past the file
     # system's limit passed it and failed only when the report was written)
-    name = os.fsencode(os.path.basename(os.path.realpath(path)))
+    name = os.fsencode(os.path.basename(target))
     try:
         limit = os.pathconf(parent, "PC_NAME_MAX")
     except (OSError, ValueError):
@@ -942,7 +943,7 @@ def _output_problem(path: str, what: str, sink: str = "file"):
                 f"system limit of {limit}")
     # os.access trusts the mode bits, which root passes everywhere (/proc, a
     # read-only mount): create the file the writer will create beside it
-    probe = _temporary_beside(os.path.realpath(path))
+    probe = _temporary_beside(target)
     try:
         open(probe, "w").close()
         os.remove(probe)

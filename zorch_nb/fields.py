@@ -1654,8 +1654,7 @@ class _FieldBase:
         # ones between through scratch).
         # (values may be a cheap broadcast view of any length: named, not
         # NumPy's "Unable to allocate", nor granted by an overcommitting OS)
-        _check_size((n >> s,) + trail, "the first folds of `values`", host=kind == "numpy")
-        buf = xp.empty((n >> s,) + trail, dtype=np.uint32)
+        buf = _new_words(xp, (n >> s,) + trail, "the first folds of `values`")
         for lo in range(0, n, step):
             v = values[lo:lo + step]
             for t in range(s):

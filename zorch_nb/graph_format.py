@@ -472,9 +472,10 @@ def _check_structure(g) -> None:
     if not isinstance(g.field, str):
         _bad(f"the field is {g.field!r}, not a field's name")
     # the containers first: None or 5 in a hand-built graph was iterated below,
-    # a bare TypeError ("'NoneType' object is not iterable") from to_bytes
+    # a bare TypeError ("'NoneType' object is not iterable") from to_bytes (the
+    # constructor already iterates `constants` and `commitments` into tuples)
     for name in ("kernels", "compiled_kernels", "buffer_points", "templates", "inputs",
-                 "outputs", "constants", "commitments"):
+                 "outputs"):
         if not isinstance(getattr(g, name), tuple):
             _bad(f"the graph's {name} must be a sequence, not {type(getattr(g, name)).__name__}")
     for b, pts in enumerate(g.buffer_points):
