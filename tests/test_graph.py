@@ -1272,6 +1272,41 @@ def test_3x5_with_5x3_is_refused():
     assert len(g.templates) == 2 and g.buffer_points[0] == (1, 3, 15)
 
 
+def test_two_transposed_regroupings_name_their_steps_and_the_remedy_works():
+    """Two views of one buffer that need different layouts: the refusal shows
+    each view as the steps that made it (it used to show an internal
+    regrouping, "[12, 2] (transposed, over [3, 2, 4])" for a [2, 3, 4]
+    buffer) and says how to proceed; the remedy it gives is then accepted
+    and replays right."""
+    @kernel
+    def pair_sum(x: In[2], out: Out[()]):
+        out[()] = x[0] + x[1]
+
+    @kernel
+    def regroup(x: In[24], out: Out[12, 2]):
+        # out = x.reshape(2, 3, 4).transpose(2, 1, 0).reshape(12, 2), one instance
+        order = [(i * 3 + j) * 4 + k for k in range(4) for j in range(3) for i in range(2)]
+        for m, src in enumerate(order):
+            out[m // 2, m % 2] = x[src]
+
+    vals = np.arange(24).reshape(2, 3, 4)
+    ctx = Context()
+    a = ctx.copy_to_device(vals)
+    (first,) = ctx.call_kernel(pair_sum, 12, a.transpose(2, 0, 1).reshape(12, 2))
+    with pytest.raises(ValueError, match=re.escape(
+            "buffer 0 is used as [12, 2] (`.transpose(2, 0, 1).reshape(12, 2)` of its [2, 3, 4]) "
+            "and as [12, 2] (`.transpose(2, 1, 0).reshape(12, 2)` of its [2, 3, 4]);")
+            + r".*a kernel of one instance \(num_parallel=1\) that takes the buffer flat"):
+        ctx.call_kernel(pair_sum, 12, a.transpose(2, 1, 0).reshape(12, 2))
+    (copy,) = ctx.call_kernel(regroup, 1, a.reshape(-1))
+    (second,) = ctx.call_kernel(pair_sum, 12, copy.reshape(12, 2))
+    g = ctx.generate_computation_graph([a], [first, second])
+    new = vals + 7
+    (r1, r2), _ = run_computation_graph(g, [new])
+    np.testing.assert_array_equal(r1, new.transpose(2, 0, 1).reshape(12, 2).sum(axis=1))
+    np.testing.assert_array_equal(r2, new.transpose(2, 1, 0).reshape(12, 2).sum(axis=1))
+
+
 def test_call_clashing_with_itself_is_refused_and_not_recorded():
     # 6 instances split as 2 x 3 by one operand and 3 x 2 by the other: no
     # layout can serve the call, so it is refused when made, not when a graph
@@ -1339,7 +1374,7 @@ def test_clash_through_many_calls_names_the_refining_call_briefly():
     message = str(info.value)
     assert ("(split points [1, 2, 6], last refined by call 40 (kernel `s3`), through calls "
             "[0, 1, 2, ..., 38, 39] (40 calls)); the call was not recorded") in message
-    assert len(message) < 300
+    assert len(message) < 500  # (with the view's steps and the remedy: 469)
 
 
 def test_a_clash_after_an_interrupted_call_names_the_call_that_refined_the_points():

@@ -447,9 +447,23 @@ def _frozen(obj):
 
 
 def _describe(op: _Operand) -> str:
+    """An operand's view for a message: its shape, and for a transposed view
+    the steps that made it from the buffer, as the user wrote them (the
+    view's internal base, a regrouping of the buffer's axes, meant nothing
+    to a reader: "[12, 2] (transposed, over [3, 2, 4])" for a [2, 3, 4] buffer)."""
     if op.view.perm == tuple(range(len(op.view.perm))):
         return f"{list(op.shape)}"
-    return f"{list(op.shape)} (transposed, over {list(op.view.base)})"
+    steps = "".join(f".{name}({', '.join(map(str, arg))})" for name, arg in op.history[1:])
+    return f"{list(op.shape)} (`{steps}` of its {list(op.history[0][1])})"
+
+
+#: What to do when two uses of one buffer cannot share a layout.  (Only a
+#: one-instance copy decouples them: a parallel copy's output takes the
+#: tiling of its input, and the buffer's own shape may clash too, where its
+#: flat view never does.)
+_COPY_REMEDY = ("; to use the buffer both ways, give one of the calls a copy in the shape it "
+                "needs, written by a kernel of one instance (num_parallel=1) that takes the "
+                "buffer flat (`.reshape(-1)`)")
 
 
 def _check_binary_file(fh, mode: str) -> None:
@@ -1242,9 +1256,10 @@ class Context:
                     raise ValueError(
                         f"illegal shape operation: buffer {bid} is used as {used} and as "
                         f"{desc}; their split points {list(pts)} and {list(points)} do not "
-                        f"divide one another")
+                        f"divide one another" + _COPY_REMEDY)
             raise ValueError(f"illegal shape operation: buffer {bid} used as {desc} clashes "
-                             f"with its layout so far (split points {list(cur)})")
+                             f"with its layout so far (split points {list(cur)})"
+                             + _COPY_REMEDY)
         pending[bid] = merged
 
     def call_kernel(self, kernel, num_parallel, *inputs) -> tuple:
@@ -1437,7 +1452,7 @@ class Context:
                                  f"fixed for it (split points {list(over[bid])}{origin}"
                                  + (f", through calls {_call_list(buf.calls)}" if buf.calls
                                     else "")
-                                 + "); the call was not recorded")
+                                 + "); the call was not recorded" + _COPY_REMEDY)
             if list(merged) != list(over[bid]):
                 over[bid] = merged
                 pushed.update(users(bid))
@@ -1646,7 +1661,8 @@ class Context:
                         raise ValueError(
                             f"illegal shape operation: buffer {bid} (used as {desc} in call "
                             f"{ci}, kernel `{ir.name}`) cannot be split at {new} to match the "
-                            f"other operands; its split points are {points[bid]}")
+                            f"other operands; its split points are {points[bid]}"
+                            + _COPY_REMEDY)
                     points[bid] = merged
                     return bid
                 c *= dims[i]
