@@ -4,7 +4,10 @@
 exists (tracemalloc), for the ``track_peak_bytes_*`` benchmarks.  asv's
 ``peakmem_*`` is the whole process's peak -- the pages of the imports and
 Numba's compiler it touches, ``setup``'s inputs (60-260 MB here) -- which a
-no-op body matched at every size; this is the call's own figure.
+no-op body matched at every size; this is the call's own figure.  (It sees
+what NumPy allocates -- outputs, layers, temporaries made in Python -- but
+not what a compiled Numba function allocates inside itself: a jagged
+chunk's small scratch.)
 
 asv.conf.json sets ``launch_method`` to ``forkserver``: each benchmark runs
 in a process forked from one that imported these modules (and so zorch_nb

@@ -87,6 +87,14 @@ if os.environ.get("ZORCH_REQUIRE_CUPY") == "1" and not CUPY:
 if os.environ.get("ZORCH_REQUIRE_CUDASIM") == "1" and not NUMBA_CUDA:
     raise RuntimeError("ZORCH_REQUIRE_CUDASIM=1 but the Numba-CUDA kernels cannot run "
                        "(is numba-cuda installed?)")
+if os.environ.get("ZORCH_REQUIRE_BENCH_DEPS") == "1":
+    # (CI's bench stage: without the `bench` extra the galois yardstick's check
+    # and the chart tests skip, and the run would look the same)
+    import importlib.util
+    _missing = [m for m in ("galois", "matplotlib") if importlib.util.find_spec(m) is None]
+    if _missing:
+        raise RuntimeError(f"ZORCH_REQUIRE_BENCH_DEPS=1 but {', '.join(_missing)} cannot be "
+                           f"imported (pip install '.[bench]')")
 
 
 def pytest_report_header(config):

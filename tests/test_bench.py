@@ -226,6 +226,8 @@ def test_cpu_baselines_compute_the_fold_they_time():
         canon = [E.decode(x).astype(np.uint64) for E, x in zip(fields, mles)]
         _equal_layers(_numpy_gkr.dense_transition(canon, p, w), want)
         GF = _galois_field()
+        # (CI's bench stage installs galois: there a missing field is a failure)
+        assert GF is not None or os.environ.get("ZORCH_REQUIRE_BENCH_DEPS") != "1"
         if not de and not ne and GF is not None:
             for g, x in zip(galois_fold(*[GF(c.astype(np.int64)) for c in canon]),
                             _decoded(want)):
