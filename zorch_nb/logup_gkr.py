@@ -371,8 +371,9 @@ class JaggedGkrLayer(_Layer):
     numerator_0, numerator_1, denominator_0, denominator_1 : array
         uint32 Montgomery words of length ``width`` (the capacity), base
         ``(width,)`` or extension ``(width, 4)`` per pair.  Rows of batch 0,
-        then batch 1, ...; slots past ``sum(row_counts)`` are dead (zero in all
-        four MLEs; never read).
+        then batch 1, ...; slots past ``sum(row_counts)`` are dead: never
+        read, so any words may be there (:meth:`from_segments` and the
+        transitions write zeros in all four MLEs).
     row_counts : sequence of int, NumPy int array, or CuPy int32 array
         One count per batch element; the length ``nb`` must be a power of two.
         Host counts are checked (``>= 0``, ``sum <= width``) and stored as a
@@ -1043,7 +1044,7 @@ def build_pyramid(first: GkrLayer, *, backend: str | None = None,
         through four layers in its cache.  ``None`` (default) fuses where it
         applies; ``False`` forces one call per transition.  Both give
         identical bytes.
-    out : list of GkrLayer, optional
+    out : list (or tuple) of GkrLayer, optional
         The ``nrv`` later layers to overwrite instead of allocating them --
         ``pyramid[1:]`` of an earlier pyramid of a first layer of the same
         shapes and field -- each checked as ``out`` of
@@ -1064,8 +1065,8 @@ def build_pyramid(first: GkrLayer, *, backend: str | None = None,
     Raises
     ------
     TypeError
-        ``first`` not a GkrLayer; ``fused`` not None or a bool; ``out`` not a list of
-        GkrLayer of ``first``'s module; ``backend`` not a str or None, or ``"cpu"`` on CuPy.
+        ``first`` not a GkrLayer; ``fused`` not None or a bool; ``out`` not a list or tuple
+        of GkrLayer of ``first``'s module; ``backend`` not a str or None, or ``"cpu"`` on CuPy.
     ValueError
         ``fused=True`` on a floor, on NumPy data with ``backend="cupy"``, or with ``out`` on
         ``"numba"``; an ``out`` that does not fit (the message says how); an unknown ``backend``,
@@ -1748,9 +1749,9 @@ def halving_schedule(layer: JaggedGkrLayer, max_row_count: int | None = None) ->
         ``ceil(m / 2)`` rows; a looser bound adds steps and changes the floor's
         split, not its sums).  The number of steps and their widths then follow
         from ``M`` and the layer's width alone -- ``ceil(log2(M))`` steps
-        (at least one), widths ``w_t = min(nb * ceil(M / 2**t), floor(w_{t-1} / 2)
-        + nb)`` (``w_0`` the layer's width) that bound the live rows, the
-        last ``nb`` -- and the counts are halved
+        (at least one), widths ``w_t = min(nb * max(ceil(M / 2**t), 1),
+        floor(w_{t-1} / 2) + nb)`` (``w_0`` the layer's width) that bound the
+        live rows, the last ``nb`` -- and the counts are halved
         where they are: on the device without a synchronization (never read),
         on the host checked against ``M``.  So the same call gives the same
         schedule, hence the same pyramid, whether the counts are host or device
