@@ -1199,10 +1199,42 @@ class _FieldBase:
         self._map_call(op, len(xs))(_backend.kernels_for(backend, "field"), *xs, res)
         return result
 
+    def _map_marked(self, op, operands, backend, out):
+        """The result of an extension ``op`` of one ``as_base`` marked operand
+        and one extension operand of the same element shape, both
+        C-contiguous native uint32 NumPy arrays, without ``out``, on the CPU;
+        else None.  The general path reached the same kernel call through its
+        validation and broadcast planning: ``E.mul(E.as_base(a), x)`` of 8
+        elements took 17 us against 6 us for ``E.mul(x, y)``."""
+        if out is not None or backend is not None and backend != "cpu":
+            return None
+        (na, a), (nb, b) = operands.items()
+        ma, mb = type(a) is BaseOperand, type(b) is BaseOperand
+        if ma == mb:
+            return None
+        mark, x = (a, b) if ma else (b, a)
+        w = mark.words
+        if mark.field is not None and getattr(mark.field, "params", None) != self.params:
+            return None  # (the general path names the fields)
+        if type(w) is not np.ndarray or type(x) is not np.ndarray or w.dtype is not _U32 \
+                or x.dtype is not _U32 or not w.size or x.shape != w.shape + (4,) \
+                or not w.flags.c_contiguous or not x.flags.c_contiguous:
+            return None
+        result = np.empty(x.shape, np.uint32)
+        da, db = (1, 4) if ma else (4, 1)
+        a, b = (w, x) if ma else (x, w)
+        self._bcast_call(op, 1, da, 1, db, w.size)(
+            _backend.kernels_for("cpu", "field"), a.reshape(-1), b.reshape(-1), result)
+        return result
+
     def _map(self, op, out, backend, **operands):
         result = self._map_plain(op, operands, backend, out)
         if result is not None:
             return result
+        if self.degree == 4 and len(operands) == 2:
+            result = self._map_marked(op, operands, backend, out)
+            if result is not None:
+                return result
         kind, backend, shape, degrees = self._prepare(operands, backend)
         lean = self._lean(operands, kind, backend, shape, degrees) if len(operands) == 2 \
             else None
