@@ -148,10 +148,11 @@ def cuda_defines(f: FieldParams) -> str:
         f"#ifdef ZORCH_P\n"
         f"#error \"zorch_nb: one field per source: a field preamble (arithmetic_header) is "
         f"here already\"\n"
-        f"#endif\n"
+        f"#else\n"  # (not redefined after the error: their warnings came first)
         f"#define ZORCH_P {f.p}u\n"
         f"#define ZORCH_MU_NEG {f.mu_neg}u\n"
         f"#define ZORCH_R_MOD_P {f.r_mod_p}u\n"
         f"#define ZORCH_W_MONT {f.w_mont}u\n"
         f"#define ZORCH_R2_MOD_P {f.r2_mod_p}u\n"
+        f"#endif\n"
     )
