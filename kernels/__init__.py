@@ -146,11 +146,14 @@ def _ensure_numba_cache_folder() -> None:
     warning naming ``NUMBA_CACHE_DIR``, which chooses the folder instead.
     """
     import numba
+    given = os.environ.get("NUMBA_CACHE_DIR")
     try:
-        numba.njit(cache=True)(_probe)
-        return
+        probe = numba.njit(cache=True)(_probe)
     except RuntimeError:  # "cannot cache function ...: no locator available"
         pass
+    else:
+        _warn_if_cache_dir_passed_over(given, probe)
+        return
     import tempfile
     import warnings
     uid = getattr(os, "getuid", lambda: "user")()
@@ -160,13 +163,32 @@ def _ensure_numba_cache_folder() -> None:
     numba.config.CACHE_DIR = folder
     # (Numba reads no cache it cannot write: a read-only NUMBA_CACHE_DIR shipped
     # full of entries is compiled all over again, which the warning says)
-    given = os.environ.get("NUMBA_CACHE_DIR")
     warnings.warn(f"Numba found no cache folder it can write (beside the package, in "
                   f"the home directory or in NUMBA_CACHE_DIR); zorch_nb's kernels are "
                   f"cached under {folder} -- set NUMBA_CACHE_DIR to choose another"
-                  + (f" (Numba uses no entry in a folder it cannot write, so those in "
-                     f"NUMBA_CACHE_DIR={given} are compiled again)" if given else ""),
+                  + (f" (NUMBA_CACHE_DIR={given} cannot be written, and Numba reads no "
+                     f"entry from a folder it cannot write: any there are compiled again)"
+                     if given else ""),
                   RuntimeWarning, stacklevel=2)
+
+
+def _warn_if_cache_dir_passed_over(given, probe) -> None:
+    """Warn where ``NUMBA_CACHE_DIR`` is set but Numba caches elsewhere: it
+    passes a folder it cannot use (a file, one it cannot write) over
+    silently for the next locator, ``__pycache__`` beside the sources --
+    inside a checkout, or in a shared install -- and only ``python -m
+    zorch_nb info`` showed it (a review)."""
+    path = getattr(getattr(probe, "_cache", None), "_cache_path", None)
+    if not given or not isinstance(path, str):
+        return  # (no JIT: nothing is cached)
+    root = os.path.abspath(given)
+    if os.path.abspath(path) == root or os.path.abspath(path).startswith(root + os.sep):
+        return
+    import warnings
+    why = "is not a folder" if os.path.exists(given) and not os.path.isdir(given) else \
+        "cannot be written"
+    warnings.warn(f"NUMBA_CACHE_DIR={given} {why}, so Numba passed it over: zorch_nb's "
+                  f"kernels are cached in {path} instead", RuntimeWarning, stacklevel=3)
 
 
 _ensure_numba_cache_folder()

@@ -73,7 +73,36 @@ def test_the_warning_says_a_read_only_numba_cache_dir_is_compiled_again(tmp_path
     assert res.returncode == 0, res.stdout + res.stderr
     folder, message, right = res.stdout.splitlines()
     assert right == "True" and folder.startswith(str(tmp_path / "zorch_nb-numba-cache-"))
-    assert f"those in NUMBA_CACHE_DIR={shipped} are compiled again" in message
+    assert (f"NUMBA_CACHE_DIR={shipped} cannot be written, and Numba reads no entry from a "
+            f"folder it cannot write: any there are compiled again") in message
+
+
+@pytest.mark.skipif(not _JIT, reason="nothing is cached")
+@pytest.mark.parametrize("kind", ["a file", "usable"])
+def test_a_numba_cache_dir_numba_passes_over_is_named(tmp_path, kind):
+    """NUMBA_CACHE_DIR set to a file: Numba silently cached beside the sources
+    instead (inside a checkout, in a review); the import now warns, naming
+    both.  A usable one gets no warning."""
+    given = tmp_path / "numba-cache"
+    if kind == "a file":
+        given.write_text("")
+    script = ("import warnings\n"
+              "with warnings.catch_warnings(record=True) as caught:\n"
+              "    warnings.simplefilter('always')\n"
+              "    import zorch_nb.kernels\n"
+              "print(repr([str(w.message) for w in caught if 'NUMBA_CACHE_DIR' in "
+              "str(w.message)]))\n")
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(given))
+    res = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr
+    messages = eval(res.stdout)
+    if kind == "usable":
+        assert messages == []
+    else:
+        assert len(messages) == 1
+        assert messages[0].startswith(f"NUMBA_CACHE_DIR={given} is not a folder, so Numba "
+                                      f"passed it over: zorch_nb's kernels are cached in ")
 
 
 @pytest.mark.skipif(not _JIT, reason="nothing is cached")
