@@ -1276,11 +1276,16 @@ def test_two_transposed_regroupings_name_their_steps_and_the_remedy_works():
     """Two views of one buffer that need different layouts: the refusal shows
     each view as the steps that made it (it used to show an internal
     regrouping, "[12, 2] (transposed, over [3, 2, 4])" for a [2, 3, 4]
-    buffer) and says how to proceed; the remedy it gives is then accepted
-    and replays right."""
+    buffer) and says how to proceed -- for an input, its data copied in a
+    second time; for a call's output, a copy by a one-instance kernel --
+    and each remedy is then accepted and replays right."""
     @kernel
     def pair_sum(x: In[2], out: Out[()]):
         out[()] = x[0] + x[1]
+
+    @kernel
+    def double(x: In[()], out: Out[()]):
+        out[()] = x[()] + x[()]
 
     @kernel
     def regroup(x: In[24], out: Out[12, 2]):
@@ -1289,22 +1294,43 @@ def test_two_transposed_regroupings_name_their_steps_and_the_remedy_works():
         for m, src in enumerate(order):
             out[m // 2, m % 2] = x[src]
 
+    def views(h):
+        h = h.reshape(2, 3, 4)
+        return h.transpose(2, 0, 1).reshape(12, 2), h.transpose(2, 1, 0).reshape(12, 2)
+
     vals = np.arange(24).reshape(2, 3, 4)
+    new = vals + 7
+    want = [v.sum(axis=1) for v in (new.transpose(2, 0, 1).reshape(12, 2),
+                                    new.transpose(2, 1, 0).reshape(12, 2))]
+    # an input: copied in twice
     ctx = Context()
     a = ctx.copy_to_device(vals)
-    (first,) = ctx.call_kernel(pair_sum, 12, a.transpose(2, 0, 1).reshape(12, 2))
+    (first,) = ctx.call_kernel(pair_sum, 12, views(a)[0])
     with pytest.raises(ValueError, match=re.escape(
             "buffer 0 is used as [12, 2] (`.transpose(2, 0, 1).reshape(12, 2)` of its [2, 3, 4]) "
             "and as [12, 2] (`.transpose(2, 1, 0).reshape(12, 2)` of its [2, 3, 4]);")
-            + r".*a kernel of one instance \(num_parallel=1\) that takes the buffer flat"):
-        ctx.call_kernel(pair_sum, 12, a.transpose(2, 1, 0).reshape(12, 2))
-    (copy,) = ctx.call_kernel(regroup, 1, a.reshape(-1))
+            + r".*copy it to the device a second time \(copy_to_device\)"):
+        ctx.call_kernel(pair_sum, 12, views(a)[1])
+    a2 = ctx.copy_to_device(vals)
+    (second,) = ctx.call_kernel(pair_sum, 12, views(a2)[1])
+    g = ctx.generate_computation_graph([a, a2], [first, second])
+    (r1, r2), _ = run_computation_graph(g, [new, new])
+    np.testing.assert_array_equal(r1, want[0])
+    np.testing.assert_array_equal(r2, want[1])
+    # a call's output: copied by a kernel of one instance
+    ctx = Context()
+    a = ctx.copy_to_device(vals // 2)
+    (c,) = ctx.call_kernel(double, 24, a.reshape(24))
+    (first,) = ctx.call_kernel(pair_sum, 12, views(c)[0])
+    with pytest.raises(ValueError, match=r"buffer 1 is used as .*a kernel of one instance "
+                                         r"\(num_parallel=1\) that takes the buffer flat"):
+        ctx.call_kernel(pair_sum, 12, views(c)[1])
+    (copy,) = ctx.call_kernel(regroup, 1, c.reshape(-1))
     (second,) = ctx.call_kernel(pair_sum, 12, copy.reshape(12, 2))
     g = ctx.generate_computation_graph([a], [first, second])
-    new = vals + 7
     (r1, r2), _ = run_computation_graph(g, [new])
-    np.testing.assert_array_equal(r1, new.transpose(2, 0, 1).reshape(12, 2).sum(axis=1))
-    np.testing.assert_array_equal(r2, new.transpose(2, 1, 0).reshape(12, 2).sum(axis=1))
+    np.testing.assert_array_equal(r1, 2 * want[0])
+    np.testing.assert_array_equal(r2, 2 * want[1])
 
 
 def test_call_clashing_with_itself_is_refused_and_not_recorded():

@@ -457,13 +457,18 @@ def _describe(op: _Operand) -> str:
     return f"{list(op.shape)} (`{steps}` of its {list(op.history[0][1])})"
 
 
-#: What to do when two uses of one buffer cannot share a layout.  (Only a
-#: one-instance copy decouples them: a parallel copy's output takes the
-#: tiling of its input, and the buffer's own shape may clash too, where its
-#: flat view never does.)
-_COPY_REMEDY = ("; to use the buffer both ways, give one of the calls a copy in the shape it "
-                "needs, written by a kernel of one instance (num_parallel=1) that takes the "
-                "buffer flat (`.reshape(-1)`)")
+def _copy_remedy(buffers, bid) -> str:
+    """What to do when two uses of buffer ``bid`` cannot share a layout: an
+    input's data copied in twice, one buffer per use; else a copy by a kernel
+    of one instance.  (Only that decouples them: a parallel copy's output
+    takes the tiling of its input, and the buffer's own shape may clash too,
+    where its flat view never does.)"""
+    if bid < len(buffers) and buffers[bid].source == "input":
+        return ("; to use the data both ways, copy it to the device a second time "
+                "(copy_to_device) for one of the uses")
+    return ("; to use the buffer both ways, give one of the calls a copy in the shape it "
+            "needs, written by a kernel of one instance (num_parallel=1) that takes the "
+            "buffer flat (`.reshape(-1)`)")
 
 
 def _check_binary_file(fh, mode: str) -> None:
@@ -1256,10 +1261,10 @@ class Context:
                     raise ValueError(
                         f"illegal shape operation: buffer {bid} is used as {used} and as "
                         f"{desc}; their split points {list(pts)} and {list(points)} do not "
-                        f"divide one another" + _COPY_REMEDY)
+                        f"divide one another" + _copy_remedy(self._buffers, bid))
             raise ValueError(f"illegal shape operation: buffer {bid} used as {desc} clashes "
                              f"with its layout so far (split points {list(cur)})"
-                             + _COPY_REMEDY)
+                             + _copy_remedy(self._buffers, bid))
         pending[bid] = merged
 
     def call_kernel(self, kernel, num_parallel, *inputs) -> tuple:
@@ -1452,7 +1457,8 @@ class Context:
                                  f"fixed for it (split points {list(over[bid])}{origin}"
                                  + (f", through calls {_call_list(buf.calls)}" if buf.calls
                                     else "")
-                                 + "); the call was not recorded" + _COPY_REMEDY)
+                                 + "); the call was not recorded"
+                                 + _copy_remedy(self._buffers, bid))
             if list(merged) != list(over[bid]):
                 over[bid] = merged
                 pushed.update(users(bid))
@@ -1662,7 +1668,7 @@ class Context:
                             f"illegal shape operation: buffer {bid} (used as {desc} in call "
                             f"{ci}, kernel `{ir.name}`) cannot be split at {new} to match the "
                             f"other operands; its split points are {points[bid]}"
-                            + _COPY_REMEDY)
+                            + _copy_remedy(self._buffers, bid))
                     points[bid] = merged
                     return bid
                 c *= dims[i]
