@@ -128,6 +128,23 @@ class ExtBroadcast:
     track_peak_bytes_op.unit = "bytes"
 
 
+class MarkedBaseMul:
+    """``E.mul(E.as_base(a), x)``: base words times extension elements of the
+    same shape (a sumcheck's base MLE times an extension one).  At 16
+    elements the per-call overhead, which a path of its own keeps near
+    ``E.mul``'s (README, "Small calls"); at 2**20 the broadcast kernel."""
+
+    params = ([2**4, 2**20],)
+    param_names = ["n"]
+
+    def setup(self, n):
+        self.a, self.x = E.as_base(F.random(n, seed=1)), E.random(n, seed=2)
+        E.mul(self.a, self.x)  # compile this size's kernel
+
+    def time_zorch_nb(self, n):
+        E.mul(self.a, self.x)
+
+
 class OuterProduct:
     """``G.mul(a[:, None], b[None, :])`` for a column of ``rows`` and a row of
     ``n / rows`` elements: the broadcast kernels read both in runs, so a call

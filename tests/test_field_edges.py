@@ -266,7 +266,7 @@ def test_small_call_path_matches_the_general_path(F, monkeypatch):
 def test_marked_base_operand_small_call_path(monkeypatch):
     """``E.mul(E.as_base(a), x)`` with ``a`` of ``x``'s element shape (a
     sumcheck's base MLE times an extension one) skips the general path's
-    validation and broadcast planning (17 -> 9 us for 8 elements; div
+    validation and broadcast planning (15 -> 9 us for 16 elements; div
     keeps its up-front check of the pair, not its second pass): the same
     bytes as the general path, either operand marked, for add, sub, mul and
     div; every other form reaches the general path."""

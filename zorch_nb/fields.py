@@ -1204,8 +1204,8 @@ class _FieldBase:
         and one extension operand of the same element shape, both
         C-contiguous native uint32 NumPy arrays, without ``out``, on the CPU;
         else None.  The general path reached the same kernel call through its
-        validation and broadcast planning: ``E.mul(E.as_base(a), x)`` of 8
-        elements took 17 us against 6 us for ``E.mul(x, y)``."""
+        validation and broadcast planning: ``E.mul(E.as_base(a), x)`` of 16
+        elements took 15 us against 5.6 us for ``E.mul(x, y)``; now 8.6 us."""
         if out is not None or backend is not None and backend != "cpu":
             return None
         (na, a), (nb, b) = operands.items()
