@@ -146,13 +146,12 @@ def _ensure_numba_cache_folder() -> None:
     warning naming ``NUMBA_CACHE_DIR``, which chooses the folder instead.
     """
     import numba
-    given = os.environ.get("NUMBA_CACHE_DIR")
     try:
         probe = numba.njit(cache=True)(_probe)
     except RuntimeError:  # "cannot cache function ...: no locator available"
         pass
     else:
-        _warn_if_cache_dir_passed_over(given, probe)
+        _warn_if_cache_dir_passed_over(probe)
         return
     import tempfile
     import warnings
@@ -160,6 +159,7 @@ def _ensure_numba_cache_folder() -> None:
     folder = os.path.join(tempfile.gettempdir(), f"zorch_nb-numba-cache-{uid}")
     if not _private_folder(folder):
         folder = tempfile.mkdtemp(prefix="zorch_nb-numba-cache-")
+    given = numba.config.CACHE_DIR
     numba.config.CACHE_DIR = folder
     # (Numba reads no cache it cannot write: a read-only NUMBA_CACHE_DIR shipped
     # full of entries is compiled all over again, which the warning says)
@@ -172,21 +172,28 @@ def _ensure_numba_cache_folder() -> None:
                   RuntimeWarning, stacklevel=2)
 
 
-def _warn_if_cache_dir_passed_over(given, probe) -> None:
-    """Warn where ``NUMBA_CACHE_DIR`` is set but Numba caches elsewhere: it
-    passes a folder it cannot use (a file, one it cannot write) over
-    silently for the next locator, ``__pycache__`` beside the sources --
-    inside a checkout, or in a shared install -- and only ``python -m
-    zorch_nb info`` showed it (a review)."""
+def _warn_if_cache_dir_passed_over(probe) -> None:
+    """Warn where Numba's cache folder is set (``NUMBA_CACHE_DIR``, as Numba
+    read it) but Numba caches elsewhere: it passes a folder it cannot use (a
+    file, one it cannot write) over silently for the next locator,
+    ``__pycache__`` beside the sources -- inside a checkout, or in a shared
+    install -- and only ``python -m zorch_nb info`` showed it (a review)."""
+    import numba
+    given = numba.config.CACHE_DIR  # (not the environment: Numba reads it at import)
+    locator = getattr(getattr(getattr(probe, "_cache", None), "_impl", None), "locator", None)
     path = getattr(getattr(probe, "_cache", None), "_cache_path", None)
-    if not given or not isinstance(path, str):
+    if not given or locator is None or not isinstance(path, str):
         return  # (no JIT: nothing is cached)
-    root = os.path.abspath(given)
-    if os.path.abspath(path) == root or os.path.abspath(path).startswith(root + os.sep):
-        return
+    if type(locator).__name__.lstrip("_") == "UserProvidedCacheLocator":
+        return  # the folder given is the one used
     import warnings
-    why = "is not a folder" if os.path.exists(given) and not os.path.isdir(given) else \
-        "cannot be written"
+    if os.path.exists(given) and not os.path.isdir(given):
+        why = "is not a folder"
+    elif not os.access(given if os.path.isdir(given) else os.path.dirname(
+            os.path.abspath(given)) or ".", os.W_OK | os.X_OK):
+        why = "cannot be written"
+    else:
+        why = "could not be used"
     warnings.warn(f"NUMBA_CACHE_DIR={given} {why}, so Numba passed it over: zorch_nb's "
                   f"kernels are cached in {path} instead", RuntimeWarning, stacklevel=3)
 

@@ -128,6 +128,44 @@ def test_a_planted_cache_folder_is_not_used(tmp_path, planted):
     assert os.stat(folder).st_mode & 0o777 == 0o700
 
 
+@pytest.mark.skipif(not _JIT, reason="nothing is cached")
+def test_the_passed_over_check_asks_numba_which_locator_it_took(tmp_path, monkeypatch):
+    """Numba's own choice decides, not a path comparison: a NUMBA_CACHE_DIR
+    above the sources (``/work`` for ``/work/main/kernels/__pycache__``) that
+    Numba passed over looked used, and a folder set in the environment after
+    Numba's import (which Numba never read) was reported as one it cannot
+    write (a review)."""
+    import types
+    import warnings
+
+    import numba
+    from numba.core import caching
+
+    from zorch_nb import kernels
+    in_tree = getattr(caching, "InTreeCacheLocator", None) or caching._InTreeCacheLocator
+    user = getattr(caching, "UserProvidedCacheLocator", None) or \
+        caching._UserProvidedCacheLocator
+    inside = str(tmp_path / "src" / "__pycache__")
+
+    def probe(locator_class):
+        locator = object.__new__(locator_class)
+        return types.SimpleNamespace(_cache=types.SimpleNamespace(
+            _impl=types.SimpleNamespace(locator=locator), _cache_path=inside))
+
+    def warned(cache_dir, locator_class):
+        monkeypatch.setattr(numba.config, "CACHE_DIR", cache_dir)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            kernels._warn_if_cache_dir_passed_over(probe(locator_class))
+        return [str(w.message) for w in caught]
+
+    (message,) = warned(str(tmp_path), in_tree)  # an ancestor of the folder used
+    assert message == (f"NUMBA_CACHE_DIR={tmp_path} could not be used, so Numba passed it "
+                       f"over: zorch_nb's kernels are cached in {inside} instead")
+    assert warned(str(tmp_path), user) == []  # the folder given, used
+    assert warned("", in_tree) == []  # none given (or given after Numba's import)
+
+
 _FOLDER = textwrap.dedent("""
     import os
     import zorch_nb.kernels as k

@@ -1309,7 +1309,8 @@ def test_two_transposed_regroupings_name_their_steps_and_the_remedy_works():
     with pytest.raises(ValueError, match=re.escape(
             "buffer 0 is used as [12, 2] (`.transpose(2, 0, 1).reshape(12, 2)` of its [2, 3, 4]) "
             "and as [12, 2] (`.transpose(2, 1, 0).reshape(12, 2)` of its [2, 3, 4]);")
-            + r".*copy it to the device a second time \(copy_to_device\)"):
+            + r".*copy it to the device a second time \(copy_to_device: one more input "
+              r"of the graph\)"):
         ctx.call_kernel(pair_sum, 12, views(a)[1])
     a2 = ctx.copy_to_device(vals)
     (second,) = ctx.call_kernel(pair_sum, 12, views(a2)[1])

@@ -465,7 +465,7 @@ def _copy_remedy(buffers, bid) -> str:
     where its flat view never does.)"""
     if bid < len(buffers) and buffers[bid].source == "input":
         return ("; to use the data both ways, copy it to the device a second time "
-                "(copy_to_device) for one of the uses")
+                "(copy_to_device: one more input of the graph) for one of the uses")
     return ("; to use the buffer both ways, give one of the calls a copy in the shape it "
             "needs, written by a kernel of one instance (num_parallel=1) that takes the "
             "buffer flat (`.reshape(-1)`)")
