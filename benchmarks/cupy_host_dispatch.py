@@ -1,5 +1,5 @@
-"""Host-side cost of small transitions and of whole pyramids on real CuPy
-arrays, without a GPU.
+"""Host-side cost of small transitions, of whole pyramids and of small field
+products on real CuPy arrays, without a GPU.
 
 The dispatch target (one transition at L = 2**10 under 15 us on the CuPy
 path) is mostly host time: CuPy's array metadata, allocations and views, our
@@ -121,6 +121,34 @@ def measure():
                 lambda ins=ins, outs=outs: gkr_cupy.fold_dense(*ins, *outs, f)),
         }
     rows.update(_pyramids(f))
+    rows.update(_field_calls())
+    return rows
+
+
+def _field_calls(n=16):
+    """Small field products: ``E.mul`` of extension elements, of ``as_base``
+    marked base words and extension elements (its own small-call path, and
+    the general path it replaced, in the same process), and ``F.mul``."""
+    from zorch_nb import KoalaBear as F
+    from zorch_nb import fields
+    from zorch_nb.kernels import field_cupy
+    E = F.ext
+    field_cupy._kernel = lambda *key: _NoLaunch()  # memoized kernel lookup -> no-op
+    cupy.asarray = _asarray_without_driver
+    a, x, y = (cupy.empty(s, np.uint32) for s in ((n,), (n, 4), (n, 4)))
+    mark = E.as_base(a)
+    marked_path = fields._FieldBase._map_marked
+    try:
+        rows = {f"F.mul, {n} elements": {"us_per_call": _best_us(lambda: F.mul(a, a))},
+                f"E.mul, {n} elements": {"us_per_call": _best_us(lambda: E.mul(x, y))},
+                f"E.mul(E.as_base(a), x), {n} elements": {
+                    "us_per_call": _best_us(lambda: E.mul(mark, x))}}
+        fields._FieldBase._map_marked = lambda *args: None
+        rows[f"E.mul(E.as_base(a), x), {n} elements"]["general_path_us"] = _best_us(
+            lambda: E.mul(mark, x))
+    finally:
+        fields._FieldBase._map_marked = marked_path
+        cupy.asarray = _CUPY_ASARRAY
     return rows
 
 
@@ -159,10 +187,10 @@ def main(argv=None):
     ap.add_argument("--json", help="also write the report here")
     args = ap.parse_args(argv)
     report = {
-        "what": "host time of one small transition and of whole pyramids on real CuPy "
-                "arrays; launches are no-ops and memory is fake, so the GPU launches "
-                "(~6 us each) are not included, nor the jagged pyramid's H2D copy of its "
-                "packed counts",
+        "what": "host time of one small transition, of whole pyramids and of small field "
+                "products on real CuPy arrays; launches are no-ops and memory is fake, so "
+                "the GPU launches (~6 us each) are not included, nor the jagged pyramid's "
+                "H2D copy of its packed counts",
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "machine": f"{platform.node()} {platform.processor() or platform.machine()}",
         "python": platform.python_version(),

@@ -419,6 +419,38 @@ def test_small_call_path_declines_every_out_it_cannot_write_in_place(F):
 
 
 @pytest.mark.gpu
+def test_marked_base_operand_small_call_path_on_cupy_arrays(monkeypatch):
+    """CuPy operands take the marked path too (backend None or "cupy"): the
+    host's bytes; another backend, mixed modules and strided words go to the
+    general path."""
+    import cupy
+    E = K.ext
+    calls = []
+    prepare = fields._FieldBase._prepare
+    monkeypatch.setattr(fields._FieldBase, "_prepare", lambda self, *args:
+                        calls.append(1) or prepare(self, *args))
+    a, x = K.random((3, 5), seed=1), E.random((3, 5), seed=2)
+    a[0, 0] = 2**32 - 1  # a word >= p, read mod p as everywhere
+    da, dx = cupy.asarray(a), cupy.asarray(x)
+    for op in ("add", "sub", "mul"):
+        for args, host in (((E.as_base(da), dx), (E.as_base(a), x)),
+                           ((dx, E.as_base(da)), (x, E.as_base(a)))):
+            for backend in (None, "cupy"):
+                got = getattr(E, op)(*args, backend=backend)
+                assert isinstance(got, cupy.ndarray) and got.shape == (3, 5, 4)
+                np.testing.assert_array_equal(got.get(), getattr(E, op)(*host))
+    assert calls == []  # every call above took the marked path
+    for args in ((E.as_base(da[:, ::2]), dx[:, ::2]),  # strided
+                 (E.as_base(a), dx)):                  # host words beside device ones
+        calls.clear()
+        try:
+            E.mul(*args)
+        except (TypeError, ValueError):
+            pass  # (mixed modules: the general path's named error)
+        assert calls == [1]
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("F", [K, K.ext], ids=["base", "ext"])
 def test_small_call_path_on_cupy_arrays(F, monkeypatch):
     """CuPy operands take the plain path too (backend None or "cupy"): the

@@ -116,6 +116,21 @@ class BaseOperand:
         return f"BaseOperand({of}shape={tuple(getattr(self.words, 'shape', ()))})"
 
 
+def _plain_module(kind, backend):
+    """``(xp, backend)`` of the small-call paths for operands of array type
+    ``kind`` -- NumPy on the CPU backend, CuPy on the CuPy one -- or ``(None,
+    None)`` where the general path must decide (another type or backend; the
+    caller checks that ``backend``, if given, is a str)."""
+    if kind is np.ndarray:
+        return (np, "cpu") if backend is None or backend == "cpu" else (None, None)
+    # the operand's own module first: a cupy still being imported by another
+    # thread sits in sys.modules without its ndarray yet
+    if not kind.__module__.startswith("cupy") or backend is not None and backend != "cupy":
+        return None, None
+    xp = sys.modules.get("cupy")
+    return (xp, "cupy") if kind is getattr(xp, "ndarray", None) else (None, None)
+
+
 def _stale_field_hint(obj) -> str:
     """The end of a "must be a PrimeField" message for a field object of
     another import of this module (after ``importlib.reload`` or IPython's
@@ -1152,20 +1167,9 @@ class _FieldBase:
         xs = tuple(operands.values())
         a = xs[0]
         kind = type(a)
-        if kind is np.ndarray:
-            if backend is not None and backend != "cpu":
-                return None
-            xp, backend = np, "cpu"
-        else:
-            # the operand's own module first: a cupy still being imported by
-            # another thread sits in sys.modules without its ndarray yet
-            if not kind.__module__.startswith("cupy") or backend is not None and \
-                    backend != "cupy":
-                return None
-            xp = sys.modules.get("cupy")
-            if kind is not getattr(xp, "ndarray", None):
-                return None
-            backend = "cupy"
+        xp, backend = _plain_module(kind, backend)
+        if xp is None:
+            return None
         if a.dtype is not _U32 or not a.flags.c_contiguous or not a.size:
             return None
         shape = a.shape
@@ -1202,12 +1206,13 @@ class _FieldBase:
     def _map_marked(self, op, operands, backend, out):
         """The result of an extension ``op`` of one ``as_base`` marked operand
         and one extension operand of the same element shape, both
-        C-contiguous native uint32 NumPy arrays, without ``out``, on the CPU;
-        else None.  The general path reached the same kernel call through its
-        validation and broadcast planning: ``E.mul(E.as_base(a), x)`` of 16
-        elements took 15 us against 5.6 us for ``E.mul(x, y)``; now 8.6 us."""
-        if out is not None or backend is not None and (type(backend) is not str
-                                                       or backend != "cpu"):
+        C-contiguous native uint32 arrays of one module -- NumPy on the CPU
+        backend, CuPy on the CuPy one and its current device -- without
+        ``out``; else None.  The general path reached the same kernel call
+        through its validation and broadcast planning: ``E.mul(E.as_base(a),
+        x)`` of 16 elements took 15 us on the CPU against 5.6 us for
+        ``E.mul(x, y)``; now 8.6 us."""
+        if out is not None or backend is not None and type(backend) is not str:
             return None  # (the general path says what `backend` must be)
         (na, a), (nb, b) = operands.items()
         ma, mb = type(a) is BaseOperand, type(b) is BaseOperand
@@ -1217,15 +1222,23 @@ class _FieldBase:
         w = mark.words
         if mark.field is not None and getattr(mark.field, "params", None) != self.params:
             return None  # (the general path names the fields)
-        if type(w) is not np.ndarray or type(x) is not np.ndarray or w.dtype is not _U32 \
-                or x.dtype is not _U32 or not w.size or x.shape != w.shape + (4,) \
-                or not w.flags.c_contiguous or not x.flags.c_contiguous:
+        kind = type(x)
+        xp, backend = _plain_module(kind, backend)
+        if xp is None:
             return None
-        result = np.empty(x.shape, np.uint32)
+        if type(w) is not kind or w.dtype is not _U32 or x.dtype is not _U32 or not w.size \
+                or x.shape != w.shape + (4,) or not w.flags.c_contiguous \
+                or not x.flags.c_contiguous:
+            return None
+        if xp is not np:
+            dev = _backend._cupy_device(x)
+            if dev != _backend.current_device() or _backend._cupy_device(w) != dev:
+                return None
+        result = xp.empty(x.shape, np.uint32)
         da, db = (1, 4) if ma else (4, 1)
         a, b = (w, x) if ma else (x, w)
         self._bcast_call(op, 1, da, 1, db, w.size)(
-            _backend.kernels_for("cpu", "field"), a.reshape(-1), b.reshape(-1), result)
+            _backend.kernels_for(backend, "field"), a.reshape(-1), b.reshape(-1), result)
         return result
 
     def _map(self, op, out, backend, **operands):
