@@ -269,7 +269,8 @@ def test_marked_base_operand_small_call_path(monkeypatch):
     validation and broadcast planning (15 -> 9 us for 16 elements; div
     keeps its up-front check of the pair, not its second pass): the same
     bytes as the general path, either operand marked, for add, sub, mul and
-    div; every other form reaches the general path."""
+    div, and with ``out`` (17 -> 9 us) where it is fresh or exactly the
+    extension operand; every other form reaches the general path."""
     E = K.ext
     general_calls = []
     prepare = fields._FieldBase._prepare
@@ -321,9 +322,36 @@ def test_marked_base_operand_small_call_path(monkeypatch):
         except ValueError:
             assert args[0].field is BabyBear
         assert general_calls == [1]
-    general_calls.clear()
-    E.mul(E.as_base(a), x, out=np.empty((6, 4), np.uint32))  # out: the general path
-    assert general_calls == [1]
+    # out: a fresh array or exactly the extension operand's words take the path
+    # (the kernel contract); one overlapping the base words or part of the
+    # extension operand, or read-only, the general path (a temporary, or its error)
+    for op in ("add", "sub", "mul"):
+        want = general(op, E.as_base(a), x)
+        general_calls.clear()
+        o = np.empty((6, 4), np.uint32)
+        assert getattr(E, op)(E.as_base(a), x, out=o) is o
+        y = x.copy()
+        assert getattr(E, op)(y, E.as_base(a), out=y) is y
+        assert general_calls == []
+        np.testing.assert_array_equal(o, want)
+        np.testing.assert_array_equal(y, general(op, x, E.as_base(a)))
+        big = np.zeros(30, np.uint32)
+        words, ext = big[:6], big[:24].reshape(6, 4)  # out over the base words
+        words[:] = a
+        want_ext = general(op, E.as_base(a), ext.copy())
+        z = np.concatenate([x.reshape(-1), x.reshape(-1)[:4]])  # out: x shifted by one
+        shifted = z[4:].reshape(6, 4)
+        want_shifted = general(op, E.as_base(a), z[:24].reshape(6, 4))
+        general_calls.clear()
+        assert getattr(E, op)(E.as_base(words), ext.copy(), out=ext) is ext
+        assert getattr(E, op)(E.as_base(a), z[:24].reshape(6, 4), out=shifted) is shifted
+        assert general_calls == [1, 1]
+        np.testing.assert_array_equal(ext, want_ext)
+        np.testing.assert_array_equal(shifted, want_shifted)
+    ro = np.empty((6, 4), np.uint32)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        E.mul(E.as_base(a), x, out=ro)
 
 
 @pytest.mark.parametrize("F", [K, K.ext], ids=["base", "ext"])
@@ -420,9 +448,9 @@ def test_small_call_path_declines_every_out_it_cannot_write_in_place(F):
 
 @pytest.mark.gpu
 def test_marked_base_operand_small_call_path_on_cupy_arrays(monkeypatch):
-    """CuPy operands take the marked path too (backend None or "cupy"): the
-    host's bytes; another backend, mixed modules and strided words go to the
-    general path."""
+    """CuPy operands take the marked path too (backend None or "cupy", with
+    and without ``out``): the host's bytes; mixed modules and strided words
+    go to the general path."""
     import cupy
     E = K.ext
     calls = []
@@ -439,6 +467,9 @@ def test_marked_base_operand_small_call_path_on_cupy_arrays(monkeypatch):
                 got = getattr(E, op)(*args, backend=backend)
                 assert isinstance(got, cupy.ndarray) and got.shape == (3, 5, 4)
                 np.testing.assert_array_equal(got.get(), getattr(E, op)(*host))
+        o = cupy.empty_like(dx)
+        assert getattr(E, op)(E.as_base(da), dx, out=o) is o
+        np.testing.assert_array_equal(o.get(), getattr(E, op)(E.as_base(a), x))
     assert calls == []  # every call above took the marked path
     for args in ((E.as_base(da[:, ::2]), dx[:, ::2]),  # strided
                  (E.as_base(a), dx)):                  # host words beside device ones

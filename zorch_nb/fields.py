@@ -1211,8 +1211,11 @@ class _FieldBase:
         ``out``; else None.  The general path reached the same kernel call
         through its validation and broadcast planning: ``E.mul(E.as_base(a),
         x)`` of 16 elements took 15 us on the CPU against 5.6 us for
-        ``E.mul(x, y)``; now 8.6 us."""
-        if out is not None or backend is not None and type(backend) is not str:
+        ``E.mul(x, y)``; now 8.6 us.  An ``out`` (if any) of the same kind,
+        shape and device, writeable, sharing no words with the marked words
+        and none with the extension operand or exactly its words (the kernel
+        contract), as in :meth:`_map_plain`; else the general path."""
+        if backend is not None and type(backend) is not str:
             return None  # (the general path says what `backend` must be)
         (na, a), (nb, b) = operands.items()
         ma, mb = type(a) is BaseOperand, type(b) is BaseOperand
@@ -1234,7 +1237,16 @@ class _FieldBase:
             dev = _backend._cupy_device(x)
             if dev != _backend.current_device() or _backend._cupy_device(w) != dev:
                 return None
-        result = xp.empty(x.shape, np.uint32)
+        if out is None:
+            result = xp.empty(x.shape, np.uint32)
+        elif type(out) is not kind or out.dtype is not _U32 or out.shape != x.shape or \
+                not out.flags.c_contiguous or not getattr(out.flags, "writeable", True) or \
+                xp is not np and _backend._cupy_device(out) != dev or \
+                xp.may_share_memory(out, w) or \
+                xp.may_share_memory(out, x) and not _same_words(out, x, (x,)):
+            return None  # (the general path says what is wrong, or copies)
+        else:
+            result = out
         da, db = (1, 4) if ma else (4, 1)
         a, b = (w, x) if ma else (x, w)
         self._bcast_call(op, 1, da, 1, db, w.size)(
