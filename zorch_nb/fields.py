@@ -1701,12 +1701,18 @@ class _FieldBase:
 
         # point[j] as its 1 or 4 words, read by the fold kernels in place
         coords = [xp.ascontiguousarray(point[j]).reshape(-1) for j in range(nv)]
+        kernels = _backend.kernels_for(backend, "field") if backend == "cpu" else None
 
         def fold(v, r, out):
             # out[k] = v[2k] + r (v[2k+1] - v[2k]): the fused kernel (the words
             # of add(lo, mul(r, sub(hi, lo)))); out shares no memory with v
-            call = self._fold_call(v.ndim == 1, r.size)
-            return self._run(backend, kind, call, [xp.ascontiguousarray(v), r], out)
+            v = xp.ascontiguousarray(v)
+            if backend == "cpu":  # (checked above, our buffers: the launcher's checks
+                # cost more than a small fold)
+                kernels.mle_fold_trusted(deg, v, 1 if v.ndim == 1 else 4, r, r.size, out,
+                                         self.params)
+                return out
+            return self._run(backend, kind, self._fold_call(v.ndim == 1, r.size), [v, r], out)
 
         # The first `s` folds, chunk by chunk, from `values` into `buf` (the
         # ones between through scratch).
@@ -1932,7 +1938,7 @@ class _FieldBase:
         self._mle_point(point, "eq_table")
         nv = point.shape[0]
         nbytes = 4 * self.degree << nv
-        if out is None and nbytes > np.iinfo(np.intp).max:
+        if out is None and nbytes > _INTP_MAX:
             # (NumPy's own refusal names no argument: "array is too big")
             raise ValueError(f"Argument `point` has nv = {nv} coordinates: its table of "
                              f"2**{nv} elements ({nbytes} bytes) is larger than any array "
@@ -1957,9 +1963,16 @@ class _FieldBase:
                       for j in range(nv)]
             kernels = _backend.kernels_for(backend, "field")
             f = self.params
-            split = (lambda a, r, hi: kernels.base_eq_split(a, r, a, hi, f)) \
-                if self.degree == 1 else \
-                (lambda a, r, hi: kernels.ext4_eq_split(a, r, r.size, a, hi, f))
+            if backend == "cpu" and work.flags.c_contiguous:
+                # the table is ours and the point checked: the launchers'
+                # checks cost more than a small doubling
+                deg = self.degree
+                split = (lambda a, r, hi: kernels.eq_split_trusted(
+                    deg, a.reshape(-1), r, r.size, a.reshape(-1), hi.reshape(-1), f))
+            elif self.degree == 1:
+                split = (lambda a, r, hi: kernels.base_eq_split(a, r, a, hi, f))
+            else:
+                split = (lambda a, r, hi: kernels.ext4_eq_split(a, r, r.size, a, hi, f))
             work[0] = mod.asarray(self.one)
             m = 1
             for j in range(nv):  # T[:m], T[m:2m] = T[:m] (1 - r_j), T[:m] r_j: in place
@@ -2249,6 +2262,10 @@ class ExtensionField(_FieldBase):
         object.__setattr__(self, "base", base)
         object.__setattr__(self, "name", base.name + ".ext")
         object.__setattr__(self, "params", base.params)
+        # the words of `one`, over immutable bytes: no view of them can be made
+        # writeable (a new array per call cost ~1.5 us)
+        words = np.array([base.params.r_mod_p, 0, 0, 0], dtype=np.uint32).tobytes()
+        object.__setattr__(self, "_one", np.frombuffer(words, dtype=np.uint32))
 
     def from_base(self, a):
         """Embed base-field words ``a`` (any shape ``S``) as ``(a, 0, 0, 0)``, shape ``S + (4,)``.
@@ -2329,9 +2346,7 @@ class ExtensionField(_FieldBase):
     @property
     def one(self):
         """The element 1, ``(R, 0, 0, 0)``: a read-only ``(4,)`` uint32 array."""
-        one = np.array([self.params.r_mod_p, 0, 0, 0], dtype=np.uint32)
-        one.flags.writeable = False
-        return one
+        return self._one.view()  # (a view each: reshaping one in place stays local)
 
     def __reduce__(self):
         return (getattr, (self.base, "ext"))
