@@ -1207,11 +1207,11 @@ class _FieldBase:
         """The result of an extension ``op`` of one ``as_base`` marked operand
         and one extension operand of the same element shape, both
         C-contiguous native uint32 arrays of one module -- NumPy on the CPU
-        backend, CuPy on the CuPy one and its current device -- without
-        ``out``; else None.  The general path reached the same kernel call
-        through its validation and broadcast planning: ``E.mul(E.as_base(a),
-        x)`` of 16 elements took 15 us on the CPU against 5.6 us for
-        ``E.mul(x, y)``; now 8.6 us.  An ``out`` (if any) of the same kind,
+        backend, CuPy on the CuPy one and its current device; else None.
+        The general path reached the same kernel call through its validation
+        and broadcast planning: ``E.mul(E.as_base(a), x)`` of 16 elements
+        took 15 us on the CPU against 5.6 us for ``E.mul(x, y)``; now 8.6
+        us.  An ``out`` (if any) of the same kind,
         shape and device, writeable, sharing no words with the marked words
         and none with the extension operand or exactly its words (the kernel
         contract), as in :meth:`_map_plain`; else the general path."""
