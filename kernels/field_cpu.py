@@ -977,8 +977,8 @@ def base_mle_fold(v, r, out, f):
     variable of the values ``v`` ``(2 n,)`` bound to the one element ``r``
     ``(1,)``; ``out`` ``(n,)`` shares memory with neither (words read mod p,
     results canonical: those of ``add(lo, mul(r, sub(hi, lo)))``)."""
-    n, _, _ = check_mle_fold("field_cpu.base_mle_fold", f, v, 1, r, 1, out, 1)
-    _mle_fold(0, n, v, r, 1, out, f, n)
+    check_mle_fold("field_cpu.base_mle_fold", f, v, 1, r, 1, out, 1)
+    mle_fold_trusted(1, v, 1, r, 1, out, f)
 
 
 def ext4_mle_fold(v, v_deg, r, r_deg, out, f):
@@ -991,10 +991,9 @@ def ext4_mle_fold(v, v_deg, r, r_deg, out, f):
     extension's ``add(lo, mul(r, sub(hi, lo)))`` on the embeddings; a base
     side takes 4 products per element instead of an extension product's 16.
     """
-    n, v_deg, r_deg = check_mle_fold("field_cpu.ext4_mle_fold", f, v, v_deg, r, r_deg, out,
+    _, v_deg, r_deg = check_mle_fold("field_cpu.ext4_mle_fold", f, v, v_deg, r, r_deg, out,
                                      4)
-    form = 1 if v_deg == 1 else 2 if r_deg == 1 else 3
-    _mle_fold(form, n, v.reshape(-1), r.reshape(-1), r_deg, out.reshape(-1), f, None)
+    mle_fold_trusted(4, v, v_deg, r, r_deg, out, f)
 
 
 def mle_fold_trusted(degree, v, v_deg, r, r_deg, out, f):
@@ -1002,7 +1001,8 @@ def mle_fold_trusted(degree, v, v_deg, r, r_deg, out, f):
     without their checks: the object layer's ``mle_eval``, whose folds run
     on arrays it made or checked (C-contiguous, ``out`` sharing nothing with
     ``v``), so only the fold runs -- the checks cost more than a small fold
-    (``E.mle_eval`` of 16 extension values: 40 -> 28 us)."""
+    (``E.mle_eval`` of 16 extension values: 40 -> 28 us).  The launchers run
+    it after their checks."""
     if degree == 1:
         _mle_fold(0, out.shape[0], v, r, 1, out, f, out.shape[0])
     else:
@@ -1022,8 +1022,8 @@ def base_eq_split(a, r, lo, hi, f):
     ``(n,)``.  ``lo`` may be ``a`` itself (the table doubles in place:
     ``lo = T[:m]``, ``hi = T[m:2m]``); ``hi`` shares memory with nothing.
     The words of ``mul`` then ``sub``."""
-    n, _ = check_eq_split("field_cpu.base_eq_split", f, a, r, 1, lo, hi, 1)
-    _eq_split(0, n, a, r, 1, lo, hi, f, n)
+    check_eq_split("field_cpu.base_eq_split", f, a, r, 1, lo, hi, 1)
+    eq_split_trusted(1, a, r, 1, lo, hi, f)
 
 
 def ext4_eq_split(a, r, r_deg, lo, hi, f):
@@ -1031,9 +1031,8 @@ def ext4_eq_split(a, r, r_deg, lo, hi, f):
     ``hi`` ``(n, 4)`` or flat ``(4 n,)``; ``r`` one element of ``r_deg``
     words (``(4,)``, ``(1, 4)``, or base ``(1,)``: 4 products per entry
     instead of an extension product's 16)."""
-    n, r_deg = check_eq_split("field_cpu.ext4_eq_split", f, a, r, r_deg, lo, hi, 4)
-    _eq_split(1 if r_deg == 1 else 2, n, a.reshape(-1), r.reshape(-1), r_deg,
-              lo.reshape(-1), hi.reshape(-1), f, None)
+    _, r_deg = check_eq_split("field_cpu.ext4_eq_split", f, a, r, r_deg, lo, hi, 4)
+    eq_split_trusted(4, a, r, r_deg, lo, hi, f)
 
 
 def eq_split_trusted(degree, a, r, r_deg, lo, hi, f):
@@ -1041,12 +1040,13 @@ def eq_split_trusted(degree, a, r, r_deg, lo, hi, f):
     without their checks: the object layer's ``eq_table``, which built the
     table (C-contiguous, ``hi`` disjoint from the rest) and checked the
     point, so only the doubling runs -- the checks cost more than a small
-    doubling (``E.eq_table`` of 4 extension coordinates: 38 -> 24 us).  ``a``,
-    ``lo``, ``hi`` and ``r`` flat uint32, ``r`` ``r_deg`` words."""
+    doubling (``E.eq_table`` of 4 extension coordinates: 38 -> 24 us).  The
+    launchers run it after their checks; ``r`` holds ``r_deg`` words."""
     if degree == 1:
         _eq_split(0, a.shape[0], a, r, 1, lo, hi, f, a.shape[0])
     else:
-        _eq_split(1 if r_deg == 1 else 2, a.shape[0] // 4, a, r, r_deg, lo, hi, f, None)
+        _eq_split(1 if r_deg == 1 else 2, a.size // 4, a.reshape(-1), r.reshape(-1), r_deg,
+                  lo.reshape(-1), hi.reshape(-1), f, None)
 
 
 def _eq_split(form, n, a, r, r_deg, lo, hi, f, words):

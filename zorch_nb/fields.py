@@ -1211,10 +1211,10 @@ class _FieldBase:
         The general path reached the same kernel call through its validation
         and broadcast planning: ``E.mul(E.as_base(a), x)`` of 16 elements
         took 15 us on the CPU against 5.6 us for ``E.mul(x, y)``; now 8.6
-        us.  An ``out`` (if any) of the same kind,
-        shape and device, writeable, sharing no words with the marked words
-        and none with the extension operand or exactly its words (the kernel
-        contract), as in :meth:`_map_plain`; else the general path."""
+        us.  An ``out`` (if any) of the same kind, shape and device,
+        writeable, sharing no words with the marked words and none with the
+        extension operand or exactly its words (the kernel contract), as in
+        :meth:`_map_plain`; else the general path."""
         if backend is not None and type(backend) is not str:
             return None  # (the general path says what `backend` must be)
         (na, a), (nb, b) = operands.items()
@@ -1967,8 +1967,7 @@ class _FieldBase:
                 # the table is ours and the point checked: the launchers'
                 # checks cost more than a small doubling
                 deg = self.degree
-                split = (lambda a, r, hi: kernels.eq_split_trusted(
-                    deg, a.reshape(-1), r, r.size, a.reshape(-1), hi.reshape(-1), f))
+                split = (lambda a, r, hi: kernels.eq_split_trusted(deg, a, r, r.size, a, hi, f))
             elif self.degree == 1:
                 split = (lambda a, r, hi: kernels.base_eq_split(a, r, a, hi, f))
             else:
