@@ -7,8 +7,9 @@ NumPy arrays (which Numba copies in and out: a device allocation of their
 size per call, unlike the other two), in the forms and under the checks of
 :mod:`.field_cpu`'s launchers (:mod:`.launch_checks`): base ``(n,)``,
 extension ``(n, 4)`` or flat ``(4 n,)``.  Device arrays must live on the
-device the launch runs on (Numba's current context); unlike the CuPy
-launchers these do not check it (the object layer does, for CuPy arrays).
+device the launch runs on (Numba's current context, which is CuPy's current
+device): a CuPy array of another device is refused, as by the CuPy
+launchers; a Numba device array's device is not checked.
 Importing this module requires numba-cuda (or ``NUMBA_ENABLE_CUDASIM=1``).
 
 Every kernel is compiled with :data:`cached_kernel` (``cuda.jit(cache=True)``):
@@ -25,9 +26,10 @@ from numba import cuda
 
 from .field_params import kernel_words
 from .jit import keyed_on_sources
-from .launch_checks import (BINARY, IN_PLACE_UNARY, UNARY, check_bcast, check_decode,
-                            check_encode, check_first_zero, check_map, check_eq_split,
-                            check_mle_fold, check_pow)
+from .launch_checks import (BINARY, IN_PLACE_UNARY, UNARY, check_bcast,
+                            check_current_device, check_decode, check_encode,
+                            check_first_zero, check_map, check_eq_split, check_mle_fold,
+                            check_pow)
 from .launch_config import GPU_INV_BATCH_BASE, GPU_INV_BATCH_EXT, block_for, grid_for
 from .monty import base_map1 as _base1
 from .monty import base_map2 as _base2
@@ -427,6 +429,12 @@ def copy_back(outs, d_outs, stream):
 # copy back).  An empty call launches nothing.
 
 
+def _on_current_device(where, **named):
+    # a CuPy array of another device than the current one, where the launch
+    # runs, would be an illegal address there (launch_checks)
+    check_current_device(where, named.items())
+
+
 def _pairs(x, n):
     return x if x.ndim == 2 else x.reshape(n, 4)
 
@@ -439,6 +447,7 @@ def encode(v, out, reduce, f):
     """Same contract as :func:`.field_cpu.encode`: one pass on the device,
     whose first out-of-range index is read back (the call synchronizes)."""
     n = check_encode("field_cuda_numba.encode", f, v, out, reduce)
+    _on_current_device("field_cuda_numba.encode", v=v, out=out)
     if n == 0:
         return -1
     p, mu, _, _ = kernel_words(f)
@@ -451,6 +460,7 @@ def decode(w, out, f):
     """Same contract as :func:`.field_cpu.decode`: one pass on the device,
     whose flag is read back (the call synchronizes)."""
     n = check_decode("field_cuda_numba.decode", f, w, out)
+    _on_current_device("field_cuda_numba.decode", w=w, out=out)
     if n == 0:
         return True
     p, mu, _, _ = kernel_words(f)
@@ -462,6 +472,7 @@ def decode(w, out, f):
 def base_map1(op, a, out, f):
     """Same contract as :func:`.field_cpu.base_map1` (NEG, SQUARE, INV)."""
     n = check_map("field_cuda_numba.base_map1", f, op, UNARY, IN_PLACE_UNARY, 1, out, a)
+    _on_current_device("field_cuda_numba.base_map1", a=a, out=out)
     if n and op == OP_INV:  # Montgomery's trick per thread
         _base_inv(a, out, n, f)
     elif n:
@@ -477,6 +488,7 @@ def _base_inv(a, out, n, f):
 def base_map2(op, a, b, out, f):
     """Same contract as :func:`.field_cpu.base_map2` (ADD, SUB, MUL)."""
     n = check_map("field_cuda_numba.base_map2", f, op, BINARY, BINARY, 1, out, a, b)
+    _on_current_device("field_cuda_numba.base_map2", a=a, b=b, out=out)
     if n:
         p, mu, _, _ = kernel_words(f)
         launch(_base_map2_kernel, n, (np.int64(op), a, b, p, mu), out)
@@ -485,6 +497,7 @@ def base_map2(op, a, b, out, f):
 def ext4_map1(op, a, out, f):
     """Same contract as :func:`.field_cpu.ext4_map1` (NEG, SQUARE, INV)."""
     n = check_map("field_cuda_numba.ext4_map1", f, op, UNARY, IN_PLACE_UNARY, 4, out, a)
+    _on_current_device("field_cuda_numba.ext4_map1", a=a, out=out)
     if n:
         p, mu, wm, one = kernel_words(f)
         if op == OP_INV:  # Montgomery's trick per thread, over the norms
@@ -498,6 +511,7 @@ def ext4_map1(op, a, out, f):
 def ext4_map2(op, a, b, out, f):
     """Same contract as :func:`.field_cpu.ext4_map2` (ADD, SUB, MUL)."""
     n = check_map("field_cuda_numba.ext4_map2", f, op, BINARY, BINARY, 4, out, a, b)
+    _on_current_device("field_cuda_numba.ext4_map2", a=a, b=b, out=out)
     if n:
         p, mu, wm, _ = kernel_words(f)
         launch(_ext4_map2_kernel, n,
@@ -509,6 +523,7 @@ def base_map2_bcast(op, a, a_step, b, b_step, out, f, run=0, a_row=0, b_row=0):
     n, _, run, a_step, b_step, a_row, b_row = check_bcast(
         "field_cuda_numba.base_map2_bcast", f, op, a, a_step, 1, b, b_step, 1, out, 1, run,
         a_row, b_row)
+    _on_current_device("field_cuda_numba.base_map2_bcast", a=a, b=b, out=out)
     if n:
         p, mu, _, _ = kernel_words(f)
         launch(_base_map2_bcast_kernel, n,
@@ -521,6 +536,7 @@ def ext4_map2_bcast(op, a, a_step, a_deg, b, b_step, b_deg, out, f, run=0, a_row
     n, _, run, a_step, b_step, a_row, b_row = check_bcast(
         "field_cuda_numba.ext4_map2_bcast", f, op, a, a_step, a_deg, b, b_step, b_deg, out, 4,
         run, a_row, b_row)
+    _on_current_device("field_cuda_numba.ext4_map2_bcast", a=a, b=b, out=out)
     if n:
         p, mu, wm, _ = kernel_words(f)
         launch(_ext4_map2_bcast_kernel, n,
@@ -533,6 +549,7 @@ def base_pow(a, e_hi, e_lo, nbits, out, f):
     """Same contract as :func:`.field_cpu.base_pow`."""
     n, (e_hi, e_lo, nbits) = check_pow("field_cuda_numba.base_pow", f, 1, a, e_hi, e_lo, nbits,
                                        out)
+    _on_current_device("field_cuda_numba.base_pow", a=a, out=out)
     if n:
         p, mu, _, one = kernel_words(f)
         launch(_base_pow_kernel, n, (a, e_hi, e_lo, nbits, p, mu, one), out)
@@ -542,6 +559,7 @@ def ext4_pow(a, e_hi, e_lo, nbits, out, f):
     """Same contract as :func:`.field_cpu.ext4_pow`."""
     n, (e_hi, e_lo, nbits) = check_pow("field_cuda_numba.ext4_pow", f, 4, a, e_hi, e_lo, nbits,
                                        out)
+    _on_current_device("field_cuda_numba.ext4_pow", a=a, out=out)
     if n:
         p, mu, wm, one = kernel_words(f)
         launch(_ext4_pow_kernel, n, (_pairs(a, n), e_hi, e_lo, nbits, p, mu, wm, one),
@@ -552,6 +570,7 @@ def base_batch_inv(a, out, f):
     """Same contract as :func:`.field_cpu.base_batch_inv` (the kernel of
     :func:`base_map1`'s INV: Montgomery's trick per thread)."""
     n = check_map("field_cuda_numba.base_batch_inv", f, OP_INV, None, (), 1, out, a)
+    _on_current_device("field_cuda_numba.base_batch_inv", a=a, out=out)
     if n:
         _base_inv(a, out, n, f)
 
@@ -560,6 +579,7 @@ def base_first_zero(a, f):
     """Same contract as :func:`.field_cpu.base_first_zero`: one read pass on
     the device, whose answer is read back (the call synchronizes)."""
     n = check_first_zero("field_cuda_numba.base_first_zero", f, a, 1)
+    _on_current_device("field_cuda_numba.base_first_zero", a=a)
     return _first_zero(a, 1, n, f)
 
 
@@ -567,6 +587,7 @@ def ext4_first_zero(a, f):
     """Same contract as :func:`.field_cpu.ext4_first_zero` (see
     :func:`base_first_zero`)."""
     n = check_first_zero("field_cuda_numba.ext4_first_zero", f, a, 4)
+    _on_current_device("field_cuda_numba.ext4_first_zero", a=a)
     return _first_zero(a, 4, n, f)
 
 
@@ -588,6 +609,7 @@ def _read_index(first, n):
 def base_mle_fold(v, r, out, f):
     """Same contract as :func:`.field_cpu.base_mle_fold`."""
     n, _, _ = check_mle_fold("field_cuda_numba.base_mle_fold", f, v, 1, r, 1, out, 1)
+    _on_current_device("field_cuda_numba.base_mle_fold", v=v, r=r, out=out)
     if n:
         p, mu, _, _ = kernel_words(f)
         launch(_base_mle_fold_kernel, n, (v, r, p, mu), out)
@@ -597,6 +619,7 @@ def ext4_mle_fold(v, v_deg, r, r_deg, out, f):
     """Same contract as :func:`.field_cpu.ext4_mle_fold`."""
     n, v_deg, r_deg = check_mle_fold("field_cuda_numba.ext4_mle_fold", f, v, v_deg, r, r_deg,
                                      out, 4)
+    _on_current_device("field_cuda_numba.ext4_mle_fold", v=v, r=r, out=out)
     if n:
         p, mu, wm, _ = kernel_words(f)
         launch(_ext4_mle_fold_kernel, n,
@@ -606,6 +629,7 @@ def ext4_mle_fold(v, v_deg, r, r_deg, out, f):
 def base_eq_split(a, r, lo, hi, f):
     """Same contract as :func:`.field_cpu.base_eq_split`."""
     n, _ = check_eq_split("field_cuda_numba.base_eq_split", f, a, r, 1, lo, hi, 1)
+    _on_current_device("field_cuda_numba.base_eq_split", a=a, r=r, lo=lo, hi=hi)
     if n:
         p, mu, _, _ = kernel_words(f)
         launch(_base_eq_split_kernel, n, (a, r, p, mu), lo, hi)
@@ -614,6 +638,7 @@ def base_eq_split(a, r, lo, hi, f):
 def ext4_eq_split(a, r, r_deg, lo, hi, f):
     """Same contract as :func:`.field_cpu.ext4_eq_split`."""
     n, r_deg = check_eq_split("field_cuda_numba.ext4_eq_split", f, a, r, r_deg, lo, hi, 4)
+    _on_current_device("field_cuda_numba.ext4_eq_split", a=a, r=r, lo=lo, hi=hi)
     if n:
         p, mu, wm, _ = kernel_words(f)
         launch(_ext4_eq_split_kernel, n, (_flat(a), _flat(r), np.int64(r_deg), p, mu, wm),

@@ -26,8 +26,10 @@ loads and combines them with shuffles; here one thread does it all.)
 
 The jagged prefix sums are computed on the device by a one-block kernel when
 the counts or ``prefix`` live there (no device->host synchronization), and on
-the host when all of them are host arrays.  Importing this module requires
-numba-cuda (or ``NUMBA_ENABLE_CUDASIM=1``).
+the host when all of them are host arrays.  The checked launchers refuse a
+CuPy array of another device than CuPy's current one, where the launch runs
+(:func:`.launch_checks.check_current_device`).  Importing this module
+requires numba-cuda (or ``NUMBA_ENABLE_CUDASIM=1``).
 
 Every kernel is on Numba-CUDA's on-disk cache
 (:data:`.field_cuda_numba.cached_kernel`), so a second process loads instead
@@ -45,8 +47,8 @@ from .monty import canonical
 from .gkr_scalar import (MODE_BB, MODE_BE, MODE_EB, frac_bb, frac_be, frac_eb, frac_ee,
                          make_node_functions, make_slot_functions, mle_words,
                          output_mode)
-from .launch_checks import (check_count_values, check_gkr_fold, check_gkr_jagged,
-                            check_gkr_pyramid_flat, check_gkr_steps)
+from .launch_checks import (check_count_values, check_current_device, check_gkr_fold,
+                            check_gkr_jagged, check_gkr_pyramid_flat, check_gkr_steps)
 from .launch_config import (GKR_JAGGED_CHUNK, GKR_MAX_FUSED, GKR_NUMBA_SCAN_THREADS,
                             GKR_PYRAMID_THREADS, GKR_TILE_SLOTS_BASE, GKR_TILE_SLOTS_EXT,
                             block_for, gkr_pyramid_plan, grid_for)
@@ -125,6 +127,10 @@ def _prefix_kernel(rc, orc, prefix):
         prefix[1, i] = b
 
 
+#: The transitions' MLE arguments, as errors name them.
+_NAMES = ("n0", "n1", "d0", "d1", "on0", "on1", "od0", "od1")
+
+
 def _flat(x):
     """Extension ``(n, 4)`` -> its flat ``(4 n,)`` view (the kernels index words)."""
     return x.reshape(-1) if x.ndim == 2 else x
@@ -149,6 +155,8 @@ def _on_host(*arrays):
 def fold_dense(n0, n1, d0, d1, on0, on1, od0, od1, f):
     """Dense transition on the GPU (see :func:`.gkr_cpu.fold_dense` for the contract)."""
     mode = check_gkr_fold("gkr_cuda_numba.fold_dense", f, n0, n1, d0, d1, on0, on1, od0, od1)
+    check_current_device("gkr_cuda_numba.fold_dense",
+                         zip(_NAMES, (n0, n1, d0, d1, on0, on1, od0, od1)))
     fold_dense_trusted(mode, n0, n1, d0, d1, on0, on1, od0, od1, f)
 
 
@@ -175,6 +183,8 @@ def jagged_transition(rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f):
     where = "gkr_cuda_numba.jagged_transition"
     mode = check_gkr_jagged(where, f, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1)
     check_count_values(where, rc, n0.shape[0], [("orc", orc, on0.shape[0])])  # (host ones)
+    check_current_device(where, zip(("rc", "orc", "prefix") + _NAMES,
+                                    (rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1)))
     jagged_transition_trusted(mode, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f)
 
 
@@ -341,6 +351,9 @@ def pyramid_dense(first, buffers, f):
     """
     mode, first, buffers = check_gkr_pyramid_flat("gkr_cuda_numba.pyramid_dense", f, first,
                                                   buffers)
+    check_current_device("gkr_cuda_numba.pyramid_dense", (
+        *((f"first[{i}]", x) for i, x in enumerate(first)),
+        *((f"buffers[{l}]", x) for l, x in enumerate(buffers))))
     p, mu, wm, _ = kernel_words(f)
     out_mode = output_mode(mode)
     stream = stream_for(*first, *buffers)
@@ -550,6 +563,11 @@ def jagged_chunk(rc, prefix, first, steps, f):
     check_count_values(where, rc, first[0].shape[0],  # (the host counts among them)
                        [(f"steps[{l}][0]", orc, outs[0].shape[0])
                         for l, (orc, outs) in enumerate(steps)], fused=True)
+    check_current_device(where, (
+        ("rc", rc), ("prefix", prefix), *((f"first[{i}]", x) for i, x in enumerate(first)),
+        *((f"steps[{l}][0]", orc) for l, (orc, _) in enumerate(steps)),
+        *((f"steps[{l}][1][{i}]", x) for l, (_, outs) in enumerate(steps)
+          for i, x in enumerate(outs))))
     jagged_chunk_trusted(mode, rc, prefix, first, steps, f)
 
 

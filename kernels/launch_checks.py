@@ -16,7 +16,9 @@ and the CuPy emulation's stand-ins).  NumPy arrays take a fast path: they are
 what the object layer hands the CPU kernels on every call.  Each backend
 takes its own kind: the CPU launchers NumPy arrays only
 (:func:`check_host_arrays`), the CuPy launchers no NumPy array
-(:func:`check_device_arrays`), the Numba-CUDA ones any of them.
+(:func:`check_device_arrays`), the Numba-CUDA ones any of them; the GPU
+launchers refuse a CuPy array of another device than the current one
+(:func:`check_current_device`).
 
 Array forms (the same in every backend):
 
@@ -47,7 +49,8 @@ __all__ = ["UNARY", "BINARY", "IN_PLACE_UNARY", "check_map", "check_bcast", "che
            "check_encode", "check_decode", "check_gkr_fold", "check_gkr_jagged",
            "check_gkr_pyramid", "check_gkr_pyramid_flat", "check_gkr_steps",
            "check_gkr_disjoint", "check_field", "check_host_arrays", "check_device_arrays",
-           "check_count_values", "as_int", "cupy_device", "current_cupy_device"]
+           "check_current_device", "check_count_values", "as_int", "cupy_device",
+           "current_cupy_device"]
 
 _U32 = np.dtype(np.uint32)
 _I64 = np.dtype(np.int64)
@@ -211,15 +214,26 @@ def check_device_arrays(where, named):
     would be taken for a device pointer (a fault, or a read of whatever lies
     there); larger ones fail inside CuPy without the argument's name.
 
-    Also refuse a CuPy array of another device than CuPy's current one, where
-    the launch runs: its pointer read there is an illegal address, which
-    poisons the whole CUDA context (the object layer checked this; a direct
-    caller of the kernel layer was not told)."""
-    current = None
+    Also refuse a CuPy array of another device than CuPy's current one
+    (:func:`check_current_device`)."""
+    named = tuple(named)
     for name, x in named:
         if isinstance(x, _ndarray):
             raise TypeError(f"{where}: argument `{name}` must be a CuPy array (device "
                             f"memory), not a NumPy array; move it with cupy.asarray")
+    check_current_device(where, named)
+
+
+def check_current_device(where, named):
+    """Refuse a CuPy array among ``named``, ``(name, array)`` pairs, that lives
+    on another device than CuPy's current one, where the launch runs: its
+    pointer read there is an illegal address, which poisons the whole CUDA
+    context (the object layer checked this; a direct caller of the kernel
+    layer was not told).  Numba-CUDA launches run there too: Numba takes the
+    thread's current CUDA context, the one CuPy's current device makes.
+    Other arrays (NumPy, Numba's device arrays) pass unchecked."""
+    current = None
+    for name, x in named:
         device = cupy_device(x)
         if device is not None:
             if current is None:

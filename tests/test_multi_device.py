@@ -304,6 +304,88 @@ def test_kernel_layer_launchers_refuse_arrays_of_another_device(cp, F):
     np.testing.assert_array_equal(out.get(), F.mul(a, b))
 
 
+@pytest.mark.cudasim
+@pytest.mark.parametrize("F", FIELDS)
+def test_numba_kernel_layer_launchers_refuse_arrays_of_another_device(cp, F):
+    """The Numba-CUDA launchers, called directly, launched on the current
+    device (Numba takes the thread's current context, CuPy's current device)
+    with another device's CuPy arrays: an illegal address there.  Each
+    checked launcher now refuses any such argument, the outputs too, before
+    any work; with that device current they run as before."""
+    from zorch_nb._backend import kernels_for
+    from zorch_nb.kernels.monty import OP_MUL, OP_SQUARE
+    from zorch_nb.kernels.launch_config import GKR_JAGGED_CHUNK
+    fk, gk = kernels_for("numba", "field"), kernels_for("numba", "gkr")
+    f = F.params
+    a, b = F.random(64, seed=1), F.random(64, seed=2)
+    x, y = F.ext.random(16, seed=3), F.ext.random(16, seed=4)
+    r = F.ext.random((), seed=5)
+    rc, half = np.array([64], np.int32), np.array([32], np.int32)
+
+    def jagged_chunk(d):  # three fused steps of a 64-leaf base/base segment
+        steps = [(np.array([64 >> (l + 1)], np.int32),
+                  tuple(d(np.zeros(64 >> (l + 1), np.uint32)) for _ in range(4)))
+                 for l in range(GKR_JAGGED_CHUNK)]
+        return gk.jagged_chunk(d(rc), d(np.zeros(4, np.int64)), (d(a), d(b), d(a), d(b)),
+                               steps, f)
+
+    launches = {  # name: a launch whose device arrays (and outputs) d makes
+        "encode": lambda d: fk.encode(d(np.arange(64, dtype=np.int64)), d(np.empty_like(a)),
+                                      False, f),
+        "decode": lambda d: fk.decode(d(a), d(np.empty_like(a)), f),
+        "base_map1": lambda d: fk.base_map1(OP_SQUARE, d(a), d(np.empty_like(a)), f),
+        "base_map2": lambda d: fk.base_map2(OP_MUL, d(a), d(b), d(np.empty_like(a)), f),
+        "ext4_map1": lambda d: fk.ext4_map1(OP_SQUARE, d(x), d(np.empty_like(x)), f),
+        "ext4_map2": lambda d: fk.ext4_map2(OP_MUL, d(x), d(y), d(np.empty_like(x)), f),
+        "base_map2_bcast": lambda d: fk.base_map2_bcast(OP_MUL, d(a), 1, d(b[:1]), 0,
+                                                        d(np.empty_like(a)), f),
+        "ext4_map2_bcast": lambda d: fk.ext4_map2_bcast(OP_MUL, d(x), 1, 4, d(r), 0, 4,
+                                                        d(np.empty_like(x)), f),
+        "base_pow": lambda d: fk.base_pow(d(a), 0, 5, 3, d(np.empty_like(a)), f),
+        "ext4_pow": lambda d: fk.ext4_pow(d(x), 0, 5, 3, d(np.empty_like(x)), f),
+        "base_batch_inv": lambda d: fk.base_batch_inv(d(a), d(np.empty_like(a)), f),
+        "base_first_zero": lambda d: fk.base_first_zero(d(a), f),
+        "ext4_first_zero": lambda d: fk.ext4_first_zero(d(x), f),
+        "base_mle_fold": lambda d: fk.base_mle_fold(d(a), d(b[:1]), d(a[:32].copy()), f),
+        "ext4_mle_fold": lambda d: fk.ext4_mle_fold(d(x), 4, d(r), 4, d(x[:8].copy()), f),
+        "base_eq_split": lambda d: fk.base_eq_split(d(a[:32]), d(b[:1]), d(a[:32].copy()),
+                                                    d(a[:32].copy()), f),
+        "ext4_eq_split": lambda d: fk.ext4_eq_split(d(x[:8]), d(r), 4, d(x[:8].copy()),
+                                                    d(x[:8].copy()), f),
+        "fold_dense": lambda d: gk.fold_dense(
+            d(a), d(b), d(a), d(b), *(d(np.zeros(32, np.uint32)) for _ in range(4)), f),
+        "jagged_transition": lambda d: gk.jagged_transition(
+            d(rc), d(half), d(np.zeros((2, 1), np.int64)), d(a), d(b), d(a), d(b),
+            *(d(np.zeros(32, np.uint32)) for _ in range(4)), f),
+        "pyramid_dense": lambda d: gk.pyramid_dense(
+            (d(a), d(b), d(a), d(b)), [d(np.zeros(4 * (64 >> (l + 1)), np.uint32))
+                                       for l in range(3)], f),
+        "jagged_chunk": jagged_chunk,
+    }
+    assert {n for n in launches if n in fk.__all__} | {n for n in launches if n in gk.__all__} \
+        >= set(fk.__all__) | {n for n in gk.__all__ if not n.endswith("_trusted")}
+
+    def on1(v):
+        return on(cp, 1, v)
+    for name, call in launches.items():
+        # every argument on GPU 1 (host counts aside), GPU 0 current: the first named
+        with pytest.raises(ValueError, match=r"^gkr_cuda_numba\.|^field_cuda_numba\."
+                                             r".*lives on GPU 1 but the current device is GPU 0"):
+            call(on1)
+        with cp.cuda.Device(1):
+            call(on1)  # that device current: runs
+    with cp.cuda.Device(1):
+        out = on1(np.empty_like(a))
+        fk.base_map2(OP_MUL, on1(a), on1(b), out, f)
+    np.testing.assert_array_equal(out.get(), F.mul(a, b))
+    with pytest.raises(ValueError, match=r"argument `out` lives on GPU 1"):
+        fk.base_map2(OP_MUL, on(cp, 0, a), on(cp, 0, b), out, f)
+    with pytest.raises(ValueError, match=r"argument `od1` lives on GPU 1"):
+        gk.fold_dense(*(on(cp, 0, v) for v in (a, b, a, b)),
+                      *(on(cp, 0, np.zeros(32, np.uint32)) for _ in range(3)),
+                      on1(np.zeros(32, np.uint32)), f)
+
+
 def test_merkle_root_refuses_a_buffer_of_another_device(cp):
     """``merkle_root`` launched its kernels on the current device with another
     device's buffer (an illegal address; the emulation faults it): refused
