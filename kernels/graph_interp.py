@@ -8,8 +8,8 @@ mostly move memory, but its compile grows faster than linearly (a 16-lane,
 dependent Montgomery products runs at their latency (the same kernel over
 2**16 instances: 144 ms unrolled, 11.4 ms here).  This module runs any kernel
 with one compiled function instead (one compile per count of input and
-output operands and per form, parallel or serial, cached on disk); :func:`interprets` says which kernels the
-replay sends here.
+output operands and per form, parallel or serial, cached on disk);
+:func:`interprets` says which kernels the replay sends here.
 
 Program
 -------
@@ -42,8 +42,7 @@ from .graph_codegen import OP_ADD, OP_CONST, OP_LOAD, OP_MUL, OP_NEG, OP_SUB, _t
 from .jit import njit  # numba.njit, cache keyed on every kernel source
 from .monty import mod_add, mod_neg, mod_sub, mont_mul
 
-__all__ = ["ROW_ASSERT", "ROW_STORE", "Program", "interprets", "program", "run_program",
-           "interpret"]
+__all__ = ["ROW_ASSERT", "ROW_STORE", "Program", "interprets", "program", "run_program"]
 
 ROW_ASSERT = 6
 ROW_STORE = 7
@@ -168,9 +167,11 @@ def _bases(terms, t0, nb, out):
 
 
 @njit(parallel=True, cache=True)
-def interpret(ins, outs, rows, in_terms, out_terms, consts, fail, n_inst, n_slots, block,
+def _interpret(ins, outs, rows, in_terms, out_terms, consts, fail, n_inst, n_slots, block,
               n_chunks, p, mu_neg):
-    """Run ``rows`` over instances ``0 <= t < n_inst`` (see the module docstring).
+    """Run ``rows`` over instances ``0 <= t < n_inst`` (see the module docstring):
+    the kernel of :func:`run_program`, which checks its buffers and guards
+    its parallel launch for threads and ``fork`` (:mod:`.cpu_threads`).
 
     ``ins``/``outs``: tuples of uint32 buffers; ``fail[t]`` receives the first
     failing assertion's index + 1 (0 where all hold); ``n_chunks`` parallel
@@ -250,9 +251,10 @@ def run_program(prog: Program, inputs, outputs, consts, fail, n_inst: int, p: in
                 serial: bool = False) -> None:
     """Run ``prog`` over ``n_inst`` padded instances (arguments as
     :func:`~.graph_cpu.run_evaluator`'s); ``serial`` (or a single block of
-    instances): on the calling thread, compiled without ``parallel``.  Inputs of another form (the replay's
-    padded buffers already are writable C-contiguous uint32 vectors) are
-    copied, never modified; outputs must be of that form."""
+    instances): on the calling thread, compiled without ``parallel``.
+    Inputs of another form (the replay's padded buffers already are writable
+    C-contiguous uint32 vectors) are copied, never modified; outputs must be
+    of that form."""
     rows, n_slots, in_terms, out_terms = prog
     if n_inst <= 0:
         return
@@ -263,11 +265,11 @@ def run_program(prog: Program, inputs, outputs, consts, fail, n_inst: int, p: in
         raise TypeError("outputs must be writable C-contiguous uint32 vectors")
     block = launch_config.GRAPH_CPU_BLOCK
     if serial or n_inst <= block:  # (one block: nothing to run in parallel)
-        _call(serial_twin(interpret), ins, outs, rows, in_terms, out_terms, consts, fail,
+        _call(serial_twin(_interpret), ins, outs, rows, in_terms, out_terms, consts, fail,
               np.int64(n_inst), np.int64(n_slots), np.int64(block), np.int64(1), np.uint32(p),
               np.uint32(mu_neg))
     else:
         chunks = min((n_inst + block - 1) // block, 4 * get_num_threads())
-        _call_parallel(interpret, ins, outs, rows, in_terms, out_terms, consts, fail,
+        _call_parallel(_interpret, ins, outs, rows, in_terms, out_terms, consts, fail,
                        np.int64(n_inst), np.int64(n_slots), np.int64(block), np.int64(chunks),
                        np.uint32(p), np.uint32(mu_neg))

@@ -49,7 +49,7 @@ __all__ = ["UNARY", "BINARY", "IN_PLACE_UNARY", "check_map", "check_bcast", "che
            "check_encode", "check_decode", "check_gkr_fold", "check_gkr_jagged",
            "check_gkr_pyramid", "check_gkr_pyramid_flat", "check_gkr_steps",
            "check_gkr_disjoint", "check_field", "check_host_arrays", "check_device_arrays",
-           "check_current_device", "check_count_values", "as_int", "cupy_device",
+           "check_current_device", "check_words", "check_count_values", "as_int", "cupy_device",
            "current_cupy_device"]
 
 _U32 = np.dtype(np.uint32)
@@ -188,9 +188,19 @@ def _shape(where, name, x, dtype, writes):
     return tuple(shape)
 
 
+def check_words(where, name, x, ndim, writes=False):
+    """Shape of ``x`` after checking it is a C-contiguous uint32 array of
+    ``ndim`` dimensions (writeable where the launcher ``writes`` it): the
+    word buffers of the launchers outside the field and GKR families."""
+    shape = _shape(where, name, x, _U32, writes)
+    if len(shape) != ndim:
+        raise ValueError(f"{where}: argument `{name}` must be {ndim}-d, not shape {shape}")
+    return shape
+
+
 #: The ``where`` prefixes of the CPU launchers: their kernels (Numba
 #: ``@njit``) read host memory, so they take NumPy arrays only.
-HOST_LAUNCHERS = ("field_cpu.", "gkr_cpu.")
+HOST_LAUNCHERS = ("field_cpu.", "gkr_cpu.", "merkle_cpu.")
 
 
 def check_host_arrays(where, named):

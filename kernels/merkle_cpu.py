@@ -27,7 +27,9 @@ from __future__ import annotations
 import numpy as np
 from numba import prange
 
+from . import cpu_threads, launch_config
 from .jit import njit  # numba.njit, cache keyed on every kernel source
+from .launch_checks import as_int, check_gkr_disjoint, check_words
 from .vector_width import NoaliasCompiler
 
 __all__ = ["ROUND_CONSTANTS", "INITIAL_HASH", "LANES", "node_digests", "reduce_levels",
@@ -115,16 +117,9 @@ def _compress(state, w, a_, e_, nb, k):
 
 
 @njit(cache=True)
-def node_digests(payload, swap, prefix, out, k, h0):
-    """``out[i]`` (8 big-endian words) = SHA-256 of ``prefix || node i``,
-    node ``i`` the 16 words ``payload[16 i : 16 i + 16]`` (byte-swapped
-    first where ``swap``: little-endian data), for ``i < out.shape[0]``;
-    serial, in lanes of LANES nodes.  All payloads of a lane batch are read
-    before any digest is written, so ``out`` may overlap ``payload`` as one
-    tree level over the one below (``out`` rows at or before the payload's).
-
-    Raises ValueError where ``out`` is not ``(n, 8)`` or ``payload`` holds
-    fewer than ``16 n`` words (it read and wrote past them)."""
+def _node_digests(payload, swap, prefix, out, k, h0):
+    # the kernel of node_digests (its docstring); the shape checks stay here
+    # too, as reduce_levels' kernel calls this one directly
     if out.shape[1] != 8 or payload.shape[0] < 16 * out.shape[0]:
         raise ValueError("node_digests: `out` must be (n, 8) and `payload` hold 16 n words")
     if k.shape[0] != 64 or h0.shape[0] != 8:
@@ -167,34 +162,117 @@ def node_digests(payload, swap, prefix, out, k, h0):
 
 
 @njit(cache=True)
-def reduce_levels(level, k, h0):
-    """Hash the ``(m, 8)`` digests ``level`` (``m`` a power of two) up to
-    their root, in place, level by level: the root ends in ``level[0]``.
-    Raises ValueError for another ``m`` (it hashed a partial tree)."""
+def _reduce_levels(level, k, h0):
+    # the kernel of reduce_levels (its docstring)
     m = level.shape[0]
     if m < 1 or m & (m - 1) or level.shape[1] != 8:
         raise ValueError("reduce_levels: `level` must be (m, 8) with m a power of two")
     flat = level.reshape(-1)
     while m > 1:
         m //= 2
-        node_digests(flat[:16 * m], False, 1, level[:m], k, h0)
+        _node_digests(flat[:16 * m], False, 1, level[:m], k, h0)
 
 
 @njit(parallel=True, cache=True)
-def subtree_roots(words, leaves, out, k, h0):
-    """``out[t]`` = root (8 big-endian words) of the Merkle subtree over
-    leaves ``[t leaves, (t + 1) leaves)`` of the little-endian data
-    ``words`` (16 words a leaf; ``leaves`` a power of two); subtrees in
-    parallel, each with a scratch of ``leaves`` digests.  Raises ValueError
-    where ``out`` is not ``(n, 8)`` or ``words`` holds fewer than
-    ``16 leaves n`` words."""
+def _subtree_roots(words, leaves, out, k, h0):
+    # the kernel of subtree_roots (its docstring)
     if leaves < 1 or leaves & (leaves - 1) or out.shape[1] != 8 or \
             words.shape[0] < 16 * leaves * out.shape[0]:
         raise ValueError("subtree_roots: `leaves` must be a power of two, `out` (n, 8) and "
                          "`words` hold 16 leaves n words")
     for t in prange(out.shape[0]):
         level = np.empty((leaves, 8), dtype=np.uint32)
-        node_digests(words[16 * leaves * t:16 * leaves * (t + 1)], True, 0, level, k, h0)
-        reduce_levels(level, k, h0)
+        _node_digests(words[16 * leaves * t:16 * leaves * (t + 1)], True, 0, level, k, h0)
+        _reduce_levels(level, k, h0)
         for i in range(8):
             out[t, i] = level[0, i]
+
+
+# The launchers: the kernels' arguments checked first (Numba's own errors for
+# another dtype or number of dimensions name no argument, and a uint64
+# buffer compiled a kernel that hashed something else), then the kernel.
+
+
+def _constants(where, k, h0):
+    check_words(where, "k", k, 1)
+    check_words(where, "h0", h0, 1)
+
+
+def _address(x):
+    return x.__array_interface__["data"][0]
+
+
+def node_digests(payload, swap, prefix, out, k, h0):
+    """``out[i]`` (8 big-endian words) = SHA-256 of ``prefix || node i``,
+    node ``i`` the 16 words ``payload[16 i : 16 i + 16]`` (byte-swapped
+    first where ``swap``: little-endian data), for ``i < out.shape[0]``;
+    serial, in lanes of LANES nodes.  All payloads of a lane batch are read
+    before any digest is written, so ``out`` may overlap ``payload`` as one
+    tree level over the one below (``out`` starting at or before the
+    payload's first word); any other overlap is refused.
+
+    ``payload``, ``k`` (ROUND_CONSTANTS) and ``h0`` (INITIAL_HASH): 1-d
+    C-contiguous uint32 arrays; ``out``: a writeable C-contiguous ``(n, 8)``
+    uint32 array; ``swap`` a bool; ``prefix`` a byte, ``0 <= prefix < 256``.
+
+    Raises TypeError for another type or dtype, ValueError for another
+    shape or layout, where ``payload`` holds fewer than ``16 n`` words, or
+    for an overlap the kernel would read after writing.
+    """
+    where = "merkle_cpu.node_digests"
+    check_words(where, "payload", payload, 1)
+    check_words(where, "out", out, 2, writes=True)
+    _constants(where, k, h0)
+    if not isinstance(swap, (bool, np.bool_)):
+        raise TypeError(f"{where}: argument `swap` must be a bool, not {type(swap).__name__}")
+    prefix = as_int(f"{where}: argument `prefix`", prefix, 0, 255)
+    if out.size and payload.size and _address(out) > _address(payload) and \
+            np.may_share_memory(out, payload):
+        raise ValueError(f"{where}: argument `out` overlaps `payload` and starts after it: "
+                         f"digests would overwrite payload words not yet read")
+    _node_digests(payload, bool(swap), prefix, out, k, h0)
+
+
+def reduce_levels(level, k, h0):
+    """Hash the ``(m, 8)`` digests ``level`` (``m`` a power of two) up to
+    their root, in place, level by level: the root ends in ``level[0]``
+    (the other rows are overwritten).  ``level``: a writeable C-contiguous
+    uint32 array; ``k`` and ``h0`` as :func:`node_digests` takes them.
+    Raises ValueError for another ``m`` (it hashed a partial tree) or
+    shape, TypeError for another dtype or type."""
+    where = "merkle_cpu.reduce_levels"
+    check_words(where, "level", level, 2, writes=True)
+    _constants(where, k, h0)
+    _reduce_levels(level, k, h0)
+
+
+def subtree_roots(words, leaves, out, k, h0):
+    """``out[t]`` = root (8 big-endian words) of the Merkle subtree over
+    leaves ``[t leaves, (t + 1) leaves)`` of the little-endian data
+    ``words`` (16 words a leaf; ``leaves`` a power of two); subtrees in
+    parallel, each with a scratch of ``leaves`` digests.
+
+    ``words``: a 1-d C-contiguous uint32 array; ``out``: a writeable
+    C-contiguous ``(n, 8)`` uint32 array sharing no memory with ``words``;
+    ``k`` and ``h0`` as :func:`node_digests` takes them.  Up to
+    ``MERKLE_CPU_SERIAL_WORDS`` words, and in a process forked after GNU
+    OpenMP started, the subtrees are hashed serially on the calling thread
+    (no threading layer: see :mod:`.cpu_threads`); else in parallel, one
+    thread at a time in the process where the threading layer is not
+    threadsafe.
+
+    Raises TypeError for another type or dtype, ValueError for another
+    shape, layout or ``leaves``, where ``words`` holds fewer than
+    ``16 leaves n`` words, or where ``out`` overlaps ``words``.
+    """
+    where = "merkle_cpu.subtree_roots"
+    check_words(where, "words", words, 1)
+    check_words(where, "out", out, 2, writes=True)
+    _constants(where, k, h0)
+    leaves = as_int(f"{where}: argument `leaves`", leaves, 1)
+    check_gkr_disjoint(where, (("out", out),), (("words", words),))
+    if words.size <= launch_config.MERKLE_CPU_SERIAL_WORDS or cpu_threads.forked_after_gnu_omp():
+        kernel = cpu_threads.serial_twin(_subtree_roots)
+    else:
+        kernel = cpu_threads.sized(_subtree_roots, out.shape[0])
+    kernel(words, leaves, out, k, h0)

@@ -1,5 +1,9 @@
 """SHA-256 Merkle kernels (kernels/merkle_cpu.py) against hashlib."""
 import hashlib
+import os
+import subprocess
+import sys
+import textwrap
 
 import numba
 import numpy as np
@@ -212,3 +216,99 @@ def test_device_root_refuses_malformed_buffers_emulated(monkeypatch):
     root = module.merkle_root_words(dev(words.copy()))
     assert hashlib.sha256(b"zorch_nb merkle v1" + (words.size).to_bytes(8, "little") + root) \
         .digest() == naive_merkle_root(words)
+
+
+def test_launchers_name_a_wrong_dtype_dimension_or_layout():
+    """The kernels were the public names: a 1-d ``out`` or a 2-d ``words``
+    was Numba's TypingError ("tuple index out of range"), a Fortran level a
+    NotImplementedError, and a uint64 payload compiled a kernel that hashed
+    other bytes.  Each argument is now checked and named first."""
+    words = random_words(16 * 4, 1)
+    out = np.zeros((4, 8), np.uint32)
+    cases = [  # (exception, message, call)
+        (TypeError, "`payload` must have dtype uint32",
+         lambda: merkle_cpu.node_digests(words.astype(np.uint64), True, 0, out, K, H0)),
+        (ValueError, "`out` must be 2-d",
+         lambda: merkle_cpu.node_digests(words, True, 0, np.zeros(8, np.uint32), K, H0)),
+        (ValueError, "`payload` must be 1-d",
+         lambda: merkle_cpu.node_digests(words.reshape(4, 16), True, 0, out, K, H0)),
+        (TypeError, "`swap` must be a bool",
+         lambda: merkle_cpu.node_digests(words, 1, 0, out, K, H0)),
+        (ValueError, r"`prefix` must be in \[0, 255\], not 256",
+         lambda: merkle_cpu.node_digests(words, True, 256, out, K, H0)),
+        (TypeError, "`k` must have dtype uint32",
+         lambda: merkle_cpu.node_digests(words, True, 0, out, K.astype(np.int64), H0)),
+        (TypeError, "`payload` must be a NumPy array",
+         lambda: merkle_cpu.node_digests(words.tolist(), True, 0, out, K, H0)),
+        (ValueError, "`level` must be C-contiguous",
+         lambda: merkle_cpu.reduce_levels(np.asfortranarray(np.zeros((4, 8), np.uint32)), K,
+                                          H0)),
+        (ValueError, "`level` must be 2-d",
+         lambda: merkle_cpu.reduce_levels(np.zeros(8, np.uint32), K, H0)),
+        (ValueError, "`out` must be writeable",
+         lambda: merkle_cpu.subtree_roots(words, 4, np.broadcast_to(out[:1], (1, 8)), K, H0)),
+        (ValueError, "`words` must be 1-d",
+         lambda: merkle_cpu.subtree_roots(words.reshape(4, 16), 4, out[:1], K, H0)),
+        (TypeError, "`leaves` must be an integer",
+         lambda: merkle_cpu.subtree_roots(words, True, out[:1], K, H0)),
+    ]
+    for exc, match, call in cases:
+        with pytest.raises(exc, match=r"^merkle_cpu\.\w+: argument " + match):
+            call()
+    assert not out.any()
+
+
+def test_overlaps_the_kernels_would_misread_are_refused():
+    """``node_digests`` may write a tree level over the one below (``out``
+    at or before the payload's first word): checked against hashlib.  An
+    ``out`` starting after the payload overwrote words not yet read (a
+    wrong digest, silently); ``subtree_roots``' ``out`` over ``words`` too."""
+    count = merkle_cpu.LANES + 3
+    words = random_words(16 * count, 7)
+    want = np.zeros((count, 8), np.uint32)
+    merkle_cpu.node_digests(words, False, 1, want, K, H0)
+    buf = np.concatenate([words, np.zeros(8, np.uint32)])
+    merkle_cpu.node_digests(buf[:16 * count], False, 1, buf[:8 * count].reshape(count, 8), K, H0)
+    np.testing.assert_array_equal(buf[:8 * count].reshape(count, 8), want)
+    buf = np.concatenate([words, np.zeros(8, np.uint32)])
+    before = buf.copy()
+    with pytest.raises(ValueError, match="`out` overlaps `payload` and starts after it"):
+        merkle_cpu.node_digests(buf[:16 * count], False, 1, buf[8:8 * count + 8]
+                                .reshape(count, 8), K, H0)
+    np.testing.assert_array_equal(buf, before)
+    with pytest.raises(ValueError, match="merkle_cpu.subtree_roots.*`out`.*`words`"):
+        merkle_cpu.subtree_roots(buf[:64], 4, buf[:8].reshape(1, 8), K, H0)
+    np.testing.assert_array_equal(buf, before)
+
+
+_FORKED_CHILD = textwrap.dedent("""
+    import os
+    import numpy as np
+    from zorch_nb import KoalaBear as F
+    from zorch_nb.kernels import launch_config, merkle_cpu
+    a = F.random(1 << 18, seed=0)
+    F.mul(a, a)  # a parallel kernel: the threading layer runs (GNU OpenMP where it loads)
+    words = np.random.default_rng(1).integers(0, 2**32, 2 * launch_config.MERKLE_CPU_SERIAL_WORDS,
+                                              dtype=np.uint64).astype(np.uint32)
+    k, h0 = merkle_cpu.ROUND_CONSTANTS, merkle_cpu.INITIAL_HASH
+    want = np.zeros((words.size // 16 // 256, 8), np.uint32)
+    merkle_cpu.subtree_roots(words, 256, want, k, h0)
+    pid = os.fork()
+    if pid == 0:
+        got = np.zeros_like(want)
+        merkle_cpu.subtree_roots(words, 256, got, k, h0)
+        os._exit(0 if (got == want).all() else 3)
+    _, status = os.waitpid(pid, 0)
+    print(os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status))
+""")
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.skipif(numba.config.DISABLE_JIT, reason="no threading layer without the JIT")
+def test_subtree_roots_in_a_child_forked_after_the_threading_layer_started():
+    """Called directly, the parallel kernel terminated a child forked after
+    GNU OpenMP started (SIGTERM, no exception); the launcher hashes serially
+    there, as the graph's commitments always did, with the parent's roots."""
+    res = subprocess.run([sys.executable, "-c", _FORKED_CHILD], capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0 and res.stdout.strip() == "0", res.stdout + res.stderr

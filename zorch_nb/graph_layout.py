@@ -488,18 +488,13 @@ def _root_hashlib(data, step: int, end: int) -> bytes:
 def _root_kernel(arr: np.ndarray, leaves: int) -> bytes:
     """The root by the SHA-256 kernels: subtrees in parallel, then their roots."""
     from ._backend import kernels_for
-    from .kernels import cpu_threads, launch_config
     merkle_cpu = kernels_for("cpu", "merkle")
     k, h0 = merkle_cpu.ROUND_CONSTANTS, merkle_cpu.INITIAL_HASH
     per_tree = min(leaves, _SUBTREE_LEAVES)
     level = np.empty((leaves // per_tree, 8), dtype=np.uint32)
-    if arr.size <= launch_config.MERKLE_CPU_SERIAL_WORDS or cpu_threads.forked_after_gnu_omp():
-        # a small replay's commitments start no threading layer, and a child
-        # forked after GNU OpenMP started hashes as the former hashlib did
-        kernel = cpu_threads.serial_twin(merkle_cpu.subtree_roots)
-    else:
-        kernel = cpu_threads.sized(merkle_cpu.subtree_roots, level.shape[0])
-    kernel(arr, per_tree, level, k, h0)
+    # (a small replay's commitments start no threading layer, and a child
+    # forked after GNU OpenMP started hashes serially: see subtree_roots)
+    merkle_cpu.subtree_roots(arr, per_tree, level, k, h0)
     merkle_cpu.reduce_levels(level, k, h0)  # (at most 2**40 / 2**12 roots: serial)
     return level[0].astype(">u4").tobytes()
 
