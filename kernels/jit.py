@@ -213,9 +213,11 @@ def njit(*args, **options):
     renamed by :func:`closure_named`."""
     if not options.get("cache"):
         return numba.njit(*args, **options)
-    if args and callable(args[0]):  # njit(fn, cache=True)
-        return keyed_on_sources(numba.njit(_check_named(args[0]), *args[1:], **options))
-    if args:
+    if "signature_or_function" in options:  # numba's name for the first argument
+        args = (options.pop("signature_or_function"),) + args
+    if len(args) == 1 and callable(args[0]):  # njit(fn, cache=True)
+        return keyed_on_sources(numba.njit(_check_named(args[0]), **options))
+    if args and args[0] is not None:  # a signature, or a function and more
         raise TypeError("kernels.jit.njit: a signature with cache=True would load the "
                         "cache before its key is set; leave the compile lazy")
     decorate = numba.njit(**options)

@@ -362,8 +362,17 @@ def test_your_own_cached_functions_can_be_keyed_on_the_sources():
     assert again is made[0] and stamp(again)[1] == SOURCES_DIGEST and len(stamp(again)) == 2
     assert jit.njit(_plus_one)(1) == 2 and jit.njit()(_plus_one)(1) == 2  # not cached: numba's
     assert type(jit.njit(_plus_one)._cache).__name__ == "NullCache"
-    with pytest.raises(TypeError, match="signature"):
-        jit.njit("int64(int64)", cache=True)
+    # the signature however it is passed (by keyword it compiled, and loaded
+    # or saved under numba's own key, before the sources digest was added;
+    # after the function, numba took it for `locals`)
+    for eager in (lambda: jit.njit("int64(int64)", cache=True),
+                  lambda: jit.njit(signature_or_function="int64(int64)", cache=True),
+                  lambda: jit.njit(signature_or_function=["int64(int64)"], cache=True),
+                  lambda: jit.njit(_plus_one, "int64(int64)", cache=True)):
+        with pytest.raises(TypeError, match="signature with cache=True"):
+            eager()
+    by_name = jit.njit(signature_or_function=_plus_one, cache=True)
+    assert by_name(np.int64(1)) == 2 and stamp(by_name)[1] == SOURCES_DIGEST
 
 
 _TWO_SIGNATURES = ("def scaled(x, out):\n"
