@@ -50,8 +50,10 @@ read outside its inputs (negative counts, ``sum(rc)`` past the input
 length); the rest of the schedule's contract (``ceil(rc[s] / 2) <=
 orc[s]``, ``sum(orc)`` at most the outputs' width) is the caller's, as on
 the GPU backends, where reading device counts would synchronize -- such
-schedules stay in bounds with a per-slot meaning.  Nothing is allocated
-(besides the tiny prefix sums, computed into ``prefix``).
+schedules stay in bounds with a per-slot meaning.  Nothing as large as an
+MLE is allocated: the prefix sums go into ``prefix``; the other scratch is
+bounded by a chunk of slots (the pair buffers of a jagged chunk of short
+segments) or by the number of layers (a pyramid's overlap check).
 
 Every MLE reaches the kernels as a flat uint32 view (an extension MLE
 ``(n, 4)`` as ``(4 n,)``; the mode says which arrays are extension), so each
@@ -71,8 +73,9 @@ so after inlining the base/base body is branch-free straight-line code over
 unit-stride and stride-2 accesses that LLVM vectorizes (32x32->64 products
 as ``vpmuludq``, the conditional subtraction as an unsigned min).  The loop
 functions take their arrays as ``noalias`` arguments (as a parfor body
-would), so no runtime alias checks are needed.  With a signed index Numba adds negative-index wrap-around selects and LLVM
-falls back to gathers/scatters (measured 3x slower).
+would), so no runtime alias checks are needed.  With a signed index Numba
+adds negative-index wrap-around selects and LLVM falls back to
+gathers/scatters (measured 3x slower).
 
 The jagged kernel splits each chunk of output slots into runs of one kind
 instead of branching per slot: per segment, the full pairs (both nodes live)

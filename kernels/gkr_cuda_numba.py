@@ -165,7 +165,7 @@ def fold_dense_trusted(mode, n0, n1, d0, d1, on0, on1, od0, od1, f):
     :func:`.gkr_cpu.fold_dense_trusted`)."""
     p, mu, wm, _ = kernel_words(f)
     kernel = _kernels(mode)[0]
-    stream = stream_for(n0, n1, d0, d1, on0)
+    stream = stream_for(n0, n1, d0, d1, on0, on1, od0, od1)
     ins = [as_device(_flat(x), stream) for x in (n0, n1, d0, d1)]
     outs, d_outs = _outputs((on0, on1, od0, od1), stream)
     kernel[grid_for(on0.shape[0]), block_for(on0.shape[0]), stream](*ins, *d_outs, p, mu, wm)
@@ -193,7 +193,7 @@ def jagged_transition_trusted(mode, rc, orc, prefix, n0, n1, d0, d1, on0, on1, o
     (see :func:`.gkr_cpu.fold_dense_trusted`)."""
     p, mu, wm, one = kernel_words(f)
     kernel = _kernels(mode)[1]
-    stream = stream_for(rc, orc, prefix, n0, n1, d0, d1, on0)
+    stream = stream_for(rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1)
     host_scan = _on_host(rc, orc, prefix)
     if host_scan:
         np.cumsum(rc, dtype=np.int64, out=prefix[0])

@@ -940,6 +940,28 @@ def test_numba_host_copies_go_on_the_launch_stream(launcher, monkeypatch):
     assert ("sync", stream) in events[last_back + 1:], events
 
 
+@pytest.mark.cudasim
+def test_numba_launch_stream_is_chosen_from_every_array(monkeypatch):
+    """:func:`stream_for` picks CuPy's current stream where any argument is a
+    CuPy array; the dense and jagged transitions asked it about their inputs
+    and first output only, so CuPy arrays among ``on1``, ``od0`` and ``od1``
+    beside host others launched on Numba's default stream."""
+    from zorch_nb.kernels import gkr_cuda_numba
+    k = kernels_for("numba", "gkr")
+    asked = []
+    real = gkr_cuda_numba.stream_for
+    monkeypatch.setattr(gkr_cuda_numba, "stream_for",
+                        lambda *arrays: asked.append({id(a) for a in arrays}) or real(*arrays))
+    ins, got = layer(F, 16, True, False, seed=3), outs(8, True, False, "numba")
+    k.fold_dense(*ins, *got, F.params)
+    assert asked.pop() >= {id(a) for a in (*ins, *got)}
+    rc, orc = np.array([3, 0, 4, 1], np.int32), np.array([2, 1, 3, 1], np.int32)
+    prefix = np.zeros((2, 4), np.int64)
+    ins, got = layer(F, int(rc.sum()), False, True, seed=5), outs(7, False, True, "numba")
+    k.jagged_transition(rc, orc, prefix, *ins, *got, F.params)
+    assert asked.pop() >= {id(a) for a in (rc, orc, prefix, *ins, *got)}
+
+
 @pytest.mark.gpu
 def test_cupy_jagged_launchers_refuse_more_batches_than_the_kernels_count():
     """The CUDA kernels take nb as an unsigned int: 2**32 counts raised
