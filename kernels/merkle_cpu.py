@@ -189,8 +189,10 @@ def _subtree_roots(words, leaves, out, k, h0):
 
 
 # The launchers: the kernels' arguments checked first (Numba's own errors for
-# another dtype or number of dimensions name no argument, and a uint64
-# buffer compiled a kernel that hashed something else), then the kernel.
+# another dtype or number of dimensions name no argument, and a 64-bit
+# buffer compiled a kernel of its own: it hashed each word's value as one
+# 32-bit word where it fit, not the buffer's bytes, and neither above 2**32),
+# then the kernel.
 
 
 def _constants(where, k, h0):
