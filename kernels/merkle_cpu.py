@@ -63,6 +63,9 @@ ROUND_CONSTANTS = np.array([_iroot(q << 96, 3) & 0xFFFFFFFF for q in _primes(64)
 #: ``H0[i]``: fractional bits of the square root of the ``i``-th prime.
 INITIAL_HASH = np.array([_iroot(q << 64, 2) & 0xFFFFFFFF for q in _primes(8)],
                         dtype=np.uint32)
+# Read-only: every graph commitment hashes with these two arrays, so a write
+# through them (an `out=` given by mistake) would change every later root.
+ROUND_CONSTANTS.flags.writeable = INITIAL_HASH.flags.writeable = False
 #: Nodes hashed side by side (one vector lane each).
 LANES = 32
 _MESSAGE_BITS = np.uint32(8 * 65)
@@ -195,9 +198,12 @@ def _subtree_roots(words, leaves, out, k, h0):
 # then the kernel.
 
 
-def _constants(where, k, h0):
-    check_words(where, "k", k, 1)
-    check_words(where, "h0", h0, 1)
+def _constants(where, k, h0, written, name):
+    # (k and h0 are read by every node: an output over them changes them mid-run)
+    for const, x in (("k", k), ("h0", h0)):
+        check_words(where, const, x, 1)
+        if np.may_share_memory(written, x):
+            raise ValueError(f"{where}: argument `{name}` shares memory with `{const}`")
 
 
 def _address(x):
@@ -224,7 +230,7 @@ def node_digests(payload, swap, prefix, out, k, h0):
     where = "merkle_cpu.node_digests"
     check_words(where, "payload", payload, 1)
     check_words(where, "out", out, 2, writes=True)
-    _constants(where, k, h0)
+    _constants(where, k, h0, out, "out")
     if not isinstance(swap, (bool, np.bool_)):
         raise TypeError(f"{where}: argument `swap` must be a bool, not {type(swap).__name__}")
     prefix = as_int(f"{where}: argument `prefix`", prefix, 0, 255)
@@ -244,7 +250,7 @@ def reduce_levels(level, k, h0):
     shape, TypeError for another dtype or type."""
     where = "merkle_cpu.reduce_levels"
     check_words(where, "level", level, 2, writes=True)
-    _constants(where, k, h0)
+    _constants(where, k, h0, level, "level")
     _reduce_levels(level, k, h0)
 
 
@@ -270,7 +276,7 @@ def subtree_roots(words, leaves, out, k, h0):
     where = "merkle_cpu.subtree_roots"
     check_words(where, "words", words, 1)
     check_words(where, "out", out, 2, writes=True)
-    _constants(where, k, h0)
+    _constants(where, k, h0, out, "out")
     leaves = as_int(f"{where}: argument `leaves`", leaves, 1)
     check_gkr_disjoint(where, (("out", out),), (("words", words),))
     if words.size <= launch_config.MERKLE_CPU_SERIAL_WORDS or cpu_threads.forked_after_gnu_omp():

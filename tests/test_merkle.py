@@ -279,6 +279,18 @@ def test_overlaps_the_kernels_would_misread_are_refused():
     with pytest.raises(ValueError, match="merkle_cpu.subtree_roots.*`out`.*`words`"):
         merkle_cpu.subtree_roots(buf[:64], 4, buf[:8].reshape(1, 8), K, H0)
     np.testing.assert_array_equal(buf, before)
+    # the constants are read by every node: an output over them is refused,
+    # and the module's own cannot be written at all (every commitment uses them)
+    consts = np.concatenate([K, H0])
+    with pytest.raises(ValueError, match="node_digests: argument `out` shares memory with `k`"):
+        merkle_cpu.node_digests(words, False, 1, consts[:64].reshape(8, 8), consts[:64], H0)
+    with pytest.raises(ValueError, match="reduce_levels: argument `level` shares memory with "
+                                         "`h0`"):
+        merkle_cpu.reduce_levels(consts[64:].reshape(1, 8), K, consts[64:])
+    np.testing.assert_array_equal(consts, np.concatenate([K, H0]))
+    assert not K.flags.writeable and not H0.flags.writeable
+    with pytest.raises(ValueError, match="`out` must be writeable"):
+        merkle_cpu.subtree_roots(words, 4, K[:8].reshape(1, 8), K, H0)
 
 
 _FORKED_CHILD = textwrap.dedent("""
