@@ -28,6 +28,11 @@ element, base operands, rows and columns read in runs), the inverses
 (one vectorized product of a run per step of square and multiply).
 ``encode``/``decode`` never start the threading layer: they run serially
 until another kernel has started it (see :func:`_conversion`).
+
+Outside ``__all__`` (the launchers every backend has): ``base_sum_rows`` /
+``ext4_sum_rows``, the field sums of ``F.sum`` over an array's trailing
+axes, are CPU launchers only -- on a GPU the object layer adds the words
+with CuPy's reductions.
 """
 import numpy as np
 from numba import prange
@@ -43,10 +48,11 @@ from .monty import ext4_map2 as _ext2
 from .monty import exponent_bit, mont_inv, mont_mul
 from .monty import OP_ADD, OP_INV, OP_MUL, OP_NEG, OP_SQUARE, OP_SUB, canonical, ext4_mul
 from .gkr_scalar import inlined_arithmetic
-from .launch_config import BATCH_INV_CHUNK, BATCH_INV_LANES, CPU_LANE_RUN, ZERO_SCAN_CHUNK
+from .launch_config import (BATCH_INV_CHUNK, BATCH_INV_LANES, CPU_LANE_RUN, CPU_SUM_CHUNK,
+                            ZERO_SCAN_CHUNK)
 from .launch_checks import (BINARY, IN_PLACE_UNARY, UNARY, check_bcast, check_decode,
                             check_encode, check_eq_split, check_first_zero, check_map,
-                            check_mle_fold, check_pow)
+                            check_mle_fold, check_pow, check_sum_rows)
 from .vector_width import njit_lanes64
 
 __all__ = ["encode", "decode", "base_map1", "base_map2", "ext4_map1", "ext4_map2",
@@ -638,6 +644,41 @@ def _zero_counts_kernel(w, deg, counts, chunk, p):
         counts[c] = found
 
 
+@njit(parallel=True, cache=True)
+def _sum_rows_kernel(w, rows, run, deg, out, chunk, p):
+    # out[r deg + k] = sum_j w[(r run + j) deg + k] mod p, rows in parallel.
+    # Montgomery words add as their elements do, so the words themselves are
+    # added, exactly: per chunk of elements in uint64 (below 2**46), then
+    # into the row's total, reduced mod p.  The extension's four
+    # coefficients have an accumulator each, one pass over the words (one
+    # loop over strided words per coefficient ran 6x slower).
+    p64 = np.uint64(p)
+    for r in prange(rows):
+        base = np.uint64(r) * np.uint64(run) * np.uint64(deg)
+        t0 = t1 = t2 = t3 = np.uint64(0)
+        for lo in range(0, run, chunk):
+            hi = min(run, lo + chunk)
+            s0 = s1 = s2 = s3 = np.uint64(0)
+            if deg == 1:
+                for j in range(lo, hi):
+                    s0 += np.uint64(w[base + np.uint64(j)])
+            else:
+                for j in range(lo, hi):
+                    o = base + np.uint64(j) * _U4
+                    s0 += np.uint64(w[o])
+                    s1 += np.uint64(w[o + _U1])
+                    s2 += np.uint64(w[o + _U2])
+                    s3 += np.uint64(w[o + _U3])
+            t0, t1 = (t0 + s0) % p64, (t1 + s1) % p64
+            t2, t3 = (t2 + s2) % p64, (t3 + s3) % p64
+        o = np.uint64(r) * np.uint64(deg)
+        out[o] = np.uint32(t0)
+        if deg == 4:
+            out[o + _U1] = np.uint32(t1)
+            out[o + _U2] = np.uint32(t2)
+            out[o + _U3] = np.uint32(t3)
+
+
 @njit(cache=True)
 def _first_zero_in(w, deg, lo, hi, p):
     # the first zero element in [lo, hi) (the chunk its count found), or -1
@@ -970,6 +1011,37 @@ def _first_zero(a, deg, n, f):
         return -1
     lo = int(hit[0]) * ZERO_SCAN_CHUNK
     return int(_first_zero_in(w, deg, lo, min(n, lo + ZERO_SCAN_CHUNK), p))
+
+
+def base_sum_rows(a, rows, out, f):
+    """Base field row sums ``out[r] = sum_j a[r run + j]`` (mod p; ``run =
+    n / rows``): ``a`` flat ``(n,)`` words split into ``rows`` equal rows,
+    ``out`` ``(rows,)``, sharing no memory with ``a``.  Any words, read mod
+    p; canonical results (the words are added exactly, Montgomery form
+    being linear).  ``rows = 0`` takes an empty ``a``; an empty row sums to
+    zero.  Rows run in parallel; one row runs on the calling thread."""
+    rows = check_sum_rows("field_cpu.base_sum_rows", f, a, 1, rows, out)
+    sum_rows_trusted(1, a, rows, out, f)
+
+
+def ext4_sum_rows(a, rows, out, f):
+    """Extension row sums, coefficient by coefficient: ``a`` flat ``(4 n,)``
+    words of ``n`` elements split into ``rows`` equal rows, ``out`` ``(rows,
+    4)`` or ``(4 rows,)`` (otherwise as :func:`base_sum_rows`)."""
+    rows = check_sum_rows("field_cpu.ext4_sum_rows", f, a, 4, rows, out)
+    sum_rows_trusted(4, a, rows, out, f)
+
+
+def sum_rows_trusted(degree, a, rows, out, f):
+    """:func:`base_sum_rows` (``degree`` 1) or :func:`ext4_sum_rows` (4)
+    without their checks: the object layer's ``sum``, on a C-contiguous
+    array it checked and an ``out`` of its own.  The launchers run it after
+    their checks."""
+    run = a.shape[0] // (rows * degree) if rows else 0
+    if rows:
+        sized(_sum_rows_kernel, rows, a.shape[0])(
+            a, np.int64(rows), np.int64(run), np.int64(degree), out.reshape(-1),
+            np.int64(CPU_SUM_CHUNK), kernel_words(f)[0])
 
 
 def base_mle_fold(v, r, out, f):

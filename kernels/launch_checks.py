@@ -46,7 +46,8 @@ from .field_params import FIELDS, FieldParams
 from .monty import OP_ADD, OP_INV, OP_MUL, OP_NEG, OP_SQUARE, OP_SUB
 
 __all__ = ["UNARY", "BINARY", "IN_PLACE_UNARY", "check_map", "check_bcast", "check_pow",
-           "check_encode", "check_decode", "check_gkr_fold", "check_gkr_jagged",
+           "check_encode", "check_decode", "check_sum_rows", "check_gkr_fold",
+           "check_gkr_jagged",
            "check_gkr_pyramid", "check_gkr_pyramid_flat", "check_gkr_steps",
            "check_gkr_disjoint", "check_field", "check_host_arrays", "check_device_arrays",
            "check_current_device", "check_words", "check_count_values", "as_int", "cupy_device",
@@ -598,6 +599,27 @@ def check_encode(where, f, v, out, reduce=False):
     _same(where, "v", _elements(where, "v", v, 1, dtype=_I64), n)
     _overlap(where, out, v, "v", False)
     return n
+
+
+def check_sum_rows(where, f, a, deg, rows, out):
+    """``base_sum_rows`` / ``ext4_sum_rows``: the words of ``a`` (read only,
+    flat), split into ``rows`` equal rows of whole elements of ``deg``
+    words; ``out`` one element per row, sharing no memory with ``a``.
+    Returns ``rows``."""
+    check_field(where, f)
+    size = _shape(where, "a", a, _U32, False)
+    if len(size) != 1:
+        raise ValueError(f"{where}: argument `a` must be flat words (n,), not shape {size}")
+    rows = _int(where, "rows", rows)
+    if size[0] % max(rows * deg, 1) or (rows == 0 and size[0]):
+        raise ValueError(f"{where}: argument `a` ({size[0]} words) must split into `rows` = "
+                         f"{rows} equal rows of whole {deg}-word elements")
+    m = _elements(where, "out", out, deg, writes=True)
+    if m != rows:
+        raise ValueError(f"{where}: argument `out` must hold one element per row ({rows}), "
+                         f"not {m}")
+    _overlap(where, out, a, "a", False)
+    return rows
 
 
 def check_first_zero(where, f, a, deg):

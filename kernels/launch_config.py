@@ -51,6 +51,12 @@ CPU_LANE_RUN = 4096
 #: launch costs ~2.5 us; a serial base product of 8192 words 2.1 us, an add
 #: 1.2 us; the parallel loop wins from ~16-32 Ki words.
 CPU_SERIAL_WORDS = 8192
+#: Elements per exact partial sum of the CPU field sums (kernels/field_cpu
+#: sum_rows): each coefficient adds at most 2**14 words of < 2**32 in a
+#: uint64 (< 2**46), then the running total is reduced mod p.  Short enough
+#: that a row of the sum stays exact however long it is, long enough that
+#: the reduction (a division) costs nothing beside the additions.
+CPU_SUM_CHUNK = 1 << 14
 
 #: A replayed graph call of at most this many node evaluations (padded
 #: instances x IR nodes) runs its evaluator compiled without ``parallel``, on

@@ -59,7 +59,10 @@ def test_sum_temporaries_are_bounded(data):
     for name, fn, arr in [("F.sum", lambda: F.sum(a), a),
                           ("F.sum axis=1", lambda: F.sum(a.reshape(64, -1), axis=1), a),
                           ("E.sum", lambda: E.sum(x), x),
-                          ("E.sum axis=0", lambda: E.sum(x, axis=0), x)]:
+                          ("E.sum axis=0", lambda: E.sum(x, axis=0), x),
+                          # NumPy's path (the CPU kernel takes the contiguous ones)
+                          ("F.sum strided", lambda: F.sum(a[::2]), a[::2]),
+                          ("E.sum strided", lambda: E.sum(x[::2]), x[::2])]:
         peak, _ = peak_bytes(fn)
         assert peak < arr.nbytes / 20, f"{name}: peak {peak / 2**20:.2f} MiB"
     want = sum(map(int, F.decode(a).astype(object))) % F.p
@@ -269,10 +272,14 @@ def test_sum_reduces_its_slots_before_they_could_overflow(monkeypatch):
     # adds one block per reduction; each block's sum raised by a multiple of
     # p past 2**63 (the same value mod p) makes two of them in the slot wrap
     # 2**64 where the reduction in between is missing.
+    # (NumPy's path: the CPU kernel adds a contiguous array's words in one
+    # pass, without _sum_words; every other row of a buffer twice as long)
     real = fields._sum_words
     lift = np.uint64((2**63 // F.p + 1) * F.p)
     monkeypatch.setattr(fields, "_sum_words", lambda *args: real(*args) + lift)
-    assert F.decode(F.sum(words)).tolist() == vals.sum() % F.p
+    strided = np.repeat(words, 2, axis=0)[::2]
+    assert not strided.flags.c_contiguous
+    assert F.decode(F.sum(strided)).tolist() == vals.sum() % F.p
 
 
 # ---------------------------------------------------------------- on a device

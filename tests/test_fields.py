@@ -474,17 +474,20 @@ def test_sum_matches_big_ints(F, monkeypatch):
     vals = np.vectorize(lambda w: naive.dec(int(w) % F.p, F.p), otypes=[object])(words)
     ext = rng.integers(0, 2**32, size=(3, 5, 4), dtype=np.uint64).astype(np.uint32)
     evals = np.vectorize(lambda w: naive.dec(int(w) % F.p, F.p), otypes=[object])(ext)
-    for exact in (2**32, 2):  # the second: slots reduced mod p in between, as huge sums are
-        monkeypatch.setattr(fields_mod, "_SUM_EXACT", exact)
-        for axis, keep in ((None, False), (0, False), (-1, True), ((0, 1), True)):
-            want = vals.sum(axis=axis, keepdims=keep) % F.p
-            got = F.decode(F.sum(words, axis=axis, keepdims=keep))
-            assert got.shape == np.shape(want) and got.tolist() == np.asarray(want).tolist()
-        for axis in (None, 0, 1, (1, 0)):
-            ax = (0, 1) if axis is None else axis if isinstance(axis, tuple) else (axis,)
-            want = evals.sum(axis=ax) % F.p
-            got = F.ext.decode(F.ext.sum(ext, axis=axis))
-            assert got.tolist() == np.asarray(want).tolist()
+    # contiguous words over trailing axes take the CPU kernel, the rest NumPy's
+    # uint64 reductions: both, through the same values in a strided view
+    for form in (lambda x: x, strided_copy):
+        for exact in (2**32, 2):  # the second: slots reduced mod p in between, as huge sums
+            monkeypatch.setattr(fields_mod, "_SUM_EXACT", exact)
+            for axis, keep in ((None, False), (0, False), (-1, True), ((0, 1), True)):
+                want = vals.sum(axis=axis, keepdims=keep) % F.p
+                got = F.decode(F.sum(form(words), axis=axis, keepdims=keep))
+                assert got.shape == np.shape(want) and got.tolist() == np.asarray(want).tolist()
+            for axis in (None, 0, 1, (1, 0)):
+                ax = (0, 1) if axis is None else axis if isinstance(axis, tuple) else (axis,)
+                want = evals.sum(axis=ax) % F.p
+                got = F.ext.decode(F.ext.sum(form(ext), axis=axis))
+                assert got.tolist() == np.asarray(want).tolist()
     assert F.sum(F.random(0, seed=1)).tolist() == 0
     # backend= as the other operations take it (it was an unexpected keyword)
     assert F.sum(words, backend="cpu").tolist() == F.sum(words).tolist()
@@ -495,6 +498,50 @@ def test_sum_matches_big_ints(F, monkeypatch):
             F.sum(words, axis=axis)
     with pytest.raises(ValueError, match="`axis`"):
         F.ext.sum(ext, axis=2)  # the coefficient axis is not an element axis
+
+
+def strided_copy(a):
+    """A view of ``a``'s values that is not C-contiguous (every other row of
+    a buffer twice its size along axis 0; ``a`` itself where that axis is
+    shorter than 2, which stays contiguous)."""
+    if a.ndim == 0 or a.shape[0] < 2:
+        return a
+    return np.repeat(a, 2, axis=0)[::2]
+
+
+@pytest.mark.parametrize("F", FIELDS)
+@pytest.mark.parametrize("shape", [(0,), (1,), (7,), (3, 0), (0, 5), (3, 5, 6), (2, 40000)],
+                         ids=str)
+def test_sum_over_trailing_axes_in_one_kernel_pass_matches_big_ints(F, shape):
+    """A C-contiguous array summed over its trailing element axes (every axis
+    included) is added by the CPU kernel, row by row, in one pass: the same
+    words as the NumPy path on a strided view of the same values, and as big
+    ints, for every keepdims, with out=, and with empty rows or arrays."""
+    E = F.ext
+    rng = np.random.default_rng(len(shape) * 7 + sum(shape))
+    words = rng.integers(0, 2**32, size=shape, dtype=np.uint64).astype(np.uint32)
+    ext = rng.integers(0, 2**32, size=shape + (4,), dtype=np.uint64).astype(np.uint32)
+    if words.size:
+        words.reshape(-1)[:3] = 2**32 - 1  # (the largest words: the sums stay exact)
+    dec = np.vectorize(lambda w: naive.dec(int(w) % F.p, F.p), otypes=[object])
+    nd = len(shape)
+    for G, a in ((F, words), (E, ext)):
+        before = a.copy()
+        vals = dec(a) if a.size else np.zeros(a.shape, object)
+        for k in range(nd):
+            for axis in (tuple(range(k, nd)), k - nd if k == nd - 1 else None):
+                ax = tuple(range(nd)) if axis is None else axis if isinstance(axis, tuple) \
+                    else (axis % nd,)
+                for keep in (False, True):
+                    want = np.asarray(vals.sum(axis=ax, keepdims=keep) % F.p)
+                    got = G.sum(a, axis=axis, keepdims=keep)
+                    assert got.dtype == np.uint32 and got.shape == want.shape, (axis, keep)
+                    assert G.decode(got).tolist() == want.tolist(), (G, axis, keep)
+                    assert got.tobytes() == G.sum(strided_copy(a), axis, keep).tobytes()
+                    out = np.full(got.shape, 7, np.uint32)
+                    assert G.sum(a, axis, keep, out=out) is out and out.tobytes() == \
+                        got.tobytes()
+        np.testing.assert_array_equal(a, before)
 
 
 @pytest.mark.parametrize("F", FIELDS)

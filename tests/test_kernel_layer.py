@@ -1054,3 +1054,58 @@ def test_bcast_rows_whose_last_task_is_one_element(ext):
                     k.base_map2_bcast(op, wa, sa, wb, sb, out, f, run=run, a_row=ra, b_row=rb)
                     got, want = out, ref.base(op, x, y)
                 check_words(ref, got, want, f"deg {da}{db} op {op} steps {sa}{sb} rows {ra} {rb}")
+
+
+@pytest.mark.parametrize("F", [KoalaBear, BabyBear], ids=["koalabear", "babybear"])
+def test_cpu_sum_rows_match_big_ints_and_refuse_what_they_cannot_add(F):
+    """``base_sum_rows`` / ``ext4_sum_rows`` (the CPU launchers of ``F.sum``):
+    rows of any words added exactly mod p -- the largest words over several
+    partial-sum chunks, rows run in parallel -- and bad arguments refused
+    by name before anything is written."""
+    from zorch_nb.kernels.launch_config import CPU_SUM_CHUNK
+    k, f, ref = kernels_for("cpu", "field"), F.params, Ref(F)
+    rng = np.random.default_rng(11)
+    for rows, run in ((1, 0), (3, 1), (2, 2 * CPU_SUM_CHUNK + 5), (5, 4000), (1, 3 * 2**14)):
+        for deg, launch in ((1, k.base_sum_rows), (4, k.ext4_sum_rows)):
+            a = rng.integers(0, 2**32, rows * run * deg, dtype=np.uint64).astype(np.uint32)
+            if run > CPU_SUM_CHUNK:
+                a[: deg * (CPU_SUM_CHUNK + 3)] = 2**32 - 1  # a chunk and more at the top
+            before = a.copy()
+            out = np.full(rows * deg, 7, np.uint32)
+            launch(a, rows, out if deg == 1 else out.reshape(rows, 4), f)
+            words = a.astype(object).reshape(rows, run, deg) % F.p
+            want = words.sum(axis=1) % F.p if run else np.zeros((rows, deg), object)
+            assert out.astype(object).reshape(rows, deg).tolist() == want.tolist(), \
+                (rows, run, deg)
+            assert (out < F.p).all()  # canonical words
+            np.testing.assert_array_equal(a, before)
+    a, out = np.ones(12, np.uint32), np.zeros(3, np.uint32)
+    k.base_sum_rows(np.zeros(0, np.uint32), 0, np.zeros(0, np.uint32), f)  # no rows
+    bad = [  # (error, message, call)
+        (ValueError, r"`a` \(12 words\) must split into `rows` = 5",
+         lambda: k.base_sum_rows(a, 5, np.zeros(5, np.uint32), f)),
+        (ValueError, r"`a` \(12 words\) must split into `rows` = 0",
+         lambda: k.base_sum_rows(a, 0, np.zeros(0, np.uint32), f)),
+        (ValueError, r"`a` \(12 words\) must split into `rows` = 2 equal rows of whole 4-word",
+         lambda: k.ext4_sum_rows(a, 2, np.zeros((2, 4), np.uint32), f)),
+        (ValueError, r"`out` must hold one element per row \(3\), not 4",
+         lambda: k.base_sum_rows(a, 3, np.zeros(4, np.uint32), f)),
+        (ValueError, r"`a` must be flat words",
+         lambda: k.base_sum_rows(a.reshape(3, 4), 3, out, f)),
+        (TypeError, r"`a` must have dtype uint32",
+         lambda: k.base_sum_rows(a.astype(np.int64), 3, out, f)),
+        (TypeError, r"`rows` must be an integer",
+         lambda: k.base_sum_rows(a, 3.0, out, f)),
+        (ValueError, r"`rows` must be >= 0",
+         lambda: k.base_sum_rows(a, -3, out, f)),
+        (ValueError, r"`out` must be writeable",
+         lambda: k.base_sum_rows(a, 3, np.broadcast_to(np.uint32(0), (3,)), f)),
+        (ValueError, r"`out`.*`a`",
+         lambda: k.base_sum_rows(a, 3, a[:3], f)),
+        (TypeError, r"`a` must be a NumPy array",
+         lambda: k.base_sum_rows(a.tolist(), 3, out, f)),
+    ]
+    for exc, match, call in bad:
+        with pytest.raises(exc, match=r"^field_cpu\.(base|ext4)_sum_rows: argument " + match):
+            call()
+    assert (a == 1).all() and (out == 0).all()

@@ -1547,6 +1547,15 @@ class _FieldBase:
         if run == "cupy" and kind == "numpy":  # on the device, back to the host
             total = self._sum_of(_backend.to_module(a, "cupy"), elem, axes, keepdims, "cupy",
                                  _backend.get_xp("cupy")).get()
+        elif kind == "numpy" and axes and axes == tuple(range(nd - len(axes), nd)) \
+                and a.flags.c_contiguous:
+            # trailing element axes of a contiguous array: rows of words, each
+            # added by the CPU kernel in one pass (NumPy's uint64 reduction
+            # took 7x as long, 10x over the extension's strided coefficients)
+            lead = elem[:nd - len(axes)]
+            total = np.empty(lead + (1,) * len(axes) * keepdims + a.shape[nd:], np.uint32)
+            _backend.kernels_for("cpu", "field").sum_rows_trusted(
+                self.degree, a.reshape(-1), math.prod(lead), total, self.params)
         else:
             total = self._sum_of(a, elem, axes, keepdims, kind, _backend.get_xp(kind))
         if out is None:
