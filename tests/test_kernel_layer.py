@@ -1063,7 +1063,7 @@ def test_cpu_sum_rows_match_big_ints_and_refuse_what_they_cannot_add(F):
     partial-sum chunks, rows run in parallel -- and bad arguments refused
     by name before anything is written."""
     from zorch_nb.kernels.launch_config import CPU_SUM_CHUNK
-    k, f, ref = kernels_for("cpu", "field"), F.params, Ref(F)
+    k, f = kernels_for("cpu", "field"), F.params
     rng = np.random.default_rng(11)
     for rows, run in ((1, 0), (3, 1), (2, 2 * CPU_SUM_CHUNK + 5), (5, 4000), (1, 3 * 2**14)):
         for deg, launch in ((1, k.base_sum_rows), (4, k.ext4_sum_rows)):
