@@ -1192,8 +1192,8 @@ def _fused_pyramid(first: GkrLayer, backend):
             sizes = _word_sizes(length, exts)
             bufs.append(xp.empty(sum(sizes), dtype=np.uint32))
             outs.append(_split(bufs[-1], sizes, exts))
-        if backend == "cpu":
-            kernels.pyramid_dense(ins, outs, first.field.params)
+        if backend == "cpu":  # (the layer was checked, the layers are its own)
+            kernels.pyramid_dense_trusted(_mode(first), ins, outs, first.field.params)
         else:  # Numba-CUDA: flat layer buffers (NumPy ones are copied back once)
             kernels.pyramid_dense(ins, bufs, first.field.params)
     return [first] + [_trusted(GkrLayer, *o, first.num_batch_variables, first.field)
