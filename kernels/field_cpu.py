@@ -452,6 +452,29 @@ def _eq_split_kernel(form, n, a, r0, r1, r2, r3, lo, hi, p, mu, wm):
             _ext4_eq_split_ext_run(k0, k1, a, r0, r1, r2, r3, lo, hi, p, mu, wm)
 
 
+@njit(cache=True)
+def _eq_chain_kernel(form, steps, table, coords, p, mu, wm):
+    # The first `steps` doublings of an eq table, on the calling thread, as
+    # that many one-run _eq_split_kernel launches would do them (the same run
+    # functions; m <= CPU_LANE_RUN: one run each) without a dispatch each:
+    # doubling j splits the m = 2**j entries T[:m] into T[:m] (1 - r_j) and
+    # T[m:2m] = T[:m] r_j, r_j the canonical words of coords[j] (form as
+    # _eq_split_kernel's; table flat words, coords (steps, 1 or 4)).
+    m = 1
+    z = np.uint32(0)
+    for j in range(steps):
+        if form == 0:
+            _base_eq_split_run(0, m, table[:m], coords[j, 0], table[:m], table[m:2 * m], p, mu)
+        elif form == 1:
+            _ext4_eq_split_base_run(0, m, table[:4 * m], coords[j, 0], z, z, z, table[:4 * m],
+                                    table[4 * m:8 * m], p, mu, wm)
+        else:
+            _ext4_eq_split_ext_run(0, m, table[:4 * m], coords[j, 0], coords[j, 1],
+                                   coords[j, 2], coords[j, 3], table[:4 * m],
+                                   table[4 * m:8 * m], p, mu, wm)
+        m *= 2
+
+
 @njit(parallel=True, cache=True)
 def _pow_kernel(deg, a, e_hi, e_lo, nbits, out, p, mu, wm, one):
     # a ** e for e = e_hi * 2**64 + e_lo < 2**nbits, deg 1 (base) or 4
@@ -1119,6 +1142,34 @@ def eq_split_trusted(degree, a, r, r_deg, lo, hi, f):
     else:
         _eq_split(1 if r_deg == 1 else 2, a.size // 4, a.reshape(-1), r.reshape(-1), r_deg,
                   lo.reshape(-1), hi.reshape(-1), f, None)
+
+
+def eq_table_trusted(degree, table, coords, f):
+    """All doublings of an eq table, ``table[0]`` its start (one, as the
+    object layer's ``eq_table`` sets it): doubling ``j`` makes ``table[:2 m]``
+    of ``table[:m]`` (``m = 2**j``) as :func:`eq_split_trusted` with ``a =
+    lo = table[:m]``, ``hi = table[m:2 m]`` and ``r = coords[j]``.
+    ``coords``: ``(nv, r_deg)`` uint32 words of the point (any words, read
+    mod p), ``table`` ``2**nv`` elements of ``degree`` words, C-contiguous
+    (flat or ``(2**nv, 4)``).  Unchecked (the object layer's table and
+    checked point).  The doublings of at most ``CPU_LANE_RUN`` entries run in
+    one serial call (each was a dispatch of about 4 us), the larger ones one
+    parallel launch each."""
+    nv, r_deg = coords.shape
+    words = (coords % np.uint32(f.p)).astype(np.uint32)  # (canonical, as _with_element's)
+    form = 0 if degree == 1 else 1 if r_deg == 1 else 2
+    steps = min(nv, CPU_LANE_RUN.bit_length())  # m = 2**j <= CPU_LANE_RUN
+    flat = table.reshape(-1)
+    p, mu, wm, _ = kernel_words(f)
+    if steps:
+        _eq_chain_kernel(form, steps, flat, words, p, mu, wm)
+    m = 1 << steps
+    d = degree
+    for j in range(steps, nv):
+        a = flat[:d * m]
+        _eq_split(form, m, a, words[j], r_deg, a, flat[d * m:2 * d * m], f,
+                  m if degree == 1 else None)
+        m *= 2
 
 
 def _eq_split(form, n, a, r, r_deg, lo, hi, f, words):

@@ -212,13 +212,33 @@ def test_eq_table_into_out_holding_the_point(F):
         assert (buf == want).all()
 
 
+def eq_by_launchers(G, F, point):
+    """``G.eq_table(point)`` (NumPy) by one checked CPU launcher call per
+    doubling: the reference of the trusted path, which runs the small
+    doublings in one kernel call."""
+    from zorch_nb.kernels import field_cpu
+    point = getattr(point, "words", point)  # (an as_base mark's words)
+    table = np.zeros((2**point.shape[0],) + ((4,) if G.degree == 4 else ()), np.uint32)
+    table[0] = G.one
+    m = 1
+    for r in point:
+        r = np.ascontiguousarray(r).reshape(-1)
+        if G.degree == 1:
+            field_cpu.base_eq_split(table[:m], r, table[:m], table[m:2 * m], F.params)
+        else:
+            field_cpu.ext4_eq_split(table[:m], r, r.size, table[:m], table[m:2 * m], F.params)
+        m *= 2
+    return table
+
+
 def test_cpu_eq_table_and_mle_eval_skip_the_launchers_checks(monkeypatch):
     """On the CPU eq_table and mle_eval run their doublings and folds through
     the kernels' trusted entry points (their buffers are their own, the point
     and values checked once): the checked launchers cost more than a small
     doubling or fold (4 extension coordinates, 16 values: eq_table 38 -> 24
-    us, mle_eval 40 -> 28 us).  The same bytes as through the checked
-    launchers, for base and extension values and points."""
+    us, mle_eval 40 -> 28 us; eq_table's small doublings now run in one
+    call).  The same bytes as through the checked launchers, for base and
+    extension values and points."""
     from zorch_nb.kernels import field_cpu
     rng = np.random.default_rng(7)
     cases = []
@@ -233,6 +253,11 @@ def test_cpu_eq_table_and_mle_eval_skip_the_launchers_checks(monkeypatch):
 
     def run():
         return [(G.eq_table(pt).tobytes(), G.mle_eval(v, pt).tobytes()) for G, _, v, pt in cases]
+
+    # eq_table's doublings by the checked launchers, one call each (eq_table
+    # itself runs the small ones in one kernel call: eq_table_trusted)
+    assert [eq_by_launchers(G, F, pt).tobytes() for G, F, _, pt in cases] == \
+        [eq for eq, _ in run()]
 
     # through the checked launchers: the trusted entry points routed to them
     # (which, their checks passed, call the real entry points in turn)
@@ -263,3 +288,26 @@ def test_cpu_eq_table_and_mle_eval_skip_the_launchers_checks(monkeypatch):
     for name in ("base_eq_split", "ext4_eq_split", "base_mle_fold", "ext4_mle_fold"):
         monkeypatch.setattr(field_cpu, name, refuse)
     assert run() == want
+
+
+@pytest.mark.parametrize("F", FIELDS)
+def test_cpu_eq_table_chain_then_launches_across_the_boundary(F):
+    """eq_table on the CPU runs the doublings of at most CPU_LANE_RUN entries
+    in one serial call and the larger ones one launch each: across that
+    boundary (nv 12 to 15), the same bytes as one checked launcher call per
+    doubling, and entries checked against big ints."""
+    from zorch_nb.kernels.launch_config import CPU_LANE_RUN
+    assert 2**12 <= CPU_LANE_RUN < 2**14
+    rng = np.random.default_rng(21)
+    p, w = F.p, F.W
+    for G, rdeg in ((F, 1), (F.ext, 1), (F.ext, 4)):
+        for nv in (12, 13, 14, 15):
+            point = raw_words(rng, (nv, 4) if rdeg == 4 else (nv,), p)
+            got = G.eq_table(point)
+            assert got.tobytes() == eq_by_launchers(G, F, point).tobytes(), (G, rdeg, nv)
+            rs = _elements(F, point, rdeg)
+            for b in [0, 2**nv - 1, *rng.integers(0, 2**nv, 6).tolist()]:
+                e = [1, 0, 0, 0]
+                for j in range(nv):
+                    e = naive.ext_mul(e, rs[j] if b >> j & 1 else _one_minus(F, rs[j]), p, w)
+                assert (got[b] == _words(F, [e], G.degree == 4)[0]).all(), (G, nv, b)

@@ -1972,20 +1972,22 @@ class _FieldBase:
                       for j in range(nv)]
             kernels = _backend.kernels_for(backend, "field")
             f = self.params
+            work[0] = mod.asarray(self.one)
             if backend == "cpu" and work.flags.c_contiguous:
                 # the table is ours and the point checked: the launchers'
-                # checks cost more than a small doubling
-                deg = self.degree
-                split = (lambda a, r, hi: kernels.eq_split_trusted(deg, a, r, r.size, a, hi, f))
-            elif self.degree == 1:
-                split = (lambda a, r, hi: kernels.base_eq_split(a, r, a, hi, f))
+                # checks cost more than a small doubling, and the small
+                # doublings run in one call
+                kernels.eq_table_trusted(self.degree, work, np.ascontiguousarray(point).reshape(
+                    nv, 1 if point.ndim == 1 else 4), f)
             else:
-                split = (lambda a, r, hi: kernels.ext4_eq_split(a, r, r.size, a, hi, f))
-            work[0] = mod.asarray(self.one)
-            m = 1
-            for j in range(nv):  # T[:m], T[m:2m] = T[:m] (1 - r_j), T[:m] r_j: in place
-                split(work[:m], coords[j], work[m:2 * m])
-                m *= 2
+                if self.degree == 1:
+                    split = (lambda a, r, hi: kernels.base_eq_split(a, r, a, hi, f))
+                else:
+                    split = (lambda a, r, hi: kernels.ext4_eq_split(a, r, r.size, a, hi, f))
+                m = 1
+                for j in range(nv):  # T[:m], T[m:2m] = T[:m] (1 - r_j), T[:m] r_j: in place
+                    split(work[:m], coords[j], work[m:2 * m])
+                    m *= 2
             if work is not table:
                 table[...] = work.get()
         return self._finish(table, user_out)
