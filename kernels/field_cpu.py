@@ -386,6 +386,44 @@ _ext4_fold_scale_run = _make_ext4_fold_run(4, 1)
 _ext4_fold_ext_run = _make_ext4_fold_run(4, 4)
 
 
+@njit(cache=True)
+def _fold_step(degree, v_deg, j, half, v, coords, out, p, mu, wm):
+    # one MLE fold of `half` outputs by r = coords[j] (canonical words), the
+    # run function _mle_fold_kernel's form picks
+    z = np.uint32(0)
+    four = coords.shape[1] == 4
+    r0 = coords[j, 0]
+    r1 = coords[j, 1] if four else z
+    r2 = coords[j, 2] if four else z
+    r3 = coords[j, 3] if four else z
+    if degree == 1:
+        _base_fold_run(0, half, v, r0, out, p, mu)
+    elif v_deg == 1:
+        _ext4_fold_base_run(0, half, v, r0, r1, r2, r3, out, p, mu, wm)
+    elif not four:
+        _ext4_fold_scale_run(0, half, v, r0, r1, r2, r3, out, p, mu, wm)
+    else:
+        _ext4_fold_ext_run(0, half, v, r0, r1, r2, r3, out, p, mu, wm)
+
+
+@njit(cache=True)
+def _fold_chain_kernel(degree, v, v_deg, coords, a, b, out, p, mu, wm):
+    # Every fold of mle_eval on the calling thread, as one-run _mle_fold_kernel
+    # launches would do them (the same run functions) without a dispatch
+    # each: v's 2**nv elements by coords[0], into a (into out where nv = 1),
+    # then back and forth between a and b, the last fold into out.
+    nv = coords.shape[0]
+    half = 1 << (nv - 1)
+    _fold_step(degree, v_deg, 0, half, v, coords, out if nv == 1 else a, p, mu, wm)
+    in_a = True
+    for j in range(1, nv):
+        half >>= 1
+        src = a if in_a else b
+        dst = out if j == nv - 1 else (b if in_a else a)
+        _fold_step(degree, degree, j, half, src, coords, dst, p, mu, wm)
+        in_a = not in_a
+
+
 @njit(parallel=True, cache=True)
 def _mle_fold_kernel(form, n, v, r0, r1, r2, r3, out, p, mu, wm):
     # form 0: base field; 1: base values on the extension (a base r has
@@ -1104,6 +1142,27 @@ def mle_fold_trusted(degree, v, v_deg, r, r_deg, out, f):
         form = 1 if v_deg == 1 else 2 if r_deg == 1 else 3
         _mle_fold(form, out.size // 4, v.reshape(-1), r.reshape(-1), r_deg, out.reshape(-1),
                   f, None)
+
+
+def mle_eval_trusted(degree, v, v_deg, coords, f):
+    """Every fold of ``mle_eval`` in one serial call: the multilinear
+    extension of the ``2**nv`` elements ``v`` (``v_deg`` words each:
+    C-contiguous, flat or ``(2**nv, 4)``; ``nv >= 1``) at the point of
+    ``coords`` ``(nv, r_deg)`` (any words, read mod p), folded by
+    ``coords[0]``, ``coords[1]``, ... as :func:`mle_fold_trusted` would fold
+    it, one call each.  Returns the element as ``degree`` new words.
+    Unchecked (the object layer's ``mle_eval``, for at most ``2
+    CPU_LANE_RUN`` values: every fold one run, each was a dispatch of
+    about 4 us)."""
+    nv = coords.shape[0]
+    words = (coords % np.uint32(f.p)).astype(np.uint32)  # (canonical, as _with_element's)
+    p, mu, wm, _ = kernel_words(f)
+    half = 1 << (nv - 1)
+    a = np.empty(half * degree, np.uint32)
+    b = np.empty(max(half // 2, 1) * degree, np.uint32)
+    out = np.empty(degree, np.uint32)
+    _fold_chain_kernel(degree, v.reshape(-1), v_deg, words, a, b, out, p, mu, wm)
+    return out
 
 
 def _mle_fold(form, n, v, r, r_deg, out, f, words):

@@ -231,6 +231,29 @@ def eq_by_launchers(G, F, point):
     return table
 
 
+def mle_by_launchers(G, F, values, point):
+    """``G.mle_eval(values, point)`` (NumPy) by one checked CPU launcher fold
+    per variable: the reference of the trusted path, which runs the folds of
+    small values in one kernel call."""
+    from zorch_nb.kernels import field_cpu
+    point = getattr(point, "words", point)  # (an as_base mark's words)
+    if G.degree == 4 and values.ndim == 1 and point.ndim == 1:  # folds in the base field
+        return G.from_base(mle_by_launchers(F, F, values, point))
+    v = values
+    if point.shape[0] == 0:
+        return G.pow(G.from_base(v) if G.degree == 4 and v.ndim == 1 else v, 1).reshape(
+            (4,) if G.degree == 4 else ())
+    for r in point:
+        r = np.ascontiguousarray(r).reshape(-1)
+        out = np.empty((v.shape[0] // 2,) + ((4,) if G.degree == 4 else ()), np.uint32)
+        if G.degree == 1:
+            field_cpu.base_mle_fold(v, r, out, F.params)
+        else:
+            field_cpu.ext4_mle_fold(v, 1 if v.ndim == 1 else 4, r, r.size, out, F.params)
+        v = out
+    return v.reshape((4,) if G.degree == 4 else ())
+
+
 def test_cpu_eq_table_and_mle_eval_skip_the_launchers_checks(monkeypatch):
     """On the CPU eq_table and mle_eval run their doublings and folds through
     the kernels' trusted entry points (their buffers are their own, the point
@@ -254,10 +277,11 @@ def test_cpu_eq_table_and_mle_eval_skip_the_launchers_checks(monkeypatch):
     def run():
         return [(G.eq_table(pt).tobytes(), G.mle_eval(v, pt).tobytes()) for G, _, v, pt in cases]
 
-    # eq_table's doublings by the checked launchers, one call each (eq_table
-    # itself runs the small ones in one kernel call: eq_table_trusted)
-    assert [eq_by_launchers(G, F, pt).tobytes() for G, F, _, pt in cases] == \
-        [eq for eq, _ in run()]
+    # eq_table's doublings and mle_eval's folds by the checked launchers, one
+    # call each (both run the small ones in one kernel call: eq_table_trusted,
+    # mle_eval_trusted)
+    assert [(eq_by_launchers(G, F, pt).tobytes(), mle_by_launchers(G, F, v, pt).tobytes())
+            for G, F, v, pt in cases] == run()
 
     # through the checked launchers: the trusted entry points routed to them
     # (which, their checks passed, call the real entry points in turn)
@@ -311,3 +335,27 @@ def test_cpu_eq_table_chain_then_launches_across_the_boundary(F):
                 for j in range(nv):
                     e = naive.ext_mul(e, rs[j] if b >> j & 1 else _one_minus(F, rs[j]), p, w)
                 assert (got[b] == _words(F, [e], G.degree == 4)[0]).all(), (G, nv, b)
+
+
+@pytest.mark.parametrize("F", FIELDS)
+def test_cpu_mle_eval_in_one_call_then_chunked_across_the_boundary(F):
+    """mle_eval on the CPU runs every fold of at most 2 CPU_LANE_RUN values in
+    one serial call, larger values through the chunked folds: across that
+    boundary (nv 12 to 14), with base and extension values and points, the
+    bytes of one checked launcher fold per variable, values untouched."""
+    from zorch_nb.kernels.launch_config import CPU_LANE_RUN
+    assert 2**13 == 2 * CPU_LANE_RUN
+    rng = np.random.default_rng(23)
+    E = F.ext
+    for nv in (12, 13, 14):
+        for G, vshape, pshape in ((F, (2**nv,), (nv,)), (E, (2**nv, 4), (nv,)),
+                                  (E, (2**nv, 4), (nv, 4)), (E, (2**nv,), (nv, 4))):
+            values, point = raw_words(rng, vshape, F.p), raw_words(rng, pshape, F.p)
+            keep = values.copy()
+            got = G.mle_eval(values, point)
+            assert got.tobytes() == mle_by_launchers(G, F, values, point).tobytes(), \
+                (G, vshape, pshape)
+            assert (values == keep).all()
+            # a strided view of the same values: copied once, the same bytes
+            twice = np.repeat(values, 2, axis=0)[::2]
+            assert G.mle_eval(twice, point).tobytes() == got.tobytes()

@@ -47,6 +47,7 @@ from ._ints import is_int, is_int_type
 from .kernels import monty
 from .kernels.field_params import BABYBEAR, FIELDS, KOALABEAR, FieldParams
 from .kernels.launch_checks import check_field
+from .kernels.launch_config import CPU_LANE_RUN
 
 _U32 = np.dtype(np.uint32)
 #: The extension ops that take an ``as_base(...)`` marker (named by every refusal of one).
@@ -1693,6 +1694,13 @@ class _FieldBase:
         elif kind == "cupy":
             point = _backend.to_module(point, "cupy")
         deg, trail = self.degree, self._trail()
+        if backend == "cpu" and n <= 2 * CPU_LANE_RUN:
+            # small: every fold in one serial kernel call (each fold has one
+            # run of outputs; a call per fold cost a dispatch of ~4 us)
+            return _backend.kernels_for("cpu", "field").mle_eval_trusted(
+                deg, np.ascontiguousarray(values), 1 if embed else deg,
+                np.ascontiguousarray(point).reshape(nv, 4 if p_ext else 1),
+                self.params).reshape(shape)
         # elements per chunk: a chunk of the values' words (at most
         # _MAX_CHUNKS chunks, so at most 3 _MAX_CHUNKS kernel calls here).  Base
         # values' chunks fold into extension scratch of half, then a quarter,
