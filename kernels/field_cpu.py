@@ -1080,7 +1080,10 @@ def base_sum_rows(a, rows, out, f):
     ``out`` ``(rows,)``, sharing no memory with ``a``.  Any words, read mod
     p; canonical results (the words are added exactly, Montgomery form
     being linear).  ``rows = 0`` takes an empty ``a``; an empty row sums to
-    zero.  Rows run in parallel; one row runs on the calling thread."""
+    zero.  Rows run in parallel once another kernel has started the
+    threading layer; until then, and for one row, on the calling thread (a
+    sum never starts the layer, as ``encode``/``decode`` do not: a process
+    forked afterwards could not run parallel kernels on GNU OpenMP)."""
     rows = check_sum_rows("field_cpu.base_sum_rows", f, a, 1, rows, out)
     sum_rows_trusted(1, a, rows, out, f)
 
@@ -1100,9 +1103,12 @@ def sum_rows_trusted(degree, a, rows, out, f):
     their checks."""
     run = a.shape[0] // (rows * degree) if rows else 0
     if rows:
-        sized(_sum_rows_kernel, rows, a.shape[0])(
-            a, np.int64(rows), np.int64(run), np.int64(degree), out.reshape(-1),
-            np.int64(CPU_SUM_CHUNK), kernel_words(f)[0])
+        # (serial until another kernel started the threading layer, as the
+        # conversions: the sums were NumPy's, and must not start it either)
+        kernel = sized(_sum_rows_kernel, rows, a.shape[0]) if layer_running() else \
+            serial_twin(_sum_rows_kernel)
+        kernel(a, np.int64(rows), np.int64(run), np.int64(degree), out.reshape(-1),
+               np.int64(CPU_SUM_CHUNK), kernel_words(f)[0])
 
 
 def base_mle_fold(v, r, out, f):

@@ -219,7 +219,8 @@ def njit(*args, **options):
         return keyed_on_sources(numba.njit(_check_named(args[0]), **options))
     if args and args[0] is not None:  # a signature, or a function and more
         raise TypeError("kernels.jit.njit: a signature with cache=True would load the "
-                        "cache before its key is set; leave the compile lazy")
+                        "cache before its key is set; leave the compile lazy (pass the "
+                        "function alone)")
     decorate = numba.njit(**options)
     return lambda fn: keyed_on_sources(decorate(_check_named(fn)))
 

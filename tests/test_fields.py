@@ -529,15 +529,18 @@ def test_sum_over_trailing_axes_in_one_kernel_pass_matches_big_ints(F, shape):
         before = a.copy()
         vals = dec(a) if a.size else np.zeros(a.shape, object)
         for k in range(nd):
-            for axis in (tuple(range(k, nd)), k - nd if k == nd - 1 else None):
+            for axis in (tuple(range(k, nd)), tuple(range(nd - 1, k - 1, -1)),
+                         k - nd if k == nd - 1 else None):
                 ax = tuple(range(nd)) if axis is None else axis if isinstance(axis, tuple) \
                     else (axis % nd,)
                 for keep in (False, True):
                     want = np.asarray(vals.sum(axis=ax, keepdims=keep) % F.p)
                     got = G.sum(a, axis=axis, keepdims=keep)
-                    assert got.dtype == np.uint32 and got.shape == want.shape, (axis, keep)
+                    assert type(got) is np.ndarray and got.dtype == np.uint32 and \
+                        got.shape == want.shape, (axis, keep)  # (0-d: an array, no scalar)
                     assert G.decode(got).tolist() == want.tolist(), (G, axis, keep)
-                    assert got.tobytes() == G.sum(strided_copy(a), axis, keep).tobytes()
+                    other = G.sum(strided_copy(a), axis, keep)
+                    assert type(other) is np.ndarray and other.tobytes() == got.tobytes()
                     out = np.full(got.shape, 7, np.uint32)
                     assert G.sum(a, axis, keep, out=out) is out and out.tobytes() == \
                         got.tobytes()

@@ -346,3 +346,35 @@ def test_context_in_use_at_fork_survives_a_second_fork():
     assert isinstance(ctx._lock, graph._InUseAtFork)
     with pytest.raises(RuntimeError, match="new Context"):
         ctx.copy_to_device([1, 2])
+
+
+_SUM_FORK = textwrap.dedent("""
+    import os
+    import numpy as np
+    from numba.np.ufunc import parallel
+    from zorch_nb import KoalaBear as F
+    rows = F.random((4, 1 << 14), seed=1)  # rows and words enough for a parallel launch
+    want = F.sum(rows, axis=1)
+    assert not parallel._is_initialized, "a sum started the threading layer"
+    F.mul(F.random(1 << 18, seed=2), F.random(1 << 18, seed=3))  # a kernel starts it
+    assert parallel._is_initialized and (F.sum(rows, axis=1) == want).all()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os._exit(0 if (F.sum(rows, axis=1) == want).all() else 3)
+        except RuntimeError:
+            os._exit(4)
+    _, status = os.waitpid(pid, 0)
+    print(os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status))
+""")
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.skipif(os.environ.get("NUMBA_DISABLE_JIT") == "1", reason="no threading layer")
+def test_sums_never_start_the_threading_layer_and_run_in_forked_children():
+    """F.sum was NumPy's and started nothing; its CPU kernel must not start
+    Numba's threading layer either (a process forked afterwards could not
+    run parallel kernels on GNU OpenMP), and in a child forked after another
+    kernel started it the sum runs serially (it raised RuntimeError there)."""
+    res = _child(_SUM_FORK)
+    assert res.returncode == 0 and res.stdout.strip() == "0", res.stdout + res.stderr

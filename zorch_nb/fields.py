@@ -1490,10 +1490,13 @@ class _FieldBase:
             complete before ``out`` is written.
         backend : {None, "cpu", "cupy", "numba"}, optional
             Checked as the other operations' (``"cpu"`` with CuPy arrays is
-            an error), but ``"numba"`` needs no CUDA device: no kernel runs.
-            The words are added by the array module's own reductions:
+            an error), but ``"numba"`` needs no CUDA device: no GPU kernel
+            runs.  The words are added where they are: a C-contiguous NumPy
+            array over its trailing element axes (a full sum included) by a
+            CPU kernel in one pass (also under ``"numba"``), other NumPy
+            views and CuPy arrays by the array module's own reductions;
             ``"cupy"`` on NumPy arrays adds them on the device and returns
-            NumPy; ``"numba"`` adds them where they are.
+            NumPy.
 
         Returns
         -------
@@ -1548,8 +1551,8 @@ class _FieldBase:
         if run == "cupy" and kind == "numpy":  # on the device, back to the host
             total = self._sum_of(_backend.to_module(a, "cupy"), elem, axes, keepdims, "cupy",
                                  _backend.get_xp("cupy")).get()
-        elif kind == "numpy" and axes and axes == tuple(range(nd - len(axes), nd)) \
-                and a.flags.c_contiguous:
+        elif kind == "numpy" and a.flags.c_contiguous and axes and \
+                sorted(axes) == list(range(nd - len(axes), nd)):  # trailing axes, any order
             # trailing element axes of a contiguous array: rows of words, each
             # added by the CPU kernel in one pass (NumPy's uint64 reduction
             # took 7x as long, 10x over the extension's strided coefficients)
@@ -1577,7 +1580,8 @@ class _FieldBase:
             one = a[tuple(slice(0, 1) if i in repeated else slice(None)
                           for i in range(a.ndim))]
             words = self._sum_of(one, one.shape[:len(elem)], axes, keepdims, kind, xp)
-            return (words.astype(np.uint64) * np.uint64(count) % p).astype(np.uint32)
+            # (xp.asarray: NumPy's 0-d arithmetic gives a scalar, not the 0-d array promised)
+            return xp.asarray((words.astype(np.uint64) * np.uint64(count) % p).astype(np.uint32))
         # Blocks (C order over the element axes, see _blocks) bound the
         # temporaries to a chunk; each adds its words into the uint64 slots of
         # `total` it reduces into.  A slot stays exact while it holds at most
