@@ -1979,19 +1979,20 @@ class _FieldBase:
             if backend == "cupy" and kind == "numpy":  # built on the device, as _run does
                 mod = _backend.get_xp("cupy")
                 work = mod.empty(table.shape, np.uint32)
-            # each coordinate as its 1 or 4 contiguous words
-            coords = [mod.ascontiguousarray(mod.asarray(point[j])).reshape(-1)
-                      for j in range(nv)]
             kernels = _backend.kernels_for(backend, "field")
             f = self.params
-            work[0] = mod.asarray(self.one)
             if backend == "cpu" and work.flags.c_contiguous:
                 # the table is ours and the point checked: the launchers'
                 # checks cost more than a small doubling, and the small
-                # doublings run in one call
-                kernels.eq_table_trusted(self.degree, work, np.ascontiguousarray(point).reshape(
-                    nv, 1 if point.ndim == 1 else 4), f)
+                # doublings run in one call (the point's words copied first)
+                words = np.array(point, np.uint32).reshape(nv, 1 if point.ndim == 1 else 4)
+                work[0] = self.one
+                kernels.eq_table_trusted(self.degree, work, words, f)
             else:
+                # each coordinate as its 1 or 4 contiguous words
+                coords = [mod.ascontiguousarray(mod.asarray(point[j])).reshape(-1)
+                          for j in range(nv)]
+                work[0] = mod.asarray(self.one)
                 if self.degree == 1:
                     split = (lambda a, r, hi: kernels.base_eq_split(a, r, a, hi, f))
                 else:
