@@ -104,11 +104,8 @@ def layer_running() -> bool:
     memory says started; its parallel kernels would be fatal)."""
     if _state is _FORKED_GNU_OMP:
         return False
-    try:
-        from numba.np.ufunc import parallel
-    except ImportError:  # (a Numba without it: as if not started)
-        return False
-    return bool(getattr(parallel, "_is_initialized", False))
+    # (a Numba without the flag: as if not started)
+    return bool(getattr(_numba().np.ufunc.parallel, "_is_initialized", False))
 
 
 def _after_fork_in_child():

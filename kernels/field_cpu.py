@@ -1105,8 +1105,8 @@ def sum_rows_trusted(degree, a, rows, out, f):
     if rows:
         # (serial until another kernel started the threading layer, as the
         # conversions: the sums were NumPy's, and must not start it either)
-        kernel = sized(_sum_rows_kernel, rows, a.shape[0]) if layer_running() else \
-            serial_twin(_sum_rows_kernel)
+        kernel = sized(_sum_rows_kernel, rows, a.shape[0]) if rows > 1 and layer_running() \
+            else serial_twin(_sum_rows_kernel)
         kernel(a, np.int64(rows), np.int64(run), np.int64(degree), out.reshape(-1),
                np.int64(CPU_SUM_CHUNK), kernel_words(f)[0])
 
