@@ -307,11 +307,30 @@ def test_cpu_eq_table_and_mle_eval_skip_the_launchers_checks(monkeypatch):
     want = run()
     monkeypatch.undo()
 
+    # mle_fold, by the checked launchers (one variable of each case's values)
+    folds = [mle_by_launchers(G, F, v[:2], getattr(pt, "words", pt)[:1]).tobytes()
+             for G, F, v, pt in cases if len(getattr(pt, "words", pt))]
+
     def refuse(*args, **kwargs):
         raise AssertionError("a checked launcher ran")
     for name in ("base_eq_split", "ext4_eq_split", "base_mle_fold", "ext4_mle_fold"):
         monkeypatch.setattr(field_cpu, name, refuse)
     assert run() == want
+    # mle_fold on the CPU takes the trusted fold too, out= over its own values included
+    got = []
+    for G, F, v, pt in cases:
+        pt = getattr(pt, "words", pt)
+        if len(pt):
+            embed = G.degree == 4 and v.ndim == 1 and pt.ndim == 1  # (folds in the base field)
+            H = F if embed else G
+            got.append((G.from_base(H.mle_fold(v[:2], pt[0])) if embed else
+                        H.mle_fold(v[:2], pt[0])).reshape(-1).tobytes())
+            if v.ndim == (2 if H.degree == 4 else 1):  # values of the result's form
+                mine = v[:4].copy()
+                want_mine = H.mle_fold(mine, pt[0])
+                half = mine[:len(mine) // 2]
+                assert H.mle_fold(mine, pt[0], out=half) is half and (half == want_mine).all()
+    assert got == folds
 
 
 @pytest.mark.parametrize("F", FIELDS)
