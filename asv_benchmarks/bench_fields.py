@@ -201,11 +201,13 @@ def numpy_eq_table(point):
 
 class Sumcheck:
     """The sumcheck helpers at an extension point: one round's fold
-    (``mle_fold``), the eq table of 20 variables (``eq_table``) and the
-    multilinear extension at a point (``mle_eval``, 20 folds), of base or
-    extension values; against the same in plain NumPy uint64."""
+    (``mle_fold``), the eq table of 20 (or 10) variables (``eq_table``) and
+    the multilinear extension at a point (``mle_eval``, 20 or 10 folds), of
+    base or extension values; against the same in plain NumPy uint64.  At
+    2**10 the CPU runs the doublings and the folds in one kernel call each."""
 
-    params = (["base values", "ext values"], ["mle_fold", "eq_table", "mle_eval"], [2**20])
+    params = (["base values", "ext values"], ["mle_fold", "eq_table", "mle_eval"],
+              [2**10, 2**20])
     param_names = ["values", "op", "n"]
 
     def setup(self, values, op, n):
