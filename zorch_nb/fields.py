@@ -1457,14 +1457,9 @@ class _FieldBase:
             _element_shape(a, 4, "a")
         out = _result_first(a, out)
         self._raise_if_zero(a, "batch_inv: `a`", backend)
-        if self.degree == 4:
-            return self._map(monty.OP_INV, out, backend, a=a)
-        kind, backend, shape, degrees = self._prepare({"a": a}, backend)
-        flat = self._flat(a, kind, shape, 1)
-        result, user_out = self._out(out, kind, shape, [flat])
-        f = self.params
-        return self._finish(self._run(backend, kind, lambda k, x, o: k.base_batch_inv(x, o, f),
-                                      [flat], result), user_out)
+        # (every backend's INV is the batch kernel: base_map1's INV is base_batch_inv's,
+        # so batch_inv takes inv's way, the small-call path included)
+        return self._map(monty.OP_INV, out, backend, a=a)
 
     def sum(self, a, axis=None, keepdims: bool = False, *, out=None, backend=None):
         """Field sum ``sum_i a_i mod p`` over ``axis`` (element axes, as ``numpy.sum``).
