@@ -13,12 +13,14 @@ flat ``(4 n,)`` words (every extension argument takes either), any words
 it overlaps no input, except that it may be an input itself where each
 launcher says so.  Each launcher says which ops it takes and checks its
 arguments in O(1) (:mod:`.launch_checks`, shared with the GPU launchers:
-``ValueError``/``TypeError`` naming the argument), except
-``eq_split_trusted`` / ``mle_fold_trusted``, which check nothing (the
-object layer's ``eq_table`` and ``mle_eval``, on arrays of their own); the
-kernels validate nothing, and nothing input-sized is allocated (the powers use one
-run-sized scratch per run).  Field constants are runtime arguments, so each
-kernel compiles once for every field and length.
+``ValueError``/``TypeError`` naming the argument), except the
+``*_trusted`` entry points (``eq_split``, ``eq_table``, ``mle_fold``,
+``mle_eval``, ``sum_rows``), which check nothing (the object layer's, on
+arrays it made or checked); the kernels validate nothing, and nothing
+input-sized is allocated (the powers use one run-sized scratch per run;
+``mle_eval_trusted`` two buffers of half its small values).  Field
+constants are runtime arguments, so each kernel compiles once for every
+field and length.
 
 Where the plain loop over elements does not vectorize, the work is split
 into runs of elements (``CPU_LANE_RUN``) of serial 64-bit-lane loops
@@ -387,60 +389,55 @@ _ext4_fold_ext_run = _make_ext4_fold_run(4, 4)
 
 
 @njit(cache=True)
-def _fold_step(degree, v_deg, j, half, v, coords, out, p, mu, wm):
-    # one MLE fold of `half` outputs by r = coords[j] (canonical words), the
-    # run function _mle_fold_kernel's form picks
-    z = np.uint32(0)
-    four = coords.shape[1] == 4
-    r0 = coords[j, 0]
-    r1 = coords[j, 1] if four else z
-    r2 = coords[j, 2] if four else z
-    r3 = coords[j, 3] if four else z
-    if degree == 1:
-        _base_fold_run(0, half, v, r0, out, p, mu)
-    elif v_deg == 1:
-        _ext4_fold_base_run(0, half, v, r0, r1, r2, r3, out, p, mu, wm)
-    elif not four:
-        _ext4_fold_scale_run(0, half, v, r0, r1, r2, r3, out, p, mu, wm)
+def _fold_run(form, lo, hi, v, r0, r1, r2, r3, out, p, mu, wm):
+    # Outputs [lo, hi) of one MLE fold, by the run function of `form`:
+    # 0 base field; 1 base values on the extension (a base r has
+    # r1 = r2 = r3 = 0); 2 extension values, base r; 3 both extension.
+    if form == 0:
+        _base_fold_run(lo, hi, v, r0, out, p, mu)
+    elif form == 1:
+        _ext4_fold_base_run(lo, hi, v, r0, r1, r2, r3, out, p, mu, wm)
+    elif form == 2:
+        _ext4_fold_scale_run(lo, hi, v, r0, r1, r2, r3, out, p, mu, wm)
     else:
-        _ext4_fold_ext_run(0, half, v, r0, r1, r2, r3, out, p, mu, wm)
+        _ext4_fold_ext_run(lo, hi, v, r0, r1, r2, r3, out, p, mu, wm)
 
 
 @njit(cache=True)
-def _fold_chain_kernel(degree, v, v_deg, coords, a, b, out, p, mu, wm):
+def _fold_step(form, j, half, v, coords, out, p, mu, wm):
+    # one whole fold of `half` outputs by r = coords[j] (canonical words)
+    z = np.uint32(0)
+    four = coords.shape[1] == 4
+    _fold_run(form, 0, half, v, coords[j, 0], coords[j, 1] if four else z,
+              coords[j, 2] if four else z, coords[j, 3] if four else z, out, p, mu, wm)
+
+
+@njit(cache=True)
+def _fold_chain_kernel(first_form, form, v, coords, a, b, out, p, mu, wm):
     # Every fold of mle_eval on the calling thread, as one-run _mle_fold_kernel
     # launches would do them (the same run functions) without a dispatch
-    # each: v's 2**nv elements by coords[0], into a (into out where nv = 1),
-    # then back and forth between a and b, the last fold into out.
+    # each: v's 2**nv elements by coords[0] (first_form: v's own words), into
+    # a (into out where nv = 1), then back and forth between a and b (form:
+    # the field's words), the last fold into out.
     nv = coords.shape[0]
     half = 1 << (nv - 1)
-    _fold_step(degree, v_deg, 0, half, v, coords, out if nv == 1 else a, p, mu, wm)
+    _fold_step(first_form, 0, half, v, coords, out if nv == 1 else a, p, mu, wm)
     in_a = True
     for j in range(1, nv):
         half >>= 1
         src = a if in_a else b
         dst = out if j == nv - 1 else (b if in_a else a)
-        _fold_step(degree, degree, j, half, src, coords, dst, p, mu, wm)
+        _fold_step(form, j, half, src, coords, dst, p, mu, wm)
         in_a = not in_a
 
 
 @njit(parallel=True, cache=True)
 def _mle_fold_kernel(form, n, v, r0, r1, r2, r3, out, p, mu, wm):
-    # form 0: base field; 1: base values on the extension (a base r has
-    # r1 = r2 = r3 = 0); 2: extension values, base r; 3: both extension.
-    # Runs of CPU_LANE_RUN outputs.
+    # form as _fold_run's; runs of CPU_LANE_RUN outputs
     lane = CPU_LANE_RUN
     for t in prange((n + lane - 1) // lane):
         lo = t * lane
-        hi = min(n, lo + lane)
-        if form == 0:
-            _base_fold_run(lo, hi, v, r0, out, p, mu)
-        elif form == 1:
-            _ext4_fold_base_run(lo, hi, v, r0, r1, r2, r3, out, p, mu, wm)
-        elif form == 2:
-            _ext4_fold_scale_run(lo, hi, v, r0, r1, r2, r3, out, p, mu, wm)
-        else:
-            _ext4_fold_ext_run(lo, hi, v, r0, r1, r2, r3, out, p, mu, wm)
+        _fold_run(form, lo, min(n, lo + lane), v, r0, r1, r2, r3, out, p, mu, wm)
 
 
 # ---- the eq-table doubling: lo[k], hi[k] = a[k] - a[k] r, a[k] r -------------
@@ -475,19 +472,25 @@ _ext4_eq_split_base_run = _make_ext4_eq_split_run(1)
 _ext4_eq_split_ext_run = _make_ext4_eq_split_run(4)
 
 
+@njit(cache=True)
+def _eq_split_run(form, k0, k1, a, r0, r1, r2, r3, lo, hi, p, mu, wm):
+    # Entries [k0, k1) of one eq-table doubling, by the run function of
+    # `form`: 0 base field; 1 extension entries, base r; 2 both extension.
+    if form == 0:
+        _base_eq_split_run(k0, k1, a, r0, lo, hi, p, mu)
+    elif form == 1:
+        _ext4_eq_split_base_run(k0, k1, a, r0, r1, r2, r3, lo, hi, p, mu, wm)
+    else:
+        _ext4_eq_split_ext_run(k0, k1, a, r0, r1, r2, r3, lo, hi, p, mu, wm)
+
+
 @njit(parallel=True, cache=True)
 def _eq_split_kernel(form, n, a, r0, r1, r2, r3, lo, hi, p, mu, wm):
-    # form 0: base field; 1: extension entries, base r; 2: both extension
+    # form as _eq_split_run's; runs of CPU_LANE_RUN entries
     lane = CPU_LANE_RUN
     for t in prange((n + lane - 1) // lane):
         k0 = t * lane
-        k1 = min(n, k0 + lane)
-        if form == 0:
-            _base_eq_split_run(k0, k1, a, r0, lo, hi, p, mu)
-        elif form == 1:
-            _ext4_eq_split_base_run(k0, k1, a, r0, r1, r2, r3, lo, hi, p, mu, wm)
-        else:
-            _ext4_eq_split_ext_run(k0, k1, a, r0, r1, r2, r3, lo, hi, p, mu, wm)
+        _eq_split_run(form, k0, min(n, k0 + lane), a, r0, r1, r2, r3, lo, hi, p, mu, wm)
 
 
 @njit(cache=True)
@@ -496,20 +499,16 @@ def _eq_chain_kernel(form, steps, table, coords, p, mu, wm):
     # that many one-run _eq_split_kernel launches would do them (the same run
     # functions; m <= CPU_LANE_RUN: one run each) without a dispatch each:
     # doubling j splits the m = 2**j entries T[:m] into T[:m] (1 - r_j) and
-    # T[m:2m] = T[:m] r_j, r_j the canonical words of coords[j] (form as
-    # _eq_split_kernel's; table flat words, coords (steps, 1 or 4)).
-    m = 1
+    # T[m:2m] = T[:m] r_j, r_j the canonical words of coords[j] (table flat
+    # words, coords (steps, 1 or 4)).
     z = np.uint32(0)
+    four = coords.shape[1] == 4
+    d = 1 if form == 0 else 4  # words per entry
+    m = 1
     for j in range(steps):
-        if form == 0:
-            _base_eq_split_run(0, m, table[:m], coords[j, 0], table[:m], table[m:2 * m], p, mu)
-        elif form == 1:
-            _ext4_eq_split_base_run(0, m, table[:4 * m], coords[j, 0], z, z, z, table[:4 * m],
-                                    table[4 * m:8 * m], p, mu, wm)
-        else:
-            _ext4_eq_split_ext_run(0, m, table[:4 * m], coords[j, 0], coords[j, 1],
-                                   coords[j, 2], coords[j, 3], table[:4 * m],
-                                   table[4 * m:8 * m], p, mu, wm)
+        _eq_split_run(form, 0, m, table[:d * m], coords[j, 0], coords[j, 1] if four else z,
+                      coords[j, 2] if four else z, coords[j, 3] if four else z,
+                      table[:d * m], table[d * m:2 * d * m], p, mu, wm)
         m *= 2
 
 
@@ -829,15 +828,21 @@ def _decode_kernel(w, out, p, mu):
 
 
 def _conversion(kernel, n):
-    """The conversion ``kernel`` to launch over ``n`` values: its serial
-    twin until the threading layer runs in this process, then as
-    :func:`.cpu_threads.sized` picks.  A conversion at the boundary to
-    integers must not *start* the layer: a process forked after it
-    (multiprocessing's default on Linux) could not run the parallel kernels
-    on GNU OpenMP, and data is often built before the workers fork.  Once a
-    parallel kernel has started it, the conversions use it as well."""
+    """The conversion ``kernel`` to launch over ``n`` values
+    (:func:`_once_layer_runs`): a conversion at the boundary to integers must
+    not *start* the layer, as data is often built before the workers fork."""
+    return _once_layer_runs(kernel, _tasks(n, CPU_LANE_RUN), n)
+
+
+def _once_layer_runs(kernel, tasks, words):
+    """``kernel``'s serial twin until the threading layer runs in this
+    process, then as :func:`.cpu_threads.sized` picks: for the calls that
+    must not *start* the layer (the conversions, the sums), as a process
+    forked after it (multiprocessing's default on Linux) could not run the
+    parallel kernels on GNU OpenMP.  Once a parallel kernel has started it,
+    they use it as well."""
     if layer_running():
-        return sized(kernel, _tasks(n, CPU_LANE_RUN), n)
+        return sized(kernel, tasks, words)
     return serial_twin(kernel)
 
 
@@ -1101,14 +1106,10 @@ def sum_rows_trusted(degree, a, rows, out, f):
     without their checks: the object layer's ``sum``, on a C-contiguous
     array it checked and an ``out`` of its own.  The launchers run it after
     their checks."""
-    run = a.shape[0] // (rows * degree) if rows else 0
-    if rows:
-        # (serial until another kernel started the threading layer, as the
-        # conversions: the sums were NumPy's, and must not start it either)
-        kernel = sized(_sum_rows_kernel, rows, a.shape[0]) if rows > 1 and layer_running() \
-            else serial_twin(_sum_rows_kernel)
-        kernel(a, np.int64(rows), np.int64(run), np.int64(degree), out.reshape(-1),
-               np.int64(CPU_SUM_CHUNK), kernel_words(f)[0])
+    if rows:  # (the sums were NumPy's, and must not start the threading layer either)
+        _once_layer_runs(_sum_rows_kernel, rows, a.shape[0])(
+            a, np.int64(rows), np.int64(a.shape[0] // (rows * degree)), np.int64(degree),
+            out.reshape(-1), np.int64(CPU_SUM_CHUNK), kernel_words(f)[0])
 
 
 def base_mle_fold(v, r, out, f):
@@ -1135,17 +1136,33 @@ def ext4_mle_fold(v, v_deg, r, r_deg, out, f):
     mle_fold_trusted(4, v, v_deg, r, r_deg, out, f)
 
 
+def _fold_form(degree, v_deg, r_deg):
+    """The form of :func:`_fold_run` for values of ``v_deg`` words and an
+    ``r`` of ``r_deg`` words on the field of ``degree``."""
+    return 0 if degree == 1 else 1 if v_deg == 1 else 2 if r_deg == 1 else 3
+
+
+def _eq_form(degree, r_deg):
+    """The form of :func:`_eq_split_run` for a coordinate of ``r_deg`` words."""
+    return 0 if degree == 1 else 1 if r_deg == 1 else 2
+
+
+def _canonical_rows(coords, f):
+    # a point's words (nv, r_deg), canonical, as _with_element reads an element
+    return (coords % np.uint32(f.p)).astype(np.uint32)
+
+
 def mle_fold_trusted(degree, v, v_deg, r, r_deg, out, f):
     """:func:`base_mle_fold` (``degree`` 1) or :func:`ext4_mle_fold` (4)
-    without their checks: the object layer's ``mle_eval``, whose folds run
-    on arrays it made or checked (C-contiguous, ``out`` sharing nothing with
-    ``v``), so only the fold runs -- the checks cost more than a small fold
-    (``E.mle_eval`` of 16 extension values: 40 -> 28 us).  The launchers run
-    it after their checks."""
+    without their checks: the object layer's ``mle_fold`` and the folds of
+    its ``mle_eval``, on arrays it made or checked (C-contiguous, ``out``
+    sharing nothing with ``v``), so
+    only the fold runs -- the checks cost more than a small fold.  The
+    launchers run it after their checks."""
+    form = _fold_form(degree, v_deg, r_deg)
     if degree == 1:
-        _mle_fold(0, out.shape[0], v, r, 1, out, f, out.shape[0])
+        _mle_fold(form, out.shape[0], v, r, 1, out, f, out.shape[0])
     else:
-        form = 1 if v_deg == 1 else 2 if r_deg == 1 else 3
         _mle_fold(form, out.size // 4, v.reshape(-1), r.reshape(-1), r_deg, out.reshape(-1),
                   f, None)
 
@@ -1160,14 +1177,14 @@ def mle_eval_trusted(degree, v, v_deg, coords, f):
     Unchecked (the object layer's ``mle_eval``, for at most ``2
     CPU_LANE_RUN`` values: every fold one run, each was a dispatch of
     about 4 us)."""
-    nv = coords.shape[0]
-    words = (coords % np.uint32(f.p)).astype(np.uint32)  # (canonical, as _with_element's)
+    nv, r_deg = coords.shape
     p, mu, wm, _ = kernel_words(f)
     half = 1 << (nv - 1)
     a = np.empty(half * degree, np.uint32)
     b = np.empty(max(half // 2, 1) * degree, np.uint32)
     out = np.empty(degree, np.uint32)
-    _fold_chain_kernel(degree, v.reshape(-1), v_deg, words, a, b, out, p, mu, wm)
+    _fold_chain_kernel(_fold_form(degree, v_deg, r_deg), _fold_form(degree, degree, r_deg),
+                       v.reshape(-1), _canonical_rows(coords, f), a, b, out, p, mu, wm)
     return out
 
 
@@ -1202,11 +1219,12 @@ def eq_split_trusted(degree, a, r, r_deg, lo, hi, f):
     point, so only the doubling runs -- the checks cost more than a small
     doubling (``E.eq_table`` of 4 extension coordinates: 38 -> 24 us).  The
     launchers run it after their checks; ``r`` holds ``r_deg`` words."""
+    form = _eq_form(degree, r_deg)
     if degree == 1:
-        _eq_split(0, a.shape[0], a, r, 1, lo, hi, f, a.shape[0])
+        _eq_split(form, a.shape[0], a, r, 1, lo, hi, f, a.shape[0])
     else:
-        _eq_split(1 if r_deg == 1 else 2, a.size // 4, a.reshape(-1), r.reshape(-1), r_deg,
-                  lo.reshape(-1), hi.reshape(-1), f, None)
+        _eq_split(form, a.size // 4, a.reshape(-1), r.reshape(-1), r_deg, lo.reshape(-1),
+                  hi.reshape(-1), f, None)
 
 
 def eq_table_trusted(degree, table, coords, f):
@@ -1221,8 +1239,8 @@ def eq_table_trusted(degree, table, coords, f):
     one serial call (each was a dispatch of about 4 us), the larger ones one
     parallel launch each."""
     nv, r_deg = coords.shape
-    words = (coords % np.uint32(f.p)).astype(np.uint32)  # (canonical, as _with_element's)
-    form = 0 if degree == 1 else 1 if r_deg == 1 else 2
+    words = _canonical_rows(coords, f)
+    form = _eq_form(degree, r_deg)
     steps = min(nv, CPU_LANE_RUN.bit_length())  # m = 2**j <= CPU_LANE_RUN
     flat = table.reshape(-1)
     p, mu, wm, _ = kernel_words(f)
