@@ -132,6 +132,16 @@ def _plain_module(kind, backend):
     return (xp, "cupy") if kind is getattr(xp, "ndarray", None) else (None, None)
 
 
+def _plain_out(out, kind, xp, shape) -> bool:
+    """Whether ``out`` fits a small-call path's result as it stands: an array
+    of the operands' type ``kind`` (module ``xp``), uint32, of ``shape``,
+    C-contiguous and writeable, on the current device (the operands' there);
+    its overlaps with the operands are the caller's to judge."""
+    return type(out) is kind and out.dtype is _U32 and out.shape == shape and \
+        out.flags.c_contiguous and getattr(out.flags, "writeable", True) and \
+        (xp is np or _backend._cupy_device(out) == _backend.current_device())
+
+
 def _stale_field_hint(obj) -> str:
     """The end of a "must be a PrimeField" message for a field object of
     another import of this module (after ``importlib.reload`` or IPython's
@@ -1188,9 +1198,7 @@ class _FieldBase:
             return None  # base words on the extension: embedded by the general path
         if out is None:
             result = xp.empty(shape, np.uint32)
-        elif type(out) is not kind or out.dtype is not _U32 or out.shape != shape or \
-                not out.flags.c_contiguous or not getattr(out.flags, "writeable", True) or \
-                xp is not np and _backend._cupy_device(out) != _backend.current_device():
+        elif not _plain_out(out, kind, xp, shape):
             return None  # (the general path says what is wrong, or copies)
         else:
             for x in xs:  # an operand may be `out` itself (the kernel contract), not overlap it
@@ -1240,10 +1248,7 @@ class _FieldBase:
                 return None
         if out is None:
             result = xp.empty(x.shape, np.uint32)
-        elif type(out) is not kind or out.dtype is not _U32 or out.shape != x.shape or \
-                not out.flags.c_contiguous or not getattr(out.flags, "writeable", True) or \
-                xp is not np and _backend._cupy_device(out) != dev or \
-                xp.may_share_memory(out, w) or \
+        elif not _plain_out(out, kind, xp, x.shape) or xp.may_share_memory(out, w) or \
                 xp.may_share_memory(out, x) and not _same_words(out, x, (x,)):
             return None  # (the general path says what is wrong, or copies)
         else:
