@@ -48,7 +48,8 @@ from .gkr_scalar import (MODE_BB, MODE_BE, MODE_EB, frac_bb, frac_be, frac_eb, f
                          make_node_functions, make_slot_functions, mle_words,
                          output_mode)
 from .launch_checks import (check_count_values, check_current_device, check_gkr_fold,
-                            check_gkr_jagged, check_gkr_pyramid_flat, check_gkr_steps)
+                            check_gkr_jagged, check_gkr_pyramid_flat, check_gkr_steps,
+                            layer_names)
 from .launch_config import (GKR_JAGGED_CHUNK, GKR_MAX_FUSED, GKR_NUMBA_SCAN_THREADS,
                             GKR_PYRAMID_THREADS, GKR_TILE_SLOTS_BASE, GKR_TILE_SLOTS_EXT,
                             block_for, gkr_pyramid_plan, grid_for)
@@ -351,9 +352,8 @@ def pyramid_dense(first, buffers, f):
     """
     mode, first, buffers = check_gkr_pyramid_flat("gkr_cuda_numba.pyramid_dense", f, first,
                                                   buffers)
-    check_current_device("gkr_cuda_numba.pyramid_dense", (
-        *((f"first[{i}]", x) for i, x in enumerate(first)),
-        *((f"buffers[{l}]", x) for l, x in enumerate(buffers))))
+    check_current_device("gkr_cuda_numba.pyramid_dense", layer_names(
+        first, [(b,) for b in buffers], lambda l, _: f"buffers[{l}]"))
     p, mu, wm, _ = kernel_words(f)
     out_mode = output_mode(mode)
     stream = stream_for(*first, *buffers)
@@ -564,10 +564,9 @@ def jagged_chunk(rc, prefix, first, steps, f):
                        [(f"steps[{l}][0]", orc, outs[0].shape[0])
                         for l, (orc, outs) in enumerate(steps)], fused=True)
     check_current_device(where, (
-        ("rc", rc), ("prefix", prefix), *((f"first[{i}]", x) for i, x in enumerate(first)),
+        ("rc", rc), ("prefix", prefix),
         *((f"steps[{l}][0]", orc) for l, (orc, _) in enumerate(steps)),
-        *((f"steps[{l}][1][{i}]", x) for l, (_, outs) in enumerate(steps)
-          for i, x in enumerate(outs))))
+        *layer_names(first, [outs for _, outs in steps], lambda l, i: f"steps[{l}][1][{i}]")))
     jagged_chunk_trusted(mode, rc, prefix, first, steps, f)
 
 

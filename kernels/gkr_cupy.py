@@ -49,7 +49,7 @@ from .field_cupy import NVRTC_OPTIONS
 from .field_params import FIELDS
 from .gkr_scalar import CUDA_NAME_EXPRESSIONS, cuda_kernel_name, output_mode
 from .launch_checks import (check_device_arrays, check_gkr_fold, check_gkr_jagged,
-                            check_gkr_pyramid, check_gkr_steps)
+                            check_gkr_pyramid, check_gkr_steps, layer_names)
 from .launch_config import (GKR_JAGGED_CHUNK, GKR_MAX_FUSED, GKR_MAX_TAIL,
                             GKR_PYRAMID_THREADS, GKR_SCAN_THREADS, GKR_TAIL_THREADS,
                             THREADS_PER_BLOCK, gkr_pyramid_plan, grid_for)
@@ -96,14 +96,6 @@ def _vec(arrays) -> bool:
 _NAMES = ("n0", "n1", "d0", "d1", "on0", "on1", "od0", "od1")
 
 
-def _layer_names(first, layers, label):
-    # (name, array) of the input layer `first` and each output layer;
-    # `label` names output layer l's MLE i from l and i
-    yield from ((f"first[{i}]", x) for i, x in enumerate(first))
-    for l, layer in enumerate(layers):
-        yield from ((label(l, i), x) for i, x in enumerate(layer))
-
-
 def _check_batches(where, rc):
     """The kernels take ``nb`` as an ``unsigned int``: more counts than that
     wrapped (NumPy 1.x) or raised an OverflowError naming nothing."""
@@ -116,7 +108,7 @@ def _check_steps_on_device(where, rc, prefix, first, steps):
     _check_batches(where, rc)
     check_device_arrays(where, (("rc", rc), ("prefix", prefix)))
     check_device_arrays(where, ((f"steps[{l}][0]", orc) for l, (orc, _) in enumerate(steps)))
-    check_device_arrays(where, _layer_names(first, [outs for _, outs in steps],
+    check_device_arrays(where, layer_names(first, [outs for _, outs in steps],
                                             lambda l, i: f"steps[{l}][1][{i}]"))
 
 
@@ -172,7 +164,7 @@ def pyramid_dense(first, layers, f):
     ``L >> (l + 1)`` elements each (see :func:`.gkr_cpu.pyramid_dense`).
     """
     mode, first, layers = check_gkr_pyramid("gkr_cupy.pyramid_dense", f, first, layers)
-    check_device_arrays("gkr_cupy.pyramid_dense", _layer_names(
+    check_device_arrays("gkr_cupy.pyramid_dense", layer_names(
         first, layers, lambda l, i: f"layers[{l}][{i}]"))
     pyramid_dense_trusted(mode, first, layers, f)
 

@@ -50,8 +50,8 @@ __all__ = ["UNARY", "BINARY", "IN_PLACE_UNARY", "check_map", "check_bcast", "che
            "check_gkr_jagged",
            "check_gkr_pyramid", "check_gkr_pyramid_flat", "check_gkr_steps",
            "check_gkr_disjoint", "check_field", "check_host_arrays", "check_device_arrays",
-           "check_current_device", "check_words", "check_count_values", "as_int", "cupy_device",
-           "current_cupy_device"]
+           "check_current_device", "layer_names", "check_words", "check_count_values",
+           "as_int", "cupy_device", "current_cupy_device"]
 
 _U32 = np.dtype(np.uint32)
 _I64 = np.dtype(np.int64)
@@ -233,6 +233,15 @@ def check_device_arrays(where, named):
             raise TypeError(f"{where}: argument `{name}` must be a CuPy array (device "
                             f"memory), not a NumPy array; move it with cupy.asarray")
     check_current_device(where, named)
+
+
+def layer_names(first, layers, label):
+    """``(name, array)`` of the input layer ``first`` (``first[i]``) and of
+    each output layer, ``label(l, i)`` naming output layer ``l``'s array
+    ``i``: the GPU launchers' device checks name every array they take."""
+    yield from ((f"first[{i}]", x) for i, x in enumerate(first))
+    for l, layer in enumerate(layers):
+        yield from ((label(l, i), x) for i, x in enumerate(layer))
 
 
 def check_current_device(where, named):
