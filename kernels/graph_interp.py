@@ -239,12 +239,22 @@ _call_parallel = serialized(_call)
 _NONE = (np.zeros(1, dtype=np.uint32),)
 
 
+_WORDS = np.dtype(np.uint32)
+
+
 def _is_words(x) -> bool:
     """Whether ``x`` is a writable C-contiguous uint32 vector: every buffer of
     a call must have one Numba type, so that the tuples are homogeneous and
     indexable at run time."""
-    return (type(x) is np.ndarray and x.dtype == np.uint32 and x.ndim == 1
-            and x.flags.c_contiguous and x.flags.writeable)
+    if type(x) is not np.ndarray or x.ndim != 1 or x.dtype != _WORDS:
+        return False
+    flags = x.flags  # (each .flags makes an object: once, not twice)
+    return flags.c_contiguous and flags.writeable
+
+
+#: ``(np.uint32(p), np.uint32(mu_neg))`` per field: the kernel's argument types
+#: (a Python int would be typed int64 and compile another kernel), made once.
+_FIELD_WORDS: dict = {}
 
 
 def run_program(prog: Program, inputs, outputs, consts, fail, n_inst: int, p: int, mu_neg: int,
@@ -258,18 +268,21 @@ def run_program(prog: Program, inputs, outputs, consts, fail, n_inst: int, p: in
     rows, n_slots, in_terms, out_terms = prog
     if n_inst <= 0:
         return
-    ins = tuple(x if _is_words(x) else np.array(x, dtype=np.uint32, order="C").reshape(-1)
-                for x in inputs) or _NONE
+    ins = tuple([x if _is_words(x) else np.array(x, dtype=np.uint32, order="C").reshape(-1)
+                 for x in inputs]) or _NONE
     outs = tuple(outputs) or _NONE
-    if not all(map(_is_words, outs)):  # written in place: refused rather than copied
-        raise TypeError("outputs must be writable C-contiguous uint32 vectors")
-    block = launch_config.GRAPH_CPU_BLOCK
+    for x in outs:
+        if not _is_words(x):  # written in place: refused rather than copied
+            raise TypeError("outputs must be writable C-contiguous uint32 vectors")
+    words = _FIELD_WORDS.get((p, mu_neg))
+    if words is None:
+        words = _FIELD_WORDS[p, mu_neg] = (np.uint32(p), np.uint32(mu_neg))
+    # (the counts as Python ints: Numba types them int64, as np.int64)
+    n_inst, n_slots, block = int(n_inst), int(n_slots), launch_config.GRAPH_CPU_BLOCK
     if serial or n_inst <= block:  # (one block: nothing to run in parallel)
         _call(serial_twin(_interpret), ins, outs, rows, in_terms, out_terms, consts, fail,
-              np.int64(n_inst), np.int64(n_slots), np.int64(block), np.int64(1), np.uint32(p),
-              np.uint32(mu_neg))
+              n_inst, n_slots, block, 1, *words)
     else:
         chunks = min((n_inst + block - 1) // block, 4 * get_num_threads())
         _call_parallel(_interpret, ins, outs, rows, in_terms, out_terms, consts, fail,
-                       np.int64(n_inst), np.int64(n_slots), np.int64(block), np.int64(chunks),
-                       np.uint32(p), np.uint32(mu_neg))
+                       n_inst, n_slots, block, chunks, *words)

@@ -1334,6 +1334,30 @@ def test_two_transposed_regroupings_name_their_steps_and_the_remedy_works():
     np.testing.assert_array_equal(r2, 2 * want[1])
 
 
+def test_recording_follows_a_kernels_current_ir():
+    """What recording reads of a kernel's IR (its parameters, output shapes,
+    the eager program) is worked out once per kernel and kept on it; a kernel
+    whose ``ir`` attribute is replaced records the new IR, not the kept one."""
+    @kernel
+    def twice(x: In[()], out: Out[()]):
+        out[()] = x[()] + x[()]
+
+    @kernel
+    def pair(x: In[()], out: Out[2]):
+        out[0] = x[()] * x[()]
+        out[1] = x[()] + 1
+
+    ctx = Context()
+    x = ctx.copy_to_device(np.arange(5))
+    (a,) = ctx.call_kernel(twice, 5, x)
+    twice.ir = pair.ir
+    (b,) = ctx.call_kernel(twice, 5, x)
+    assert b.shape == (5, 2)
+    np.testing.assert_array_equal(ctx.copy_to_host(a), 2 * np.arange(5))
+    np.testing.assert_array_equal(ctx.copy_to_host(b),
+                                  np.stack([np.arange(5) ** 2, np.arange(5) + 1], axis=1))
+
+
 def test_call_clashing_with_itself_is_refused_and_not_recorded():
     # 6 instances split as 2 x 3 by one operand and 3 x 2 by the other: no
     # layout can serve the call, so it is refused when made, not when a graph

@@ -113,6 +113,45 @@ def test_shape_check_passes_only_plain_positive_ints_unnamed():
             _check_shape(bad)
 
 
+def test_the_recorders_unchecked_helpers_agree_with_the_checked_functions():
+    """The recorder's unchecked ``_prefix_points`` / ``_merge_points`` /
+    ``_first_axis_dims`` (what recording a call runs) give what the checked
+    functions give, over random views of buffers refined by random chains of
+    split points; a view that does not fit the points is still refused,
+    naming the missing split point."""
+    from zorch_nb.graph_layout import (_first_axis_dims, _merge_points, _prefix_points,
+                                       axis_dims, view_of_history)
+    def view(n):  # a random view of an n-element buffer, its steps as the recorder keeps them
+        history = [("reshape", (n,))]
+        steps = _random_history(rng, n)
+        for (op, arg), shape in zip(steps, history_shapes(n, steps)[1:]):
+            history.append(("reshape", shape) if op == "reshape" else
+                           ("transpose", tuple(a % len(shape) for a in arg)))
+        return view_of_history(history)
+
+    rng = np.random.default_rng(59)
+    checked = 0
+    for n in (6, 12, 24, 36, 64):
+        for _ in range(60):
+            v = view(n)
+            if v.irregular:
+                continue
+            own = prefix_points(v.base)
+            assert _prefix_points(v.base) == own
+            # the buffer's points: the view's own, refined by another view's where they agree
+            other = prefix_points(view(n).base)
+            merged = merge_points(own, other)
+            assert _merge_points(own, other) == merged
+            assert _merge_points(own, list(own)) == own
+            points = merged or own
+            want = (dims_of(points), axis_dims(v, points)[0])
+            assert _first_axis_dims(v, points) == want
+            checked += 1
+    assert checked > 200
+    with pytest.raises(ValueError, match=r"`points` \[1, 2, 12\] must hold every split point"):
+        _first_axis_dims(initial_view((3, 4)), [1, 2, 12])
+
+
 def test_logical_instance_takes_only_padded_instances():
     # points [1, 3, 12]: 3 calls of shape (4,), padded to 4 instances
     assert [logical_instance([1, 3, 12], 3, (4,), t) for t in range(4)] == [0, 1, 2, 2]

@@ -53,10 +53,10 @@ from ._ints import is_int
 from ._text import elided_list
 from .fields import BabyBear, KoalaBear, PrimeField, _stale_field_hint
 from .graph_format import _MAX_LOG2, _MAX_NDIM
-from .graph_layout import (ViewForm, _jit_disabled, apply_history, axis_dims, dims_of,
-                           history_shapes, initial_view, input_layout, logical_instance,
-                           merge_points, merkle_root, output_layout, pad, padded_dims,
-                           parallel_sizes, prefix_points, reshape_view, transpose_view,
+from .graph_layout import (ViewForm, _first_axis_dims, _jit_disabled, _merge_points,
+                           _prefix_points, apply_history, dims_of, history_shapes,
+                           initial_view, input_layout, logical_instance, merkle_root,
+                           output_layout, pad, padded_dims, reshape_view, transpose_view,
                            unapply_history, unpad, view_of_history)
 from .graph_trace import (In, InOut, Kernel, KernelDefinitionError, KernelIR, Out, assert_eq,
                           kernel)
@@ -319,14 +319,14 @@ def _extended(history: tuple, op: str, arg: tuple, shape: tuple) -> tuple:
 
 
 class _Buffer:
-    def __init__(self, length, values, source, shape, points):
+    def __init__(self, length, values, source, shape, points, use=None):
         self.length = length
         self.values = values  # logical Montgomery words (flat), in the context's module
         self.source = source  # "input" or index of the producing call
         # points and uses are replaced, never mutated in place: call_kernel's
         # commit can then put the old lists back if it is interrupted.
         self.points = points
-        self.uses = [(f"{list(shape)}", tuple(points))]
+        self.uses = [use or _buffer_use(shape, points)]
         # The split points after the recorded calls' instance boundaries are
         # propagated (Context._fixed_point), and the calls that propagate
         # into this buffer (parallel operand or output): kept up to date call
@@ -334,6 +334,29 @@ class _Buffer:
         self.fixed = points
         self.fixed_by = None  # the call whose recording last changed `fixed` (for errors)
         self.calls = []  # ascending; appended to (a rollback truncates it)
+
+
+def _buffer_use(shape, points) -> tuple:
+    """A new buffer's first entry in :attr:`_Buffer.uses`: its own shape."""
+    return (f"{list(shape)}", tuple(points))
+
+
+def _output_forms(sig, num_parallel) -> tuple:
+    """Per output of a call of ``num_parallel`` instances: its shape, the view
+    and history of its handle, its buffer's split points and first use, kept
+    on ``sig`` per instance count (a few at a time)."""
+    forms = sig.output_forms.get(num_parallel)
+    if forms is None:
+        forms = []
+        for shape in sig.out_shapes:
+            shape = (num_parallel,) + shape
+            view = initial_view(shape)
+            points = tuple(_prefix_points(view.base))
+            forms.append((shape, view, (("reshape", shape),), points, _buffer_use(shape, points)))
+        if len(sig.output_forms) >= 16:
+            sig.output_forms.clear()
+        forms = sig.output_forms[num_parallel] = tuple(forms)
+    return forms
 
 
 class _Overlay(dict):
@@ -353,7 +376,7 @@ class _Overlay(dict):
         if bid < self._first:
             return self._buffers[bid].fixed
         shape = (self._num_parallel,) + self._out_shapes[bid - self._first]
-        return prefix_points(initial_view(shape).base)
+        return _prefix_points(initial_view(shape).base)
 
 
 class _Operand(NamedTuple):
@@ -369,6 +392,32 @@ class _Call(NamedTuple):
     num_parallel: int
     inputs: tuple
     outputs: tuple
+
+
+class _Signature(NamedTuple):
+    """What recording a call reads of its kernel's IR, worked out once per kernel."""
+
+    ir: KernelIR
+    in_params: tuple
+    out_params: tuple
+    out_shapes: tuple
+    out_words: int  # words of one instance's outputs
+    output_forms: dict  # num_parallel -> _output_forms(...)
+
+
+def _signature(kernel: Kernel) -> _Signature:
+    """``kernel``'s :class:`_Signature`, kept on the kernel (not pickled: see
+    :meth:`Kernel.__reduce__`); made again if ``kernel.ir`` was replaced.
+    (Each ``in_params`` / ``out_params`` builds its tuple anew: a call read
+    them six times.)"""
+    sig = kernel.__dict__.get("_recorder_signature")
+    if sig is None or sig.ir is not kernel.ir:
+        ir = kernel.ir
+        outs = ir.out_params
+        shapes = tuple(s for _, _, s in outs)
+        sig = _Signature(ir, ir.in_params, outs, shapes, sum(math.prod(s) for s in shapes), {})
+        kernel.__dict__["_recorder_signature"] = sig
+    return sig
 
 
 class Template(NamedTuple):
@@ -446,15 +495,25 @@ def _frozen(obj):
     return obj
 
 
+def _unpermuted(view: ViewForm) -> bool:
+    """Whether ``view`` reads its buffer's elements in their order (reshapes only)."""
+    return view.perm == tuple(range(len(view.perm)))
+
+
 def _describe(op: _Operand) -> str:
     """An operand's view for a message: its shape, and for a transposed view
     the steps that made it from the buffer, as the user wrote them (the
     view's internal base, a regrouping of the buffer's axes, meant nothing
     to a reader: "[12, 2] (transposed, over [3, 2, 4])" for a [2, 3, 4] buffer)."""
-    if op.view.perm == tuple(range(len(op.view.perm))):
+    if _unpermuted(op.view):
         return f"{list(op.shape)}"
     steps = "".join(f".{name}({', '.join(map(str, arg))})" for name, arg in op.history[1:])
     return f"{list(op.shape)} (`{steps}` of its {list(op.history[0][1])})"
+
+
+def _operand_text(what) -> str:
+    """:func:`_describe` of an operand, or an output's shape marked as one."""
+    return _describe(what) if isinstance(what, _Operand) else f"{list(what)} (output)"
 
 
 def _copy_remedy(buffers, bid) -> str:
@@ -1252,12 +1311,13 @@ class Context:
             return _to_host(self.field.decode(apply_history(values, h._history).copy()))
 
     # ---- calls -------------------------------------------------------------
-    def _merge(self, pending, bid, points, desc):
+    def _merge(self, pending, bid, points, op):
         cur = pending.get(bid, self._buffers[bid].points)
-        merged = merge_points(cur, points)
+        merged = _merge_points(cur, points)
         if merged is None:
+            desc = _describe(op)
             for used, pts in self._buffers[bid].uses:
-                if merge_points(pts, points) is None:
+                if _merge_points(pts, points) is None:
                     raise ValueError(
                         f"illegal shape operation: buffer {bid} is used as {used} and as "
                         f"{desc}; their split points {list(pts)} and {list(points)} do not "
@@ -1314,30 +1374,31 @@ class Context:
             raise ValueError(f"Argument `num_parallel` must be a positive integer, "
                              f"not {num_parallel!r}")
         num_parallel = int(num_parallel)
-        ir = kernel.ir
+        sig = _signature(kernel)
+        ir = sig.ir
         if num_parallel >= 1 << _MAX_LOG2:
             raise ValueError(f"Argument `num_parallel` must be below 2**{_MAX_LOG2} (a graph "
                              f"file's limit on instances), not {num_parallel}")
         # the eager outputs alone, before NumPy's own "array is too big" or a
         # MemoryError that names nothing
-        need = 4 * num_parallel * sum(math.prod(s) for _, _, s in ir.out_params)
+        need = 4 * num_parallel * sig.out_words
         have = _backend.physical_memory() if self.backend == "cpu" else None  # (CuPy: its own OOM)
         if have is not None and need > have:
             raise MemoryError(f"Argument `num_parallel` = {num_parallel}: the call's outputs "
                               f"need {need / 2**30:.1f} GiB; this machine has "
                               f"{have / 2**30:.1f} GiB of memory")
-        in_params = ir.in_params
+        in_params = sig.in_params
         if len(inputs) != len(in_params):
             raise TypeError(f"kernel `{ir.name}` takes {len(in_params)} input handle(s) "
                             f"({', '.join(n for n, _, _ in in_params)}), not {len(inputs)}")
         with self._lock, self._on_device():
-            return self._record_call(kernel, num_parallel, inputs)
+            return self._record_call(kernel, sig, num_parallel, inputs)
 
-    def _record_call(self, kernel, num_parallel, inputs) -> tuple:
-        ir = kernel.ir
-        operands = []
+    def _record_call(self, kernel, sig, num_parallel, inputs) -> tuple:
+        ir = sig.ir
+        operands, op_points = [], []
         pending: dict = {}
-        for (pname, kind, pshape), h in zip(ir.in_params, inputs):
+        for (pname, kind, pshape), h in zip(sig.in_params, inputs):
             h = self._own(h, pname)
             par_shape = (num_parallel,) + pshape
             if h.shape == pshape and kind == "in":
@@ -1361,25 +1422,26 @@ class Context:
                                  f"before that reshape whole and writing its elements in the "
                                  f"shape you need")
             op = _Operand(h.buffer_id, h._view, broadcast, h.shape, h._history)
-            self._merge(pending, h.buffer_id, prefix_points(op.view.base), _describe(op))
+            points = _prefix_points(op.view.base)
+            self._merge(pending, h.buffer_id, points, op)
             operands.append(op)
-        fixed = self._fixed_point(kernel, num_parallel, operands, pending)
-        values = self._evaluate(kernel, num_parallel, operands)
+            op_points.append(points)
+        fixed = self._fixed_point(kernel, sig, num_parallel, operands, pending)
+        values = self._evaluate(kernel, num_parallel, operands, sig)
         # The call succeeded.  Build everything it records first ...
         layouts = {}  # input buffer -> (new points, new uses); the old lists stay intact
-        for op in operands:
+        for op, op_pts in zip(operands, op_points):
             points, uses = layouts.get(op.buffer_id, (pending[op.buffer_id],
                                                      self._buffers[op.buffer_id].uses))
-            entry = (_describe(op), tuple(prefix_points(op.view.base)))
+            entry = (_describe(op), tuple(op_pts))
             layouts[op.buffer_id] = (points, uses if entry in uses else uses + [entry])
         first, call_index = len(self._buffers), len(self._calls)
         outs, new_buffers = [], []
-        for (pname, kind, pshape), vals in zip(ir.out_params, values):
-            shape = (num_parallel,) + pshape
-            h = Handle(self, first + len(outs), shape, initial_view(shape),
-                       (("reshape", shape),))
-            new_buffers.append(_Buffer(int(vals.size), vals.reshape(-1), call_index, shape,
-                                       prefix_points(h._view.base)))
+        for (shape, view, history, points, use), vals in zip(_output_forms(sig, num_parallel),
+                                                            values):
+            h = Handle(self, first + len(outs), shape, view, history)
+            new_buffers.append(_Buffer(int(vals.size), vals, call_index, shape,
+                                       list(points), use))
             outs.append(h)
         call = _Call(kernel, num_parallel, tuple(operands), tuple(h.buffer_id for h in outs))
         # ... then change the Context in three steps, undone if an interruption
@@ -1414,7 +1476,7 @@ class Context:
             raise
         return tuple(outs)
 
-    def _fixed_point(self, kernel, num_parallel, operands, pending) -> dict:
+    def _fixed_point(self, kernel, sig, num_parallel, operands, pending) -> dict:
         """The recorded calls' fixed point (:meth:`_propagate`) with this call added.
 
         Starts from every buffer's ``fixed`` points (the fixed point of the
@@ -1429,11 +1491,11 @@ class Context:
         ``s2(b.reshape(3, 2))`` after ``add(a, b)`` split its instances both
         ways).
         """
-        ir = kernel.ir
+        ir = sig.ir
         first, ci = len(self._buffers), len(self._calls)
-        outs = tuple(range(first, first + len(ir.out_params)))
+        out_shapes = sig.out_shapes
+        outs = tuple(range(first, first + len(out_shapes)))
         call = _Call(kernel, num_parallel, tuple(operands), outs)
-        out_shapes = tuple(s for _, _, s in ir.out_params)
         over = _Overlay(self._buffers, num_parallel, out_shapes, first)
         mine = {op.buffer_id for op in operands if not op.broadcast} | set(outs)
 
@@ -1444,7 +1506,7 @@ class Context:
         pushed = {ci}
         for op in operands:
             bid = op.buffer_id
-            merged = merge_points(over[bid], pending[bid])
+            merged = _merge_points(over[bid], pending[bid])
             if merged is None:
                 buf = self._buffers[bid]
                 origin = ""
@@ -1493,8 +1555,8 @@ class Context:
             self._quiet_calls.add(quiet)
         return dict(over)
 
-    def _evaluate(self, kernel: Kernel, n: int, operands) -> list:
-        """The call's outputs, ``(n, elements)`` each (logical, unpadded).
+    def _evaluate(self, kernel: Kernel, n: int, operands, sig) -> list:
+        """The call's outputs, flat ``(n * elements,)`` each (logical, unpadded).
 
         On the CPU the graph interpreter runs the whole kernel in one call
         (:func:`_evaluate_interpreted`); on CuPy, under ``NUMBA_DISABLE_JIT``
@@ -1510,7 +1572,7 @@ class Context:
                 return outs
         F, xp, ir = self.field, self._xp, kernel.ir
         ops = []  # each operand as (rows, *param shape): a view where the history allows
-        for op, (_, _, pshape) in zip(operands, ir.in_params):
+        for op, (_, _, pshape) in zip(operands, sig.in_params):
             values = apply_history(self._buffers[op.buffer_id].values, op.history)
             ops.append(values.reshape((1 if op.broadcast else n,) + pshape))
         consts = _const_words(F, ir, xp)
@@ -1564,13 +1626,14 @@ class Context:
             t, x, y = failed[k]
             raise ValueError(f"assert_eq failed in kernel `{ir.name}` ({ir.asserts[k][2]}) at "
                              f"instance {t} of {n}: {x} != {y}")
-        return outs
+        return [o.reshape(-1) for o in outs]
 
     def _evaluate_interpreted(self, kernel: Kernel, n: int, operands):
         """The call's outputs by one run of the graph interpreter
         (:mod:`~zorch_nb.kernels.graph_interp`) over the operands laid out
-        contiguously, ``(n, elements)`` (a broadcast one: ``(elements,)``);
-        None where an assertion fails, for the node walk to name it.
+        contiguously, ``(n, elements)`` (a broadcast one: ``(elements,)``):
+        flat outputs as :meth:`_evaluate`'s, or None where an assertion
+        fails, for the node walk to name it.
 
         Node by node, every node cost a field call over all instances (~15 us
         of dispatch for a few instances, a temporary of ``n`` words and a pass
@@ -1580,11 +1643,13 @@ class Context:
         """
         F, ir = self.field, kernel.ir
         prog = _eager_program(kernel, tuple(op.broadcast for op in operands))
-        ins = [np.ascontiguousarray(apply_history(self._buffers[op.buffer_id].values,
-                                                  op.history)).reshape(-1)
+        # (a view without a permutation reads its buffer's words in their order)
+        ins = [self._buffers[op.buffer_id].values if _unpermuted(op.view)
+               else np.ascontiguousarray(apply_history(self._buffers[op.buffer_id].values,
+                                                       op.history)).reshape(-1)
                for op in operands]
         outs = [np.empty(n * len(ids), dtype=np.uint32) for ids in ir.outputs]
-        fail = np.zeros(n, dtype=np.uint32)
+        fail = np.empty(n, dtype=np.uint32)  # (every instance's word is written)
         # serial where a replay of the call would be (small work, Numba set to one
         # thread); for at most CPU_SERIAL_WORDS instances, where the node walk's
         # field calls were serial too: recording small calls starts no threading
@@ -1595,9 +1660,9 @@ class Context:
                   or cpu_threads.forked_after_gnu_omp())
         graph_interp.run_program(prog, ins, outs, _const_words(F, ir, np), fail, n,
                                  F.params.p, F.params.mu_neg, serial)
-        if fail.any():
+        if np.count_nonzero(fail):  # (a quarter of fail.any()'s time)
             return None
-        return [o.reshape(n, len(ids)) for o, ids in zip(outs, ir.outputs)]
+        return outs
 
     # ---- graph -------------------------------------------------------------
     def _propagate(self) -> list:
@@ -1632,40 +1697,42 @@ class Context:
 
         Returns the buffer whose split points changed (one at most), or None.
         """
-        ir = call.kernel.ir
-        par = [(op.buffer_id, op.view, _describe(op)) for op in call.inputs
-               if not op.broadcast]
-        for bid, (_, _, pshape) in zip(call.outputs, ir.out_params):
-            shape = (call.num_parallel,) + pshape
-            par.append((bid, initial_view(shape), f"{list(shape)} (output)"))
-        union = prefix_points([call.num_parallel])
+        sig = _signature(call.kernel)
+        ir = sig.ir
+        # (buffer, view, what the error messages call it: the operand or the output's shape)
+        par = [(op.buffer_id, op.view, op) for op in call.inputs if not op.broadcast]
+        for bid, (shape, view, *_) in zip(call.outputs, _output_forms(sig, call.num_parallel)):
+            par.append((bid, view, shape))
+        union = _prefix_points([call.num_parallel])
         seen = []
-        for bid, view, desc in par:
-            sizes = parallel_sizes(view, points[bid])
-            merged = merge_points(union, prefix_points(sizes))
+        for bid, view, what in par:
+            dims, first = _first_axis_dims(view, points[bid])
+            sizes = tuple(dims[i] for i in first)
+            merged = _merge_points(union, _prefix_points(sizes))
             if merged is None:
-                ob, od, osz = next((b, d, s) for b, d, s in seen
-                                   if merge_points(prefix_points(s), prefix_points(sizes)) is None)
+                sizes_pts = _prefix_points(sizes)
+                ob, ow, osz = next((b, w, s) for b, w, s, *_ in seen
+                                   if _merge_points(_prefix_points(s), sizes_pts) is None)
                 raise ValueError(
                     f"illegal shape operation: call {ci} (kernel `{ir.name}`, "
                     f"{call.num_parallel} instances) has parallel operands buffer {ob} as "
-                    f"{od} and buffer {bid} as {desc}, whose layouts (fixed by their other "
-                    f"uses) split the instances as {list(osz)} and {list(sizes)}; every "
-                    f"recorded call belongs to the graph, so record the program again "
-                    f"without this combination")
+                    f"{_operand_text(ow)} and buffer {bid} as {_operand_text(what)}, whose "
+                    f"layouts (fixed by their other uses) split the instances as {list(osz)} "
+                    f"and {list(sizes)}; every recorded call belongs to the graph, so record "
+                    f"the program again without this combination")
             union = merged
-            seen.append((bid, desc, sizes))
-        for bid, view, desc in par:
-            dims = dims_of(points[bid])
+            seen.append((bid, what, sizes, dims, first))
+        for bid, what, _, dims, first in seen:
             c = 1
-            for i in axis_dims(view, points[bid])[0]:
+            for i in first:
                 inside = [u for u in union if c < u < c * dims[i]]
                 if inside:
                     new = points[bid][i] * (inside[0] // c)
-                    merged = merge_points(points[bid], [new])
+                    merged = _merge_points(points[bid], [new])
                     if merged is None:
                         raise ValueError(
-                            f"illegal shape operation: buffer {bid} (used as {desc} in call "
+                            f"illegal shape operation: buffer {bid} (used as "
+                            f"{_operand_text(what)} in call "
                             f"{ci}, kernel `{ir.name}`) cannot be split at {new} to match the "
                             f"other operands; its split points are {points[bid]}"
                             + _copy_remedy(self._buffers, bid))

@@ -85,16 +85,33 @@ def _check_points(points, name="points"):
 
 def prefix_points(shape) -> list:
     """Split points of a row-major shape: ``[1, d0, d0 d1, ...]`` without repeats."""
+    return _prefix_points(_check_shape(shape))
+
+
+def merge_points(a, b):
+    """Sorted union of two split-point sets, or ``None`` if it is not a divisibility chain."""
+    return _union_chain(_check_shape(a, "a"), _check_shape(b, "b"))
+
+
+# The two above without the argument checks, for the recorder's own shapes and
+# points (checked when they were made): recording a call ran ~14 checks.
+def _prefix_points(dims) -> list:
     pts = [1]
-    for d in _check_shape(shape):
+    for d in dims:
         if d != 1:
             pts.append(pts[-1] * d)
     return pts
 
 
-def merge_points(a, b):
-    """Sorted union of two split-point sets, or ``None`` if it is not a divisibility chain."""
-    pts = sorted(set(_check_shape(a, "a")) | set(_check_shape(b, "b")))
+def _merge_points(a, b):
+    # (a and b are chains: sorted, no repeats)
+    if a == b:  # the common case: a view that agrees with its buffer's layout
+        return list(a)
+    return _union_chain(a, b)
+
+
+def _union_chain(a, b):
+    pts = sorted(set(a) | set(b))
     for lo, hi in zip(pts, pts[1:]):
         if hi % lo:
             return None
@@ -367,6 +384,27 @@ def input_layout(v: ViewForm, points, broadcast: bool, shape):
     inner = ax if broadcast else ax[1:]
     offs = _element_offsets(inner, tuple(shape), dims, strides)
     return par, tuple(int(o) for o in offs)
+
+
+def _first_axis_dims(v: ViewForm, points) -> tuple:
+    """``(dims_of(points), axis_dims(v, points)[0])`` for the recorder's own
+    views and points, without the checks (the recorder propagates splits
+    through every call its layouts reach, and these checks were a third of
+    that); a view that does not fit ``points`` goes to :func:`axis_dims`,
+    which names what is missing."""
+    pos = {s: i for i, s in enumerate(points)}
+    dims = tuple(hi // lo for lo, hi in zip(points, points[1:]))
+    try:
+        spans, cum = [], 1
+        for b in v.base:
+            spans.append((pos[cum], pos[cum * b]))
+            cum *= b
+    except KeyError:
+        return dims_of(points), axis_dims(v, points)[0]
+    first = []
+    for a in v.perm[:v.groups[0]] if v.groups else ():
+        first.extend(range(*spans[a]))
+    return dims, first
 
 
 def parallel_sizes(v: ViewForm, points) -> tuple:
