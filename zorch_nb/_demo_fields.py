@@ -30,12 +30,14 @@ def run(backend: str, log, size: int = 1 << 20) -> None:
             # Compile / warm up outside the timing, at the full size: a few
             # elements would compile only the serial twins small CPU calls run.
             mul_inv_mul()
-            t0 = time.perf_counter()
-            c, d = mul_inv_mul()
-            if backend == "cupy":
-                import cupy
-                cupy.cuda.get_current_stream().synchronize()
-            dt = time.perf_counter() - t0
+            dt = float("inf")
+            for _ in range(3):  # the best of three: a single call varied 3x (fresh pages)
+                t0 = time.perf_counter()
+                c, d = mul_inv_mul()
+                if backend == "cupy":
+                    import cupy
+                    cupy.cuda.get_current_stream().synchronize()
+                dt = min(dt, time.perf_counter() - t0)
             ok = bool((_host(d) == _host(b)).all())
             # Independent check of a few products with Python integers.
             p = F.p
