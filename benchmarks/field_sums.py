@@ -5,8 +5,9 @@ Usage: ``python benchmarks/field_sums.py`` prints one JSON line: the best of
 full base sum, a full extension sum and 64 row sums (``axis=-1``) of random
 words, after one parallel product has started Numba's threading layer.
 For a before/after comparison run it in alternating processes, one
-checkout each (``PYTHONPATH=<checkout>``, a separate ``NUMBA_CACHE_DIR``
-per side), and compare the best per row, as for
+checkout each (``python benchmarks/ab_run.py <checkout> THIS_SCRIPT``: a
+``PYTHONPATH`` alone would run the editable install's ``kernels/``), a
+separate ``NUMBA_CACHE_DIR`` per side, and compare the best per row, as for
 ``benchmarks/results/cpu-2026-12-06-field-sums.json``.
 """
 import json

@@ -16,7 +16,8 @@ the best of 7 rounds (a fresh Context per round):
   (the eager run dominates: the control row).
 
 For a before/after comparison run it in alternating processes, one checkout
-each (``PYTHONPATH=<checkout>``, a separate ``NUMBA_CACHE_DIR`` per side), as
+each (``python benchmarks/ab_run.py <checkout> benchmarks/record_calls.py``, a
+separate ``NUMBA_CACHE_DIR`` per side), as
 for ``benchmarks/results/cpu-2026-12-07-record-calls.json``.
 """
 import json

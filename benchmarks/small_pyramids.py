@@ -6,8 +6,9 @@ of a whole pyramid of a base/base and a base/extension dense layer of
 2^8 .. 2^16 leaves (allocating its layers, as a prover's first call does).
 At these sizes the host work around the fused kernel calls is a large part
 of the time.  For a before/after comparison run it in alternating
-processes, one checkout each (``PYTHONPATH=<checkout>``, a separate
-``NUMBA_CACHE_DIR`` per side), as for
+processes, one checkout each (``python benchmarks/ab_run.py <checkout>
+THIS_SCRIPT``: a ``PYTHONPATH`` alone would run the editable install's
+``kernels/``), a separate ``NUMBA_CACHE_DIR`` per side, as for
 ``benchmarks/results/cpu-2026-12-06-small-pyramids.json``.
 """
 import json
