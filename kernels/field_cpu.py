@@ -79,6 +79,12 @@ _base_fold, _ext4_fold = _inl["base_fold"], _inl["ext4_fold"]
 _base_eq_split, _ext4_eq_split = _inl["base_eq_split"], _inl["ext4_eq_split"]
 _inl_norm, _inl_finish = _inl["ext4_norm"], _inl["ext4_inv_finish"]
 _monty_reduce = _inl["monty_reduce"]
+# Array positions in the serial run loops are uint64 (``i = np.uint64(lo + t)``
+# for ``t in range(hi - lo)``): Numba wraps a signed index (a negative one
+# counts from the end), and the select it adds per access kept LLVM from
+# vectorizing several of these loops.  2**20 elements, 2 cores: base rows
+# plus one row 699 -> 105 us, F.eq_table 1043 -> 282 us, F.mle_fold 234 ->
+# 144 us (benchmarks/results/cpu-2026-12-07-field-index.json).
 _U1 = np.uint64(1)
 _U2 = np.uint64(2)
 _U3 = np.uint64(3)
@@ -197,8 +203,9 @@ def _make_bcast_run(kind):
             # x extension words op base words y, one per element: y meets
             # coefficient 0, and 1..3 too where m1 is all ones; else they
             # meet 0 (the embedding (s, 0, 0, 0))
-            for i in range(lo, hi):
-                j = np.uint64(i) * _U4
+            for t in range(hi - lo):
+                i = np.uint64(lo + t)
+                j = i * _U4
                 si = y[i]
                 sk = si & m1
                 out[j] = _coef_op(kind, x[j], si, p, mu)
@@ -207,8 +214,9 @@ def _make_bcast_run(kind):
                 out[j + _U3] = _coef_op(kind, x[j + _U3], sk, p, mu)
         elif form == 2:
             # base words x op four fixed words y0..y3, x embedded as in form 1
-            for i in range(lo, hi):
-                j = np.uint64(i) * _U4
+            for t in range(hi - lo):
+                i = np.uint64(lo + t)
+                j = i * _U4
                 si = x[i]
                 sk = si & m1
                 out[j] = _coef_op(kind, si, y0, p, mu)
@@ -218,11 +226,13 @@ def _make_bcast_run(kind):
         elif form == 4:
             # words x op words y: base elements, or extension coefficients
             # under add and sub ([lo, hi) count words here)
-            for i in range(lo, hi):
+            for t in range(hi - lo):
+                i = np.uint64(lo + t)
                 out[i] = _coef_op(kind, x[i], y[i], p, mu)
         else:
             # base words x op the fixed word y0 ([lo, hi) count words)
-            for i in range(lo, hi):
+            for t in range(hi - lo):
+                i = np.uint64(lo + t)
                 out[i] = _coef_op(kind, x[i], y0, p, mu)
 
     return njit_lanes64(closure_named(run, ("add", "sub", "rsub", "mul")[kind]))
@@ -344,7 +354,8 @@ def _base_mul_run(lo, hi, a, b, out, p, mu):
     # out[i] = a[i] * b[i] for i in [lo, hi) (read mod p); a and b may be
     # one array (a square), out is another.  One operand reduced is enough
     # (see monty.base_map2)
-    for i in range(lo, hi):
+    for t in range(hi - lo):
+        i = np.uint64(lo + t)
         out[i] = _mont_mul(_canonical(a[i], p), b[i], p, mu)
 
 
@@ -356,8 +367,9 @@ def _base_mul_run(lo, hi, a, b, out, p, mu):
 
 @njit_lanes64
 def _base_fold_run(lo, hi, v, r, out, p, mu):
-    for k in range(lo, hi):
-        j = np.uint64(k) * _U2
+    for t in range(hi - lo):
+        k = np.uint64(lo + t)
+        j = k * _U2
         out[k] = _base_fold(v[j], v[j + _U1], r, p, mu)
 
 
@@ -445,7 +457,8 @@ def _mle_fold_kernel(form, n, v, r0, r1, r2, r3, out, p, mu, wm):
 
 @njit_lanes64
 def _base_eq_split_run(k0, k1, a, r, lo, hi, p, mu):
-    for k in range(k0, k1):
+    for t in range(k1 - k0):
+        k = np.uint64(k0 + t)
         c = _base_eq_split(a[k], r, p, mu)
         lo[k] = c[0]
         hi[k] = c[1]
@@ -694,8 +707,8 @@ def _zero_counts_kernel(w, deg, counts, chunk, p):
         hi = min(n, lo + chunk)
         found = 0
         if deg == 1:
-            for i in range(lo, hi):
-                found += _canonical(w[i], p) == 0
+            for t in range(hi - lo):
+                found += _canonical(w[np.uint64(lo + t)], p) == 0
         else:
             for i in range(lo, hi):
                 j = np.uint64(i) * _U4
