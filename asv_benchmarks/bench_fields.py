@@ -241,3 +241,54 @@ class Sumcheck:
 
     def time_numpy_uint64(self, values, op, n):
         self.ref(*self.ref_args)
+
+
+class BaseRows:
+    """Base-field calls whose serial loops once indexed with a signed counter
+    (benchmarks/results/cpu-2026-12-07-field-index.json): rows of ``A``
+    (64 rows) plus one row, times one word per row, a base MLE fold at a base
+    ``r`` and the eq table of a base point; against the same in plain NumPy
+    uint64."""
+
+    params = (["rows + row", "rows x word", "mle_fold", "eq_table"], [2**20])
+    param_names = ["op", "n"]
+
+    def setup(self, op, n):
+        a = F.random((64, n // 64), seed=1)
+        ca = F.decode(a).astype(np.uint64)
+        if op == "rows + row":
+            row = F.random(n // 64, seed=2)
+            self.fn, self.args = F.add, (a, row)
+            self.ref, self.ref_args = (lambda x, y: (x + y) % P), (ca, F.decode(row)
+                                                                   .astype(np.uint64))
+        elif op == "rows x word":
+            s = F.random((64, 1), seed=3)
+            self.fn, self.args = F.mul, (a, s)
+            self.ref, self.ref_args = numpy_base_mul, (ca, F.decode(s).astype(np.uint64))
+        elif op == "mle_fold":
+            v, r = a.reshape(-1), F.random((), seed=4)
+            self.fn, self.args = F.mle_fold, (v, r)
+
+            def fold(cv, cr):
+                lo, hi = cv[0::2], cv[1::2]
+                return (lo + cr * ((hi + P - lo) % P)) % P
+            self.ref, self.ref_args = fold, (ca.reshape(-1), np.uint64(F.decode(r)))
+        else:
+            point = F.random(n.bit_length() - 1, seed=5)
+
+            def table(cp):
+                t = np.ones(1, dtype=np.uint64)
+                for r in cp:
+                    hi = (t * r) % P
+                    t = np.concatenate([(t + P - hi) % P, hi])
+                return t
+            self.fn, self.args = F.eq_table, (point,)
+            self.ref, self.ref_args = table, (F.decode(point).astype(np.uint64),)
+        got = F.decode(self.fn(*self.args))  # compiles; and the yardstick computes the same
+        assert (got == self.ref(*self.ref_args)).all()
+
+    def time_zorch_nb(self, op, n):
+        self.fn(*self.args)
+
+    def time_numpy_uint64(self, op, n):
+        self.ref(*self.ref_args)
