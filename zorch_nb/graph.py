@@ -344,7 +344,8 @@ def _buffer_use(shape, points) -> tuple:
 def _output_forms(sig, num_parallel) -> tuple:
     """Per output of a call of ``num_parallel`` instances: its shape, the view
     and history of its handle, its buffer's split points and first use, kept
-    on ``sig`` per instance count (a few at a time)."""
+    on ``sig`` per instance count (up to 64 counts: a propagation walks every
+    call of a deep halving pyramid, one count per level, over and over)."""
     forms = sig.output_forms.get(num_parallel)
     if forms is None:
         forms = []
@@ -353,7 +354,7 @@ def _output_forms(sig, num_parallel) -> tuple:
             view = initial_view(shape)
             points = tuple(_prefix_points(view.base))
             forms.append((shape, view, (("reshape", shape),), points, _buffer_use(shape, points)))
-        if len(sig.output_forms) >= 16:
+        if len(sig.output_forms) >= 64:
             sig.output_forms.clear()
         forms = sig.output_forms[num_parallel] = tuple(forms)
     return forms
