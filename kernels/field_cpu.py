@@ -1261,10 +1261,9 @@ def eq_table_trusted(degree, table, coords, f):
         _eq_chain_kernel(form, steps, flat, words, p, mu, wm)
     m = 1 << steps
     d = degree
-    for j in range(steps, nv):
+    for j in range(steps, nv):  # the larger doublings, one launch each
         a = flat[:d * m]
-        _eq_split(form, m, a, words[j], r_deg, a, flat[d * m:2 * d * m], f,
-                  m if degree == 1 else None)
+        eq_split_trusted(degree, a, words[j], r_deg, a, flat[d * m:2 * d * m], f)
         m *= 2
 
 

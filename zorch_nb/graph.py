@@ -368,16 +368,15 @@ class _Overlay(dict):
     writes stay here until the call is committed.
     """
 
-    def __init__(self, buffers, num_parallel, out_shapes, first):
+    def __init__(self, buffers, output_forms, first):
         super().__init__()
         self._buffers, self._first = buffers, first
-        self._num_parallel, self._out_shapes = num_parallel, out_shapes
+        self._forms = output_forms  # the call's _output_forms
 
     def __missing__(self, bid):
         if bid < self._first:
             return self._buffers[bid].fixed
-        shape = (self._num_parallel,) + self._out_shapes[bid - self._first]
-        return _prefix_points(initial_view(shape).base)
+        return list(self._forms[bid - self._first][3])
 
 
 class _Operand(NamedTuple):
@@ -1497,7 +1496,7 @@ class Context:
         out_shapes = sig.out_shapes
         outs = tuple(range(first, first + len(out_shapes)))
         call = _Call(kernel, num_parallel, tuple(operands), outs)
-        over = _Overlay(self._buffers, num_parallel, out_shapes, first)
+        over = _Overlay(self._buffers, _output_forms(sig, num_parallel), first)
         mine = {op.buffer_id for op in operands if not op.broadcast} | set(outs)
 
         def users(bid):  # an iterator: copying a long list per call was quadratic
