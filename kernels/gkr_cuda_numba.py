@@ -36,14 +36,13 @@ Every kernel is on Numba-CUDA's on-disk cache
 of compiling; the per-mode kernels close over numbers only (see the chunk
 kernel's device functions for why that matters).
 """
-import functools
-
 import numpy as np
 from numba import cuda
 
 from .field_cuda_numba import as_device, cached_kernel, copy_back, stream_for
 from .field_params import kernel_words
 from .monty import canonical
+from .jit import made_once
 from .gkr_scalar import (MODE_BB, MODE_BE, MODE_EB, frac_bb, frac_be, frac_eb, frac_ee,
                          make_node_functions, make_slot_functions, mle_words,
                          output_mode)
@@ -61,7 +60,7 @@ _dense_slot, _jagged_slot, _find_segment = make_slot_functions(cuda.jit(device=T
 _fold_node, _ = make_node_functions(cuda.jit(device=True))
 
 
-@functools.lru_cache(maxsize=None)
+@made_once
 def _kernels(mode):
     """``(dense, jagged)`` kernels of one mode, compiled on first use.
 
@@ -261,7 +260,7 @@ def _fold_tile(mode, nw, dw, tile, n0, n1, d0, d1, i, p, mu, wm):
                    _tile_word(tile, d1, i, 2, dw), _tile_word(tile, d1, i, 3, dw), p, mu, wm)
 
 
-@functools.lru_cache(maxsize=None)
+@made_once
 def _pyramid_kernel(mode):
     """Fused dense pyramid kernel for input ``mode`` (compiled on first use).
 
@@ -499,7 +498,7 @@ def _chunk_dead_fill(nw, dw, outs, base, g):
                  outs[base + 3], g)
 
 
-@functools.lru_cache(maxsize=None)
+@made_once
 def _chunk_kernel(mode):
     """Fused jagged chunk kernel for input ``mode`` (compiled on first use).
 

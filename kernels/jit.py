@@ -57,6 +57,7 @@ another thread held it (a kernel's first call on a worker thread, a
 held by a thread it does not have: its first compile waited forever.  So a
 fork waits for a running compile to end (:func:`_before_fork`).
 """
+import functools
 import hashlib
 import itertools
 import os
@@ -73,7 +74,7 @@ from numba.core import compiler_lock
 
 from . import SOURCES_DIGEST
 
-__all__ = ["njit", "keyed_on_sources", "closure_named"]
+__all__ = ["njit", "keyed_on_sources", "closure_named", "made_once"]
 
 
 def keyed_on_sources(dispatcher):
@@ -180,6 +181,34 @@ def _drop_unlisted(self, listed: set) -> None:
                     os.remove(path)
             except OSError:  # a concurrent cleaner
                 pass
+
+
+def made_once(maker):
+    """``maker(*key)`` memoized so that every caller of a key gets one object,
+    the first stored: for the factories of lazily compiled kernels.
+
+    ``functools.lru_cache`` hands each thread that misses at once the object
+    its own call made, and stores only one of them.  The factories here only
+    decorate (a kernel compiles on its first launch), so eight threads taking
+    a new kernel at once got eight dispatchers, and each compiled (or loaded
+    from the disk cache) the same machine code on its first launch; the
+    extras were then dropped.  Storing with ``dict.setdefault`` and returning
+    what it holds gives every thread the first dispatcher, before any
+    launched, so one compile serves them all (Numba compiles under its own
+    process-wide lock).  No lock of our own: a ``fork`` cannot catch one
+    held.  ``cache_clear()`` forgets them all.
+    """
+    made = {}
+
+    @functools.wraps(maker)
+    def get(*key):
+        obj = made.get(key)
+        if obj is None:
+            obj = made.setdefault(key, maker(*key))
+        return obj
+
+    get.cache_clear = made.clear
+    return get
 
 
 def _keyed(stamp) -> bool:

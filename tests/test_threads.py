@@ -378,3 +378,60 @@ def test_sums_never_start_the_threading_layer_and_run_in_forked_children():
     kernel started it the sum runs serially (it raised RuntimeError there)."""
     res = _child(_SUM_FORK)
     assert res.returncode == 0 and res.stdout.strip() == "0", res.stdout + res.stderr
+
+
+def _race(get, key, threads=8):
+    """``get(key)`` from ``threads`` threads released together; their results."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+    start = threading.Barrier(threads)
+
+    def one(_):
+        start.wait()
+        return get(key)
+
+    with ThreadPoolExecutor(threads) as pool:
+        return list(pool.map(one, range(threads)))
+
+
+def test_made_once_hands_every_racing_thread_the_first_object():
+    """kernels.jit.made_once: threads that miss together all get the object
+    stored first, so a lazily compiled kernel compiles once (functools.lru_cache
+    gives each its own: this test fails with it)."""
+    import time
+    from zorch_nb.kernels.jit import made_once
+    calls = []
+
+    @made_once
+    def maker(mode):
+        calls.append(mode)
+        time.sleep(0.05)  # every thread is inside before the first returns
+        return object()
+
+    got = _race(maker, 3)
+    assert len(calls) > 1  # (the race happened: several threads made one)
+    assert all(g is got[0] for g in got)
+    assert maker(3) is got[0] and maker(2) is not got[0]
+    maker.cache_clear()
+    assert maker(3) is not got[0]
+    assert maker.__name__ == "maker"
+
+
+@pytest.mark.cudasim
+def test_numba_cuda_kernel_makers_give_racing_threads_one_kernel(monkeypatch):
+    """The Numba-CUDA GKR kernels are made per mode on first use; threads
+    asking at once get the same dispatchers (one compile on a GPU)."""
+    import time
+    from zorch_nb.kernels import gkr_cuda_numba as g
+    decorate = g.cached_kernel
+
+    def slow(fn):  # a real decoration is too quick to race reliably
+        time.sleep(0.02)
+        return decorate(fn)
+
+    monkeypatch.setattr(g, "cached_kernel", slow)
+    for maker in (g._kernels, g._pyramid_kernel, g._chunk_kernel):
+        maker.cache_clear()
+        got = _race(maker, 3)
+        assert all(x is got[0] for x in got), maker.__name__
+        maker.cache_clear()  # (not keep the slowly made ones)
