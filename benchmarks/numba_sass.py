@@ -1,15 +1,18 @@
-"""Instruction counts of the Numba-CUDA GKR kernels (SASS), without a GPU.
+"""Instruction counts of the Numba-CUDA GKR and field kernels (SASS), without a GPU.
 
 Usage: ``python benchmarks/numba_sass.py [OUTDIR] [CUOBJDUMP]`` from the
 project root (needs numba-cuda with NVVM, ``ptxas`` and a ``cuobjdump``).
 
 The twin of ``benchmarks/sass_stats.py`` (which reads the CUDA C kernels'
 cubin): each Numba-CUDA launch of a dense and a jagged transition (four field
-modes), of the fused dense pyramid and of the fused jagged chunk is compiled
-to sm_90 PTX with the argument types the object layer passes (the driverless
-stand-ins of ``tests/cuda_nodriver.py``), assembled with ``ptxas -arch=sm_90``
-and disassembled.  ``instr`` counts the whole kernel: for a dense one, one
-grid-stride loop body (one output slot, two nodes) plus the set-up.
+modes), of the fused dense pyramid, of the fused jagged chunk and of ten
+field ops (the ``field ...`` rows) is compiled to sm_90 PTX with the argument
+types the object layer passes (the driverless stand-ins of
+``tests/cuda_nodriver.py``), assembled with ``ptxas -arch=sm_90`` and
+disassembled; the table is also written to ``OUTDIR/numba_sass.json``.
+``instr`` counts the whole kernel: for a dense one, one grid-stride loop
+body (one output slot, two nodes) plus the set-up.  (``nvdisasm``, which
+``cuobjdump -sass`` runs, must be on ``PATH``.)
 
 Where the local ``ptxas`` is older than NVVM it rejects the PTX ``.version``
 line; the file is then assembled once more with the version ptxas names as
@@ -17,6 +20,7 @@ its own (the kernels use no newer PTX feature; ptxas refuses the file if they
 do), and the table says so.  ``loop`` is the instruction count of the main
 loop alone (the backward branch spanning the most global loads).
 """
+import json
 import os
 import re
 import subprocess
@@ -56,6 +60,27 @@ def compile_kernels() -> dict:
                                     backend="numba")  # the fused three-step chunk
             for label in set(ptx) - before:  # name each launch by its input mode
                 ptx[f"{label.split('#')[0]} {mode}"] = ptx.pop(label)
+    # the field ops' grid-stride kernels (one launch each; the eq table's
+    # doublings all launch one kernel)
+    E = F.ext
+    a, b, x, y = F.random(64, seed=1), F.random(64, seed=2), E.random(64, seed=3), E.random(
+        64, seed=4)
+    for what, call in (("base mul", lambda: F.mul(a, b, backend="numba")),
+                       ("base neg", lambda: F.neg(a, backend="numba")),
+                       ("base pow", lambda: F.pow(a, 5, backend="numba")),
+                       ("base mle fold", lambda: F.mle_fold(a, b[0], backend="numba")),
+                       ("base eq table", lambda: F.eq_table(a[:4], backend="numba")),
+                       ("ext mul", lambda: E.mul(x, y, backend="numba")),
+                       ("ext square", lambda: E.square(x, backend="numba")),
+                       ("ext pow", lambda: E.pow(x, 5, backend="numba")),
+                       ("ext mle fold", lambda: E.mle_fold(x, y[0], backend="numba")),
+                       ("ext eq table", lambda: E.eq_table(x[:4], backend="numba"))):
+        before = set(ptx)
+        call()
+        new = sorted(set(ptx) - before, key=lambda label: int(label.split("#")[1]))
+        ptx[f"field {what}"] = ptx.pop(new[0])
+        for label in new[1:]:
+            del ptx[label]
     return ptx
 
 
@@ -103,7 +128,7 @@ def main(argv) -> int:
     classes = sass_stats._CLASSES
     print(f"{'kernel (input mode)':<34} {'instr':>6} {'loop':>6} "
           + " ".join(f"{c:>9}" for c in classes))
-    notes = set()
+    notes, rows = set(), []
     for k, (label, text) in enumerate(sorted(compile_kernels().items())):
         ptx, cubin = os.path.join(out, f"k{k}.ptx"), os.path.join(out, f"k{k}.cubin")
         with open(ptx, "w") as fh:
@@ -114,8 +139,12 @@ def main(argv) -> int:
         for _, total, c in sass_stats.stats(sass):
             print(f"{label:<34} {total:>6} {loop_body(sass):>6} "
                   + " ".join(f"{c[x]:>9}" for x in classes))
+            rows.append({"kernel": label, "instr": total, "loop": loop_body(sass),
+                         **{x: c[x] for x in classes}})
     for note in sorted(notes - {""}):
         print(note)
+    with open(os.path.join(out, "numba_sass.json"), "w") as fh:
+        json.dump({"arch": "sm_90", "notes": sorted(notes - {""}), "rows": rows}, fh, indent=1)
     return 0
 
 
