@@ -5,7 +5,7 @@ project root (needs numba-cuda with NVVM, ``ptxas`` and a ``cuobjdump``).
 
 The twin of ``benchmarks/sass_stats.py`` (which reads the CUDA C kernels'
 cubin): each Numba-CUDA launch of a dense and a jagged transition (four field
-modes), of the fused dense pyramid, of the fused jagged chunk and of ten
+modes), of the fused dense pyramid, of the fused jagged chunk and of twelve
 field ops (the ``field ...`` rows) is compiled to sm_90 PTX with the argument
 types the object layer passes (the driverless stand-ins of
 ``tests/cuda_nodriver.py``), assembled with ``ptxas -arch=sm_90`` and
@@ -74,7 +74,10 @@ def compile_kernels() -> dict:
                        ("ext square", lambda: E.square(x, backend="numba")),
                        ("ext pow", lambda: E.pow(x, 5, backend="numba")),
                        ("ext mle fold", lambda: E.mle_fold(x, y[0], backend="numba")),
-                       ("ext eq table", lambda: E.eq_table(x[:4], backend="numba"))):
+                       ("ext eq table", lambda: E.eq_table(x[:4], backend="numba")),
+                       ("base rows + one row",
+                        lambda: F.add(a.reshape(8, 8), b[:8], backend="numba")),
+                       ("ext x base", lambda: E.mul(x, a, backend="numba"))):
         before = set(ptx)
         call()
         new = sorted(set(ptx) - before, key=lambda label: int(label.split("#")[1]))

@@ -54,7 +54,7 @@ _cuda_jit_cached = cuda.jit(cache=True)
 # -> 141 instructions, base MLE fold 210 -> 170, extension two-operand maps
 # 197 -> 174; benchmarks/results/README.md).  Every offset is uint64 as well:
 # Numba types uint64 + int64 as float64.
-_U1, _U2, _U3, _U4 = np.uint64(1), np.uint64(2), np.uint64(3), np.uint64(4)
+_U0, _U1, _U2, _U3, _U4 = np.uint64(0), np.uint64(1), np.uint64(2), np.uint64(3), np.uint64(4)
 _U5, _U6, _U7, _U8 = np.uint64(5), np.uint64(6), np.uint64(7), np.uint64(8)
 
 
@@ -108,8 +108,9 @@ def _ext4_map2_kernel(op, a, b, p, mu, wm, out):
 @cuda.jit(device=True)
 def _bcast_index(i, n, run, a_row, a_step, b_row, b_step):
     # Element indices of the two operands for output element i (the contract
-    # of kernels/field_cpu.base_map2_bcast); run 0 or >= n: one run
-    if run != 0 and run < n:
+    # of kernels/field_cpu.base_map2_bcast); run 0 or >= n: one run.  All
+    # uint64 (the launchers pass the steps, run and rows so)
+    if run != _U0 and run < n:
         q = i // run
         r = i - q * run
         return q * a_row + r * a_step, q * b_row + r * b_step
@@ -119,8 +120,9 @@ def _bcast_index(i, n, run, a_row, a_step, b_row, b_step):
 @cached_kernel
 def _base_map2_bcast_kernel(op, a, a_step, b, b_step, run, a_row, b_row, p, mu, out):
     start, stride = cuda.grid(1), cuda.gridsize(1)
-    n = out.shape[0]
-    for i in range(start, n, stride):
+    n = np.uint64(out.shape[0])
+    for t in range(start, out.shape[0], stride):
+        i = np.uint64(t)
         ja, jb = _bcast_index(i, n, run, a_row, a_step, b_row, b_step)
         out[i] = _base2(op, a[ja], b[jb], p, mu)
 
@@ -131,22 +133,25 @@ def _ext4_map2_bcast_kernel(op, a, a_step, a_deg, b, b_step, b_deg, run, a_row, 
     # flat words; an operand of degree 1 is base, taken as (s, 0, 0, 0); at
     # least one is an extension operand
     start, stride = cuda.grid(1), cuda.gridsize(1)
-    n = out.shape[0] // 4
-    for i in range(start, n, stride):
+    n = np.uint64(out.shape[0] // 4)
+    for t in range(start, out.shape[0] // 4, stride):
+        i = np.uint64(t)
         ja, jb = _bcast_index(i, n, run, a_row, a_step, b_row, b_step)
         if a_deg == 4 and b_deg == 4:
-            c = _ext2(op, a[4 * ja], a[4 * ja + 1], a[4 * ja + 2], a[4 * ja + 3],
-                      b[4 * jb], b[4 * jb + 1], b[4 * jb + 2], b[4 * jb + 3], p, mu, wm)
+            ka, kb = _U4 * ja, _U4 * jb
+            c = _ext2(op, a[ka], a[ka + _U1], a[ka + _U2], a[ka + _U3],
+                      b[kb], b[kb + _U1], b[kb + _U2], b[kb + _U3], p, mu, wm)
         elif a_deg == 4:
-            c = _ext_base2(op, a[4 * ja], a[4 * ja + 1], a[4 * ja + 2], a[4 * ja + 3],
-                           b[jb], False, p, mu)
+            ka = _U4 * ja
+            c = _ext_base2(op, a[ka], a[ka + _U1], a[ka + _U2], a[ka + _U3], b[jb], False, p, mu)
         else:  # a base, b extension (never two base operands)
-            c = _ext_base2(op, b[4 * jb], b[4 * jb + 1], b[4 * jb + 2], b[4 * jb + 3],
-                           a[ja], True, p, mu)
-        out[4 * i] = c[0]
-        out[4 * i + 1] = c[1]
-        out[4 * i + 2] = c[2]
-        out[4 * i + 3] = c[3]
+            kb = _U4 * jb
+            c = _ext_base2(op, b[kb], b[kb + _U1], b[kb + _U2], b[kb + _U3], a[ja], True, p, mu)
+        k = _U4 * i
+        out[k] = c[0]
+        out[k + _U1] = c[1]
+        out[k + _U2] = c[2]
+        out[k + _U3] = c[3]
 
 
 @cached_kernel
@@ -546,8 +551,8 @@ def base_map2_bcast(op, a, a_step, b, b_step, out, f, run=0, a_row=0, b_row=0):
     if n:
         p, mu, _, _ = kernel_words(f)
         launch(_base_map2_bcast_kernel, n,
-               (np.int64(op), a, np.int64(a_step), b, np.int64(b_step), np.int64(run),
-                np.int64(a_row), np.int64(b_row), p, mu), out)
+               (np.int64(op), a, np.uint64(a_step), b, np.uint64(b_step), np.uint64(run),
+                np.uint64(a_row), np.uint64(b_row), p, mu), out)
 
 
 def ext4_map2_bcast(op, a, a_step, a_deg, b, b_step, b_deg, out, f, run=0, a_row=0, b_row=0):
@@ -559,9 +564,9 @@ def ext4_map2_bcast(op, a, a_step, a_deg, b, b_step, b_deg, out, f, run=0, a_row
     if n:
         p, mu, wm, _ = kernel_words(f)
         launch(_ext4_map2_bcast_kernel, n,
-               (np.int64(op), _flat(a), np.int64(a_step), np.int64(a_deg), _flat(b),
-                np.int64(b_step), np.int64(b_deg), np.int64(run), np.int64(a_row),
-                np.int64(b_row), p, mu, wm), _flat(out))
+               (np.int64(op), _flat(a), np.uint64(a_step), np.int64(a_deg), _flat(b),
+                np.uint64(b_step), np.int64(b_deg), np.uint64(run), np.uint64(a_row),
+                np.uint64(b_row), p, mu, wm), _flat(out))
 
 
 def base_pow(a, e_hi, e_lo, nbits, out, f):
