@@ -98,6 +98,20 @@ def test_marked_words_are_read_in_place_and_out_works(F):
     assert not (E.mul(x, a) == out).all()
 
 
+@pytest.mark.parametrize("op", ["add", "sub", "mul"])
+@pytest.mark.parametrize("F", FIELDS)
+def test_two_marked_operands_give_the_embedded_result(F, op):
+    """An extension op of two base operands still returns extension elements
+    (README, "Base or extension operand"): the base result embedded."""
+    E = F.ext
+    rng = np.random.default_rng(zlib.crc32(repr((F.name, op, "both")).encode()))
+    a, b = raw_words(rng, (3, 4), F.p), raw_words(rng, (4,), F.p)
+    got = getattr(E, op)(E.as_base(a), E.as_base(b))
+    assert got.shape == (3, 4, 4)
+    assert (got == big_int_result(F, op, a, 1, b, 1, True)).all()
+    assert (got == E.from_base(getattr(F, op)(a, b))).all()
+
+
 def test_marker_elsewhere_is_a_clear_type_error():
     F, E = KoalaBear, KoalaBear.ext
     a = F.random(4, seed=3)
