@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 from numba import get_num_threads, prange
+from numba.core import config as numba_config
 
 from . import launch_config
 from .cpu_threads import serial_twin, serialized
@@ -229,6 +230,23 @@ def _interpret(ins, outs, rows, in_terms, out_terms, consts, fail, n_inst, n_slo
                 fail[t0 + j] = fl[j]
 
 
+def _block(n_slots: int, n_operands: int) -> int:
+    """Instances per block: :data:`~.launch_config.GRAPH_CPU_BLOCK`, fewer
+    where a chunk's scratch would pass
+    :data:`~.launch_config.GRAPH_CPU_SCRATCH_BYTES` (4-byte values, 8-byte
+    operand bases and a 4-byte assertion flag per instance)."""
+    per_instance = 4 * n_slots + 8 * n_operands + 4
+    return max(1, min(launch_config.GRAPH_CPU_BLOCK,
+                      launch_config.GRAPH_CPU_SCRATCH_BYTES // per_instance))
+
+
+def _parfor_tuple_limit() -> int:
+    """The longest tuple Numba passes into a parallel region (read per call:
+    ``NUMBA_PARFOR_MAX_TUPLE_SIZE`` may be set after import, via
+    ``numba.config.reload_config``)."""
+    return getattr(numba_config, "PARFOR_MAX_TUPLE_SIZE", 100)
+
+
 def _call(kernel, *args) -> None:
     kernel(*args)
 
@@ -278,8 +296,13 @@ def run_program(prog: Program, inputs, outputs, consts, fail, n_inst: int, p: in
     if words is None:
         words = _FIELD_WORDS[p, mu_neg] = (np.uint32(p), np.uint32(mu_neg))
     # (the counts as Python ints: Numba types them int64, as np.int64)
-    n_inst, n_slots, block = int(n_inst), int(n_slots), launch_config.GRAPH_CPU_BLOCK
-    if serial or n_inst <= block:  # (one block: nothing to run in parallel)
+    n_inst, n_slots = int(n_inst), int(n_slots)
+    block = _block(n_slots, in_terms.shape[0] + out_terms.shape[0])
+    # (one block: nothing to run in parallel; more operands than Numba's
+    # parallel regions take as a tuple -- NUMBA_PARFOR_MAX_TUPLE_SIZE, 100 by
+    # default -- failed to compile: serial.  Such a kernel is rare and its
+    # compile, not its run, dominates)
+    if serial or n_inst <= block or max(len(ins), len(outs)) > _parfor_tuple_limit():
         _call(serial_twin(_interpret), ins, outs, rows, in_terms, out_terms, consts, fail,
               n_inst, n_slots, block, 1, *words)
     else:

@@ -94,6 +94,14 @@ GRAPH_CPU_UNROLL_MAX_ROWS = 512
 GRAPH_CPU_INTERPRET_MULS_PER_ACCESS = 1
 #: Instances per block of the interpreter: every row runs over a block.
 GRAPH_CPU_BLOCK = 256
+#: Most bytes of scratch one interpreter chunk holds (its ``(slots, block)``
+#: values and the operands' bases): a kernel with more live values than
+#: ``GRAPH_CPU_SCRATCH_BYTES / (4 * GRAPH_CPU_BLOCK)`` (4096) runs smaller
+#: blocks instead.  A well-formed graph file of 100,000 values all live at
+#: once took 100 MB per thread at full blocks, none of it counted by the
+#: replay's up-front memory check (a helper's review); kernels of tens of
+#: live values (a 176-node permutation: 40 KB) are unaffected.
+GRAPH_CPU_SCRATCH_BYTES = 1 << 22
 
 # ---- LogUp-GKR (kernels/gkr_*.py, kernels/cuda/gkr.cu) ----------------------
 #: Output slots per prange iteration of the CPU jagged transition (one binary

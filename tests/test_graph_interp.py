@@ -392,3 +392,69 @@ def test_one_block_of_instances_runs_serially(monkeypatch):
                              np.zeros(n, np.uint32), n, KoalaBear.params.p,
                              KoalaBear.params.mu_neg, serial=False)
     assert KoalaBear.decode(out).tolist() == [v * v % P for v in range(n)]
+
+
+def test_more_operands_than_a_parallel_region_takes_run_serially():
+    """Numba passes at most NUMBA_PARFOR_MAX_TUPLE_SIZE (100) tuple members
+    into a parallel region: a replay of an interpreted kernel of 101 inputs
+    over several blocks of instances failed to compile (a helper's review of
+    loaded graphs); it runs serially instead."""
+    m, n = 101, 2 * launch_config.GRAPH_CPU_BLOCK + 3
+    nodes = [(graph_codegen.OP_LOAD, k, 0) for k in range(m)]
+    for k in range(1, m):  # a running sum of the loads: node m + k - 1
+        nodes.append((graph_codegen.OP_ADD, len(nodes) - 1 if k > 1 else 0, k))
+    par = ((10, 1),)  # up to 1024 instances, stride 1
+    prog = graph_interp.program(tuple(nodes), (), ((len(nodes) - 1,),),
+                                [(par, (0,))] * m, [(par, ((0, 0),))])
+    ins = [KoalaBear.encode(np.arange(n) + 7 * k) for k in range(m)]
+    out = np.zeros(n, np.uint32)
+    fail = np.ones(n, np.uint32)
+    graph_interp.run_program(prog, ins, [out], KoalaBear.encode([0]), fail, n,
+                             KoalaBear.params.p, KoalaBear.params.mu_neg)
+    want = [sum(t + 7 * k for k in range(m)) % P for t in range(n)]
+    assert KoalaBear.decode(out).tolist() == want and not fail.any()
+
+
+@pytest.mark.parametrize("block", [1, 3])
+def test_blocks_shrink_to_the_scratch_budget_with_the_same_bytes(block, monkeypatch):
+    """A kernel of many live values runs blocks smaller than GRAPH_CPU_BLOCK
+    (a chunk's scratch is bounded by GRAPH_CPU_SCRATCH_BYTES); the padded
+    buffers, outputs and the first failing assertion are those of full blocks."""
+    @kernel
+    def wide(x: In[3], out: Out[2]):
+        a, b, c = x[0] * x[1], x[1] * x[2], x[0] * x[2]
+        d = a * b * c
+        assert_eq(d * 0, c * 0 + a - a)
+        assert_eq(a, b)
+        out[0] = d + a
+        out[1] = b * c - a
+
+    monkeypatch.setattr(launch_config, "GRAPH_CPU_UNROLL_MAX_ROWS", -1)  # interpreted
+    monkeypatch.setattr(launch_config, "GRAPH_CPU_SERIAL_WORK", 0)  # parallel chunks
+    n = 3 * launch_config.GRAPH_CPU_BLOCK + 5
+    rng = np.random.default_rng(11)
+    x = np.ones((n, 3), np.int64)
+    ctx = Context()
+    hx = ctx.copy_to_device(x)
+    (o,) = ctx.call_kernel(wide, n, hx)
+    g = ctx.generate_computation_graph([hx], [o])
+    vals = rng.integers(0, P, size=(n, 3))
+    vals[:, 1] = vals[:, 0]
+    vals[:, 2] = vals[:, 0]  # a == b everywhere ...
+    full = run_computation_graph(g, [vals], padded=True)
+    bad = vals.copy()
+    bad[[n - 2, 2 * launch_config.GRAPH_CPU_BLOCK + 1], 2] += 1  # ... but at two instances
+    with pytest.raises(ValueError, match=f"at instance {2 * launch_config.GRAPH_CPU_BLOCK + 1} "):
+        run_computation_graph(g, [bad])
+    prog = graph_interp.program(wide.ir.nodes, [(a, b) for a, b, _ in wide.ir.asserts],
+                                wide.ir.outputs, [((), (0, 1, 2))], [((), ((0, 0), (1, 1)))])
+    per_instance = 4 * prog.n_slots + 8 * 2 + 4  # (one input, one output operand)
+    assert graph_interp._block(prog.n_slots, 2) == launch_config.GRAPH_CPU_BLOCK
+    monkeypatch.setattr(launch_config, "GRAPH_CPU_SCRATCH_BYTES", (block + 1) * per_instance - 1)
+    assert graph_interp._block(prog.n_slots, 2) == block
+    small = run_computation_graph(g, [vals], padded=True)
+    for a, b in zip(full[0] + full[2], small[0] + small[2]):
+        assert a.tolist() == b.tolist()
+    assert full[1] == small[1]
+    with pytest.raises(ValueError, match=f"at instance {2 * launch_config.GRAPH_CPU_BLOCK + 1} "):
+        run_computation_graph(g, [bad])
