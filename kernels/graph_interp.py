@@ -29,7 +29,7 @@ Slots are reused once a value is dead, so a kernel needs as many slots as
 values live at once (tens for a permutation of any depth), not one per node.
 Every row runs over a block of :data:`~.launch_config.GRAPH_CPU_BLOCK`
 instances at a time (fewer for a kernel of thousands of live values, see
-:func:`_block`): the dispatch on ``op`` is paid once per block and the
+:data:`~.launch_config.GRAPH_CPU_SCRATCH_BYTES`): the dispatch on ``op`` is paid once per block and the
 arithmetic runs over a contiguous row of words, which LLVM vectorizes.
 """
 from __future__ import annotations
@@ -231,23 +231,6 @@ def _interpret(ins, outs, rows, in_terms, out_terms, consts, fail, n_inst, n_slo
                 fail[t0 + j] = fl[j]
 
 
-def _block(n_slots: int, n_operands: int) -> int:
-    """Instances per block: :data:`~.launch_config.GRAPH_CPU_BLOCK`, fewer
-    where a chunk's scratch would pass
-    :data:`~.launch_config.GRAPH_CPU_SCRATCH_BYTES` (4-byte values, 8-byte
-    operand bases and a 4-byte assertion flag per instance)."""
-    per_instance = 4 * n_slots + 8 * n_operands + 4
-    return max(1, min(launch_config.GRAPH_CPU_BLOCK,
-                      launch_config.GRAPH_CPU_SCRATCH_BYTES // per_instance))
-
-
-def _parfor_tuple_limit() -> int:
-    """The longest tuple Numba passes into a parallel region (read per call:
-    ``NUMBA_PARFOR_MAX_TUPLE_SIZE`` may be set after import, via
-    ``numba.config.reload_config``)."""
-    return getattr(numba_config, "PARFOR_MAX_TUPLE_SIZE", 100)
-
-
 def _call(kernel, *args) -> None:
     kernel(*args)
 
@@ -298,12 +281,19 @@ def run_program(prog: Program, inputs, outputs, consts, fail, n_inst: int, p: in
         words = _FIELD_WORDS[p, mu_neg] = (np.uint32(p), np.uint32(mu_neg))
     # (the counts as Python ints: Numba types them int64, as np.int64)
     n_inst, n_slots = int(n_inst), int(n_slots)
-    block = _block(n_slots, in_terms.shape[0] + out_terms.shape[0])
+    # Instances per block: fewer where a chunk's scratch would pass
+    # GRAPH_CPU_SCRATCH_BYTES (per instance 4-byte values, 8-byte operand bases
+    # and a 4-byte assertion flag); inline, as recording a call costs ~20 us
+    block, budget = launch_config.GRAPH_CPU_BLOCK, launch_config.GRAPH_CPU_SCRATCH_BYTES
+    per_instance = 4 * n_slots + 8 * (in_terms.shape[0] + out_terms.shape[0]) + 4
+    if per_instance * block > budget:
+        block = max(1, budget // per_instance)
     # (one block: nothing to run in parallel; more operands than Numba's
     # parallel regions take as a tuple -- NUMBA_PARFOR_MAX_TUPLE_SIZE, 100 by
     # default -- failed to compile: serial.  Such a kernel is rare and its
     # compile, not its run, dominates)
-    if serial or n_inst <= block or max(len(ins), len(outs)) > _parfor_tuple_limit():
+    if serial or n_inst <= block or \
+            max(len(ins), len(outs)) > numba_config.PARFOR_MAX_TUPLE_SIZE:
         _call(serial_twin(_interpret), ins, outs, rows, in_terms, out_terms, consts, fail,
               n_inst, n_slots, block, 1, *words)
     else:

@@ -449,10 +449,17 @@ def test_blocks_shrink_to_the_scratch_budget_with_the_same_bytes(block, monkeypa
     prog = graph_interp.program(wide.ir.nodes, [(a, b) for a, b, _ in wide.ir.asserts],
                                 wide.ir.outputs, [((), (0, 1, 2))], [((), ((0, 0), (1, 1)))])
     per_instance = 4 * prog.n_slots + 8 * 2 + 4  # (one input, one output operand)
-    assert graph_interp._block(prog.n_slots, 2) == launch_config.GRAPH_CPU_BLOCK
     monkeypatch.setattr(launch_config, "GRAPH_CPU_SCRATCH_BYTES", (block + 1) * per_instance - 1)
-    assert graph_interp._block(prog.n_slots, 2) == block
+    blocks = []
+    parallel = graph_interp._call_parallel
+
+    def spy(kernel, *args):
+        blocks.append(args[9])  # (ins, outs, rows, terms x 2, consts, fail, n, slots, block)
+        return parallel(kernel, *args)
+
+    monkeypatch.setattr(graph_interp, "_call_parallel", spy)
     small = run_computation_graph(g, [vals], padded=True)
+    assert blocks == [block]
     for a, b in zip(full[0] + full[2], small[0] + small[2]):
         assert a.tolist() == b.tolist()
     assert full[1] == small[1]
