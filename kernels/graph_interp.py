@@ -29,8 +29,9 @@ Slots are reused once a value is dead, so a kernel needs as many slots as
 values live at once (tens for a permutation of any depth), not one per node.
 Every row runs over a block of :data:`~.launch_config.GRAPH_CPU_BLOCK`
 instances at a time (fewer for a kernel of thousands of live values, see
-:data:`~.launch_config.GRAPH_CPU_SCRATCH_BYTES`): the dispatch on ``op`` is paid once per block and the
-arithmetic runs over a contiguous row of words, which LLVM vectorizes.
+:data:`~.launch_config.GRAPH_CPU_SCRATCH_BYTES`): the dispatch on ``op``
+is paid once per block and the arithmetic runs over a contiguous row of
+words, which LLVM vectorizes.
 """
 from __future__ import annotations
 
