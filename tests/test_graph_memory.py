@@ -349,8 +349,11 @@ def test_replay_memos_keep_only_the_most_recently_used_kernels(monkeypatch):
     generated sources, interpreter programs and constants of each one ever
     met; the memos keep the last ``maxsize``, and a kernel dropped from them is
     made again, with the same outputs and commitments."""
-    for memo in (G._SOURCE_CACHE, G._PROGRAM_CACHE, G._CONST_WORDS):
-        monkeypatch.setattr(memo, "maxsize", 2)
+    # fresh memos: entries an earlier test of this process left (its kernels'
+    # constants, say) would be hits here, never evicted (one pytest-xdist
+    # worker's order left 21 constant entries)
+    for name in ("_SOURCE_CACHE", "_PROGRAM_CACHE", "_CONST_WORDS"):
+        monkeypatch.setattr(G, name, G._Memo(2))
     vals = np.arange(1, 17).reshape(8, 2)
 
     def replay(rounds):
