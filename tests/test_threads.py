@@ -4,7 +4,8 @@ Numba's ``workqueue`` threading layer (its fallback where OpenMP and TBB do
 not load) terminates the process when two threads enter parallel kernels
 together; ``kernels/cpu_threads.py`` serializes the launches there.  Each
 case runs in a child process with the layer forced, and compares every
-threaded result with the same call made alone.
+threaded result with the same call made alone.  The last tests race threads
+on the kernel makers in this process (one dispatcher per key for all).
 """
 import os
 import subprocess
