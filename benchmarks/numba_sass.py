@@ -12,7 +12,9 @@ types the object layer passes (the driverless stand-ins of
 disassembled; the table is also written to ``OUTDIR/numba_sass.json``.
 ``instr`` counts the whole kernel: for a dense one, one grid-stride loop
 body (one output slot, two nodes) plus the set-up.  (``nvdisasm``, which
-``cuobjdump -sass`` runs, must be on ``PATH``.)
+``cuobjdump -sass`` runs, must be on ``PATH``; without a CUDA toolkit, the
+pip wheels ``nvidia-cuda-cuobjdump`` and ``nvidia-cuda-nvdisasm`` carry both,
+under ``nvidia/cu13/bin``.)
 
 Where the local ``ptxas`` is older than NVVM it rejects the PTX ``.version``
 line; the file is then assembled once more with the version ptxas names as
