@@ -363,3 +363,26 @@ def test_blocked_ops_with_out_under_a_transposed_operand(monkeypatch, F):
         want = [naive.enc((u + v) % F.p, F.p) for u, v in zip(vals, bv)]
         assert G.add(buf.transpose(axes), b, out=buf) is buf
         assert buf.reshape(-1).tolist() == want
+
+
+@pytest.mark.parametrize("ext", [False, True], ids=["base", "ext"])
+def test_is_canonical_reads_a_broadcast_view_once(ext, monkeypatch):
+    """A broadcast view repeats what it was made from: is_canonical reads those
+    words, not the view's 2**40 elements (it scanned them, ~10 minutes)."""
+    G = KoalaBear.ext if ext else KoalaBear
+    row = G.random(3, seed=5)  # (3,) or (3, 4): canonical
+    shape = (2**40,) + row.shape
+    scanned = []
+    first_true = fields._first_true
+
+    def spy(x, shape, *args):
+        scanned.append(int(np.prod(shape)))
+        assert scanned[-1] <= 3 * 4, f"scanning {shape}"  # (fails fast, not in minutes)
+        return first_true(x, shape, *args)
+
+    monkeypatch.setattr(fields, "_first_true", spy)
+    assert G.is_canonical(np.broadcast_to(row, shape))
+    bad = row.copy()
+    bad.reshape(-1)[-1] = KoalaBear.p  # the last word of the last element
+    assert not G.is_canonical(np.broadcast_to(bad, shape))
+    assert not G.is_canonical(np.broadcast_to(bad[:, None], (3, 2**40) + bad.shape[1:]))

@@ -271,6 +271,20 @@ def test_fuzzed_arguments_are_named_before_any_work():
             call()
 
 
+def test_encode_refuses_bytes_alike_and_reads_integer_buffers():
+    """bytes were refused as one object while a bytearray or a memoryview of
+    bytes encoded its byte values (a helper's fuzz): all three are refused,
+    naming the way to their byte values; a memoryview of integers is read."""
+    F = KoalaBear
+    for x in (b"12", bytearray(b"12"), memoryview(b"12")):
+        with pytest.raises(TypeError, match=rf"`ints` must be a sequence or array of integers, "
+                                            rf"not {type(x).__name__}; .*np.frombuffer"):
+            F.encode(x)
+    ints = np.array([3, F.p - 1, 0], np.int64)
+    assert F.encode(memoryview(ints)).tolist() == F.encode(ints).tolist()
+    assert F.encode(np.frombuffer(b"12", np.uint8)).tolist() == F.encode([49, 50]).tolist()
+
+
 def test_host_arrays_past_this_machines_memory_are_refused_by_name(monkeypatch):
     """An array the machine cannot hold is a MemoryError naming the argument
     (F.eq_table of 40 coordinates, F.random(2**40): NumPy's "Unable to

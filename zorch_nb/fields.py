@@ -204,6 +204,14 @@ def _int_array(values, name: str):
     elif hasattr(values, "__next__"):  # NumPy would wrap it as one object
         raise TypeError(f"Argument `{name}` must be a sequence or array of integers, not "
                         f"an iterator ({type(values).__name__}); pass list(...) of it")
+    elif isinstance(values, (bytes, bytearray)) or \
+            isinstance(values, memoryview) and values.format in ("B", "b", "c"):
+        # (bytes were refused as one object, while a bytearray or a memoryview of
+        # bytes read as its byte values: refused alike, the intent unclear; a
+        # memoryview of an integer array is that array)
+        raise TypeError(f"Argument `{name}` must be a sequence or array of integers, not "
+                        f"{type(values).__name__}; for its byte values pass "
+                        f"np.frombuffer(..., np.uint8)")
     else:
         try:
             arr = np.asarray(values, dtype=object)
@@ -566,8 +574,10 @@ class _FieldBase:
         Raises
         ------
         TypeError
-            Non-integer input (floats, bools, strings, None), an iterator, a
-            masked array; ``reduce`` not a bool; ``xp`` not numpy or cupy.
+            Non-integer input (floats, bools, strings, None; bytes, a bytearray
+            or a memoryview of bytes: ``np.frombuffer(x, np.uint8)`` gives their
+            byte values), an iterator, a masked array; ``reduce`` not a bool;
+            ``xp`` not numpy or cupy.
         ValueError
             A value outside ``[0, p)`` when ``reduce`` is false, a ragged
             nesting, or a wrong trailing axis for the extension.
@@ -770,6 +780,9 @@ class _FieldBase:
         _check_words(words, "words")
         _element_shape(words, self.degree, "words")
         kind, words = _in_module(words)
+        # a broadcast view holds what it repeats: those words are all to read
+        # (a 2**40-element broadcast of one word was scanned for minutes)
+        words = _unbroadcast(words, self.degree)
         if kind == "numpy" and words.size <= _CHUNK_WORDS["numpy"]:  # small: one pass
             return bool((words < self.p).all()) if words.size else True
         # blockwise, without a whole-array mask (one device read, as before;
