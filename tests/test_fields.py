@@ -469,7 +469,8 @@ def test_integer_inputs_numpy_reads_the_same_way():
         F.encode(-1)
     with pytest.raises(ValueError, match=r"^pow .*index \(1,\) is zero"):
         F.pow(F.encode([1, 0]), -3)
-    for seed, exc in ((-1, ValueError), (1.5, TypeError)):
+    for seed, exc in ((-1, ValueError), (1.5, TypeError), (True, TypeError),
+                      (np.bool_(False), TypeError)):  # (NumPy takes a bool as 0 or 1)
         with pytest.raises(exc, match="`seed` must be"):
             F.random(3, seed=seed)
     masked = np.ma.array(np.array([5, p], np.uint32), mask=[0, 1])

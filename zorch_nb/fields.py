@@ -884,8 +884,8 @@ class _FieldBase:
         Raises
         ------
         TypeError
-            ``shape`` not an int or a tuple of ints; a ``seed`` NumPy refuses by
-            type (a float, a str); ``xp`` not numpy or cupy.
+            ``shape`` not an int or a tuple of ints; a bool ``seed``, or one NumPy
+            refuses by type (a float, a str); ``xp`` not numpy or cupy.
         ValueError
             A negative entry of ``shape``, a shape larger than any array can be,
             or a negative ``seed``.
@@ -895,6 +895,8 @@ class _FieldBase:
             ``xp="cupy"`` where CuPy is not installed.
         """
         try:
+            if isinstance(seed, (bool, np.bool_)):  # (NumPy takes True as 1: a slip, likely)
+                raise TypeError("a bool is not a seed")
             rng = np.random.default_rng(seed)
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"Argument `seed` must be None, a non-negative int (or a "
