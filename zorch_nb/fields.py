@@ -780,8 +780,8 @@ class _FieldBase:
         _check_words(words, "words")
         _element_shape(words, self.degree, "words")
         kind, words = _in_module(words)
-        # a broadcast view holds what it repeats: those words are all to read
-        # (a 2**40-element broadcast of one word was scanned for minutes)
+        # a broadcast view repeats the words it was made from: only those are
+        # read (a 2**40-element broadcast of one word was scanned for minutes)
         words = _unbroadcast(words, self.degree)
         if kind == "numpy" and words.size <= _CHUNK_WORDS["numpy"]:  # small: one pass
             return bool((words < self.p).all()) if words.size else True
