@@ -2157,6 +2157,15 @@ def test_load_checks_the_graph_inputs_and_outputs_against_handles_given():
         again.load_computation_graph(g, inputs=[c2])
     with pytest.raises(TypeError, match=r"`outputs` must be a sequence of Handles"):
         again.load_computation_graph(g, outputs=5)
+    # a dict or set of Handles gave its keys as the inputs (a helper's review);
+    # run_computation_graph already refused a dict
+    for bad in ({a2: "x"}, {a2}):
+        with pytest.raises(TypeError, match=rf"`inputs` must be a sequence of Handles, not "
+                                            rf"{type(bad).__name__}"):
+            again.generate_computation_graph(bad, [c2])
+        with pytest.raises(TypeError, match=rf"`outputs` must be a sequence of Handles, not "
+                                            rf"{type(bad).__name__}"):
+            again.load_computation_graph(g, outputs={c2} if type(bad) is set else {c2: 0})
     broken = ComputationGraph(g.field, g.kernels, g.compiled_kernels, g.buffer_points,
                               g.templates, ((99, (("reshape", (64,)),)),), g.outputs,
                               g.constants, g.commitments)

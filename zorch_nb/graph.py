@@ -1742,6 +1742,11 @@ class Context:
         return None
 
     def _specs(self, handles, name, inputs: bool) -> list:
+        # (a dict or set of Handles gave its keys, in an order the caller may
+        # not expect: refused, as run_computation_graph refuses a dict)
+        if isinstance(handles, (dict, set, frozenset, str, bytes)):
+            raise TypeError(f"Argument `{name}` must be a sequence of Handles, not "
+                            f"{type(handles).__name__}")
         try:
             handles = list(handles)
         except TypeError:
@@ -1783,7 +1788,8 @@ class Context:
         Raises
         ------
         TypeError
-            ``inputs`` or ``outputs`` is not a sequence of :class:`Handle`.
+            ``inputs`` or ``outputs`` is not a sequence of :class:`Handle` (a
+            dict or set of them is refused: its order is not the caller's).
         ValueError
             Handles of another Context, an input not from
             :meth:`copy_to_device` or named twice.  (Layout clashes are
