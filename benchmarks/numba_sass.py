@@ -141,10 +141,10 @@ def main(argv) -> int:
         notes.add(assemble(ptx, cubin))
         sass = subprocess.run([tool, "-sass", cubin], capture_output=True, text=True,
                               check=True).stdout
+        loop = loop_body(sass)
         for _, total, c in sass_stats.stats(sass):
-            print(f"{label:<34} {total:>6} {loop_body(sass):>6} "
-                  + " ".join(f"{c[x]:>9}" for x in classes))
-            rows.append({"kernel": label, "instr": total, "loop": loop_body(sass),
+            print(f"{label:<34} {total:>6} {loop:>6} " + " ".join(f"{c[x]:>9}" for x in classes))
+            rows.append({"kernel": label, "instr": total, "loop": loop,
                          **{x: c[x] for x in classes}})
     for note in sorted(notes - {""}):
         print(note)
