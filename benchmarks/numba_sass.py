@@ -5,9 +5,10 @@ project root (needs numba-cuda with NVVM, ``ptxas`` and a ``cuobjdump``).
 
 The twin of ``benchmarks/sass_stats.py`` (which reads the CUDA C kernels'
 cubin): each Numba-CUDA launch of a dense and a jagged transition (four field
-modes), of the fused dense pyramid, of the fused jagged chunk and of twelve
-field ops (the ``field ...`` rows) is compiled to sm_90 PTX with the argument
-types the object layer passes (the driverless stand-ins of
+modes), of the fused dense pyramid, of the fused jagged chunk, of twelve
+field ops and of the field kernel layer's five other kernels (inverses,
+encode, decode, zero scan: the ``field ...`` rows) is compiled to sm_90 PTX
+with the argument types their launchers pass (the driverless stand-ins of
 ``tests/cuda_nodriver.py``), assembled with ``ptxas -arch=sm_90`` and
 disassembled; the table is also written to ``OUTDIR/numba_sass.json``.
 ``instr`` counts the whole kernel: for a dense one, one grid-stride loop
@@ -27,6 +28,8 @@ import os
 import re
 import subprocess
 import sys
+
+import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -86,6 +89,19 @@ def compile_kernels() -> dict:
         ptx[f"field {what}"] = ptx.pop(new[0])
         for label in new[1:]:
             del ptx[label]
+    # the kernel layer's other grid-stride kernels, one launch per call
+    from zorch_nb.kernels import field_cuda_numba as fk
+    from zorch_nb.kernels.monty import OP_INV
+    f, ints = F.params, np.arange(64, dtype=np.int64)
+    for what, call in (("base inverse", lambda: fk.base_batch_inv(a, np.empty_like(a), f)),
+                       ("ext inverse", lambda: fk.ext4_map1(OP_INV, x, np.empty_like(x), f)),
+                       ("encode", lambda: fk.encode(ints, np.empty(64, np.uint32), False, f)),
+                       ("decode", lambda: fk.decode(a, np.empty_like(a), f)),
+                       ("zero scan", lambda: fk.base_first_zero(a, f))):
+        before = set(ptx)
+        call()
+        (label,) = set(ptx) - before
+        ptx[f"field {what}"] = ptx.pop(label)
     return ptx
 
 

@@ -52,8 +52,8 @@ _cuda_jit_cached = cuda.jit(cache=True)
 # from the end of the array, a compare and select per access that an unsigned
 # one does not need (sm_90 SASS of the loop bodies: base two-operand maps 189
 # -> 141 instructions, base MLE fold 210 -> 170, extension two-operand maps
-# 197 -> 174; benchmarks/results/README.md).  Every offset is uint64 as well:
-# Numba types uint64 + int64 as float64.
+# 197 -> 174, base batched inverse 600 -> 495; benchmarks/results/README.md).
+# Every offset is uint64 as well: Numba types uint64 + int64 as float64.
 _U0, _U1, _U2, _U3, _U4 = np.uint64(0), np.uint64(1), np.uint64(2), np.uint64(3), np.uint64(4)
 _U5, _U6, _U7, _U8 = np.uint64(5), np.uint64(6), np.uint64(7), np.uint64(8)
 
@@ -182,23 +182,25 @@ def _base_inv_batched_kernel(a, p, mu, one, out):
     # n) stands aside with the factor one and inverts to 0
     n = out.shape[0]
     start, s = cuda.grid(1), cuda.gridsize(1)
+    nu, su = np.uint64(n), np.uint64(s)
     x = cuda.local.array(GPU_INV_BATCH_BASE, np.uint32)
     before = cuda.local.array(GPU_INV_BATCH_BASE, np.uint32)
     unit = np.uint32(one)
-    for i0 in range(start, n, s * GPU_INV_BATCH_BASE):
+    for t in range(start, n, s * GPU_INV_BATCH_BASE):
+        i0 = np.uint64(t)
         acc = unit
         for k in range(GPU_INV_BATCH_BASE):
-            i = i0 + k * s
-            xk = canonical(a[i], p) if i < n else np.uint32(0)
+            i = i0 + np.uint64(k) * su
+            xk = canonical(a[i], p) if i < nu else np.uint32(0)
             x[k] = xk
             before[k] = acc
             acc = mont_mul(acc, xk if xk != 0 else unit, p, mu)
         inv = mont_inv(acc, p, mu, one)
         for k in range(GPU_INV_BATCH_BASE - 1, -1, -1):
-            i = i0 + k * s
+            i = i0 + np.uint64(k) * su
             xk = x[k]
             r = mont_mul(inv, before[k], p, mu)
-            if i < n:
+            if i < nu:
                 out[i] = r if xk != 0 else np.uint32(0)
             inv = mont_mul(inv, xk if xk != 0 else unit, p, mu)
 
@@ -209,16 +211,18 @@ def _ext4_inv_batched_kernel(a, p, mu, wm, one, out):
     # has N0 = N1 = 0, so its result is 0 whatever its inverse norm is
     n = out.shape[0]
     start, s = cuda.grid(1), cuda.gridsize(1)
+    nu, su = np.uint64(n), np.uint64(s)
     x = cuda.local.array((GPU_INV_BATCH_EXT, 4), np.uint32)
     kept = cuda.local.array((GPU_INV_BATCH_EXT, 4), np.uint32)  # N0, N1, norm, before
     unit = np.uint32(one)
     zero = np.uint32(0)
-    for i0 in range(start, n, s * GPU_INV_BATCH_EXT):
+    for t in range(start, n, s * GPU_INV_BATCH_EXT):
+        i0 = np.uint64(t)
         acc = unit
         for k in range(GPU_INV_BATCH_EXT):
-            i = i0 + k * s
+            i = i0 + np.uint64(k) * su
             for j in range(4):
-                x[k, j] = canonical(a[i, j], p) if i < n else zero
+                x[k, j] = canonical(a[i, np.uint64(j)], p) if i < nu else zero
             c = ext4_norm(x[k, 0], x[k, 1], x[k, 2], x[k, 3], p, mu, wm)
             kept[k, 0] = c[0]
             kept[k, 1] = c[1]
@@ -227,14 +231,14 @@ def _ext4_inv_batched_kernel(a, p, mu, wm, one, out):
             acc = mont_mul(acc, c[2] if c[2] != 0 else unit, p, mu)
         inv = mont_inv(acc, p, mu, one)
         for k in range(GPU_INV_BATCH_EXT - 1, -1, -1):
-            i = i0 + k * s
+            i = i0 + np.uint64(k) * su
             c = ext4_inv_finish(x[k, 0], x[k, 1], x[k, 2], x[k, 3], kept[k, 0], kept[k, 1],
                                 mont_mul(inv, kept[k, 3], p, mu), p, mu, wm)
-            if i < n:
-                out[i, 0] = c[0]
-                out[i, 1] = c[1]
-                out[i, 2] = c[2]
-                out[i, 3] = c[3]
+            if i < nu:
+                out[i, _U0] = c[0]
+                out[i, _U1] = c[1]
+                out[i, _U2] = c[2]
+                out[i, _U3] = c[3]
             norm = kept[k, 2]
             inv = mont_mul(inv, norm if norm != 0 else unit, p, mu)
 
@@ -246,7 +250,8 @@ def _encode_kernel(v, reduce, p, mu, r2, out, first):
     # first[0] by an atomic minimum, its word that of 0
     start, s = cuda.grid(1), cuda.gridsize(1)
     pp = np.int64(p)
-    for i in range(start, v.shape[0], s):
+    for t in range(start, v.shape[0], s):
+        i = np.uint64(t)
         x = v[i]
         if x < 0 or x >= pp:
             if reduce:
@@ -254,7 +259,7 @@ def _encode_kernel(v, reduce, p, mu, r2, out, first):
                 if x < 0:  # (whichever sign convention the target's % has)
                     x += pp
             else:
-                cuda.atomic.min(first, 0, np.uint64(i))
+                cuda.atomic.min(first, 0, i)
                 x = 0
         out[i] = mont_mul(np.uint32(x), r2, p, mu)
 
@@ -265,7 +270,8 @@ def _decode_kernel(w, p, mu, out, bad):
     # >= p, stored once per thread
     start, s = cuda.grid(1), cuda.gridsize(1)
     seen = False
-    for i in range(start, w.shape[0], s):
+    for t in range(start, w.shape[0], s):
+        i = np.uint64(t)
         x = w[i]
         seen |= x >= p
         out[i] = monty_reduce(np.uint64(x), p, mu)
@@ -280,13 +286,14 @@ def _first_zero_kernel(w, deg, p, first):
     # in groups of four words (an extension element or four base elements:
     # four independent loads in flight, as a thread stops at its first zero);
     # only a thread that finds one does an atomic
-    n = w.shape[0] // deg
+    n = np.uint64(w.shape[0] // deg)
     groups = w.shape[0] // 4
     start, s = cuda.grid(1), cuda.gridsize(1)
-    for g in range(start, groups, s):
-        j = 4 * g
-        x0, x1 = canonical(w[j], p), canonical(w[j + 1], p)
-        x2, x3 = canonical(w[j + 2], p), canonical(w[j + 3], p)
+    for t in range(start, groups, s):
+        g = np.uint64(t)
+        j = _U4 * g
+        x0, x1 = canonical(w[j], p), canonical(w[j + _U1], p)
+        x2, x3 = canonical(w[j + _U2], p), canonical(w[j + _U3], p)
         hit = n
         if deg == 4:
             if (x0 | x1 | x2 | x3) == 0:
@@ -294,17 +301,18 @@ def _first_zero_kernel(w, deg, p, first):
         elif x0 == 0:
             hit = j
         elif x1 == 0:
-            hit = j + 1
+            hit = j + _U1
         elif x2 == 0:
-            hit = j + 2
+            hit = j + _U2
         elif x3 == 0:
-            hit = j + 3
+            hit = j + _U3
         if hit < n:
-            cuda.atomic.min(first, 0, np.uint64(hit))
+            cuda.atomic.min(first, 0, hit)
             break
-    i = 4 * groups + start  # the last n % 4 base elements, one to a thread
+    # the last n % 4 base elements, one to a thread
+    i = _U4 * np.uint64(groups) + np.uint64(start)
     if deg == 1 and i < n and canonical(w[i], p) == 0:
-        cuda.atomic.min(first, 0, np.uint64(i))
+        cuda.atomic.min(first, 0, i)
 
 
 @cuda.jit(device=True)
