@@ -2641,7 +2641,20 @@ def test_demo_section_runs():
     from zorch_nb import _demo_graph
     lines = []
     _demo_graph.run("cpu", lines.append)
-    assert "528" in lines[0] and "3728 (expected 3728)" in lines[-1]
+    assert "528 (expected 528)" in lines[0] and "3728 (expected 3728)" in lines[-1]
+
+
+def test_demo_section_notices_a_wrong_replay(monkeypatch):
+    from zorch_nb import _demo_graph
+    replay = _demo_graph.run_computation_graph
+
+    def off_by_one(*args, **kwargs):
+        (out,), commitments = replay(*args, **kwargs)
+        return (out + 1,), commitments
+    monkeypatch.setattr(_demo_graph, "run_computation_graph", off_by_one)
+    with pytest.raises(SystemExit, match="graph demo check failed on backend cpu: "
+                                         "recorded 528, replayed 3729"):
+        _demo_graph.run("cpu", lambda line: None)
 
 
 # ------------------------------------------------- interruption, threads ----

@@ -329,3 +329,30 @@ def test_empty_segments_and_zero_width(backend):
     out = extract_jagged_outputs(floor)  # empty sums: neutral fractions
     assert F.decode(to_host(out.numerator)).tolist() == [0, 0, 0, 0]
     assert F.decode(to_host(out.denominator)).tolist() == [1, 1, 1, 1]
+
+
+@pytest.mark.parametrize("F", FIELDS)
+def test_demo_check_notices_wrong_outputs(F):
+    """The demo's LogUp identity holds for zeroed or scaled numerators too;
+    its comparison with the NumPy pyramid of each batch element does not."""
+    from zorch_nb import _demo_gkr
+    E = F.ext
+    dense = GkrLayer(*_demo_gkr._lookup_leaves(F, [8] * 4, 1, np), 2, F)
+    counts = np.array([5, 1, 8, 3])
+    jagged = JaggedGkrLayer(*_demo_gkr._lookup_leaves(F, counts, 2, np), counts, F)
+    schedule = halving_schedule(jagged)
+    cases = [(dense, extract_outputs(build_pyramid(dense)[-1]), None),
+             (jagged, extract_jagged_outputs(build_jagged_pyramid(jagged, schedule)[-1]),
+              schedule)]
+    for first, out, steps in cases:
+        assert _demo_gkr._sums_vanish(F, out) and _demo_gkr._agrees_with_numpy(F, first, out,
+                                                                              steps)
+        two = E.encode([[2, 0, 0, 0]])
+        for wrong in (np.zeros_like(out.numerator), E.mul(out.numerator, two)):
+            bad = type(out)(wrong, out.denominator, F)
+            assert _demo_gkr._sums_vanish(F, bad)  # (why the identity alone is not enough)
+            assert not _demo_gkr._agrees_with_numpy(F, first, bad, steps)
+        den = out.denominator.copy()
+        den[-1] = E.mul(den[-1:], two)[0]
+        assert not _demo_gkr._agrees_with_numpy(F, first, type(out)(out.numerator, den, F),
+                                                steps)

@@ -6,13 +6,18 @@ challenge ``alpha`` the leaves are ``m_i / (alpha - t_i)`` (child 0) and
 ``-1 / (alpha - w_i)`` (child 1) -- base numerators under extension
 denominators.  The LogUp identity says every batch element sums to zero, so
 the two output fractions ``a/b + c/d`` of each must satisfy ``a d + c b = 0``;
-that check is done with Python integers, independently of the kernels.
+that check is done with Python integers, independently of the kernels.  It
+holds for zeroed or uniformly scaled numerators too, so each batch element's
+outputs are also compared with the plain NumPy pyramid of its own leaves
+(:mod:`._numpy_gkr`, canonical integers): every element's where it has at
+most 2**16 rows, three elements' (first, middle, last) on larger layers.
 """
 import os
 import time
 
 import numpy as np
 
+from . import _numpy_gkr
 from .fields import BabyBear, KoalaBear
 from .logup_gkr import (GkrLayer, JaggedGkrLayer, build_jagged_pyramid, build_pyramid,
                         extract_jagged_outputs, extract_outputs, halving_schedule)
@@ -78,6 +83,40 @@ def _sums_vanish(F, out):
     return ok
 
 
+def _agrees_with_numpy(F, first, out, steps=None) -> bool:
+    """Whether the outputs of ``first``'s batch elements (a dense layer, or a
+    jagged one folded along ``steps``) equal the plain NumPy pyramid of each
+    element's own rows: every element where each has at most 2**16 rows,
+    else the first, middle and last (the yardstick's uint64 temporaries)."""
+    p, w = F.p, F.W
+    canon = [(F if x.ndim == 1 else F.ext).decode(_host(x)).astype(np.uint64)
+             for x in first.mles]
+    got = [F.ext.decode(_host(x)) for x in (out.numerator, out.denominator)]
+    if steps is None:
+        nb, rows = 2**first.num_batch_variables, 2**first.num_row_variables
+        counts = np.full(nb, rows)
+    else:
+        counts = np.asarray(_host(first.row_counts), np.int64)
+        nb, rows = counts.size, int(counts.max())
+    starts = np.cumsum(counts) - counts
+    picks = range(nb) if rows <= 2**16 else sorted({0, nb // 2, nb - 1})
+    for b in picks:
+        lo = int(starts[b])
+        part = [x[lo:lo + int(counts[b])] for x in canon]
+        if steps is None:
+            floor = _numpy_gkr.dense_pyramid(part, first.num_row_variables, p, w)[-1]
+        else:  # this element's slots of each step: its own one-segment pyramid
+            own = [(orc[b:b + 1], int(orc[b])) for orc in
+                   (np.asarray(_host(step.row_counts)) for step in steps)]
+            floor = _numpy_gkr.jagged_pyramid(part, counts[b:b + 1], own, p, w)[-1]
+        want = [np.asarray(x).reshape(-1) for x in floor]  # n0, n1, d0, d1: one value each
+        want = [np.pad(x, (0, 4 - x.size)) for x in want]  # a base value as an extension
+        have = [got[0][2 * b], got[0][2 * b + 1], got[1][2 * b], got[1][2 * b + 1]]
+        if not all(np.array_equal(h.astype(np.uint64), x) for h, x in zip(have, want)):
+            return False
+    return True
+
+
 def _report(log, label, leaves, layers, dt, first, ok):
     nbytes = sum(x.nbytes for layer in layers for x in layer.mles)
     log(f"  {label:<34} {leaves:>9} leaves  {len(layers) - 1:>2} folds  {dt * 1e3:8.2f} ms  "
@@ -118,7 +157,7 @@ def run(backend: str, log) -> None:
         dense = GkrLayer(*_lookup_leaves(F, [2**nrv] * nb, 1, xp), nbv, F)
         (layers, out), dt, t1 = _timed(backend, lambda: _with_outputs(
             build_pyramid(dense, backend=backend), extract_outputs))
-        ok = _sums_vanish(F, out)
+        ok = _sums_vanish(F, out) and _agrees_with_numpy(F, dense, out)
         _report(log, f"{F!r} dense  nb={nb}", nb * 2**nrv, layers, dt, t1, ok)
 
         counts = rng.integers(1, 2**nrv + 1, size=nb)
@@ -126,7 +165,7 @@ def run(backend: str, log) -> None:
         schedule = halving_schedule(first)
         (jlayers, jout), dt, t1 = _timed(backend, lambda: _with_outputs(
             build_jagged_pyramid(first, schedule, backend=backend), extract_jagged_outputs))
-        jok = _sums_vanish(F, jout)
+        jok = _sums_vanish(F, jout) and _agrees_with_numpy(F, first, jout, schedule)
         _report(log, f"{F!r} jagged nb={nb}", int(counts.sum()), jlayers, dt, t1, jok)
         if not (ok and jok):
             raise SystemExit(f"LogUp-GKR demo check failed for {F!r} on backend {backend}")

@@ -2,7 +2,9 @@
 
 Records the reference program (16x2 input 1..32 -> ``add_2`` x16 -> reshape
 ``[1, 16]`` -> ``add_16`` x1 -> reshape ``[]`` = 528), saves the graph, reloads
-it and replays it on new inputs without the program.
+it and replays it on new inputs without the program.  Both sums are checked
+against Python's own: the recorded one against ``sum(range(1, 33))``, the
+replayed one against the new inputs' sum.
 """
 from __future__ import annotations
 
@@ -62,7 +64,9 @@ def run(backend: str, log) -> None:
     (b,) = ctx.call_kernel(add_2, 16, a)
     (c,) = ctx.call_kernel(add_16, 1, b.reshape([1, 16]))
     c = c.reshape([])
-    log(f"graph: recorded add_2 x16 -> add_16 x1 on 1..32: {int(ctx.copy_to_host(c))}")
+    recorded = int(ctx.copy_to_host(c))
+    log(f"graph: recorded add_2 x16 -> add_16 x1 on 1..32: {recorded} (expected "
+        f"{sum(range(1, 33))})")
     graph = ctx.generate_computation_graph([a], [c])
     log(f"graph: {len(graph.templates)} calls, {len(graph.compiled_kernels)} compiled "
         f"kernels, padded buffers {list(graph.padded_lengths)}")
@@ -73,5 +77,9 @@ def run(backend: str, log) -> None:
         loaded = ComputationGraph.load(path)
     new = np.arange(101, 133).reshape(16, 2)
     (out,), commitments = run_computation_graph(loaded, [new], backend=backend)
-    log(f"graph: saved ({size} bytes), reloaded, replayed on 101..132: {int(out)} "
-        f"(expected {int(new.sum())}); input commitment {commitments[0].hex()[:16]}...")
+    replayed, expected = int(out), sum(range(101, 133))
+    log(f"graph: saved ({size} bytes), reloaded, replayed on 101..132: {replayed} "
+        f"(expected {expected}); input commitment {commitments[0].hex()[:16]}...")
+    if recorded != sum(range(1, 33)) or replayed != expected:
+        raise SystemExit(f"graph demo check failed on backend {backend}: recorded "
+                         f"{recorded}, replayed {replayed}")
