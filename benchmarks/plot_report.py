@@ -6,6 +6,7 @@ come back from it.  This draws the same chart here from the JSON.
 
 Usage: ``python benchmarks/plot_report.py REPORT.json CHART.png``
 """
+import dataclasses
 import os
 import sys
 
@@ -17,10 +18,18 @@ from targets import load_report  # noqa: E402
 from zorch_nb.bench import Row, _nothing_to_plot, _os_reason, _output_problem, _plot_problem, plot
 
 
+def _row(fields: dict) -> Row:
+    """A report row as the bench's ``Row``: keys a later bench adds are left
+    out (the chart does not draw them), and the byte count, which the chart
+    does not read, may be absent (load_report checked the rest)."""
+    known = {f.name for f in dataclasses.fields(Row)}
+    return Row(**{"bytes": 0, **{k: v for k, v in fields.items() if k in known}})
+
+
 def rows_of(report: dict):
     """The report's rows and its last copy, as the bench's ``Row`` objects."""
-    rows = [Row(**r) for r in report["results"]]
-    copy = Row(**report["copy"][-1]) if report["copy"] else None
+    rows = [_row(r) for r in report["results"]]
+    copy = _row(report["copy"][-1]) if report["copy"] else None
     return rows, copy
 
 
@@ -42,7 +51,7 @@ def main(argv) -> int:
               file=sys.stderr)
         return 2
     try:
-        plot(rows, [Row(**c) for c in report["copy"]], argv[2],
+        plot(rows, [_row(c) for c in report["copy"]], argv[2],
              f"zorch_nb bench — {report['device']}")
     except OSError as exc:  # (a full disk: checked writable, then failed)
         print(f"CHART {argv[2]!r} not written: {_os_reason(exc)}", file=sys.stderr)

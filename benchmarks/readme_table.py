@@ -15,7 +15,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from targets import emit, load_report  # noqa: E402
 
-from zorch_nb.bench import _ratio  # noqa: E402  (slowdowns to 2 digits, not "0.0x")
+from zorch_nb.bench import MIN_FRACTION_LOG2, _ratio  # noqa: E402  (_ratio: "0.05x", not "0.0x")
 
 #: Marks a figure the bench flagged (``extra["implausible"]``), with its footnote.
 FLAG = " ?"
@@ -43,17 +43,20 @@ def table(report: dict, path: str | None = None) -> str:
         return ""
 
     for size, c in sorted(copies.items()):
+        # a launch-bound size's copy is no yardstick (the bench's table hides its rate too)
+        rate = ("| |" if size < 2**MIN_FRACTION_LOG2 or c.get("gbps") is None else
+                f"| {c['gbps']:.1f} | 1.00 |")
         lines.append(f"| {c['kernel']} | {c['backend']} | 2^{size.bit_length() - 1} | "
-                     f"{c['time_s'] * 1e3:.3f} ms{flag(c)} | {c['gbps']:.1f} | 1.00 | | |")
+                     f"{c['time_s'] * 1e3:.3f} ms{flag(c)} {rate} | |")
     for r in report["results"]:
         base = ", ".join(f"{name} {_ratio(secs / r['time_s'])}"
-                         for name, secs in r["baselines"].items())
+                         for name, secs in r.get("baselines", {}).items())
         paired = r.get("extra", {}).get("paired_fraction")  # CPU folds: timed alternately
-        frac = r["fraction_of_copy"]  # None: not a bandwidth row (dispatch), or old NaN
+        frac = r.get("fraction_of_copy")  # None: not a bandwidth row (dispatch), or old NaN
         frac = "" if frac is None or frac != frac else f"{frac:.2f}"
         lines.append(f"| {r['kernel']} | {r['backend']} | 2^{r['size'].bit_length() - 1} | "
                      f"{r['time_s'] * 1e3:.3f} ms{flag(r)} | "
-                     f"{'' if r['gbps'] is None else format(r['gbps'], '.1f')} | "
+                     f"{'' if r.get('gbps') is None else format(r['gbps'], '.1f')} | "
                      f"{frac} | {'' if paired is None else f'{paired:.2f}'} | "
                      f"{base} |")
     if flagged:

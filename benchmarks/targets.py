@@ -63,11 +63,69 @@ def load_report(argv, doc) -> dict:
         print(f"cannot read the report {argv[1]!r}: {exc}", file=sys.stderr)
         raise SystemExit(2)
     missing = [k for k in REPORT_KEYS if not isinstance(report, dict) or k not in report]
-    if missing:
-        print(f"{argv[1]!r} is not a zorch_nb bench report (missing {', '.join(missing)})",
-              file=sys.stderr)
+    problem = (f"missing {', '.join(missing)}" if missing else _schema_problem(report)
+               or _rows_problem(report))
+    if problem:
+        print(f"{argv[1]!r} is not a zorch_nb bench report ({problem})", file=sys.stderr)
         raise SystemExit(2)
+    for row in report["results"] + report["copy"]:  # (optional in a row: none measured)
+        row.setdefault("baselines", {})
+        row.setdefault("extra", {})
     return report
+
+
+def _schema_problem(report):
+    """Why ``report``'s schema is not one these scripts read, or None (reports
+    before the schema number have none)."""
+    from zorch_nb.bench import REPORT_SCHEMA
+    schema = report.get("schema", REPORT_SCHEMA)
+    if type(schema) is not int or not 1 <= schema <= REPORT_SCHEMA:
+        return (f"schema {schema!r}; these scripts read schema 1 to {REPORT_SCHEMA}: "
+                f"update the checkout")
+    return None
+
+
+def _number(x, positive=False) -> bool:
+    ok = isinstance(x, (int, float)) and not isinstance(x, bool)
+    return ok and (not positive or x > 0)
+
+
+def _rows_problem(report):
+    """Why the rows of ``report`` cannot be read, or None: its date, device and
+    command strings, ``results`` and
+    ``copy`` lists of rows, each with its kernel, backend, size (elements)
+    and time (seconds, positive); the figures the scripts read, where
+    present, of their types (``None`` for a figure not measured)."""
+    for key in ("date", "device", "command"):
+        if not isinstance(report[key], str):
+            return f"{key} is {report[key]!r}, not a string"
+    for section in ("results", "copy"):
+        rows = report[section]
+        if not isinstance(rows, list):
+            return f"{section} is {type(rows).__name__}, not a list of rows"
+        for i, row in enumerate(rows):
+            where = f"{section}[{i}]"
+            if not isinstance(row, dict):
+                return f"{where} is {type(row).__name__}, not a row"
+            for key in ("kernel", "backend", "size", "time_s"):
+                if key not in row:
+                    return f"{where} lacks {key}"
+            if not isinstance(row["kernel"], str) or not isinstance(row["backend"], str):
+                return f"{where}: kernel and backend must be strings"
+            if type(row["size"]) is not int or row["size"] < 1:
+                return f"{where}: size must be a positive integer, not {row['size']!r}"
+            if not _number(row["time_s"], positive=True):
+                return f"{where}: time_s must be a positive number, not {row['time_s']!r}"
+            for key in ("gbps", "fraction_of_copy"):
+                if row.get(key) is not None and not _number(row[key]):
+                    return f"{where}: {key} must be a number or null, not {row[key]!r}"
+            for key in ("baselines", "extra"):
+                if not isinstance(row.get(key, {}), dict):
+                    return f"{where}: {key} must be an object, not {row[key]!r}"
+            bad = [k for k, v in row.get("baselines", {}).items() if not _number(v, True)]
+            if bad:
+                return f"{where}: baselines[{bad[0]!r}] must be a positive number of seconds"
+    return None
 
 
 def emit(text: str) -> None:
@@ -83,6 +141,11 @@ def emit(text: str) -> None:
             raise SystemExit(141) from None
         print(f"cannot write the table: [Errno {exc.errno}] {exc.strerror}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def _ratio(x: float) -> str:
+    from zorch_nb.bench import _ratio  # (2 digits below 0.1x: "0.05x", not "0.0x")
+    return _ratio(x)
 
 
 def _mark(ok):
@@ -120,11 +183,11 @@ def targets(report: dict) -> str:
             if galois and alloc:  # judged as galois runs: allocating its result
                 speedup = galois / (alloc / 1e3)
                 add(f"{r['kernel']}, vs galois", r,
-                    f"{speedup:.1f}x allocating ({galois / r['time_s']:.1f}x into out=)",
+                    f"{_ratio(speedup)} allocating ({_ratio(galois / r['time_s'])} into out=)",
                     f">= {CPU_GALOIS:.0f}x", speedup >= CPU_GALOIS)
             elif galois:  # (a report from before alloc_out_ms)
                 speedup = galois / r["time_s"]
-                add(f"{r['kernel']}, vs galois", r, f"{speedup:.1f}x into out=",
+                add(f"{r['kernel']}, vs galois", r, f"{_ratio(speedup)} into out=",
                     f">= {CPU_GALOIS:.0f}x", speedup >= CPU_GALOIS)
             elif "galois" in r["extra"] or "baseline_error" in r["extra"]:
                 # (the row says why its galois fold is missing -- galois not

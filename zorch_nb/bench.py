@@ -10,9 +10,10 @@ is installed).  Compile (first-call) time is reported apart from steady state
 cache load included (on a GPU a tiny input for the kernel rows; on the CPU
 the row's own input, since a tiny one runs a serial twin; the full input for
 the pyramid rows); the timed repetitions come after it.  A kernel shared by
-several rows compiles in the first of them, and at every size after the
-first the column shows a warm call.  A *second
-process* figure shows the start-up cost once the caches (Numba
+several rows compiles in the first of them.  A later size can still compile
+kernels of its own (a row skipped at a smaller size, a path a small call
+does not take), so the column shows whatever that call compiled or loaded.
+A *second process* figure shows the start-up cost once the caches (Numba
 ``cache=True``, CuPy's kernel cache) are warm: the bench runs a tiny
 subprocess twice, each importing zorch_nb and folding one small layer.
 
@@ -526,10 +527,11 @@ def _table(rows, copy_row) -> str:
         first = _fmt(r.first_call_s, ".3f", 8) + ("s" if r.first_call_s is not None else " ")
         flag = " "
         if r.fraction_of_copy is not None and r.fraction_of_copy > SUSPECT_FRACTION:
-            flag, suspect = "!", True
-        if "implausible" in r.extra:
+            flag = "!"
+        if "implausible" in r.extra:  # (the stronger mark: its footnote says why)
             flag = "?"
             unreliable[r.extra["implausible"]] = None
+        suspect |= flag == "!"
         steady = " "
         if r.median_s is not None and r.median_s > UNSTEADY_MEDIAN * r.time_s:
             steady, unsteady = "~", True
@@ -848,7 +850,9 @@ def plot(rows, copies, path: str, title: str) -> None:
     ax.set_xlim(0, min(PLOT_CAP, max(values + [v for _, v in paired] + [1.0])) * 1.05)
     ax.set_yticks(range(len(rows)), labels, fontsize=7)
     ax.invert_yaxis()
-    speeds = sorted({f"{c.gbps:.0f}" for c in copies if c.gbps is not None}, key=float)
+    # (a launch-bound size's copy is no yardstick: the table hides its rate too)
+    speeds = sorted({f"{c.gbps:.0f}" for c in copies if c.gbps is not None
+                     and c.size >= 2**MIN_FRACTION_LOG2}, key=float)
     ax.set_xlabel("fraction of the copy bandwidth of the same size in the same run"
                   + ("" if not speeds else f" ({speeds[0]} GB/s)" if len(speeds) == 1 else
                      f" ({speeds[0]}-{speeds[-1]} GB/s across the sizes)"))
@@ -923,6 +927,12 @@ def _output_problem(path: str, what: str, sink: str = "file"):
         except OSError as exc:
             return f"{what} {path!r} cannot be written: {_os_reason(exc)}"
         return None
+    if path.endswith((os.sep, "/")):  # ("out/" named a folder: realpath made it a file)
+        return f"{what} {path!r} ends with a separator, a folder's name; give a file name"
+    given = os.path.dirname(path) or "."
+    if not os.path.isdir(given) and os.path.isdir(os.path.dirname(os.path.realpath(path))):
+        # ("nodir/../x.json": realpath drops the folder that does not exist)
+        return f"{what} {path!r}: the folder {given!r} does not exist"
     target = os.path.realpath(path)  # (what the writer replaces: a link's target)
     parent = os.path.dirname(target)
     if not os.path.isdir(parent):
@@ -1255,9 +1265,9 @@ def main(args) -> int:
         if broken and json_stdout:  # (the report's own stream is the one gone)
             raise
         guard.errors.append(("stopped: standard output was closed (a broken pipe)"
-                             if broken else "interrupted") + ": the JSON holds every "
-                            "section finished before (the size in progress against its "
-                            "first copy)")
+                             if broken else "interrupted") + (
+                                 ": the JSON holds every section finished before (the size "
+                                 "in progress against its first copy)" if args.json else ""))
         for r in pending:  # busy() needs the size's second copy
             if r.fraction_of_copy is not None:
                 r.extra.setdefault("implausible", "not checked: interrupted before the "
@@ -1267,14 +1277,16 @@ def main(args) -> int:
         if broken:  # main stops quietly, as after any broken pipe
             raise
         return 130
-    write_json(final=True)
-    empty = args.plot and _nothing_to_plot(all_rows)
-    if empty:
-        guard.errors.append(f"--plot {args.plot!r} not drawn: {empty}")
-    elif args.plot:
-        try:
-            plot(all_rows, copies, args.plot, f"zorch_nb bench — {where}")
-        except OSError as exc:  # a full disk: the report is written, say what was not
-            guard.errors.append(f"--plot {args.plot!r} not written: {_os_reason(exc)}")
+    try:  # the chart first, so that the report's errors name a chart not drawn
+        empty = args.plot and _nothing_to_plot(all_rows)
+        if empty:
+            guard.errors.append(f"--plot {args.plot!r} not drawn: {empty}")
+        elif args.plot:
+            try:
+                plot(all_rows, copies, args.plot, f"zorch_nb bench — {where}")
+            except OSError as exc:  # a full disk: say what was not written
+                guard.errors.append(f"--plot {args.plot!r} not written: {_os_reason(exc)}")
+    finally:
+        write_json(final=True)
     _print_failures(guard.errors)
     return 1 if guard.errors else 0
