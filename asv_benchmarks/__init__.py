@@ -16,7 +16,35 @@ and Numba) once, instead of a fresh interpreter per parameter combination
 unchanged (``setup`` runs in the forked process, untimed); ``peakmem_*``
 counts fewer inherited pages, so its absolute figures are lower than a
 spawned process's and only their growth with the size means anything.
+
+Every ``setup`` checks the call it times (on the whole result, or on a
+prefix where a NumPy yardstick of the whole would dominate ``asv run
+--quick``) against a plain NumPy (or, for the tensor trains, ragged)
+computation, so a wrong kernel fails its benchmarks instead of being timed.
 """
+import numpy as np
+
 from zorch_nb._bench_gkr import traced_peak as peak_bytes
 
-__all__ = ["peak_bytes"]
+__all__ = ["peak_bytes", "check_equal", "check_close"]
+
+#: Elements of a result checked against a yardstick where only a prefix is.
+CHECKED_PREFIX = 4096
+
+
+def check_equal(got, want, what: str) -> None:
+    """``AssertionError`` naming ``what`` unless ``got`` equals ``want``
+    (canonical integers; same shape)."""
+    got, want = np.asarray(got), np.asarray(want)
+    if got.shape != want.shape or not np.array_equal(got, want):
+        raise AssertionError(f"{what}: the kernel's result differs from the yardstick's")
+
+
+def check_close(got, want, what: str, rtol: float = 1e-9) -> None:
+    """``AssertionError`` naming ``what`` unless the float arrays ``got`` and
+    ``want`` agree to ``rtol`` of ``want``'s largest magnitude (a tensor
+    train's contractions round differently from a NumPy loop's)."""
+    got, want = np.asarray(got), np.asarray(want)
+    if got.shape != want.shape or not np.allclose(got, want, rtol=0,
+                                                  atol=rtol * np.abs(want).max()):
+        raise AssertionError(f"{what}: the kernel's result differs from the yardstick's")

@@ -15,12 +15,20 @@ import numpy as np
 
 from zorch_nb import KoalaBear
 
-from . import peak_bytes
+from . import CHECKED_PREFIX, check_equal, peak_bytes
 
 F = KoalaBear
 E = F.ext
 P = np.uint64(F.p)
 W = np.uint64(F.W)
+#: 2**32 mod p and its inverse: encode multiplies values by the first, decode words by the second
+R_MOD_P = np.uint64(2**32 % F.p)
+R_INV = np.uint64(pow(2**32, -1, F.p))
+
+
+def canonical(G, words):
+    """Canonical uint64 values of Montgomery words of ``G`` (F or E)."""
+    return G.decode(words).astype(np.uint64)
 
 
 def numpy_base_mul(a, b):
@@ -60,7 +68,9 @@ class Mul:
         self.cb = self.E.decode(self.b).astype(np.uint64)
         # compile (or load) outside the timing the kernel this size runs: small
         # calls run a serial twin, larger ones the parallel kernel
-        self.E.mul(self.a, self.b)
+        m = CHECKED_PREFIX
+        check_equal(canonical(self.E, self.E.mul(self.a, self.b)[:m]),
+                    self.reference(self.ca[:m], self.cb[:m]), f"{field} mul")
 
     def time_zorch_nb(self, field, n):
         self.E.mul(self.a, self.b)
@@ -87,16 +97,41 @@ class Ops:
     def setup(self, field, op, n):
         G = F if field == "base" else E
         a, b = G.random(n, seed=1), G.random(n, seed=2)
+        ints = G.decode(a).astype(np.int64)
         calls = {"add": (G.add, (a, b)), "sub": (G.sub, (a, b)), "neg": (G.neg, (a,)),
                  "square": (G.square, (a,)), "inv": (G.inv, (a,)),
                  "batch_inv": (G.batch_inv, (a,)), "pow": (lambda x: G.pow(x, 7), (a,)),
-                 "sum": (G.sum, (a,)), "encode": (G.encode, (G.decode(a).astype(np.int64),)),
+                 "sum": (G.sum, (a,)), "encode": (G.encode, (ints,)),
                  "decode": (G.decode, (a,))}
         self.fn, self.args = calls[op]
-        self.fn(*self.args)  # compile this size's kernel outside the timing
+        out = self.fn(*self.args)  # compile this size's kernel outside the timing
+        check_equal(*_op_check(G, op, a, b, out), f"{field} {op}")
 
     def time_op(self, field, op, n):
         self.fn(*self.args)
+
+
+def _op_check(G, op, a, b, out):
+    """``(got, want)`` for :class:`Ops`: ``out = op(a[, b])`` on a prefix (the
+    sum on the whole), against plain NumPy on canonical values."""
+    m = CHECKED_PREFIX
+    mul = numpy_base_mul if G is F else numpy_ext_mul
+    ca, cb = canonical(G, a[:m]), canonical(G, b[:m])
+    if op == "sum":
+        return canonical(G, out), canonical(G, a).sum(axis=0) % P  # (< 2**51: no wrap)
+    if op == "encode":  # words v 2**32 mod p of the values of a
+        return out[:m], ca * R_MOD_P % P
+    if op == "decode":  # values w 2**-32 mod p of the words of a
+        return out[:m], a[:m].astype(np.uint64) * R_INV % P
+    got = canonical(G, out[:m])
+    if op in ("inv", "batch_inv"):  # a a**-1 = 1
+        return mul(ca, got), np.broadcast_to(np.eye(1, got[0].size, dtype=np.uint64)[0],
+                                             got.shape)
+    if op == "pow":
+        sq = mul(ca, ca)
+        return got, mul(mul(mul(sq, sq), sq), ca)
+    return got, {"add": lambda: (ca + cb) % P, "sub": lambda: (ca + P - cb) % P,
+                 "neg": lambda: (P - ca) % P, "square": lambda: mul(ca, ca)}[op]()
 
 
 class ExtBroadcast:
@@ -115,7 +150,18 @@ class ExtBroadcast:
         self.x = E.random(n, seed=1)
         self.y = {"one element": E.random((), seed=2), "base": F.random(n, seed=3),
                   "plain": E.random(n, seed=4)}[operand]
-        self.fn(self.x, self.y)  # compile this size's kernel
+        m = CHECKED_PREFIX
+        got = canonical(E, self.fn(self.x, self.y)[:m])  # (compiles this size's kernel)
+        cx = canonical(E, self.x[:m])
+        if operand == "base":  # a base operand: the element (y, 0, 0, 0)
+            cy = canonical(F, self.y[:m])
+            want = ((cx * cy[:, None]) % P if op == "mul" else
+                    (cx + np.pad(cy[:, None], ((0, 0), (0, 3)))) % P)
+        else:
+            cy = np.broadcast_to(canonical(E, self.y if operand == "one element" else
+                                           self.y[:m]), cx.shape)
+            want = numpy_ext_mul(cx, cy) if op == "mul" else (cx + cy) % P
+        check_equal(got, want, f"E.{op} with a {operand} operand")
 
     def time_op(self, op, operand, n):
         self.fn(self.x, self.y)
@@ -138,8 +184,12 @@ class MarkedBaseMul:
     param_names = ["n"]
 
     def setup(self, n):
-        self.a, self.x = E.as_base(F.random(n, seed=1)), E.random(n, seed=2)
-        E.mul(self.a, self.x)  # compile this size's kernel
+        words = F.random(n, seed=1)
+        self.a, self.x = E.as_base(words), E.random(n, seed=2)
+        m = CHECKED_PREFIX
+        got = canonical(E, E.mul(self.a, self.x)[:m])  # (compiles this size's kernel)
+        check_equal(got, canonical(E, self.x[:m]) * canonical(F, words[:m])[:, None] % P,
+                    "E.mul(E.as_base(a), x)")
 
     def time_zorch_nb(self, n):
         E.mul(self.a, self.x)
@@ -163,7 +213,14 @@ class OuterProduct:
         self.b = G.random((1, n // rows), seed=2)
         self._fields, self._min = fields, fields._CPU_MIN_RUN
         fields._CPU_MIN_RUN = 2**62 if path == "copied" else 1
-        self.fn(self.a, self.b)  # compile this size's kernel
+        got = canonical(G, self.fn(self.a, self.b)[:2])  # (compiles this size's kernel)
+        ca, cb = canonical(G, self.a[:2]), canonical(G, self.b)  # the first two rows
+        if field == "base":
+            want = ca * cb % P
+        else:
+            pairs = np.broadcast_arrays(ca, cb)
+            want = numpy_ext_mul(*(x.reshape(-1, 4) for x in pairs)).reshape(got.shape)
+        check_equal(got, want, f"{field} outer product, {path}")
 
     def teardown(self, field, rows, path, n):
         self._fields._CPU_MIN_RUN = self._min

@@ -19,7 +19,7 @@ from zorch_nb import _numpy_gkr as plain
 from zorch_nb.logup_gkr import (GkrLayer, JaggedGkrLayer, build_jagged_pyramid, build_pyramid,
                                 halving_schedule, jagged_layer_transition, layer_transition)
 
-from . import peak_bytes
+from . import CHECKED_PREFIX, check_equal, peak_bytes
 
 F = KoalaBear
 P = np.uint64(F.p)
@@ -49,14 +49,32 @@ def _counts(total):
     return counts.astype(np.int32)
 
 
+def _check_layers(layers, want, what):
+    """Each MLE of each of ``layers`` begins with the canonical values of the
+    same MLE of the same layer of ``want`` (the yardstick's, on a prefix: a
+    batch element's or a segment's rows)."""
+    for i, (layer, ref) in enumerate(zip(layers, want)):
+        for name, x, w in zip(("n0", "n1", "d0", "d1"), layer.mles, ref):
+            w = np.asarray(w)
+            check_equal(_canonical(x[:w.shape[0]]), w, f"{what}: layer {i + 1}, {name}")
+
+
+def _first_segments(canon, rc, orc, segments):
+    """``(rows, rc, orc)`` of the first ``segments`` segments: their rows of
+    ``canon`` and their counts (a jagged transition's slots for them come first)."""
+    rows = int(np.sum(rc[:segments]))
+    return [x[:rows] for x in canon], rc[:segments], orc[:segments]
+
+
 # ---------------------------------------------------------------------------
 # benchmarks
 # ---------------------------------------------------------------------------
 
 class DenseTransition:
     # 2**10: a layer this small measures the object layer's dispatch overhead;
-    # 2**22: past the caches (2**18 of extension data, 24 MiB, fits a 32 MiB L3,
-    # where a regression that only adds memory traffic would barely show)
+    # 2**22: past the caches (at 2**18 an ext/ext transition's inputs and
+    # outputs, 24 MiB, fit a 32 MiB L3, where a regression that only adds
+    # memory traffic would barely show)
     params = ([2**10, 2**14, 2**18, 2**22], list(MODES))
     param_names = ["n", "mode"]
 
@@ -64,7 +82,10 @@ class DenseTransition:
         words = _mles(mode, n)
         self.layer = GkrLayer(*words, 0)
         self.canon = [_canonical(x) for x in words]
-        layer_transition(self.layer)  # compile this size's kernel outside the timing
+        out = layer_transition(self.layer)  # compile this size's kernel outside the timing
+        rows = min(n, CHECKED_PREFIX)  # (the first rows fold into the first slots)
+        _check_layers([out], [plain.dense_transition([x[:rows] for x in self.canon], P, W)],
+                      f"dense transition {mode}")
 
     def time_zorch_nb(self, n, mode):
         layer_transition(self.layer)
@@ -91,7 +112,10 @@ class JaggedTransition:
         words = _mles(mode, n)
         self.layer = JaggedGkrLayer(*words, self.rc)
         self.canon = [_canonical(x) for x in words]
-        jagged_layer_transition(self.layer, self.orc)  # compile this size's kernel
+        out = jagged_layer_transition(self.layer, self.orc)  # compile this size's kernel
+        rows, rc, orc = _first_segments(self.canon, self.rc, self.orc, 3)
+        _check_layers([out], [plain.jagged_transition(rows, rc, orc, int(orc.sum()), P, W)],
+                      f"jagged transition {mode}")
 
     def time_zorch_nb(self, n, mode):
         jagged_layer_transition(self.layer, self.orc)
@@ -118,7 +142,14 @@ class DensePyramid:
         self.layer = GkrLayer(*words, 6)
         self.canon = [_canonical(x) for x in words]
         self.reuse = build_pyramid(self.layer)[1:]  # compile (small layers run serial twins)
-        build_pyramid(self.layer, fused=False)
+        # batch element 0 (the high index bits select it): the first rows of every layer
+        nrv = self.layer.num_row_variables
+        want = plain.dense_pyramid([x[:2**nrv] for x in self.canon], nrv, P, W)[1:]
+        _check_layers(self.reuse, want, "dense pyramid")
+        _check_layers(build_pyramid(self.layer, fused=False)[1:], want,
+                      "dense pyramid, one call per layer")
+        _check_layers(build_pyramid(self.layer, out=self.reuse)[1:], want,
+                      "dense pyramid into out")
 
     def time_zorch_nb(self, n):
         build_pyramid(self.layer)
@@ -154,6 +185,13 @@ class JaggedPyramid:
         self.schedule = halving_schedule(self.layer)
         self.canon = [_canonical(x) for x in words]
         self.reuse = build_jagged_pyramid(self.layer, self.schedule)[1:]  # compile
+        # segment 0: the first slots of every layer, its own one-segment pyramid
+        rc = np.asarray(self.layer.row_counts)
+        own = [(counts[:1], int(counts[0])) for counts, _ in self.schedule]
+        want = plain.jagged_pyramid([x[:int(rc[0])] for x in self.canon], rc[:1], own, P, W)[1:]
+        _check_layers(self.reuse, want, "jagged pyramid")
+        _check_layers(build_jagged_pyramid(self.layer, self.schedule, out=self.reuse)[1:],
+                      want, "jagged pyramid into out")
 
     def time_zorch_nb(self, n):
         build_jagged_pyramid(self.layer, self.schedule)

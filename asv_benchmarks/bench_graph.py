@@ -29,6 +29,8 @@ from zorch_nb._demo_graph import cube_and_mix
 from zorch_nb.graph import Context, In, Out, kernel, run_computation_graph
 from zorch_nb.kernels import graph_cpu, graph_interp
 
+from . import check_equal
+
 F = KoalaBear
 P = np.uint64(F.p)
 LANES = 16
@@ -111,6 +113,12 @@ def _affine(x: In[2], o: Out[()]):
     o[()] = x[0] * 7 + x[1] + 3
 
 
+def numpy_affine(x):
+    """``_affine`` on canonical values, ``(instances, 2)``, in NumPy."""
+    s = x.astype(np.uint64)
+    return (s[:, 0] * np.uint64(7) + s[:, 1] + np.uint64(3)) % P
+
+
 class ReplayManySmallCalls:
     """A replay of ``calls`` calls of a 6-instance kernel, all reading one input:
     the per-call cost of a replay (layout lookups, constants, the evaluator's
@@ -126,7 +134,8 @@ class ReplayManySmallCalls:
         for _ in range(calls):
             (o,) = ctx.call_kernel(_affine, 6, x)
         self.graph = ctx.generate_computation_graph([x], [o])
-        run_computation_graph(self.graph, [self.x])  # compiles
+        (out,), _ = run_computation_graph(self.graph, [self.x])  # compiles
+        check_equal(out, numpy_affine(self.x), f"replay of {calls} calls")
 
     def time_replay(self, calls):
         run_computation_graph(self.graph, [self.x])
@@ -151,13 +160,16 @@ class RecordCall:
         graph._EAGER_INTERPRETER = eager == "interpreted"
         if name == "affine6":
             self.kernel, n, x = _affine, 6, np.arange(12).reshape(6, 2)
+            want = numpy_affine(x)
         else:
             self.kernel, n = KERNELS["rounds2"][0], INSTANCES
             x = np.random.default_rng(2).integers(0, F.p, size=(n, LANES))
+            want = numpy_rounds(x, 2)
         self.n = n
         self.ctx = Context(F)
         self.x = self.ctx.copy_to_device(x)
-        self.ctx.call_kernel(self.kernel, n, self.x)  # compiles, makes the program
+        (o,) = self.ctx.call_kernel(self.kernel, n, self.x)  # compiles, makes the program
+        check_equal(self.ctx.copy_to_host(o), want, f"{name}, {eager}")
 
     def teardown(self, name, eager):
         self.graph._EAGER_INTERPRETER = True

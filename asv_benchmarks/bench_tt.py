@@ -33,12 +33,13 @@ import numpy as np
 from zorch_nb.kernels import launch_config
 from zorch_nb.tt import TuckerTensorTrain, UniformTuckerTensorTrain
 
-from . import peak_bytes
+from . import check_close, peak_bytes
 
 D, N, N_TUCKER, R_TT = 8, 32, 8, 16
 MAX_TUCKER, MAX_TT = 4, 8
 # small enough for ``asv run --quick`` on 2 cores (a few seconds per class,
-# compiles included); 64 is where the batching pays
+# compiles included); at 64 the batching pays for to_dense and inner (the
+# SVD's LAPACK calls dominate it at both sizes)
 TRAINS = [8, 64]
 
 
@@ -138,8 +139,8 @@ class ToDense(_UniformVsRagged):
     def setup(self, trains, impl):
         self.x = random_ragged(3, 3, trains)
         self.ux = to_uniform(self.x)
-        if impl == "uniform":  # compile the structure-specialized kernel outside the timing
-            self.ux.to_dense()
+        # (the first uniform call compiles the structure-specialized kernel)
+        check_close(self.ux.to_dense(), ragged_to_dense(self.x), "to_dense")
 
     def _run(self, impl):
         return self.ux.to_dense() if impl == "uniform" else ragged_to_dense(self.x)
@@ -159,8 +160,7 @@ class Inner(_UniformVsRagged):
     def setup(self, trains, impl):
         self.x, self.y = random_ragged(D, 1, trains), random_ragged(D, 2, trains)
         self.ux, self.uy = to_uniform(self.x), to_uniform(self.y)
-        if impl == "uniform":
-            self.ux.inner(self.uy)
+        check_close(self.ux.inner(self.uy), ragged_inner(self.x, self.y), "inner")
 
     def _run(self, impl):
         return self.ux.inner(self.uy) if impl == "uniform" else ragged_inner(self.x, self.y)
@@ -173,8 +173,13 @@ class Svd(_UniformVsRagged):
     def setup(self, trains, impl):
         self.x = random_ragged(D, 1, trains)
         self.ux = to_uniform(self.x)
-        if impl == "uniform":  # the frame repair kernel
-            self.ux.svd(MAX_TUCKER, MAX_TT)
+        # (the first uniform call compiles the frame repair kernel); the two
+        # truncations agree up to the signs of singular vectors: compared as
+        # the norm of their difference (32^8 entries per train: no dense form)
+        got = self.ux.svd(MAX_TUCKER, MAX_TT)[0]
+        want = to_uniform([t3 for t3, _ in ragged_svd(self.x, MAX_TUCKER, MAX_TT)])
+        if not ((got - want).norm("orthogonal") <= 1e-9 * got.norm()).all():
+            raise AssertionError("svd: the kernel's truncation differs from the yardstick's")
 
     def _run(self, impl):
         if impl == "uniform":
@@ -192,17 +197,22 @@ LARGE_STACKS = [256, 1024]
 
 
 def random_large_stack(seed, count):
-    """A uniform stack of ``count`` trains of the modest large-stack structure
-    (ranks varying per train, boundary ranks 1)."""
+    """``(uniform, ragged)``: a uniform stack of ``count`` trains of the modest
+    large-stack structure (ranks varying per train, boundary ranks 1), and
+    the same trains as ragged ``(tucker cores, tt cores)`` pairs."""
     rng = np.random.default_rng(seed)
-    t3s = []
+    ragged = []
     for _ in range(count):
         tk = rng.integers(LARGE_TUCKER // 2 + 1, LARGE_TUCKER + 1, size=LARGE_D)
-        tt = np.concatenate([[1], rng.integers(LARGE_TT // 2 + 1, LARGE_TT + 1, size=LARGE_D - 1), [1]])
-        t3s.append(TuckerTensorTrain(
-            [rng.standard_normal((tk[i], LARGE_N)) for i in range(LARGE_D)],
-            [rng.standard_normal((tt[i], tk[i], tt[i + 1])) for i in range(LARGE_D)]))
-    return UniformTuckerTensorTrain.from_t3(tuple(t3s), n=LARGE_TUCKER, r=LARGE_TT, N=LARGE_N)
+        tt = np.concatenate([[1], rng.integers(LARGE_TT // 2 + 1, LARGE_TT + 1,
+                                               size=LARGE_D - 1), [1]])
+        ragged.append(([rng.standard_normal((tk[i], LARGE_N)) for i in range(LARGE_D)],
+                       [rng.standard_normal((tt[i], tk[i], tt[i + 1]))
+                        for i in range(LARGE_D)]))
+    uniform = UniformTuckerTensorTrain.from_t3(
+        tuple(TuckerTensorTrain(tk, tt) for tk, tt in ragged), n=LARGE_TUCKER, r=LARGE_TT,
+        N=LARGE_N)
+    return uniform, ragged
 
 
 class _LargeStack:
@@ -215,10 +225,11 @@ class _LargeStack:
     def setup(self, trains, split):
         self._threshold = launch_config.TT_CPU_SERIAL_WORK
         launch_config.TT_CPU_SERIAL_WORK = 1 << 62 if split == "serial" else 0
-        self.x = random_large_stack(1, trains)
-        self.y = random_large_stack(2, trains)
+        self.x, x = random_large_stack(1, trains)
+        self.y, y = random_large_stack(2, trains)
         self.idx = np.random.default_rng(3).integers(0, LARGE_N, size=(16, LARGE_D))
-        self._run()  # compile the structure-specialized kernel outside the timing
+        # (the first call compiles the structure-specialized kernel)
+        check_close(self._run(), self._ragged(x, y), f"{type(self).__name__}, {split}")
 
     def teardown(self, trains, split):
         launch_config.TT_CPU_SERIAL_WORK = self._threshold
@@ -228,6 +239,9 @@ class LargeStackToDense(_LargeStack):
     def _run(self):
         return self.x.to_dense()
 
+    def _ragged(self, x, y):
+        return ragged_to_dense(x)
+
     def time_to_dense(self, trains, split):
         self._run()
 
@@ -235,6 +249,9 @@ class LargeStackToDense(_LargeStack):
 class LargeStackInner(_LargeStack):
     def _run(self):
         return self.x.inner(self.y)
+
+    def _ragged(self, x, y):
+        return ragged_inner(x, y)
 
     def time_inner(self, trains, split):
         self._run()
@@ -245,6 +262,9 @@ class LargeStackEntries(_LargeStack):
 
     def _run(self):
         return self.x.entries(self.idx)
+
+    def _ragged(self, x, y):
+        return ragged_to_dense(x)[(slice(None), *self.idx.T)]
 
     def time_entries(self, trains, split):
         self._run()

@@ -62,7 +62,7 @@ CPU_SUM_CHUNK = 1 << 14
 #: instances x IR nodes) runs its evaluator compiled without ``parallel``, on
 #: the calling thread (kernels/graph_cpu.use_serial): a parallel launch costs
 #: ~2.5 us quiet and up to milliseconds while another process holds a core
-#: (figures in the README, "Small CPU calls"), and 2**16 evaluations -- a
+#: (figures in the README, "Small calls"), and 2**16 evaluations -- a
 #: few Montgomery products each -- take tens of microseconds serially.  Each
 #: evaluator is compiled in one of the two forms only: its layouts fix its
 #: instance count.

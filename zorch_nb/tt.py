@@ -483,7 +483,8 @@ class UniformTuckerTensorTrain:
     def svd(self, max_tucker_ranks=None, max_tt_ranks=None, rtol=None):
         """Truncating T3-SVD: ``(train, (tucker_svs, tt_svs))`` (see :func:`ut3_svd`;
         ``rtol`` also cuts the singular values at most ``rtol`` times each step's
-        largest: ``(x + x).svd(rtol=1e-12)`` has ``x``'s ranks)."""
+        largest: ``(x + x).svd(rtol=1e-12)`` has ``x.svd()``'s ranks, the sum's
+        zero directions cut)."""
         data, svs = ut3_svd(self.data, max_tucker_ranks, max_tt_ranks, rtol)
         return type(self)(*data), svs
 

@@ -2603,8 +2603,9 @@ def ut3_svd(data, max_tucker_ranks=None, max_tt_ranks=None, rtol=None):
         always kept where there is one).  Without it nothing is cut below
         the max ranks, numerically zero directions included: ``(x +
         x).svd()`` keeps the sum's doubled ranks, ``(x + x).svd(rtol=1e-12)``
-        returns ``x``'s (:meth:`from_dense` cuts at NumPy's ``matrix_rank``
-        tolerance by default).  On CuPy each step's singular values are
+        has ``x.svd()``'s (``x``'s own where they are its minimal ranks;
+        :meth:`from_dense` cuts at NumPy's ``matrix_rank`` tolerance by
+        default).  On CuPy each step's singular values are
         then read back to the host (ranks are host data).
 
     Returns
