@@ -1952,7 +1952,8 @@ class _FieldBase:
         -------
         uint32 array of Montgomery words: a new ``(2**nv,)`` array on the base
         field, ``(2**nv, 4)`` on the extension (a base ``point`` included), on
-        the point's device; ``out`` itself when given.
+        the current device, which must be the point's (as for every op's
+        operands); ``out`` itself when given.
 
         Raises
         ------
@@ -1993,7 +1994,8 @@ class _FieldBase:
                               f"2**{nv} elements needs {nbytes / 2**30:.1f} GiB; this machine "
                               f"has {have / 2**30:.1f} GiB of memory")
         xp = _backend.get_xp(kind)
-        # the table where the point lives (not the current device)
+        # the table where the point lives (resolve refused a point off the
+        # current device, so that is the current one)
         with _device_of(point, kind):
             table, user_out = self._out(out, kind, (1 << nv,), [point])
             work, mod = table, xp
