@@ -16,7 +16,9 @@ arguments in O(1) (:mod:`.launch_checks`, shared with the GPU launchers:
 ``ValueError``/``TypeError`` naming the argument), except the
 ``*_trusted`` entry points (``eq_split``, ``eq_table``, ``mle_fold``,
 ``mle_eval``, ``sum_rows``), which check nothing (the object layer's, on
-arrays it made or checked); the kernels validate nothing, and nothing
+arrays it made or checked): given arguments outside their launcher's
+contract they raise no error but read and write out of bounds (a corrupted
+heap or a crash).  The kernels validate nothing, and nothing
 input-sized is allocated (the powers use one run-sized scratch per run;
 ``mle_eval_trusted`` two buffers of half its small values).  Field
 constants are runtime arguments, so each kernel compiles once for every

@@ -599,10 +599,13 @@ def fold_dense_trusted(mode, n0, n1, d0, d1, on0, on1, od0, od1, f):
     checks of :func:`fold_dense` took 10.7 us of the 51 us host time of a
     2**10 transition on CuPy (benchmarks/results/cupy-host-dispatch-*).
     Arguments outside the contract of :func:`fold_dense` are undefined
-    behaviour here (on the GPU backends, out-of-bounds device accesses); call
-    :func:`fold_dense` unless you built them the same way.  (This backend
-    still refuses overlapping outputs: its kernel tests that for free.)
+    behaviour here: no error, but reads and writes out of bounds (a corrupted
+    heap or a crash on the CPU, out-of-bounds device accesses on the GPU
+    backends); call :func:`fold_dense` unless you built them the same way.
+    (This backend still refuses overlapping outputs, which its kernel tests
+    for free, and a ``mode`` outside 0-3.)
     """
+    _check_mode(mode)
     p, mu, wm, _ = kernel_words(f)
     # (not viewed read-only as in pyramid_dense: four views cost 1.7 us of a
     # ~9 us call; read-only input compiles a second signature once instead)
@@ -610,6 +613,15 @@ def fold_dense_trusted(mode, n0, n1, d0, d1, on0, on1, od0, od1, f):
             *_flat8(mode, n0, n1, d0, d1, on0, on1, od0, od1), p, mu, wm):
         _refuse_overlap(_FOLD, zip(("on0", "on1", "od0", "od1"), (on0, on1, od0, od1)),
                         zip(("n0", "n1", "d0", "d1"), (n0, n1, d0, d1)))
+
+
+def _check_mode(mode) -> None:
+    """A trusted launcher's one check: ``mode`` picks the kernels (a mode of
+    -1 ran the ext/ext ones through Python's negative index)."""
+    if mode.__class__ is not int and not isinstance(mode, (int, np.integer)) \
+            or not 0 <= mode <= 3:
+        raise ValueError(f"argument `mode` must be an input mode 0-3 (2 * numerators "
+                         f"extension + denominators extension), not {mode!r}")
 
 
 def pyramid_dense(first, layers, f):
@@ -644,7 +656,9 @@ def pyramid_dense_trusted(mode, first, layers, f):
     :func:`fold_dense_trusted`): the object layer's ``build_pyramid``, whose
     first layer was checked when built and whose output layers it allocated
     (C-contiguous, sharing nothing).  The checks cost more than a small
-    pyramid's folds (36 of 70 us at 2**12 leaves)."""
+    pyramid's folds (36 of 70 us at 2**12 leaves).  Out of contract: undefined
+    behaviour, as there (no error; a corrupted heap or a crash)."""
+    _check_mode(mode)
     p, mu, wm, _ = kernel_words(f)
     out_mode = output_mode(mode)
     half, start = first[0].shape[0] // 2, 0
@@ -683,7 +697,9 @@ def jagged_transition(rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f):
 def jagged_transition_trusted(mode, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, od1, f):
     """:func:`jagged_transition` without its metadata checks, given the input
     ``mode`` (see :func:`fold_dense_trusted`; the counts' values are still
-    checked by the kernel's scan)."""
+    checked by the kernel's scan).  Out of contract: undefined behaviour, as
+    there (no error; a corrupted heap or a crash)."""
+    _check_mode(mode)
     p, mu, wm, one = kernel_words(f)
     # Numba types read-only arrays apart from writable ones; the object layer
     # hands over read-only counts, so view every caller's counts that way and

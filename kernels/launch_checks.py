@@ -894,7 +894,8 @@ def check_gkr_jagged(where, f, rc, orc, prefix, n0, n1, d0, d1, on0, on1, od0, o
                          f"= {(2, nb)}, not {s}")
     mode, _ = _layer_in(where, _IN, (n0, n1, d0, d1))
     w = _mle(where, "on0", on0, True)[0]
-    _layer_out(where, _OUT, (on0, on1, od0, od1), mode, w, "one width for all four outputs")
+    _layer_out(where, _OUT, (on0, on1, od0, od1), mode, w,
+               f"`on0`'s width {w}: one width for all four outputs")
     if disjoint:
         _jagged_disjoint(where, rc, orc, prefix, (n0, n1, d0, d1), (on0, on1, od0, od1))
     return mode

@@ -322,6 +322,11 @@ def misuse_cases():
         ("jagged orc longer", lambda k, d: _jagged(
             k, d, orc=to_backend(np.array([2, 1, 0], np.int32), d)),
          ValueError, ["jagged_transition", "`orc`", "2"]),
+        # on0 is the odd one: the message on on1 says the width is on0's (it
+        # read as if on1 were wrong)
+        ("jagged on0 narrower", lambda k, d: _jagged(
+            k, d, outs_=[zeros((2, 4), d)] + O(3, False, True, d)[1:]),
+         ValueError, ["jagged_transition", "`on1`", "`on0`'s width 2"]),
         ("jagged no segments", lambda k, d: _jagged(
             k, d, rc=zeros(0, d, np.int32), orc=zeros(0, d, np.int32),
             prefix=zeros((2, 0), d, np.int64)),
@@ -974,3 +979,18 @@ def test_cupy_jagged_launchers_refuse_more_batches_than_the_kernels_count():
                                          r"4294967296 counts; the CUDA kernels take "
                                          r"nb <= 2\*\*32 - 1 batch elements"):
         gkr_cupy._check_batches("gkr_cupy.jagged_chunk", types.SimpleNamespace(shape=(2**32,)))
+
+
+@pytest.mark.parametrize("launcher", ["fold_dense_trusted", "pyramid_dense_trusted",
+                                      "jagged_transition_trusted"])
+def test_cpu_trusted_launchers_refuse_a_mode_outside_0_to_3(launcher):
+    """The trusted launchers check nothing else; a mode of -1 ran the ext/ext
+    kernels through Python's negative index, 4 or more raised IndexError."""
+    import inspect
+
+    from zorch_nb.kernels import gkr_cpu
+    fn = getattr(gkr_cpu, launcher)
+    rest = [None] * (len(inspect.signature(fn).parameters) - 1)  # (never read)
+    for mode in (-1, 4, 1.0, None):
+        with pytest.raises(ValueError, match=r"argument `mode` must be an input mode 0-3"):
+            fn(mode, *rest)
