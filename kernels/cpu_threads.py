@@ -65,8 +65,17 @@ def _decide() -> str:
             if numba.config.DISABLE_JIT:  # the kernels are plain Python: no layer
                 safe = True
             else:
+                from numba.core.compiler_lock import global_compiler_lock
                 from numba.np.ufunc import parallel
-                parallel._launch_threads()  # what the first parallel launch does
+                # What the first parallel launch does, under the compiler lock
+                # as Numba's own start runs (in a compile or a cache load): a
+                # fork then waits for it (jit's fork hook takes that lock).  A
+                # fork in the middle of the start left the child holding
+                # Numba's layer-start lock copied from a thread it does not
+                # have, and it hung at its first parallel call instead of
+                # raising the RuntimeError below.
+                with global_compiler_lock:
+                    parallel._launch_threads()
                 safe = numba.threading_layer() != "workqueue"
         except Exception:  # a Numba without these internals: stay safe
             safe = False

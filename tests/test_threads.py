@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 
+import numba
 import numpy as np
 import pytest
 
@@ -129,7 +130,24 @@ def test_first_calls_from_threads_wait_for_the_kernel_import():
         assert res.returncode == 0 and res.stdout.strip() == "[]", res.stdout + res.stderr
 
 
-_FORK = textwrap.dedent("""
+#: Prepended to the fork scripts below: a child's end, with a deadline.
+_WAIT_FOR = textwrap.dedent("""
+    import os, time
+
+    def wait_for(pid, seconds=60):
+        \"\"\"The child's exit status (minus the signal that ended it), or "hang"
+        (still running after ``seconds``: killed).\"\"\"
+        deadline = time.time() + seconds
+        while time.time() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)
+            time.sleep(0.05)
+        os.kill(pid, 9)
+        return "hang"
+""")
+
+_FORK = _WAIT_FOR + textwrap.dedent("""
     import os, sys, threading, time
     import numba
     from zorch_nb import KoalaBear as F
@@ -147,40 +165,103 @@ _FORK = textwrap.dedent("""
             os._exit(0 if (F.mul(a, a) == want).all() else 3)
         except RuntimeError as exc:
             os._exit(4 if "fork-safe" in str(exc) and "spawn" in str(exc) else 5)
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        time.sleep(0.05)
-    else:
-        os.kill(pid, 9)
-        status = "hang"
+    status = wait_for(pid)
     busy.set()
     layer = numba.threading_layer() if not numba.config.DISABLE_JIT else "nojit"
     from numba.np.ufunc import omppool
-    print(layer, omppool.openmp_vendor, status if status == "hang" else
-          (os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)))
+    print(layer, omppool.openmp_vendor, status)
+""")
+
+
+_FORK_AT_START = _WAIT_FOR + textwrap.dedent("""
+    import os, sys, threading, time
+    import numba
+    from numba.np.ufunc import omppool, parallel
+    from zorch_nb import KoalaBear as F
+    a = F.random(1 << 16, seed=0)  # (parallel-sized: the call starts the layer)
+    starting, launch = threading.Event(), parallel._launch_threads
+
+    def start_and_say():  # the layer's start, announced as it begins
+        starting.set()
+        time.sleep(0.05)  # (past the fork below, were nothing to hold it back)
+        launch()
+    parallel._launch_threads = start_and_say
+    threading.Thread(target=lambda: F.mul(a, a), daemon=True).start()
+    starting.wait(60)
+    pid = os.fork()  # while that thread starts the layer for the first parallel call
+    if pid == 0:
+        try:
+            got = F.mul(a, a)  # (its first words against a small call's: a serial twin)
+            os._exit(0 if (got[:8] == F.mul(a[:8], a[:8])).all() else 3)
+        except RuntimeError as exc:
+            os._exit(4 if "fork-safe" in str(exc) else 5)
+    print(numba.threading_layer(), omppool.openmp_vendor, wait_for(pid))
 """)
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 @pytest.mark.parametrize("layer", ["workqueue", "default"])
-def test_kernels_in_a_forked_child(layer):
+@pytest.mark.parametrize("script", ["_FORK", "_FORK_AT_START"])
+def test_kernels_in_a_forked_child(layer, script):
     """A child forked while a thread runs kernels: on the workqueue it computes
     (its copy of the launch lock was held: it used to wait forever); on GNU
     OpenMP, which Numba cannot use after a fork (it terminated the child),
-    the kernel raises a RuntimeError saying what to do; elsewhere it computes."""
+    the kernel raises a RuntimeError saying what to do; elsewhere it computes.
+
+    ``_FORK_AT_START``: forked while the thread starts the threading layer
+    (the process's first parallel-sized call).  The child hung at its first
+    parallel call, holding Numba's layer-start lock copied from a thread it
+    does not have; the start now runs under Numba's compiler lock, which a
+    fork waits for."""
+    if script == "_FORK_AT_START" and numba.config.DISABLE_JIT:
+        pytest.skip("no threading layer without the JIT")
     env = dict(os.environ)
     if layer != "default":
         env["NUMBA_THREADING_LAYER"] = layer
-    res = _child(_FORK, env)
+    res = _child(globals()[script], env)
     assert res.returncode == 0, res.stdout + res.stderr
     used, vendor, status = res.stdout.split()
-    if used == "omp" and vendor == "GNU":
-        assert status == "4", res.stdout + res.stderr
-    else:
-        assert status == "0", res.stdout + res.stderr
+    assert status == ("4" if used == "omp" and vendor == "GNU" else "0"), res.stdout + res.stderr
+
+
+_USER_KERNEL_BESIDE = textwrap.dedent("""
+    import threading
+    import numpy as np
+    from numba import njit, prange
+    from zorch_nb import KoalaBear as F
+    from zorch_nb.kernels.cpu_threads import serialized
+
+    @njit(parallel=True)
+    def doubled_sum(x):
+        s = 0.0
+        for i in prange(x.shape[0]):
+            s += 2.0 * x[i]
+        return s
+    x, a = np.ones(1 << 20), F.random(1 << 18, seed=1)
+    mine = serialized(doubled_sum)
+    want = F.mul(a, a)
+    ok = []
+    def users():
+        ok.append(all(mine(x) == 2.0 * x.size for _ in range(2000)))
+    def ours():
+        ok.append(all((F.mul(a, a) == want).all() for _ in range(2000)))
+    threads = [threading.Thread(target=users), threading.Thread(target=ours)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    print(ok)
+""")
+
+
+@pytest.mark.skipif(numba.config.DISABLE_JIT, reason="no threading layer without the JIT")
+def test_a_users_parallel_function_beside_ours_on_the_workqueue():
+    """The README's remedy: on the workqueue layer, where two threads in
+    parallel code at once end the process, a user's ``parallel=True``
+    function wrapped in ``cpu_threads.serialized`` takes turns with ours."""
+    res = _child(_USER_KERNEL_BESIDE, dict(os.environ, NUMBA_THREADING_LAYER="workqueue"))
+    assert res.returncode == 0 and res.stdout.split() == ["[True,", "True]"], \
+        res.stdout + res.stderr
 
 
 _ONE_THREAD = textwrap.dedent("""
