@@ -59,7 +59,8 @@ def numpy_dot8(x):
     return ((s[:, :8] * s[:, 8:]) % P).sum(axis=1, keepdims=True) % P
 
 
-KERNELS = {"dot8": (dot8, numpy_dot8), "rounds2": (cube_and_mix(LANES, 2), lambda x: numpy_rounds(x, 2)),
+KERNELS = {"dot8": (dot8, numpy_dot8),
+           "rounds2": (cube_and_mix(LANES, 2), lambda x: numpy_rounds(x, 2)),
            "rounds8": (cube_and_mix(LANES, 8), lambda x: numpy_rounds(x, 8))}
 
 

@@ -91,11 +91,11 @@ def _number(x, positive=False) -> bool:
 
 
 def _rows_problem(report):
-    """Why the rows of ``report`` cannot be read, or None: its date, device and
-    command strings, ``results`` and
-    ``copy`` lists of rows, each with its kernel, backend, size (elements)
-    and time (seconds, positive); the figures the scripts read, where
-    present, of their types (``None`` for a figure not measured)."""
+    """Why ``report`` cannot be read, or None.  It needs date, device and
+    command strings, and ``results`` and ``copy`` lists of rows, each with
+    its kernel, backend, size (elements) and time (seconds, positive); the
+    figures the scripts read must be of their types where present (``None``
+    for a figure not measured)."""
     for key in ("date", "device", "command"):
         if not isinstance(report[key], str):
             return f"{key} is {report[key]!r}, not a string"
@@ -144,8 +144,9 @@ def emit(text: str) -> None:
 
 
 def _ratio(x: float) -> str:
-    from zorch_nb.bench import _ratio  # (2 digits below 0.1x: "0.05x", not "0.0x")
-    return _ratio(x)
+    """The bench's format of a speed-up (2 digits below 0.1x: "0.05x", not "0.0x")."""
+    from zorch_nb import bench
+    return bench._ratio(x)
 
 
 def _mark(ok):
