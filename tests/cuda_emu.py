@@ -420,12 +420,53 @@ class _Data:
         self.device_id = device_id
 
 
+class _MemoryPointer:
+    """``cupy.cuda.MemoryPointer`` of :func:`_alloc`: bytes of one host
+    allocation from ``offset`` on; ``+`` moves the offset, as CuPy's does."""
+
+    def __init__(self, memory, offset=0):
+        self._memory, self._offset = memory, offset
+
+    ptr = property(lambda self: self._memory.ctypes.data + self._offset)
+    device_id = property(lambda self: device_of_memory(self._memory))
+
+    def __add__(self, offset):
+        return _MemoryPointer(self._memory, self._offset + int(offset))
+
+    def view(self, shape, dtype):
+        """The host array of ``cupy.ndarray(shape, dtype, self)`` (C order);
+        past the allocation's end is an error here, where a GPU would read
+        or write someone else's memory."""
+        dtype, shape = np.dtype(dtype), (tuple(shape) if np.ndim(shape) else (int(shape),))
+        count = int(np.prod(shape, dtype=np.int64))
+        end = self._offset + count * dtype.itemsize
+        assert 0 <= self._offset and end <= self._memory.size, \
+            f"an array of {shape} {dtype} at byte {self._offset} of a {self._memory.size}-byte " \
+            f"allocation"
+        return self._memory[self._offset:end].view(dtype).reshape(shape)
+
+
+def _alloc(size):
+    """``cupy.cuda.alloc``: ``size`` bytes on the current device, each 0xA5 (as
+    :meth:`EmuXp.empty` fills them), 256-byte aligned as cudaMalloc's."""
+    raw = np.full(int(size) + 256, 0xA5, np.uint8)
+    start = -raw.ctypes.data % 256
+    memory = raw[start:start + int(size)]
+    _note_owner(memory)
+    return _MemoryPointer(memory)
+
+
 class EmuArray:
     """A 'device' array: a NumPy array whose ``.data.ptr`` the kernels write through."""
 
     __module__ = "cupy._emulated"  # array_kind() and tt_masks read it as a CuPy array
 
-    def __init__(self, host):
+    def __init__(self, host, dtype=None, memptr=None):
+        if memptr is not None:  # cupy.ndarray(shape, dtype, memptr): a view of the allocation
+            host = memptr.view(host, dtype)
+        elif dtype is not None or not isinstance(host, np.ndarray):
+            raise AssertionError("the emulation makes device arrays of host arrays or of "
+                                 "(shape, dtype, memptr)")  # CuPy would allocate: not used
         self._a = host
         _note_owner(host)
 
@@ -783,7 +824,7 @@ def fake_cupy(launches: list) -> types.ModuleType:
     # what the object layer calls on CuPy data; any other name is NumPy's
     mod.asarray, mod.empty = EmuXp.asarray, EmuXp.empty
     mod.ascontiguousarray, mod.split = EmuXp.ascontiguousarray, EmuXp.split
-    mod.cuda = types.SimpleNamespace(Device=_Device, runtime=_runtime_namespace())
+    mod.cuda = types.SimpleNamespace(Device=_Device, runtime=_runtime_namespace(), alloc=_alloc)
     mod.__getattr__ = lambda name: _wrap(getattr(np, _in_cupy("cupy", name)))
     return mod
 
@@ -836,6 +877,7 @@ def install_session_fakes() -> list:
             getDeviceProperties=lambda i: {"name": b"host emulation of CUDA (cuda_emu.py)"}),
         get_current_stream=lambda: stream,
         Device=_Device,
+        alloc=_alloc,
         Event=Event,
         get_elapsed_time=lambda a, b: (b.t - a.t) * 1e3,
         set_allocator=lambda allocator=None: None,  # no pool to switch off here

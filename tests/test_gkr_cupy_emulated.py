@@ -18,10 +18,13 @@ import pytest
 import cuda_emu
 from gkr_cases import assert_layers_equal, random_jagged_layer
 from zorch_nb import BabyBear, KoalaBear
+from zorch_nb import logup_gkr
 from zorch_nb.kernels import gkr_cpu, launch_config
-from zorch_nb.logup_gkr import (GkrLayer, JaggedGkrLayer, _fused_jagged_steps, _split,
-                                _trusted, build_jagged_pyramid, build_pyramid,
-                                halving_schedule, jagged_layer_transition, layer_transition)
+from zorch_nb.kernels.gkr_scalar import cuda_kernel_name
+from zorch_nb.logup_gkr import (GkrLayer, JaggedGkrLayer, _fused_jagged_steps,
+                                _output_offsets, _split, _trusted, build_jagged_pyramid,
+                                build_pyramid, halving_schedule, jagged_layer_transition,
+                                layer_transition)
 
 MODES = [(ne, de) for ne in (0, 1) for de in (0, 1)]
 
@@ -202,6 +205,52 @@ def test_object_layer_on_emulated_cupy_arrays(emu, monkeypatch, ne, de):
     for fused in (None, False):
         assert_layers_equal(build_jagged_pyramid(jdev, steps, fused=fused), jwant,
                             f"fused={fused}")
+
+
+@pytest.mark.parametrize("offset,fresh", [(0, 0), (1, 0), (0, 4)],
+                         ids=["aligned", "input-offset", "allocator-offset"])
+@pytest.mark.parametrize("ne,de", MODES)
+def test_cupy_transition_reads_what_the_layer_knows(emu, monkeypatch, ne, de, offset, fresh):
+    """``layer_transition`` of a plain CuPy layer into fresh outputs runs
+    ``_cupy_transition``, not the general ``_run``: the CPU kernels' bytes
+    step after step; the vector kernel exactly where all eight arrays start
+    on 16 bytes (one input an odd word in: the scalar kernel, then vector
+    again on the aligned results; a user's allocator handing out memory 4
+    bytes off 16: scalar throughout); outputs laid out as ``_output_offsets``
+    says; and each result remembers what ``_trusted`` reads off its arrays."""
+    import sys
+    _, launches = emu
+    if fresh:
+        alloc = sys.modules["cupy"].cuda.alloc
+        monkeypatch.setattr(sys.modules["cupy"].cuda, "alloc",
+                            lambda size: alloc(size + fresh) + fresh)
+    F = KoalaBear if ne == de else BabyBear
+    host = GkrLayer(*_mles(F, ne, de, 2**5, seed=31), 1, F)
+    want = [host]
+    for _ in range(3):
+        want.append(layer_transition(want[-1]))
+    layer = GkrLayer(*[_device(x, offset if i == 2 else 0) for i, x in enumerate(host.mles)],
+                     1, F)
+
+    def general_path(*args, **kwargs):
+        raise AssertionError("the general path ran")
+    monkeypatch.setattr(logup_gkr, "_run", general_path)
+    oe = ne or de
+    for step, ref in enumerate(want[1:]):  # (each input compared after its transition too)
+        launches.clear()
+        source = layer
+        layer = layer_transition(source)
+        mode = 2 * ne + de if step == 0 else 2 * oe + de
+        vec = not fresh and (offset == 0 or step > 0)
+        assert launches == [cuda_kernel_name("zorch_gkr_fold_dense", mode, vec)]
+        assert_layers_equal([source, layer], want[step:step + 2], f"step {step}")
+        ptrs = [x.data.ptr for x in layer.mles]
+        assert [p - ptrs[0] for p in ptrs] == \
+            [4 * o for o in _output_offsets(ref.numerator_0.shape[0], (oe, oe, de, de))]
+        known = _trusted(GkrLayer, *layer.mles, 1, F).__dict__
+        for key in ("_shapes", "_plain_cupy", "_device"):
+            assert layer.__dict__[key] == known[key], key
+        assert layer.__dict__["_aligned"] == all(p % 16 == 0 for p in ptrs)
 
 
 @pytest.mark.parametrize("ne,de", MODES)

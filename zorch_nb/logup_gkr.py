@@ -45,6 +45,7 @@ array([ 900, 3136], dtype=uint32)
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -739,7 +740,7 @@ def _run(layer, backend, call, extra_inputs, out_len, out_ext, scratch_shape=Non
         call(_backend.kernels_for(backend, "gkr"), inputs, outs, scratch)
     if run_kind != kind:  # backend="cupy" on NumPy data: bring the layer back
         sizes = _word_sizes(out_len, exts)
-        outs = _split(buf.get().reshape(-1), sizes, exts, aligned=True)
+        outs = _split(_buffer_words(xp, buf, out_len, exts).get(), sizes, exts, aligned=True)
         if out is not None:
             for dst, src in zip(out, outs):
                 dst[...] = src
@@ -762,37 +763,58 @@ def _as_it_is_on_cupy(layer, backend) -> bool:
 def _fresh_outputs(xp, length, exts) -> tuple:
     """``(buffer, outputs)``: four outputs of ``length`` elements (extension
     where ``exts`` says: ``(length, 4)``), views of one new uint32 buffer of
-    ``xp``, each starting on a 16-byte boundary (see :func:`_split`)."""
+    ``xp``, each starting on a 16-byte boundary (see :func:`_split`).  On
+    CuPy the buffer is the bare allocation (see :func:`_output_buffer`)."""
     buf = _output_buffer(xp, length, exts)
     return buf, _output_views(xp, buf, length, exts)
 
 
-def _split_alike(xp, length, exts) -> bool:
-    # CuPy: one split makes four equal views in half the time of slicing
-    # and reshaping each (6.8 against 9.9 us base, 7.0 against 14.2 us
-    # extension with the allocation, benchmarks/cupy_host_dispatch.py's
-    # machine): a quarter of a small transition's host time.
-    return xp is not np and exts.count(exts[0]) == 4 and (exts[0] or not length % 4)
-
-
 def _output_buffer(xp, length, exts):
-    """The new buffer of :func:`_fresh_outputs` (views: :func:`_output_views`;
-    the outputs' word offsets in it: :func:`_output_offsets`)."""
-    if _split_alike(xp, length, exts):
-        return xp.empty((4 * length, 4) if exts[0] else 4 * length, dtype=np.uint32)
-    return xp.empty(_aligned_total(_word_sizes(length, exts)), dtype=np.uint32)
+    """The new memory of :func:`_fresh_outputs` (views: :func:`_output_views`;
+    the outputs' word offsets in it: :func:`_output_offsets`).
+
+    NumPy: a uint32 array.  CuPy: the allocation itself, a
+    ``cupy.cuda.MemoryPointer`` (its address is ``.ptr``), the views being
+    made straight from it by ``cupy.ndarray(shape, dtype, memptr)``: the
+    allocation and four such views take 4.2 us where ``cupy.empty`` and a
+    split into four took 5.6 (and slicing and reshaping each, 9.9), a third
+    of a small transition's host time (benchmarks/cupy_host_dispatch.py).
+    """
+    if xp is np:
+        return np.empty(_aligned_total(_word_sizes(length, exts)), dtype=np.uint32)
+    return xp.cuda.alloc(_view_plan(length, tuple(exts))[1])
 
 
 def _output_views(xp, buf, length, exts) -> list:
     """The four outputs of :func:`_fresh_outputs`, views of ``buf``."""
-    if _split_alike(xp, length, exts):
-        return xp.split(buf, 4)
-    return _split(buf, _word_sizes(length, exts), exts, aligned=True)
+    if xp is np:
+        return _split(buf, _word_sizes(length, exts), exts, aligned=True)
+    view = xp.ndarray
+    return [view(shape, np.uint32, buf + at) for shape, at in _view_plan(length, tuple(exts))[0]]
+
+
+def _buffer_words(xp, buf, length, exts):
+    """All words of an :func:`_output_buffer` as one flat array of ``xp``."""
+    if xp is np:
+        return buf
+    return xp.ndarray((_aligned_total(_word_sizes(length, exts)),), np.uint32, buf)
+
+
+@functools.lru_cache(maxsize=256)
+def _view_plan(length, exts) -> tuple:
+    """``(((shape, byte offset) of each output view), bytes)`` of a CuPy
+    :func:`_output_buffer`: the layout of :func:`_split` ``aligned=True``,
+    worked out once per length and forms (a pyramid's layers, a jagged
+    schedule's widths, repeated small transitions)."""
+    sizes = _word_sizes(length, exts)
+    views = tuple(((length, 4) if e else (length,), 4 * at)
+                  for e, at in zip(exts, _starts(sizes, aligned=True)))
+    return views, 4 * _aligned_total(sizes)
 
 
 def _output_offsets(length, exts) -> list:
-    """Word offsets of the four :func:`_output_views` in their buffer (both
-    layouts put them back to back, each on a multiple of 4 words)."""
+    """Word offsets of the four :func:`_output_views` in their buffer (each on
+    a multiple of 4 words, back to back)."""
     return _starts(_word_sizes(length, exts), aligned=True)
 
 
@@ -1008,6 +1030,8 @@ def layer_transition(layer: GkrLayer, *, backend: str | None = None,
     if layer.num_row_variables == 0:
         raise ValueError(f"the layer has no row variable left (nv = nbv = "
                          f"{layer.num_variables}); it is a floor: use extract_outputs")
+    if out is None and _as_it_is_on_cupy(layer, backend):
+        return _cupy_transition(layer)
     field, mode = layer.field, _mode(layer)
     half, (n_ext, d_ext) = layer.numerator_0.shape[0] // 2, _out_ext(layer)
     # The trusted launcher: the layer was checked when built and the outputs
@@ -1025,6 +1049,41 @@ def layer_transition(layer: GkrLayer, *, backend: str | None = None,
     _write_checked(("layer_transition", _named("out", into), _named("layer", mles)),
                    _compiled_overlap_test(mles, backend), lambda: run(into))
     return out
+
+
+def _cupy_transition(layer: GkrLayer) -> GkrLayer:
+    """:func:`layer_transition` of a layer :func:`_as_it_is_on_cupy` into a
+    fresh buffer: what :func:`_run` and :func:`_trusted` do there, with what
+    is known read off the layer instead of the arrays -- its checked shapes,
+    whether its MLEs start on 16-byte boundaries (looked at once per layer)
+    -- and the result's from its own buffer's plan.  The host time of a small
+    transition is the dispatch target's (2**10: 14.5 -> 10.0 us, launches not
+    counted; benchmarks/cupy_host_dispatch.py)."""
+    d = layer.__dict__
+    mles = layer.mles  # (refuses MLEs reshaped in place since the checks)
+    shapes = d["_shapes"]
+    half, n_ext, d_ext = shapes[0][0] // 2, len(shapes[0]) == 2, len(shapes[2]) == 2
+    exts = (n_ext or d_ext,) * 2 + (d_ext,) * 2
+    xp = _backend.get_xp("cupy")
+    views, nbytes = _view_plan(half, exts)
+    memory = xp.cuda.alloc(nbytes)  # on the current device: the layer's
+    # (spelt out: 0.5 us less than a loop over the plan; the first view starts at 0)
+    (s0, _), (s1, a1), (s2, a2), (s3, a3) = views
+    view, u32 = xp.ndarray, np.uint32
+    outs = (view(s0, u32, memory), view(s1, u32, memory + a1), view(s2, u32, memory + a2),
+            view(s3, u32, memory + a3))
+    aligned = d.get("_aligned")
+    if aligned is None:  # (a CuPy array's address cannot change)
+        aligned = d["_aligned"] = all(x.data.ptr % 16 == 0 for x in mles)
+    fresh_aligned = memory.ptr % 16 == 0  # (views start on multiples of 16 bytes)
+    field = d["field"]
+    _backend.kernels_for("cupy", "gkr").fold_dense_trusted(
+        2 * n_ext + d_ext, *mles, *outs, field.params, aligned=aligned and fresh_aligned)
+    result = object.__new__(GkrLayer)
+    result.__dict__.update(zip(_FIELDS[GkrLayer], (*outs, d["num_batch_variables"], field)),
+                           _shapes=(s0, s1, s2, s3), _plain_cupy=True,
+                           _device=d["_device"], _aligned=fresh_aligned)
+    return result
 
 
 def build_pyramid(first: GkrLayer, *, backend: str | None = None,
@@ -1180,7 +1239,7 @@ def _fused_pyramid(first: GkrLayer, backend):
                 length //= 2
                 buf = _output_buffer(xp, length, exts)
                 pending.append((buf, length))
-                base = buf.data.ptr
+                base = buf.ptr
                 addresses += [base + 4 * o for o in _output_offsets(length, exts)]
             kernels.pyramid_launch_trusted(mode, src, tile, addresses, first.field.params)
             group = [_output_views(xp, buf, n, exts) for buf, n in pending]
