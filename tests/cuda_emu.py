@@ -615,6 +615,9 @@ def _wrap(x):
 class EmuXp:
     """The array-module calls the fused paths make (``xp``)."""
 
+    ndarray = EmuArray  # ndarray(shape, dtype, memptr) over cuda.alloc's memory
+    cuda = types.SimpleNamespace(alloc=_alloc)
+
     @staticmethod
     def asarray(x, dtype=None):
         if isinstance(x, EmuArray):

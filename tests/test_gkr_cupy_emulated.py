@@ -22,7 +22,7 @@ from zorch_nb import logup_gkr
 from zorch_nb.kernels import gkr_cpu, launch_config
 from zorch_nb.kernels.gkr_scalar import cuda_kernel_name
 from zorch_nb.logup_gkr import (GkrLayer, JaggedGkrLayer, _fused_jagged_steps,
-                                _output_offsets, _split, _trusted, build_jagged_pyramid,
+                                _split, _trusted, build_jagged_pyramid,
                                 build_pyramid, halving_schedule, jagged_layer_transition,
                                 layer_transition)
 
@@ -64,6 +64,16 @@ def _outs(ne, de, width):
 def _cpu_outs(ne, de, width):
     oe = ne or de
     return [np.empty((width, 4) if e else (width,), np.uint32) for e in (oe, oe, de, de)]
+
+
+def _allocator_offset(monkeypatch, offset):
+    """Make the emulated ``cupy.cuda.alloc`` hand out memory ``offset`` bytes
+    past its 256-byte alignment, as a user's allocator may (0: unchanged)."""
+    import sys
+    if offset:
+        alloc = sys.modules["cupy"].cuda.alloc
+        monkeypatch.setattr(sys.modules["cupy"].cuda, "alloc",
+                            lambda size: alloc(size + offset) + offset)
 
 
 # offset 2: 8-byte aligned, not 16: still the scalar variant (16-byte extension loads)
@@ -216,14 +226,11 @@ def test_cupy_transition_reads_what_the_layer_knows(emu, monkeypatch, ne, de, of
     step after step; the vector kernel exactly where all eight arrays start
     on 16 bytes (one input an odd word in: the scalar kernel, then vector
     again on the aligned results; a user's allocator handing out memory 4
-    bytes off 16: scalar throughout); outputs laid out as ``_output_offsets``
-    says; and each result remembers what ``_trusted`` reads off its arrays."""
-    import sys
+    bytes off 16: scalar throughout); outputs back to back in one buffer,
+    each from a multiple of 16 bytes; and each result remembers what
+    ``_trusted`` reads off its arrays."""
     _, launches = emu
-    if fresh:
-        alloc = sys.modules["cupy"].cuda.alloc
-        monkeypatch.setattr(sys.modules["cupy"].cuda, "alloc",
-                            lambda size: alloc(size + fresh) + fresh)
+    _allocator_offset(monkeypatch, fresh)
     F = KoalaBear if ne == de else BabyBear
     host = GkrLayer(*_mles(F, ne, de, 2**5, seed=31), 1, F)
     want = [host]
@@ -245,12 +252,36 @@ def test_cupy_transition_reads_what_the_layer_knows(emu, monkeypatch, ne, de, of
         assert launches == [cuda_kernel_name("zorch_gkr_fold_dense", mode, vec)]
         assert_layers_equal([source, layer], want[step:step + 2], f"step {step}")
         ptrs = [x.data.ptr for x in layer.mles]
+        bytes_ = [x.nbytes for x in ref.mles]  # back to back, each from a multiple of 16
         assert [p - ptrs[0] for p in ptrs] == \
-            [4 * o for o in _output_offsets(ref.numerator_0.shape[0], (oe, oe, de, de))]
+            [sum(-(-b // 16) * 16 for b in bytes_[:i]) for i in range(4)]
         known = _trusted(GkrLayer, *layer.mles, 1, F).__dict__
         for key in ("_shapes", "_plain_cupy", "_device"):
             assert layer.__dict__[key] == known[key], key
         assert layer.__dict__["_aligned"] == all(p % 16 == 0 for p in ptrs)
+
+
+@pytest.mark.parametrize("fresh", [0, 4], ids=["aligned", "allocator-offset"])
+@pytest.mark.parametrize("ne,de", [(0, 0), (0, 1), (1, 1)])
+def test_fused_cupy_pyramid_layers_remember_their_arrays(emu, monkeypatch, ne, de, fresh):
+    """The fused CuPy pyramid builds its layers from their buffers' plans:
+    each remembers what ``_trusted`` reads off its arrays, and whether they
+    start on 16 bytes (not with an allocator 4 bytes off), so a transition
+    of it launches the right kernel."""
+    _, launches = emu
+    _allocator_offset(monkeypatch, fresh)
+    F = KoalaBear if ne == de else BabyBear
+    host = _mles(F, ne, de, 2**7, seed=41)
+    layers = build_pyramid(GkrLayer(*[_device(x) for x in host], 1, F))
+    assert_layers_equal(layers, build_pyramid(GkrLayer(*host, 1, F)), "pyramid")
+    for l, layer in enumerate(layers[1:], start=1):
+        known = _trusted(GkrLayer, *layer.mles, 1, F).__dict__
+        for key in ("_shapes", "_plain_cupy", "_device", "num_batch_variables", "field"):
+            assert layer.__dict__[key] == known[key], (l, key)
+        assert layer.__dict__["_aligned"] == (not fresh), l
+    launches.clear()
+    layer_transition(layers[2])
+    assert launches == [cuda_kernel_name("zorch_gkr_fold_dense", 2 * (ne or de) + de, not fresh)]
 
 
 @pytest.mark.parametrize("ne,de", MODES)

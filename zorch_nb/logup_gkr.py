@@ -770,8 +770,8 @@ def _fresh_outputs(xp, length, exts) -> tuple:
 
 
 def _output_buffer(xp, length, exts):
-    """The new memory of :func:`_fresh_outputs` (views: :func:`_output_views`;
-    the outputs' word offsets in it: :func:`_output_offsets`).
+    """The new memory of :func:`_fresh_outputs` (views: :func:`_output_views`,
+    at the word offsets :func:`_split` ``aligned=True`` gives).
 
     NumPy: a uint32 array.  CuPy: the allocation itself, a
     ``cupy.cuda.MemoryPointer`` (its address is ``.ptr``), the views being
@@ -802,20 +802,26 @@ def _buffer_words(xp, buf, length, exts):
 
 @functools.lru_cache(maxsize=256)
 def _view_plan(length, exts) -> tuple:
-    """``(((shape, byte offset) of each output view), bytes)`` of a CuPy
-    :func:`_output_buffer`: the layout of :func:`_split` ``aligned=True``,
+    """``(((shape, byte offset) of each output view), bytes, shapes)`` of a
+    CuPy :func:`_output_buffer`: the layout of :func:`_split` ``aligned=True``,
     worked out once per length and forms (a pyramid's layers, a jagged
     schedule's widths, repeated small transitions)."""
     sizes = _word_sizes(length, exts)
     views = tuple(((length, 4) if e else (length,), 4 * at)
                   for e, at in zip(exts, _starts(sizes, aligned=True)))
-    return views, 4 * _aligned_total(sizes)
+    return views, 4 * _aligned_total(sizes), tuple(shape for shape, _ in views)
 
 
-def _output_offsets(length, exts) -> list:
-    """Word offsets of the four :func:`_output_views` in their buffer (each on
-    a multiple of 4 words, back to back)."""
-    return _starts(_word_sizes(length, exts), aligned=True)
+def _cupy_layer(outs, shapes, num_batch_variables, field, aligned) -> GkrLayer:
+    """The GkrLayer of fresh outputs ``outs`` on CuPy (views of one new
+    allocation of the current device), given what :func:`_trusted` would
+    read off them: their ``shapes`` and whether they start on 16 bytes
+    (0.9 of its 1.6 us a layer)."""
+    layer = object.__new__(GkrLayer)
+    layer.__dict__.update(zip(_FIELDS[GkrLayer], (*outs, num_batch_variables, field)),
+                          _shapes=shapes, _plain_cupy=True,
+                          _device=outs[0].data.device_id, _aligned=aligned)
+    return layer
 
 
 def _split(buf, sizes, exts, aligned=False):
@@ -1061,11 +1067,11 @@ def _cupy_transition(layer: GkrLayer) -> GkrLayer:
     counted; benchmarks/cupy_host_dispatch.py)."""
     d = layer.__dict__
     mles = layer.mles  # (refuses MLEs reshaped in place since the checks)
-    shapes = d["_shapes"]
-    half, n_ext, d_ext = shapes[0][0] // 2, len(shapes[0]) == 2, len(shapes[2]) == 2
+    checked = d["_shapes"]
+    half, n_ext, d_ext = checked[0][0] // 2, len(checked[0]) == 2, len(checked[2]) == 2
     exts = (n_ext or d_ext,) * 2 + (d_ext,) * 2
     xp = _backend.get_xp("cupy")
-    views, nbytes = _view_plan(half, exts)
+    views, nbytes, shapes = _view_plan(half, exts)
     memory = xp.cuda.alloc(nbytes)  # on the current device: the layer's
     # (spelt out: 0.5 us less than a loop over the plan; the first view starts at 0)
     (s0, _), (s1, a1), (s2, a2), (s3, a3) = views
@@ -1079,11 +1085,7 @@ def _cupy_transition(layer: GkrLayer) -> GkrLayer:
     field = d["field"]
     _backend.kernels_for("cupy", "gkr").fold_dense_trusted(
         2 * n_ext + d_ext, *mles, *outs, field.params, aligned=aligned and fresh_aligned)
-    result = object.__new__(GkrLayer)
-    result.__dict__.update(zip(_FIELDS[GkrLayer], (*outs, d["num_batch_variables"], field)),
-                           _shapes=(s0, s1, s2, s3), _plain_cupy=True,
-                           _device=d["_device"], _aligned=fresh_aligned)
-    return result
+    return _cupy_layer(outs, shapes, d["num_batch_variables"], field, fresh_aligned)
 
 
 def build_pyramid(first: GkrLayer, *, backend: str | None = None,
@@ -1221,40 +1223,46 @@ def _fused_pyramid(first: GkrLayer, backend):
     if backend == "cupy":
         # The GPU idles until the first launch, and a bench's (or a user's)
         # event timer counts that host time: so each launch's layers are
-        # allocated just before it (one buffer per layer), the trusted
+        # allocated just before it (one allocation per layer), the trusted
         # launcher runs (the first layer was checked when built) and takes
-        # the outputs' addresses, and their views (_output_views: ~3 us a
-        # layer, a split into four) are made after the launch, while the GPU
-        # runs.  With the launcher's checks, per-layer slicing and every
-        # layer allocated up front, 455 of the 532 us host time of a 2**26
-        # base/base pyramid passed before its first launch; 118 us after the
-        # first two changes (cupy-host-dispatch-2026-12-02-pyramids.json in
-        # benchmarks/results), and the views moved behind the launch take
-        # 75 -> 42 us on a faster machine (cupy-host-dispatch-2026-12-02b).
+        # the outputs' addresses, and their views (~3 us a layer: four
+        # cupy.ndarrays over its allocation) are made after the launch,
+        # while the GPU runs.  With the launcher's checks, per-layer slicing
+        # and every layer allocated up front, 455 of the 532 us host time of
+        # a 2**26 base/base pyramid passed before its first launch; 118 us
+        # after the first two changes (cupy-host-dispatch-2026-12-02-pyramids
+        # .json in benchmarks/results), and the views moved behind the launch
+        # take 75 -> 42 us on a faster machine (cupy-host-dispatch-2026-12-02b).
+        # The addresses and layers come from each layer's cached plan
+        # (_view_plan, _cupy_layer): 2**26, to the first launch 37.4 -> 28.0
+        # us, the whole 233.4 -> 186.1 (cupy-host-dispatch-2026-12-07b).
         from .kernels.launch_config import gkr_pyramid_plan
         src, mode, out_mode = tuple(ins), _mode(first), 2 * n_ext + d_ext
+        view, u32, nbv, field, layers = xp.ndarray, np.uint32, first.num_batch_variables, \
+            first.field, [first]
         for tile, k in gkr_pyramid_plan(length // 2, nrv, mode == 0):
             pending, addresses = [], []
             for _ in range(k):
                 length //= 2
-                buf = _output_buffer(xp, length, exts)
-                pending.append((buf, length))
-                base = buf.ptr
-                addresses += [base + 4 * o for o in _output_offsets(length, exts)]
-            kernels.pyramid_launch_trusted(mode, src, tile, addresses, first.field.params)
-            group = [_output_views(xp, buf, n, exts) for buf, n in pending]
-            outs += group
-            src, mode = tuple(group[-1]), out_mode
-    else:
-        for _ in range(nrv):  # one buffer per layer, allocated before the first launch
-            length //= 2
-            sizes = _word_sizes(length, exts)
-            bufs.append(xp.empty(sum(sizes), dtype=np.uint32))
-            outs.append(_split(bufs[-1], sizes, exts))
-        if backend == "cpu":  # (the layer was checked, the layers are its own)
-            kernels.pyramid_dense_trusted(_mode(first), ins, outs, first.field.params)
-        else:  # Numba-CUDA: flat layer buffers (NumPy ones are copied back once)
-            kernels.pyramid_dense(ins, bufs, first.field.params)
+                views, nbytes, shapes = _view_plan(length, exts)
+                memory = xp.cuda.alloc(nbytes)
+                pending.append((memory, views, shapes))
+                addresses += [memory.ptr + at for _, at in views]
+            kernels.pyramid_launch_trusted(mode, src, tile, addresses, field.params)
+            for memory, views, shapes in pending:
+                group = [view(shape, u32, memory + at) for shape, at in views]
+                layers.append(_cupy_layer(group, shapes, nbv, field, memory.ptr % 16 == 0))
+            src, mode = tuple(group), out_mode
+        return layers
+    for _ in range(nrv):  # one buffer per layer, allocated before the first launch
+        length //= 2
+        sizes = _word_sizes(length, exts)
+        bufs.append(xp.empty(sum(sizes), dtype=np.uint32))
+        outs.append(_split(bufs[-1], sizes, exts))
+    if backend == "cpu":  # (the layer was checked, the layers are its own)
+        kernels.pyramid_dense_trusted(_mode(first), ins, outs, first.field.params)
+    else:  # Numba-CUDA: flat layer buffers (NumPy ones are copied back once)
+        kernels.pyramid_dense(ins, bufs, first.field.params)
     return [first] + [_trusted(GkrLayer, *o, first.num_batch_variables, first.field)
                       for o in outs]
 
