@@ -217,10 +217,12 @@ def test_object_layer_on_emulated_cupy_arrays(emu, monkeypatch, ne, de):
                             f"fused={fused}")
 
 
+@pytest.mark.parametrize("nbv", [0, 2])
 @pytest.mark.parametrize("offset,fresh", [(0, 0), (1, 0), (0, 4)],
                          ids=["aligned", "input-offset", "allocator-offset"])
 @pytest.mark.parametrize("ne,de", MODES)
-def test_cupy_transition_reads_what_the_layer_knows(emu, monkeypatch, ne, de, offset, fresh):
+def test_cupy_transition_reads_what_the_layer_knows(emu, monkeypatch, ne, de, offset, fresh,
+                                                    nbv):
     """``layer_transition`` of a plain CuPy layer into fresh outputs runs
     ``_cupy_transition``, not the general ``_run``: the CPU kernels' bytes
     step after step; the vector kernel exactly where all eight arrays start
@@ -232,12 +234,12 @@ def test_cupy_transition_reads_what_the_layer_knows(emu, monkeypatch, ne, de, of
     _, launches = emu
     _allocator_offset(monkeypatch, fresh)
     F = KoalaBear if ne == de else BabyBear
-    host = GkrLayer(*_mles(F, ne, de, 2**5, seed=31), 1, F)
+    host = GkrLayer(*_mles(F, ne, de, 2**5, seed=31), nbv, F)
     want = [host]
     for _ in range(3):
         want.append(layer_transition(want[-1]))
     layer = GkrLayer(*[_device(x, offset if i == 2 else 0) for i, x in enumerate(host.mles)],
-                     1, F)
+                     nbv, F)
 
     def general_path(*args, **kwargs):
         raise AssertionError("the general path ran")
@@ -255,14 +257,14 @@ def test_cupy_transition_reads_what_the_layer_knows(emu, monkeypatch, ne, de, of
         bytes_ = [x.nbytes for x in ref.mles]  # back to back, each from a multiple of 16
         assert [p - ptrs[0] for p in ptrs] == \
             [sum(-(-b // 16) * 16 for b in bytes_[:i]) for i in range(4)]
-        known = _trusted(GkrLayer, *layer.mles, 1, F).__dict__
-        for key in ("_shapes", "_plain_cupy", "_device"):
+        known = _trusted(GkrLayer, *layer.mles, nbv, F).__dict__
+        for key in ("_shapes", "_plain_cupy", "_device", "num_batch_variables", "field"):
             assert layer.__dict__[key] == known[key], key
         assert layer.__dict__["_aligned"] == all(p % 16 == 0 for p in ptrs)
 
 
 @pytest.mark.parametrize("fresh", [0, 4], ids=["aligned", "allocator-offset"])
-@pytest.mark.parametrize("ne,de", [(0, 0), (0, 1), (1, 1)])
+@pytest.mark.parametrize("ne,de", MODES)
 def test_fused_cupy_pyramid_layers_remember_their_arrays(emu, monkeypatch, ne, de, fresh):
     """The fused CuPy pyramid builds its layers from their buffers' plans:
     each remembers what ``_trusted`` reads off its arrays, and whether they

@@ -748,8 +748,9 @@ def test_jagged_outputs_start_on_16_byte_boundaries(ne, de):
 @pytest.mark.parametrize("ne,de", MODES)
 def test_gpu_transition_outputs_are_aligned_views_of_one_buffer(ne, de):
     """A transition's four outputs: C-contiguous, 16-byte aligned, back to back
-    in one buffer (on CuPy one split call makes them where the four are alike
-    and whole 16-byte blocks, slices otherwise: widths 12 and 13 take both)."""
+    in one buffer (on CuPy four cupy.ndarrays over one allocation, each from
+    a multiple of 16 bytes: widths 12 and 13 leave a gap after a base output
+    or none)."""
     import cupy
     host = four(16, (ne, de))
     dense, jagged = GkrLayer(*host, 0), JaggedGkrLayer(*host, [9, 7])

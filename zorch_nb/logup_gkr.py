@@ -775,10 +775,12 @@ def _output_buffer(xp, length, exts):
 
     NumPy: a uint32 array.  CuPy: the allocation itself, a
     ``cupy.cuda.MemoryPointer`` (its address is ``.ptr``), the views being
-    made straight from it by ``cupy.ndarray(shape, dtype, memptr)``: the
-    allocation and four such views take 4.2 us where ``cupy.empty`` and a
-    split into four took 5.6 (and slicing and reshaping each, 9.9), a third
-    of a small transition's host time (benchmarks/cupy_host_dispatch.py).
+    made straight from it by ``cupy.ndarray(shape, dtype, memptr)`` (so
+    their ``.base`` is None; the memory lives while any of them does):
+    :func:`_fresh_outputs` takes 5.2 us so, where ``cupy.empty`` and a split
+    into four took 6.0 (and slicing and reshaping each, 9.9), about half of a
+    small transition's host time (cupy-host-dispatch-2026-12-07 in
+    benchmarks/results).
     """
     if xp is np:
         return np.empty(_aligned_total(_word_sizes(length, exts)), dtype=np.uint32)
@@ -1017,7 +1019,8 @@ def layer_transition(layer: GkrLayer, *, backend: str | None = None,
     GkrLayer
         Half the length, same ``num_batch_variables``; numerators extension if
         any input is, denominators extension if the denominators are.  Its
-        four MLEs are views of one new buffer (or ``out``'s MLEs).
+        four MLEs lie back to back in one new buffer (on CuPy, arrays over
+        one allocation, whose ``.base`` is None), or are ``out``'s MLEs.
 
     Raises
     ------
@@ -1079,7 +1082,9 @@ def _cupy_transition(layer: GkrLayer) -> GkrLayer:
     outs = (view(s0, u32, memory), view(s1, u32, memory + a1), view(s2, u32, memory + a2),
             view(s3, u32, memory + a3))
     aligned = d.get("_aligned")
-    if aligned is None:  # (a CuPy array's address cannot change)
+    if aligned is None:  # (a CuPy array's address cannot change, nor a frozen
+        # layer's arrays -- short of object.__setattr__, which every entry the
+        # layer remembers from its checks already trusts no one to call)
         aligned = d["_aligned"] = all(x.data.ptr % 16 == 0 for x in mles)
     fresh_aligned = memory.ptr % 16 == 0  # (views start on multiples of 16 bytes)
     field = d["field"]
