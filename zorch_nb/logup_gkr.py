@@ -777,7 +777,7 @@ def _output_buffer(xp, length, exts):
     ``cupy.cuda.MemoryPointer`` (its address is ``.ptr``), the views being
     made straight from it by ``cupy.ndarray(shape, dtype, memptr)`` (so
     their ``.base`` is None; the memory lives while any of them does):
-    :func:`_fresh_outputs` takes 5.2 us so, where ``cupy.empty`` and a split
+    :func:`_fresh_outputs` took 5.2 us so, where ``cupy.empty`` and a split
     into four took 6.0 (and slicing and reshaping each, 9.9), about half of a
     small transition's host time (cupy-host-dispatch-2026-12-07 in
     benchmarks/results).
@@ -791,8 +791,17 @@ def _output_views(xp, buf, length, exts) -> list:
     """The four outputs of :func:`_fresh_outputs`, views of ``buf``."""
     if xp is np:
         return _split(buf, _word_sizes(length, exts), exts, aligned=True)
-    view = xp.ndarray
-    return [view(shape, np.uint32, buf + at) for shape, at in _view_plan(length, tuple(exts))[0]]
+    return _arrays_over(xp, buf, _view_plan(length, tuple(exts))[0])
+
+
+def _arrays_over(xp, memory, views) -> tuple:
+    """The four CuPy outputs over ``memory`` (a ``cupy.cuda.MemoryPointer``)
+    as a :func:`_view_plan`'s ``views`` place them.  Spelt out: a loop over
+    the plan took 0.5 us more (the first view starts at 0)."""
+    (s0, _), (s1, a1), (s2, a2), (s3, a3) = views
+    view, u32 = xp.ndarray, np.uint32
+    return (view(s0, u32, memory), view(s1, u32, memory + a1), view(s2, u32, memory + a2),
+            view(s3, u32, memory + a3))
 
 
 def _buffer_words(xp, buf, length, exts):
@@ -1076,11 +1085,7 @@ def _cupy_transition(layer: GkrLayer) -> GkrLayer:
     xp = _backend.get_xp("cupy")
     views, nbytes, shapes = _view_plan(half, exts)
     memory = xp.cuda.alloc(nbytes)  # on the current device: the layer's
-    # (spelt out: 0.5 us less than a loop over the plan; the first view starts at 0)
-    (s0, _), (s1, a1), (s2, a2), (s3, a3) = views
-    view, u32 = xp.ndarray, np.uint32
-    outs = (view(s0, u32, memory), view(s1, u32, memory + a1), view(s2, u32, memory + a2),
-            view(s3, u32, memory + a3))
+    outs = _arrays_over(xp, memory, views)
     aligned = d.get("_aligned")
     if aligned is None:  # (a CuPy array's address cannot change, nor a frozen
         # layer's arrays -- short of object.__setattr__, which every entry the
@@ -1243,8 +1248,7 @@ def _fused_pyramid(first: GkrLayer, backend):
         # us, the whole 233.4 -> 186.1 (cupy-host-dispatch-2026-12-07b).
         from .kernels.launch_config import gkr_pyramid_plan
         src, mode, out_mode = tuple(ins), _mode(first), 2 * n_ext + d_ext
-        view, u32, nbv, field, layers = xp.ndarray, np.uint32, first.num_batch_variables, \
-            first.field, [first]
+        nbv, field, layers = first.num_batch_variables, first.field, [first]
         for tile, k in gkr_pyramid_plan(length // 2, nrv, mode == 0):
             pending, addresses = [], []
             for _ in range(k):
@@ -1255,9 +1259,9 @@ def _fused_pyramid(first: GkrLayer, backend):
                 addresses += [memory.ptr + at for _, at in views]
             kernels.pyramid_launch_trusted(mode, src, tile, addresses, field.params)
             for memory, views, shapes in pending:
-                group = [view(shape, u32, memory + at) for shape, at in views]
+                group = _arrays_over(xp, memory, views)
                 layers.append(_cupy_layer(group, shapes, nbv, field, memory.ptr % 16 == 0))
-            src, mode = tuple(group), out_mode
+            src, mode = group, out_mode
         return layers
     for _ in range(nrv):  # one buffer per layer, allocated before the first launch
         length //= 2
