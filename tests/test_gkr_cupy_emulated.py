@@ -221,10 +221,10 @@ def test_object_layer_on_emulated_cupy_arrays(emu, monkeypatch, ne, de):
 @pytest.mark.parametrize("offset,fresh", [(0, 0), (1, 0), (0, 4)],
                          ids=["aligned", "input-offset", "allocator-offset"])
 @pytest.mark.parametrize("ne,de", MODES)
-def test_cupy_transition_reads_what_the_layer_knows(emu, monkeypatch, ne, de, offset, fresh,
+def test_fresh_transition_reads_what_the_layer_knows(emu, monkeypatch, ne, de, offset, fresh,
                                                     nbv):
     """``layer_transition`` of a plain CuPy layer into fresh outputs runs
-    ``_cupy_transition``, not the general ``_run``: the CPU kernels' bytes
+    ``_fresh_transition``, not the general ``_run``: the CPU kernels' bytes
     step after step; the vector kernel exactly where all eight arrays start
     on 16 bytes (one input an odd word in: the scalar kernel, then vector
     again on the aligned results; a user's allocator handing out memory 4

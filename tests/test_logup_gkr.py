@@ -356,3 +356,40 @@ def test_demo_check_notices_wrong_outputs(F):
         den[-1] = E.mul(den[-1:], two)[0]
         assert not _demo_gkr._agrees_with_numpy(F, first, type(out)(out.numerator, den, F),
                                                 steps)
+
+
+class _Subclass(np.ndarray):
+    pass
+
+
+@pytest.mark.parametrize("ne,de", MODES)
+@pytest.mark.parametrize("F", FIELDS)
+def test_cpu_transition_of_plain_layers_skips_the_general_path(F, ne, de, monkeypatch):
+    """``layer_transition`` of a layer of C-contiguous NumPy arrays, without
+    ``out``, reads what it needs off the layer and never runs the general
+    ``_run``: the reference's bytes step after step, each result remembering
+    what ``_trusted`` reads off its arrays (``backend="cpu"`` given or not).
+    A layer of strided views or of a NumPy subclass goes the general way."""
+    from zorch_nb import logup_gkr
+    host = mles(F, ne, de, 2**4, seed=3)
+    runs, general = [], logup_gkr._run
+    monkeypatch.setattr(logup_gkr, "_run", lambda *a, **k: runs.append(1) or general(*a, **k))
+    ref = ng.layer_from_words(F.name, *host)
+    layer = GkrLayer(*host, 1, F)
+    for step in range(3):
+        layer = layer_transition(layer, backend=None if step else "cpu")
+        ref = ng.dense_transition(F.name, ref)
+        assert_layer_equal(layer, ng.layer_words(F.name, ref))
+        known = logup_gkr._trusted(GkrLayer, *layer.mles, 1, F).__dict__
+        assert layer.__dict__.keys() == known.keys()
+        for key in ("_shapes", "_plain_cupy", "_device", "num_batch_variables", "field"):
+            assert layer.__dict__[key] == known[key], (step, key)
+        assert all(type(x) is np.ndarray and x.flags.c_contiguous for x in layer.mles)
+    assert runs == []
+    want = ng.layer_words(F.name, ng.dense_transition(F.name, ng.layer_from_words(F.name, *host)))
+    for other in ([np.repeat(x, 2, axis=0)[::2] for x in host], [x.view(_Subclass) for x in host]):
+        runs.clear()
+        assert_layer_equal(layer_transition(GkrLayer(*other, 1, F)), want)
+        assert runs == [1]
+    for x in host:  # the caller's arrays are untouched
+        assert x.flags.c_contiguous and type(x) is np.ndarray

@@ -782,16 +782,24 @@ def _output_buffer(xp, length, exts):
     small transition's host time (cupy-host-dispatch-2026-12-07 in
     benchmarks/results).
     """
-    if xp is np:
-        return np.empty(_aligned_total(_word_sizes(length, exts)), dtype=np.uint32)
-    return xp.cuda.alloc(_view_plan(length, tuple(exts))[1])
+    nbytes = _view_plan(length, tuple(exts))[1]
+    return np.empty(nbytes >> 2, dtype=np.uint32) if xp is np else xp.cuda.alloc(nbytes)
 
 
 def _output_views(xp, buf, length, exts) -> list:
     """The four outputs of :func:`_fresh_outputs`, views of ``buf``."""
     if xp is np:
-        return _split(buf, _word_sizes(length, exts), exts, aligned=True)
+        return _arrays_in(buf, _word_plan(length, tuple(exts)))
     return _arrays_over(xp, buf, _view_plan(length, tuple(exts))[0])
+
+
+def _arrays_in(words, plan) -> tuple:
+    """The four NumPy outputs in ``words`` (a uint32 array of the plan's
+    bytes) as a :func:`_word_plan` places them (spelt out, as
+    :func:`_arrays_over`)."""
+    (l0, h0, s0), (l1, h1, s1), (l2, h2, s2), (l3, h3, s3) = plan
+    return (words[l0:h0].reshape(s0), words[l1:h1].reshape(s1), words[l2:h2].reshape(s2),
+            words[l3:h3].reshape(s3))
 
 
 def _arrays_over(xp, memory, views) -> tuple:
@@ -821,6 +829,14 @@ def _view_plan(length, exts) -> tuple:
     views = tuple(((length, 4) if e else (length,), 4 * at)
                   for e, at in zip(exts, _starts(sizes, aligned=True)))
     return views, 4 * _aligned_total(sizes), tuple(shape for shape, _ in views)
+
+
+@functools.lru_cache(maxsize=256)
+def _word_plan(length, exts) -> tuple:
+    """``((first word, end word, shape) of each output view)`` of a NumPy
+    :func:`_output_buffer`: :func:`_view_plan`'s layout in words."""
+    return tuple((at >> 2, (at >> 2) + size, shape) for (shape, at), size
+                 in zip(_view_plan(length, exts)[0], _word_sizes(length, exts)))
 
 
 def _cupy_layer(outs, shapes, num_batch_variables, field, aligned) -> GkrLayer:
@@ -1048,8 +1064,11 @@ def layer_transition(layer: GkrLayer, *, backend: str | None = None,
     if layer.num_row_variables == 0:
         raise ValueError(f"the layer has no row variable left (nv = nbv = "
                          f"{layer.num_variables}); it is a floor: use extract_outputs")
-    if out is None and _as_it_is_on_cupy(layer, backend):
-        return _cupy_transition(layer)
+    if out is None:
+        if _as_it_is_on_cupy(layer, backend):
+            return _fresh_transition(layer, True)
+        if _on_host_as_it_is(layer, backend):
+            return _fresh_transition(layer, False)
     field, mode = layer.field, _mode(layer)
     half, (n_ext, d_ext) = layer.numerator_0.shape[0] // 2, _out_ext(layer)
     # The trusted launcher: the layer was checked when built and the outputs
@@ -1069,21 +1088,45 @@ def layer_transition(layer: GkrLayer, *, backend: str | None = None,
     return out
 
 
-def _cupy_transition(layer: GkrLayer) -> GkrLayer:
-    """:func:`layer_transition` of a layer :func:`_as_it_is_on_cupy` into a
-    fresh buffer: what :func:`_run` and :func:`_trusted` do there, with what
-    is known read off the layer instead of the arrays -- its checked shapes,
+def _on_host_as_it_is(layer, backend) -> bool:
+    """Whether ``layer`` runs on the CPU with its own arrays: exactly NumPy
+    arrays (no subclass: a masked array was refused when built), still
+    C-contiguous (NumPy lets ``strides`` be set in place), ``backend`` None
+    or ``"cpu"``: what :func:`_backend.resolve` and a contiguity pass would
+    find in :func:`_run`."""
+    if not (backend is None or backend.__class__ is str and backend == "cpu"):
+        return False
+    d = layer.__dict__
+    return all(type(x) is np.ndarray and x.flags.c_contiguous
+               for x in (d["numerator_0"], d["numerator_1"], d["denominator_0"],
+                         d["denominator_1"]))
+
+
+def _fresh_transition(layer: GkrLayer, on_cupy: bool) -> GkrLayer:
+    """:func:`layer_transition` of a layer :func:`_as_it_is_on_cupy` (or, not
+    ``on_cupy``, :func:`_on_host_as_it_is`) into a fresh buffer: what
+    :func:`_run` and :func:`_trusted` do there, with what is known read off
+    the layer instead of the arrays -- its checked shapes and, on CuPy,
     whether its MLEs start on 16-byte boundaries (looked at once per layer)
-    -- and the result's from its own buffer's plan.  The host time of a small
-    transition is the dispatch target's (2**10: 14.5 -> 10.0 us, launches not
-    counted; benchmarks/cupy_host_dispatch.py)."""
+    -- and the result's from its own buffer's plan.  2**10 leaves, host time:
+    CuPy 14.5 -> 10.0 us (launches not counted; the dispatch target's;
+    benchmarks/cupy_host_dispatch.py), CPU base/base 12.4 -> 8.7 us and ext/ext
+    21.5 -> 17.1 us, the fold included (benchmarks/small_transition.py)."""
     d = layer.__dict__
     mles = layer.mles  # (refuses MLEs reshaped in place since the checks)
     checked = d["_shapes"]
     half, n_ext, d_ext = checked[0][0] // 2, len(checked[0]) == 2, len(checked[2]) == 2
     exts = (n_ext or d_ext,) * 2 + (d_ext,) * 2
-    xp = _backend.get_xp("cupy")
     views, nbytes, shapes = _view_plan(half, exts)
+    field, mode, nbv = d["field"], 2 * n_ext + d_ext, d["num_batch_variables"]
+    if not on_cupy:
+        outs = _arrays_in(np.empty(nbytes >> 2, dtype=np.uint32), _word_plan(half, exts))
+        _backend.kernels_for("cpu", "gkr").fold_dense_trusted(mode, *mles, *outs, field.params)
+        result = object.__new__(GkrLayer)
+        result.__dict__.update(zip(_FIELDS[GkrLayer], (*outs, nbv, field)),
+                               _shapes=shapes, _plain_cupy=False, _device=None)
+        return result
+    xp = _backend.get_xp("cupy")
     memory = xp.cuda.alloc(nbytes)  # on the current device: the layer's
     outs = _arrays_over(xp, memory, views)
     aligned = d.get("_aligned")
@@ -1092,10 +1135,9 @@ def _cupy_transition(layer: GkrLayer) -> GkrLayer:
         # layer remembers from its checks already trusts no one to call)
         aligned = d["_aligned"] = all(x.data.ptr % 16 == 0 for x in mles)
     fresh_aligned = memory.ptr % 16 == 0  # (views start on multiples of 16 bytes)
-    field = d["field"]
     _backend.kernels_for("cupy", "gkr").fold_dense_trusted(
-        2 * n_ext + d_ext, *mles, *outs, field.params, aligned=aligned and fresh_aligned)
-    return _cupy_layer(outs, shapes, d["num_batch_variables"], field, fresh_aligned)
+        mode, *mles, *outs, field.params, aligned=aligned and fresh_aligned)
+    return _cupy_layer(outs, shapes, nbv, field, fresh_aligned)
 
 
 def build_pyramid(first: GkrLayer, *, backend: str | None = None,
