@@ -55,6 +55,27 @@ def reference_program(ctx, lanes=1, offset=0):
     return a, (c.reshape([]) if lanes == 1 else c)
 
 
+def test_each_handle_remembers_the_use_its_calls_record():
+    """A call reads the entry it adds to its buffer's uses (the view as a
+    message shows it, and its split points) off the handle: made on the
+    handle's first call, or for a call's output taken from its buffer's own
+    first use.  Each must equal the entry worked out afresh from the
+    handle's view: inputs, outputs, a reshape and a transpose."""
+    from zorch_nb.graph import _describe, _Operand, _prefix_points
+    ctx = Context(KoalaBear)
+    a, c = reference_program(ctx, lanes=2)  # a: an input; c: an output, shape (2,)
+    (d,) = ctx.call_kernel(add_xy, 2, c, c)
+    x = ctx.copy_to_device(np.arange(15)).reshape(3, 5).T
+    (e,) = ctx.call_kernel(row_sum_3, 5, x)
+    e5 = e.reshape(5, 1).reshape(5)
+    ctx.call_kernel(add_xy, 5, e5, e)
+    for h in (a, c, d, x, e, e5):
+        op = _Operand(h.buffer_id, h._view, False, h.shape, h._history)
+        want = (_describe(op), tuple(_prefix_points(h._view.base)))
+        assert h._use == want, (h.shape, h._use, want)
+        assert want in ctx._buffers[h.buffer_id].uses
+
+
 # ------------------------------------------------------------ reference ----
 
 def test_reference_program_gives_528():

@@ -142,14 +142,17 @@ class Handle:
 
     # Read-only: a view's shape and buffer are facts the recorder relies on
     # (a reassigned shape reached the layout code as an IndexError later).
-    __slots__ = ("_ctx", "_buffer_id", "_shape", "_view", "_history")
+    __slots__ = ("_ctx", "_buffer_id", "_shape", "_view", "_history", "_use")
 
-    def __init__(self, ctx, buffer_id, shape, view, history):
+    def __init__(self, ctx, buffer_id, shape, view, history, use=None):
         self._ctx = ctx
         self._buffer_id = buffer_id
         self._shape = tuple(shape)
         self._view = view
         self._history = tuple(history)
+        # (the entry a call using this view adds to its buffer's uses:
+        # _describe of it and its split points; made on its first call)
+        self._use = use
 
     @property
     def shape(self) -> tuple:
@@ -403,6 +406,7 @@ class _Signature(NamedTuple):
     out_shapes: tuple
     out_words: int  # words of one instance's outputs
     output_forms: dict  # num_parallel -> _output_forms(...)
+    const_words: dict  # field name -> _const_words(field, ir, np) (the eager CPU run's)
 
 
 def _signature(kernel: Kernel) -> _Signature:
@@ -415,7 +419,8 @@ def _signature(kernel: Kernel) -> _Signature:
         ir = kernel.ir
         outs = ir.out_params
         shapes = tuple(s for _, _, s in outs)
-        sig = _Signature(ir, ir.in_params, outs, shapes, sum(math.prod(s) for s in shapes), {})
+        sig = _Signature(ir, ir.in_params, outs, shapes, sum(math.prod(s) for s in shapes), {},
+                         {})
         kernel.__dict__["_recorder_signature"] = sig
     return sig
 
@@ -495,9 +500,15 @@ def _frozen(obj):
     return obj
 
 
+#: ``tuple(range(n))`` for the ranks a view's base can have (its axes are >= 2 long)
+_IDENTITY_PERMS = tuple(tuple(range(n)) for n in range(65))
+
+
 def _unpermuted(view: ViewForm) -> bool:
     """Whether ``view`` reads its buffer's elements in their order (reshapes only)."""
-    return view.perm == tuple(range(len(view.perm)))
+    perm = view.perm
+    n = len(perm)
+    return perm == (_IDENTITY_PERMS[n] if n < len(_IDENTITY_PERMS) else tuple(range(n)))
 
 
 def _describe(op: _Operand) -> str:
@@ -1367,7 +1378,7 @@ class Context:
         if not isinstance(kernel, Kernel):
             raise TypeError(f"Argument `kernel` must be a @kernel-decorated function, "
                             f"not {type(kernel).__name__}")
-        if not is_int(num_parallel):
+        if type(num_parallel) is not int and not is_int(num_parallel):
             raise TypeError(f"Argument `num_parallel` must be a positive integer, not "
                             f"{type(num_parallel).__name__} {num_parallel!r}")
         if num_parallel < 1:
@@ -1391,12 +1402,15 @@ class Context:
         if len(inputs) != len(in_params):
             raise TypeError(f"kernel `{ir.name}` takes {len(in_params)} input handle(s) "
                             f"({', '.join(n for n, _, _ in in_params)}), not {len(inputs)}")
+        if self._device is None:  # (_on_device() would be a nullcontext)
+            with self._lock:
+                return self._record_call(kernel, sig, num_parallel, inputs)
         with self._lock, self._on_device():
             return self._record_call(kernel, sig, num_parallel, inputs)
 
     def _record_call(self, kernel, sig, num_parallel, inputs) -> tuple:
         ir = sig.ir
-        operands, op_points = [], []
+        operands, op_uses = [], []
         pending: dict = {}
         for (pname, kind, pshape), h in zip(sig.in_params, inputs):
             h = self._own(h, pname)
@@ -1422,28 +1436,29 @@ class Context:
                                  f"before that reshape whole and writing its elements in the "
                                  f"shape you need")
             op = _Operand(h.buffer_id, h._view, broadcast, h.shape, h._history)
-            points = _prefix_points(op.view.base)
-            self._merge(pending, h.buffer_id, points, op)
+            use = h._use
+            if use is None:
+                use = h._use = (_describe(op), tuple(_prefix_points(op.view.base)))
+            self._merge(pending, h.buffer_id, list(use[1]), op)
             operands.append(op)
-            op_points.append(points)
+            op_uses.append(use)
         fixed = self._fixed_point(kernel, sig, num_parallel, operands, pending)
         values = self._evaluate(kernel, num_parallel, operands, sig)
         # The call succeeded.  Build everything it records first ...
         layouts = {}  # input buffer -> (new points, new uses); the old lists stay intact
-        for op, op_pts in zip(operands, op_points):
+        for op, entry in zip(operands, op_uses):
             points, uses = layouts.get(op.buffer_id, (pending[op.buffer_id],
                                                      self._buffers[op.buffer_id].uses))
-            entry = (_describe(op), tuple(op_pts))
             layouts[op.buffer_id] = (points, uses if entry in uses else uses + [entry])
         first, call_index = len(self._buffers), len(self._calls)
         outs, new_buffers = [], []
         for (shape, view, history, points, use), vals in zip(_output_forms(sig, num_parallel),
                                                             values):
-            h = Handle(self, first + len(outs), shape, view, history)
+            h = Handle(self, first + len(outs), shape, view, history, use)
             new_buffers.append(_Buffer(int(vals.size), vals, call_index, shape,
                                        list(points), use))
             outs.append(h)
-        call = _Call(kernel, num_parallel, tuple(operands), tuple(h.buffer_id for h in outs))
+        call = _Call(kernel, num_parallel, tuple(operands), tuple(range(first, first + len(outs))))
         # ... then change the Context in three steps, undone if an interruption
         # (Ctrl-C) lands between them: a buffer whose call was never recorded, or
         # split points no recorded call asked for, would break every later graph.
@@ -1495,44 +1510,54 @@ class Context:
         first, ci = len(self._buffers), len(self._calls)
         out_shapes = sig.out_shapes
         outs = tuple(range(first, first + len(out_shapes)))
-        call = _Call(kernel, num_parallel, tuple(operands), outs)
-        over = _Overlay(self._buffers, _output_forms(sig, num_parallel), first)
+        # The operands first, without the overlay: they are recorded buffers
+        # (bid < first), so what over[bid] would read is a refinement made here,
+        # else the buffer's fixed points (`cur`); `refined` holds what the
+        # overlay would (the entries written), `now` what it would read.
+        refined: dict = {}
+        now: dict = {}
+        for op in operands:
+            bid = op.buffer_id
+            cur = now[bid] if bid in now else self._buffers[bid].fixed
+            merged = _merge_points(cur, pending[bid])
+            if merged is None:
+                buf = self._buffers[bid]
+                origin = ""
+                if bid < first and buf.fixed_by is not None and list(buf.fixed) == list(cur):
+                    k = buf.fixed_by  # (over[bid] may hold this call's own refinement)
+                    origin = (f", last refined by call {k} "
+                              f"(kernel `{self._calls[k].kernel.ir.name}`)")
+                raise ValueError(f"illegal shape operation: buffer {bid} used as "
+                                 f"{_describe(op)} clashes with the layout the recorded calls "
+                                 f"fixed for it (split points {list(cur)}{origin}"
+                                 + (f", through calls {_call_list(buf.calls)}" if buf.calls
+                                    else "")
+                                 + "); the call was not recorded"
+                                 + _copy_remedy(self._buffers, bid))
+            if list(merged) != list(cur):
+                cur = refined[bid] = merged
+            now[bid] = cur
+        pushed = {ci}
+        for bid in refined:  # (users(bid) below, less ci: in already)
+            pushed.update(self._buffers[bid].calls)
+        # A call whose views, over buffers with the same points, were already
+        # found to change nothing changes nothing again (what the call
+        # propagates depends on its views and their buffers' points, not on
+        # which buffers): the common case of a program calling one kernel on
+        # many buffers of one layout costs no propagation.
+        quiet = (num_parallel, tuple([(op.view, op.broadcast, tuple(now[op.buffer_id]))
+                                      for op in operands]), out_shapes)
+        if len(pushed) == 1 and quiet in self._quiet_calls:
+            return dict(refined)  # (what the overlay holds)
         mine = {op.buffer_id for op in operands if not op.broadcast} | set(outs)
 
         def users(bid):  # an iterator: copying a long list per call was quadratic
             old = self._buffers[bid].calls if bid < first else ()
             return itertools.chain(old, (ci,) if bid in mine else ())
 
-        pushed = {ci}
-        for op in operands:
-            bid = op.buffer_id
-            merged = _merge_points(over[bid], pending[bid])
-            if merged is None:
-                buf = self._buffers[bid]
-                origin = ""
-                if bid < first and buf.fixed_by is not None and list(buf.fixed) == list(over[bid]):
-                    k = buf.fixed_by  # (over[bid] may hold this call's own refinement)
-                    origin = (f", last refined by call {k} "
-                              f"(kernel `{self._calls[k].kernel.ir.name}`)")
-                raise ValueError(f"illegal shape operation: buffer {bid} used as "
-                                 f"{_describe(op)} clashes with the layout the recorded calls "
-                                 f"fixed for it (split points {list(over[bid])}{origin}"
-                                 + (f", through calls {_call_list(buf.calls)}" if buf.calls
-                                    else "")
-                                 + "); the call was not recorded"
-                                 + _copy_remedy(self._buffers, bid))
-            if list(merged) != list(over[bid]):
-                over[bid] = merged
-                pushed.update(users(bid))
-        # A call whose views, over buffers with the same points, were already
-        # found to change nothing changes nothing again (what the call
-        # propagates depends on its views and their buffers' points, not on
-        # which buffers): the common case of a program calling one kernel on
-        # many buffers of one layout costs no propagation.
-        quiet = (num_parallel, tuple((op.view, op.broadcast, tuple(over[op.buffer_id]))
-                                     for op in operands), out_shapes)
-        if pushed == {ci} and quiet in self._quiet_calls:
-            return dict(over)
+        call = _Call(kernel, num_parallel, tuple(operands), outs)
+        over = _Overlay(self._buffers, _output_forms(sig, num_parallel), first)
+        over.update(refined)
         heap = sorted(pushed)
         changed = False
         while heap:
@@ -1567,7 +1592,7 @@ class Context:
         (:func:`_eval_plan`).
         """
         if _EAGER_INTERPRETER and self._xp is np and not _jit_disabled():
-            outs = self._evaluate_interpreted(kernel, n, operands)
+            outs = self._evaluate_interpreted(kernel, n, operands, sig)
             if outs is not None:
                 return outs
         F, xp, ir = self.field, self._xp, kernel.ir
@@ -1628,7 +1653,7 @@ class Context:
                              f"instance {t} of {n}: {x} != {y}")
         return [o.reshape(-1) for o in outs]
 
-    def _evaluate_interpreted(self, kernel: Kernel, n: int, operands):
+    def _evaluate_interpreted(self, kernel: Kernel, n: int, operands, sig):
         """The call's outputs by one run of the graph interpreter
         (:mod:`~zorch_nb.kernels.graph_interp`) over the operands laid out
         contiguously, ``(n, elements)`` (a broadcast one: ``(elements,)``):
@@ -1642,7 +1667,7 @@ class Context:
         176-node cube-and-mix kernel over 2^16 instances 15.6 ms (now 2.7 ms).
         """
         F, ir = self.field, kernel.ir
-        prog = _eager_program(kernel, tuple(op.broadcast for op in operands))
+        prog = _eager_program(kernel, tuple([op.broadcast for op in operands]))
         # (a view without a permutation reads its buffer's words in their order)
         ins = [self._buffers[op.buffer_id].values if _unpermuted(op.view)
                else np.ascontiguousarray(apply_history(self._buffers[op.buffer_id].values,
@@ -1658,7 +1683,10 @@ class Context:
         # refused (the walk recorded a kernel of copies there: no field call)
         serial = (n <= launch_config.CPU_SERIAL_WORDS or graph_cpu.use_serial(n, len(ir.nodes))
                   or cpu_threads.forked_after_gnu_omp())
-        graph_interp.run_program(prog, ins, outs, _const_words(F, ir, np), fail, n,
+        consts = sig.const_words.get(F.params.name)
+        if consts is None:
+            consts = sig.const_words[F.params.name] = _const_words(F, ir, np)
+        graph_interp.run_program(prog, ins, outs, consts, fail, n,
                                  F.params.p, F.params.mu_neg, serial)
         if np.count_nonzero(fail):  # (a quarter of fail.any()'s time)
             return None
