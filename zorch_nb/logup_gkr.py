@@ -1568,15 +1568,23 @@ def _check_host_steps(rc, steps):
     if not isinstance(rc, np.ndarray) or not steps:
         return None
     nb = rc.shape[0]
+    parts = [rc]
     for counts, width in steps:
         if type(counts) is not np.ndarray or counts.dtype != np.int32 or \
                 counts.shape != (nb,) or not (width is None or type(width) is int):
             return None
-    rows = _frozen_int32(np.stack([counts for counts, _ in steps]))  # the private copy
+        parts.append(counts)
+    # The private copy (as _frozen_int32's: bytes), the input's counts its
+    # first row, so each step's row is compared with the one above it (one
+    # concatenate and one copy: 41 -> 30 us for the bench's 19 steps of 1024
+    # segments, checked while the GPU waits for the pyramid's first launch)
+    words = np.concatenate(parts).tobytes()
+    above = np.frombuffer(words, dtype=np.int32).reshape(len(parts), nb)
+    rows = above[1:]
     if nb and rows.min() < 0:
         return None
     # ceil(prev / 2) > orc  <=>  prev - orc > orc, as in _check_step
-    if nb and ((np.concatenate([rc[None], rows[:-1]]) - rows) > rows).any():
+    if nb and ((above[:-1] - rows) > rows).any():
         return None
     checked = []
     for orc, total, (_, width) in zip(rows, rows.sum(axis=1, dtype=np.int64).tolist(), steps):
