@@ -55,6 +55,13 @@ def reference_program(ctx, lanes=1, offset=0):
     return a, (c.reshape([]) if lanes == 1 else c)
 
 
+@kernel
+def _sum_and_triple(x: In[3], total: Out[()], again: Out[3]):
+    total[()] = x[0] + x[1] + x[2]
+    for i in range(3):
+        again[i] = x[i] * 3
+
+
 def test_each_handle_remembers_the_use_its_calls_record():
     """A call reads the entry it adds to its buffer's uses (the view as a
     message shows it, and its split points) off the handle: made on the
@@ -69,7 +76,8 @@ def test_each_handle_remembers_the_use_its_calls_record():
     (e,) = ctx.call_kernel(row_sum_3, 5, x)
     e5 = e.reshape(5, 1).reshape(5)
     ctx.call_kernel(add_xy, 5, e5, e)
-    for h in (a, c, d, x, e, e5):
+    f, g = ctx.call_kernel(_sum_and_triple, 5, x)  # two outputs of other shapes
+    for h in (a, c, d, x, e, e5, f, g):
         op = _Operand(h.buffer_id, h._view, False, h.shape, h._history)
         want = (_describe(op), tuple(_prefix_points(h._view.base)))
         assert h._use == want, (h.shape, h._use, want)

@@ -1524,7 +1524,7 @@ class Context:
                 buf = self._buffers[bid]
                 origin = ""
                 if bid < first and buf.fixed_by is not None and list(buf.fixed) == list(cur):
-                    k = buf.fixed_by  # (over[bid] may hold this call's own refinement)
+                    k = buf.fixed_by  # (cur may hold this call's own refinement)
                     origin = (f", last refined by call {k} "
                               f"(kernel `{self._calls[k].kernel.ir.name}`)")
                 raise ValueError(f"illegal shape operation: buffer {bid} used as "

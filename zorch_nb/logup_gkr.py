@@ -821,8 +821,8 @@ def _buffer_words(xp, buf, length, exts):
 
 @functools.lru_cache(maxsize=256)
 def _view_plan(length, exts) -> tuple:
-    """``(((shape, byte offset) of each output view), bytes, shapes)`` of a
-    CuPy :func:`_output_buffer`: the layout of :func:`_split` ``aligned=True``,
+    """``(((shape, byte offset) of each output view), bytes, shapes)`` of an
+    :func:`_output_buffer`: the layout of :func:`_split` ``aligned=True``,
     worked out once per length and forms (a pyramid's layers, a jagged
     schedule's widths, repeated small transitions)."""
     sizes = _word_sizes(length, exts)
@@ -1110,8 +1110,8 @@ def _fresh_transition(layer: GkrLayer, on_cupy: bool) -> GkrLayer:
     whether its MLEs start on 16-byte boundaries (looked at once per layer)
     -- and the result's from its own buffer's plan.  2**10 leaves, host time:
     CuPy 14.5 -> 10.0 us (launches not counted; the dispatch target's;
-    benchmarks/cupy_host_dispatch.py), CPU base/base 12.4 -> 8.7 us and ext/ext
-    21.5 -> 17.1 us, the fold included (benchmarks/small_transition.py)."""
+    benchmarks/cupy_host_dispatch.py), CPU base/base 12.3 -> 8.6 us and ext/ext
+    21.4 -> 17.0 us, the fold included (benchmarks/small_transition.py)."""
     d = layer.__dict__
     mles = layer.mles  # (refuses MLEs reshaped in place since the checks)
     checked = d["_shapes"]
@@ -1568,6 +1568,8 @@ def _check_host_steps(rc, steps):
     if not isinstance(rc, np.ndarray) or not steps:
         return None
     nb = rc.shape[0]
+    if rc.dtype != np.int32:  # (never: a layer's checked counts are int32)
+        return None
     parts = [rc]
     for counts, width in steps:
         if type(counts) is not np.ndarray or counts.dtype != np.int32 or \
