@@ -816,7 +816,7 @@ def _buffer_words(xp, buf, length, exts):
     """All words of an :func:`_output_buffer` as one flat array of ``xp``."""
     if xp is np:
         return buf
-    return xp.ndarray((_aligned_total(_word_sizes(length, exts)),), np.uint32, buf)
+    return xp.ndarray((_view_plan(length, tuple(exts))[1] >> 2,), np.uint32, buf)
 
 
 @functools.lru_cache(maxsize=256)
@@ -839,15 +839,19 @@ def _word_plan(length, exts) -> tuple:
                  in zip(_view_plan(length, exts)[0], _word_sizes(length, exts)))
 
 
-def _cupy_layer(outs, shapes, num_batch_variables, field, aligned) -> GkrLayer:
-    """The GkrLayer of fresh outputs ``outs`` on CuPy (views of one new
-    allocation of the current device), given what :func:`_trusted` would
-    read off them: their ``shapes`` and whether they start on 16 bytes
-    (0.9 of its 1.6 us a layer)."""
+def _fresh_layer(outs, shapes, num_batch_variables, field, aligned=None) -> GkrLayer:
+    """The GkrLayer of the fresh outputs ``outs`` of :func:`_fresh_outputs`,
+    given what :func:`_trusted` would read off them: their ``shapes``, and on
+    CuPy (``aligned`` not None: views of one new allocation of the current
+    device) whether they start on 16 bytes (0.9 of its 1.6 us a layer)."""
     layer = object.__new__(GkrLayer)
     layer.__dict__.update(zip(_FIELDS[GkrLayer], (*outs, num_batch_variables, field)),
-                          _shapes=shapes, _plain_cupy=True,
-                          _device=outs[0].data.device_id, _aligned=aligned)
+                          _shapes=shapes)
+    if aligned is None:  # NumPy
+        layer.__dict__.update(_plain_cupy=False, _device=None)
+    else:
+        layer.__dict__.update(_plain_cupy=True, _device=outs[0].data.device_id,
+                              _aligned=aligned)
     return layer
 
 
@@ -1117,15 +1121,14 @@ def _fresh_transition(layer: GkrLayer, on_cupy: bool) -> GkrLayer:
     checked = d["_shapes"]
     half, n_ext, d_ext = checked[0][0] // 2, len(checked[0]) == 2, len(checked[2]) == 2
     exts = (n_ext or d_ext,) * 2 + (d_ext,) * 2
+    # _fresh_outputs' buffer and views, from one look at the plan (through
+    # _fresh_outputs: 0.5 us more, a twentieth of this call)
     views, nbytes, shapes = _view_plan(half, exts)
     field, mode, nbv = d["field"], 2 * n_ext + d_ext, d["num_batch_variables"]
     if not on_cupy:
         outs = _arrays_in(np.empty(nbytes >> 2, dtype=np.uint32), _word_plan(half, exts))
         _backend.kernels_for("cpu", "gkr").fold_dense_trusted(mode, *mles, *outs, field.params)
-        result = object.__new__(GkrLayer)
-        result.__dict__.update(zip(_FIELDS[GkrLayer], (*outs, nbv, field)),
-                               _shapes=shapes, _plain_cupy=False, _device=None)
-        return result
+        return _fresh_layer(outs, shapes, nbv, field)
     xp = _backend.get_xp("cupy")
     memory = xp.cuda.alloc(nbytes)  # on the current device: the layer's
     outs = _arrays_over(xp, memory, views)
@@ -1137,7 +1140,7 @@ def _fresh_transition(layer: GkrLayer, on_cupy: bool) -> GkrLayer:
     fresh_aligned = memory.ptr % 16 == 0  # (views start on multiples of 16 bytes)
     _backend.kernels_for("cupy", "gkr").fold_dense_trusted(
         mode, *mles, *outs, field.params, aligned=aligned and fresh_aligned)
-    return _cupy_layer(outs, shapes, nbv, field, fresh_aligned)
+    return _fresh_layer(outs, shapes, nbv, field, fresh_aligned)
 
 
 def build_pyramid(first: GkrLayer, *, backend: str | None = None,
@@ -1286,7 +1289,7 @@ def _fused_pyramid(first: GkrLayer, backend):
         # .json in benchmarks/results), and the views moved behind the launch
         # take 75 -> 42 us on a faster machine (cupy-host-dispatch-2026-12-02b).
         # The addresses and layers come from each layer's cached plan
-        # (_view_plan, _cupy_layer): 2**26, to the first launch 37.4 -> 28.0
+        # (_view_plan, _fresh_layer): 2**26, to the first launch 37.4 -> 28.0
         # us, the whole 233.4 -> 186.1 (cupy-host-dispatch-2026-12-07b).
         from .kernels.launch_config import gkr_pyramid_plan
         src, mode, out_mode = tuple(ins), _mode(first), 2 * n_ext + d_ext
@@ -1295,6 +1298,8 @@ def _fused_pyramid(first: GkrLayer, backend):
             pending, addresses = [], []
             for _ in range(k):
                 length //= 2
+                # (_output_buffer and _output_views from one look at the
+                # plan, as in _fresh_transition: 2 of 28 us to the first launch)
                 views, nbytes, shapes = _view_plan(length, exts)
                 memory = xp.cuda.alloc(nbytes)
                 pending.append((memory, views, shapes))
@@ -1302,7 +1307,7 @@ def _fused_pyramid(first: GkrLayer, backend):
             kernels.pyramid_launch_trusted(mode, src, tile, addresses, field.params)
             for memory, views, shapes in pending:
                 group = _arrays_over(xp, memory, views)
-                layers.append(_cupy_layer(group, shapes, nbv, field, memory.ptr % 16 == 0))
+                layers.append(_fresh_layer(group, shapes, nbv, field, memory.ptr % 16 == 0))
             src, mode = group, out_mode
         return layers
     for _ in range(nrv):  # one buffer per layer, allocated before the first launch
