@@ -393,3 +393,80 @@ def test_cpu_transition_of_plain_layers_skips_the_general_path(F, ne, de, monkey
         assert runs == [1]
     for x in host:  # the caller's arrays are untouched
         assert x.flags.c_contiguous and type(x) is np.ndarray
+
+
+# ---------------------------------------------------------------------------
+# where fresh NumPy outputs lie
+# ---------------------------------------------------------------------------
+
+def test_large_numpy_outputs_start_on_their_own_pages_staggered():
+    """``_word_plan``: outputs of 1 MiB or more each start on pages of their
+    own, at page offsets 0, 1088, 2176 and 3264 bytes, and fit the words it
+    allocates from any page offset an allocation may start at; smaller ones
+    lie back to back, as on CuPy."""
+    from zorch_nb import logup_gkr as lg
+    for length, exts in [(1 << 18, (False,) * 4), (1 << 16, (True,) * 4),
+                         ((1 << 18) + 3, (False, False, True, True))]:
+        words, spaced, plan = lg._word_plan(length, exts)
+        assert spaced
+        sizes = lg._word_sizes(length, exts)
+        for i, ((lo, hi, shape), size) in enumerate(zip(plan, sizes)):
+            assert hi - lo == size and shape == ((length, 4) if exts[i] else (length,))
+            assert (4 * lo) % 4096 == (1088 * i) % 4096
+            if i:  # its own pages: none shared with the view before
+                assert lo // 1024 > (plan[i - 1][1] - 1) // 1024
+        # the views are placed from the first page boundary of the allocation,
+        # which lies up to 1023 words in (NumPy arrays start on 16 bytes)
+        assert plan[-1][1] + 1023 <= words <= sum(sizes) + 4 * 2048
+    small = lg._word_plan((1 << 18) - 1, (False,) * 4)
+    assert small[1] is False and small[0] == lg._view_plan((1 << 18) - 1, (False,) * 4)[1] // 4
+    assert [lo for lo, _, _ in small[2]] == [0, 262144, 524288, 786432]
+
+
+@pytest.fixture
+def spaced_from_64_bytes(monkeypatch):
+    """Every fresh NumPy output of 64 bytes or more spaced out as a large one."""
+    from zorch_nb import logup_gkr as lg
+    monkeypatch.setattr(lg, "_SPACED_BYTES", 64)
+    lg._word_plan.cache_clear()
+    yield
+    lg._word_plan.cache_clear()
+
+
+def assert_spaced(layer):
+    for i, x in enumerate(layer.mles):
+        assert x.ctypes.data % 4096 == (1088 * i) % 4096, i
+
+
+@pytest.mark.parametrize("ne,de", MODES)
+@pytest.mark.parametrize("F", FIELDS)
+def test_spaced_outputs_hold_the_reference_words(F, ne, de, spaced_from_64_bytes):
+    """Transitions (plain layers' short path and the general one), fused CPU
+    pyramids and jagged steps into spaced-out outputs give the reference's
+    bytes, each output where the plan places it, and their next transitions
+    read them as any layer."""
+    host = mles(F, ne, de, 2**7, seed=5)
+    ref = ng.layer_from_words(F.name, *host)
+    want = []
+    for _ in range(3):
+        ref = ng.dense_transition(F.name, ref)
+        want.append(ng.layer_words(F.name, ref))
+    layer = GkrLayer(*host, 0, F)
+    strided = GkrLayer(*(np.repeat(x, 2, axis=0)[::2] for x in host), 0, F)  # general path
+    for chain in ([layer, layer_transition(layer)], [strided, layer_transition(strided)],
+                  build_pyramid(layer, backend="cpu")[:3]):
+        if len(chain) == 2:
+            chain.append(layer_transition(chain[1]))
+        for got, words in zip(chain[1:], want):
+            assert_layer_equal(got, words)
+            assert_spaced(got)
+    counts = np.array([40, 0, 51, 37], dtype=np.int32)
+    first = JaggedGkrLayer(*host, counts, F)
+    layers = build_jagged_pyramid(first, halving_schedule(first), backend="cpu")
+    ref = ng.layer_from_words(F.name, *host)
+    for prev, got in zip(layers, layers[1:]):
+        ref = ng.jagged_transition(F.name, ref, list(prev.row_counts), list(got.row_counts),
+                                   got.width)
+        assert_layer_equal(got, ng.layer_words(F.name, ref))
+        if got.width * 4 >= 64:
+            assert_spaced(got)

@@ -770,33 +770,34 @@ def _fresh_outputs(xp, length, exts) -> tuple:
 
 
 def _output_buffer(xp, length, exts):
-    """The new memory of :func:`_fresh_outputs` (views: :func:`_output_views`,
-    at the word offsets :func:`_split` ``aligned=True`` gives).
+    """The new memory of :func:`_fresh_outputs` (views: :func:`_output_views`).
 
-    NumPy: a uint32 array.  CuPy: the allocation itself, a
+    NumPy: a uint32 array, its views where :func:`_word_plan` places them
+    (from its first word).  CuPy: the allocation itself, a
     ``cupy.cuda.MemoryPointer`` (its address is ``.ptr``), the views being
-    made straight from it by ``cupy.ndarray(shape, dtype, memptr)`` (so
-    their ``.base`` is None; the memory lives while any of them does):
-    :func:`_fresh_outputs` took 5.2 us so, where ``cupy.empty`` and a split
-    into four took 6.0 (and slicing and reshaping each, 9.9), about half of a
-    small transition's host time (cupy-host-dispatch-2026-12-07 in
-    benchmarks/results).
+    made straight from it by ``cupy.ndarray(shape, dtype, memptr)`` at the
+    byte offsets of :func:`_view_plan` (so their ``.base`` is None; the
+    memory lives while any of them does): :func:`_fresh_outputs` took 5.2 us
+    so, where ``cupy.empty`` and a split into four took 6.0 (and slicing and
+    reshaping each, 9.9), about half of a small transition's host time
+    (cupy-host-dispatch-2026-12-07 in benchmarks/results).
     """
-    nbytes = _view_plan(length, tuple(exts))[1]
-    return np.empty(nbytes >> 2, dtype=np.uint32) if xp is np else xp.cuda.alloc(nbytes)
+    if xp is np:
+        return _numpy_words(*_word_plan(length, tuple(exts))[:2])
+    return xp.cuda.alloc(_view_plan(length, tuple(exts))[1])
 
 
 def _output_views(xp, buf, length, exts) -> list:
     """The four outputs of :func:`_fresh_outputs`, views of ``buf``."""
     if xp is np:
-        return _arrays_in(buf, _word_plan(length, tuple(exts)))
+        return _arrays_in(buf, _word_plan(length, tuple(exts))[2])
     return _arrays_over(xp, buf, _view_plan(length, tuple(exts))[0])
 
 
 def _arrays_in(words, plan) -> tuple:
-    """The four NumPy outputs in ``words`` (a uint32 array of the plan's
-    bytes) as a :func:`_word_plan` places them (spelt out, as
-    :func:`_arrays_over`)."""
+    """The four NumPy outputs in ``words`` (a uint32 array from
+    :func:`_numpy_words`) where a :func:`_word_plan`'s ``views`` place them
+    (spelt out, as :func:`_arrays_over`)."""
     (l0, h0, s0), (l1, h1, s1), (l2, h2, s2), (l3, h3, s3) = plan
     return (words[l0:h0].reshape(s0), words[l1:h1].reshape(s1), words[l2:h2].reshape(s2),
             words[l3:h3].reshape(s3))
@@ -812,11 +813,10 @@ def _arrays_over(xp, memory, views) -> tuple:
             view(s3, u32, memory + a3))
 
 
-def _buffer_words(xp, buf, length, exts):
-    """All words of an :func:`_output_buffer` as one flat array of ``xp``."""
-    if xp is np:
-        return buf
-    return xp.ndarray((_view_plan(length, tuple(exts))[1] >> 2,), np.uint32, buf)
+def _buffer_words(xp, memory, length, exts):
+    """All words of a CuPy :func:`_output_buffer` (the ``memory`` of four
+    outputs laid out by :func:`_view_plan`) as one flat uint32 array."""
+    return xp.ndarray((_view_plan(length, tuple(exts))[1] >> 2,), np.uint32, memory)
 
 
 @functools.lru_cache(maxsize=256)
@@ -831,12 +831,62 @@ def _view_plan(length, exts) -> tuple:
     return views, 4 * _aligned_total(sizes), tuple(shape for shape, _ in views)
 
 
+# NumPy outputs of at least _SPACED_BYTES each (see _word_plan) start on
+# their own pages, _STAGGER_BYTES further into the page for each view.
+_SPACED_BYTES = 1 << 20
+_PAGE_BYTES = 4096
+_STAGGER_BYTES = 17 * 64
+
+
 @functools.lru_cache(maxsize=256)
 def _word_plan(length, exts) -> tuple:
-    """``((first word, end word, shape) of each output view)`` of a NumPy
-    :func:`_output_buffer`: :func:`_view_plan`'s layout in words."""
-    return tuple((at >> 2, (at >> 2) + size, shape) for (shape, at), size
-                 in zip(_view_plan(length, exts)[0], _word_sizes(length, exts)))
+    """``(words, spaced, views)`` of a NumPy :func:`_output_buffer`: the
+    ``words`` to allocate, whether the views are placed from the first page
+    boundary in it (``spaced``), and ``(first word, end word, shape)`` of each
+    view, counted from there.
+
+    Small outputs are :func:`_view_plan`'s layout: back to back, each from a
+    multiple of 16 bytes.  Outputs of 1 MiB or more each (2**18 base
+    elements) start at page offsets 0, 1088, 2176 and 3264 bytes, each on
+    pages of its own.  Why: back to back, four outputs of a power-of-two
+    length lie a power of two apart, and so do the next transition's four
+    inputs when it reads them; the CPU fold reads such arrays slower than the
+    same words spread out.  On a 2-core AMD EPYC, the second of two
+    transitions (into ``out=``) took 35.2-35.6 -> 17.9-21.4 ms reading 2**25
+    base elements, 38.3-41.6 -> 32.8-33.0 ms reading 2**23 extension ones,
+    and the same at 2**23 base (benchmarks/second_transition.py, alternating
+    processes; benchmarks/fold_placement.py: the fold over four separately
+    allocated 2**24 arrays 27-29 GB/s, over the same words at staggered page
+    offsets 36-45; results: cpu-2026-12-07-output-placement.json in
+    benchmarks/results).  The cost: at most two pages a view and one for the
+    origin.
+    """
+    views = _view_plan(length, exts)[0]
+    sizes = _word_sizes(length, exts)
+    if 4 * min(sizes) < _SPACED_BYTES:
+        return (_view_plan(length, exts)[1] >> 2, False,
+                tuple((at >> 2, (at >> 2) + size, shape)
+                      for (shape, at), size in zip(views, sizes)))
+    plan, at = [], 0
+    for i, ((shape, _), size) in enumerate(zip(views, sizes)):
+        page = -(-at // _PAGE_BYTES) * _PAGE_BYTES
+        start = (page + i * _STAGGER_BYTES % _PAGE_BYTES) >> 2
+        plan.append((start, start + size, shape))
+        at = 4 * (start + size)
+    # (+ the words an allocation's start may lie before its first page boundary)
+    return plan[-1][1] + (_PAGE_BYTES >> 2) - 1, True, tuple(plan)
+
+
+def _numpy_words(words, spaced):
+    """A new uint32 array of ``words`` (:func:`_word_plan`), ``spaced``: from
+    its first page boundary on."""
+    buf = np.empty(words, dtype=np.uint32)
+    return _from_page(buf) if spaced else buf
+
+
+def _from_page(buf):
+    """``buf`` from its first page boundary on."""
+    return buf[(-buf.ctypes.data % _PAGE_BYTES) >> 2:]
 
 
 def _fresh_layer(outs, shapes, num_batch_variables, field, aligned=None) -> GkrLayer:
@@ -1126,7 +1176,9 @@ def _fresh_transition(layer: GkrLayer, on_cupy: bool) -> GkrLayer:
     views, nbytes, shapes = _view_plan(half, exts)
     field, mode, nbv = d["field"], 2 * n_ext + d_ext, d["num_batch_variables"]
     if not on_cupy:
-        outs = _arrays_in(np.empty(nbytes >> 2, dtype=np.uint32), _word_plan(half, exts))
+        words, spaced, places = _word_plan(half, exts)
+        buf = np.empty(words, dtype=np.uint32)  # (_numpy_words, spelt out: 0.15 us)
+        outs = _arrays_in(_from_page(buf) if spaced else buf, places)
         _backend.kernels_for("cpu", "gkr").fold_dense_trusted(mode, *mles, *outs, field.params)
         return _fresh_layer(outs, shapes, nbv, field)
     xp = _backend.get_xp("cupy")
@@ -1312,7 +1364,11 @@ def _fused_pyramid(first: GkrLayer, backend):
         return layers
     for _ in range(nrv):  # one buffer per layer, allocated before the first launch
         length //= 2
-        sizes = _word_sizes(length, exts)
+        if backend == "cpu":  # (large layers spaced out: see _word_plan)
+            bufs.append(_output_buffer(xp, length, exts))
+            outs.append(_output_views(xp, bufs[-1], length, exts))
+            continue
+        sizes = _word_sizes(length, exts)  # Numba-CUDA takes flat layers
         bufs.append(xp.empty(sum(sizes), dtype=np.uint32))
         outs.append(_split(bufs[-1], sizes, exts))
     if backend == "cpu":  # (the layer was checked, the layers are its own)
