@@ -470,3 +470,20 @@ def test_spaced_outputs_hold_the_reference_words(F, ne, de, spaced_from_64_bytes
         assert_layer_equal(got, ng.layer_words(F.name, ref))
         if got.width * 4 >= 64:
             assert_spaced(got)
+
+
+@pytest.mark.parametrize("ne,de", MODES)
+def test_from_leaves_places_numpy_children_as_a_transition_does(ne, de, spaced_from_64_bytes):
+    """``GkrLayer.from_leaves`` of NumPy leaves copies the children into one
+    buffer laid out as a transition's outputs (spaced out here), the
+    caller's leaves untouched."""
+    F = KoalaBear
+    nums, dens = ((F.ext if e else F).random(64, seed=s) for s, e in ((1, ne), (2, de)))
+    keep = nums.copy(), dens.copy()
+    layer = GkrLayer.from_leaves(nums, dens)
+    assert_spaced(layer)
+    for got, want in zip(layer.mles, (nums[0::2], nums[1::2], dens[0::2], dens[1::2])):
+        assert got.flags.c_contiguous and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(nums, keep[0])
+    np.testing.assert_array_equal(dens, keep[1])
