@@ -487,3 +487,28 @@ def test_from_leaves_places_numpy_children_as_a_transition_does(ne, de, spaced_f
         np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(nums, keep[0])
     np.testing.assert_array_equal(dens, keep[1])
+
+
+@pytest.mark.parametrize("ne,de", MODES)
+def test_from_segments_places_its_mles_as_a_transition_does(ne, de, spaced_from_64_bytes):
+    """``JaggedGkrLayer.from_segments`` writes its MLEs into one zeroed
+    buffer laid out as a transition's outputs (spaced out here): the
+    children, the odd segments' neutral ``0/1``, zero dead slots."""
+    F = KoalaBear
+    sizes, width = (5, 0, 8, 3), 20
+    segs = [tuple((F.ext if e else F).random(m, seed=10 * b + s)
+                  .reshape((m, 4) if e else (m,)) for s, e in ((1, ne), (2, de)))
+            for b, m in enumerate(sizes)]
+    layer = JaggedGkrLayer.from_segments(segs, width)
+    assert_spaced(layer)
+    one = F.params.r_mod_p
+    for k, c in ((0, 0), (0, 1), (1, 0), (1, 1)):
+        want, at = np.zeros_like(layer.mles[2 * k + c]), 0
+        for seg, m in zip(segs, sizes):
+            leaves = seg[k][c::2]
+            want[at:at + leaves.shape[0]] = leaves
+            if k == 1 and c == 1 and m % 2:
+                want[at + (m + 1) // 2 - 1] = (one, 0, 0, 0) if want.ndim == 2 else one
+            at += (m + 1) // 2
+        np.testing.assert_array_equal(layer.mles[2 * k + c], want)
+    assert list(layer.row_counts) == [3, 0, 4, 2]

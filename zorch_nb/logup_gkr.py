@@ -436,7 +436,8 @@ class JaggedGkrLayer(_Layer):
         Returns
         -------
         JaggedGkrLayer
-            NumPy MLEs of ``width`` slots, host ``row_counts[b] = ceil(m_b / 2)``.
+            NumPy MLEs of ``width`` slots (views of one new buffer, placed as a
+            transition's outputs), host ``row_counts[b] = ceil(m_b / 2)``.
 
         Raises
         ------
@@ -483,11 +484,17 @@ class JaggedGkrLayer(_Layer):
         words = width * sum(4 if seg.ndim == 2 else 1 for seg in segments[0]) * 2
         _refuse_beyond_memory(4 * words, "Argument `width`", "the layer needs")
         one = field.params.r_mod_p
+        # one zeroed buffer placed as a transition's outputs (large MLEs on
+        # pages of their own, which the first fold reads faster: _word_plan)
+        exts = tuple(segments[0][k].ndim == 2 for k in (0, 0, 1, 1))
+        words, spaced, places = _word_plan(width, exts)
+        buf = np.zeros(words, dtype=np.uint32)
+        outs = iter(_arrays_in(_from_page(buf) if spaced else buf, places))
         mles = []
         for k in range(2):  # numerators, denominators
             ext = segments[0][k].ndim == 2
             for c in range(2):  # child 0, child 1
-                out = np.zeros((width, 4) if ext else (width,), dtype=np.uint32)
+                out = next(outs)
                 at = 0
                 for seg, r in zip(segments, rows):
                     leaves = seg[k][c::2]
