@@ -421,6 +421,9 @@ def test_large_numpy_outputs_start_on_their_own_pages_staggered():
     small = lg._word_plan((1 << 18) - 1, (False,) * 4)
     assert small[1] is False and small[0] == lg._view_plan((1 << 18) - 1, (False,) * 4)[1] // 4
     assert [lo for lo, _, _ in small[2]] == [0, 262144, 524288, 786432]
+    # the smallest view decides: below 1 MiB, all back to back
+    assert not lg._word_plan((1 << 16) - 1, (True,) * 4)[1]
+    assert not lg._word_plan(1 << 17, (False, False, True, True))[1]
 
 
 @pytest.fixture
@@ -512,3 +515,37 @@ def test_from_segments_places_its_mles_as_a_transition_does(ne, de, spaced_from_
             at += (m + 1) // 2
         np.testing.assert_array_equal(layer.mles[2 * k + c], want)
     assert list(layer.row_counts) == [3, 0, 4, 2]
+
+
+class _Leaves(np.ndarray):
+    pass
+
+
+@pytest.mark.parametrize("spaced", [False, True])
+def test_from_leaves_gives_plain_arrays_and_checks_before_copying(spaced, monkeypatch):
+    """``GkrLayer.from_leaves`` of NumPy subclass leaves holds plain C-ordered
+    ndarrays, small and large alike; a bad ``num_batch_variables`` or ``field``
+    is refused before any copy is made."""
+    from zorch_nb import logup_gkr as lg
+    if spaced:
+        monkeypatch.setattr(lg, "_SPACED_BYTES", 64)
+    lg._word_plan.cache_clear()
+    try:
+        F = KoalaBear
+        nums = F.random(64, seed=1).view(_Leaves)
+        dens = np.asfortranarray(F.ext.random(64, seed=2)).view(_Leaves)
+        layer = GkrLayer.from_leaves(nums, dens, 2)
+        for got, want in zip(layer.mles, (nums[0::2], nums[1::2], dens[0::2], dens[1::2])):
+            assert type(got) is np.ndarray and got.flags.c_contiguous
+            np.testing.assert_array_equal(got, want)
+        copies = []
+        for name in ("_output_buffer", "_output_views"):
+            monkeypatch.setattr(lg, name, lambda *a, name=name: copies.append(name))
+        monkeypatch.setattr(np, "array", lambda *a, **k: copies.append("np.array"))
+        with pytest.raises(ValueError, match="num_batch_variables"):
+            GkrLayer.from_leaves(nums, dens, 6)
+        with pytest.raises(TypeError, match="field"):
+            GkrLayer.from_leaves(nums, dens, 0, "KoalaBear")
+        assert copies == []
+    finally:
+        lg._word_plan.cache_clear()

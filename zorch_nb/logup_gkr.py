@@ -333,18 +333,25 @@ class GkrLayer(_Layer):
             raise ValueError(f"Arguments `numerators` and `denominators` must hold the same "
                              f"number of leaves, not {numerators.shape[0]} and "
                              f"{denominators.shape[0]}")
+        # the constructor's other checks, before a copy of a large layer
+        kind, _ = _backend.resolve({"numerators": numerators, "denominators": denominators},
+                                   None, current=False)
+        _check_field(field)
+        length = numerators.shape[0] // 2
+        _check_int(num_batch_variables, "num_batch_variables", 0, length.bit_length() - 1)
         children = (numerators[0::2], numerators[1::2], denominators[0::2], denominators[1::2])
-        length, exts = numerators.shape[0] // 2, tuple(x.ndim == 2 for x in children)
-        if isinstance(numerators, np.ndarray) and isinstance(denominators, np.ndarray) \
-                and _word_plan(length, exts)[1]:
+        exts = tuple(x.ndim == 2 for x in children)
+        if kind != "numpy":  # copies (a one-row slice is contiguous already:
+            # ascontiguousarray would hand back a view of the caller's array)
+            mles = [x.copy() for x in children]
+        elif _word_plan(length, exts)[1]:
             # large MLEs into a transition's output buffer, on pages of their
             # own, which the first fold reads faster (see _word_plan)
             mles = _output_views(np, _output_buffer(np, length, exts), length, exts)
             for mle, x in zip(mles, children):
                 mle[...] = x
-        else:  # copies (a one-row slice is contiguous already: ascontiguousarray
-            # would hand back a view of the caller's array)
-            mles = [x.copy() for x in children]
+        else:  # plain C-ordered copies, as the large ones (not a subclass's)
+            mles = [np.array(x, order="C") for x in children]
         return cls(*mles, num_batch_variables, field)
 
     def __post_init__(self):
@@ -872,7 +879,7 @@ def _word_plan(length, exts) -> tuple:
     base elements, 38.3-41.6 -> 32.8-33.0 ms reading 2**23 extension ones,
     and the same at 2**23 base (benchmarks/second_transition.py, alternating
     processes; benchmarks/fold_placement.py: the fold over four separately
-    allocated 2**24 arrays 27-29 GB/s, over the same words at staggered page
+    allocated 2**24 arrays 26-29 GB/s, over the same words at staggered page
     offsets 36-45; results: cpu-2026-12-07-output-placement.json in
     benchmarks/results).  The cost: at most two pages a view and one for the
     origin.
