@@ -1772,13 +1772,17 @@ def build_jagged_pyramid(first: JaggedGkrLayer, schedules, *,
     except TypeError:
         raise TypeError(f"Argument `schedules` must be an iterable of steps (see "
                         f"halving_schedule), not {type(schedules).__name__}") from None
-    # A bare integer entry is a step's count or width: one step was passed
-    # unwrapped, ([2, 3], 5) or [2, 3] (a step's counts are one per segment);
-    # so is a None after counts, the default width of ([2, 3], None).
-    if any(is_int(e) for e in entries) or (
-            len(entries) == 2 and _sequence_like(entries[0]) and entries[1] is None):
-        raise one_step
-    steps = [_step(entry) for entry in entries]
+    if all(type(e) is JaggedStep for e in entries):  # halving_schedule's: as they are
+        # (the checks below, ~5 us for 19 steps, ran while a GPU waited)
+        steps = entries
+    else:
+        # A bare integer entry is a step's count or width: one step was passed
+        # unwrapped, ([2, 3], 5) or [2, 3] (a step's counts are one per segment);
+        # so is a None after counts, the default width of ([2, 3], None).
+        if any(is_int(e) for e in entries) or (
+                len(entries) == 2 and _sequence_like(entries[0]) and entries[1] is None):
+            raise one_step
+        steps = [_step(entry) for entry in entries]
     _check_fused(fused)
     checked = None
     if out is not None:  # the steps give the widths out must have: checked first
@@ -1863,7 +1867,10 @@ def _fused_jagged_steps(layer: JaggedGkrLayer, steps, xp, kernels, out=None,
                 out[len(kernel_steps)].mles
             kernel_steps.append((device(orc), outs))
 
-    src = [xp.ascontiguousarray(xp.asarray(x)) for x in layer.mles]
+    if layer.__dict__.get("_plain_cupy") and xp is not np:  # (contiguous cupy.ndarrays)
+        src = list(layer.mles)
+    else:
+        src = [xp.ascontiguousarray(xp.asarray(x)) for x in layer.mles]
     prefix = xp.empty((GKR_JAGGED_CHUNK + 1) * nb, dtype=np.int64)  # enough for every launch
     params = layer.field.params
     chunked, tail = gkr_jagged_plan([w for _, w in checked], hasattr(kernels, "jagged_tail"))
