@@ -494,8 +494,8 @@ class JaggedGkrLayer(_Layer):
         # one zeroed buffer placed as a transition's outputs (large MLEs on
         # pages of their own, which the first fold reads faster: _word_plan)
         exts = tuple(segments[0][k].ndim == 2 for k in (0, 0, 1, 1))
-        words, spaced, places = _word_plan(width, exts)
-        buf = np.zeros(words, dtype=np.uint32)
+        allocate, spaced, places = _word_plan(width, exts)
+        buf = np.zeros(allocate, dtype=np.uint32)
         outs = iter(_arrays_in(_from_page(buf) if spaced else buf, places))
         mles = []
         for k in range(2):  # numerators, denominators
