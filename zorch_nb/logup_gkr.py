@@ -495,8 +495,7 @@ class JaggedGkrLayer(_Layer):
         # pages of their own, which the first fold reads faster: _word_plan)
         exts = tuple(segments[0][k].ndim == 2 for k in (0, 0, 1, 1))
         allocate, spaced, places = _word_plan(width, exts)
-        buf = np.zeros(allocate, dtype=np.uint32)
-        outs = iter(_arrays_in(_from_page(buf) if spaced else buf, places))
+        outs = iter(_arrays_in(_numpy_words(allocate, spaced, zeros=True), places))
         mles = []
         for k in range(2):  # numerators, denominators
             ext = segments[0][k].ndim == 2
@@ -900,10 +899,10 @@ def _word_plan(length, exts) -> tuple:
     return plan[-1][1] + (_PAGE_BYTES >> 2) - 1, True, tuple(plan)
 
 
-def _numpy_words(words, spaced):
-    """A new uint32 array of ``words`` (:func:`_word_plan`), ``spaced``: from
-    its first page boundary on."""
-    buf = np.empty(words, dtype=np.uint32)
+def _numpy_words(words, spaced, zeros=False):
+    """A new uint32 array of ``words`` (:func:`_word_plan`; ``zeros``: zeroed),
+    ``spaced``: from its first page boundary on."""
+    buf = (np.zeros if zeros else np.empty)(words, dtype=np.uint32)
     return _from_page(buf) if spaced else buf
 
 
@@ -1121,8 +1120,10 @@ def layer_transition(layer: GkrLayer, *, backend: str | None = None,
     GkrLayer
         Half the length, same ``num_batch_variables``; numerators extension if
         any input is, denominators extension if the denominators are.  Its
-        four MLEs lie back to back in one new buffer (on CuPy, arrays over
-        one allocation, whose ``.base`` is None), or are ``out``'s MLEs.
+        four MLEs are views of one new buffer -- back to back; large NumPy
+        ones (1 MiB or more each) on pages of their own, which the next fold
+        reads faster -- (on CuPy, arrays over one allocation, whose ``.base``
+        is None), or are ``out``'s MLEs.
 
     Raises
     ------
@@ -1200,8 +1201,7 @@ def _fresh_transition(layer: GkrLayer, on_cupy: bool) -> GkrLayer:
     field, mode, nbv = d["field"], 2 * n_ext + d_ext, d["num_batch_variables"]
     if not on_cupy:
         words, spaced, places = _word_plan(half, exts)
-        buf = np.empty(words, dtype=np.uint32)  # (_numpy_words, spelt out: 0.15 us)
-        outs = _arrays_in(_from_page(buf) if spaced else buf, places)
+        outs = _arrays_in(_numpy_words(words, spaced), places)
         _backend.kernels_for("cpu", "gkr").fold_dense_trusted(mode, *mles, *outs, field.params)
         return _fresh_layer(outs, shapes, nbv, field)
     xp = _backend.get_xp("cupy")
