@@ -2273,6 +2273,31 @@ def test_division_by_zero_as_numpy(rng):
             op()
 
 
+def test_list_factors_promote_as_numpy_arrays(rng):
+    """A list or tuple of per-train factors takes part in the dtype as the
+    NumPy array it makes (NumPy's float32 array times [1.0, 2.0] is float64),
+    for `*` and `/` alike: `*` kept float32 while `/` gave float64."""
+    t3 = rand_t3(rng, SHAPE, (2, 3, 2), (1, 2, 2, 1))
+    pair = UniformTuckerTensorTrain.from_t3((t3, t3), n=3, r=3)
+    pair32 = UniformTuckerTensorTrain(pair.tucker_supercore.astype(np.float32),
+                                      pair.tt_supercore.astype(np.float32), pair.shape,
+                                      pair.masks)
+    dense = pair32.to_dense()
+    for alpha in ([1.0, 2.0], (1.0, 2.0), [1, 2], [True, False], np.array([1, 2], np.int8)):
+        want = np.result_type(dense, np.asarray(alpha))
+        for got, ref in ((pair32 * alpha, dense * np.reshape(alpha, (2, 1, 1, 1))),
+                         (alpha * pair32, dense * np.reshape(alpha, (2, 1, 1, 1)))):
+            assert got.dtype == want == ref.dtype, alpha
+            np.testing.assert_allclose(got.to_dense(), ref, rtol=1e-6)
+        if not any(np.asarray(alpha) == 0):
+            got = pair32 / alpha
+            assert got.dtype == want, alpha
+            np.testing.assert_allclose(got.to_dense(), dense / np.reshape(alpha, (2, 1, 1, 1)),
+                                       rtol=1e-6)
+    # a Python number stays weak: the train's dtype
+    assert (pair32 * 2.0).dtype == (pair32 / 2.0).dtype == np.float32
+
+
 def test_kernel_cache_info_has_lru_cache_fields():
     """kernel_cache_info claimed to be like lru_cache's cache_info() but had
     no maxsize."""

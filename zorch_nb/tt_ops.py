@@ -1268,7 +1268,10 @@ def ut3_scale(data, alpha):
         ``.data`` of a uniform train, ``(tucker_supercore, tt_supercore, shape, masks)``.
     alpha : real number or array_like of reals
         A Python or NumPy real (bools as 0 and 1), or an array or list that
-        broadcasts to the stack shape (one factor per train).
+        broadcasts to the stack shape (one factor per train).  A list or
+        tuple counts as the NumPy array it makes, in the result's dtype too
+        (a float32 train times ``[1.0, 2.0]`` is float64, as NumPy's float32
+        array times that list is).
 
     Returns
     -------
@@ -1318,6 +1321,10 @@ def _scale(data, alpha, power=0, like=None):
     took ``1 / alpha`` in float32, inf)."""
     p = _parts(data)
     xp = p.xp
+    if isinstance(alpha, (list, tuple)):
+        # NumPy reads a list as the array it makes (NEP 50: not a weak Python
+        # scalar), so a float32 train times [1.0, 2.0] is float64, as `/` is
+        alpha = _alpha_array(alpha)
     strong = getattr(alpha, "dtype", None) if like is None else np.dtype(like)
     if strong is not None and strong.kind in "biuf":
         # NumPy's promotion (NEP 50): a NumPy or CuPy scalar or array takes part
@@ -2054,8 +2061,9 @@ def ut3_apply(data, vectors):
     array, shape ``stack + batch``
         ``sum x[i_0, ..., i_{d-1}] v_0[i_0] ... v_{d-1}[i_{d-1}]``, in the
         dtype NumPy's promotion gives the supercores and the vectors
-        (float32 trains with float64 or integer vectors: float64, one more
-        compiled kernel).
+        (float32 trains with float64, int32 or int64 vectors: float64, one
+        more compiled kernel; with bool, int8, int16, uint8 or uint16
+        vectors: float32).
 
     Raises
     ------
