@@ -2141,9 +2141,11 @@ Parameters
     convert them with :meth:`encode` first (a Python int is refused).
 {extra}out : uint32 array, optional
     Of the result's shape, in the operands' module; written and returned.
-    It may be an operand itself (written in place, no temporary; ``inv``
-    excepted, whose kernels assume no aliasing: there it goes through a
-    temporary) or overlap one (the result then goes through a temporary).
+    It may be an operand itself (written in place, no temporary; ``inv``,
+    ``batch_inv`` and ``pow`` excepted, whose kernels assume no aliasing:
+    there it goes through a temporary; ``div`` makes one in any case,
+    ``b``'s inverses) or overlap one (the result then goes through a
+    temporary).
 backend : {{None, "cpu", "cupy", "numba"}}, optional
     ``None`` follows the arrays (NumPy: Numba CPU kernels; CuPy: CUDA C
     RawKernels); ``"numba"``: the Numba-CUDA kernels.
@@ -2232,8 +2234,8 @@ class PrimeField(_FieldBase):
         written and returned.  It may be an operand itself (``E.add(acc, x,
         out=acc)`` is written in place, with no temporary; ``inv``,
         ``batch_inv`` and ``pow``, whose kernels assume no aliasing, write it
-        through a temporary) or overlap one (the result then goes through a
-        temporary).
+        through a temporary, and ``div`` makes one in any case, ``b``'s
+        inverses) or overlap one (the result then goes through a temporary).
     ``backend``
         ``None`` (follow the arrays: NumPy -> Numba CPU, CuPy -> CuPy
         RawKernels), ``"cpu"``, ``"cupy"`` or ``"numba"`` (Numba-CUDA).
