@@ -44,7 +44,7 @@ def table(report: dict, path: str | None = None) -> str:
 
     for size, c in sorted(copies.items()):
         # a launch-bound size's copy is no yardstick (the bench's table hides its rate too)
-        rate = ("| |" if size < 2**MIN_FRACTION_LOG2 or c.get("gbps") is None else
+        rate = ("| | |" if size < 2**MIN_FRACTION_LOG2 or c.get("gbps") is None else
                 f"| {c['gbps']:.1f} | 1.00 |")
         lines.append(f"| {c['kernel']} | {c['backend']} | 2^{size.bit_length() - 1} | "
                      f"{c['time_s'] * 1e3:.3f} ms{flag(c)} {rate} | |")

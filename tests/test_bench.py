@@ -2032,13 +2032,15 @@ def test_report_scripts_refuse_rows_they_cannot_read(tmp_path, capsys):
 
 def test_readme_table_and_chart_leave_out_launch_bound_copy_rates():
     """The bench's table hides a launch-bound size's copy rate; the README
-    table printed it ("0.0 GB/s | 1.00"), and the chart's axis counted it."""
+    table printed it ("0.0 GB/s | 1.00"), and the chart's axis counted it.
+    The row keeps the header's 8 cells (it had 7)."""
     copy = {"kernel": "copy", "backend": "cpu", "time_s": 1e-3, "bytes": 8}
     report = {"date": "d", "device": "cpu", "command": "c", "results": [],
               "copy": [dict(copy, size=2**10, gbps=0.01), dict(copy, size=2**16, gbps=9.0)]}
     lines = _script("readme_table").table(report).splitlines()
-    assert lines[4] == "| copy | cpu | 2^10 | 1.000 ms | | | |"
+    assert lines[4] == "| copy | cpu | 2^10 | 1.000 ms | | | | |"
     assert lines[5] == "| copy | cpu | 2^16 | 1.000 ms | 9.0 | 1.00 | | |"
+    assert {ln.count("|") for ln in lines[2:6]} == {9}
 
 
 def test_table_footnotes_only_the_marks_it_shows():
