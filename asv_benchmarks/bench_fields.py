@@ -15,7 +15,7 @@ import numpy as np
 
 from zorch_nb import KoalaBear
 
-from . import CHECKED_PREFIX, check_equal, peak_bytes
+from . import CHECKED_PREFIX, calls_per_sample, check_equal, peak_bytes, prepare_once
 
 F = KoalaBear
 E = F.ext
@@ -60,7 +60,9 @@ class Mul:
     params = (["base", "ext"], [2**4, 2**16, 2**20])
     param_names = ["field", "n"]
 
+    @prepare_once
     def setup(self, field, n):
+        calls_per_sample(self, n)
         self.E = F if field == "base" else E
         self.reference = numpy_base_mul if field == "base" else numpy_ext_mul
         self.a, self.b = self.E.random(n, seed=1), self.E.random(n, seed=2)
@@ -93,6 +95,7 @@ class Ops:
                                 "sum", "encode", "decode"], [2**20])
     param_names = ["field", "op", "n"]
 
+    @prepare_once
     def setup(self, field, op, n):
         G = F if field == "base" else E
         a, b = G.random(n, seed=1), G.random(n, seed=2)
@@ -144,6 +147,7 @@ class ExtBroadcast:
     params = (["add", "mul"], ["one element", "base", "plain"], [2**20])
     param_names = ["op", "operand", "n"]
 
+    @prepare_once
     def setup(self, op, operand, n):
         self.fn = getattr(E, op)
         self.x = E.random(n, seed=1)
@@ -182,7 +186,9 @@ class MarkedBaseMul:
     params = ([2**4, 2**20],)
     param_names = ["n"]
 
+    @prepare_once
     def setup(self, n):
+        calls_per_sample(self, n)
         words = F.random(n, seed=1)
         self.a, self.x = E.as_base(words), E.random(n, seed=2)
         m = CHECKED_PREFIX
@@ -205,13 +211,18 @@ class OuterProduct:
     param_names = ["field", "rows", "path", "n"]
 
     def setup(self, field, rows, path, n):
+        # (every sample: teardown undoes it after each)
         from zorch_nb import fields
+        self._fields, self._min = fields, fields._CPU_MIN_RUN
+        fields._CPU_MIN_RUN = 2**62 if path == "copied" else 1
+        self._prepare(field, rows, path, n)
+
+    @prepare_once
+    def _prepare(self, field, rows, path, n):
         G = F if field == "base" else E
         self.fn = G.mul
         self.a = G.random((rows, 1), seed=1)
         self.b = G.random((1, n // rows), seed=2)
-        self._fields, self._min = fields, fields._CPU_MIN_RUN
-        fields._CPU_MIN_RUN = 2**62 if path == "copied" else 1
         got = canonical(G, self.fn(self.a, self.b)[:2])  # (compiles this size's kernel)
         ca, cb = canonical(G, self.a[:2]), canonical(G, self.b)  # the first two rows
         if field == "base":
@@ -274,7 +285,9 @@ class Sumcheck:
               [2**10, 2**20])
     param_names = ["values", "op", "n"]
 
+    @prepare_once
     def setup(self, values, op, n):
+        calls_per_sample(self, n)
         if op == "eq_table" and values == "ext values":
             # (eq_table reads only the point: the same work as "base values")
             raise NotImplementedError("eq_table takes no values: timed once, as base values")
@@ -316,6 +329,7 @@ class BaseRows:
     params = (["rows + row", "rows x word", "mle_fold", "eq_table"], [2**20])
     param_names = ["op", "n"]
 
+    @prepare_once
     def setup(self, op, n):
         a = F.random((64, n // 64), seed=1)
         ca = canonical(F, a)

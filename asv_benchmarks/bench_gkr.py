@@ -19,7 +19,7 @@ from zorch_nb import _numpy_gkr as plain
 from zorch_nb.logup_gkr import (GkrLayer, JaggedGkrLayer, build_jagged_pyramid, build_pyramid,
                                 halving_schedule, jagged_layer_transition, layer_transition)
 
-from . import CHECKED_PREFIX, check_equal, peak_bytes
+from . import CHECKED_PREFIX, calls_per_sample, check_equal, peak_bytes, prepare_once
 
 F = KoalaBear
 P = np.uint64(F.p)
@@ -78,17 +78,29 @@ class DenseTransition:
     params = ([2**10, 2**14, 2**18, 2**22], list(MODES))
     param_names = ["n", "mode"]
 
+    @prepare_once
     def setup(self, n, mode):
+        calls_per_sample(self, n)
         words = _mles(mode, n)
         self.layer = GkrLayer(*words, 0)
         self.canon = [_canonical(x) for x in words]
         out = layer_transition(self.layer)  # compile this size's kernel outside the timing
         rows = min(n, CHECKED_PREFIX)  # (the first rows fold into the first slots)
-        _check_layers([out], [plain.dense_transition([x[:rows] for x in self.canon], P, W)],
-                      f"dense transition {mode}")
+        want = [plain.dense_transition([x[:rows] for x in self.canon], P, W)]
+        _check_layers([out], want, f"dense transition {mode}")
+        self.reuse = out
+        for x in out.mles:
+            x[...] = 0  # (so the check below sees what out= wrote)
+        _check_layers([layer_transition(self.layer, out=self.reuse)], want,
+                      f"dense transition {mode} into out")
 
     def time_zorch_nb(self, n, mode):
         layer_transition(self.layer)
+
+    def time_zorch_nb_out(self, n, mode):
+        # into an earlier transition's layer: no fresh pages (at 2**22 a
+        # call's 32-128 MiB of new outputs cost the page faults and zeroing)
+        layer_transition(self.layer, out=self.reuse)
 
     def time_numpy_uint64(self, n, mode):
         plain.dense_transition(self.canon, P, W)
@@ -105,6 +117,7 @@ class JaggedTransition:
     params = ([2**14, 2**18], list(MODES))
     param_names = ["n", "mode"]
 
+    @prepare_once
     def setup(self, n, mode):
         self.rc = _counts(n)
         self.orc = ((self.rc + 1) // 2).astype(np.int32)
@@ -137,6 +150,7 @@ class DensePyramid:
     params = [2**14, 2**18]
     param_names = ["n"]
 
+    @prepare_once
     def setup(self, n):
         words = _mles("mixed", n)
         self.layer = GkrLayer(*words, 6)
@@ -179,6 +193,7 @@ class JaggedPyramid:
     params = [2**14, 2**18]
     param_names = ["n"]
 
+    @prepare_once
     def setup(self, n):
         words = _mles("mixed", n)
         self.layer = JaggedGkrLayer(*words, _counts(n))
@@ -220,6 +235,7 @@ class DenseFoldBaseline:
     params = [2**18]
     param_names = ["n"]
 
+    @prepare_once
     def setup(self, n):
         from zorch_nb._bench_gkr import _galois_field
         GF = _galois_field()

@@ -29,7 +29,7 @@ from zorch_nb._demo_graph import cube_and_mix
 from zorch_nb.graph import Context, In, Out, kernel, run_computation_graph
 from zorch_nb.kernels import graph_cpu, graph_interp
 
-from . import check_equal
+from . import check_equal, prepare_once
 
 F = KoalaBear
 P = np.uint64(F.p)
@@ -68,6 +68,7 @@ class GraphEvaluator:
     params = (list(KERNELS), ["unrolled", "interpreted", "numpy"])
     param_names = ["kernel", "form"]
 
+    @prepare_once
     def setup(self, name, form):
         if name == "rounds8" and form == "unrolled":
             raise NotImplementedError("a compile of seconds; interpreted by default")
@@ -128,6 +129,7 @@ class ReplayManySmallCalls:
     params = [100, 1000]
     param_names = ["calls"]
 
+    @prepare_once
     def setup(self, calls):
         ctx = Context(F)
         self.x = np.arange(12).reshape(6, 2)

@@ -33,7 +33,7 @@ import numpy as np
 from zorch_nb.kernels import launch_config
 from zorch_nb.tt import TuckerTensorTrain, UniformTuckerTensorTrain
 
-from . import check_close, peak_bytes
+from . import check_close, peak_bytes, prepare_once
 
 D, N, N_TUCKER, R_TT = 8, 32, 8, 16
 MAX_TUCKER, MAX_TT = 4, 8
@@ -136,6 +136,7 @@ class _UniformVsRagged:
 
 
 class ToDense(_UniformVsRagged):
+    @prepare_once
     def setup(self, trains, impl):
         self.x = random_ragged(3, 3, trains)
         self.ux = to_uniform(self.x)
@@ -157,6 +158,7 @@ class ToDense(_UniformVsRagged):
 
 
 class Inner(_UniformVsRagged):
+    @prepare_once
     def setup(self, trains, impl):
         self.x, self.y = random_ragged(D, 1, trains), random_ragged(D, 2, trains)
         self.ux, self.uy = to_uniform(self.x), to_uniform(self.y)
@@ -170,6 +172,7 @@ class Inner(_UniformVsRagged):
 
 
 class Svd(_UniformVsRagged):
+    @prepare_once
     def setup(self, trains, impl):
         self.x = random_ragged(D, 1, trains)
         self.ux = to_uniform(self.x)
@@ -223,8 +226,13 @@ class _LargeStack:
     timeout = 300
 
     def setup(self, trains, split):
+        # (every sample: teardown undoes it after each)
         self._threshold = launch_config.TT_CPU_SERIAL_WORK
         launch_config.TT_CPU_SERIAL_WORK = 1 << 62 if split == "serial" else 0
+        self._prepare(trains, split)
+
+    @prepare_once
+    def _prepare(self, trains, split):
         self.x, x = random_large_stack(1, trains)
         self.y, y = random_large_stack(2, trains)
         self.idx = np.random.default_rng(3).integers(0, LARGE_N, size=(16, LARGE_D))
