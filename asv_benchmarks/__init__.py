@@ -66,9 +66,9 @@ def prepare_once(setup):
     asv_runner 0.3 runs ``setup`` before every timed call and then times one
     call per sample (asv#966).  The setups here make the inputs and check the
     kernel against a NumPy yardstick, so every timed call came right after
-    that work, its caches and branch predictors cold (a 16-element product:
-    7.3 us in asv against 4.6 us steady), and each sample paid the setup
-    again.  The timed calls only read what ``setup`` made (their outputs are
+    that work, its caches and branch predictors cold (a 16-element base
+    product: 5.8-7.3 us in asv against 4.6 us in a plain loop), and each
+    sample paid the setup again.  The timed calls only read what ``setup`` made (their outputs are
     fresh or written whole each call), so one preparation serves every
     sample, as it did under asv_runner < 0.3.  A setup that changes a module
     setting (undone in ``teardown``) sets it in an undecorated ``setup``
