@@ -498,7 +498,7 @@ class JaggedGkrLayer(_Layer):
         outs = iter(_arrays_in(_numpy_words(allocate, spaced, zeros=True), places))
         mles = []
         for k in range(2):  # numerators, denominators
-            ext = segments[0][k].ndim == 2
+            ext = exts[2 * k]
             for c in range(2):  # child 0, child 1
                 out = next(outs)
                 at = 0
@@ -883,10 +883,10 @@ def _word_plan(length, exts) -> tuple:
     benchmarks/results).  The cost: at most two pages a view and one for the
     origin.
     """
-    views = _view_plan(length, exts)[0]
+    views, nbytes, _ = _view_plan(length, exts)
     sizes = _word_sizes(length, exts)
     if 4 * min(sizes) < _SPACED_BYTES:
-        return (_view_plan(length, exts)[1] >> 2, False,
+        return (nbytes >> 2, False,
                 tuple((at >> 2, (at >> 2) + size, shape)
                       for (shape, at), size in zip(views, sizes)))
     plan, at = [], 0
