@@ -2214,38 +2214,85 @@ def _frame(A, row_mask, kcount, svcount, K, rtol=None):
         # the callers checked their input (_check_finite_input): this is overflow
         _overflowed(A.dtype)
     batch, M = A.shape[:-2], A.shape[-2]
-    if xp is np and A.shape[-1] > 2 * M:
-        # Wide: A = R^T Q^T with R from a QR of A^T, so A's left frame and
-        # singular values are those of the small R^T (LAPACK's SVD of a wide
-        # matrix would also build the unneeded right vectors).  Zero rows of
-        # A stay zero rows of R^T.  A non-finite R of the finite A (a library
-        # fault, see _matmul) is dropped: the QR only saves time, and LAPACK's
-        # SVD would never return on it.
-        R = np.swapaxes(np.linalg.qr(np.swapaxes(A, -1, -2), mode="r"), -1, -2)
-        A = R if np.isfinite(R).all() else A
-    u, s, _ = _finite_svd(xp, A)
+    B = int(np.prod(batch, dtype=np.int64))
+    rows = np.broadcast_to(row_mask, batch + (M,)).reshape(B, M)
+    A = A.reshape((B,) + A.shape[-2:])
+    # Rows padding in every matrix are zero rows: the frame of the others,
+    # zero there, is the frame.  After a truncating step most rows of the
+    # next unfolding are such (r n = 128 padded rows, 32 live after cuts to
+    # 8 and 4), and an SVD costs ~ rows x columns^2.
+    live = np.flatnonzero(rows.any(axis=0))
+    compact = 0 < live.size < M
+    if compact:
+        A, rows = A[:, xp.asarray(live)], rows[:, live]
+    u, s = _left_svd(xp, A)
     L = s.shape[-1]
     if L >= K:
         u, s = u[..., :K], s[..., :K]
     else:
-        u = xp.concatenate([u, xp.zeros(batch + (M, K - L), dtype=u.dtype)], axis=-1)
-        s = xp.concatenate([s, xp.zeros(batch + (K - L,), dtype=s.dtype)], axis=-1)
-    sv = xp.where(xp.asarray(_prefix(svcount, K)), s, 0)
+        m = u.shape[-2]
+        u = xp.concatenate([u, xp.zeros((B, m, K - L), dtype=u.dtype)], axis=-1)
+        s = xp.concatenate([s, xp.zeros((B, K - L), dtype=s.dtype)], axis=-1)
+    sv = xp.where(xp.asarray(_prefix(np.broadcast_to(svcount, batch).reshape(B), K)), s, 0)
     if rtol is not None:
         # (the singular values come to the host: ranks are host data)
         host = sv if xp is np else sv.get()
-        above = (host > rtol * host[..., :1]).sum(-1)
+        above = (host > rtol * host[..., :1]).sum(-1).reshape(batch)
         kcount = np.minimum(kcount, np.maximum(above, np.minimum(svcount, 1)))
-    B = int(np.prod(batch, dtype=np.int64))
-    rm = _kernel_array(np.broadcast_to(row_mask, batch + (M,)).reshape(B, M))
+    rm = _kernel_array(rows)
     kc = _kernel_array(np.broadcast_to(kcount, batch).reshape(B), np.int64)
     if _use_numba(xp):
-        F = np.ascontiguousarray(np.swapaxes(u.reshape(B, M, K), 1, 2))
+        F = np.ascontiguousarray(np.swapaxes(u, 1, 2))
         _k.orthonormal_frame_repair(F, rm, kc)
         Q = np.swapaxes(F, 1, 2)
     else:
-        Q = _repair_xp(xp, u.reshape(B, M, K), rm, kc)
-    return Q.reshape(batch + (M, K)), sv, kcount
+        Q = _repair_xp(xp, u, rm, kc)
+    if compact:
+        full = xp.zeros((B, M, K), dtype=Q.dtype)
+        full[:, xp.asarray(live)] = Q
+        Q = full
+    return Q.reshape(batch + (M, K)), sv.reshape(batch + (K,)), kcount
+
+
+def _left_svd(xp, A):
+    """``(u, s)`` of the thin SVD of each matrix of ``A`` ``(B, M, C)``: ``u``
+    ``(B, M, L)``, ``s`` ``(B, L)``, ``L = min(M, C)`` (see :func:`_finite_svd`).
+
+    On NumPy a wide matrix is first reduced to the small ``R^T`` of a QR of
+    ``A^T`` (``A = R^T Q^T``: the same left frame and singular values, where
+    LAPACK's SVD of the wide matrix would also build the unneeded right
+    vectors); zero rows of ``A`` stay zero rows of ``R^T``.  A non-finite R of
+    the finite A (a library fault, see :func:`_matmul`) is dropped: the QR
+    only saves time, and LAPACK's SVD would never return on it.  A large
+    batch is split over the threads as the Numba kernels' stacks are
+    (:func:`_run_stack`; LAPACK runs without the GIL): each matrix is
+    computed alone either way, so the split changes no bit.
+    """
+    B, M, C = A.shape
+    wide = xp is np and C > 2 * M
+
+    def one_range(lo, hi):
+        a = A[lo:hi]
+        if wide:
+            R = np.swapaxes(np.linalg.qr(np.swapaxes(a, -1, -2), mode="r"), -1, -2)
+            a = R if np.isfinite(R).all() else a
+        return _finite_svd(xp, a)[:2]
+
+    L = min(M, C)
+    # multiply-adds of LAPACK's thin SVD (~4 M L^2 + 8 L^3 each; the QR of a
+    # wide one ~2 C M^2), counted twice: at these sizes LAPACK runs them at
+    # about half the Numba kernels' rate (a 16 x 16 SVD 26 us on the 2-core
+    # AMD EPYC), and TT_CPU_SERIAL_WORK is a time (~1 ms of those kernels)
+    work = 2 * B * (4 * M * L * L + 8 * L ** 3 + (2 * C * M * M if wide else 0))
+    if xp is not np or _stack_threads(B, work) <= 1:
+        return one_range(0, B)
+    u, s = np.empty((B, M, L), dtype=A.dtype), np.empty((B, L), dtype=A.dtype)
+
+    def into(lo, hi):
+        u[lo:hi], s[lo:hi] = one_range(lo, hi)
+
+    _run_stack(into, B, work, (), tuple)
+    return u, s
 
 
 def _matmul(xp, a, b):

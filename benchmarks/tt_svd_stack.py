@@ -1,0 +1,61 @@
+"""Uniform T3-SVD of a stack against the ragged NumPy loop, in one process.
+
+The asv ``bench_tt.Svd`` case (d = 8, N = 32, Tucker ranks 5-8 padded to 8,
+TT ranks 10-16 padded to 16, truncated to 4 and 8; its trains and its ragged
+loop, imported from ``asv_benchmarks/bench_tt.py``) at 8 and 64 trains: the
+best of 7 calls, after one warm-up call.  ``uniform, serial`` is the same
+call with the stack's LAPACK SVDs kept on the calling thread
+(``launch_config.TT_CPU_SERIAL_WORK`` raised), which tells the split's share
+from the rest.
+
+    python benchmarks/tt_svd_stack.py [--json FILE]
+    python benchmarks/ab_run.py CHECKOUT benchmarks/tt_svd_stack.py   # another checkout
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
+
+from asv_benchmarks.bench_tt import (D, MAX_TT, MAX_TUCKER, random_ragged,  # noqa: E402
+                                     ragged_svd, to_uniform)
+from zorch_nb.kernels import launch_config  # noqa: E402
+
+
+def best_ms(f, rounds=7):
+    f()
+    times = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        f()
+        times.append(time.perf_counter() - t)
+    return round(1e3 * min(times), 2)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    rows = {}
+    for count in (8, 64):
+        x = random_ragged(D, 1, count)
+        ux = to_uniform(x)
+        row = {"uniform": best_ms(lambda: ux.svd(MAX_TUCKER, MAX_TT))}
+        threshold = launch_config.TT_CPU_SERIAL_WORK
+        launch_config.TT_CPU_SERIAL_WORK = 1 << 62
+        try:
+            row["uniform, serial"] = best_ms(lambda: ux.svd(MAX_TUCKER, MAX_TT))
+        finally:
+            launch_config.TT_CPU_SERIAL_WORK = threshold
+        row["ragged"] = best_ms(lambda: ragged_svd(x, MAX_TUCKER, MAX_TT))
+        rows[f"{count} trains"] = row
+        print(count, "trains (ms):", row)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(rows, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
