@@ -2,7 +2,7 @@
 
 The asv ``bench_tt.Svd`` case (d = 8, N = 32, Tucker ranks 5-8 padded to 8,
 TT ranks 10-16 padded to 16, truncated to 4 and 8; its trains and its ragged
-loop, imported from ``asv_benchmarks/bench_tt.py``) at 8 and 64 trains: the
+loop, imported from ``asv_benchmarks/bench_tt.py``) at 1, 8 and 64 trains: the
 best of 7 calls, after one warm-up call.  ``uniform, serial`` is the same
 call with the stack's LAPACK SVDs kept on the calling thread
 (``launch_config.TT_CPU_SERIAL_WORK`` raised), which tells the split's share
@@ -39,7 +39,7 @@ def main():
     ap.add_argument("--json")
     args = ap.parse_args()
     rows = {}
-    for count in (8, 64):
+    for count in (1, 8, 64):
         x = random_ragged(D, 1, count)
         ux = to_uniform(x)
         row = {"uniform": best_ms(lambda: ux.svd(MAX_TUCKER, MAX_TT))}

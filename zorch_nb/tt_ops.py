@@ -2184,13 +2184,14 @@ def _repair_xp(xp, Q, row_mask, kcount):
     return Q
 
 
-def _frame(A, row_mask, kcount, svcount, K, rtol=None):
+def _frame(A, row_mask, col_mask, kcount, svcount, K, rtol=None):
     """Pad-safe left frame of masked matrices.
 
     Parameters
     ----------
-    A : array ``(..., M, C)``, padding zero.
+    A : array ``(..., M, C)``, zero outside ``row_mask`` x ``col_mask``.
     row_mask : host bool ``(..., M)``.
+    col_mask : host bool ``(..., C)``.
     kcount : host ints ``(...)`` -- real output columns (<= real rows).
     svcount : host ints ``(...)`` -- real singular values (min of real sizes).
     K : int -- padded number of output columns.
@@ -2213,63 +2214,82 @@ def _frame(A, row_mask, kcount, svcount, K, rtol=None):
     if not _finite(xp, A):  # LAPACK's SVD never returns on rows of inf
         # the callers checked their input (_check_finite_input): this is overflow
         _overflowed(A.dtype)
-    batch, M = A.shape[:-2], A.shape[-2]
-    B = int(np.prod(batch, dtype=np.int64))
-    rows = np.broadcast_to(row_mask, batch + (M,)).reshape(B, M)
-    A = A.reshape((B,) + A.shape[-2:])
-    # Rows padding in every matrix are zero rows: the frame of the others,
-    # zero there, is the frame.  After a truncating step most rows of the
-    # next unfolding are such (r n = 128 padded rows, 32 live after cuts to
-    # 8 and 4), and an SVD costs ~ rows x columns^2.
-    live = np.flatnonzero(rows.any(axis=0))
-    compact = 0 < live.size < M
-    if compact:
-        A, rows = A[:, xp.asarray(live)], rows[:, live]
+    batch, (M, C) = A.shape[:-2], A.shape[-2:]
+    B = math.prod(batch)
+    A = A.reshape(B, M, C)
+    rows = _flat_host(row_mask, batch, B, (M,))
+    # Rows and columns that are padding in every matrix are zero: the SVD of
+    # the others has the same singular values and, zero on the left-out rows,
+    # the same frame.  An SVD costs ~ rows x columns^2: after a truncating
+    # step the next left unfolding has 32 live rows of r n = 128 (cuts to 8
+    # and 4), and a small stack's matrices shrink to their real sizes.
+    live_r = np.flatnonzero(rows.any(axis=0))
+    live_c = np.flatnonzero(_flat_host(col_mask, batch, B, (C,)).any(axis=0))
+    cut_r, cut_c = 0 < live_r.size < M, 0 < live_c.size < C
+    if cut_r:
+        rows = rows[:, live_r]
+    if cut_r and cut_c:
+        A = A[:, xp.asarray(live_r[:, None]), xp.asarray(live_c)]
+    elif cut_r or cut_c:
+        A = A[:, xp.asarray(live_r)] if cut_r else A[:, :, xp.asarray(live_c)]
     u, s = _left_svd(xp, A)
-    L = s.shape[-1]
+    L, m = s.shape[-1], u.shape[-2]
     if L >= K:
         u, s = u[..., :K], s[..., :K]
     else:
-        m = u.shape[-2]
         u = xp.concatenate([u, xp.zeros((B, m, K - L), dtype=u.dtype)], axis=-1)
         s = xp.concatenate([s, xp.zeros((B, K - L), dtype=s.dtype)], axis=-1)
-    sv = xp.where(xp.asarray(_prefix(np.broadcast_to(svcount, batch).reshape(B), K)), s, 0)
+    sv = xp.where(xp.asarray(_prefix(_flat_host(svcount, batch, B), K)), s, 0)
     if rtol is not None:
         # (the singular values come to the host: ranks are host data)
         host = sv if xp is np else sv.get()
         above = (host > rtol * host[..., :1]).sum(-1).reshape(batch)
         kcount = np.minimum(kcount, np.maximum(above, np.minimum(svcount, 1)))
     rm = _kernel_array(rows)
-    kc = _kernel_array(np.broadcast_to(kcount, batch).reshape(B), np.int64)
+    kc = _kernel_array(_flat_host(kcount, batch, B), np.int64)
     if _use_numba(xp):
         F = np.ascontiguousarray(np.swapaxes(u, 1, 2))
         _k.orthonormal_frame_repair(F, rm, kc)
         Q = np.swapaxes(F, 1, 2)
     else:
         Q = _repair_xp(xp, u, rm, kc)
-    if compact:
+    if cut_r:
         full = xp.zeros((B, M, K), dtype=Q.dtype)
-        full[:, xp.asarray(live)] = Q
+        full[:, xp.asarray(live_r)] = Q
         Q = full
     return Q.reshape(batch + (M, K)), sv.reshape(batch + (K,)), kcount
+
+
+def _flat_host(a, batch, B, tail=()):
+    """Host array ``a`` broadcast to ``batch + tail``, as ``(B,) + tail``
+    (only a reshape where it has that shape: ``np.broadcast_to`` took ~6 us
+    of a small SVD step's ~100)."""
+    a = np.asarray(a)
+    if a.shape != batch + tail:
+        a = np.broadcast_to(a, batch + tail)
+    return a.reshape((B,) + tail)
 
 
 def _left_svd(xp, A):
     """``(u, s)`` of the thin SVD of each matrix of ``A`` ``(B, M, C)``: ``u``
     ``(B, M, L)``, ``s`` ``(B, L)``, ``L = min(M, C)`` (see :func:`_finite_svd`).
 
-    On NumPy a wide matrix is first reduced to the small ``R^T`` of a QR of
+    On NumPy wide matrices are first reduced to the small ``R^T`` of a QR of
     ``A^T`` (``A = R^T Q^T``: the same left frame and singular values, where
     LAPACK's SVD of the wide matrix would also build the unneeded right
-    vectors); zero rows of ``A`` stay zero rows of ``R^T``.  A non-finite R of
-    the finite A (a library fault, see :func:`_matmul`) is dropped: the QR
-    only saves time, and LAPACK's SVD would never return on it.  A large
+    vectors) where that pays: more than twice as many columns as rows, and
+    at least 256 columns in the batch (the QR's own ~12-20 us per call on
+    the 2-core AMD EPYC: one 8 x 64 matrix 33 us directly, 44 us so; 8 of
+    them 153 vs 114 us; 64 of 8 x 24 820 vs 700 us).  Zero rows of ``A``
+    stay zero rows of ``R^T``.  A non-finite R of the finite A (a library
+    fault, see :func:`_matmul`) is dropped: the QR only saves time, and
+    LAPACK's SVD would never return on it.  A large
     batch is split over the threads as the Numba kernels' stacks are
     (:func:`_run_stack`; LAPACK runs without the GIL): each matrix is
     computed alone either way, so the split changes no bit.
     """
     B, M, C = A.shape
-    wide = xp is np and C > 2 * M
+    wide = xp is np and C > 2 * M and B * C >= 256
 
     def one_range(lo, hi):
         a = A[lo:hi]
@@ -2397,7 +2417,7 @@ def _tucker_down(xp, U, G, shape, mk):
     d, S, n, N = U.shape
     phys = np.broadcast_to(_physical_mask(shape, N)[:, None, :], (d, S, N))
     kcount = np.minimum(mk.sum(-1), np.asarray(shape)[:, None])
-    P, _, _ = _frame(xp.swapaxes(U, -1, -2), phys, kcount, kcount, n)
+    P, _, _ = _frame(xp.swapaxes(U, -1, -2), phys, mk, kcount, kcount, n)
     L = _matmul(xp, U, P)
     G = xp.swapaxes(_matmul(xp, xp.swapaxes(G, -1, -2), L[:, :, None]), -1, -2)
     return xp.ascontiguousarray(xp.swapaxes(P, -1, -2)), G, _prefix(kcount, n)
@@ -2409,7 +2429,7 @@ def _tt_up(xp, U, G, mk, mt):
     A = G.transpose(0, 1, 2, 4, 3).reshape(d, S, r * r, n)
     rows = _pair_mask(mt[:-1], mt[1:])
     kcount = np.minimum(rows.sum(-1), mk.sum(-1))
-    Q, _, _ = _frame(A, rows, kcount, kcount, n)
+    Q, _, _ = _frame(A, rows, mk, kcount, kcount, n)
     R = _matmul(xp, xp.swapaxes(Q, -1, -2), A)
     G = Q.reshape(d, S, r, r, n).transpose(0, 1, 2, 4, 3)
     return _matmul(xp, R, U), xp.ascontiguousarray(G), _prefix(kcount, n)
@@ -2426,7 +2446,7 @@ def _left_step(xp, G, mk, mt, i, max_rank=None, rtol=None):
     rows = _pair_mask(mt[i], mk[i])
     svcount = np.minimum(rows.sum(-1), mt[i + 1].sum(-1))
     kcount = svcount if max_rank is None else np.minimum(svcount, max_rank)
-    Q, sv, kcount = _frame(A, rows, kcount, svcount, r, rtol)
+    Q, sv, kcount = _frame(A, rows, mt[i + 1], kcount, svcount, r, rtol)
     R = _matmul(xp, xp.swapaxes(Q, -1, -2), A)
     G[i] = Q.reshape(S, r, n, r)
     G[i + 1] = _matmul(xp, R, G[i + 1].reshape(S, r, n * r)).reshape(S, r, n, r)
@@ -2449,7 +2469,7 @@ def _right_step(xp, G, mk, mt, i):
     A = G[i].reshape(S, r, n * r)
     cols = _pair_mask(mk[i], mt[i + 1])
     kcount = np.minimum(mt[i].sum(-1), cols.sum(-1))
-    P, _, _ = _frame(xp.swapaxes(A, -1, -2), cols, kcount, kcount, r)
+    P, _, _ = _frame(xp.swapaxes(A, -1, -2), cols, mt[i], kcount, kcount, r)
     L = _matmul(xp, A, P)
     G[i] = xp.swapaxes(P, -1, -2).reshape(S, r, n, r)
     G[i - 1] = _matmul(xp, G[i - 1].reshape(S, r * n, r), L).reshape(S, r, n, r)
@@ -2585,7 +2605,7 @@ def _tucker_step(xp, U, G, mk, mt, i, max_rank=None, rtol=None):
     rows = _pair_mask(mt[i], mt[i + 1])
     svcount = np.minimum(rows.sum(-1), mk[i].sum(-1))
     kcount = svcount if max_rank is None else np.minimum(svcount, max_rank)
-    P, sv, kcount = _frame(xp.swapaxes(A, -1, -2), mk[i], kcount, svcount, n, rtol)
+    P, sv, kcount = _frame(xp.swapaxes(A, -1, -2), mk[i], rows, kcount, svcount, n, rtol)
     G[i] = _matmul(xp, A, P).reshape(S, r, r, n).transpose(0, 1, 3, 2)
     U[i] = _matmul(xp, xp.swapaxes(P, -1, -2), U[i])
     mk[i] = _prefix(kcount, n)
