@@ -1,6 +1,6 @@
 """Uniform Tucker tensor trains against a straightforward ragged NumPy loop.
 
-A batch of ``trains`` trains (the size parameter: 8 or 64) with d = 8, mode
+A batch of ``trains`` trains (the size parameter: 1, 8 or 64) with d = 8, mode
 size N = 32, Tucker ranks up to n = 8 and TT ranks up to r = 16 (the real
 ranks differ per train, boundary ranks 1).  ``uniform`` is zorch_nb's
 :class:`~zorch_nb.tt.UniformTuckerTensorTrain` (padded to n = 8, r = 16,
@@ -39,8 +39,10 @@ D, N, N_TUCKER, R_TT = 8, 32, 8, 16
 MAX_TUCKER, MAX_TT = 4, 8
 # small enough for ``asv run --quick`` on 2 cores (a few seconds per class,
 # compiles included); at 64 the batching pays for to_dense and inner (the
-# SVD's LAPACK calls dominate it at both sizes)
-TRAINS = [8, 64]
+# SVD's LAPACK calls dominate it at 8 and 64); one train is the per-call
+# overhead a small optimizer loop meets (svd: 3.5-3.9 ms against the loop's
+# 1.0, results/cpu-2026-12-07-tt-svd-b.json)
+TRAINS = [1, 8, 64]
 
 
 def random_ragged(d, seed, count):
