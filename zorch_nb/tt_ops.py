@@ -910,14 +910,13 @@ def _to_dense_xp(p):
 def _to_dense_numba(p):
     # (the padded N is no part of a key: the kernels read its arrays as they come)
     key = ("to_dense", p.shape, (p.n, p.r), p.masks.stack_flat())
-    tables = _tables(p)
-    kernel = KERNELS.get(key, lambda: _k.build_ut3_to_dense(p.shape, *tables))
+    kernel = KERNELS.get(key, lambda: _k.build_ut3_to_dense(p.shape, *_tables(p)))
     size = math.prod(p.shape)  # checked by ut3_to_dense
     dt = p.U.dtype
     # all scratch is sized by the live ranks, not the padded n and r (which
     # made H r * N * r: 8 GiB for a 1 MiB train of live rank 1 and a 0.5 MiB
     # tensor); the kernel refuses less
-    lengths = _k.ut3_to_dense_scratch(p.shape, tables[1], tables[3])
+    lengths = _to_dense_scratch(key[1], key[3])
     # multiply-adds per element at the padded sizes: H of every core, then
     # the partial product growing by one mode per core
     work, rows = 0, 1
@@ -931,7 +930,7 @@ def _to_dense_numba(p):
     if _too_large(np, need):
         raise ValueError(f"the dense tensor of shape {tuple(p.stack) + tuple(p.shape)} needs "
                          f"{need / 2**30:.3g} GiB with the kernel's scratch (live ranks "
-                         f"{[int(c) for c in tables[3].max(axis=1)]}), too much to allocate; "
+                         f"{[int(c) for c in p.mt.sum(-1).max(axis=1)]}), too much to allocate; "
                          f"use `entries` or `apply`, or truncate the train first (`svd`)")
     out = np.empty((p.S, size), dtype=dt)
 
@@ -940,6 +939,16 @@ def _to_dense_numba(p):
 
     _run_stack(kernel, p.S, p.S * work, (_kernel_array(p.U), _kernel_array(p.G), out), scratch)
     return out
+
+
+@functools.lru_cache(maxsize=64)
+def _to_dense_scratch(shape, masks):
+    """:func:`~zorch_nb.kernels.tt_kernels.ut3_to_dense_scratch` of a
+    structure (``masks``: its stack-flat :class:`UT3Masks`, immutable),
+    worked out once: with the index tables it was 55 of a one-train
+    ``to_dense``'s 150 us (d = 3)."""
+    mk, mt = masks
+    return _k.ut3_to_dense_scratch(shape, mk.sum(-1), mt.sum(-1))
 
 
 def ut3_apply_masks(data):
