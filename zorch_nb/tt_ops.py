@@ -2292,9 +2292,10 @@ def _left_svd(xp, A):
     them 153 vs 114 us; 64 of 8 x 24 820 vs 700 us).  Zero rows of ``A``
     stay zero rows of ``R^T``.  A non-finite R of the finite A (a library
     fault, see :func:`_matmul`) is dropped: the QR only saves time, and
-    LAPACK's SVD would never return on it.  A large
-    batch is split over the threads as the Numba kernels' stacks are
-    (:func:`_run_stack`; LAPACK runs without the GIL): each matrix is
+    LAPACK's SVD would never return on it.
+
+    A large batch is split over the threads as the Numba kernels' stacks
+    are (:func:`_run_stack`; LAPACK runs without the GIL): each matrix is
     computed alone either way, so the split changes no bit.
     """
     B, M, C = A.shape
@@ -2550,6 +2551,10 @@ def ut3_orthogonalize(data, kind="left"):
     and at the end it reads back one bool, whether the matrix is finite.  The check
     cannot be queued: LAPACK's SVD never returns on inf, NaN makes it fail or
     return garbage, and "tt_up" would pass a NaN of a live Tucker entry on.
+
+    As in :func:`ut3_svd`, a train's frames can differ with the stack it is
+    computed in, by rounding and in the vectors spanning zero singular
+    values (the SVDs leave out what is padding in every stack element).
     """
     if kind not in ORTHOGONALIZE_KINDS:
         raise ValueError(f"Argument `kind` must be one of {ORTHOGONALIZE_KINDS}, not {kind!r}.")
@@ -2741,6 +2746,12 @@ def ut3_svd(data, max_tucker_ranks=None, max_tt_ranks=None, rtol=None):
     On CuPy this synchronizes with the device on entry, once per SVD step
     and at the end: each reads back one bool, whether the train / the step's
     matrix / the result is finite (see :func:`ut3_orthogonalize`).
+
+    Each step's SVDs leave out the rows and columns that are padding in
+    every stack element (zero), so a train's result can differ with the
+    stack it is computed in: by rounding, and where a step has zero
+    singular values, in the frame vectors that span them (any orthonormal
+    completion is exact; the tensor and the singular values are the same).
     """
     p = _parts(data)
     xp = p.xp
