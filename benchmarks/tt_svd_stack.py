@@ -8,7 +8,12 @@ call with the stack's LAPACK SVDs kept on the calling thread
 (``launch_config.TT_CPU_SERIAL_WORK`` raised), which tells the split's share
 from the rest.
 
-    python benchmarks/tt_svd_stack.py [--json FILE]
+``--retraction`` times instead one retraction step of an optimizer loop
+on the same trains, part by part: ``x = (x + 0.1 * y).svd(max_tucker_ranks=8,
+max_tt_ranks=16)[0].compact(n=8, r=16)`` (the sum pads to n = 16, r = 32,
+which ``compact`` cuts back so that the loop keeps one structure).
+
+    python benchmarks/tt_svd_stack.py [--retraction] [--json FILE]
     python benchmarks/ab_run.py CHECKOUT benchmarks/tt_svd_stack.py   # another checkout
 """
 import argparse
@@ -31,26 +36,41 @@ def best_ms(f, rounds=7):
         t = time.perf_counter()
         f()
         times.append(time.perf_counter() - t)
-    return round(1e3 * min(times), 2)
+    return round(1e3 * min(times), 3)
+
+
+def svd_row(count):
+    x = random_ragged(D, 1, count)
+    ux = to_uniform(x)
+    row = {"uniform": best_ms(lambda: ux.svd(MAX_TUCKER, MAX_TT))}
+    threshold = launch_config.TT_CPU_SERIAL_WORK
+    launch_config.TT_CPU_SERIAL_WORK = 1 << 62
+    try:
+        row["uniform, serial"] = best_ms(lambda: ux.svd(MAX_TUCKER, MAX_TT))
+    finally:
+        launch_config.TT_CPU_SERIAL_WORK = threshold
+    row["ragged"] = best_ms(lambda: ragged_svd(x, MAX_TUCKER, MAX_TT))
+    return row
+
+
+def retraction_row(count):
+    x, y = to_uniform(random_ragged(D, 1, count)), to_uniform(random_ragged(D, 2, count))
+    s = x + 0.1 * y
+    t = s.svd(max_tucker_ranks=8, max_tt_ranks=16)[0]
+    return {"x + 0.1 * y": best_ms(lambda: x + 0.1 * y),
+            "svd": best_ms(lambda: s.svd(max_tucker_ranks=8, max_tt_ranks=16)),
+            "compact": best_ms(lambda: t.compact(n=8, r=16))}
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--retraction", action="store_true",
+                    help="time a retraction step's parts instead")
     ap.add_argument("--json")
     args = ap.parse_args()
     rows = {}
     for count in (1, 8, 64):
-        x = random_ragged(D, 1, count)
-        ux = to_uniform(x)
-        row = {"uniform": best_ms(lambda: ux.svd(MAX_TUCKER, MAX_TT))}
-        threshold = launch_config.TT_CPU_SERIAL_WORK
-        launch_config.TT_CPU_SERIAL_WORK = 1 << 62
-        try:
-            row["uniform, serial"] = best_ms(lambda: ux.svd(MAX_TUCKER, MAX_TT))
-        finally:
-            launch_config.TT_CPU_SERIAL_WORK = threshold
-        row["ragged"] = best_ms(lambda: ragged_svd(x, MAX_TUCKER, MAX_TT))
-        rows[f"{count} trains"] = row
+        rows[f"{count} trains"] = row = (retraction_row if args.retraction else svd_row)(count)
         print(count, "trains (ms):", row)
     if args.json:
         with open(args.json, "w") as fh:

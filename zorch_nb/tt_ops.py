@@ -958,6 +958,11 @@ def ut3_apply_masks(data):
     return _pack(p.xp, U, G, p.shape, p.mk, p.mt, p.stack)
 
 
+def _is_prefix(mask):
+    """Whether each row of the host bool ``mask (..., m)`` is True before False."""
+    return bool((mask[..., 1:] <= mask[..., :-1]).all())
+
+
 def ut3_reverse(data):
     """Reverse the core order: the dense tensor's axes are reversed."""
     p = _parts(data)
@@ -1007,7 +1012,6 @@ def ut3_compact(data, n=None, r=None):
     """
     p = _parts(data)
     xp = p.xp
-    U, G = _masked(p)
     live_n = int(p.mk.sum(axis=-1).max(initial=0))
     live_r = int(p.mt.sum(axis=-1).max(initial=0))
     sizes = []
@@ -1026,16 +1030,29 @@ def ut3_compact(data, n=None, r=None):
     _check_result_size(xp, "ut3_compact", [(p.d,) + p.stack + (n2, p.N),
                                            (p.d,) + p.stack + (r2, n2, r2)],
                        p.U.dtype.itemsize, "ask for smaller `n`, `r`")
-    # live slots first, in order (a stable sort of the dead-slot flags)
-    ok = np.argsort(~p.mk, axis=-1, kind="stable")[..., :n2]  # (d, S, <= n2)
-    ot = np.argsort(~p.mt, axis=-1, kind="stable")[..., :r2]  # (d + 1, S, <= r2)
-    k, t = xp.asarray(ok), xp.asarray(ot)
-    U = xp.take_along_axis(U, k[..., None], axis=2)
-    G = xp.take_along_axis(G, t[:-1, :, :, None, None], axis=2)
-    G = xp.take_along_axis(G, k[:, :, None, :, None], axis=3)
-    G = xp.take_along_axis(G, t[1:, :, None, None, :], axis=4)
-    mk = np.take_along_axis(p.mk, ok, axis=-1)
-    mt = np.take_along_axis(p.mt, ot, axis=-1)
+    if _is_prefix(p.mk) and _is_prefix(p.mt):
+        # Live slots first already (svd's masks: the optimizer loop's case):
+        # the permutation below is the identity, so the cut is a slice, masked
+        # at its own size.  The same bytes; compact(n=8, r=16) of svd(x + 0.1
+        # y), asv Svd-case trains: one 0.89-1.58 -> 0.10-0.16 ms, 8 6.7-7.2 ->
+        # 0.32-0.41 ms, 64 64.4 -> 3.9-4.0 ms (the gathers made index arrays
+        # as large as their outputs, after masking the whole padded train;
+        # benchmarks/tt_svd_stack.py --retraction).
+        cut = _Parts(xp, p.U[:, :, :n2], p.G[:, :, :r2, :n2, :r2], p.shape, None, p.stack,
+                     p.mk[..., :n2], p.mt[..., :r2])
+        (U, G), mk, mt = _masked(cut), cut.mk, cut.mt
+    else:
+        U, G = _masked(p)
+        # live slots first, in order (a stable sort of the dead-slot flags)
+        ok = np.argsort(~p.mk, axis=-1, kind="stable")[..., :n2]  # (d, S, <= n2)
+        ot = np.argsort(~p.mt, axis=-1, kind="stable")[..., :r2]  # (d + 1, S, <= r2)
+        k, t = xp.asarray(ok), xp.asarray(ot)
+        U = xp.take_along_axis(U, k[..., None], axis=2)
+        G = xp.take_along_axis(G, t[:-1, :, :, None, None], axis=2)
+        G = xp.take_along_axis(G, k[:, :, None, :, None], axis=3)
+        G = xp.take_along_axis(G, t[1:, :, None, None, :], axis=4)
+        mk = np.take_along_axis(p.mk, ok, axis=-1)
+        mt = np.take_along_axis(p.mt, ot, axis=-1)
     grow_n, grow_r = n2 - mk.shape[-1], r2 - mt.shape[-1]  # (slots past the old padding)
     if grow_n or grow_r:
         U = xp.pad(U, ((0, 0), (0, 0), (0, grow_n), (0, 0)))
