@@ -11,7 +11,8 @@ from the rest.
 ``--retraction`` times instead one retraction step of an optimizer loop
 on the same trains, part by part: ``x = (x + 0.1 * y).svd(max_tucker_ranks=8,
 max_tt_ranks=16)[0].compact(n=8, r=16)`` (the sum pads to n = 16, r = 32,
-which ``compact`` cuts back so that the loop keeps one structure).
+which ``compact`` cuts back so that the loop keeps one structure), with the
+svd of the sum's trains at their exact ranks by the ragged loop beside it.
 
     python benchmarks/tt_svd_stack.py [--retraction] [--json FILE]
     python benchmarks/ab_run.py CHECKOUT benchmarks/tt_svd_stack.py   # another checkout
@@ -57,8 +58,13 @@ def retraction_row(count):
     x, y = to_uniform(random_ragged(D, 1, count)), to_uniform(random_ragged(D, 2, count))
     s = x + 0.1 * y
     t = s.svd(max_tucker_ranks=8, max_tt_ranks=16)[0]
+    # the sum's trains at their exact ranks, for the ragged loop's svd
+    t3s = s.to_t3()
+    ragged = [(list(t3.data[0]), list(t3.data[1]))
+              for t3 in (t3s if isinstance(t3s, tuple) else (t3s,))]
     return {"x + 0.1 * y": best_ms(lambda: x + 0.1 * y),
             "svd": best_ms(lambda: s.svd(max_tucker_ranks=8, max_tt_ranks=16)),
+            "svd, ragged loop": best_ms(lambda: ragged_svd(ragged, 8, 16)),
             "compact": best_ms(lambda: t.compact(n=8, r=16))}
 
 
