@@ -253,6 +253,20 @@ def gkr_jagged_launches(widths, tail: bool = True) -> int:
 #: core) a split call loses ~0.05-0.1 ms: under 10% from ~0.7 ms up.
 TT_CPU_SERIAL_WORK = 1 << 22
 
+#: NumPy SVD, orthogonalizations and norm("orthogonal") of trains
+#: (zorch_nb/tt_ops._by_chunks): a stack whose core slabs (one TT core of
+#: every stack element) pass this many bytes is computed in chunks of stack
+#: elements within it, split over the threads, so that the sweeps'
+#: temporaries stay in the heap and the caches.  Measured on 2 cores (d = 8,
+#: N = 32; fresh processes, three each, best of 7 calls; whole stack /
+#: chunks of 2 MiB / 1 MiB / 512 KiB, in ms): a sum of trains padded to
+#: n = 16, r = 32 (128 KiB a core), 16 trains 121-141 / 127-133 / 132-140 /
+#: 103-114, 64 trains 661-785 / 457-487 / 361-387 / 333-361; trains padded
+#: to n = 8, r = 16 (16 KiB), 64 trains 80-89 / 71-80 / 79-80 / 94-122,
+#: 256 trains 329-392 / 305-353 / 274-288 / 259-293 (a chunk pays the steps'
+#: Python overhead again: 3.5 ms for one train of the second kind).
+TT_CPU_CHUNK_BYTES = 1 << 20
+
 
 # ---- graph commitments (kernels/merkle_*.py, kernels/cuda/merkle.cu) ---------
 #: A host buffer of at most this many words is hashed on the calling thread

@@ -563,7 +563,7 @@ class StructureKernel:
         return f"<StructureKernel {self._name} {self._fn!r}>"
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _orthogonalize_row(F, b, j):
     """Gram-Schmidt row ``j`` of ``F[b]`` against rows ``0..j-1`` (a second
     pass only when the first removed much of it); return its norm."""
@@ -587,7 +587,7 @@ def _orthogonalize_row(F, b, j):
     return np.sqrt(after)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def orthonormal_frame_repair(F, mask, kcount):
     """Make frame vectors orthonormal on the real coordinates, in place.
 

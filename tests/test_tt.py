@@ -2493,14 +2493,21 @@ def _svd_results(x):
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_threaded_svds_give_the_serial_bytes(rng, monkeypatch, path, dtype):
+@pytest.mark.parametrize("chunked", [False, True])
+def test_threaded_svds_give_the_serial_bytes(rng, monkeypatch, path, dtype, chunked):
     """A large stack's LAPACK SVDs are split over the threads (LAPACK runs
     without the GIL; 64 trains of the asv Svd case 83 -> 68-80 ms on 2
-    cores); each matrix is computed alone, so svd, the orthogonalizations
-    and norm("orthogonal") give the bytes of one serial call."""
+    cores), and so are its chunks (TT_CPU_CHUNK_BYTES; each chunk's SVDs
+    then stay on its thread); each matrix and each chunk is computed alone,
+    so svd, the orthogonalizations and norm("orthogonal") give the bytes of
+    one serial call."""
     x = random_stack(rng, 7)
     x = UniformTuckerTensorTrain(x.tucker_supercore.astype(dtype),
                                  x.tt_supercore.astype(dtype), x.shape, x.masks)
+    if chunked:  # chunks of 2 stack elements: 4 of them
+        n, r, N = x.padded_sizes
+        monkeypatch.setattr(tt_ops._config, "TT_CPU_CHUNK_BYTES",
+                            2 * max(r * n * r, n * N) * np.dtype(dtype).itemsize)
     monkeypatch.setattr(tt_ops._config, "TT_CPU_SERIAL_WORK", 1 << 62)
     serial = _svd_results(x)
     monkeypatch.setattr(tt_ops._config, "TT_CPU_SERIAL_WORK", 0)
@@ -2513,6 +2520,100 @@ def test_threaded_svds_give_the_serial_bytes(rng, monkeypatch, path, dtype):
             assert got.dtype == want.dtype and got.shape == want.shape
             assert got.tobytes() == want.tobytes()
         assert recording.ranges  # (the split ran)
+        if chunked:  # ranges of the 4 chunks only: none of a chunk's own SVD batches
+            assert all(end <= 4 for _, end in recording.ranges)
+
+
+def test_train_linear_algebra_runs_blas_on_one_thread(rng, monkeypatch):
+    """The SVD, orthogonalizations and norm("orthogonal") run BLAS and LAPACK
+    on one thread (threadpoolctl; OpenBLAS's threads slowed their many small
+    calls 2x on 2 cores and contended with the stack's own split), and put
+    the process's setting back -- after an error too, and where threads
+    call them at once (the last one out restores it)."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")  # (a dependency: CI has it)
+
+    def blas_threads():
+        return [lib["num_threads"] for lib in threadpoolctl.threadpool_info()
+                if lib["user_api"] == "blas"]
+
+    seen = []
+    masked = tt_ops._masked
+    monkeypatch.setattr(tt_ops, "_masked", lambda p: seen.append(blas_threads()) or masked(p))
+    x = random_stack(rng, 7)
+    with threadpoolctl.threadpool_limits(2, user_api="blas"):
+        assert blas_threads() and set(blas_threads()) == {2}
+        x.svd(max_tucker_ranks=2), x.orthogonalize("right"), x.norm("orthogonal")
+        assert seen and all(set(s) == {1} for s in seen)
+        assert set(blas_threads()) == {2}
+        bad = x.tt_supercore.copy()
+        bad[(0,) * bad.ndim] = np.inf  # (slot 0 of every rank is live)
+        with pytest.raises(ValueError, match="inf or NaN"):
+            UniformTuckerTensorTrain(x.tucker_supercore, bad, x.shape, x.masks).svd()
+        assert set(blas_threads()) == {2}
+        barrier = threading.Barrier(4)
+
+        def call(_):
+            barrier.wait()
+            return x.svd(max_tucker_ranks=2)[0].tt_supercore
+
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            results = list(pool.map(call, range(4)))
+        assert all(r.tobytes() == results[0].tobytes() for r in results)
+        assert set(blas_threads()) == {2}
+
+
+def _flat_stack(a, stack):
+    """``a`` (a result of :func:`_svd_results`) with its stack axes as one:
+    axis 0 of the norm, axis 1 of the others."""
+    at = 0 if a.ndim == len(stack) else 1
+    return a.reshape(a.shape[:at] + (-1,) + a.shape[at + len(stack):]), at
+
+
+def _sub_stack(x, lo, hi):
+    """Stack elements ``[lo, hi)`` of ``x``'s flattened stack, as a 1-d stack."""
+    k = len(x.stack_shape)
+    U, G, shape, masks = x.data
+    flat = [a.reshape(a.shape[:1] + (-1,) + a.shape[1 + k:])[:, lo:hi]
+            for a in (U, G, masks[0], masks[1])]
+    return UniformTuckerTensorTrain(flat[0], flat[1], shape, UT3Masks(flat[2], flat[3]))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("stack", [(7,), (2, 3)])
+def test_a_large_stack_is_computed_as_its_chunks(rng, monkeypatch, path, dtype, stack):
+    """Past TT_CPU_CHUNK_BYTES per core slab the NumPy SVD, orthogonalizations
+    and norm("orthogonal") run on chunks of the stack (a sum of 64 trains at
+    n = 16, r = 32: its SVD 661-785 -> 361-387 ms on 2 cores): the result
+    is, byte for byte, each chunk's own put together, masks and singular
+    values included."""
+    x = random_stack(rng, math.prod(stack))
+    U, G, shape, masks = x.data
+    U, G, mk, mt = (a.reshape(a.shape[:1] + stack + a.shape[2:])
+                    for a in (U.astype(dtype), G.astype(dtype), masks[0], masks[1]))
+    x = UniformTuckerTensorTrain(U, G, shape, UT3Masks(mk, mt))
+    n, r, N = x.padded_sizes
+    slab = max(r * n * r, n * N) * np.dtype(dtype).itemsize
+    monkeypatch.setattr(tt_ops._config, "TT_CPU_CHUNK_BYTES", 3 * slab + slab // 2)  # 3 a chunk
+    sizes = [3, 3, 1] if stack == (7,) else [3, 3]
+    calls, computed = [], []
+    chunks, masked = tt_ops._stack_chunks, tt_ops._masked
+    monkeypatch.setattr(tt_ops, "_stack_chunks",
+                        lambda p: calls.append(got := chunks(p)) or got)
+    monkeypatch.setattr(tt_ops, "_masked", lambda p: computed.append(p.S) or masked(p))
+    whole = _svd_results(x)
+    assert calls and all(c == [(0, 3), (3, 6), (6, 7)][:len(sizes)] for c in calls)
+    assert sorted(set(computed)) == sorted(set(sizes))  # (each chunk apart)
+    lo = 0
+    for size in sizes:
+        calls.clear()
+        part = _svd_results(_sub_stack(x, lo, lo + size))
+        assert calls and all(c == [(0, size)] for c in calls)  # (no chunks in a chunk)
+        for got, want in zip(whole, part, strict=True):
+            got, at = _flat_stack(got, stack)
+            got = got[(slice(None),) * at + (slice(lo, lo + size),)]
+            assert got.dtype == want.dtype and got.shape == want.shape
+            assert np.ascontiguousarray(got).tobytes() == np.ascontiguousarray(want).tobytes()
+        lo += size
 
 
 def test_svds_leave_out_rows_and_columns_that_are_padding_in_every_matrix(rng, monkeypatch,

@@ -10,14 +10,17 @@ See :mod:`zorch_nb.tt` for the data model and the compile-cache rule.
 """
 import collections.abc
 import concurrent.futures
+import contextlib
 import fractions
 import functools
+import importlib
 import io
 import math
 import numbers
 import os
 import sys
 import threading
+import warnings
 import zipfile
 import zlib
 
@@ -355,10 +358,16 @@ def _cpu_threads():
     return numba.config.NUMBA_NUM_THREADS
 
 
+_in_chunks = threading.local()  # .active: a thread of _by_chunks (which splits its own)
+
+
 def _stack_threads(n_stack, work):
     """Threads for a kernel call over ``n_stack`` elements of ``work``
-    multiply-adds in all: 1 up to ``TT_CPU_SERIAL_WORK``."""
-    if work <= _config.TT_CPU_SERIAL_WORK or n_stack < 2:
+    multiply-adds in all: 1 up to ``TT_CPU_SERIAL_WORK``, or within a chunk
+    of :func:`_by_chunks` (already split over the threads: a nested split
+    would wait on the pool its own range occupies)."""
+    if (work <= _config.TT_CPU_SERIAL_WORK or n_stack < 2
+            or getattr(_in_chunks, "active", False)):
         return 1
     return max(1, min(_cpu_threads(), n_stack))
 
@@ -423,6 +432,115 @@ def _run_stack(kernel, n_stack, work, args, scratch):
             raise interrupted
     for f in futures:
         f.result()
+
+
+_blas = None  # threadpoolctl's controller of the loaded BLAS; False: not installed
+_blas_users = 0  # calls inside _one_blas_thread (the first sets, the last restores)
+_blas_lock = threading.Lock()
+_blas_saved = None
+
+
+@contextlib.contextmanager
+def _one_blas_thread():
+    """BLAS and LAPACK on one thread inside, where threadpoolctl is installed.
+
+    Why: the train ops' LAPACK and BLAS calls are many small ones (a 380 x 28
+    SVD, a 32 x 512 times 512 x 32 product), which OpenBLAS's own threads
+    slow down (the SVD: 220 us on one thread, 450 us on two, 2-core AMD
+    EPYC), and the ops split their stacks over threads themselves, on which
+    OpenBLAS's threads would contend.  The setting is the process's: the
+    first of concurrent callers sets it, the last restores it."""
+    global _blas, _blas_users, _blas_saved
+    if _blas is None:
+        try:
+            import threadpoolctl
+            # SciPy's own BLAS (Numba's np.linalg calls it) loads with
+            # scipy.linalg, which the first Numba kernel call imports: loaded
+            # first, the controller sees it too
+            importlib.import_module("scipy.linalg")
+            with warnings.catch_warnings():  # (its notes on OpenMP runtimes: not ours)
+                warnings.simplefilter("ignore")
+                _blas = threadpoolctl.ThreadpoolController().select(user_api="blas")
+        except Exception:  # (not installed, or a library it cannot read)
+            _blas = False
+    if not _blas:
+        yield
+        return
+    with _blas_lock:
+        if _blas_users == 0:
+            _blas_saved = _blas.limit(limits=1)  # (set now; restored by the last user)
+        _blas_users += 1
+    try:
+        yield
+    finally:
+        with _blas_lock:
+            _blas_users -= 1
+            if _blas_users == 0:
+                _blas_saved.restore_original_limits()
+
+
+def _stack_chunks(p):
+    """``[(lo, hi), ...]``: the ranges of the flat stack that :func:`_by_chunks`
+    computes apart -- on NumPy as many stack elements as keep one core's
+    slab (a TT core of each, or a Tucker core) within ``TT_CPU_CHUNK_BYTES``
+    -- or the whole stack."""
+    S = p.S
+    per = max(math.prod(p.G.shape[2:]), math.prod(p.U.shape[2:])) * p.G.dtype.itemsize
+    size = max(1, _config.TT_CPU_CHUNK_BYTES // max(per, 1))
+    if p.xp is not np or S <= size:
+        return [(0, S)]
+    return [(lo, min(lo + size, S)) for lo in range(0, S, size)]
+
+
+def _by_chunks(p, compute):
+    """``compute(q)`` on the chunks ``q`` of the stack of ``p``
+    (:func:`_stack_chunks`), its results -- host arrays with the stack on
+    axis 1 -- put together.  The chunks are split over the threads as the
+    kernels' stacks are (:func:`_run_stack`; LAPACK, BLAS, NumPy's loops and
+    the frame repair run without the GIL), each computed alone: the chunks,
+    not the threads, decide every bit.
+
+    Why chunks: a sweep's steps make several temporaries of a whole core
+    slab (the SVD's factors, a copy of the unfolding, the products).  A
+    slab of a large stack is past glibc's ``mmap`` threshold, so each
+    temporary is fresh pages, which the kernel faults in and zeroes: an SVD
+    of 64 trains at n = 16, r = 32 (8 MiB slabs) met ~57 000 page faults, a
+    quarter of its time on the 2-core AMD EPYC VM.  Chunks of ~1 MiB reuse
+    the heap (and the caches).  The stack elements are independent, so only
+    what each step leaves out as padding of every element (:func:`_frame`)
+    depends on the chunks."""
+    if p.xp is not np:
+        return compute(p)
+    with _one_blas_thread():
+        return _chunks_on_threads(p, compute, _stack_chunks(p))
+
+
+def _chunks_on_threads(p, compute, chunks):
+    if len(chunks) == 1:
+        return compute(p)
+    out = []
+    lock = threading.Lock()
+
+    def run(begin, end):  # chunks [begin, end), one after another
+        was = getattr(_in_chunks, "active", False)
+        _in_chunks.active = True  # a chunk's own SVD batches stay on its thread
+        try:
+            for lo, hi in chunks[begin:end]:
+                part = compute(_Parts(p.xp, p.U[:, lo:hi], p.G[:, lo:hi], p.shape, None,
+                                      (hi - lo,), p.mk[:, lo:hi], p.mt[:, lo:hi]))
+                with lock:  # the first chunk done gives the dtypes (float64 on a retry)
+                    if not out:
+                        out.extend(np.empty(a.shape[:1] + (p.S,) + a.shape[2:], dtype=a.dtype)
+                                   for a in part)
+                for whole, a in zip(out, part):
+                    whole[:, lo:hi] = a
+        finally:
+            _in_chunks.active = was
+
+    # multiply-adds of the chunks' SVDs (see _left_svd): one per core each
+    M, L = max(p.r * p.n, 1), max(p.r, 1)
+    _run_stack(run, len(chunks), 2 * p.S * p.d * (4 * M * L * L + 8 * L ** 3), (), tuple)
+    return tuple(out)
 
 
 # ---------------------------------------------------------------------------
@@ -1921,7 +2039,14 @@ def ut3_norm(data, method="inner"):
         # the exponent of inner(x, x) is even (twice x's): halved after the
         # sqrt, so a norm that fits is never lost to its square's overflow
         return (norm if e is None else xp.ldexp(norm, e // 2)).reshape(p.stack)
-    p, e = _power_scaled(_parts(data))
+    p = _parts(data)
+    norm, = _by_chunks(p, lambda q: (_orthogonal_norm(q)[None],))
+    return norm[0].reshape(p.stack)
+
+
+def _orthogonal_norm(p):
+    """``norm(.., "orthogonal")`` of the flat stack of ``p``, shape ``(S,)``."""
+    p, e = _power_scaled(p)
     xp = p.xp
     U, G = _masked(p)
     _check_finite_input(xp, U, G, "norm")
@@ -1945,7 +2070,7 @@ def ut3_norm(data, method="inner"):
         # squares showed before they were scaled): float64 decides, and its
         # norm rounds to inf only where the norm does not fit
         _overflowed(norm.dtype)
-    return norm.reshape(p.stack)
+    return norm
 
 
 # ---------------------------------------------------------------------------
@@ -2571,11 +2696,19 @@ def ut3_orthogonalize(data, kind="left"):
 
     As in :func:`ut3_svd`, a train's frames can differ with the stack it is
     computed in, by rounding and in the vectors spanning zero singular
-    values (the SVDs leave out what is padding in every stack element).
+    values (the SVDs leave out what is padding in every stack element of
+    the chunk; on NumPy, BLAS runs on one thread meanwhile: see
+    :func:`ut3_svd`).
     """
     if kind not in ORTHOGONALIZE_KINDS:
         raise ValueError(f"Argument `kind` must be one of {ORTHOGONALIZE_KINDS}, not {kind!r}.")
     p = _parts(data)
+    U, G, mk, mt = _by_chunks(p, lambda q: _orthogonalize_parts(q, kind))
+    return _pack(p.xp, U, G, p.shape, mk, mt, p.stack)
+
+
+def _orthogonalize_parts(p, kind):
+    """:func:`ut3_orthogonalize` of the flat stack of ``p``: ``(U, G, mk, mt)``."""
     xp = p.xp
     U, G = _masked(p)
     # Checked here for every kind: "tt_up" takes SVDs of the TT cores only,
@@ -2602,7 +2735,7 @@ def ut3_orthogonalize(data, kind="left"):
         k = -1 if kind == "left" else 0
         G[k] = _times_power(xp, G[k], e)
     _check_finite_result(xp, U, G)
-    return _pack(xp, U, G, p.shape, mk, mt, p.stack)
+    return U, G, mk, mt
 
 
 def _max_ranks(value, count, name):
@@ -2764,17 +2897,37 @@ def ut3_svd(data, max_tucker_ranks=None, max_tt_ranks=None, rtol=None):
     and at the end: each reads back one bool, whether the train / the step's
     matrix / the result is finite (see :func:`ut3_orthogonalize`).
 
+    On NumPy a stack whose core slabs pass
+    ``launch_config.TT_CPU_CHUNK_BYTES`` (1 MiB: one TT core of every stack
+    element) is computed in chunks of stack elements within it, split over
+    the threads (64 trains padded to n = 16, r = 32: 661-785 -> 361-387 ms
+    on 2 cores), and BLAS and LAPACK run on one thread meanwhile (through
+    threadpoolctl: their many small calls ran 2x slower on OpenBLAS's
+    threads; the process's setting comes back when the call returns).
+
     Each step's SVDs leave out the rows and columns that are padding in
-    every stack element (zero), so a train's result can differ with the
-    stack it is computed in: by rounding, and where a step has zero
-    singular values, in the frame vectors that span them (any orthonormal
-    completion is exact; the tensor and the singular values are the same).
+    every stack element of the chunk (zero), so a train's result can
+    differ with the stack it is computed in: by rounding, and where a step
+    has zero singular values, in the frame vectors that span them (any
+    orthonormal completion is exact; the tensor and the singular values are
+    the same).  The threads never change a bit.
     """
     p = _parts(data)
     xp = p.xp
     max_tk = _max_ranks(max_tucker_ranks, p.d, "max_tucker_ranks")
     max_tt = _max_ranks(max_tt_ranks, p.d - 1, "max_tt_ranks")
     _check_rtol(rtol)
+    U, G, mk, mt, tucker_svs, tt_svs = _by_chunks(
+        p, lambda q: _svd_parts(q, max_tk, max_tt, rtol))
+    tucker_svs = tucker_svs.reshape((p.d,) + p.stack + (p.n,))
+    tt_svs = tt_svs.reshape((p.d - 1,) + p.stack + (p.r,))
+    return _pack(xp, U, G, p.shape, mk, mt, p.stack), (tucker_svs, tt_svs)
+
+
+def _svd_parts(p, max_tk, max_tt, rtol):
+    """:func:`ut3_svd` of the flat stack of ``p``: ``(U, G, mk, mt,
+    tucker_svs (d, S, n), tt_svs (d - 1, S, r))``."""
+    xp = p.xp
     U, G = _masked(p)
     _check_finite_input(xp, U, G, "SVD")
     U, G, e = _balanced(xp, U, G)  # (always: see its docstring)
@@ -2783,7 +2936,6 @@ def ut3_svd(data, max_tucker_ranks=None, max_tt_ranks=None, rtol=None):
     U, G, mk = _tucker_down(xp, U, G, p.shape, mk)
     for i in range(p.d - 1, 0, -1):
         _right_step(xp, G, mk, mt, i)
-    S, r, n = p.S, p.r, p.n
     tucker_svs, tt_svs = [], []
     for i in range(p.d):
         tucker_svs.append(_tucker_step(xp, U, G, mk, mt, i, max_tk[i], rtol))
@@ -2801,9 +2953,9 @@ def ut3_svd(data, max_tucker_ranks=None, max_tt_ranks=None, rtol=None):
     tucker_svs = [_times_power(xp, sv, e) for sv in tucker_svs]
     tt_svs = [_times_power(xp, sv, e) for sv in tt_svs]
     _check_finite_result(xp, U, G)
-    tucker_svs = xp.stack(tucker_svs).reshape((p.d,) + p.stack + (n,))
-    tt_svs = (xp.stack(tt_svs) if tt_svs else xp.zeros((0, S, r), dtype=G.dtype)).reshape((p.d - 1,) + p.stack + (r,))
-    return _pack(xp, U, G, p.shape, mk, mt, p.stack), (tucker_svs, tt_svs)
+    tucker_svs = xp.stack(tucker_svs)
+    tt_svs = xp.stack(tt_svs) if tt_svs else xp.zeros((0, p.S, p.r), dtype=G.dtype)
+    return U, G, mk, mt, tucker_svs, tt_svs
 
 
 # ---------------------------------------------------------------------------
