@@ -13,8 +13,10 @@ on the same trains, part by part: ``x = (x + 0.1 * y).svd(max_tucker_ranks=8,
 max_tt_ranks=16)[0].compact(n=8, r=16)`` (the sum pads to n = 16, r = 32,
 which ``compact`` cuts back so that the loop keeps one structure), with the
 svd of the sum's trains at their exact ranks by the ragged loop beside it.
+``--sweeps`` times the four orthogonalizations and ``norm("orthogonal")`` of
+that sum.
 
-    python benchmarks/tt_svd_stack.py [--retraction] [--json FILE]
+    python benchmarks/tt_svd_stack.py [--retraction | --sweeps] [--json FILE]
     python benchmarks/ab_run.py CHECKOUT benchmarks/tt_svd_stack.py   # another checkout
 """
 import argparse
@@ -68,15 +70,26 @@ def retraction_row(count):
             "compact": best_ms(lambda: t.compact(n=8, r=16))}
 
 
+def sweeps_row(count):
+    s = to_uniform(random_ragged(D, 1, count)) + 0.1 * to_uniform(random_ragged(D, 2, count))
+    row = {f"orthogonalize {kind}": best_ms(lambda: s.orthogonalize(kind))
+           for kind in ("left", "right", "tucker_down", "tt_up")}
+    row['norm("orthogonal")'] = best_ms(lambda: s.norm("orthogonal"))
+    return row
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--retraction", action="store_true",
                     help="time a retraction step's parts instead")
+    ap.add_argument("--sweeps", action="store_true",
+                    help="time the orthogonalizations and norm('orthogonal') of the sum instead")
     ap.add_argument("--json")
     args = ap.parse_args()
     rows = {}
+    row_of = retraction_row if args.retraction else sweeps_row if args.sweeps else svd_row
     for count in (1, 8, 64):
-        rows[f"{count} trains"] = row = (retraction_row if args.retraction else svd_row)(count)
+        rows[f"{count} trains"] = row = row_of(count)
         print(count, "trains (ms):", row)
     if args.json:
         with open(args.json, "w") as fh:
