@@ -56,7 +56,9 @@ Backends:
   stacks split over a thread pool, byte for byte the serial result: see
   ``kernels/launch_config.TT_CPU_SERIAL_WORK``); the SVD frames are repaired
   by a generic Numba kernel; everything else is batched NumPy (``einsum``,
-  ``matmul``, ``linalg.svd``).
+  ``matmul``, ``linalg.svd``).  ``svd``, ``orthogonalize`` and
+  ``norm("orthogonal")`` run BLAS on one thread (threadpoolctl) and take
+  a large stack in chunks over the threads (``TT_CPU_CHUNK_BYTES``).
 * CuPy supercores -- the same operations as batched CuPy calls (``einsum``,
   ``matmul``, ``linalg.svd``) on masked supercores; results agree with the
   NumPy path within rounding.  Most operations only queue device work; these
