@@ -563,7 +563,11 @@ class StructureKernel:
         return f"<StructureKernel {self._name} {self._fn!r}>"
 
 
-@njit(cache=True, nogil=True)
+# fastmath "reassoc" lets LLVM vectorize the dot products' sums (a sum is
+# otherwise one add after another): the repair of 16 frames of 32 vectors of
+# 512 took 4.3 ms, 1.06 ms so (2-core AMD EPYC), the frames differing by
+# rounding (1.7e-16).  No other fastmath flag: inf and NaN keep their meaning.
+@njit(cache=True, nogil=True, fastmath={"reassoc"})
 def _orthogonalize_row(F, b, j):
     """Gram-Schmidt row ``j`` of ``F[b]`` against rows ``0..j-1`` (a second
     pass only when the first removed much of it); return its norm."""
