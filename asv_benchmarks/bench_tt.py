@@ -14,6 +14,10 @@ process (imports and the compile in ``setup`` included): its growth with
 beyond their inputs: no peakmem, which kept CI's ``asv run --quick``
 shorter.)
 
+``SumSvd`` is the SVD step of an optimizer's retraction: the sum of two such
+batches (padded to n = 16, r = 32) truncated back to n = 8, r = 16, against
+the ragged loop on the sum's trains at their exact ranks.
+
 ``to_dense`` uses d = 3 (same N, n, r, batch): the d = 8 dense batch would
 hold trains * 32^8 entries.  The SVD truncates to Tucker rank 4 and TT rank
 8.  One class per operation, so that ``setup`` compiles only the kernel its
@@ -193,6 +197,34 @@ class Svd(_UniformVsRagged):
 
     def time_svd(self, trains, impl):
         self._run(impl)
+
+
+class SumSvd(_UniformVsRagged):
+    """The SVD step of an optimizer's retraction: ``x + 0.1 * y`` (padded to
+    n = 16, r = 32, its ranks the sums of the terms') truncated back to
+    n = 8, r = 16; ``ragged`` is the loop on the sum's trains at their exact
+    ranks.  At 64 trains the stack is computed in chunks over the threads
+    (``launch_config.TT_CPU_CHUNK_BYTES``)."""
+
+    @prepare_once
+    def setup(self, trains, impl):
+        self.us = to_uniform(random_ragged(D, 1, trains)) + 0.1 * to_uniform(
+            random_ragged(D, 2, trains))
+        t3s = self.us.to_t3()
+        self.s = [(list(t3.data[0]), list(t3.data[1]))
+                  for t3 in (t3s if isinstance(t3s, tuple) else (t3s,))]
+        got = self.us.svd(N_TUCKER, R_TT)[0]
+        want = UniformTuckerTensorTrain.from_t3(
+            tuple(TuckerTensorTrain(tk, tt) for (tk, tt), _ in ragged_svd(self.s, N_TUCKER, R_TT)),
+            n=2 * N_TUCKER, r=2 * R_TT, N=N)
+        if not ((got - want).norm("orthogonal") <= 1e-9 * got.norm()).all():
+            raise AssertionError("svd of a sum: the kernel's truncation differs from the loop's")
+
+    def time_svd(self, trains, impl):
+        if impl == "uniform":
+            self.us.svd(N_TUCKER, R_TT)
+        else:
+            ragged_svd(self.s, N_TUCKER, R_TT)
 
 
 # -- large stacks: the stack split over threads -------------------------------
