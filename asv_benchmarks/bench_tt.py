@@ -199,6 +199,16 @@ class Svd(_UniformVsRagged):
         self._run(impl)
 
 
+def random_sum(count):
+    """``(uniform, ragged)``: ``x + 0.1 * y`` of two uniform batches of
+    :func:`random_ragged` trains (padded to n = 16, r = 32), and the sum's
+    trains at their exact ranks as ragged ``(tucker cores, tt cores)``."""
+    total = to_uniform(random_ragged(D, 1, count)) + 0.1 * to_uniform(random_ragged(D, 2, count))
+    t3s = total.to_t3()
+    return total, [(list(t3.data[0]), list(t3.data[1]))
+                   for t3 in (t3s if isinstance(t3s, tuple) else (t3s,))]
+
+
 class SumSvd(_UniformVsRagged):
     """The SVD step of an optimizer's retraction: ``x + 0.1 * y`` (padded to
     n = 16, r = 32, its ranks the sums of the terms') truncated back to
@@ -208,11 +218,7 @@ class SumSvd(_UniformVsRagged):
 
     @prepare_once
     def setup(self, trains, impl):
-        self.us = to_uniform(random_ragged(D, 1, trains)) + 0.1 * to_uniform(
-            random_ragged(D, 2, trains))
-        t3s = self.us.to_t3()
-        self.s = [(list(t3.data[0]), list(t3.data[1]))
-                  for t3 in (t3s if isinstance(t3s, tuple) else (t3s,))]
+        self.us, self.s = random_sum(trains)
         got = self.us.svd(N_TUCKER, R_TT)[0]
         want = UniformTuckerTensorTrain.from_t3(
             tuple(TuckerTensorTrain(tk, tt) for (tk, tt), _ in ragged_svd(self.s, N_TUCKER, R_TT)),

@@ -28,7 +28,7 @@ import time
 sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
 
 from asv_benchmarks.bench_tt import (D, MAX_TT, MAX_TUCKER, random_ragged,  # noqa: E402
-                                     ragged_svd, to_uniform)
+                                     random_sum, ragged_svd, to_uniform)
 from zorch_nb.kernels import launch_config  # noqa: E402
 
 
@@ -58,12 +58,8 @@ def svd_row(count):
 
 def retraction_row(count):
     x, y = to_uniform(random_ragged(D, 1, count)), to_uniform(random_ragged(D, 2, count))
-    s = x + 0.1 * y
+    s, ragged = random_sum(count)  # (x + 0.1 * y; its trains at exact ranks for the loop)
     t = s.svd(max_tucker_ranks=8, max_tt_ranks=16)[0]
-    # the sum's trains at their exact ranks, for the ragged loop's svd
-    t3s = s.to_t3()
-    ragged = [(list(t3.data[0]), list(t3.data[1]))
-              for t3 in (t3s if isinstance(t3s, tuple) else (t3s,))]
     return {"x + 0.1 * y": best_ms(lambda: x + 0.1 * y),
             "svd": best_ms(lambda: s.svd(max_tucker_ranks=8, max_tt_ranks=16)),
             "svd, ragged loop": best_ms(lambda: ragged_svd(ragged, 8, 16)),
@@ -71,7 +67,7 @@ def retraction_row(count):
 
 
 def sweeps_row(count):
-    s = to_uniform(random_ragged(D, 1, count)) + 0.1 * to_uniform(random_ragged(D, 2, count))
+    s = random_sum(count)[0]
     row = {f"orthogonalize {kind}": best_ms(lambda: s.orthogonalize(kind))
            for kind in ("left", "right", "tucker_down", "tt_up")}
     row['norm("orthogonal")'] = best_ms(lambda: s.norm("orthogonal"))
