@@ -2772,6 +2772,38 @@ def test_threaded_stack_in_a_forked_child(rng, monkeypatch):
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 
+def test_a_child_forked_inside_an_op_gets_its_blas_threads_back():
+    """A child forked while a parent's thread runs BLAS on one thread (inside
+    svd and the like) would keep that setting, no thread of its own leaving
+    the op: it gets the original back at the fork; the parent's is restored
+    when its op ends."""
+    if not hasattr(os, "fork"):
+        pytest.skip("needs os.fork")
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+
+    def blas_threads():
+        return {lib["num_threads"] for lib in threadpoolctl.threadpool_info()
+                if lib["user_api"] == "blas"}
+
+    with threadpoolctl.threadpool_limits(2, user_api="blas"):
+        with tt_ops._one_blas_thread():
+            assert blas_threads() == {1}
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - the child's coverage is not collected
+                ok = False
+                try:
+                    ok = blas_threads() == {2} and tt_ops._blas_users == 0
+                    with tt_ops._one_blas_thread():
+                        ok = ok and blas_threads() == {1}
+                    ok = ok and blas_threads() == {2}
+                finally:
+                    os._exit(0 if ok else 3)
+            _, status = os.waitpid(pid, 0)
+            assert blas_threads() == {1}
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+        assert blas_threads() == {2}
+
+
 def test_kernel_cache_builds_each_key_once_across_threads():
     """Threads meeting a new structure at once each built (and, without a
     writable disk cache, compiled) their own kernel; the last one stored won

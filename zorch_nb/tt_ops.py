@@ -337,8 +337,17 @@ _pool_lock = threading.Lock()
 def _after_fork_in_child():
     # the parent's workers do not exist in a forked child (an inherited
     # executor would queue work that no thread runs); its lock may be held
-    global _pool, _pool_lock
+    global _pool, _pool_lock, _blas_lock, _blas_users
     _pool, _pool_lock = None, threading.Lock()
+    # forked while a parent's thread ran an op under _one_blas_thread: no
+    # thread here will leave it, so the child gets its BLAS setting back now
+    _blas_lock = threading.Lock()
+    if _blas_users:
+        _blas_users = 0
+        try:
+            _blas_saved.restore_original_limits()
+        except Exception:  # (a child keeps going on one BLAS thread, not fails)
+            pass
 
 
 if hasattr(os, "register_at_fork"):
