@@ -2542,7 +2542,9 @@ def test_train_linear_algebra_runs_blas_on_one_thread(rng, monkeypatch):
     x = random_stack(rng, 7)
     with threadpoolctl.threadpool_limits(2, user_api="blas"):
         assert blas_threads() and set(blas_threads()) == {2}
-        x.svd(max_tucker_ranks=2), x.orthogonalize("right"), x.norm("orthogonal")
+        x.svd(max_tucker_ranks=2)
+        x.orthogonalize("right")
+        x.norm("orthogonal")
         assert seen and all(set(s) == {1} for s in seen)
         assert set(blas_threads()) == {2}
         bad = x.tt_supercore.copy()
@@ -2771,6 +2773,7 @@ def test_threaded_stack_in_a_forked_child(rng, monkeypatch):
             os._exit(0 if ok else 3)
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
 
 def test_a_child_forked_inside_an_op_gets_its_blas_threads_back():
     """A child forked while a parent's thread runs BLAS on one thread (inside
