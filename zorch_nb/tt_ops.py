@@ -489,14 +489,14 @@ def _one_blas_thread():
 
 
 def _stack_chunks(p):
-    """``[(lo, hi), ...]``: the ranges of the flat stack that :func:`_by_chunks`
-    computes apart -- on NumPy as many stack elements as keep one core's
-    slab (a TT core of each, or a Tucker core) within ``TT_CPU_CHUNK_BYTES``
-    -- or the whole stack."""
+    """``[(lo, hi), ...]``: the ranges of the flat (NumPy) stack that
+    :func:`_by_chunks` computes apart -- as many stack elements as keep one
+    core's slab (a TT core of each, or a Tucker core) within
+    ``TT_CPU_CHUNK_BYTES`` -- or the whole stack."""
     S = p.S
     per = max(math.prod(p.G.shape[2:]), math.prod(p.U.shape[2:])) * p.G.dtype.itemsize
     size = max(1, _config.TT_CPU_CHUNK_BYTES // max(per, 1))
-    if p.xp is not np or S <= size:
+    if S <= size:
         return [(0, S)]
     return [(lo, min(lo + size, S)) for lo in range(0, S, size)]
 
@@ -546,9 +546,9 @@ def _chunks_on_threads(p, compute, chunks):
         finally:
             _in_chunks.active = was
 
-    # multiply-adds of the chunks' SVDs (see _left_svd): one per core each
-    M, L = max(p.r * p.n, 1), max(p.r, 1)
-    _run_stack(run, len(chunks), 2 * p.S * p.d * (4 * M * L * L + 8 * L ** 3), (), tuple)
+    # the chunks' SVDs: one left unfolding per core of each element
+    _run_stack(run, len(chunks), p.S * p.d * _svd_work(max(p.r * p.n, 1), max(p.r, 1)),
+               (), tuple)
     return tuple(out)
 
 
@@ -2430,6 +2430,15 @@ def _flat_host(a, batch, B, tail=()):
     return a.reshape((B,) + tail)
 
 
+def _svd_work(M, L):
+    """The work of one thin SVD of an ``M x C`` matrix, ``L = min(M, C)``, in
+    the units of ``TT_CPU_SERIAL_WORK``: LAPACK's ~4 M L^2 + 8 L^3
+    multiply-adds, counted twice -- at these sizes LAPACK runs them at about
+    half the Numba kernels' rate (a 16 x 16 SVD 26 us on the 2-core AMD
+    EPYC), and TT_CPU_SERIAL_WORK is a time (~1 ms of those kernels)."""
+    return 2 * (4 * M * L * L + 8 * L ** 3)
+
+
 def _left_svd(xp, A):
     """``(u, s)`` of the thin SVD of each matrix of ``A`` ``(B, M, C)``: ``u``
     ``(B, M, L)``, ``s`` ``(B, L)``, ``L = min(M, C)`` (see :func:`_finite_svd`).
@@ -2460,11 +2469,7 @@ def _left_svd(xp, A):
         return _finite_svd(xp, a)[:2]
 
     L = min(M, C)
-    # multiply-adds of LAPACK's thin SVD (~4 M L^2 + 8 L^3 each; the QR of a
-    # wide one ~2 C M^2), counted twice: at these sizes LAPACK runs them at
-    # about half the Numba kernels' rate (a 16 x 16 SVD 26 us on the 2-core
-    # AMD EPYC), and TT_CPU_SERIAL_WORK is a time (~1 ms of those kernels)
-    work = 2 * B * (4 * M * L * L + 8 * L ** 3 + (2 * C * M * M if wide else 0))
+    work = B * (_svd_work(M, L) + (4 * C * M * M if wide else 0))  # (the QR: ~2 C M^2, twice)
     if xp is not np or _stack_threads(B, work) <= 1:
         return one_range(0, B)
     u, s = np.empty((B, M, L), dtype=A.dtype), np.empty((B, L), dtype=A.dtype)
