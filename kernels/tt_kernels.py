@@ -114,6 +114,163 @@ def core_exponent_span(U, G):
     return worst
 
 
+# The exponent of "no live entry": an offset below half of it marks the
+# entries behind a zero, whose own exponents (above -1100) cannot lift it back
+BALANCE_NONE = np.iinfo(np.int32).min // 4
+
+
+@njit(cache=True, forceinline=True)
+def _field_exponent(x, word, mant_bits, exp_mask):
+    # frexp's exponent of a normal x from its bits; BALANCE_NONE for 0, inf,
+    # NaN and subnormals (exponent field 0: the caller's second pass)
+    field = (np.int64(word) >> mant_bits) & exp_mask
+    normal = (field != 0) & (field != exp_mask)
+    return field - ((exp_mask >> 1) - 1) if normal else BALANCE_NONE
+
+
+@njit(cache=True, forceinline=True)
+def _is_subnormal(x, word, mant_bits, exp_mask):
+    return (x != 0) & ((np.int64(word) >> mant_bits) & exp_mask == 0)
+
+
+@njit(cache=True, forceinline=True)
+def _pow2_bits(k):
+    # the bits of the float64 2.0**k, -1022 <= k <= 1023
+    return (k + 1023) << 52
+
+
+def balance_powers_scratch(d, n, r):
+    """One scratch set of :func:`balance_powers` for cores of ``d``, ``n``, ``r``:
+    ``(cu, dead_u, off, carry, right, dead, factor_bits)``."""
+    return (np.zeros((d, n), dtype=np.int64), np.zeros((d, n), dtype=np.bool_),
+            np.zeros((r, n), dtype=np.int64), np.zeros(r, dtype=np.int64),
+            np.zeros(r, dtype=np.int64), np.zeros(r, dtype=np.bool_),
+            np.zeros(max(r, 1), dtype=np.int64))
+
+
+@njit(cache=True, nogil=True)
+def balance_powers(U, G, U_bits, G_bits, U_out, G_out, e_out, cu, dead_u, off, carry, right,
+                   dead, factor_bits, s_begin, s_end):
+    """Move powers of two along each train so that every Tucker row and every
+    TT core's slice of a right bond index has its largest live entry in
+    ``[0.5, 1)``; stack elements ``s_begin <= s < s_end``.
+
+    Parameters
+    ----------
+    U, G : float32 or float64 arrays ``(d, S, n, N)``, ``(d, S, r, n, r)``
+        Masked supercores (padding zero).  Read only.
+    U_bits, G_bits : ``U`` and ``G`` viewed as unsigned integers of their width.
+    U_out, G_out : arrays shaped as ``U`` and ``G``
+        The balanced cores: the train of ``U``, ``G`` is ``2**e_out[s]`` times
+        theirs.
+    e_out : int32 array ``(S,)``
+    cu, dead_u, off, carry, right, dead, factor_bits : scratch
+        One set per thread, :func:`balance_powers_scratch`.
+
+    Notes
+    -----
+    Exponents are ``frexp``'s; an entry is live where finite and nonzero.  A
+    Tucker row's exponent ``c`` (its live entries' largest, 0 for none) is
+    taken out of the row and given to the TT core's slice of that mode
+    index; then core by core, the offsets carried in (``carry[a] + c[j]``, or
+    ``BALANCE_NONE`` behind a dead bond index or a dead Tucker row) plus the
+    entries' own exponents give each right bond index ``b`` its exponent
+    (the largest; over the whole core for the last, whose boundary slots
+    share one), which is taken out of the slice and carried on (0 and dead
+    where no live entry or only entries behind a dead one reach it).  Each
+    entry is scaled once, ``ldexp(x, offset - exponent)``.  The last carry is
+    ``e_out``.  The same bits as ``tt_ops._balanced``'s array version, which
+    the CuPy path runs.
+
+    Why the bits: Numba's ``math.frexp`` and ``math.ldexp`` cost ~3.7 and
+    ~5.2 ns an entry (2-core AMD EPYC), more than NumPy's whole-array passes.
+    Exponents are read from the words (subnormals, rare, from ``frexp`` in
+    a second pass), and where ``-1022 <= k <= 1023`` ``ldexp(x, k)`` is
+    ``x * 2.0**k``: IEEE's product is ldexp's correctly rounded result (for
+    float32 ``x`` exact in float64, rounded once on the store), inf and NaN
+    staying themselves.  Other shifts (behind a dead index, or past the
+    range) take ``math.ldexp``.
+    """
+    d, _, n, N = U.shape
+    r = G.shape[2]
+    mant_bits = 52 if U.itemsize == 8 else 23
+    exp_mask = 0x7FF if U.itemsize == 8 else 0xFF
+    factor = factor_bits.view(np.float64)  # 2.0**k, built from its bits
+    for s in range(s_begin, s_end):
+        for i in range(d):
+            for j in range(n):
+                top = BALANCE_NONE
+                subnormal = False
+                for o in range(N):
+                    x, w = U[i, s, j, o], U_bits[i, s, j, o]
+                    top = max(top, _field_exponent(x, w, mant_bits, exp_mask))
+                    subnormal |= _is_subnormal(x, w, mant_bits, exp_mask)
+                if subnormal:
+                    for o in range(N):
+                        if _is_subnormal(U[i, s, j, o], U_bits[i, s, j, o], mant_bits,
+                                         exp_mask):
+                            top = max(top, math.frexp(U[i, s, j, o])[1])
+                dead_u[i, j] = top == BALANCE_NONE
+                c = 0 if dead_u[i, j] else top
+                cu[i, j] = c
+                if -1023 <= c <= 1022:  # (2.0**-c a normal float64)
+                    factor_bits[0] = _pow2_bits(-c)
+                    for o in range(N):
+                        U_out[i, s, j, o] = U[i, s, j, o] * factor[0]
+                else:
+                    for o in range(N):
+                        U_out[i, s, j, o] = math.ldexp(U[i, s, j, o], int(-c))
+        carry[:] = 0
+        dead[:] = False
+        for i in range(d):
+            right[:] = BALANCE_NONE
+            subnormal = False
+            for a in range(r):
+                for j in range(n):
+                    if dead[a] or dead_u[i, j]:
+                        off[a, j] = BALANCE_NONE
+                    else:
+                        off[a, j] = carry[a] + cu[i, j]
+                    o = off[a, j]
+                    for b in range(r):
+                        x, w = G[i, s, a, j, b], G_bits[i, s, a, j, b]
+                        right[b] = max(right[b], _field_exponent(x, w, mant_bits, exp_mask) + o)
+                        subnormal |= _is_subnormal(x, w, mant_bits, exp_mask)
+            if subnormal:
+                for a in range(r):
+                    for j in range(n):
+                        for b in range(r):
+                            x = G[i, s, a, j, b]
+                            if _is_subnormal(x, G_bits[i, s, a, j, b], mant_bits, exp_mask):
+                                right[b] = max(right[b], math.frexp(x)[1] + off[a, j])
+            if i == d - 1 and r > 0:  # (the boundary bond's slots are summed: one scale)
+                right[:] = right.max()
+            low, high = 0, 0  # the range of right over the live b
+            for b in range(r):
+                # (a non-live entry's BALANCE_NONE + offset also lands below half of it)
+                dead[b] = right[b] < BALANCE_NONE // 2
+                if dead[b]:
+                    right[b] = 0
+                if b == 0 or right[b] < low:
+                    low = right[b]
+                if b == 0 or right[b] > high:
+                    high = right[b]
+            for a in range(r):
+                for j in range(n):
+                    o = off[a, j]
+                    if -1022 <= o - high and o - low <= 1023:
+                        for b in range(r):
+                            factor_bits[b] = _pow2_bits(o - right[b])
+                        for b in range(r):
+                            G_out[i, s, a, j, b] = G[i, s, a, j, b] * factor[b]
+                    else:
+                        for b in range(r):
+                            x = G[i, s, a, j, b]
+                            G_out[i, s, a, j, b] = x if x == 0 else math.ldexp(x, int(o - right[b]))
+            carry[:] = right
+        e_out[s] = carry[0] if r > 0 else 0
+
+
 @njit(cache=True)
 def _gemm_nn(A, B, C, m, k, n):
     """``C[:m*n] = A[:m*k] @ B[:k*n]`` (row-major flat blocks)."""

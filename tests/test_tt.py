@@ -1606,6 +1606,58 @@ def test_cores_with_entries_far_apart_and_factors_past_the_float_range():
         tiny / np.array([1e-320])  # (as for `*`: it was NumPy's unnamed broadcast error)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("split", [False, True])
+def test_balancing_kernel_gives_the_array_versions_bits(rng, monkeypatch, dtype, split):
+    """The Numba balancing kernel (read from the words, 2.0**k products in
+    place of ldexp) against the array version the CuPy path runs, byte for
+    byte: exponents spread past the range (results subnormal, products
+    rounded, shifts past +-1022), zeros of both signs, inf, NaN, subnormal
+    entries, dead Tucker rows and bond slices; over the threads too."""
+    info = np.finfo(dtype)
+    spread = [40, 300, 1100] if dtype == np.float64 else [10, 60, 140]
+
+    def cores(shape, big):
+        a = np.ldexp(rng.standard_normal(shape), rng.integers(-big, big, shape)).astype(dtype)
+        a[rng.random(shape) < 0.3] = 0
+        a[rng.random(shape) < 0.1] = -0.0
+        return a
+
+    def edges(a, trial):
+        if trial % 2:
+            a[rng.random(a.shape) < 0.02] = np.inf * rng.choice([-1, 1])
+        if trial % 4 == 1:
+            a[rng.random(a.shape) < 0.02] = np.nan
+        if trial % 3 == 0:
+            a[rng.random(a.shape) < 0.2] = info.smallest_subnormal * rng.integers(1, 9)
+        return a
+
+    if split:
+        monkeypatch.setattr(tt_ops._config, "TT_CPU_SERIAL_WORK", 0)
+    seen = set()
+    with np.errstate(all="ignore"):
+        for trial in range(90):
+            d, S, n, N, r = (int(v) for v in rng.integers(1, 5, size=5))
+            big = spread[trial % 3]
+            U = edges(cores((d, S, n, N), big), trial)
+            G = edges(cores((d, S, r, n, r), big), trial)
+            if trial % 5 == 0:
+                U[:, :, 0] = 0  # a dead Tucker row
+                G[0, :, :, :, -1] = 0  # a dead bond slice
+            monkeypatch.setattr(tt_ops, "_NUMBA_CPU", False)
+            want = tt_ops._balanced(np, U.copy(), G.copy())
+            monkeypatch.setattr(tt_ops, "_NUMBA_CPU", True)
+            before = U.tobytes(), G.tobytes()
+            got = tt_ops._balanced(np, U, G)
+            assert (U.tobytes(), G.tobytes()) == before  # (inputs untouched)
+            for w, g in zip(want, got):
+                assert (w.dtype, w.shape) == (g.dtype, g.shape)
+                assert w.tobytes() == g.tobytes(), trial
+            live = want[1][np.isfinite(want[1]) & (want[1] != 0)]
+            seen.add(bool(np.any(np.abs(live) < info.tiny)))  # subnormal results met
+    assert seen == {False, True}
+
+
 @pytest.mark.parametrize("dtype, ks", [(np.float64, (480, 1000)), (np.float32, (60, 120))])
 def test_a_sum_with_a_term_of_cancelling_scales_keeps_both_terms(xy, path, dtype, ks):
     """(an adversarial review) ``a + b``, ``b`` the tensor of ``a`` with its
