@@ -14,9 +14,11 @@ max_tt_ranks=16)[0].compact(n=8, r=16)`` (the sum pads to n = 16, r = 32,
 which ``compact`` cuts back so that the loop keeps one structure), with the
 svd of the sum's trains at their exact ranks by the ragged loop beside it.
 ``--sweeps`` times the four orthogonalizations and ``norm("orthogonal")`` of
-that sum.
+that sum.  ``--balance`` times their first step, the power-of-two balancing
+of the sum's masked cores, by the Numba kernel and by the array version
+(the CuPy path's, here on NumPy).
 
-    python benchmarks/tt_svd_stack.py [--retraction | --sweeps] [--json FILE]
+    python benchmarks/tt_svd_stack.py [--retraction | --sweeps | --balance] [--json FILE]
     python benchmarks/ab_run.py CHECKOUT benchmarks/tt_svd_stack.py   # another checkout
 """
 import argparse
@@ -25,10 +27,13 @@ import os
 import sys
 import time
 
+import numpy as np
+
 sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
 
 from asv_benchmarks.bench_tt import (D, MAX_TT, MAX_TUCKER, random_ragged,  # noqa: E402
                                      random_sum, ragged_svd, to_uniform)
+from zorch_nb import tt_ops  # noqa: E402
 from zorch_nb.kernels import launch_config  # noqa: E402
 
 
@@ -74,16 +79,32 @@ def sweeps_row(count):
     return row
 
 
+def balance_row(count):
+    s = random_sum(count)[0]
+    U, G = tt_ops._masked(tt_ops._parts(s.data))
+    row = {}
+    for name, numba_path in (("numba kernel", True), ("array version", False)):
+        was, tt_ops._NUMBA_CPU = tt_ops._NUMBA_CPU, numba_path
+        try:
+            row[name] = best_ms(lambda: tt_ops._balanced(np, U, G))
+        finally:
+            tt_ops._NUMBA_CPU = was
+    return row
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--retraction", action="store_true",
                     help="time a retraction step's parts instead")
     ap.add_argument("--sweeps", action="store_true",
                     help="time the orthogonalizations and norm('orthogonal') of the sum instead")
+    ap.add_argument("--balance", action="store_true",
+                    help="time the power-of-two balancing of the sum's cores instead")
     ap.add_argument("--json")
     args = ap.parse_args()
     rows = {}
-    row_of = retraction_row if args.retraction else sweeps_row if args.sweeps else svd_row
+    row_of = (retraction_row if args.retraction else sweeps_row if args.sweeps
+              else balance_row if args.balance else svd_row)
     for count in (1, 8, 64):
         rows[f"{count} trains"] = row = row_of(count)
         print(count, "trains (ms):", row)
