@@ -14,6 +14,11 @@ process (imports and the compile in ``setup`` included): its growth with
 beyond their inputs: no peakmem, which kept CI's ``asv run --quick``
 shorter.)
 
+``Orthogonalize`` is ``orthogonalize("left")`` of the same trains against a
+ragged loop of ``numpy.linalg.qr`` (what one writes for a lossless
+orthogonalization; the uniform op frames with pad-safe SVDs, which
+padding needs, so it is the harder yardstick).
+
 ``SumSvd`` is the SVD step of an optimizer's retraction: the sum of two such
 batches (padded to n = 16, r = 32) truncated back to n = 8, r = 16, against
 the ragged loop on the sum's trains at their exact ranks.
@@ -127,6 +132,27 @@ def ragged_svd(trains, max_tucker, max_tt):
     return results
 
 
+def ragged_orthogonalize_left(trains):
+    """Per train: Tucker cores with orthonormal rows (QR of each ``U^T``), the
+    remainders pushed into the TT cores, then cores ``0..d-2``
+    left-orthonormal by a QR sweep -- what one writes with ``numpy.linalg.qr``
+    (the uniform op frames by pad-safe SVDs; both are lossless)."""
+    results = []
+    for tk, tt in trains:
+        tk, tt = list(tk), list(tt)
+        for i in range(len(tk)):
+            q, r = np.linalg.qr(tk[i].T)
+            tt[i] = np.einsum("ajb,kj->akb", tt[i], r)
+            tk[i] = q.T
+        for i in range(len(tt) - 1):
+            ra, n, rb = tt[i].shape
+            q, r = np.linalg.qr(tt[i].reshape(ra * n, rb))
+            tt[i] = q.reshape(ra, n, -1)
+            tt[i + 1] = np.einsum("xb,bjc->xjc", r, tt[i + 1])
+        results.append((tk, tt))
+    return results
+
+
 def to_uniform(trains):
     """The uniform train of a batch of ragged ones, padded to n, r and N."""
     return UniformTuckerTensorTrain.from_t3(
@@ -197,6 +223,27 @@ class Svd(_UniformVsRagged):
 
     def time_svd(self, trains, impl):
         self._run(impl)
+
+
+class Orthogonalize(_UniformVsRagged):
+    """``orthogonalize("left")`` (Tucker cores orthonormal, then a left sweep)
+    of the asv ``Svd`` trains against the ragged QR loop."""
+
+    @prepare_once
+    def setup(self, trains, impl):
+        self.x = random_ragged(D, 1, trains)
+        self.ux = to_uniform(self.x)
+        # lossless both: each the tensor of the input (the gauges differ)
+        for got in (self.ux.orthogonalize("left"),
+                    to_uniform(ragged_orthogonalize_left(self.x))):
+            if not ((got - self.ux).norm("orthogonal") <= 1e-9 * self.ux.norm()).all():
+                raise AssertionError("orthogonalize: a result is not the input's tensor")
+
+    def time_orthogonalize(self, trains, impl):
+        if impl == "uniform":
+            self.ux.orthogonalize("left")
+        else:
+            ragged_orthogonalize_left(self.x)
 
 
 def random_sum(count):
