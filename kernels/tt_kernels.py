@@ -120,7 +120,7 @@ BALANCE_NONE = np.iinfo(np.int32).min // 4
 
 
 @njit(cache=True, forceinline=True)
-def _field_exponent(x, word, mant_bits, exp_mask):
+def _field_exponent(word, mant_bits, exp_mask):
     # frexp's exponent of a normal x from its bits; BALANCE_NONE for 0, inf,
     # NaN and subnormals (exponent field 0: the caller's second pass)
     field = (np.int64(word) >> mant_bits) & exp_mask
@@ -203,7 +203,7 @@ def balance_powers(U, G, U_bits, G_bits, U_out, G_out, e_out, cu, dead_u, off, c
                 subnormal = False
                 for o in range(N):
                     x, w = U[i, s, j, o], U_bits[i, s, j, o]
-                    top = max(top, _field_exponent(x, w, mant_bits, exp_mask))
+                    top = max(top, _field_exponent(w, mant_bits, exp_mask))
                     subnormal |= _is_subnormal(x, w, mant_bits, exp_mask)
                 if subnormal:
                     for o in range(N):
@@ -234,7 +234,7 @@ def balance_powers(U, G, U_bits, G_bits, U_out, G_out, e_out, cu, dead_u, off, c
                     o = off[a, j]
                     for b in range(r):
                         x, w = G[i, s, a, j, b], G_bits[i, s, a, j, b]
-                        right[b] = max(right[b], _field_exponent(x, w, mant_bits, exp_mask) + o)
+                        right[b] = max(right[b], _field_exponent(w, mant_bits, exp_mask) + o)
                         subnormal |= _is_subnormal(x, w, mant_bits, exp_mask)
             if subnormal:
                 for a in range(r):
@@ -245,7 +245,7 @@ def balance_powers(U, G, U_bits, G_bits, U_out, G_out, e_out, cu, dead_u, off, c
                                 right[b] = max(right[b], math.frexp(x)[1] + off[a, j])
             if i == d - 1 and r > 0:  # (the boundary bond's slots are summed: one scale)
                 right[:] = right.max()
-            low, high = 0, 0  # the range of right over the live b
+            low, high = 0, 0  # the range of right (0 at the dead b)
             for b in range(r):
                 # (a non-live entry's BALANCE_NONE + offset also lands below half of it)
                 dead[b] = right[b] < BALANCE_NONE // 2

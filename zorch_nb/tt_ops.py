@@ -1861,7 +1861,7 @@ def _balanced(xp, U, G):
     zero train: the sweep's pushes underflowed, which no finiteness check
     sees.)
     """
-    if _use_numba(xp):
+    if _use_numba(xp):  # (a Numba kernel: the same bits in two passes, not ~8)
         return _balanced_numba(U, G)
     d = G.shape[0]
     # An empty slice's "max"; an offset below half of it marks the entries
