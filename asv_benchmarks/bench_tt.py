@@ -261,7 +261,8 @@ class SumSvd(_UniformVsRagged):
     n = 16, r = 32, its ranks the sums of the terms') truncated back to
     n = 8, r = 16; ``ragged`` is the loop on the sum's trains at their exact
     ranks.  At 64 trains the stack is computed in chunks over the threads
-    (``launch_config.TT_CPU_CHUNK_BYTES``)."""
+    (``launch_config.TT_CPU_CHUNK_BYTES``), at 8 as its two halves
+    (``launch_config.TT_CPU_SPLIT_WORK``)."""
 
     @prepare_once
     def setup(self, trains, impl):

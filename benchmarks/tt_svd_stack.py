@@ -16,9 +16,13 @@ svd of the sum's trains at their exact ranks by the ragged loop beside it.
 ``--sweeps`` times the four orthogonalizations and ``norm("orthogonal")`` of
 that sum.  ``--balance`` times their first step, the power-of-two balancing
 of the sum's masked cores, by the Numba kernel and by the array version
-(the CuPy path's, here on NumPy).
+(the CuPy path's, here on NumPy).  ``--halves`` times ``svd``,
+``orthogonalize("left")`` and ``norm("orthogonal")`` of the sum and of the
+plain trains at the stack sizes around ``launch_config.TT_CPU_SPLIT_WORK``,
+with that rule (a stack within one chunk computed as its two halves) and
+without it, alternately.
 
-    python benchmarks/tt_svd_stack.py [--retraction | --sweeps | --balance] [--json FILE]
+    python benchmarks/tt_svd_stack.py [--retraction | --sweeps | --balance | --halves] [--json FILE]
     python benchmarks/ab_run.py CHECKOUT benchmarks/tt_svd_stack.py   # another checkout
 """
 import argparse
@@ -92,6 +96,26 @@ def balance_row(count):
     return row
 
 
+def halves_rows():
+    cases = {f"sum of {c}": random_sum(c)[0] for c in (2, 8)}
+    cases.update({f"{c} plain": to_uniform(random_ragged(D, 1, c)) for c in (8, 32, 64)})
+    ops = {"svd": lambda t: t.svd(8, 16), 'orthogonalize("left")': lambda t: t.orthogonalize("left"),
+           'norm("orthogonal")': lambda t: t.norm("orthogonal")}
+    rows, rule = {}, launch_config.TT_CPU_SPLIT_WORK
+    for name, t in cases.items():
+        rows[name] = row = {}
+        for op, call in ops.items():
+            for side in ("halves", "whole", "halves", "whole"):  # (alternately)
+                launch_config.TT_CPU_SPLIT_WORK = rule if side == "halves" else 1 << 62
+                try:
+                    ms = best_ms(lambda: call(t))
+                finally:
+                    launch_config.TT_CPU_SPLIT_WORK = rule
+                row.setdefault(f"{op}, {side}", []).append(ms)
+        print(name, "(ms):", row)
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--retraction", action="store_true",
@@ -100,8 +124,16 @@ def main():
                     help="time the orthogonalizations and norm('orthogonal') of the sum instead")
     ap.add_argument("--balance", action="store_true",
                     help="time the power-of-two balancing of the sum's cores instead")
+    ap.add_argument("--halves", action="store_true",
+                    help="time the ops with and without TT_CPU_SPLIT_WORK's halves instead")
     ap.add_argument("--json")
     args = ap.parse_args()
+    if args.halves:
+        rows = halves_rows()
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump(rows, fh, indent=1)
+        return
     rows = {}
     row_of = (retraction_row if args.retraction else sweeps_row if args.sweeps
               else balance_row if args.balance else svd_row)

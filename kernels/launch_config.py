@@ -267,6 +267,23 @@ TT_CPU_SERIAL_WORK = 1 << 22
 #: Python overhead again: 3.5 ms for one train of the second kind).
 TT_CPU_CHUNK_BYTES = 1 << 20
 
+#: The same ops: a stack within one chunk whose SVD work (tt_ops._svd_work
+#: of every core's left unfolding, summed; TT_CPU_SERIAL_WORK's units) is
+#: at least this is computed as two chunks, its halves, so that two threads
+#: share its steps' NumPy and BLAS work, not only its LAPACK batches.  Two
+#: whatever the thread count: chunks decide the bits, threads must not.
+#: Measured on 2 cores (d = 8, N = 32; ms, svd / orthogonalize("left") /
+#: norm("orthogonal"), best of 7, two alternating runs each): a sum padded
+#: to n = 16, r = 32, 2 trains (75 M) 17.1-17.9 / 9.7-10.4 / 11.7 -> 14.7-14.9
+#: / 5.5-5.6 / 5.7-5.9, 8 trains 50.6-51.9 / 30.5-31.4 / 32.5-37.1 ->
+#: 33.4-33.8 / 17.3-17.7 / 17.4-17.5; trains padded to n = 8, r = 16, 32
+#: trains (84 M) 29.1-31.1 -> 23.2-23.5 (svd), 64 trains 59.8-61.1 ->
+#: 42.6-42.8; unchanged below (8 of them, 21 M: two chunks lost, 11.9 ->
+#: 15.8) and where the bytes already chunk (256 of them).  With one thread
+#: the halves cost 5-10% (svd: 8 summed trains 58 -> 61-62, 64 plain trains
+#: 76-77 -> 83-86; benchmarks/results/cpu-2026-12-07-tt-halves.json).
+TT_CPU_SPLIT_WORK = 1 << 26
+
 
 # ---- graph commitments (kernels/merkle_*.py, kernels/cuda/merkle.cu) ---------
 #: A host buffer of at most this many words is hashed on the calling thread

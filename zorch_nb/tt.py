@@ -58,7 +58,9 @@ Backends:
   by a generic Numba kernel; everything else is batched NumPy (``einsum``,
   ``matmul``, ``linalg.svd``).  ``svd``, ``orthogonalize`` and
   ``norm("orthogonal")`` run BLAS on one thread (threadpoolctl) and take
-  a large stack in chunks over the threads (``TT_CPU_CHUNK_BYTES``).
+  a large stack in chunks over the threads (``TT_CPU_CHUNK_BYTES``;
+  a smaller one with enough SVD work in its two halves,
+  ``TT_CPU_SPLIT_WORK``).
 * CuPy supercores -- the same operations as batched CuPy calls (``einsum``,
   ``matmul``, ``linalg.svd``) on masked supercores; results agree with the
   NumPy path within rounding.  Most operations only queue device work; these

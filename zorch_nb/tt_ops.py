@@ -492,13 +492,23 @@ def _stack_chunks(p):
     """``[(lo, hi), ...]``: the ranges of the flat (NumPy) stack that
     :func:`_by_chunks` computes apart -- as many stack elements as keep one
     core's slab (a TT core of each, or a Tucker core) within
-    ``TT_CPU_CHUNK_BYTES`` -- or the whole stack."""
+    ``TT_CPU_CHUNK_BYTES``; within that, its two halves where its SVD work
+    reaches ``TT_CPU_SPLIT_WORK`` -- or the whole stack.  Never the thread
+    count: the chunks decide the bits."""
     S = p.S
     per = max(math.prod(p.G.shape[2:]), math.prod(p.U.shape[2:])) * p.G.dtype.itemsize
     size = max(1, _config.TT_CPU_CHUNK_BYTES // max(per, 1))
     if S <= size:
+        if S >= 2 and _chunks_work(p) >= _config.TT_CPU_SPLIT_WORK:
+            return [(0, S // 2), (S // 2, S)]
         return [(0, S)]
     return [(lo, min(lo + size, S)) for lo in range(0, S, size)]
+
+
+def _chunks_work(p):
+    """The SVD work of a stack's sweep, in ``TT_CPU_SERIAL_WORK``'s units: one
+    left unfolding of each core of each element (:func:`_svd_work`)."""
+    return p.S * p.d * _svd_work(max(p.r * p.n, 1), max(p.r, 1))
 
 
 def _by_chunks(p, compute):
@@ -546,9 +556,7 @@ def _chunks_on_threads(p, compute, chunks):
         finally:
             _in_chunks.active = was
 
-    # the chunks' SVDs: one left unfolding per core of each element
-    _run_stack(run, len(chunks), p.S * p.d * _svd_work(max(p.r * p.n, 1), max(p.r, 1)),
-               (), tuple)
+    _run_stack(run, len(chunks), _chunks_work(p), (), tuple)
     return tuple(out)
 
 
@@ -2936,7 +2944,10 @@ def ut3_svd(data, max_tucker_ranks=None, max_tt_ranks=None, rtol=None):
     the threads (64 trains padded to n = 16, r = 32: 661-785 -> 361-387 ms
     on 2 cores), and BLAS and LAPACK run on one thread meanwhile (through
     threadpoolctl: their many small calls ran 2x slower on OpenBLAS's
-    threads; the process's setting comes back when the call returns).
+    threads; the process's setting comes back when the call returns).  A
+    stack within one chunk is computed as its two halves where its SVD work
+    reaches ``launch_config.TT_CPU_SPLIT_WORK`` (8 trains of that kind:
+    50.6-51.9 -> 33.4-33.8 ms).
 
     Each step's SVDs leave out the rows and columns that are padding in
     every stack element of the chunk (zero), so a train's result can
