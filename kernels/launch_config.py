@@ -256,7 +256,8 @@ TT_CPU_SERIAL_WORK = 1 << 22
 #: NumPy SVD, orthogonalizations and norm("orthogonal") of trains
 #: (zorch_nb/tt_ops._by_chunks): a stack whose core slabs (one TT core of
 #: every stack element) pass this many bytes is computed in chunks of stack
-#: elements within it, split over the threads, so that the sweeps'
+#: elements within it (an even number of equal ones), split over the
+#: threads, so that the sweeps'
 #: temporaries stay in the heap and the caches.  Measured on 2 cores (d = 8,
 #: N = 32; fresh processes, three each, best of 7 calls; whole stack /
 #: chunks of 2 MiB / 1 MiB / 512 KiB, in ms): a sum of trains padded to

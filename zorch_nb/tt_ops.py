@@ -490,19 +490,26 @@ def _one_blas_thread():
 
 def _stack_chunks(p):
     """``[(lo, hi), ...]``: the ranges of the flat (NumPy) stack that
-    :func:`_by_chunks` computes apart -- as many stack elements as keep one
-    core's slab (a TT core of each, or a Tucker core) within
-    ``TT_CPU_CHUNK_BYTES``; within that, its two halves where its SVD work
-    reaches ``TT_CPU_SPLIT_WORK`` -- or the whole stack.  Never the thread
-    count: the chunks decide the bits."""
+    :func:`_by_chunks` computes apart, or the whole stack.
+
+    Chunks keep one core's slab (a TT core of each element, or a Tucker
+    core) within ``TT_CPU_CHUNK_BYTES``, in an even number of equal ranges
+    (sizes differing by at most one; an odd count's last chunk left a
+    thread idle: the svd of a sum of 24 trains at n = 16, r = 32 on 2
+    cores, 118-119 ms in three chunks, 91-92 in four).  A stack within one
+    chunk runs as its
+    two halves where its SVD work reaches ``TT_CPU_SPLIT_WORK``.  Never the
+    thread count: the chunks decide the bits."""
     S = p.S
     per = max(math.prod(p.G.shape[2:]), math.prod(p.U.shape[2:])) * p.G.dtype.itemsize
     size = max(1, _config.TT_CPU_CHUNK_BYTES // max(per, 1))
-    if S <= size:
-        if S >= 2 and _chunks_work(p) >= _config.TT_CPU_SPLIT_WORK:
-            return [(0, S // 2), (S // 2, S)]
-        return [(0, S)]
-    return [(lo, min(lo + size, S)) for lo in range(0, S, size)]
+    count = -(-S // size) if S else 1
+    if count == 1:
+        if S < 2 or _chunks_work(p) < _config.TT_CPU_SPLIT_WORK:
+            return [(0, S)]
+        count = 2
+    count += count % 2
+    return [(S * t // count, S * (t + 1) // count) for t in range(count)]
 
 
 def _chunks_work(p):
