@@ -274,16 +274,17 @@ TT_CPU_CHUNK_BYTES = 1 << 20
 #: share its steps' NumPy and BLAS work, not only its LAPACK batches.  Two
 #: whatever the thread count: chunks decide the bits, threads must not.
 #: Measured on 2 cores (d = 8, N = 32; ms, svd / orthogonalize("left") /
-#: norm("orthogonal"), best of 7, two alternating runs each): a sum padded
-#: to n = 16, r = 32, 2 trains (75 M) 17.1-17.9 / 9.7-10.4 / 11.7 -> 14.7-14.9
-#: / 5.5-5.6 / 5.7-5.9, 8 trains 50.6-51.9 / 30.5-31.4 / 32.5-37.1 ->
-#: 33.4-33.8 / 17.3-17.7 / 17.4-17.5; trains padded to n = 8, r = 16, 32
-#: trains (84 M) 29.1-31.1 -> 23.2-23.5 (svd), 64 trains 59.8-61.1 ->
-#: 42.6-42.8; unchanged below (8 of them, 21 M: two chunks lost, 11.9 ->
-#: 15.8) and where the bytes already chunk (256 of them).  With one thread
-#: the halves cost 5-10% (svd: 8 summed trains 58 -> 61-62, 64 plain trains
-#: 76-77 -> 83-86; benchmarks/results/cpu-2026-12-07-tt-halves.json).
-TT_CPU_SPLIT_WORK = 1 << 26
+#: norm("orthogonal"), best of 7, alternating runs): trains padded to
+#: n = 8, r = 16, 8 trains (21 M) 12.2-12.6 / 6.6-6.7 / 7.5-7.9 against
+#: 12.1-14.3 / 4.2-5.2 / 5.0-5.9 as halves (so left whole), 12 trains
+#: (31 M) 17.9-18.5 / 9.8-10.7 / 11.0-11.5 -> 13.3-14.2 / 5.1-6.7 / 6.4-8.0,
+#: 16 trains (42 M) 22.0-22.8 -> 15.2-16.4 (svd), 64 trains 59.8-61.1 ->
+#: 42.6-42.8; a sum padded to n = 16, r = 32, 8 trains 50.6-51.9 /
+#: 30.5-31.4 / 32.5-37.1 -> 33.4-33.8 / 17.3-17.7 / 17.4-17.5.  With one
+#: thread the halves cost their second chunk's Python steps: svd of 12
+#: plain trains 17.4-18.2 -> 20.2-21.1, of 64 76-77 -> 83-86, while
+#: norm("orthogonal") runs faster (benchmarks/results/cpu-2026-12-07-tt-halves.json).
+TT_CPU_SPLIT_WORK = 3 << 23
 
 
 # ---- graph commitments (kernels/merkle_*.py, kernels/cuda/merkle.cu) ---------
