@@ -497,9 +497,9 @@ def _stack_chunks(p):
     (sizes differing by at most one; an odd count's last chunk left a
     thread idle: the svd of a sum of 24 trains at n = 16, r = 32 on 2
     cores, 118-119 ms in three chunks, 91-92 in four).  A stack within one
-    chunk runs as its
-    two halves where its SVD work reaches ``TT_CPU_SPLIT_WORK``.  Never the
-    thread count: the chunks decide the bits."""
+    chunk runs as its two halves where its SVD work reaches
+    ``TT_CPU_SPLIT_WORK``.  Never the thread count: the chunks decide the
+    bits."""
     S = p.S
     per = max(math.prod(p.G.shape[2:]), math.prod(p.U.shape[2:])) * p.G.dtype.itemsize
     size = max(1, _config.TT_CPU_CHUNK_BYTES // max(per, 1))
