@@ -257,8 +257,8 @@ TT_CPU_SERIAL_WORK = 1 << 22
 #: (zorch_nb/tt_ops._by_chunks): a stack whose core slabs (one TT core of
 #: every stack element) pass this many bytes is computed in chunks of stack
 #: elements within it (an even number of equal ones), split over the
-#: threads, so that the sweeps'
-#: temporaries stay in the heap and the caches.  Measured on 2 cores (d = 8,
+#: threads, so that the sweeps' temporaries stay in the heap and the
+#: caches.  Measured on 2 cores (d = 8,
 #: N = 32; fresh processes, three each, best of 7 calls; whole stack /
 #: chunks of 2 MiB / 1 MiB / 512 KiB, in ms): a sum of trains padded to
 #: n = 16, r = 32 (128 KiB a core), 16 trains 121-141 / 127-133 / 132-140 /

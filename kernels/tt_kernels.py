@@ -245,16 +245,13 @@ def balance_powers(U, G, U_bits, G_bits, U_out, G_out, e_out, cu, dead_u, off, c
                                 right[b] = max(right[b], math.frexp(x)[1] + off[a, j])
             if i == d - 1 and r > 0:  # (the boundary bond's slots are summed: one scale)
                 right[:] = right.max()
-            low, high = 0, 0  # the range of right (0 at the dead b)
             for b in range(r):
                 # (a non-live entry's BALANCE_NONE + offset also lands below half of it)
                 dead[b] = right[b] < BALANCE_NONE // 2
                 if dead[b]:
                     right[b] = 0
-                if b == 0 or right[b] < low:
-                    low = right[b]
-                if b == 0 or right[b] > high:
-                    high = right[b]
+            # the range of right (0 at the dead b); unread where r == 0
+            low, high = (right.min(), right.max()) if r > 0 else (0, 0)
             for a in range(r):
                 for j in range(n):
                     o = off[a, j]

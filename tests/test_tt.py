@@ -2632,6 +2632,22 @@ def _sub_stack(x, lo, hi):
     return UniformTuckerTensorTrain(flat[0], flat[1], shape, UT3Masks(flat[2], flat[3]))
 
 
+def _assert_whole_is_its_chunks(x, whole, ranges, stack, calls):
+    """Each range ``[lo, hi)`` of ``x``'s flat stack, computed alone and in
+    one chunk (``calls``: the recorded ``_stack_chunks`` results), gives byte
+    for byte its part of ``whole`` (:func:`_svd_results` of ``x``, stack
+    shape ``stack``)."""
+    for lo, hi in ranges:
+        calls.clear()
+        part = _svd_results(_sub_stack(x, lo, hi))
+        assert calls and all(c == [(0, hi - lo)] for c in calls)  # (no chunks in a chunk)
+        for got, want in zip(whole, part, strict=True):
+            got, at = _flat_stack(got, stack)
+            got = got[(slice(None),) * at + (slice(lo, hi),)]
+            assert got.dtype == want.dtype and got.shape == want.shape
+            assert np.ascontiguousarray(got).tobytes() == np.ascontiguousarray(want).tobytes()
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("stack", [(7,), (2, 3)])
 def test_a_large_stack_is_computed_as_its_chunks(rng, monkeypatch, path, dtype, stack):
@@ -2659,17 +2675,7 @@ def test_a_large_stack_is_computed_as_its_chunks(rng, monkeypatch, path, dtype, 
     bounds = np.cumsum([0] + sizes)
     assert calls and all(c == list(zip(bounds[:-1], bounds[1:])) for c in calls)
     assert sorted(set(computed)) == sorted(set(sizes))  # (each chunk apart)
-    lo = 0
-    for size in sizes:
-        calls.clear()
-        part = _svd_results(_sub_stack(x, lo, lo + size))
-        assert calls and all(c == [(0, size)] for c in calls)  # (no chunks in a chunk)
-        for got, want in zip(whole, part, strict=True):
-            got, at = _flat_stack(got, stack)
-            got = got[(slice(None),) * at + (slice(lo, lo + size),)]
-            assert got.dtype == want.dtype and got.shape == want.shape
-            assert np.ascontiguousarray(got).tobytes() == np.ascontiguousarray(want).tobytes()
-        lo += size
+    _assert_whole_is_its_chunks(x, whole, zip(bounds[:-1], bounds[1:]), stack, calls)
 
 
 @pytest.mark.parametrize("count", [1, 7])
@@ -2701,15 +2707,7 @@ def test_a_stack_with_enough_work_is_computed_as_its_halves(rng, monkeypatch, pa
             assert got.tobytes() == want.tobytes()
     if count > 1:  # the second half went to a thread (nothing split inside a half)
         assert recording.ranges and set(recording.ranges) == {(1, 2)}
-    for lo, hi in halves:
-        calls.clear()
-        part = _svd_results(_sub_stack(x, lo, hi))
-        assert calls and all(c == [(0, hi - lo)] for c in calls)  # (a half's own work: less)
-        for got, want in zip(whole, part, strict=True):
-            got, at = _flat_stack(got, (count,))
-            got = got[(slice(None),) * at + (slice(lo, hi),)]
-            assert got.dtype == want.dtype and got.shape == want.shape
-            assert np.ascontiguousarray(got).tobytes() == np.ascontiguousarray(want).tobytes()
+    _assert_whole_is_its_chunks(x, whole, halves, (count,), calls)  # (a half's work: less)
 
 
 def test_svds_leave_out_rows_and_columns_that_are_padding_in_every_matrix(rng, monkeypatch,
