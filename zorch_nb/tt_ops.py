@@ -201,7 +201,12 @@ def _float64_retry(check_result):
     LAPACK kernels are where the faults of :func:`_matmul` and
     :func:`_finite_svd` were seen (a CI run here met an inf in ``ut3_svd`` of
     a small float32 train whose products cannot overflow, after both guards
-    held: a product's *finite* garbage is not detected).  The retry costs
+    held: a product's *finite* garbage is not detected).  NumPy's own
+    float32 loops have shown it too: in 2 of ~130 instrumented runs of the
+    tt tests one pytest worker got NaN from :func:`_repair_xp` (where, einsum,
+    sqrt; no BLAS) on finite inputs, for seconds (once in two tests 23 s
+    apart), and the same inputs, saved, gave finite frames in a fresh process
+    (cause not found; rounding mode and FTZ/DAZ were the defaults).  The retry costs
     nothing on the usual path.  With ``check_result`` a result that does not
     fit float32 (inf after rounding) is refused with the first error, as an
     overflow of the train; without it (the norm) inf is the answer.
