@@ -202,7 +202,7 @@ def _float64_retry(check_result):
     :func:`_finite_svd` were seen (a CI run here met an inf in ``ut3_svd`` of
     a small float32 train whose products cannot overflow, after both guards
     held: a product's *finite* garbage is not detected).  NumPy's own
-    float32 loops have shown it too: in 2 of ~130 instrumented runs of the
+    float32 loops have shown it too: in 2 of ~140 instrumented runs of the
     tt tests one pytest worker got NaN from :func:`_repair_xp` (where, einsum,
     sqrt; no BLAS) on finite inputs, for seconds (once in two tests 23 s
     apart), and the same inputs, saved, gave finite frames in a fresh process
